@@ -1,0 +1,92 @@
+# Makefile: builds libfi_runtime.so, fi-cache and fi-bench, runs the CPU tests
+# (make test), the sanitizer run (make test-asan) and the GPU tests (make gpu-test).
+BUILD   ?= build
+PREFIX  ?= /usr/local
+CC      ?= gcc
+VERSION := 0.1.0
+
+SAN_FLAGS :=
+ifeq ($(SAN),1)
+SAN_FLAGS := -fsanitize=address,undefined -fno-omit-frame-pointer -fno-sanitize-recover=undefined
+endif
+
+CPPFLAGS += -D_GNU_SOURCE -DFI_VERSION_STRING='"$(VERSION)"' -Iruntime -Ijit -Icache -Ikernels -I$(BUILD)/gen
+CFLAGS   ?= -O2 -g
+CFLAGS   += -std=c11 -Wall -Wextra -Werror -fvisibility=hidden -fPIC -pthread $(SAN_FLAGS)
+LDFLAGS  += $(SAN_FLAGS)
+# The only libraries linked; CUDA, NVRTC, HIP and hiprtc are dlopen'ed at first use.
+SQLITE_LIB ?= -lsqlite3
+LIBS     := $(SQLITE_LIB) -ldl -lpthread -lm
+
+LIB_SRCS := $(wildcard runtime/*.c jit/*.c cache/*.c)
+LIB_OBJS := $(patsubst %.c,$(BUILD)/obj/%.o,$(LIB_SRCS)) $(BUILD)/obj/gen/kernels_embed.o
+KERNELS  := $(sort $(wildcard kernels/*.cuh kernels/*.h))
+
+TEST_SRCS := $(wildcard tests/test_*.c)
+TEST_BINS := $(patsubst tests/%.c,$(BUILD)/tests/%,$(TEST_SRCS))
+TEST_SCRIPTS := $(wildcard tests/test_*.sh)
+GPU_SRCS  := $(wildcard tests/gpu/gpu_*.c)
+GPU_BINS  := $(patsubst tests/gpu/%.c,$(BUILD)/tests/%,$(GPU_SRCS))
+
+.PHONY: all test test-asan gpu-test install clean
+all: $(BUILD)/libfi_runtime.so $(BUILD)/fi-cache $(BUILD)/fi-bench
+
+$(BUILD)/obj/%.o: %.c $(wildcard runtime/*.h jit/*.h cache/*.h kernels/*.h)
+	@mkdir -p $(dir $@)
+	$(CC) $(CPPFLAGS) $(CFLAGS) -c $< -o $@
+
+# Kernel templates are data: embedded as strings, compiled at run time only.
+$(BUILD)/embed_kernels: tools/embed_kernels.c
+	@mkdir -p $(dir $@)
+	$(CC) -std=c11 -O1 -Wall -Wextra -Werror $< -o $@
+$(BUILD)/gen/kernels_embed.c: $(BUILD)/embed_kernels $(KERNELS)
+	@mkdir -p $(dir $@)
+	$(BUILD)/embed_kernels $@ $(KERNELS)
+$(BUILD)/obj/gen/kernels_embed.o: $(BUILD)/gen/kernels_embed.c
+	@mkdir -p $(dir $@)
+	$(CC) $(CPPFLAGS) $(CFLAGS) -c $< -o $@
+
+$(BUILD)/libfi_runtime.so: $(LIB_OBJS) runtime/fi_runtime.map
+	$(CC) -shared $(LDFLAGS) -Wl,--version-script=runtime/fi_runtime.map -Wl,-soname,libfi_runtime.so.0 \
+	  -o $@ $(LIB_OBJS) $(LIBS)
+	ln -sf libfi_runtime.so $(BUILD)/libfi_runtime.so.0
+$(BUILD)/libfi_internal.a: $(LIB_OBJS)
+	rm -f $@ && ar rcs $@ $^
+
+$(BUILD)/fi-cache: tools/fi_cache.c $(BUILD)/libfi_runtime.so
+	$(CC) $(CPPFLAGS) $(CFLAGS) $< -o $@ $(LDFLAGS) -L$(BUILD) -l:libfi_runtime.so -Wl,-rpath,'$$ORIGIN' -lpthread -lm
+$(BUILD)/fi-bench: tools/fi_bench.c $(BUILD)/libfi_runtime.so
+	$(CC) $(CPPFLAGS) $(CFLAGS) $< -o $@ $(LDFLAGS) -L$(BUILD) -l:libfi_runtime.so -Wl,-rpath,'$$ORIGIN' -ldl -lpthread -lm
+
+$(BUILD)/obj/tests/ft_main.o: tests/ft_main.c tests/ft.h
+	@mkdir -p $(dir $@)
+	$(CC) $(CPPFLAGS) $(CFLAGS) -c $< -o $@
+$(BUILD)/tests/%: tests/%.c tests/ft.h $(BUILD)/obj/tests/ft_main.o $(BUILD)/libfi_internal.a
+	@mkdir -p $(dir $@)
+	$(CC) $(CPPFLAGS) $(CFLAGS) -Itests $< $(BUILD)/obj/tests/ft_main.o $(BUILD)/libfi_internal.a -o $@ $(LDFLAGS) $(LIBS)
+$(BUILD)/tests/gpu_%: tests/gpu/gpu_%.c tests/ft.h $(BUILD)/obj/tests/ft_main.o $(BUILD)/libfi_runtime.so
+	@mkdir -p $(dir $@)
+	$(CC) $(CPPFLAGS) $(CFLAGS) -Itests $< $(BUILD)/obj/tests/ft_main.o -o $@ $(LDFLAGS) \
+	  -L$(BUILD) -l:libfi_runtime.so -Wl,-rpath,'$$ORIGIN/..' -ldl -lpthread -lm
+
+test: all $(TEST_BINS)
+	FI_BUILD=$(BUILD) tests/run_tests.sh $(TEST_BINS) $(TEST_SCRIPTS)
+
+test-asan:
+	$(MAKE) BUILD=build-asan SAN=1 test
+
+gpu-test: all $(GPU_BINS)
+	FI_BUILD=$(BUILD) FT_LOGDIR=$(BUILD)/gpu-logs tests/run_tests.sh $(GPU_BINS)
+
+install: all
+	install -d $(DESTDIR)$(PREFIX)/lib $(DESTDIR)$(PREFIX)/include $(DESTDIR)$(PREFIX)/bin $(DESTDIR)$(PREFIX)/lib/pkgconfig
+	install -m 0755 $(BUILD)/libfi_runtime.so $(DESTDIR)$(PREFIX)/lib/libfi_runtime.so.$(VERSION)
+	ln -sf libfi_runtime.so.$(VERSION) $(DESTDIR)$(PREFIX)/lib/libfi_runtime.so.0
+	ln -sf libfi_runtime.so.0 $(DESTDIR)$(PREFIX)/lib/libfi_runtime.so
+	install -m 0644 runtime/fi_runtime.h runtime/fi_admin.h $(DESTDIR)$(PREFIX)/include/
+	install -m 0755 $(BUILD)/fi-cache $(BUILD)/fi-bench $(DESTDIR)$(PREFIX)/bin/
+	sed -e 's|@PREFIX@|$(PREFIX)|g' -e 's|@VERSION@|$(VERSION)|g' fi_runtime.pc.in \
+	  > $(DESTDIR)$(PREFIX)/lib/pkgconfig/fi_runtime.pc
+
+clean:
+	rm -rf build build-asan

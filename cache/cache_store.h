@@ -1,0 +1,103 @@
+/* cache_store.h: the on-disk kernel store, one SQLite file of compiled binaries
+ * keyed by a 128-bit hash. Knows SQLite and nothing of CUDA, NVRTC or DLPack. */
+#ifndef CACHE_STORE_H
+#define CACHE_STORE_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+typedef struct cache_store cache_store;
+
+/* Schema version kept in the meta table; a file with a newer one is refused. */
+#define CACHE_SCHEMA_VERSION 1
+
+enum {
+  CACHE_OK = 0,
+  CACHE_NOT_FOUND = 1,   /* lookups: no such entry */
+  CACHE_ERR = -1,        /* SQLite or I/O failure; message in the err buffer */
+  CACHE_ERR_CORRUPT = -2 /* not a database, malformed, newer schema, bad checksum */
+};
+
+/* Open flags. */
+#define CACHE_OPEN_READONLY 1 /* never writes; used for the system layer */
+
+/* One stored binary. On input to cache_store_put every field is read; on
+ * output from lookups the pointers stay valid until the next call on the
+ * same store from the same thread, or are copies where the function says so. */
+typedef struct cache_record {
+  uint8_t hash[16];     /* full identity: key + templates + compiler + arch + options + ABI */
+  uint8_t key_hash[16]; /* the same without the compiler: what the hot path looks up */
+  const char *op;
+  const char *key;      /* canonical key string */
+  const char *arch;     /* "sm_90", "gfx942" */
+  const char *compiler; /* "nvrtc-13.0" */
+  const char *options;  /* compile options as one string */
+  const char *entry;    /* kernel symbol in the binary */
+  const char *source;   /* the rendered source that was compiled (may be NULL) */
+  const void *binary;
+  size_t bytes;
+  uint64_t checksum;    /* XXH3-64 of binary; computed by put, checked by reads */
+  double compile_ms;
+  int64_t created, last_used, hits; /* unix seconds; filled by put and lookups */
+} cache_record;
+
+/* Opens (creating if needed, unless read-only) the store at path; ":memory:"
+ * is a private in-memory store. Creates the parent directory (0700) when
+ * missing. WAL journal, busy_timeout, schema created or checked. On failure
+ * returns CACHE_ERR or CACHE_ERR_CORRUPT and writes a message into err. */
+int cache_store_open(const char *path, int flags, cache_store **out, char *err, size_t errlen);
+void cache_store_close(cache_store *s);
+const char *cache_store_path(const cache_store *s);
+
+/* Looks up a binary by key_hash (the compiler-independent hash). Among
+ * several rows with that key_hash (several compiler versions) the one whose
+ * compiler equals prefer_compiler wins, else the newest created. On
+ * CACHE_OK fills *rec with malloc'ed copies owned by the caller, freed with
+ * cache_record_free. Verifies the checksum: a mismatch deletes the row
+ * (unless read-only) and returns CACHE_ERR_CORRUPT. Does not write
+ * last_used/hits: see cache_store_touch. */
+int cache_store_find(cache_store *s, const uint8_t key_hash[16], const char *prefer_compiler,
+                     cache_record *rec, char *err, size_t errlen);
+
+/* Same, by full hash. */
+int cache_store_get(cache_store *s, const uint8_t hash[16], cache_record *rec, char *err,
+                    size_t errlen);
+
+/* Finds the single row whose hex hash starts with hex_prefix (case-insensitive).
+ * CACHE_NOT_FOUND if none, CACHE_ERR with "ambiguous" in err if several. */
+int cache_store_get_prefix(cache_store *s, const char *hex_prefix, cache_record *rec,
+                           char *err, size_t errlen);
+
+void cache_record_free(cache_record *rec);
+
+/* Inserts or replaces the row for rec->hash in one transaction (a reader
+ * never sees half of it), computes the checksum, sets created/last_used to
+ * now and hits to 0, then checkpoints the WAL (PASSIVE) so fresh readers
+ * do not rebuild a large WAL index. */
+int cache_store_put(cache_store *s, const cache_record *rec, char *err, size_t errlen);
+
+/* Records uses: hits += 1 and last_used = now for each hash, in one
+ * transaction. Meant to be called rarely (batched by the caller). */
+int cache_store_touch(cache_store *s, const uint8_t (*hashes)[16], int n, char *err,
+                      size_t errlen);
+
+/* Calls fn for each row matching op and arch (NULL: any), ordered by op then
+ * key. Records passed to fn hold no binary (binary NULL, bytes set) and are
+ * valid during the call only. fn returning nonzero stops the walk. */
+typedef int (*cache_record_fn)(const cache_record *rec, void *user);
+int cache_store_list(cache_store *s, const char *op, const char *arch, cache_record_fn fn,
+                     void *user, char *err, size_t errlen);
+
+/* Deletes rows matching op and arch (NULL: any) and reclaims the space
+ * (incremental vacuum); *removed gets the count. */
+int cache_store_delete(cache_store *s, const char *op, const char *arch, int64_t *removed,
+                       char *err, size_t errlen);
+
+/* Totals: entries, sum of binary bytes, file size in bytes (page_count * page_size). */
+int cache_store_totals(cache_store *s, int64_t *entries, int64_t *bytes, int64_t *file_bytes,
+                       char *err, size_t errlen);
+
+/* Hex helpers: 32 lowercase digits plus NUL. */
+void cache_hash_hex(const uint8_t hash[16], char out[33]);
+
+#endif /* CACHE_STORE_H */

@@ -1,0 +1,42 @@
+/* jit_compiler.c: picks the compiler backend for a target arch and holds what
+ * the backends share (arch syntax, output cleanup). */
+#include "jit_compiler.h"
+
+#include <ctype.h>
+#include <stdlib.h>
+#include <string.h>
+
+const jit_compiler *jit_compiler_for_arch(const char *arch) {
+  static const jit_compiler *const all[] = {&jit_nvrtc, &jit_hiprtc};
+  if (!jit_arch_valid(arch)) return NULL;
+  for (size_t i = 0; i < sizeof all / sizeof all[0]; i++)
+    if (all[i]->handles_arch(arch)) return all[i];
+  return NULL;
+}
+
+int jit_arch_valid(const char *arch) {
+  if (!arch) return 0;
+  if (strncmp(arch, "sm_", 3) == 0) {
+    const char *p = arch + 3;
+    int digits = 0, v = 0;
+    while (isdigit((unsigned char)*p)) v = v * 10 + (*p++ - '0'), digits++;
+    if (digits < 2 || digits > 3 || v < 70) return 0;
+    if (*p == 'a' || *p == 'f') p++;
+    return *p == 0;
+  }
+  if (strncmp(arch, "gfx", 3) == 0) {
+    const char *p = arch + 3;
+    int n = 0;
+    while (isxdigit((unsigned char)*p)) p++, n++;
+    return n >= 3 && n <= 4 && *p == 0;
+  }
+  return 0;
+}
+
+void jit_compile_out_free(jit_compile_out *o) {
+  free(o->binary);
+  free(o->log);
+  o->binary = NULL;
+  o->log = NULL;
+  o->bytes = 0;
+}

@@ -1,0 +1,54 @@
+/* jit_dl.c: the dlopen wrapper shared by the device and compiler backends; it
+ * never aborts and reports what the loader said for every name it tried. */
+#include "jit_dl.h"
+
+#include <dlfcn.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+static void append(char *err, size_t errlen, const char *fmt, const char *a, const char *b) {
+  if (!err || errlen == 0) return;
+  size_t used = strlen(err);
+  if (used + 1 >= errlen) return;
+  snprintf(err + used, errlen - used, fmt, a, b ? b : "");
+}
+
+void *jit_dl_open(const char *env_var, const char *const *names, const char **which, char *err,
+                  size_t errlen) {
+  if (err && errlen) err[0] = 0;
+  const char *env = env_var ? getenv(env_var) : NULL;
+  if (env && env[0]) {
+    /* An explicit choice is honoured or reported, never silently replaced. */
+    void *h = dlopen(env, RTLD_NOW | RTLD_LOCAL);
+    if (h) {
+      if (which) *which = env;
+      return h;
+    }
+    append(err, errlen, "%s: %s", env_var, dlerror());
+    return NULL;
+  }
+  for (int i = 0; names[i]; i++) {
+    void *h = dlopen(names[i], RTLD_NOW | RTLD_LOCAL);
+    if (h) {
+      if (which) *which = names[i];
+      return h;
+    }
+    append(err, errlen, "%s%s", i ? "; " : "", dlerror());
+  }
+  return NULL;
+}
+
+int jit_dl_resolve(void *handle, const jit_dl_sym *syms, int n, const char *libname, char *err,
+                   size_t errlen) {
+  for (int i = 0; i < n; i++) {
+    dlerror();
+    void *p = dlsym(handle, syms[i].name);
+    if (!p && !syms[i].optional) {
+      if (err && errlen) snprintf(err, errlen, "%s has no symbol %s", libname, syms[i].name);
+      return -1;
+    }
+    *syms[i].slot = p;
+  }
+  return 0;
+}

@@ -1,0 +1,15 @@
+/* jit_registry.h: every op family the runtime can compile, for lookups by name
+ * and for prewarm, which compiles each op's registered configurations. */
+#ifndef JIT_REGISTRY_H
+#define JIT_REGISTRY_H
+
+#include "jit_key.h"
+
+int jit_registry_count(void);
+const jit_op *jit_registry_get(int i);
+const jit_op *jit_registry_find(const char *name);
+
+/* The op descriptors, one per jit/ops_*.c file. */
+extern const jit_op jit_op_rmsnorm;
+
+#endif

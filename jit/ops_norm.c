@@ -1,0 +1,76 @@
+/* ops_norm.c: the rmsnorm op family's key, entry wrapper and registered
+ * configurations (every key jit_rmsnorm_select can return; a test checks that). */
+#include <stdio.h>
+
+#include "jit_registry.h"
+#include "ops_norm.h"
+
+/* (threads, chunks) pairs the selection rule below can produce. */
+static const int shapes[][2] = {{32, 1},  {32, 2},   {32, 4},   {64, 4},    {128, 4},
+                                {256, 4}, {512, 4},  {1024, 4}, {1024, 8},  {1024, 0}};
+#define NSHAPES ((int)(sizeof shapes / sizeof shapes[0]))
+
+static const struct {
+  int dtype, vec;
+} dvs[] = {{JIT_DT_F16, 8},  {JIT_DT_F16, 4},  {JIT_DT_F16, 2},  {JIT_DT_F16, 1},
+           {JIT_DT_BF16, 8}, {JIT_DT_BF16, 4}, {JIT_DT_BF16, 2}, {JIT_DT_BF16, 1},
+           {JIT_DT_F32, 4},  {JIT_DT_F32, 2},  {JIT_DT_F32, 1}};
+#define NDVS ((int)(sizeof dvs / sizeof dvs[0]))
+
+static int pow2ceil(int x) {
+  int p = 1;
+  while (p < x) p <<= 1;
+  return p;
+}
+
+void jit_rmsnorm_select(int dtype, int vec, int hidden, jit_key *out) {
+  /* Aim at 4 vectors per thread: enough loads in flight per thread, and a
+   * block small enough that several rows share an SM. */
+  int nv = (hidden + vec - 1) / vec;
+  int threads = pow2ceil((nv + 3) / 4);
+  if (threads < 32) threads = 32;
+  if (threads > 1024) threads = 1024;
+  int chunks = pow2ceil((nv + threads - 1) / threads);
+  if (chunks > 8) chunks = 0; /* too long for registers: two passes */
+  out->op = &jit_op_rmsnorm;
+  for (int i = 0; i < JIT_MAX_PARAMS; i++) out->v[i] = 0;
+  out->v[RMSNORM_P_DTYPE] = dtype;
+  out->v[RMSNORM_P_VEC] = vec;
+  out->v[RMSNORM_P_THREADS] = threads;
+  out->v[RMSNORM_P_CHUNKS] = chunks;
+}
+
+static int render(const jit_key *k, const char *entry, char *buf, size_t n) {
+  int w = snprintf(buf, n,
+                   "extern \"C\" __global__ void __launch_bounds__(%d)\n"
+                   "%s(fi_rmsnorm_params p) {\n"
+                   "  fi::rmsnorm<%s, %d, %d, %d>(p);\n"
+                   "}\n",
+                   (int)k->v[RMSNORM_P_THREADS], entry, jit_dtype_cxx((int)k->v[RMSNORM_P_DTYPE]),
+                   (int)k->v[RMSNORM_P_VEC], (int)k->v[RMSNORM_P_THREADS],
+                   (int)k->v[RMSNORM_P_CHUNKS]);
+  return w < 0 || (size_t)w >= n ? -1 : w;
+}
+
+static int count(void) { return NDVS * NSHAPES; }
+
+static void config(int idx, jit_key *out) {
+  const int dv = idx / NSHAPES, s = idx % NSHAPES;
+  out->op = &jit_op_rmsnorm;
+  for (int i = 0; i < JIT_MAX_PARAMS; i++) out->v[i] = 0;
+  out->v[RMSNORM_P_DTYPE] = dvs[dv].dtype;
+  out->v[RMSNORM_P_VEC] = dvs[dv].vec;
+  out->v[RMSNORM_P_THREADS] = shapes[s][0];
+  out->v[RMSNORM_P_CHUNKS] = shapes[s][1];
+}
+
+const jit_op jit_op_rmsnorm = {
+    .name = "rmsnorm",
+    .template_name = "rmsnorm.cuh",
+    .nparams = 4,
+    .params = {{"dtype", JIT_P_DTYPE}, {"vec", JIT_P_INT}, {"threads", JIT_P_INT},
+               {"chunks", JIT_P_INT}},
+    .render_entry = render,
+    .config_count = count,
+    .config = config,
+};

@@ -1,0 +1,93 @@
+/* fi_admin.h: the small administration API behind fi-cache and fi-bench
+ * (prewarm, list, show, export, clear, stats). Serving engines need only fi_runtime.h. */
+#ifndef FI_ADMIN_H
+#define FI_ADMIN_H
+
+#include "fi_runtime.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/** Number of registered ops (rmsnorm, ...) and the name of op i. */
+FI_API int fi_admin_op_count(void);
+FI_API const char *fi_admin_op_name(int i);
+
+/** Number of registered configurations of op (what prewarm compiles), or -1
+ * if no such op. */
+FI_API int fi_admin_config_count(const char *op);
+
+/** Canonical key string of configuration idx of op, written into buf. */
+FI_API fi_status fi_admin_config_key(const char *op, int idx, char *buf, size_t buflen);
+
+/** Is arch a target the runtime can compile for ("sm_80", "sm_90", "sm_90a",
+ * "gfx90a", "gfx942", ...)? */
+FI_API int fi_admin_arch_supported(const char *arch);
+
+/** Result of one prewarm step. */
+typedef enum fi_prewarm_result {
+  FI_PREWARM_COMPILED = 0, /* compiled now and stored */
+  FI_PREWARM_CACHED = 1,   /* already in the cache: nothing done */
+  FI_PREWARM_WAITED = 2    /* another thread or process compiled it meanwhile */
+} fi_prewarm_result;
+
+/** Ensures configuration idx of op is compiled for arch and stored in the
+ * cache. Thread-safe: fi-cache calls it from -j threads on one runtime. */
+FI_API fi_status fi_admin_prewarm(fi_runtime *rt, const char *op, int idx, const char *arch,
+                                  fi_prewarm_result *result, double *compile_ms);
+
+/** One cache entry as listed. Strings are valid during the callback only. */
+typedef struct fi_cache_entry {
+  char hash[33];          /* 32 hex digits */
+  const char *op;
+  const char *key;        /* canonical key string */
+  const char *arch;
+  const char *compiler;   /* "nvrtc-13.0", "hiprtc-5.2" */
+  const char *entry;      /* the kernel's symbol */
+  const char *layer;      /* "user" or "system" */
+  int64_t bytes;
+  int64_t created;        /* unix seconds */
+  int64_t last_used;      /* unix seconds */
+  int64_t hits;
+  double compile_ms;
+} fi_cache_entry;
+
+typedef int (*fi_cache_entry_fn)(const fi_cache_entry *e, void *user); /* nonzero stops */
+
+/** Lists cache entries, filtered by op and arch when those are non-NULL. */
+FI_API fi_status fi_admin_list(fi_runtime *rt, const char *op, const char *arch,
+                               fi_cache_entry_fn fn, void *user);
+
+/** Finds the one entry whose hash starts with hex_prefix (FI_ERR_INVALID_ARGUMENT
+ * if none or several match). On success *binary / *source are malloc'ed
+ * copies the caller frees with fi_admin_free (either may be NULL if unwanted). */
+FI_API fi_status fi_admin_get(fi_runtime *rt, const char *hex_prefix, fi_cache_entry_fn fn,
+                              void *user, void **binary, size_t *binary_bytes, char **source);
+FI_API void fi_admin_free(void *p);
+
+/** Deletes entries matching op and arch (NULL: any); *removed gets the count. */
+FI_API fi_status fi_admin_clear(fi_runtime *rt, const char *op, const char *arch,
+                                int64_t *removed);
+
+/** Totals of the cache file and of this runtime's activity. */
+typedef struct fi_admin_stats {
+  int64_t entries, bytes;          /* in the user cache file */
+  int64_t file_bytes;              /* size of the database file */
+  int64_t memo_hits, cache_hits, compiles, compile_failures;
+  double compile_ms;
+  const char *path;                /* the user cache path in use */
+} fi_admin_stats;
+FI_API fi_status fi_admin_stats_get(fi_runtime *rt, fi_admin_stats *st);
+
+/** For fi-bench: the loaded function (CUfunction) and launch geometry that
+ * fi_rmsnorm would use for these tensors; lets a benchmark compare a bare
+ * cuLaunchKernel of the same kernel with the runtime's dispatch. */
+FI_API fi_status fi_admin_rmsnorm_kernel(fi_runtime *rt, const DLTensor *input,
+                                         const DLTensor *weight, double eps, DLTensor *out,
+                                         void **function, unsigned grid[3], unsigned block[3],
+                                         unsigned *shared_bytes);
+
+#ifdef __cplusplus
+}
+#endif
+#endif /* FI_ADMIN_H */

@@ -1,0 +1,99 @@
+/* fi_runtime.h: the public API of libfi_runtime.so, FlashInfer-class GPU kernels
+ * compiled just in time (NVRTC / hiprtc) and kept in an on-disk SQLite cache. */
+#ifndef FI_RUNTIME_H
+#define FI_RUNTIME_H
+
+#include <stddef.h>
+#include <stdint.h>
+#include <dlpack/dlpack.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+#if defined(_WIN32)
+#define FI_API
+#else
+#define FI_API __attribute__((visibility("default")))
+#endif
+
+/* Ownership, once for the whole API:
+ * - fi_runtime_create makes a runtime; fi_runtime_destroy frees it and every
+ *   module it loaded. A runtime may be used from several threads at once.
+ * - Tensors, streams and device memory always belong to the caller; the
+ *   runtime keeps no pointer to them after a call returns.
+ * - Strings returned by the library (fi_status_string, fi_version,
+ *   fi_last_error) belong to the library; fi_last_error's text is valid until
+ *   the next failing call on the same thread. */
+
+/** Every public function returns one of these; FI_OK is zero. */
+typedef enum fi_status {
+  FI_OK = 0,
+  FI_ERR_INVALID_ARGUMENT = -1, /* a bad argument; fi_last_error names it */
+  FI_ERR_UNSUPPORTED = -2,      /* valid, but not implemented (dtype, arch, ...) */
+  FI_ERR_NO_DEVICE = -3,        /* no GPU driver, or no such device */
+  FI_ERR_COMPILE = -4,          /* NVRTC/hiprtc missing or failed; log in fi_last_error */
+  FI_ERR_CACHE = -5,            /* the on-disk cache could not be used */
+  FI_ERR_DEVICE = -6,           /* a driver call (load, launch) failed */
+  FI_ERR_OUT_OF_MEMORY = -7,
+  FI_ERR_INTERNAL = -8
+} fi_status;
+
+/** Opaque runtime handle: the compiler, the cache and the loaded kernels. */
+typedef struct fi_runtime fi_runtime;
+
+/** Options for fi_runtime_create. Call fi_options_init first, then change
+ * fields; fields added later keep their defaults for old callers. */
+typedef struct fi_options {
+  /** sizeof(fi_options) as the caller compiled it; set by fi_options_init. */
+  size_t struct_size;
+  /** Writable cache file. NULL: $FI_CACHE_PATH, else
+   * $XDG_CACHE_HOME/fi_runtime/kernels.db, else ~/.cache/fi_runtime/kernels.db.
+   * ":memory:" keeps compiled kernels in this process only. */
+  const char *cache_path;
+  /** Read-only cache searched first (e.g. shipped in a container image).
+   * NULL: $FI_CACHE_SYSTEM_PATH, else none. "" means none. */
+  const char *system_cache_path;
+  /** Messages on stderr: 0 off, 1 error, 2 warn, 3 info, 4 debug.
+   * -1: $FI_LOG_LEVEL (a number or a name), else 2. */
+  int log_level;
+} fi_options;
+
+/** Fills *o with the defaults. */
+FI_API void fi_options_init(fi_options *o);
+
+/** Creates a runtime. opts may be NULL for the defaults. Touches no GPU and
+ * loads no compiler: both are loaded at first need, so a runtime can be
+ * created (and the cache prewarmed) on a machine without a GPU. */
+FI_API fi_status fi_runtime_create(const fi_options *opts, fi_runtime **out);
+
+/** Destroys a runtime made by fi_runtime_create (NULL is ignored). The caller
+ * must have finished or synchronized the work it launched through it. */
+FI_API void fi_runtime_destroy(fi_runtime *rt);
+
+/** "MAJOR.MINOR.PATCH" of this library. */
+FI_API const char *fi_version(void);
+
+/** A constant name for a status ("FI_ERR_INVALID_ARGUMENT", ...). */
+FI_API const char *fi_status_string(fi_status s);
+
+/** The message of the last failing call made on this thread: it names the
+ * argument or the step that failed; for a compile failure it holds the
+ * compiler's log. "" if no call on this thread has failed. */
+FI_API const char *fi_last_error(void);
+
+/** RMSNorm: out[i, :] = input[i, :] / sqrt(mean(input[i, :]^2) + eps) * weight.
+ * input and out are [tokens, hidden] on the same CUDA (or ROCm) device, with
+ * a row stride of at least hidden elements and unit column stride; out may be
+ * the same memory as input. weight is [hidden], contiguous. dtype float16,
+ * bfloat16 or float32, the same for all three; accumulation in float32.
+ * hidden may be any size >= 1; tokens may be 0 (nothing is launched).
+ * stream is the caller's CUstream / hipStream_t (NULL: the legacy default
+ * stream). The launch is asynchronous; nothing is synchronized. */
+FI_API fi_status fi_rmsnorm(fi_runtime *rt, const DLTensor *input, const DLTensor *weight,
+                            double eps, DLTensor *out, void *stream);
+
+#ifdef __cplusplus
+}
+#endif
+#endif /* FI_RUNTIME_H */

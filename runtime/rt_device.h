@@ -1,0 +1,48 @@
+/* rt_device.h: the device backend interface (CUDA driver, HIP), one table of
+ * function pointers per backend plus its state; the runtime never calls cu* or hip* directly. */
+#ifndef RT_DEVICE_H
+#define RT_DEVICE_H
+
+#include <stddef.h>
+
+#define RT_DEVICE_IFACE_VERSION 1
+#define RT_MAX_DEVICES 64
+
+/* Launch geometry of one call. */
+typedef struct rt_launch {
+  unsigned grid[3], block[3], shared_bytes;
+} rt_launch;
+
+typedef struct rt_device_i {
+  int iface_version;
+  const char *name;     /* "cuda", "hip" */
+  int dlpack_type;      /* kDLCUDA, kDLROCM: tensors of this type go here */
+  /* Loads the driver at first use and initializes it. Thread-safe and
+   * idempotent. 0 on success; -1 with err (no library, no device, ...). */
+  int (*load)(void *state, char *err, size_t errlen);
+  /* Compile target for device ordinal dev ("sm_90", "gfx90a"), and SM count. */
+  int (*arch)(void *state, int dev, char *buf, size_t buflen, char *err, size_t errlen);
+  int (*sm_count)(void *state, int dev, int *n);
+  /* Loads a binary on dev; *fn gets the entry's function handle and *module
+   * what module_unload later frees. Raises the function's dynamic shared
+   * memory limit to max_dyn_smem when nonzero. */
+  int (*module_load)(void *state, int dev, const void *binary, size_t bytes, const char *entry,
+                     unsigned max_dyn_smem, void **module, void **fn, char *err, size_t errlen);
+  void (*module_unload)(void *state, int dev, void *module);
+  /* Launches fn on dev's primary context on stream, with the parameter
+   * struct params (size bytes) as its only argument. The hot path: no
+   * allocation, no synchronization. Returns 0, or -1 with err. */
+  int (*launch)(void *state, int dev, void *fn, const rt_launch *l, void *stream,
+                void *params, size_t bytes, char *err, size_t errlen);
+  /* Creates and frees the backend's per-runtime state. */
+  void *(*create)(void);
+  void (*destroy)(void *state);
+} rt_device_i;
+
+extern const rt_device_i rt_device_cuda;
+extern const rt_device_i rt_device_hip;
+
+/* Fault injection for tests: replaces one resolved driver entry point. */
+int rt_cuda_fault(const char *name, void *fn, void **old);
+
+#endif

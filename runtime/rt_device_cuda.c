@@ -1,0 +1,265 @@
+/* rt_device_cuda.c: the CUDA driver backend: libcuda.so.1 dlopen'ed at first use,
+ * each device's primary context (the one PyTorch uses), modules, and the launch. */
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "dlpack/dlpack.h"
+#include "jit_dl.h"
+#include "rt_device.h"
+
+typedef int CUresult;
+typedef int CUdevice;
+typedef struct CUctx_st *CUcontext;
+typedef struct CUmod_st *CUmodule;
+typedef struct CUfunc_st *CUfunction;
+typedef struct CUstream_st *CUstream;
+
+#define CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT 16
+#define CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR 75
+#define CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MINOR 76
+#define CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES 8
+
+/* Every driver entry point the runtime calls, resolved once per process
+ * (the driver is process-wide); tests swap entries with rt_cuda_fault. */
+static struct {
+  CUresult (*cuInit)(unsigned);
+  CUresult (*cuDriverGetVersion)(int *);
+  CUresult (*cuDeviceGetCount)(int *);
+  CUresult (*cuDeviceGet)(CUdevice *, int);
+  CUresult (*cuDeviceGetAttribute)(int *, int, CUdevice);
+  CUresult (*cuDevicePrimaryCtxRetain)(CUcontext *, CUdevice);
+  CUresult (*cuDevicePrimaryCtxRelease_v2)(CUdevice);
+  CUresult (*cuCtxGetCurrent)(CUcontext *);
+  CUresult (*cuCtxPushCurrent_v2)(CUcontext);
+  CUresult (*cuCtxPopCurrent_v2)(CUcontext *);
+  CUresult (*cuModuleLoadData)(CUmodule *, const void *);
+  CUresult (*cuModuleUnload)(CUmodule);
+  CUresult (*cuModuleGetFunction)(CUfunction *, CUmodule, const char *);
+  CUresult (*cuFuncSetAttribute)(CUfunction, int, int);
+  CUresult (*cuLaunchKernel)(CUfunction, unsigned, unsigned, unsigned, unsigned, unsigned,
+                             unsigned, unsigned, CUstream, void **, void **);
+  CUresult (*cuGetErrorName)(CUresult, const char **);
+  CUresult (*cuGetErrorString)(CUresult, const char **);
+} api;
+
+#define SYM(n) {#n, (void **)&api.n, 0}
+static const jit_dl_sym syms[] = {
+    SYM(cuInit),           SYM(cuDriverGetVersion),  SYM(cuDeviceGetCount),
+    SYM(cuDeviceGet),      SYM(cuDeviceGetAttribute), SYM(cuDevicePrimaryCtxRetain),
+    SYM(cuDevicePrimaryCtxRelease_v2), SYM(cuCtxGetCurrent), SYM(cuCtxPushCurrent_v2),
+    SYM(cuCtxPopCurrent_v2), SYM(cuModuleLoadData), SYM(cuModuleUnload),
+    SYM(cuModuleGetFunction), SYM(cuFuncSetAttribute), SYM(cuLaunchKernel),
+    SYM(cuGetErrorName),   SYM(cuGetErrorString),
+};
+#define NSYMS ((int)(sizeof syms / sizeof syms[0]))
+
+static pthread_mutex_t lib_lock = PTHREAD_MUTEX_INITIALIZER;
+static int lib_state; /* 0 untried, 1 loaded and initialized, -1 failed */
+static char lib_err[512];
+static int ndevices;
+
+typedef struct cuda_state {
+  pthread_mutex_t mu;
+  CUcontext ctx[RT_MAX_DEVICES]; /* retained primary contexts */
+  int cc[RT_MAX_DEVICES];        /* compute capability * 10, 0 = not retained yet */
+  int sms[RT_MAX_DEVICES];
+} cuda_state;
+
+static void cu_msg(CUresult r, const char *what, char *err, size_t errlen) {
+  const char *name = NULL, *str = NULL;
+  if (api.cuGetErrorName) api.cuGetErrorName(r, &name);
+  if (api.cuGetErrorString) api.cuGetErrorString(r, &str);
+  snprintf(err, errlen, "%s: %s (%d): %s", what, name ? name : "CUDA_ERROR", r, str ? str : "");
+}
+
+static int load(void *state, char *err, size_t errlen) {
+  (void)state;
+  pthread_mutex_lock(&lib_lock);
+  if (lib_state == 0) {
+    static const char *const names[] = {"libcuda.so.1", "libcuda.so", NULL};
+    void *h = jit_dl_open("FI_CUDA_LIBRARY", names, NULL, lib_err, sizeof lib_err);
+    lib_state = -1;
+    if (!h) {
+      char tmp[600];
+      snprintf(tmp, sizeof tmp, "CUDA driver not found: %s", lib_err);
+      snprintf(lib_err, sizeof lib_err, "%.500s", tmp);
+    } else if (jit_dl_resolve(h, syms, NSYMS, "libcuda.so.1", lib_err, sizeof lib_err) == 0) {
+      CUresult r = api.cuInit(0);
+      if (r != 0)
+        cu_msg(r, "cuInit", lib_err, sizeof lib_err);
+      else if ((r = api.cuDeviceGetCount(&ndevices)) != 0)
+        cu_msg(r, "cuDeviceGetCount", lib_err, sizeof lib_err);
+      else if (ndevices <= 0)
+        snprintf(lib_err, sizeof lib_err, "the CUDA driver reports no device");
+      else
+        lib_state = 1;
+    }
+  }
+  int ok = lib_state == 1;
+  if (!ok) snprintf(err, errlen, "%s", lib_err);
+  pthread_mutex_unlock(&lib_lock);
+  return ok ? 0 : -1;
+}
+
+/* Retains dev's primary context and reads its properties, once. */
+static int ensure_device(cuda_state *s, int dev, char *err, size_t errlen) {
+  if (dev < 0 || dev >= ndevices || dev >= RT_MAX_DEVICES) {
+    snprintf(err, errlen, "device %d does not exist (%d CUDA devices)", dev, ndevices);
+    return -1;
+  }
+  if (__atomic_load_n(&s->cc[dev], __ATOMIC_ACQUIRE)) return 0;
+  pthread_mutex_lock(&s->mu);
+  int rc = 0;
+  if (!s->cc[dev]) {
+    CUdevice d;
+    int major = 0, minor = 0, sms = 0;
+    CUresult r;
+    if ((r = api.cuDeviceGet(&d, dev)) != 0) {
+      cu_msg(r, "cuDeviceGet", err, errlen);
+      rc = -1;
+    } else if ((r = api.cuDeviceGetAttribute(&major, CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR,
+                                             d)) != 0 ||
+               (r = api.cuDeviceGetAttribute(&minor, CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MINOR,
+                                             d)) != 0 ||
+               (r = api.cuDeviceGetAttribute(&sms, CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT, d)) !=
+                   0) {
+      cu_msg(r, "cuDeviceGetAttribute", err, errlen);
+      rc = -1;
+    } else if ((r = api.cuDevicePrimaryCtxRetain(&s->ctx[dev], d)) != 0) {
+      cu_msg(r, "cuDevicePrimaryCtxRetain", err, errlen);
+      rc = -1;
+    } else {
+      s->sms[dev] = sms;
+      __atomic_store_n(&s->cc[dev], major * 10 + minor, __ATOMIC_RELEASE);
+    }
+  }
+  pthread_mutex_unlock(&s->mu);
+  return rc;
+}
+
+static int arch(void *state, int dev, char *buf, size_t buflen, char *err, size_t errlen) {
+  cuda_state *s = state;
+  if (ensure_device(s, dev, err, errlen) != 0) return -1;
+  snprintf(buf, buflen, "sm_%d", s->cc[dev]);
+  return 0;
+}
+
+static int sm_count(void *state, int dev, int *n) {
+  cuda_state *s = state;
+  char err[256];
+  if (ensure_device(s, dev, err, sizeof err) != 0) return -1;
+  *n = s->sms[dev];
+  return 0;
+}
+
+/* Makes dev's primary context current if it is not; *pushed says whether
+ * to pop afterwards. Engines like PyTorch already have it current. */
+static int enter(cuda_state *s, int dev, int *pushed, char *err, size_t errlen) {
+  CUcontext cur = NULL;
+  *pushed = 0;
+  CUresult r = api.cuCtxGetCurrent(&cur);
+  if (r != 0) {
+    cu_msg(r, "cuCtxGetCurrent", err, errlen);
+    return -1;
+  }
+  if (cur == s->ctx[dev]) return 0;
+  if ((r = api.cuCtxPushCurrent_v2(s->ctx[dev])) != 0) {
+    cu_msg(r, "cuCtxPushCurrent", err, errlen);
+    return -1;
+  }
+  *pushed = 1;
+  return 0;
+}
+
+static void leave(int pushed) {
+  CUcontext c;
+  if (pushed) api.cuCtxPopCurrent_v2(&c);
+}
+
+static int module_load(void *state, int dev, const void *binary, size_t bytes, const char *entry,
+                       unsigned max_dyn_smem, void **module, void **fn, char *err,
+                       size_t errlen) {
+  (void)bytes;
+  cuda_state *s = state;
+  if (ensure_device(s, dev, err, errlen) != 0) return -1;
+  int pushed;
+  if (enter(s, dev, &pushed, err, errlen) != 0) return -1;
+  CUmodule m = NULL;
+  CUfunction f = NULL;
+  CUresult r = api.cuModuleLoadData(&m, binary);
+  int rc = -1;
+  if (r != 0) {
+    cu_msg(r, "cuModuleLoadData", err, errlen);
+  } else if ((r = api.cuModuleGetFunction(&f, m, entry)) != 0) {
+    cu_msg(r, "cuModuleGetFunction", err, errlen);
+    api.cuModuleUnload(m);
+  } else if (max_dyn_smem &&
+             (r = api.cuFuncSetAttribute(f, CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES,
+                                         (int)max_dyn_smem)) != 0) {
+    cu_msg(r, "cuFuncSetAttribute(MAX_DYNAMIC_SHARED_SIZE_BYTES)", err, errlen);
+    api.cuModuleUnload(m);
+  } else {
+    *module = m;
+    *fn = f;
+    rc = 0;
+  }
+  leave(pushed);
+  return rc;
+}
+
+static void module_unload(void *state, int dev, void *module) {
+  cuda_state *s = state;
+  char err[256];
+  int pushed;
+  if (enter(s, dev, &pushed, err, sizeof err) != 0) return;
+  api.cuModuleUnload(module);
+  leave(pushed);
+}
+
+static int launch(void *state, int dev, void *fn, const rt_launch *l, void *stream, void *params,
+                  size_t bytes, char *err, size_t errlen) {
+  (void)bytes;
+  cuda_state *s = state;
+  int pushed;
+  if (enter(s, dev, &pushed, err, errlen) != 0) return -1;
+  void *args[1] = {params};
+  CUresult r = api.cuLaunchKernel(fn, l->grid[0], l->grid[1], l->grid[2], l->block[0],
+                                  l->block[1], l->block[2], l->shared_bytes, stream, args, NULL);
+  leave(pushed);
+  if (r != 0) {
+    cu_msg(r, "cuLaunchKernel", err, errlen);
+    return -1;
+  }
+  return 0;
+}
+
+static void *create(void) {
+  cuda_state *s = calloc(1, sizeof *s);
+  if (s) pthread_mutex_init(&s->mu, NULL);
+  return s;
+}
+
+static void destroy(void *state) {
+  cuda_state *s = state;
+  for (int d = 0; d < RT_MAX_DEVICES; d++)
+    if (s->cc[d]) api.cuDevicePrimaryCtxRelease_v2(d);
+  pthread_mutex_destroy(&s->mu);
+  free(s);
+}
+
+int rt_cuda_fault(const char *name, void *fn, void **old) {
+  for (int i = 0; i < NSYMS; i++)
+    if (strcmp(syms[i].name, name) == 0) {
+      if (old) *old = *syms[i].slot;
+      *syms[i].slot = fn;
+      return 0;
+    }
+  return -1;
+}
+
+const rt_device_i rt_device_cuda = {
+    RT_DEVICE_IFACE_VERSION, "cuda", kDLCUDA, load, arch, sm_count, module_load, module_unload,
+    launch, create, destroy,
+};

@@ -1,0 +1,111 @@
+/* rt_internal.h: the runtime object and what the runtime/ files share: errors,
+ * logging, the kernel lookup path (memo -> store -> compile -> load). */
+#ifndef RT_INTERNAL_H
+#define RT_INTERNAL_H
+
+#include <pthread.h>
+#include <stdarg.h>
+#include <stdatomic.h>
+#include <sys/types.h>
+
+#include "cache_memo.h"
+#include "cache_store.h"
+#include "fi_admin.h"
+#include "fi_runtime.h"
+#include "jit_key.h"
+#include "rt_device.h"
+
+#ifndef FI_VERSION_STRING
+#define FI_VERSION_STRING "0.0.0"
+#endif
+
+enum { RT_LOG_OFF = 0, RT_LOG_ERROR = 1, RT_LOG_WARN = 2, RT_LOG_INFO = 3, RT_LOG_DEBUG = 4 };
+
+/* A kernel loaded on one device: what a memo hit hands to the launch. */
+typedef struct rt_kernel {
+  void *fn;          /* CUfunction / hipFunction_t */
+  void *module;
+  int device;        /* ordinal */
+  const rt_device_i *backend;
+  char key[256];     /* canonical key, for error messages */
+} rt_kernel;
+
+/* One compile in progress in this process (single flight between threads). */
+typedef struct rt_inflight {
+  uint8_t key_hash[16];
+  struct rt_inflight *next;
+} rt_inflight;
+
+struct fi_runtime {
+  int log_level;
+  char cache_path[4096];
+  cache_store *store;        /* the user layer; ":memory:" if the file was unusable */
+  int store_is_fallback;
+  cache_memo *memo;
+  pthread_mutex_t mu;        /* guards inflight, the device state load, store switch */
+  pthread_cond_t cv;
+  rt_inflight *inflight;
+  /* Device backends: state created at first use. */
+  void *cuda_state, *hip_state;
+  int cuda_loaded, hip_loaded; /* 0 not tried, 1 ok, -1 failed */
+  char cuda_err[512], hip_err[512];
+  /* Statistics. */
+  atomic_llong memo_hits, cache_hits, compiles, compile_failures, waits;
+  _Atomic double compile_ms_total;
+  /* Uses of stored binaries not yet written back (hits, last_used). */
+  uint8_t (*touched)[16];
+  int ntouched, captouched;
+};
+
+/* Errors: set the thread's message and return the status. */
+fi_status rt_fail(fi_status s, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+void rt_clear_error(void);
+
+/* Logging to stderr at or below the runtime's level. */
+void rt_log(const fi_runtime *rt, int level, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
+int rt_log_level_parse(const char *s); /* number or name; -1 if neither */
+
+/* Ensures a binary for (key, arch) is in the store, compiling it if needed.
+ * exact_compiler: only a binary of the installed compiler counts (prewarm);
+ * otherwise any compiler's binary is used without loading a compiler.
+ * *result (optional) says whether it was cached, compiled or waited for;
+ * rec (optional) gets the record (free with cache_record_free). */
+fi_status rt_binary_ensure(fi_runtime *rt, const jit_key *key, const char *arch, int exact_compiler,
+                           fi_prewarm_result *result, double *compile_ms, cache_record *rec);
+
+/* The loaded kernel for key on a device of the given backend: memo hit, or
+ * the slow path (store, compile, load). */
+fi_status rt_kernel_get_slow(fi_runtime *rt, const jit_key *key, const rt_device_i *be,
+                             int device, uint64_t k0, uint64_t k1, rt_kernel **out);
+
+static inline fi_status rt_kernel_get(fi_runtime *rt, const jit_key *key, const rt_device_i *be,
+                                      int device, rt_kernel **out) {
+  uint64_t k0, k1;
+  jit_key_fast(key, &k0, &k1);
+  /* Backends share the memo; their device ordinals are kept apart. */
+  int slot = be == &rt_device_hip ? device + RT_MAX_DEVICES : device;
+  rt_kernel *k = (rt_kernel *)cache_memo_get(rt->memo, k0, k1, slot);
+  if (k) {
+    atomic_fetch_add_explicit(&rt->memo_hits, 1, memory_order_relaxed);
+    *out = k;
+    return FI_OK;
+  }
+  return rt_kernel_get_slow(rt, key, be, device, k0, k1, out);
+}
+
+/* The backend for a DLPack device type, loading it at first use;
+ * FI_ERR_NO_DEVICE when its driver is missing. */
+fi_status rt_backend(fi_runtime *rt, int dlpack_type, const rt_device_i **be, void **state);
+
+/* Launches a loaded kernel with params; reports failures with its key. */
+fi_status rt_launch_kernel(fi_runtime *rt, const rt_kernel *k, const rt_launch *l, void *stream,
+                           void *params, size_t bytes);
+
+/* The user store, opened at first need (memory if the file is unusable). */
+cache_store *rt_store(fi_runtime *rt);
+
+/* Writes pending hit counts to the store. */
+void rt_flush_touches(fi_runtime *rt);
+
+#endif

@@ -1,0 +1,287 @@
+/* rt_kernel.c: the slow path behind a memo miss: the store, then a compile with
+ * one compile per key in flight, then the device load and the memo entry. */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "jit_compiler.h"
+#include "jit_render.h"
+#include "jit_templates.h"
+#include "rt_internal.h"
+
+static double now_ms(void) {
+  struct timespec t;
+  clock_gettime(CLOCK_MONOTONIC, &t);
+  return (double)t.tv_sec * 1e3 + (double)t.tv_nsec / 1e6;
+}
+
+/* Opens the user store at first need. A file that cannot be opened or is
+ * corrupt leaves the process working from memory, with one warning. */
+cache_store *rt_store(fi_runtime *rt) {
+  cache_store *s = __atomic_load_n(&rt->store, __ATOMIC_ACQUIRE);
+  if (s) return s;
+  pthread_mutex_lock(&rt->mu);
+  if (!rt->store) {
+    char err[1024] = "";
+    cache_store *opened = NULL;
+    if (cache_store_open(rt->cache_path, 0, &opened, err, sizeof err) != CACHE_OK) {
+      rt_log(rt, RT_LOG_WARN, "cache %s unusable (%s); kernels are kept in memory only",
+             rt->cache_path, err);
+      opened = NULL;
+      if (cache_store_open(":memory:", 0, &opened, err, sizeof err) != CACHE_OK) opened = NULL;
+      rt->store_is_fallback = 1;
+    }
+    __atomic_store_n(&rt->store, opened, __ATOMIC_RELEASE);
+  }
+  s = rt->store;
+  pthread_mutex_unlock(&rt->mu);
+  return s;
+}
+
+static int inflight_has(const fi_runtime *rt, const uint8_t h[16]) {
+  for (const rt_inflight *f = rt->inflight; f; f = f->next)
+    if (memcmp(f->key_hash, h, 16) == 0) return 1;
+  return 0;
+}
+
+/* Claims key_hash for this thread; waits while another thread holds it.
+ * Returns 1 if it had to wait. */
+static int inflight_claim(fi_runtime *rt, rt_inflight *node, const uint8_t h[16]) {
+  int waited = 0;
+  pthread_mutex_lock(&rt->mu);
+  while (inflight_has(rt, h)) {
+    waited = 1;
+    pthread_cond_wait(&rt->cv, &rt->mu);
+  }
+  memcpy(node->key_hash, h, 16);
+  node->next = rt->inflight;
+  rt->inflight = node;
+  pthread_mutex_unlock(&rt->mu);
+  return waited;
+}
+
+static void inflight_release(fi_runtime *rt, rt_inflight *node) {
+  pthread_mutex_lock(&rt->mu);
+  for (rt_inflight **p = &rt->inflight; *p; p = &(*p)->next)
+    if (*p == node) {
+      *p = node->next;
+      break;
+    }
+  pthread_cond_broadcast(&rt->cv);
+  pthread_mutex_unlock(&rt->mu);
+}
+
+static void note_touch(fi_runtime *rt, const uint8_t hash[16]) {
+  pthread_mutex_lock(&rt->mu);
+  if (rt->ntouched == rt->captouched) {
+    int cap = rt->captouched ? rt->captouched * 2 : 16;
+    void *p = realloc(rt->touched, (size_t)cap * 16);
+    if (p) {
+      rt->touched = p;
+      rt->captouched = cap;
+    }
+  }
+  if (rt->ntouched < rt->captouched) memcpy(rt->touched[rt->ntouched++], hash, 16);
+  pthread_mutex_unlock(&rt->mu);
+}
+
+void rt_flush_touches(fi_runtime *rt) {
+  pthread_mutex_lock(&rt->mu);
+  int n = rt->ntouched;
+  rt->ntouched = 0;
+  if (n > 0 && rt->store) {
+    char err[512];
+    if (cache_store_touch(rt->store, (const uint8_t(*)[16])rt->touched, n, err, sizeof err) !=
+        CACHE_OK)
+      rt_log(rt, RT_LOG_DEBUG, "recording cache use failed: %s", err);
+  }
+  pthread_mutex_unlock(&rt->mu);
+}
+
+static fi_status compile_and_store(fi_runtime *rt, cache_store *store, const jit_key *key,
+                                   const jit_compiler *cc, jit_target *t, const char *canon,
+                                   double *compile_ms, cache_record *rec_out) {
+  char err[16384];
+  uint8_t key_hash[16], hash[16];
+  jit_key_hashes(key, t, key_hash, hash);
+  char entry[128];
+  jit_entry_name(key, key_hash, entry, sizeof entry);
+  char *src = NULL;
+  if (jit_render(key, entry, &src, err, sizeof err) != 0)
+    return rt_fail(FI_ERR_INTERNAL, "%s: %s", canon, err);
+  jit_compile_out co;
+  double t0 = now_ms();
+  int rc = cc->compile(src, "fi_kernel.cu", t->arch, &co, err, sizeof err);
+  double ms = now_ms() - t0;
+  if (rc != 0) {
+    free(src);
+    jit_compile_out_free(&co);
+    atomic_fetch_add(&rt->compile_failures, 1);
+    rt_log(rt, RT_LOG_ERROR, "compile of %s for %s failed", canon, t->arch);
+    return rt_fail(FI_ERR_COMPILE, "compiling %s for %s: %s", canon, t->arch, err);
+  }
+  atomic_fetch_add(&rt->compiles, 1);
+  {
+    double old = atomic_load(&rt->compile_ms_total);
+    while (!atomic_compare_exchange_weak(&rt->compile_ms_total, &old, old + ms)) {
+    }
+  }
+  if (compile_ms) *compile_ms = ms;
+  rt_log(rt, RT_LOG_DEBUG, "compiled %s for %s with %s in %.1f ms (%zu bytes)", canon, t->arch,
+         t->compiler, ms, co.bytes);
+  cache_record rec;
+  memset(&rec, 0, sizeof rec);
+  memcpy(rec.hash, hash, 16);
+  memcpy(rec.key_hash, key_hash, 16);
+  rec.op = key->op->name;
+  rec.key = canon;
+  rec.arch = t->arch;
+  rec.compiler = t->compiler;
+  rec.options = t->options;
+  rec.entry = entry;
+  rec.source = src;
+  rec.binary = co.binary;
+  rec.bytes = co.bytes;
+  rec.compile_ms = ms;
+  if (cache_store_put(store, &rec, err, sizeof err) != CACHE_OK)
+    rt_log(rt, RT_LOG_WARN, "storing %s failed (%s); it stays in memory for this process", canon,
+           err);
+  fi_status st = FI_OK;
+  if (rec_out) {
+    /* Hand back owned copies, as cache_store_find would. */
+    memset(rec_out, 0, sizeof *rec_out);
+    memcpy(rec_out->hash, hash, 16);
+    memcpy(rec_out->key_hash, key_hash, 16);
+    rec_out->op = strdup(key->op->name);
+    rec_out->key = strdup(canon);
+    rec_out->arch = strdup(t->arch);
+    rec_out->compiler = strdup(t->compiler);
+    rec_out->options = strdup(t->options);
+    rec_out->entry = strdup(entry);
+    rec_out->source = src;
+    src = NULL;
+    rec_out->binary = co.binary;
+    co.binary = NULL;
+    rec_out->bytes = co.bytes;
+    rec_out->compile_ms = ms;
+    if (!rec_out->op || !rec_out->key || !rec_out->arch || !rec_out->compiler ||
+        !rec_out->options || !rec_out->entry) {
+      cache_record_free(rec_out);
+      st = rt_fail(FI_ERR_OUT_OF_MEMORY, "out of memory after compiling %s", canon);
+    }
+  }
+  free(src);
+  jit_compile_out_free(&co);
+  return st;
+}
+
+fi_status rt_binary_ensure(fi_runtime *rt, const jit_key *key, const char *arch, int exact_compiler,
+                           fi_prewarm_result *result, double *compile_ms, cache_record *rec) {
+  const jit_compiler *cc = jit_compiler_for_arch(arch);
+  if (!cc) return rt_fail(FI_ERR_UNSUPPORTED, "arch %s: no compiler targets it", arch);
+  char canon[512];
+  if (jit_key_canonical(key, canon, sizeof canon) < 0)
+    return rt_fail(FI_ERR_INTERNAL, "key of op %s cannot be written", key->op->name);
+  jit_target t = {arch, cc->options(arch), jit_template_set_hash(), NULL};
+  uint8_t key_hash[16];
+  jit_key_hashes(key, &t, key_hash, NULL);
+  cache_store *store = rt_store(rt);
+  if (!store) return rt_fail(FI_ERR_CACHE, "no cache store could be opened, not even in memory");
+  if (compile_ms) *compile_ms = 0;
+
+  char err[1024];
+  if (exact_compiler && cc->load(err, sizeof err) != 0)
+    return rt_fail(FI_ERR_COMPILE, "compiler for %s unavailable: %s", arch, err);
+  rt_inflight node;
+  int waited = inflight_claim(rt, &node, key_hash);
+  if (waited) atomic_fetch_add(&rt->waits, 1);
+  fi_status st = FI_OK;
+  cache_record found;
+  memset(&found, 0, sizeof found);
+  /* Prefer the binary of the compiler this process has loaded, if it has
+   * loaded one; a cache hit must not load a 100 MB compiler just to ask it
+   * its version. */
+  const char *prefer = cc->identity()[0] ? cc->identity() : NULL;
+  int r = cache_store_find(store, key_hash, prefer, &found, err, sizeof err);
+  if (r == CACHE_OK && exact_compiler && strcmp(found.compiler, cc->identity()) != 0) {
+    cache_record_free(&found); /* another compiler's binary: prewarm builds our own */
+    r = CACHE_NOT_FOUND;
+  }
+  if (r == CACHE_OK) {
+    atomic_fetch_add(&rt->cache_hits, 1);
+    note_touch(rt, found.hash);
+    if (result) *result = waited ? FI_PREWARM_WAITED : FI_PREWARM_CACHED;
+    if (rec)
+      *rec = found;
+    else
+      cache_record_free(&found);
+    goto out;
+  }
+  if (r == CACHE_ERR_CORRUPT)
+    rt_log(rt, RT_LOG_WARN, "cached binary of %s dropped and rebuilt: %s", canon, err);
+  else if (r != CACHE_NOT_FOUND)
+    rt_log(rt, RT_LOG_WARN, "cache lookup of %s failed: %s", canon, err);
+  if (cc->load(err, sizeof err) != 0) {
+    st = rt_fail(FI_ERR_COMPILE, "%s is not cached for %s and no compiler is available: %s", canon,
+                 arch, err);
+    goto out;
+  }
+  if (cc->check_arch(arch, err, sizeof err) != 0) {
+    st = rt_fail(FI_ERR_UNSUPPORTED, "%s", err);
+    goto out;
+  }
+  t.compiler = cc->identity();
+  st = compile_and_store(rt, store, key, cc, &t, canon, compile_ms, rec);
+  if (st == FI_OK && result) *result = FI_PREWARM_COMPILED;
+out:
+  inflight_release(rt, &node);
+  return st;
+}
+
+fi_status rt_kernel_get_slow(fi_runtime *rt, const jit_key *key, const rt_device_i *be,
+                             int device, uint64_t k0, uint64_t k1, rt_kernel **out) {
+  void *state = be == &rt_device_hip ? rt->hip_state : rt->cuda_state;
+  char arch[32], err[1024];
+  if (be->arch(state, device, arch, sizeof arch, err, sizeof err) != 0)
+    return rt_fail(FI_ERR_NO_DEVICE, "%s device %d: %s", be->name, device, err);
+  cache_record rec;
+  fi_status st = rt_binary_ensure(rt, key, arch, 0, NULL, NULL, &rec);
+  if (st != FI_OK) return st;
+  rt_kernel *k = calloc(1, sizeof *k);
+  if (!k) {
+    cache_record_free(&rec);
+    return rt_fail(FI_ERR_OUT_OF_MEMORY, "out of memory loading %s", rec.key);
+  }
+  k->device = device;
+  k->backend = be;
+  snprintf(k->key, sizeof k->key, "%s", rec.key);
+  if (be->module_load(state, device, rec.binary, rec.bytes, rec.entry, 0, &k->module, &k->fn, err,
+                      sizeof err) != 0) {
+    st = rt_fail(FI_ERR_DEVICE, "loading %s (%s, %s) on %s device %d: %s", rec.key, rec.arch,
+                 rec.compiler, be->name, device, err);
+    cache_record_free(&rec);
+    free(k);
+    return st;
+  }
+  cache_record_free(&rec);
+  int slot = be == &rt_device_hip ? device + RT_MAX_DEVICES : device;
+  rt_kernel *stored = cache_memo_put(rt->memo, k0, k1, slot, k);
+  if (stored != k) {
+    be->module_unload(state, device, k->module);
+    free(k);
+    if (!stored) return rt_fail(FI_ERR_OUT_OF_MEMORY, "out of memory in the kernel memo");
+  }
+  *out = stored;
+  return FI_OK;
+}
+
+fi_status rt_launch_kernel(fi_runtime *rt, const rt_kernel *k, const rt_launch *l, void *stream,
+                           void *params, size_t bytes) {
+  void *state = k->backend == &rt_device_hip ? rt->hip_state : rt->cuda_state;
+  char err[512];
+  if (k->backend->launch(state, k->device, k->fn, l, stream, params, bytes, err, sizeof err) != 0)
+    return rt_fail(FI_ERR_DEVICE, "launch of %s on %s device %d failed: %s", k->key,
+                   k->backend->name, k->device, err);
+  return FI_OK;
+}

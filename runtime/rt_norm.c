@@ -1,0 +1,146 @@
+/* rt_norm.c: the norm op entry points (fi_rmsnorm): argument checks, the choice
+ * of kernel configuration from the shapes and alignments, and the launch. */
+#include <math.h>
+#include <stdint.h>
+#include <string.h>
+
+#include "fi_params.h"
+#include "ops_norm.h"
+#include "rt_internal.h"
+#include "rt_tensor.h"
+
+typedef struct rmsnorm_call {
+  jit_key key;
+  fi_rmsnorm_params p;
+  rt_launch launch;
+  const rt_device_i *be;
+  int device;
+} rmsnorm_call;
+
+/* Widest access (elements) that every row start and the hidden size allow. */
+static int pick_vec(int dtype, int64_t hidden, const void *const *ptrs, const int64_t *strides,
+                    int nptrs, int nstrides) {
+  int vec = 16 / jit_dtype_bytes(dtype);
+  for (; vec > 1; vec /= 2) {
+    int ok = hidden % vec == 0;
+    for (int i = 0; ok && i < nptrs; i++)
+      ok = ((uintptr_t)ptrs[i] % (uintptr_t)(vec * jit_dtype_bytes(dtype))) == 0;
+    for (int i = 0; ok && i < nstrides; i++) ok = strides[i] % vec == 0;
+    if (ok) break;
+  }
+  return vec;
+}
+
+static fi_status prepare(fi_runtime *rt, const DLTensor *input, const DLTensor *weight,
+                         double eps, DLTensor *out, rmsnorm_call *c, int *empty) {
+  static const char *fn = "fi_rmsnorm";
+  rt_clear_error();
+  fi_status st;
+  if (!rt) return rt_fail(FI_ERR_INVALID_ARGUMENT, "%s: rt is NULL", fn);
+  if ((st = rt_check_tensor(fn, "input", input, 2)) != FI_OK) return st;
+  if ((st = rt_check_tensor(fn, "weight", weight, 1)) != FI_OK) return st;
+  if ((st = rt_check_tensor(fn, "out", out, 2)) != FI_OK) return st;
+  if ((st = rt_check_same_device(fn, "input", input, "weight", weight)) != FI_OK) return st;
+  if ((st = rt_check_same_device(fn, "input", input, "out", out)) != FI_OK) return st;
+  int dt = rt_tensor_dtype(input);
+  char b1[32], b2[32];
+  if (dt != JIT_DT_F16 && dt != JIT_DT_BF16 && dt != JIT_DT_F32)
+    return rt_fail(FI_ERR_INVALID_ARGUMENT,
+                   "%s: input has dtype %s; float16, bfloat16 or float32 is needed", fn,
+                   rt_dtype_string(input->dtype, b1, sizeof b1));
+  if (rt_tensor_dtype(weight) != dt)
+    return rt_fail(FI_ERR_INVALID_ARGUMENT, "%s: weight has dtype %s but input has %s", fn,
+                   rt_dtype_string(weight->dtype, b1, sizeof b1),
+                   rt_dtype_string(input->dtype, b2, sizeof b2));
+  if (rt_tensor_dtype(out) != dt)
+    return rt_fail(FI_ERR_INVALID_ARGUMENT, "%s: out has dtype %s but input has %s", fn,
+                   rt_dtype_string(out->dtype, b1, sizeof b1),
+                   rt_dtype_string(input->dtype, b2, sizeof b2));
+  const int64_t rows = input->shape[0], hidden = input->shape[1];
+  if (hidden == 0)
+    return rt_fail(FI_ERR_INVALID_ARGUMENT, "%s: input has hidden size 0 (shape[1])", fn);
+  if (hidden > INT32_MAX || rows > INT32_MAX)
+    return rt_fail(FI_ERR_INVALID_ARGUMENT, "%s: input shape [%lld, %lld] exceeds 2^31-1", fn,
+                   (long long)rows, (long long)hidden);
+  if (weight->shape[0] != hidden)
+    return rt_fail(FI_ERR_INVALID_ARGUMENT, "%s: weight has shape [%lld], input's hidden size is %lld",
+                   fn, (long long)weight->shape[0], (long long)hidden);
+  if (out->shape[0] != rows || out->shape[1] != hidden)
+    return rt_fail(FI_ERR_INVALID_ARGUMENT, "%s: out has shape [%lld, %lld], input [%lld, %lld]",
+                   fn, (long long)out->shape[0], (long long)out->shape[1], (long long)rows,
+                   (long long)hidden);
+  if (hidden > 1 && (rt_stride(input, 1) != 1 || rt_stride(out, 1) != 1))
+    return rt_fail(FI_ERR_INVALID_ARGUMENT,
+                   "%s: %s has column stride %lld; rows must be contiguous (stride 1)", fn,
+                   rt_stride(input, 1) != 1 ? "input" : "out",
+                   (long long)(rt_stride(input, 1) != 1 ? rt_stride(input, 1) : rt_stride(out, 1)));
+  if (rt_stride(weight, 0) != 1 && hidden > 1)
+    return rt_fail(FI_ERR_INVALID_ARGUMENT, "%s: weight has stride %lld; it must be contiguous",
+                   fn, (long long)rt_stride(weight, 0));
+  const int64_t in_rs = rt_stride(input, 0), out_rs = rt_stride(out, 0);
+  if (rows > 1 && (in_rs < hidden || out_rs < hidden))
+    return rt_fail(FI_ERR_INVALID_ARGUMENT, "%s: %s row stride %lld is less than hidden %lld (rows overlap)",
+                   fn, in_rs < hidden ? "input" : "out", (long long)(in_rs < hidden ? in_rs : out_rs),
+                   (long long)hidden);
+  if (!(eps >= 0.0) || !isfinite(eps))
+    return rt_fail(FI_ERR_INVALID_ARGUMENT, "%s: eps is %g; a finite value >= 0 is needed", fn, eps);
+  /* out may be input itself, but not a shifted view of it: a block would
+   * then overwrite another block's row before reading it. */
+  const char *ib = rt_data(input), *ob = rt_data(out);
+  const int64_t ie = rt_extent_bytes(input), oe = rt_extent_bytes(out);
+  if (ib != ob && ib < ob + oe && ob < ib + ie)
+    return rt_fail(FI_ERR_INVALID_ARGUMENT,
+                   "%s: out partly overlaps input; pass the same tensor for in place", fn);
+  if (ib == ob && in_rs != out_rs && rows > 1)
+    return rt_fail(FI_ERR_INVALID_ARGUMENT, "%s: out aliases input with a different row stride", fn);
+
+  *empty = rows == 0;
+  if (*empty) return FI_OK;
+  void *state;
+  if ((st = rt_backend(rt, input->device.device_type, &c->be, &state)) != FI_OK) return st;
+  c->device = input->device.device_id;
+  const void *ptrs[3] = {ib, ob, rt_data(weight)};
+  const int64_t strides[2] = {in_rs, out_rs};
+  int vec = pick_vec(dt, hidden, ptrs, strides, 3, rows > 1 ? 2 : 0);
+  jit_rmsnorm_select(dt, vec, (int)hidden, &c->key);
+  memset(&c->p, 0, sizeof c->p);
+  c->p.input = ib;
+  c->p.weight = rt_data(weight);
+  c->p.out = (void *)ob;
+  c->p.input_row_stride = in_rs;
+  c->p.out_row_stride = out_rs;
+  c->p.rows = (int32_t)rows;
+  c->p.hidden = (int32_t)hidden;
+  c->p.eps = (float)eps;
+  c->launch = (rt_launch){{(unsigned)rows, 1, 1}, {(unsigned)c->key.v[RMSNORM_P_THREADS], 1, 1}, 0};
+  return FI_OK;
+}
+
+FI_API fi_status fi_rmsnorm(fi_runtime *rt, const DLTensor *input, const DLTensor *weight,
+                            double eps, DLTensor *out, void *stream) {
+  rmsnorm_call c;
+  int empty = 0;
+  fi_status st = prepare(rt, input, weight, eps, out, &c, &empty);
+  if (st != FI_OK || empty) return st;
+  rt_kernel *k;
+  if ((st = rt_kernel_get(rt, &c.key, c.be, c.device, &k)) != FI_OK) return st;
+  return rt_launch_kernel(rt, k, &c.launch, stream, &c.p, sizeof c.p);
+}
+
+FI_API fi_status fi_admin_rmsnorm_kernel(fi_runtime *rt, const DLTensor *input,
+                                         const DLTensor *weight, double eps, DLTensor *out,
+                                         void **function, unsigned grid[3], unsigned block[3],
+                                         unsigned *shared_bytes) {
+  rmsnorm_call c;
+  int empty = 0;
+  fi_status st = prepare(rt, input, weight, eps, out, &c, &empty);
+  if (st != FI_OK) return st;
+  if (empty) return rt_fail(FI_ERR_INVALID_ARGUMENT, "fi_admin_rmsnorm_kernel: input has 0 rows");
+  rt_kernel *k;
+  if ((st = rt_kernel_get(rt, &c.key, c.be, c.device, &k)) != FI_OK) return st;
+  *function = k->fn;
+  memcpy(grid, c.launch.grid, sizeof c.launch.grid);
+  memcpy(block, c.launch.block, sizeof c.launch.block);
+  *shared_bytes = c.launch.shared_bytes;
+  return FI_OK;
+}

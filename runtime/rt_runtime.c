@@ -1,0 +1,131 @@
+/* rt_runtime.c: creating and destroying the runtime: options, the cache path
+ * and its fallback to memory, device backends at first use. */
+#include <errno.h>
+#include <pwd.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "dlpack/dlpack.h"
+#include "rt_internal.h"
+
+FI_API void fi_options_init(fi_options *o) {
+  if (!o) return;
+  memset(o, 0, sizeof *o);
+  o->struct_size = sizeof *o;
+  o->log_level = -1;
+}
+
+static int resolve_cache_path(const char *given, char *out, size_t n) {
+  const char *env;
+  if (given && given[0]) return snprintf(out, n, "%s", given) < (int)n ? 0 : -1;
+  if ((env = getenv("FI_CACHE_PATH")) && env[0])
+    return snprintf(out, n, "%s", env) < (int)n ? 0 : -1;
+  if ((env = getenv("XDG_CACHE_HOME")) && env[0])
+    return snprintf(out, n, "%s/fi_runtime/kernels.db", env) < (int)n ? 0 : -1;
+  const char *home = getenv("HOME");
+  if (!home || !home[0]) {
+    struct passwd *pw = getpwuid(getuid());
+    home = pw ? pw->pw_dir : NULL;
+  }
+  if (!home || !home[0]) return -1;
+  return snprintf(out, n, "%s/.cache/fi_runtime/kernels.db", home) < (int)n ? 0 : -1;
+}
+
+FI_API fi_status fi_runtime_create(const fi_options *opts, fi_runtime **out) {
+  rt_clear_error();
+  if (!out) return rt_fail(FI_ERR_INVALID_ARGUMENT, "fi_runtime_create: out is NULL");
+  *out = NULL;
+  fi_options o;
+  fi_options_init(&o);
+  if (opts) {
+    if (opts->struct_size == 0 || opts->struct_size > sizeof o)
+      return rt_fail(FI_ERR_INVALID_ARGUMENT,
+                     "fi_runtime_create: opts->struct_size is %zu; call fi_options_init first",
+                     opts->struct_size);
+    memcpy(&o, opts, opts->struct_size);
+  }
+  fi_runtime *rt = calloc(1, sizeof *rt);
+  if (!rt) return rt_fail(FI_ERR_OUT_OF_MEMORY, "fi_runtime_create: out of memory");
+  rt->log_level = o.log_level;
+  if (rt->log_level < 0) {
+    int l = rt_log_level_parse(getenv("FI_LOG_LEVEL"));
+    rt->log_level = l >= 0 ? l : RT_LOG_WARN;
+  }
+  if (resolve_cache_path(o.cache_path, rt->cache_path, sizeof rt->cache_path) != 0) {
+    rt_log(rt, RT_LOG_WARN, "no cache path (no HOME, XDG_CACHE_HOME or FI_CACHE_PATH): "
+                            "kernels are kept in memory only");
+    snprintf(rt->cache_path, sizeof rt->cache_path, ":memory:");
+  }
+  pthread_mutex_init(&rt->mu, NULL);
+  pthread_cond_init(&rt->cv, NULL);
+  rt->memo = cache_memo_create();
+  if (!rt->memo) {
+    fi_runtime_destroy(rt);
+    return rt_fail(FI_ERR_OUT_OF_MEMORY, "fi_runtime_create: out of memory");
+  }
+  rt_log(rt, RT_LOG_DEBUG, "runtime %s created, cache %s", FI_VERSION_STRING, rt->cache_path);
+  *out = rt;
+  return FI_OK;
+}
+
+typedef struct unload_ctx {
+  fi_runtime *rt;
+} unload_ctx;
+
+static void unload_kernel(void *value, void *user) {
+  unload_ctx *u = user;
+  rt_kernel *k = value;
+  if (k->backend && k->module) {
+    void *state = k->backend == &rt_device_hip ? u->rt->hip_state : u->rt->cuda_state;
+    k->backend->module_unload(state, k->device, k->module);
+  }
+  free(k);
+}
+
+FI_API void fi_runtime_destroy(fi_runtime *rt) {
+  if (!rt) return;
+  rt_flush_touches(rt);
+  if (rt->memo) {
+    unload_ctx u = {rt};
+    cache_memo_destroy(rt->memo, unload_kernel, &u);
+  }
+  if (rt->store) cache_store_close(rt->store);
+  if (rt->cuda_state) rt_device_cuda.destroy(rt->cuda_state);
+  if (rt->hip_state) rt_device_hip.destroy(rt->hip_state);
+  free(rt->touched);
+  pthread_cond_destroy(&rt->cv);
+  pthread_mutex_destroy(&rt->mu);
+  free(rt);
+}
+
+fi_status rt_backend(fi_runtime *rt, int dlpack_type, const rt_device_i **be, void **state) {
+  const rt_device_i *b = dlpack_type == kDLROCM ? &rt_device_hip : &rt_device_cuda;
+  int *loaded = b == &rt_device_hip ? &rt->hip_loaded : &rt->cuda_loaded;
+  void **st = b == &rt_device_hip ? &rt->hip_state : &rt->cuda_state;
+  char *err = b == &rt_device_hip ? rt->hip_err : rt->cuda_err;
+  if (__atomic_load_n(loaded, __ATOMIC_ACQUIRE) == 1) {
+    *be = b;
+    *state = *st;
+    return FI_OK;
+  }
+  pthread_mutex_lock(&rt->mu);
+  if (*loaded == 0) {
+    *st = b->create();
+    if (!*st) {
+      snprintf(err, 512, "out of memory");
+      *loaded = -1;
+    } else if (b->load(*st, err, 512) != 0) {
+      *loaded = -1;
+    } else {
+      __atomic_store_n(loaded, 1, __ATOMIC_RELEASE);
+    }
+  }
+  int ok = *loaded == 1;
+  pthread_mutex_unlock(&rt->mu);
+  if (!ok) return rt_fail(FI_ERR_NO_DEVICE, "no %s device: %s", b->name, err);
+  *be = b;
+  *state = *st;
+  return FI_OK;
+}

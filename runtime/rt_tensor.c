@@ -1,0 +1,84 @@
+/* rt_tensor.c: validation of DLPack tensors at the API boundary, so a bad
+ * argument is reported by name before anything reaches a driver or the cache. */
+#include "rt_tensor.h"
+
+#include <stdio.h>
+
+#include "jit_key.h"
+#include "rt_internal.h"
+
+int rt_tensor_dtype(const DLTensor *t) {
+  DLDataType d = t->dtype;
+  if (d.lanes != 1) return JIT_DT_NONE;
+  if (d.code == kDLFloat && d.bits == 16) return JIT_DT_F16;
+  if (d.code == kDLBfloat && d.bits == 16) return JIT_DT_BF16;
+  if (d.code == kDLFloat && d.bits == 32) return JIT_DT_F32;
+  if (d.code == kDLInt && d.bits == 32) return JIT_DT_I32;
+  if (d.code == kDLInt && d.bits == 64) return JIT_DT_I64;
+  return JIT_DT_NONE;
+}
+
+const char *rt_dtype_string(DLDataType d, char *buf, size_t n) {
+  static const char *const codes[] = {"int", "uint", "float", "opaque", "bfloat", "complex", "bool"};
+  const char *c = d.code < sizeof codes / sizeof codes[0] ? codes[d.code] : "code?";
+  if (d.lanes == 1)
+    snprintf(buf, n, "%s%u", c, d.bits);
+  else
+    snprintf(buf, n, "%s%ux%u", c, d.bits, d.lanes);
+  return buf;
+}
+
+fi_status rt_check_tensor(const char *fn, const char *name, const DLTensor *t, int ndim) {
+  if (!t) return rt_fail(FI_ERR_INVALID_ARGUMENT, "%s: %s is NULL", fn, name);
+  if (t->device.device_type != kDLCUDA && t->device.device_type != kDLROCM)
+    return rt_fail(FI_ERR_INVALID_ARGUMENT,
+                   "%s: %s is on device type %d (%s); a CUDA (kDLCUDA) or ROCm (kDLROCM) "
+                   "device tensor is needed",
+                   fn, name, (int)t->device.device_type,
+                   t->device.device_type == kDLCPU         ? "kDLCPU"
+                   : t->device.device_type == kDLCUDAHost  ? "kDLCUDAHost"
+                   : t->device.device_type == kDLCUDAManaged ? "kDLCUDAManaged"
+                                                             : "other");
+  if (t->device.device_id < 0 || t->device.device_id >= RT_MAX_DEVICES)
+    return rt_fail(FI_ERR_INVALID_ARGUMENT, "%s: %s has device_id %d", fn, name,
+                   t->device.device_id);
+  if (t->ndim != ndim)
+    return rt_fail(FI_ERR_INVALID_ARGUMENT, "%s: %s has %d dimensions, expected %d", fn, name,
+                   t->ndim, ndim);
+  if (!t->shape) return rt_fail(FI_ERR_INVALID_ARGUMENT, "%s: %s->shape is NULL", fn, name);
+  for (int i = 0; i < ndim; i++)
+    if (t->shape[i] < 0)
+      return rt_fail(FI_ERR_INVALID_ARGUMENT, "%s: %s->shape[%d] is negative (%lld)", fn, name, i,
+                     (long long)t->shape[i]);
+  if (!t->data) return rt_fail(FI_ERR_INVALID_ARGUMENT, "%s: %s->data is NULL", fn, name);
+  if (t->strides)
+    for (int i = 0; i < ndim; i++)
+      if (t->strides[i] < 0)
+        return rt_fail(FI_ERR_INVALID_ARGUMENT, "%s: %s->strides[%d] is negative", fn, name, i);
+  return FI_OK;
+}
+
+int64_t rt_stride(const DLTensor *t, int i) {
+  if (t->strides) return t->strides[i];
+  int64_t s = 1;
+  for (int j = t->ndim - 1; j > i; j--) s *= t->shape[j];
+  return s;
+}
+
+fi_status rt_check_same_device(const char *fn, const char *a_name, const DLTensor *a,
+                               const char *b_name, const DLTensor *b) {
+  if (a->device.device_type != b->device.device_type || a->device.device_id != b->device.device_id)
+    return rt_fail(FI_ERR_INVALID_ARGUMENT, "%s: %s is on device (%d, %d) but %s on (%d, %d)", fn,
+                   b_name, (int)b->device.device_type, b->device.device_id, a_name,
+                   (int)a->device.device_type, a->device.device_id);
+  return FI_OK;
+}
+
+int64_t rt_extent_bytes(const DLTensor *t) {
+  int64_t last = 0;
+  for (int i = 0; i < t->ndim; i++) {
+    if (t->shape[i] == 0) return 0;
+    last += (t->shape[i] - 1) * rt_stride(t, i);
+  }
+  return (last + 1) * ((t->dtype.bits * t->dtype.lanes + 7) / 8);
+}

@@ -1,0 +1,31 @@
+/* rt_tensor.h: DLTensor checks shared by the op entry points; every failure
+ * names the function, the argument and what was expected. */
+#ifndef RT_TENSOR_H
+#define RT_TENSOR_H
+
+#include <stdint.h>
+
+#include "fi_runtime.h"
+
+/* The jit dtype (JIT_DT_*) of t, or JIT_DT_NONE. */
+int rt_tensor_dtype(const DLTensor *t);
+const char *rt_dtype_string(DLDataType d, char *buf, size_t n);
+
+/* t is non-NULL, has data, lives on a CUDA or ROCm device, has ndim dims
+ * with non-negative sizes. */
+fi_status rt_check_tensor(const char *fn, const char *name, const DLTensor *t, int ndim);
+
+/* Stride of dimension i in elements (compact row-major when strides is NULL). */
+int64_t rt_stride(const DLTensor *t, int i);
+
+/* Address of element 0. */
+static inline char *rt_data(const DLTensor *t) { return (char *)t->data + t->byte_offset; }
+
+/* Both on the same device (type and ordinal). */
+fi_status rt_check_same_device(const char *fn, const char *a_name, const DLTensor *a,
+                               const char *b_name, const DLTensor *b);
+
+/* Number of bytes from the first to one past the last element. */
+int64_t rt_extent_bytes(const DLTensor *t);
+
+#endif
