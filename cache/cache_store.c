@@ -22,7 +22,11 @@ struct cache_store {
   /* Recursive so that a cache_store_list callback may call back into the store. */
   pthread_mutex_t mu;
   int readonly;
+  int last_rc; /* SQLite code behind the last error, for open's fallback */
   char *path;
+  /* Each is reset and its bindings cleared before the function using it
+   * returns, so SQLITE_STATIC bindings never outlive the caller's memory
+   * and no read transaction stays open between calls. */
   sqlite3_stmt *st_get, *st_find, *st_put, *st_touch, *st_del;
 };
 
@@ -67,6 +71,7 @@ static int cache_rc_status(int rc) {
 static int cache_sqerr(cache_store *s, int rc, const char *what, char *err, size_t errlen) {
   const char *msg = s->db ? sqlite3_errmsg(s->db) : sqlite3_errstr(rc);
   int st = cache_rc_status(rc);
+  s->last_rc = rc;
   cache_seterr(err, errlen, "%s: %s%s (%s)", what, msg,
                st == CACHE_ERR_CORRUPT ? ": not a valid fi_runtime cache" : "", s->path);
   return st;
@@ -207,33 +212,61 @@ static int cache_check_schema(cache_store *s, int *found, char *err, size_t errl
   return CACHE_OK;
 }
 
+/* Switching to WAL takes an exclusive lock and SQLite does not call the
+ * busy handler for it: processes opening a fresh file together see
+ * SQLITE_BUSY at once, so retry here for as long as busy_timeout would. */
+static int cache_set_wal(cache_store *s, char *err, size_t errlen) {
+  int rc, waited_ms = 0, step_ms = 1;
+  for (;;) {
+    rc = sqlite3_exec(s->db, "PRAGMA journal_mode=WAL", NULL, NULL, NULL);
+    if ((rc & 0xff) != SQLITE_BUSY && (rc & 0xff) != SQLITE_LOCKED) break;
+    if (waited_ms >= 10000) break;
+    sqlite3_sleep(step_ms);
+    waited_ms += step_ms;
+    if (step_ms < 16) step_ms *= 2;
+  }
+  /* Where WAL is impossible SQLite keeps the old mode and says so in the
+   * result row; the store still works then, so that is not checked. */
+  return rc == SQLITE_OK ? CACHE_OK : cache_sqerr(s, rc, "journal_mode=WAL", err, errlen);
+}
+
+/* The schema check in a read transaction, so it sees one snapshot and
+ * does not wait for writers. */
+static int cache_read_schema(cache_store *s, int *found, char *err, size_t errlen) {
+  int rc = cache_exec(s, "BEGIN", "begin", err, errlen);
+  if (rc != CACHE_OK) return rc;
+  rc = cache_check_schema(s, found, err, errlen);
+  cache_rollback(s);
+  return rc;
+}
+
 static int cache_setup(cache_store *s, int memory, char *err, size_t errlen) {
   int rc = sqlite3_busy_timeout(s->db, 10000);
   if (rc != SQLITE_OK) return cache_sqerr(s, rc, "busy_timeout", err, errlen);
   int found = 0;
   if (s->readonly) {
-    /* A read transaction so the schema check sees one snapshot. */
-    if ((rc = cache_exec(s, "BEGIN", "begin", err, errlen)) != CACHE_OK) return rc;
-    rc = cache_check_schema(s, &found, err, errlen);
-    cache_rollback(s);
+    rc = cache_read_schema(s, &found, err, errlen);
     if (rc == CACHE_OK && !found) {
       cache_seterr(err, errlen, "%s: empty database: not a fi_runtime cache", s->path);
       rc = CACHE_ERR_CORRUPT;
     }
     return rc;
   }
-  /* auto_vacuum only takes effect before the first table exists; on an
-   * existing file it is a no-op. journal_mode is persistent in the file. */
-  if ((rc = cache_exec(s, "PRAGMA auto_vacuum=INCREMENTAL", "auto_vacuum", err, errlen)))
+  if ((rc = cache_read_schema(s, &found, err, errlen))) return rc;
+  /* auto_vacuum must precede the first table. Not on an existing file:
+   * there it rewrites the header in a synced transaction (10+ ms an open). */
+  if (!found &&
+      (rc = cache_exec(s, "PRAGMA auto_vacuum=INCREMENTAL", "auto_vacuum", err, errlen)))
     return rc;
-  if (!memory &&
-      (rc = cache_exec(s, "PRAGMA journal_mode=WAL", "journal_mode=WAL", err, errlen)))
-    return rc;
+  /* journal_mode is persistent in the file: a no-op once it is WAL. */
+  if (!memory && (rc = cache_set_wal(s, err, errlen))) return rc;
   if ((rc = cache_exec(s, "PRAGMA synchronous=NORMAL", "synchronous", err, errlen))) return rc;
   if ((rc = cache_exec(s, "PRAGMA journal_size_limit=1048576", "journal_size_limit", err,
                        errlen)))
     return rc;
-  /* IMMEDIATE: processes opening a fresh file at once create the schema one at a time. */
+  if (found) return CACHE_OK;
+  /* IMMEDIATE, and check again: processes opening a fresh file at once
+   * create the schema one at a time. */
   if ((rc = cache_exec(s, "BEGIN IMMEDIATE", "begin", err, errlen))) return rc;
   rc = cache_check_schema(s, &found, err, errlen);
   if (rc == CACHE_OK && !found) {
@@ -275,15 +308,59 @@ static int cache_prepare(cache_store *s, char *err, size_t errlen) {
   return CACHE_OK;
 }
 
-void cache_store_close(cache_store *s) {
-  if (!s) return;
-  sqlite3_finalize(s->st_get);
-  sqlite3_finalize(s->st_find);
-  sqlite3_finalize(s->st_put);
-  sqlite3_finalize(s->st_touch);
-  sqlite3_finalize(s->st_del);
+static void cache_disconnect(cache_store *s) {
+  sqlite3_stmt **sts[] = {&s->st_get, &s->st_find, &s->st_put, &s->st_touch, &s->st_del};
+  for (size_t i = 0; i < sizeof sts / sizeof sts[0]; i++) {
+    sqlite3_finalize(*sts[i]);
+    *sts[i] = NULL;
+  }
   /* Every statement is finalized, so close cannot fail with SQLITE_BUSY. */
   sqlite3_close(s->db);
+  s->db = NULL;
+}
+
+static int cache_connect(cache_store *s, const char *name, int oflags, int memory, char *err,
+                         size_t errlen) {
+  int rc = sqlite3_open_v2(name, &s->db, oflags | SQLITE_OPEN_NOMUTEX, NULL);
+  if (rc != SQLITE_OK) return cache_sqerr(s, rc, "cannot open cache", err, errlen);
+  if ((rc = sqlite3_extended_result_codes(s->db, 1)) != SQLITE_OK)
+    return cache_sqerr(s, rc, "extended result codes", err, errlen);
+  rc = cache_setup(s, memory, err, errlen);
+  return rc == CACHE_OK ? cache_prepare(s, err, errlen) : rc;
+}
+
+/* A WAL file in a directory we cannot write (a system cache shipped in an
+ * image) cannot be read normally: SQLite needs to create its -shm file.
+ * With no WAL content pending, the main file is complete and nobody can
+ * be writing it, so it may be opened as immutable instead. Returns that
+ * URI (malloc'ed), or NULL when the fallback does not apply. */
+static char *cache_immutable_uri(cache_store *s) {
+  int prim = s->last_rc & 0xff;
+  if (prim != SQLITE_READONLY && prim != SQLITE_CANTOPEN) return NULL;
+  size_t n = strlen(s->path), cap = 3 * n + 32;
+  char *uri = malloc(cap);
+  if (!uri) return NULL;
+  struct stat st;
+  snprintf(uri, cap, "%s-wal", s->path);
+  if (stat(uri, &st) == 0 && st.st_size > 0) {
+    free(uri);
+    return NULL;
+  }
+  char *o = uri + sprintf(uri, "file:");
+  for (const unsigned char *p = (const unsigned char *)s->path; *p; p++) {
+    if ((*p >= 'a' && *p <= 'z') || (*p >= 'A' && *p <= 'Z') || (*p >= '0' && *p <= '9') ||
+        strchr("/-._~", *p))
+      *o++ = (char)*p;
+    else
+      o += sprintf(o, "%%%02X", *p);
+  }
+  strcpy(o, "?immutable=1");
+  return uri;
+}
+
+void cache_store_close(cache_store *s) {
+  if (!s) return;
+  cache_disconnect(s);
   pthread_mutex_destroy(&s->mu);
   free(s->path);
   free(s);
@@ -322,25 +399,26 @@ int cache_store_open(const char *path, int flags, cache_store **out, char *err, 
   }
   s->readonly = readonly;
   pthread_mutexattr_t attr;
-  if (pthread_mutexattr_init(&attr) != 0 ||
-      pthread_mutexattr_settype(&attr, PTHREAD_MUTEX_RECURSIVE) != 0 ||
-      pthread_mutex_init(&s->mu, &attr) != 0) {
+  int mrc = pthread_mutexattr_init(&attr);
+  if (mrc == 0) {
+    mrc = pthread_mutexattr_settype(&attr, PTHREAD_MUTEX_RECURSIVE);
+    if (mrc == 0) mrc = pthread_mutex_init(&s->mu, &attr);
+    pthread_mutexattr_destroy(&attr);
+  }
+  if (mrc != 0) {
     free(s->path);
     free(s);
-    cache_seterr(err, errlen, "cannot initialize mutex");
+    cache_seterr(err, errlen, "cannot initialize mutex: %s", strerror(mrc));
     return CACHE_ERR;
   }
-  pthread_mutexattr_destroy(&attr);
-  /* NOMUTEX: every use of the connection is already under s->mu. */
-  int oflags = (readonly ? SQLITE_OPEN_READONLY : SQLITE_OPEN_READWRITE | SQLITE_OPEN_CREATE) |
-               SQLITE_OPEN_NOMUTEX;
-  rc = sqlite3_open_v2(path, &s->db, oflags, NULL);
-  if (rc != SQLITE_OK) {
-    rc = cache_sqerr(s, rc, "cannot open cache", err, errlen);
-  } else {
-    sqlite3_extended_result_codes(s->db, 1);
-    rc = cache_setup(s, memory, err, errlen);
-    if (rc == CACHE_OK) rc = cache_prepare(s, err, errlen);
+  /* NOMUTEX (added by cache_connect): every use of the connection is under s->mu. */
+  int oflags = readonly ? SQLITE_OPEN_READONLY : SQLITE_OPEN_READWRITE | SQLITE_OPEN_CREATE;
+  rc = cache_connect(s, path, oflags, memory, err, errlen);
+  char *uri = rc != CACHE_OK && readonly ? cache_immutable_uri(s) : NULL;
+  if (uri) {
+    cache_disconnect(s);
+    rc = cache_connect(s, uri, SQLITE_OPEN_READONLY | SQLITE_OPEN_URI, 0, err, errlen);
+    free(uri);
   }
   if (rc != CACHE_OK) {
     cache_store_close(s);
@@ -390,6 +468,16 @@ static int cache_row_meta(sqlite3_stmt *st, cache_record *rec) {
   return 1;
 }
 
+/* After cache_row_meta failed: out of memory, or a row put there by hand. */
+static int cache_bad_row(cache_store *s, char *err, size_t errlen) {
+  if (sqlite3_errcode(s->db) == SQLITE_NOMEM) {
+    cache_seterr(err, errlen, "out of memory");
+    return CACHE_ERR;
+  }
+  cache_seterr(err, errlen, "%s: row with a malformed hash or missing text field", s->path);
+  return CACHE_ERR_CORRUPT;
+}
+
 static char *cache_dup(const char *p) { return p ? strdup(p) : NULL; }
 
 /* Reads the current row of a REC_COLS statement into caller-owned copies,
@@ -397,14 +485,7 @@ static char *cache_dup(const char *p) { return p ? strdup(p) : NULL; }
 static int cache_read_row(cache_store *s, sqlite3_stmt *st, cache_record *rec, char *err,
                           size_t errlen) {
   cache_record r;
-  if (!cache_row_meta(st, &r)) {
-    if (sqlite3_errcode(s->db) == SQLITE_NOMEM) {
-      cache_seterr(err, errlen, "out of memory");
-      return CACHE_ERR;
-    }
-    cache_seterr(err, errlen, "%s: row with a malformed hash or missing text field", s->path);
-    return CACHE_ERR_CORRUPT;
-  }
+  if (!cache_row_meta(st, &r)) return cache_bad_row(s, err, errlen);
   const char *source = (const char *)sqlite3_column_text(st, 14);
   const void *bin = sqlite3_column_blob(st, 15);
   size_t n = (size_t)sqlite3_column_bytes(st, 15);
@@ -417,7 +498,7 @@ static int cache_read_row(cache_store *s, sqlite3_stmt *st, cache_record *rec, c
     if (!s->readonly) {
       /* Reset first: the delete must not run under this statement's read. */
       sqlite3_reset(st);
-      int rc = sqlite3_bind_blob(s->st_del, 1, hash, 16, SQLITE_TRANSIENT);
+      int rc = sqlite3_bind_blob(s->st_del, 1, hash, 16, SQLITE_STATIC);
       if (rc == SQLITE_OK) rc = sqlite3_step(s->st_del);
       removed = rc == SQLITE_DONE;
       sqlite3_reset(s->st_del);
@@ -448,8 +529,7 @@ static int cache_read_row(cache_store *s, sqlite3_stmt *st, cache_record *rec, c
   return CACHE_OK;
 }
 
-/* Steps a bound lookup statement once and reads its row; resets it always,
- * so no read transaction stays open between calls. */
+/* Steps a bound lookup statement once and reads its row. */
 static int cache_lookup(cache_store *s, sqlite3_stmt *st, cache_record *rec, char *err,
                         size_t errlen) {
   int rc = sqlite3_step(st), ret;
@@ -479,9 +559,9 @@ int cache_store_find(cache_store *s, const uint8_t key_hash[16], const char *pre
   if (!cache_args_ok(s, key_hash, rec, err, errlen)) return CACHE_ERR;
   pthread_mutex_lock(&s->mu);
   int ret;
-  int rc = sqlite3_bind_blob(s->st_find, 1, key_hash, 16, SQLITE_TRANSIENT);
+  int rc = sqlite3_bind_blob(s->st_find, 1, key_hash, 16, SQLITE_STATIC);
   if (rc == SQLITE_OK)
-    rc = prefer_compiler ? sqlite3_bind_text(s->st_find, 2, prefer_compiler, -1, SQLITE_TRANSIENT)
+    rc = prefer_compiler ? sqlite3_bind_text(s->st_find, 2, prefer_compiler, -1, SQLITE_STATIC)
                          : sqlite3_bind_null(s->st_find, 2);
   if (rc == SQLITE_OK)
     ret = cache_lookup(s, s->st_find, rec, err, errlen);
@@ -495,7 +575,7 @@ int cache_store_get(cache_store *s, const uint8_t hash[16], cache_record *rec, c
                     size_t errlen) {
   if (!cache_args_ok(s, hash, rec, err, errlen)) return CACHE_ERR;
   pthread_mutex_lock(&s->mu);
-  int ret, rc = sqlite3_bind_blob(s->st_get, 1, hash, 16, SQLITE_TRANSIENT);
+  int ret, rc = sqlite3_bind_blob(s->st_get, 1, hash, 16, SQLITE_STATIC);
   if (rc == SQLITE_OK)
     ret = cache_lookup(s, s->st_get, rec, err, errlen);
   else
@@ -565,7 +645,7 @@ int cache_store_get_prefix(cache_store *s, const char *hex_prefix, cache_record 
       /* The only match: read it by full hash, which verifies the checksum. */
       sqlite3_finalize(st);
       st = NULL;
-      rc = ok ? sqlite3_bind_blob(s->st_get, 1, first, 16, SQLITE_TRANSIENT) : SQLITE_CORRUPT;
+      rc = ok ? sqlite3_bind_blob(s->st_get, 1, first, 16, SQLITE_STATIC) : SQLITE_CORRUPT;
       ret = rc == SQLITE_OK ? cache_lookup(s, s->st_get, rec, err, errlen)
                             : cache_sqerr(s, rc, "get by prefix", err, errlen);
     }
@@ -685,8 +765,7 @@ int cache_store_list(cache_store *s, const char *op, const char *arch, cache_rec
   while (rc == SQLITE_OK && (rc = sqlite3_step(st)) == SQLITE_ROW) {
     cache_record r;
     if (!cache_row_meta(st, &r)) {
-      cache_seterr(err, errlen, "%s: row with a malformed hash or missing text field", s->path);
-      ret = CACHE_ERR_CORRUPT;
+      ret = cache_bad_row(s, err, errlen);
       break;
     }
     if (fn(&r, user)) break;

@@ -44,7 +44,10 @@ typedef struct cache_record {
 /* Opens (creating if needed, unless read-only) the store at path; ":memory:"
  * is a private in-memory store. Creates the parent directory (0700) when
  * missing. WAL journal, busy_timeout, schema created or checked. On failure
- * returns CACHE_ERR or CACHE_ERR_CORRUPT and writes a message into err. */
+ * returns CACHE_ERR or CACHE_ERR_CORRUPT and writes a message into err.
+ * Read-only: a missing file is CACHE_ERR; a WAL file in a directory that
+ * cannot be written (no -shm possible) is opened immutable when its WAL
+ * holds nothing, else refused. */
 int cache_store_open(const char *path, int flags, cache_store **out, char *err, size_t errlen);
 void cache_store_close(cache_store *s);
 const char *cache_store_path(const cache_store *s);
@@ -73,7 +76,8 @@ void cache_record_free(cache_record *rec);
 /* Inserts or replaces the row for rec->hash in one transaction (a reader
  * never sees half of it), computes the checksum, sets created/last_used to
  * now and hits to 0, then checkpoints the WAL (PASSIVE) so fresh readers
- * do not rebuild a large WAL index. */
+ * do not rebuild a large WAL index. Every string but source must be
+ * non-NULL and the binary non-empty. */
 int cache_store_put(cache_store *s, const cache_record *rec, char *err, size_t errlen);
 
 /* Records uses: hits += 1 and last_used = now for each hash, in one
@@ -82,8 +86,10 @@ int cache_store_touch(cache_store *s, const uint8_t (*hashes)[16], int n, char *
                       size_t errlen);
 
 /* Calls fn for each row matching op and arch (NULL: any), ordered by op then
- * key. Records passed to fn hold no binary (binary NULL, bytes set) and are
- * valid during the call only. fn returning nonzero stops the walk. */
+ * key. Records passed to fn hold no binary (binary NULL, bytes set) and no
+ * source (NULL: read them with cache_store_get), and are valid during the
+ * call only. fn returning nonzero stops the walk. fn may call other
+ * functions on the same store (not close). */
 typedef int (*cache_record_fn)(const cache_record *rec, void *user);
 int cache_store_list(cache_store *s, const char *op, const char *arch, cache_record_fn fn,
                      void *user, char *err, size_t errlen);

@@ -28,7 +28,16 @@ int jit_arch_valid(const char *arch) {
     const char *p = arch + 3;
     int n = 0;
     while (isxdigit((unsigned char)*p)) p++, n++;
-    return n >= 3 && n <= 4 && *p == 0;
+    if (n < 3 || n > 4) return 0;
+    /* Target features as AMD spells them: gfx90a:xnack-:sramecc+ */
+    while (*p == ':') {
+      p++;
+      int m = 0;
+      while (isalnum((unsigned char)*p)) p++, m++;
+      if (m == 0 || (*p != '+' && *p != '-')) return 0;
+      p++;
+    }
+    return *p == 0;
   }
   return 0;
 }

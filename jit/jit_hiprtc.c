@@ -35,6 +35,10 @@ static const jit_dl_sym syms[] = {
 #define NSYMS ((int)(sizeof syms / sizeof syms[0]))
 
 static pthread_mutex_t load_lock = PTHREAD_MUTEX_INITIALIZER;
+/* hiprtc 5.2 crashed (SIGSEGV inside hiprtcCompileProgram) when two threads
+ * compiled at once; NVRTC is documented thread-safe, hiprtc is not, so its
+ * compiles run one at a time per process (processes still run in parallel). */
+static pthread_mutex_t compile_lock = PTHREAD_MUTEX_INITIALIZER;
 static int loaded;
 static char load_err[1024];
 static char ident[64];
@@ -128,10 +132,12 @@ static int compile(const char *src, const char *name, const char *arch, jit_comp
     hnames[i] = jit_templates[i].name;
     htexts[i] = jit_templates[i].text;
   }
+  pthread_mutex_lock(&compile_lock);
   hiprtcProgram prog = NULL;
   hiprtcResult r = api.hiprtcCreateProgram(&prog, src, name, nh, htexts, hnames);
   if (r != 0) {
     snprintf(err, errlen, "hiprtcCreateProgram: %s", api.hiprtcGetErrorString(r));
+    pthread_mutex_unlock(&compile_lock);
     return -1;
   }
   char archopt[64];
@@ -175,6 +181,7 @@ static int compile(const char *src, const char *name, const char *arch, jit_comp
   rc = 0;
 done:
   api.hiprtcDestroyProgram(&prog);
+  pthread_mutex_unlock(&compile_lock);
   return rc;
 }
 

@@ -76,6 +76,7 @@ typedef struct fi_admin_stats {
   int64_t memo_hits, cache_hits, compiles, compile_failures;
   double compile_ms;
   const char *path;                /* the user cache path in use */
+  int fallback;                    /* 1: that file was unusable; kernels are kept in memory */
 } fi_admin_stats;
 FI_API fi_status fi_admin_stats_get(fi_runtime *rt, fi_admin_stats *st);
 

@@ -21,7 +21,6 @@ FI_API int fi_admin_config_count(const char *op) {
 }
 
 FI_API fi_status fi_admin_config_key(const char *op, int idx, char *buf, size_t buflen) {
-  rt_clear_error();
   const jit_op *o = jit_registry_find(op);
   if (!o) return rt_fail(FI_ERR_INVALID_ARGUMENT, "op: no op named '%s'", op ? op : "(null)");
   if (idx < 0 || idx >= o->config_count())
@@ -40,7 +39,6 @@ FI_API int fi_admin_arch_supported(const char *arch) {
 
 FI_API fi_status fi_admin_prewarm(fi_runtime *rt, const char *op, int idx, const char *arch,
                                   fi_prewarm_result *result, double *compile_ms) {
-  rt_clear_error();
   if (!rt) return rt_fail(FI_ERR_INVALID_ARGUMENT, "rt is NULL");
   const jit_op *o = jit_registry_find(op);
   if (!o) return rt_fail(FI_ERR_INVALID_ARGUMENT, "op: no op named '%s'", op ? op : "(null)");
@@ -48,7 +46,7 @@ FI_API fi_status fi_admin_prewarm(fi_runtime *rt, const char *op, int idx, const
     return rt_fail(FI_ERR_INVALID_ARGUMENT, "idx: %d is not in [0, %d)", idx, o->config_count());
   if (!jit_compiler_for_arch(arch))
     return rt_fail(FI_ERR_INVALID_ARGUMENT,
-                   "arch: '%s' is not a target (sm_75 ... sm_120, sm_90a, gfx90a, gfx942, ...)",
+                   "arch: '%s' is not a target (sm_XY with XY >= 70, sm_90a, gfx90a, gfx942, ...)",
                    arch ? arch : "(null)");
   jit_key k;
   o->config(idx, &k);
@@ -85,7 +83,6 @@ static int list_cb(const cache_record *r, void *user) {
 
 FI_API fi_status fi_admin_list(fi_runtime *rt, const char *op, const char *arch,
                                fi_cache_entry_fn fn, void *user) {
-  rt_clear_error();
   if (!rt || !fn) return rt_fail(FI_ERR_INVALID_ARGUMENT, "%s is NULL", rt ? "fn" : "rt");
   cache_store *s = rt_store(rt);
   if (!s) return rt_fail(FI_ERR_CACHE, "no cache store");
@@ -98,7 +95,6 @@ FI_API fi_status fi_admin_list(fi_runtime *rt, const char *op, const char *arch,
 
 FI_API fi_status fi_admin_get(fi_runtime *rt, const char *hex_prefix, fi_cache_entry_fn fn,
                               void *user, void **binary, size_t *binary_bytes, char **source) {
-  rt_clear_error();
   if (binary) *binary = NULL;
   if (source) *source = NULL;
   if (!rt || !hex_prefix || !hex_prefix[0])
@@ -134,7 +130,6 @@ FI_API void fi_admin_free(void *p) { free(p); }
 
 FI_API fi_status fi_admin_clear(fi_runtime *rt, const char *op, const char *arch,
                                 int64_t *removed) {
-  rt_clear_error();
   if (!rt) return rt_fail(FI_ERR_INVALID_ARGUMENT, "rt is NULL");
   cache_store *s = rt_store(rt);
   if (!s) return rt_fail(FI_ERR_CACHE, "no cache store");
@@ -147,7 +142,6 @@ FI_API fi_status fi_admin_clear(fi_runtime *rt, const char *op, const char *arch
 }
 
 FI_API fi_status fi_admin_stats_get(fi_runtime *rt, fi_admin_stats *st) {
-  rt_clear_error();
   if (!rt || !st) return rt_fail(FI_ERR_INVALID_ARGUMENT, "%s is NULL", rt ? "st" : "rt");
   memset(st, 0, sizeof *st);
   cache_store *s = rt_store(rt);
@@ -160,6 +154,7 @@ FI_API fi_status fi_admin_stats_get(fi_runtime *rt, fi_admin_stats *st) {
   st->compiles = atomic_load(&rt->compiles);
   st->compile_failures = atomic_load(&rt->compile_failures);
   st->compile_ms = atomic_load(&rt->compile_ms_total);
-  st->path = rt->store_is_fallback ? ":memory: (fallback)" : rt->cache_path;
+  st->path = rt->cache_path;
+  st->fallback = rt->store_is_fallback;
   return FI_OK;
 }

@@ -29,6 +29,9 @@ typedef struct rt_device_i {
   int (*module_load)(void *state, int dev, const void *binary, size_t bytes, const char *entry,
                      unsigned max_dyn_smem, void **module, void **fn, char *err, size_t errlen);
   void (*module_unload)(void *state, int dev, void *module);
+  /* Blocks of `threads` threads (with dyn_smem bytes) that fit on one SM. */
+  int (*occupancy)(void *state, int dev, void *fn, int threads, unsigned dyn_smem,
+                   int *blocks_per_sm, char *err, size_t errlen);
   /* Launches fn on dev's primary context on stream, with the parameter
    * struct params (size bytes) as its only argument. The hot path: no
    * allocation, no synchronization. Returns 0, or -1 with err. */

@@ -38,6 +38,7 @@ static struct {
   CUresult (*cuModuleUnload)(CUmodule);
   CUresult (*cuModuleGetFunction)(CUfunction *, CUmodule, const char *);
   CUresult (*cuFuncSetAttribute)(CUfunction, int, int);
+  CUresult (*cuOccupancyMaxActiveBlocksPerMultiprocessor)(int *, CUfunction, int, size_t);
   CUresult (*cuLaunchKernel)(CUfunction, unsigned, unsigned, unsigned, unsigned, unsigned,
                              unsigned, unsigned, CUstream, void **, void **);
   CUresult (*cuGetErrorName)(CUresult, const char **);
@@ -51,6 +52,7 @@ static const jit_dl_sym syms[] = {
     SYM(cuDevicePrimaryCtxRelease_v2), SYM(cuCtxGetCurrent), SYM(cuCtxPushCurrent_v2),
     SYM(cuCtxPopCurrent_v2), SYM(cuModuleLoadData), SYM(cuModuleUnload),
     SYM(cuModuleGetFunction), SYM(cuFuncSetAttribute), SYM(cuLaunchKernel),
+    SYM(cuOccupancyMaxActiveBlocksPerMultiprocessor),
     SYM(cuGetErrorName),   SYM(cuGetErrorString),
 };
 #define NSYMS ((int)(sizeof syms / sizeof syms[0]))
@@ -218,6 +220,20 @@ static void module_unload(void *state, int dev, void *module) {
   leave(pushed);
 }
 
+static int occupancy(void *state, int dev, void *fn, int threads, unsigned dyn_smem, int *bps,
+                     char *err, size_t errlen) {
+  cuda_state *s = state;
+  int pushed;
+  if (enter(s, dev, &pushed, err, errlen) != 0) return -1;
+  CUresult r = api.cuOccupancyMaxActiveBlocksPerMultiprocessor(bps, fn, threads, dyn_smem);
+  leave(pushed);
+  if (r != 0) {
+    cu_msg(r, "cuOccupancyMaxActiveBlocksPerMultiprocessor", err, errlen);
+    return -1;
+  }
+  return 0;
+}
+
 static int launch(void *state, int dev, void *fn, const rt_launch *l, void *stream, void *params,
                   size_t bytes, char *err, size_t errlen) {
   (void)bytes;
@@ -261,5 +277,5 @@ int rt_cuda_fault(const char *name, void *fn, void **old) {
 
 const rt_device_i rt_device_cuda = {
     RT_DEVICE_IFACE_VERSION, "cuda", kDLCUDA, load, arch, sm_count, module_load, module_unload,
-    launch, create, destroy,
+    occupancy, launch, create, destroy,
 };

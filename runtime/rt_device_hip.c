@@ -30,6 +30,8 @@ static struct {
                                       unsigned, unsigned, unsigned, hipStream_t, void **,
                                       void **);
   const char *(*hipGetErrorString)(hipError_t);
+  hipError_t (*hipModuleOccupancyMaxActiveBlocksPerMultiprocessor)(int *, hipFunction_t, int,
+                                                                   size_t);
 } api;
 
 #define SYM(n) {#n, (void **)&api.n, 0}
@@ -38,6 +40,7 @@ static const jit_dl_sym syms[] = {
     SYM(hipSetDevice),      SYM(hipGetDeviceProperties), SYM(hipDeviceGetAttribute),
     SYM(hipModuleLoadData), SYM(hipModuleUnload),       SYM(hipModuleGetFunction),
     SYM(hipModuleLaunchKernel), SYM(hipGetErrorString),
+    SYM(hipModuleOccupancyMaxActiveBlocksPerMultiprocessor),
 };
 #define NSYMS ((int)(sizeof syms / sizeof syms[0]))
 
@@ -203,6 +206,20 @@ static void module_unload(void *state, int dev, void *module) {
   leave(dev, prev);
 }
 
+static int occupancy(void *state, int dev, void *fn, int threads, unsigned dyn_smem, int *bps,
+                     char *err, size_t errlen) {
+  (void)state;
+  int prev;
+  if (enter(dev, &prev, err, errlen) != 0) return -1;
+  hipError_t r = api.hipModuleOccupancyMaxActiveBlocksPerMultiprocessor(bps, fn, threads, dyn_smem);
+  leave(dev, prev);
+  if (r != 0) {
+    hip_msg(r, "hipModuleOccupancyMaxActiveBlocksPerMultiprocessor", err, errlen);
+    return -1;
+  }
+  return 0;
+}
+
 static int launch(void *state, int dev, void *fn, const rt_launch *l, void *stream, void *params,
                   size_t bytes, char *err, size_t errlen) {
   (void)state;
@@ -235,5 +252,5 @@ static void destroy(void *state) {
 
 const rt_device_i rt_device_hip = {
     RT_DEVICE_IFACE_VERSION, "hip", kDLROCM, load, arch, sm_count, module_load, module_unload,
-    launch, create, destroy,
+    occupancy, launch, create, destroy,
 };

@@ -27,6 +27,7 @@ typedef struct rt_kernel {
   void *module;
   int device;        /* ordinal */
   const rt_device_i *backend;
+  int resident;      /* blocks of the op's block size resident on the whole device; 0 = not asked yet */
   char key[256];     /* canonical key, for error messages */
 } rt_kernel;
 
@@ -104,6 +105,10 @@ fi_status rt_launch_kernel(fi_runtime *rt, const rt_kernel *k, const rt_launch *
 
 /* The user store, opened at first need (memory if the file is unusable). */
 cache_store *rt_store(fi_runtime *rt);
+
+/* How many blocks of `threads` threads of k fit on its whole device at once
+ * (SMs x blocks per SM), asked of the driver once and remembered. */
+fi_status rt_kernel_resident(fi_runtime *rt, rt_kernel *k, int threads, int *resident);
 
 /* Writes pending hit counts to the store. */
 void rt_flush_touches(fi_runtime *rt);

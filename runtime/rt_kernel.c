@@ -210,7 +210,7 @@ fi_status rt_binary_ensure(fi_runtime *rt, const jit_key *key, const char *arch,
   }
   if (r == CACHE_OK) {
     atomic_fetch_add(&rt->cache_hits, 1);
-    note_touch(rt, found.hash);
+    if (!exact_compiler) note_touch(rt, found.hash); /* prewarm finding it is not a use */
     if (result) *result = waited ? FI_PREWARM_WAITED : FI_PREWARM_CACHED;
     if (rec)
       *rec = found;
@@ -273,6 +273,26 @@ fi_status rt_kernel_get_slow(fi_runtime *rt, const jit_key *key, const rt_device
     if (!stored) return rt_fail(FI_ERR_OUT_OF_MEMORY, "out of memory in the kernel memo");
   }
   *out = stored;
+  return FI_OK;
+}
+
+fi_status rt_kernel_resident(fi_runtime *rt, rt_kernel *k, int threads, int *resident) {
+  int r = __atomic_load_n(&k->resident, __ATOMIC_RELAXED);
+  if (r > 0) {
+    *resident = r;
+    return FI_OK;
+  }
+  void *state = k->backend == &rt_device_hip ? rt->hip_state : rt->cuda_state;
+  char err[512];
+  int bps = 0, sms = 0;
+  if (k->backend->occupancy(state, k->device, k->fn, threads, 0, &bps, err, sizeof err) != 0)
+    return rt_fail(FI_ERR_DEVICE, "occupancy of %s: %s", k->key, err);
+  if (k->backend->sm_count(state, k->device, &sms) != 0 || sms <= 0)
+    return rt_fail(FI_ERR_DEVICE, "SM count of %s device %d unknown", k->backend->name, k->device);
+  r = (bps > 0 ? bps : 1) * sms;
+  /* Every thread computes the same value: a plain store is enough. */
+  __atomic_store_n(&k->resident, r, __ATOMIC_RELAXED);
+  *resident = r;
   return FI_OK;
 }
 

@@ -34,7 +34,6 @@ static int pick_vec(int dtype, int64_t hidden, const void *const *ptrs, const in
 static fi_status prepare(fi_runtime *rt, const DLTensor *input, const DLTensor *weight,
                          double eps, DLTensor *out, rmsnorm_call *c, int *empty) {
   static const char *fn = "fi_rmsnorm";
-  rt_clear_error();
   fi_status st;
   if (!rt) return rt_fail(FI_ERR_INVALID_ARGUMENT, "%s: rt is NULL", fn);
   if ((st = rt_check_tensor(fn, "input", input, 2)) != FI_OK) return st;
@@ -116,6 +115,16 @@ static fi_status prepare(fi_runtime *rt, const DLTensor *input, const DLTensor *
   return FI_OK;
 }
 
+/* A persistent grid: as many blocks as are resident at once, each walking
+ * rows with a stride of the grid, so the weight is loaded once per block. */
+static fi_status size_grid(fi_runtime *rt, rt_kernel *k, rmsnorm_call *c) {
+  int resident;
+  fi_status st = rt_kernel_resident(rt, k, (int)c->launch.block[0], &resident);
+  if (st != FI_OK) return st;
+  if ((int64_t)c->launch.grid[0] > resident) c->launch.grid[0] = (unsigned)resident;
+  return FI_OK;
+}
+
 FI_API fi_status fi_rmsnorm(fi_runtime *rt, const DLTensor *input, const DLTensor *weight,
                             double eps, DLTensor *out, void *stream) {
   rmsnorm_call c;
@@ -124,6 +133,7 @@ FI_API fi_status fi_rmsnorm(fi_runtime *rt, const DLTensor *input, const DLTenso
   if (st != FI_OK || empty) return st;
   rt_kernel *k;
   if ((st = rt_kernel_get(rt, &c.key, c.be, c.device, &k)) != FI_OK) return st;
+  if ((st = size_grid(rt, k, &c)) != FI_OK) return st;
   return rt_launch_kernel(rt, k, &c.launch, stream, &c.p, sizeof c.p);
 }
 
@@ -138,6 +148,7 @@ FI_API fi_status fi_admin_rmsnorm_kernel(fi_runtime *rt, const DLTensor *input,
   if (empty) return rt_fail(FI_ERR_INVALID_ARGUMENT, "fi_admin_rmsnorm_kernel: input has 0 rows");
   rt_kernel *k;
   if ((st = rt_kernel_get(rt, &c.key, c.be, c.device, &k)) != FI_OK) return st;
+  if ((st = size_grid(rt, k, &c)) != FI_OK) return st;
   *function = k->fn;
   memcpy(grid, c.launch.grid, sizeof c.launch.grid);
   memcpy(block, c.launch.block, sizeof c.launch.block);

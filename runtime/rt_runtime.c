@@ -34,7 +34,6 @@ static int resolve_cache_path(const char *given, char *out, size_t n) {
 }
 
 FI_API fi_status fi_runtime_create(const fi_options *opts, fi_runtime **out) {
-  rt_clear_error();
   if (!out) return rt_fail(FI_ERR_INVALID_ARGUMENT, "fi_runtime_create: out is NULL");
   *out = NULL;
   fi_options o;

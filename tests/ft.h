@@ -10,6 +10,16 @@
 typedef void (*ft_fn)(void);
 typedef struct ft_case { const char *name; ft_fn fn; } ft_case;
 
+#include <stdarg.h>
+
+/* Not declared printf-like: FT_CHECK(cond) with no message passes "". */
+static inline void ft_vmsg(const char *fmt, ...) {
+  va_list ap;
+  va_start(ap, fmt);
+  vfprintf(stderr, fmt, ap);
+  va_end(ap);
+}
+
 #define FT_MAX_CASES 512
 extern ft_case ft_cases[FT_MAX_CASES];
 extern int ft_ncases;
@@ -27,15 +37,22 @@ extern int ft_failed_now;
     if (!(cond)) {                                                          \
       ft_failed_now = 1;                                                    \
       fprintf(stderr, "  %s:%d: check failed: %s: ", __FILE__, __LINE__, #cond); \
-      fprintf(stderr, "" __VA_ARGS__);                                      \
+      ft_vmsg("" __VA_ARGS__);                                      \
       fprintf(stderr, "\n");                                                \
     }                                                                       \
   } while (0)
 
+/* cond is evaluated once: it may have side effects (a create, a fault hook). */
 #define FT_REQUIRE(cond, ...)                                               \
   do {                                                                      \
-    FT_CHECK(cond, __VA_ARGS__);                                            \
-    if (!(cond)) return;                                                    \
+    int ft_ok_ = !!(cond);                                                  \
+    if (!ft_ok_) {                                                          \
+      ft_failed_now = 1;                                                    \
+      fprintf(stderr, "  %s:%d: required: %s: ", __FILE__, __LINE__, #cond); \
+      ft_vmsg("" __VA_ARGS__);                                              \
+      fprintf(stderr, "\n");                                                \
+      return;                                                               \
+    }                                                                       \
   } while (0)
 
 #endif

@@ -1,0 +1,185 @@
+/* gpu_rmsnorm.c: fi_rmsnorm on the GPU against a float64 CPU reference, on
+ * fresh random inputs with the output poisoned first, across dtypes, sizes, strides and aliasing. */
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "ft.h"
+#include "gpu_util.h"
+
+static cu_api cu;
+static CUcontext ctx;
+static fi_runtime *rt;
+static uint64_t seed;
+
+static int setup(void) {
+  if (rt) return 0;
+  char err[256];
+  if (cu_min_init(&cu, &ctx, err, sizeof err) != 0) {
+    fprintf(stderr, "%s\n", err);
+    return -1;
+  }
+  fi_options o;
+  fi_options_init(&o);
+  o.cache_path = getenv("FI_TEST_CACHE") ? getenv("FI_TEST_CACHE") : ":memory:";
+  if (fi_runtime_create(&o, &rt) != FI_OK) return -1;
+  seed = (uint64_t)time(NULL) * 2654435761u + (uint64_t)clock();
+  if (!seed) seed = 1;
+  fprintf(stderr, "seed %llu\n", (unsigned long long)seed);
+  return 0;
+}
+
+/* One case: rows x hidden, row strides (elements), an element offset that
+ * breaks 16-byte alignment, in place or not. Returns the relative error. */
+static double run_case(int dt, int64_t rows, int64_t hidden, int64_t in_stride, int64_t out_stride,
+                       int64_t elem_offset, int in_place, CUstream stream, int *unwritten,
+                       int *pad_touched) {
+  const int es = g_esize(dt);
+  if (in_place) out_stride = in_stride;
+  const int64_t in_elems = elem_offset + (rows ? (rows - 1) * in_stride + hidden : 0);
+  const int64_t out_elems = elem_offset + (rows ? (rows - 1) * out_stride + hidden : 0);
+  void *hin = malloc((size_t)(in_elems * es)), *hw = malloc((size_t)(hidden * es));
+  void *hout = malloc((size_t)(out_elems * es));
+  double *xin = malloc(sizeof(double) * (size_t)(rows * hidden));
+  double *w = malloc(sizeof(double) * (size_t)hidden);
+  memset(hin, 0x5a, (size_t)(in_elems * es));
+  for (int64_t r = 0; r < rows; r++)
+    for (int64_t c = 0; c < hidden; c++)
+      xin[r * hidden + c] = g_put(hin, dt, elem_offset + r * in_stride + c, g_normal(&seed) * 3.0);
+  for (int64_t c = 0; c < hidden; c++) w[c] = g_put(hw, dt, c, 0.5 + g_uniform(&seed));
+  CUdeviceptr din, dw, dout;
+  CU_CHECK(&cu, cuMemAlloc(&din, (size_t)(in_elems * es) + 16));
+  CU_CHECK(&cu, cuMemAlloc(&dw, (size_t)(hidden * es) + 16));
+  CU_CHECK(&cu, cuMemcpyHtoD(din, hin, (size_t)(in_elems * es)));
+  CU_CHECK(&cu, cuMemcpyHtoD(dw, hw, (size_t)(hidden * es)));
+  if (in_place) {
+    dout = din;
+  } else {
+    CU_CHECK(&cu, cuMemAlloc(&dout, (size_t)(out_elems * es) + 16));
+    CU_CHECK(&cu, cuMemsetD8(dout, 0xff, (size_t)(out_elems * es))); /* NaN in every dtype */
+  }
+  int64_t sin[2] = {rows, hidden}, stin[2] = {in_stride, 1}, sw[1] = {hidden};
+  int64_t sout[2] = {rows, hidden}, stout[2] = {out_stride, 1};
+  DLTensor tin = g_tensor(din, elem_offset * es, dt, 2, sin, stin);
+  DLTensor tw = g_tensor(dw, 0, dt, 1, sw, NULL);
+  DLTensor tout = g_tensor(dout, elem_offset * es, dt, 2, sout, stout);
+  const double eps = 1e-6;
+  fi_status st = fi_rmsnorm(rt, &tin, &tw, eps, in_place ? &tin : &tout, stream);
+  if (st != FI_OK) {
+    fprintf(stderr, "fi_rmsnorm: %s: %s\n", fi_status_string(st), fi_last_error());
+    return 1e30;
+  }
+  CU_CHECK(&cu, cuStreamSynchronize(stream));
+  CU_CHECK(&cu, cuMemcpyDtoH(hout, dout, (size_t)(out_elems * es)));
+  double num = 0, den = 0;
+  *unwritten = 0;
+  *pad_touched = 0;
+  for (int64_t r = 0; r < rows; r++) {
+    double ss = 0;
+    for (int64_t c = 0; c < hidden; c++) ss += xin[r * hidden + c] * xin[r * hidden + c];
+    double inv = 1.0 / sqrt(ss / (double)hidden + eps);
+    for (int64_t c = 0; c < hidden; c++) {
+      double ref = xin[r * hidden + c] * inv * w[c];
+      double got = g_get(hout, dt, elem_offset + r * out_stride + c);
+      if (got != got) (*unwritten)++;
+      num += (got - ref) * (got - ref);
+      den += ref * ref;
+    }
+    /* The gap between rows must keep its poison (or its input bytes). */
+    if (r + 1 < rows)
+      for (int64_t c = hidden; c < out_stride; c++) {
+        const unsigned char *b = (const unsigned char *)hout + (elem_offset + r * out_stride + c) * es;
+        unsigned char want = in_place ? 0x5a : 0xff;
+        for (int k = 0; k < es; k++)
+          if (b[k] != want) (*pad_touched)++;
+      }
+  }
+  CU_CHECK(&cu, cuMemFree(din));
+  CU_CHECK(&cu, cuMemFree(dw));
+  if (!in_place) CU_CHECK(&cu, cuMemFree(dout));
+  free(hin);
+  free(hw);
+  free(hout);
+  free(xin);
+  free(w);
+  return den > 0 ? sqrt(num / den) : sqrt(num);
+}
+
+static double tol(int dt) { return dt == 0 ? 1e-3 : dt == 1 ? 1e-2 : 1e-5; }
+
+static void check(int dt, int64_t rows, int64_t hidden, int64_t in_stride, int64_t out_stride,
+                  int64_t off, int in_place, CUstream stream) {
+  int unwritten, pad;
+  double e = run_case(dt, rows, hidden, in_stride, out_stride, off, in_place, stream, &unwritten,
+                      &pad);
+  fprintf(stderr, "  %s rows=%lld hidden=%lld strides=%lld/%lld off=%lld inplace=%d: err %.3g\n",
+          g_dtname(dt), (long long)rows, (long long)hidden, (long long)in_stride,
+          (long long)out_stride, (long long)off, in_place, e);
+  FT_CHECK(e < tol(dt), "%s %lldx%lld: relative error %.3g over %.1g", g_dtname(dt),
+           (long long)rows, (long long)hidden, e, tol(dt));
+  FT_CHECK(unwritten == 0, "%s %lldx%lld: %d outputs never written", g_dtname(dt), (long long)rows,
+           (long long)hidden, unwritten);
+  FT_CHECK(pad == 0, "%s %lldx%lld: %d bytes between rows overwritten", g_dtname(dt),
+           (long long)rows, (long long)hidden, pad);
+}
+
+FT_TEST(rmsnorm_dtypes_and_sizes) {
+  FT_REQUIRE(setup() == 0, "CUDA or runtime set-up failed");
+  static const int64_t hiddens[] = {1, 3, 8, 100, 127, 128, 1000, 2048, 4096, 5120, 8191, 8192, 16384, 65537};
+  for (int dt = 0; dt < 3; dt++)
+    for (size_t i = 0; i < sizeof hiddens / sizeof hiddens[0]; i++) {
+      int64_t h = hiddens[i], rows = h > 10000 ? 7 : 33;
+      check(dt, rows, h, h, h, 0, 0, NULL);
+    }
+}
+
+FT_TEST(rmsnorm_strided_rows_and_misaligned) {
+  FT_REQUIRE(setup() == 0, "CUDA or runtime set-up failed");
+  for (int dt = 0; dt < 3; dt++) {
+    check(dt, 17, 4096, 4096 + 8, 4096 + 24, 0, 0, NULL);  /* padded rows, still 16-byte aligned */
+    check(dt, 17, 4096, 4096 + 3, 4096 + 5, 0, 0, NULL);   /* odd strides force narrow access */
+    check(dt, 9, 1024, 1024, 1024, 1, 0, NULL);            /* pointer off by one element */
+    check(dt, 64, 768, 2 * 768, 768, 0, 0, NULL);          /* every other row of a bigger tensor */
+  }
+}
+
+FT_TEST(rmsnorm_in_place_and_stream) {
+  FT_REQUIRE(setup() == 0, "CUDA or runtime set-up failed");
+  CUstream s;
+  CU_CHECK(&cu, cuStreamCreate(&s, 1 /* non-blocking */));
+  for (int dt = 0; dt < 3; dt++) {
+    check(dt, 50, 4096, 4096, 4096, 0, 1, s);
+    check(dt, 5, 70000, 70000 + 8, 0, 0, 1, s); /* two-pass path in place */
+  }
+  CU_CHECK(&cu, cuStreamDestroy(s));
+}
+
+FT_TEST(rmsnorm_large_rows_many_tokens) {
+  FT_REQUIRE(setup() == 0, "CUDA or runtime set-up failed");
+  check(1, 8192, 8192, 8192, 8192, 0, 0, NULL);
+  check(0, 20000, 128, 128, 128, 0, 0, NULL);
+}
+
+FT_TEST(rmsnorm_zero_tokens_launches_nothing) {
+  FT_REQUIRE(setup() == 0, "CUDA or runtime set-up failed");
+  CUdeviceptr d;
+  CU_CHECK(&cu, cuMemAlloc(&d, 4096));
+  int64_t s0[2] = {0, 64}, sw[1] = {64};
+  DLTensor x = g_tensor(d, 0, 1, 2, s0, NULL), w = g_tensor(d, 0, 1, 1, sw, NULL);
+  FT_CHECK(fi_rmsnorm(rt, &x, &w, 1e-6, &x, NULL) == FI_OK, "%s", fi_last_error());
+  CU_CHECK(&cu, cuMemFree(d));
+}
+
+FT_TEST(rmsnorm_bad_device_id_is_an_error) {
+  FT_REQUIRE(setup() == 0, "CUDA or runtime set-up failed");
+  CUdeviceptr d;
+  CU_CHECK(&cu, cuMemAlloc(&d, 4096));
+  int64_t s0[2] = {4, 64}, sw[1] = {64};
+  DLTensor x = g_tensor(d, 0, 1, 2, s0, NULL), w = g_tensor(d, 0, 1, 1, sw, NULL);
+  x.device.device_id = w.device.device_id = 63;
+  fi_status st = fi_rmsnorm(rt, &x, &w, 1e-6, &x, NULL);
+  FT_CHECK(st == FI_ERR_NO_DEVICE, "device 63: got %s", fi_status_string(st));
+  FT_CHECK(strstr(fi_last_error(), "63") != NULL, "message: %s", fi_last_error());
+  CU_CHECK(&cu, cuMemFree(d));
+}

@@ -1,0 +1,116 @@
+/* gpu_util.h: what the GPU tests share: host fp16/bf16 conversions, random
+ * inputs, DLTensor set-up and the relative norm error against a float64 reference. */
+#ifndef GPU_UTIL_H
+#define GPU_UTIL_H
+
+#include <math.h>
+#include <stdint.h>
+#include <string.h>
+
+#include "fi_cuda_min.h"
+#include "fi_runtime.h"
+
+static inline float g_bits_f32(uint32_t u) {
+  float f;
+  memcpy(&f, &u, 4);
+  return f;
+}
+static inline uint32_t g_f32_bits(float f) {
+  uint32_t u;
+  memcpy(&u, &f, 4);
+  return u;
+}
+static inline float g_bf16_to_f32(uint16_t b) { return g_bits_f32((uint32_t)b << 16); }
+static inline uint16_t g_f32_to_bf16(float f) {
+  uint32_t u = g_f32_bits(f);
+  if ((u & 0x7fffffffu) > 0x7f800000u) return (uint16_t)((u >> 16) | 0x40);
+  u += 0x7fffu + ((u >> 16) & 1u);
+  return (uint16_t)(u >> 16);
+}
+static inline float g_f16_to_f32(uint16_t h) {
+  uint32_t s = (uint32_t)(h >> 15) << 31, e = (h >> 10) & 31u, m = h & 1023u;
+  if (e == 0) {
+    float v = ldexpf((float)m, -24);
+    return s ? -v : v;
+  }
+  if (e == 31) return g_bits_f32(s | 0x7f800000u | (m << 13));
+  return g_bits_f32(s | ((e + 112u) << 23) | (m << 13));
+}
+static inline uint16_t g_f32_to_f16(float f) {
+  /* Round to nearest even through double arithmetic; enough for test data. */
+  uint32_t u = g_f32_bits(f), s = (u >> 16) & 0x8000u;
+  float a = fabsf(f);
+  if (a != a) return (uint16_t)(s | 0x7e00u);
+  if (a >= 65520.0f) return (uint16_t)(s | 0x7c00u);
+  if (a < 6.103515625e-05f) return (uint16_t)(s | (uint32_t)lrintf(a * 16777216.0f));
+  int e;
+  float m = frexpf(a, &e); /* a = m * 2^e, m in [0.5, 1) */
+  uint32_t mant = (uint32_t)lrintf((m * 2.0f - 1.0f) * 1024.0f);
+  int ex = e - 1 + 15;
+  if (mant == 1024) {
+    mant = 0;
+    ex++;
+  }
+  return (uint16_t)(s | ((uint32_t)ex << 10) | mant);
+}
+
+/* xorshift, seeded per test from the clock so every run sees fresh inputs. */
+static inline uint64_t g_rand(uint64_t *s) {
+  *s ^= *s << 13;
+  *s ^= *s >> 7;
+  *s ^= *s << 17;
+  return *s;
+}
+static inline double g_uniform(uint64_t *s) { return (double)(g_rand(s) >> 11) / 9007199254740992.0; }
+static inline double g_normal(uint64_t *s) {
+  double u = g_uniform(s) + 1e-300, v = g_uniform(s);
+  return sqrt(-2.0 * log(u)) * cos(6.283185307179586 * v);
+}
+
+/* dtype codes used by the tests: 0 f16, 1 bf16, 2 f32. */
+static inline int g_esize(int dt) { return dt == 2 ? 4 : 2; }
+static inline const char *g_dtname(int dt) { return dt == 0 ? "f16" : dt == 1 ? "bf16" : "f32"; }
+static inline DLDataType g_dl(int dt) {
+  DLDataType d;
+  d.code = dt == 1 ? kDLBfloat : kDLFloat;
+  d.bits = dt == 2 ? 32 : 16;
+  d.lanes = 1;
+  return d;
+}
+/* Stores x (rounded to dt) at element i of buf; returns the value stored. */
+static inline double g_put(void *buf, int dt, int64_t i, double x) {
+  if (dt == 0) {
+    uint16_t h = g_f32_to_f16((float)x);
+    ((uint16_t *)buf)[i] = h;
+    return g_f16_to_f32(h);
+  }
+  if (dt == 1) {
+    uint16_t b = g_f32_to_bf16((float)x);
+    ((uint16_t *)buf)[i] = b;
+    return g_bf16_to_f32(b);
+  }
+  ((float *)buf)[i] = (float)x;
+  return (float)x;
+}
+static inline double g_get(const void *buf, int dt, int64_t i) {
+  if (dt == 0) return g_f16_to_f32(((const uint16_t *)buf)[i]);
+  if (dt == 1) return g_bf16_to_f32(((const uint16_t *)buf)[i]);
+  return ((const float *)buf)[i];
+}
+
+static inline DLTensor g_tensor(CUdeviceptr p, int64_t byte_offset, int dt, int ndim,
+                                int64_t *shape, int64_t *strides) {
+  DLTensor t;
+  memset(&t, 0, sizeof t);
+  t.data = (void *)(uintptr_t)p;
+  t.byte_offset = (uint64_t)byte_offset;
+  t.device.device_type = kDLCUDA;
+  t.device.device_id = 0;
+  t.ndim = ndim;
+  t.dtype = g_dl(dt);
+  t.shape = shape;
+  t.strides = strides;
+  return t;
+}
+
+#endif

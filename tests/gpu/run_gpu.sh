@@ -1,0 +1,55 @@
+#!/bin/bash
+# run_gpu.sh: everything the GPU machine runs in one call: the GPU tests, a
+# sanitizer pass, fi-bench and a look at the SASS; full logs under $OUT, a short table last.
+set -u
+B=${FI_BUILD:-build}
+OUT=${OUT:-/tmp/fi-gpu-out}
+mkdir -p "$OUT"
+export FI_LOG_LEVEL=${FI_LOG_LEVEL:-warn}
+nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.mem,temperature.gpu --format=csv \
+  > "$OUT/gpu.txt" 2>&1
+git log -1 --format='commit %H %s' >> "$OUT/gpu.txt" 2>/dev/null
+
+echo "== GPU tests"
+FT_LOGDIR="$OUT/gpu-logs" tests/run_tests.sh "$B"/tests/gpu_* 2>&1 | tee "$OUT/gpu-test.txt"
+gpu_rc=${PIPESTATUS[0]}
+
+echo "== compute-sanitizer (memcheck, racecheck) on the strided and in-place cases"
+san=ok
+if command -v compute-sanitizer >/dev/null; then
+  { compute-sanitizer --tool memcheck --error-exitcode 3 "$B/tests/gpu_rmsnorm" \
+      rmsnorm_strided_rows_and_misaligned rmsnorm_in_place_and_stream || san="memcheck failed ($?)"
+    compute-sanitizer --tool racecheck --error-exitcode 3 "$B/tests/gpu_rmsnorm" \
+      rmsnorm_strided_rows_and_misaligned || san="$san; racecheck failed ($?)"
+  } > "$OUT/sanitizer.txt" 2>&1
+else
+  san="compute-sanitizer not found"
+fi
+echo "sanitizer: $san"
+
+echo "== fi-bench"
+"$B/fi-bench" --json "$OUT/bench.jsonl" 2>&1 | tee "$OUT/bench.txt"
+
+echo "== SASS of the 8192-wide bf16 rmsnorm kernel"
+T=$(mktemp -d)
+"$B/fi-cache" --cache "$T/k.db" prewarm --arch sm_90 --op rmsnorm -j 16 > /dev/null 2>&1 || true
+python3 - "$T" > "$OUT/sass.txt" 2>&1 <<'PY'
+import sqlite3, subprocess, sys
+t = sys.argv[1]
+db = sqlite3.connect(t + "/k.db")
+for key, entry, blob in db.execute("select key, entry, binary from kernels where key like '%bf16;vec=8;threads=256;chunks=4'"):
+    open(t + "/k.cubin", "wb").write(blob)
+    print(key, entry)
+    print(subprocess.run(["cuobjdump", "-res-usage", t + "/k.cubin"], capture_output=True, text=True).stdout)
+    sass = subprocess.run(["cuobjdump", "-sass", t + "/k.cubin"], capture_output=True, text=True).stdout
+    print("\n".join(l for l in sass.splitlines() if "LDG" in l or "STG" in l))
+PY
+head -20 "$OUT/sass.txt"
+rm -rf "$T"
+
+echo "== summary"
+cat "$OUT/gpu.txt"
+tail -1 "$OUT/gpu-test.txt"
+echo "sanitizer: $san"
+grep -E '^copy|8192 x 8192|fresh process|dispatch|cold' "$OUT/bench.txt"
+exit $gpu_rc

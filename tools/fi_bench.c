@@ -1,0 +1,410 @@
+/* fi_bench.c: fi-bench, the GPU benchmarks: device copy bandwidth, fi_rmsnorm
+ * bandwidth across sizes, and the runtime's own costs (cold compile, first call, dispatch). */
+#include <errno.h>
+#include <math.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "fi_admin.h"
+#include "fi_cuda_min.h"
+#include "fi_params.h"
+#include "fi_runtime.h"
+
+static cu_api cu;
+static CUcontext ctx;
+static FILE *json;   /* --json FILE: one object per measurement, one per line */
+static int quick;    /* --quick: fewer repetitions */
+
+static double now_us(void) {
+  struct timespec t;
+  clock_gettime(CLOCK_MONOTONIC, &t);
+  return (double)t.tv_sec * 1e6 + (double)t.tv_nsec / 1e3;
+}
+
+static int cmp_double(const void *a, const void *b) {
+  double x = *(const double *)a, y = *(const double *)b;
+  return x < y ? -1 : x > y;
+}
+static double median(double *v, int n) {
+  qsort(v, (size_t)n, sizeof *v, cmp_double);
+  return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
+}
+
+static void usage(FILE *f) {
+  fprintf(f,
+          "usage: fi-bench [--json FILE] [--quick] [SECTION...]\n"
+          "\n"
+          "Measures on GPU 0, in one run:\n"
+          "  copy      device-to-device copy bandwidth (cuMemcpyDtoDAsync; bytes read + written)\n"
+          "  rmsnorm   fi_rmsnorm bandwidth across sizes and dtypes, as a fraction of copy\n"
+          "  runtime   cold compile of one kernel, a fresh process's first call on a prewarmed\n"
+          "            cache, and memo-hit dispatch against a bare cuLaunchKernel\n"
+          "With no SECTION, all three. Times are medians over repetitions, taken with CUDA\n"
+          "events after warm-up, rotating among input sets larger than the L2 cache.\n"
+          "  --json FILE  also write every measurement as one JSON object per line\n"
+          "  --quick      fewer repetitions (for a smoke test)\n");
+}
+
+/* ---------------------------------------------------------------- copy */
+static double bench_copy(void) {
+  const size_t bytes = (size_t)1 << 30;
+  CUdeviceptr a, b;
+  CU_CHECK(&cu, cuMemAlloc(&a, bytes));
+  CU_CHECK(&cu, cuMemAlloc(&b, bytes));
+  CU_CHECK(&cu, cuMemsetD8(a, 1, bytes));
+  CUevent e0, e1;
+  CU_CHECK(&cu, cuEventCreate(&e0, 0));
+  CU_CHECK(&cu, cuEventCreate(&e1, 0));
+  for (int i = 0; i < 3; i++) CU_CHECK(&cu, cuMemcpyDtoDAsync(b, a, bytes, NULL));
+  int reps = quick ? 5 : 20;
+  double t[64];
+  for (int i = 0; i < reps; i++) {
+    CU_CHECK(&cu, cuEventRecord(e0, NULL));
+    CU_CHECK(&cu, cuMemcpyDtoDAsync(i % 2 ? a : b, i % 2 ? b : a, bytes, NULL));
+    CU_CHECK(&cu, cuEventRecord(e1, NULL));
+    CU_CHECK(&cu, cuEventSynchronize(e1));
+    float ms;
+    CU_CHECK(&cu, cuEventElapsedTime(&ms, e0, e1));
+    t[i] = ms;
+  }
+  double ms = median(t, reps);
+  double tbs = 2.0 * (double)bytes / (ms * 1e-3) / 1e12;
+  printf("copy: %.2f TB/s (1 GiB device-to-device, %.3f ms, bytes read + written)\n", tbs, ms);
+  if (json) fprintf(json, "{\"bench\":\"copy\",\"bytes\":%zu,\"ms\":%.5f,\"tbs\":%.4f}\n", bytes, ms, tbs);
+  CU_CHECK(&cu, cuMemFree(a));
+  CU_CHECK(&cu, cuMemFree(b));
+  return tbs;
+}
+
+/* ------------------------------------------------------------- rmsnorm */
+static DLTensor tensor(CUdeviceptr p, int dt, int ndim, int64_t *shape) {
+  DLTensor t;
+  memset(&t, 0, sizeof t);
+  t.data = (void *)(uintptr_t)p;
+  t.device.device_type = kDLCUDA;
+  t.ndim = ndim;
+  t.dtype.code = dt == 1 ? kDLBfloat : kDLFloat;
+  t.dtype.bits = dt == 2 ? 32 : 16;
+  t.dtype.lanes = 1;
+  t.shape = shape;
+  return t;
+}
+
+static const char *dtname(int dt) { return dt == 0 ? "f16" : dt == 1 ? "bf16" : "f32"; }
+
+static double bench_rmsnorm_one(fi_runtime *rt, int dt, int64_t rows, int64_t hidden, double copy) {
+  const size_t es = dt == 2 ? 4 : 2, tbytes = (size_t)(rows * hidden) * es;
+  /* Enough input/output pairs that one round over them exceeds the 60 MB L2
+   * several times: otherwise the cache, not the memory, is measured. */
+  int sets = (int)((256u << 20) / (2 * tbytes)) + 1;
+  if (sets > 16) sets = 16;
+  CUdeviceptr in[16], out[16], w;
+  for (int s = 0; s < sets; s++) {
+    CU_CHECK(&cu, cuMemAlloc(&in[s], tbytes));
+    CU_CHECK(&cu, cuMemAlloc(&out[s], tbytes));
+    CU_CHECK(&cu, cuMemsetD8(in[s], 0x3c, tbytes)); /* 1.0-ish in f16/bf16; finite in f32 */
+  }
+  CU_CHECK(&cu, cuMemAlloc(&w, (size_t)hidden * es));
+  CU_CHECK(&cu, cuMemsetD8(w, 0x3c, (size_t)hidden * es));
+  int64_t shape[2] = {rows, hidden}, wshape[1] = {hidden};
+  DLTensor tw = tensor(w, dt, 1, wshape);
+  DLTensor ti[16], to[16];
+  for (int s = 0; s < sets; s++) {
+    ti[s] = tensor(in[s], dt, 2, shape);
+    to[s] = tensor(out[s], dt, 2, shape);
+  }
+  fi_status st = fi_rmsnorm(rt, &ti[0], &tw, 1e-6, &to[0], NULL);
+  if (st != FI_OK) {
+    fprintf(stderr, "fi_rmsnorm: %s\n", fi_last_error());
+    exit(1);
+  }
+  CU_CHECK(&cu, cuCtxSynchronize());
+  CUevent e0, e1;
+  CU_CHECK(&cu, cuEventCreate(&e0, 0));
+  CU_CHECK(&cu, cuEventCreate(&e1, 0));
+  const int batch = 20, reps = quick ? 3 : 9;
+  double t[32];
+  for (int r = 0; r < reps; r++) {
+    CU_CHECK(&cu, cuEventRecord(e0, NULL));
+    for (int i = 0; i < batch; i++) {
+      int s = (r * batch + i) % sets;
+      fi_rmsnorm(rt, &ti[s], &tw, 1e-6, &to[s], NULL);
+    }
+    CU_CHECK(&cu, cuEventRecord(e1, NULL));
+    CU_CHECK(&cu, cuEventSynchronize(e1));
+    float ms;
+    CU_CHECK(&cu, cuEventElapsedTime(&ms, e0, e1));
+    t[r] = ms / batch;
+  }
+  double ms = median(t, reps);
+  double bytes = 2.0 * (double)tbytes + (double)hidden * (double)es;
+  double tbs = bytes / (ms * 1e-3) / 1e12;
+  printf("| rmsnorm | %-4s | %6lld x %-6lld | %8.1f | %5.2f | %5.1f%% |\n", dtname(dt),
+         (long long)rows, (long long)hidden, ms * 1e3, tbs, 100.0 * tbs / copy);
+  if (json)
+    fprintf(json,
+            "{\"bench\":\"rmsnorm\",\"dtype\":\"%s\",\"rows\":%lld,\"hidden\":%lld,\"us\":%.3f,"
+            "\"tbs\":%.4f,\"of_copy\":%.4f}\n",
+            dtname(dt), (long long)rows, (long long)hidden, ms * 1e3, tbs, tbs / copy);
+  for (int s = 0; s < sets; s++) {
+    CU_CHECK(&cu, cuMemFree(in[s]));
+    CU_CHECK(&cu, cuMemFree(out[s]));
+  }
+  CU_CHECK(&cu, cuMemFree(w));
+  return tbs;
+}
+
+static void bench_rmsnorm(fi_runtime *rt, double copy) {
+  static const struct {
+    int dt;
+    int64_t rows, hidden;
+  } cases[] = {
+      {1, 8192, 8192}, {0, 8192, 8192}, {2, 8192, 8192}, {1, 4096, 4096},  {1, 16384, 4096},
+      {1, 1024, 8192}, {1, 8192, 5120}, {1, 8192, 7168}, {1, 4096, 16384}, {1, 8192, 8191},
+      {1, 32768, 2048}, {1, 128, 8192},
+  };
+  printf("\n| op | dtype | tokens x hidden | us | TB/s | of copy |\n|---|---|---|---|---|---|\n");
+  for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++)
+    bench_rmsnorm_one(rt, cases[i].dt, cases[i].rows, cases[i].hidden, copy);
+}
+
+/* ------------------------------------------------------------- runtime */
+/* The child of the first-call measurement: the driver and context are set
+ * up first (every CUDA program pays that once), then the clock runs over
+ * fi_runtime_create and the first fi_rmsnorm, up to the return of its launch. */
+static int first_call_child(const char *cache) {
+  char err[256];
+  if (cu_min_init(&cu, &ctx, err, sizeof err) != 0) {
+    fprintf(stderr, "%s\n", err);
+    return 1;
+  }
+  const int64_t rows = 64, hidden = 4096;
+  CUdeviceptr x, w;
+  CU_CHECK(&cu, cuMemAlloc(&x, (size_t)(rows * hidden * 2)));
+  CU_CHECK(&cu, cuMemAlloc(&w, (size_t)hidden * 2));
+  CU_CHECK(&cu, cuMemsetD8(x, 0x3c, (size_t)(rows * hidden * 2)));
+  CU_CHECK(&cu, cuMemsetD8(w, 0x3c, (size_t)hidden * 2));
+  CU_CHECK(&cu, cuCtxSynchronize());
+  int64_t shape[2] = {rows, hidden}, wshape[1] = {hidden};
+  DLTensor tx = tensor(x, 1, 2, shape), tw = tensor(w, 1, 1, wshape);
+  fi_options o;
+  fi_options_init(&o);
+  o.cache_path = cache;
+  double t0 = now_us();
+  fi_runtime *rt;
+  fi_status st = fi_runtime_create(&o, &rt);
+  double t1 = now_us();
+  if (st == FI_OK) st = fi_rmsnorm(rt, &tx, &tw, 1e-6, &tx, NULL);
+  double t2 = now_us();
+  if (st != FI_OK) {
+    fprintf(stderr, "child: %s\n", fi_last_error());
+    return 1;
+  }
+  CU_CHECK(&cu, cuCtxSynchronize());
+  fi_admin_stats s;
+  fi_admin_stats_get(rt, &s);
+  printf("%.1f %.1f %lld %lld\n", t1 - t0, t2 - t1, (long long)s.cache_hits, (long long)s.compiles);
+  fi_runtime_destroy(rt);
+  return 0;
+}
+
+static int run_child(const char *self, const char *cache, double *create_us, double *call_us,
+                     long long *hits, long long *compiles) {
+  int fd[2];
+  if (pipe(fd) != 0) return -1;
+  pid_t pid = fork();
+  if (pid < 0) return -1;
+  if (pid == 0) {
+    dup2(fd[1], 1);
+    close(fd[0]);
+    close(fd[1]);
+    execl(self, self, "--first-call-child", cache, (char *)NULL);
+    _exit(127);
+  }
+  close(fd[1]);
+  char buf[256] = "";
+  ssize_t n = read(fd[0], buf, sizeof buf - 1);
+  close(fd[0]);
+  int status;
+  waitpid(pid, &status, 0);
+  if (n <= 0 || !WIFEXITED(status) || WEXITSTATUS(status) != 0) return -1;
+  buf[n] = 0;
+  return sscanf(buf, "%lf %lf %lld %lld", create_us, call_us, hits, compiles) == 4 ? 0 : -1;
+}
+
+static void bench_runtime(const char *self) {
+  char dir[] = "/tmp/fi-bench-XXXXXX";
+  if (!mkdtemp(dir)) {
+    perror("mkdtemp");
+    exit(1);
+  }
+  char cache[300];
+  snprintf(cache, sizeof cache, "%s/kernels.db", dir);
+
+  /* 1. Cold compile: an empty cache, the first call compiles. */
+  fi_options o;
+  fi_options_init(&o);
+  o.cache_path = cache;
+  fi_runtime *rt;
+  if (fi_runtime_create(&o, &rt) != FI_OK) exit(1);
+  const int64_t rows = 64, hidden = 4096;
+  CUdeviceptr x, w;
+  CU_CHECK(&cu, cuMemAlloc(&x, (size_t)(rows * hidden * 2)));
+  CU_CHECK(&cu, cuMemAlloc(&w, (size_t)hidden * 2));
+  CU_CHECK(&cu, cuMemsetD8(x, 0x3c, (size_t)(rows * hidden * 2)));
+  CU_CHECK(&cu, cuMemsetD8(w, 0x3c, (size_t)hidden * 2));
+  int64_t shape[2] = {rows, hidden}, wshape[1] = {hidden};
+  DLTensor tx = tensor(x, 1, 2, shape), tw = tensor(w, 1, 1, wshape);
+  double t0 = now_us();
+  fi_status st = fi_rmsnorm(rt, &tx, &tw, 1e-6, &tx, NULL);
+  double cold_ms = (now_us() - t0) / 1e3;
+  if (st != FI_OK) {
+    fprintf(stderr, "cold call: %s\n", fi_last_error());
+    exit(1);
+  }
+  CU_CHECK(&cu, cuCtxSynchronize());
+  fi_admin_stats s;
+  fi_admin_stats_get(rt, &s);
+  printf("\nruntime costs (bf16 rmsnorm 64 x 4096)\n");
+  printf("  cold first call (NVRTC load + compile + store + load): %.1f ms, of which compile %.1f ms\n",
+         cold_ms, s.compile_ms);
+
+  /* 2. Fresh processes on the now-prewarmed cache. */
+  int nchild = quick ? 3 : 11;
+  double cr[32], ca[32], tot[32];
+  int got = 0;
+  long long hits = 0, compiles = 0;
+  for (int i = 0; i < nchild; i++) {
+    double a, b;
+    if (run_child(self, cache, &a, &b, &hits, &compiles) == 0) {
+      cr[got] = a;
+      ca[got] = b;
+      tot[got] = a + b;
+      got++;
+    }
+  }
+  if (got == 0) {
+    fprintf(stderr, "first-call children failed\n");
+    exit(1);
+  }
+  double mcr = median(cr, got), mca = median(ca, got), mt = median(tot, got);
+  printf("  fresh process, prewarmed cache: fi_runtime_create %.1f us + first fi_rmsnorm %.1f us "
+         "= %.3f ms in the runtime (median of %d; last child: %lld cache hits, %lld compiles)\n",
+         mcr, mca, mt / 1e3, got, hits, compiles);
+
+  /* 3. Memo-hit dispatch against a bare cuLaunchKernel of the same function. */
+  void *fn;
+  unsigned grid[3], block[3], smem;
+  if (fi_admin_rmsnorm_kernel(rt, &tx, &tw, 1e-6, &tx, &fn, grid, block, &smem) != FI_OK) {
+    fprintf(stderr, "%s\n", fi_last_error());
+    exit(1);
+  }
+  fi_rmsnorm_params p;
+  memset(&p, 0, sizeof p);
+  p.input = p.out = (void *)(uintptr_t)x;
+  p.weight = (void *)(uintptr_t)w;
+  p.input_row_stride = p.out_row_stride = hidden;
+  p.rows = (int32_t)rows;
+  p.hidden = (int32_t)hidden;
+  p.eps = 1e-6f;
+  void *args[1] = {&p};
+  const int batch = 200, reps = quick ? 10 : 60;
+  double tr[128], tb[128];
+  for (int r = 0; r < reps; r++) {
+    /* Alternate the two so clock or queue drift hits both alike. */
+    double a = now_us();
+    for (int i = 0; i < batch; i++) fi_rmsnorm(rt, &tx, &tw, 1e-6, &tx, NULL);
+    tr[r] = (now_us() - a) / batch;
+    CU_CHECK(&cu, cuCtxSynchronize());
+    a = now_us();
+    for (int i = 0; i < batch; i++)
+      CU_CHECK(&cu, cuLaunchKernel(fn, grid[0], grid[1], grid[2], block[0], block[1], block[2],
+                                   smem, NULL, args, NULL));
+    tb[r] = (now_us() - a) / batch;
+    CU_CHECK(&cu, cuCtxSynchronize());
+  }
+  double mr = median(tr, reps), mb = median(tb, reps);
+  printf("  dispatch: fi_rmsnorm %.3f us per call, bare cuLaunchKernel %.3f us: +%.3f us "
+         "(median of %d batches of %d)\n",
+         mr, mb, mr - mb, reps, batch);
+  if (json) {
+    fprintf(json, "{\"bench\":\"cold_compile\",\"ms\":%.2f,\"compile_ms\":%.2f}\n", cold_ms, s.compile_ms);
+    fprintf(json, "{\"bench\":\"first_call\",\"create_us\":%.1f,\"call_us\":%.1f,\"total_ms\":%.4f}\n",
+            mcr, mca, mt / 1e3);
+    fprintf(json, "{\"bench\":\"dispatch\",\"fi_us\":%.4f,\"bare_us\":%.4f,\"extra_us\":%.4f}\n",
+            mr, mb, mr - mb);
+  }
+  fi_runtime_destroy(rt);
+  CU_CHECK(&cu, cuMemFree(x));
+  CU_CHECK(&cu, cuMemFree(w));
+  unlink(cache);
+  char side[320];
+  snprintf(side, sizeof side, "%s-wal", cache);
+  unlink(side);
+  snprintf(side, sizeof side, "%s-shm", cache);
+  unlink(side);
+  rmdir(dir);
+}
+
+int main(int argc, char **argv) {
+  if (argc == 3 && strcmp(argv[1], "--first-call-child") == 0) return first_call_child(argv[2]);
+  int want_copy = 0, want_rms = 0, want_rt = 0, any = 0;
+  for (int i = 1; i < argc; i++) {
+    if (!strcmp(argv[i], "--help") || !strcmp(argv[i], "-h")) {
+      usage(stdout);
+      return 0;
+    } else if (!strcmp(argv[i], "--quick")) {
+      quick = 1;
+    } else if (!strcmp(argv[i], "--json") && i + 1 < argc) {
+      json = fopen(argv[++i], "w");
+      if (!json) {
+        fprintf(stderr, "fi-bench: %s: %s\n", argv[i], strerror(errno));
+        return 1;
+      }
+    } else if (!strcmp(argv[i], "copy")) {
+      want_copy = any = 1;
+    } else if (!strcmp(argv[i], "rmsnorm")) {
+      want_rms = any = 1;
+    } else if (!strcmp(argv[i], "runtime")) {
+      want_rt = any = 1;
+    } else {
+      fprintf(stderr, "fi-bench: unknown argument '%s'\n", argv[i]);
+      usage(stderr);
+      return 2;
+    }
+  }
+  if (!any) want_copy = want_rms = want_rt = 1;
+  char err[256];
+  if (cu_min_init(&cu, &ctx, err, sizeof err) != 0) {
+    fprintf(stderr, "fi-bench: needs a CUDA GPU: %s\n", err);
+    return 1;
+  }
+  char name[256] = "";
+  cu.cuDeviceGetName(name, sizeof name, 0);
+  printf("fi-bench %s on %s\n", fi_version(), name);
+  double copy = bench_copy(); /* always: the roofline every figure is set against */
+  (void)want_copy;
+  if (want_rms) {
+    fi_options o;
+    fi_options_init(&o);
+    o.cache_path = ":memory:";
+    fi_runtime *rt;
+    if (fi_runtime_create(&o, &rt) != FI_OK) return 1;
+    bench_rmsnorm(rt, copy);
+    fi_runtime_destroy(rt);
+  }
+  if (want_rt) {
+    char self[4096];
+    ssize_t n = readlink("/proc/self/exe", self, sizeof self - 1);
+    if (n <= 0) return 1;
+    self[n] = 0;
+    bench_runtime(self);
+  }
+  if (json) fclose(json);
+  return 0;
+}
