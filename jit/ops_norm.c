@@ -38,17 +38,48 @@ void jit_rmsnorm_select(int dtype, int vec, int hidden, jit_key *out) {
   out->v[RMSNORM_P_VEC] = vec;
   out->v[RMSNORM_P_THREADS] = threads;
   out->v[RMSNORM_P_CHUNKS] = chunks;
+  out->v[RMSNORM_P_MINBLOCKS] = 0;
+  out->v[RMSNORM_P_WREG] = 1;
+  out->v[RMSNORM_P_HINT] = 0;
+}
+
+int jit_rmsnorm_valid(const jit_key *k, int hidden) {
+  const int64_t *v = k->v;
+  int es = jit_dtype_bytes((int)v[RMSNORM_P_DTYPE]);
+  if (k->op != &jit_op_rmsnorm || (v[RMSNORM_P_DTYPE] != JIT_DT_F16 &&
+                                   v[RMSNORM_P_DTYPE] != JIT_DT_BF16 &&
+                                   v[RMSNORM_P_DTYPE] != JIT_DT_F32))
+    return 0;
+  if (v[RMSNORM_P_VEC] < 1 || v[RMSNORM_P_VEC] * es > 16 || (v[RMSNORM_P_VEC] & (v[RMSNORM_P_VEC] - 1)))
+    return 0;
+  if (v[RMSNORM_P_THREADS] < 32 || v[RMSNORM_P_THREADS] > 1024 ||
+      (v[RMSNORM_P_THREADS] & (v[RMSNORM_P_THREADS] - 1)))
+    return 0;
+  if (v[RMSNORM_P_CHUNKS] < 0 || v[RMSNORM_P_CHUNKS] > 16) return 0;
+  if (v[RMSNORM_P_CHUNKS] > 0 &&
+      v[RMSNORM_P_THREADS] * v[RMSNORM_P_CHUNKS] * v[RMSNORM_P_VEC] < hidden)
+    return 0;
+  if (v[RMSNORM_P_MINBLOCKS] < 0 || v[RMSNORM_P_MINBLOCKS] * v[RMSNORM_P_THREADS] > 2048) return 0;
+  return (v[RMSNORM_P_WREG] == 0 || v[RMSNORM_P_WREG] == 1) &&
+         (v[RMSNORM_P_HINT] == 0 || v[RMSNORM_P_HINT] == 1);
 }
 
 static int render(const jit_key *k, const char *entry, char *buf, size_t n) {
+  char bounds[64];
+  if (k->v[RMSNORM_P_MINBLOCKS] > 0)
+    snprintf(bounds, sizeof bounds, "%d, %d", (int)k->v[RMSNORM_P_THREADS],
+             (int)k->v[RMSNORM_P_MINBLOCKS]);
+  else
+    snprintf(bounds, sizeof bounds, "%d", (int)k->v[RMSNORM_P_THREADS]);
   int w = snprintf(buf, n,
-                   "extern \"C\" __global__ void __launch_bounds__(%d)\n"
+                   "extern \"C\" __global__ void __launch_bounds__(%s)\n"
                    "%s(fi_rmsnorm_params p) {\n"
-                   "  fi::rmsnorm<%s, %d, %d, %d>(p);\n"
+                   "  fi::rmsnorm<%s, %d, %d, %d, %d, %d>(p);\n"
                    "}\n",
-                   (int)k->v[RMSNORM_P_THREADS], entry, jit_dtype_cxx((int)k->v[RMSNORM_P_DTYPE]),
+                   bounds, entry, jit_dtype_cxx((int)k->v[RMSNORM_P_DTYPE]),
                    (int)k->v[RMSNORM_P_VEC], (int)k->v[RMSNORM_P_THREADS],
-                   (int)k->v[RMSNORM_P_CHUNKS]);
+                   (int)k->v[RMSNORM_P_CHUNKS], (int)k->v[RMSNORM_P_WREG],
+                   (int)k->v[RMSNORM_P_HINT]);
   return w < 0 || (size_t)w >= n ? -1 : w;
 }
 
@@ -62,14 +93,18 @@ static void config(int idx, jit_key *out) {
   out->v[RMSNORM_P_VEC] = dvs[dv].vec;
   out->v[RMSNORM_P_THREADS] = shapes[s][0];
   out->v[RMSNORM_P_CHUNKS] = shapes[s][1];
+  out->v[RMSNORM_P_MINBLOCKS] = 0;
+  out->v[RMSNORM_P_WREG] = 1;
+  out->v[RMSNORM_P_HINT] = 0;
 }
 
 const jit_op jit_op_rmsnorm = {
     .name = "rmsnorm",
     .template_name = "rmsnorm.cuh",
-    .nparams = 4,
+    .nparams = 7,
     .params = {{"dtype", JIT_P_DTYPE}, {"vec", JIT_P_INT}, {"threads", JIT_P_INT},
-               {"chunks", JIT_P_INT}},
+               {"chunks", JIT_P_INT}, {"minblocks", JIT_P_INT}, {"wreg", JIT_P_INT},
+               {"hint", JIT_P_INT}},
     .render_entry = render,
     .config_count = count,
     .config = config,

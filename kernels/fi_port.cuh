@@ -169,6 +169,36 @@ FI_DEVICE void fi_store(T *p, const fi_vec<T, N> &x) {
   *reinterpret_cast<fi_vec<T, N> *>(p) = x;
 }
 
+// Streaming variants for data touched once: loads skip L1 (the row is not
+// read again by this SM), stores are marked evict-first in L2.
+template <typename T, int N>
+FI_DEVICE fi_vec<T, N> fi_load_stream(const T *p) {
+#if FI_CUDA
+  if (sizeof(T) * N == 16) {
+    fi_vec<T, N> r;
+    uint32_t *u = reinterpret_cast<uint32_t *>(&r);
+    asm volatile("ld.global.nc.L1::no_allocate.v4.u32 {%0, %1, %2, %3}, [%4];"
+                 : "=r"(u[0]), "=r"(u[1]), "=r"(u[2]), "=r"(u[3])
+                 : "l"(p));
+    return r;
+  }
+#endif
+  return fi_load<T, N>(p);
+}
+template <typename T, int N>
+FI_DEVICE void fi_store_stream(T *p, const fi_vec<T, N> &x) {
+#if FI_CUDA
+  if (sizeof(T) * N == 16) {
+    const uint32_t *u = reinterpret_cast<const uint32_t *>(&x);
+    asm volatile("st.global.cs.v4.u32 [%0], {%1, %2, %3, %4};" ::"l"(p), "r"(u[0]), "r"(u[1]),
+                 "r"(u[2]), "r"(u[3])
+                 : "memory");
+    return;
+  }
+#endif
+  fi_store<T, N>(p, x);
+}
+
 // ---- reductions ----
 // Sum over groups of W lanes (W a power of two, at most the warp).
 template <int W = FI_WARP>

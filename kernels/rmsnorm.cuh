@@ -6,10 +6,23 @@
 
 namespace fi {
 
+template <int HINT, typename T, int VEC>
+FI_DEVICE fi_vec<T, VEC> rms_load(const T *p) {
+  return HINT ? fi_load_stream<T, VEC>(p) : fi_load<T, VEC>(p);
+}
+template <int HINT, typename T, int VEC>
+FI_DEVICE void rms_store(T *p, const fi_vec<T, VEC> &x) {
+  if (HINT)
+    fi_store_stream<T, VEC>(p, x);
+  else
+    fi_store<T, VEC>(p, x);
+}
+
 // T: element type; VEC: elements per access (16 bytes or narrower);
 // THREADS: block size; CHUNKS: vectors per thread held in registers
-// (0: two passes over the row, any length).
-template <typename T, int VEC, int THREADS, int CHUNKS>
+// (0: two passes over the row, any length); WREG: keep the weight in
+// registers (else re-read from L1 each row); HINT: streaming cache hints.
+template <typename T, int VEC, int THREADS, int CHUNKS, int WREG, int HINT>
 FI_DEVICE void rmsnorm(const fi_rmsnorm_params &p) {
   constexpr int NW = THREADS / FI_WARP > 0 ? THREADS / FI_WARP : 1;
   // Two scratch buffers, alternating by row: a warp that runs ahead to the
@@ -23,11 +36,13 @@ FI_DEVICE void rmsnorm(const fi_rmsnorm_params &p) {
 
   if (CHUNKS > 0) {
     constexpr int C = CHUNKS > 0 ? CHUNKS : 1;
-    fi_vec<T, VEC> wv[C], x[C], xn[C];
+    fi_vec<T, VEC> wv[WREG ? C : 1], x[C], xn[C];
+    if (WREG) {
 #pragma unroll
-    for (int c = 0; c < C; c++) {
-      const int i = (c * THREADS + tid) * VEC;
-      if (i < hidden) wv[c] = fi_load<T, VEC>(w + i);
+      for (int c = 0; c < C; c++) {
+        const int i = (c * THREADS + tid) * VEC;
+        if (i < hidden) wv[WREG ? c : 0] = fi_load<T, VEC>(w + i);
+      }
     }
     int64_t row = blockIdx.x;
     if (row < p.rows) {
@@ -35,7 +50,7 @@ FI_DEVICE void rmsnorm(const fi_rmsnorm_params &p) {
 #pragma unroll
       for (int c = 0; c < C; c++) {
         const int i = (c * THREADS + tid) * VEC;
-        if (i < hidden) x[c] = fi_load<T, VEC>(in + i);
+        if (i < hidden) x[c] = rms_load<HINT, T, VEC>(in + i);
       }
     }
     for (; row < p.rows; row += gridDim.x) {
@@ -45,7 +60,7 @@ FI_DEVICE void rmsnorm(const fi_rmsnorm_params &p) {
 #pragma unroll
         for (int c = 0; c < C; c++) {
           const int i = (c * THREADS + tid) * VEC;
-          if (i < hidden) xn[c] = fi_load<T, VEC>(in + i);
+          if (i < hidden) xn[c] = rms_load<HINT, T, VEC>(in + i);
         }
       }
       float ss = 0.0f;
@@ -68,11 +83,12 @@ FI_DEVICE void rmsnorm(const fi_rmsnorm_params &p) {
       for (int c = 0; c < C; c++) {
         const int i = (c * THREADS + tid) * VEC;
         if (i < hidden) {
+          const fi_vec<T, VEC> wc = WREG ? wv[WREG ? c : 0] : fi_load<T, VEC>(w + i);
           fi_vec<T, VEC> y;
 #pragma unroll
           for (int k = 0; k < VEC; k++)
-            y.v[k] = fi_from_float<T>(fi_to_float(x[c].v[k]) * r * fi_to_float(wv[c].v[k]));
-          fi_store<T, VEC>(out + i, y);
+            y.v[k] = fi_from_float<T>(fi_to_float(x[c].v[k]) * r * fi_to_float(wc.v[k]));
+          rms_store<HINT, T, VEC>(out + i, y);
         }
       }
 #pragma unroll

@@ -77,6 +77,8 @@ typedef struct fi_admin_stats {
   double compile_ms;
   const char *path;                /* the user cache path in use */
   int fallback;                    /* 1: that file was unusable; kernels are kept in memory */
+  /* Where this runtime's slow paths spent their time, in total. */
+  double store_open_ms, lookup_ms, module_load_ms;
 } fi_admin_stats;
 FI_API fi_status fi_admin_stats_get(fi_runtime *rt, fi_admin_stats *st);
 
@@ -87,6 +89,15 @@ FI_API fi_status fi_admin_rmsnorm_kernel(fi_runtime *rt, const DLTensor *input,
                                          const DLTensor *weight, double eps, DLTensor *out,
                                          void **function, unsigned grid[3], unsigned block[3],
                                          unsigned *shared_bytes);
+
+/** For fi-bench's tuning sweeps: fi_rmsnorm with the kernel configuration
+ * named by its canonical key (as fi-cache ls shows it) instead of the one
+ * the runtime would choose. The key must be an rmsnorm key of the tensors'
+ * dtype whose access width the tensors' alignment allows and whose block
+ * covers the row; FI_ERR_INVALID_ARGUMENT names what does not fit. */
+FI_API fi_status fi_admin_rmsnorm_with_key(fi_runtime *rt, const DLTensor *input,
+                                           const DLTensor *weight, double eps, DLTensor *out,
+                                           void *stream, const char *key);
 
 #ifdef __cplusplus
 }

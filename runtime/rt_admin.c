@@ -156,5 +156,8 @@ FI_API fi_status fi_admin_stats_get(fi_runtime *rt, fi_admin_stats *st) {
   st->compile_ms = atomic_load(&rt->compile_ms_total);
   st->path = rt->cache_path;
   st->fallback = rt->store_is_fallback;
+  st->store_open_ms = atomic_load(&rt->store_open_ms);
+  st->lookup_ms = atomic_load(&rt->lookup_ms);
+  st->module_load_ms = atomic_load(&rt->module_load_ms);
   return FI_OK;
 }

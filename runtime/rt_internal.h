@@ -52,7 +52,7 @@ struct fi_runtime {
   char cuda_err[512], hip_err[512];
   /* Statistics. */
   atomic_llong memo_hits, cache_hits, compiles, compile_failures, waits;
-  _Atomic double compile_ms_total;
+  _Atomic double compile_ms_total, store_open_ms, lookup_ms, module_load_ms;
   /* Uses of stored binaries not yet written back (hits, last_used). */
   uint8_t (*touched)[16];
   int ntouched, captouched;

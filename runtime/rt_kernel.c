@@ -16,6 +16,12 @@ static double now_ms(void) {
   return (double)t.tv_sec * 1e3 + (double)t.tv_nsec / 1e6;
 }
 
+static void add_ms(_Atomic double *total, double ms) {
+  double old = atomic_load(total);
+  while (!atomic_compare_exchange_weak(total, &old, old + ms)) {
+  }
+}
+
 /* Opens the user store at first need. A file that cannot be opened or is
  * corrupt leaves the process working from memory, with one warning. */
 cache_store *rt_store(fi_runtime *rt) {
@@ -25,6 +31,7 @@ cache_store *rt_store(fi_runtime *rt) {
   if (!rt->store) {
     char err[1024] = "";
     cache_store *opened = NULL;
+    double t0 = now_ms();
     if (cache_store_open(rt->cache_path, 0, &opened, err, sizeof err) != CACHE_OK) {
       rt_log(rt, RT_LOG_WARN, "cache %s unusable (%s); kernels are kept in memory only",
              rt->cache_path, err);
@@ -32,6 +39,7 @@ cache_store *rt_store(fi_runtime *rt) {
       if (cache_store_open(":memory:", 0, &opened, err, sizeof err) != CACHE_OK) opened = NULL;
       rt->store_is_fallback = 1;
     }
+    add_ms(&rt->store_open_ms, now_ms() - t0);
     __atomic_store_n(&rt->store, opened, __ATOMIC_RELEASE);
   }
   s = rt->store;
@@ -122,11 +130,7 @@ static fi_status compile_and_store(fi_runtime *rt, cache_store *store, const jit
     return rt_fail(FI_ERR_COMPILE, "compiling %s for %s: %s", canon, t->arch, err);
   }
   atomic_fetch_add(&rt->compiles, 1);
-  {
-    double old = atomic_load(&rt->compile_ms_total);
-    while (!atomic_compare_exchange_weak(&rt->compile_ms_total, &old, old + ms)) {
-    }
-  }
+  add_ms(&rt->compile_ms_total, ms);
   if (compile_ms) *compile_ms = ms;
   rt_log(rt, RT_LOG_DEBUG, "compiled %s for %s with %s in %.1f ms (%zu bytes)", canon, t->arch,
          t->compiler, ms, co.bytes);
@@ -203,7 +207,9 @@ fi_status rt_binary_ensure(fi_runtime *rt, const jit_key *key, const char *arch,
    * loaded one; a cache hit must not load a 100 MB compiler just to ask it
    * its version. */
   const char *prefer = cc->identity()[0] ? cc->identity() : NULL;
+  double t0 = now_ms();
   int r = cache_store_find(store, key_hash, prefer, &found, err, sizeof err);
+  add_ms(&rt->lookup_ms, now_ms() - t0);
   if (r == CACHE_OK && exact_compiler && strcmp(found.compiler, cc->identity()) != 0) {
     cache_record_free(&found); /* another compiler's binary: prewarm builds our own */
     r = CACHE_NOT_FOUND;
@@ -256,8 +262,11 @@ fi_status rt_kernel_get_slow(fi_runtime *rt, const jit_key *key, const rt_device
   k->device = device;
   k->backend = be;
   snprintf(k->key, sizeof k->key, "%s", rec.key);
-  if (be->module_load(state, device, rec.binary, rec.bytes, rec.entry, 0, &k->module, &k->fn, err,
-                      sizeof err) != 0) {
+  double t0 = now_ms();
+  int lrc = be->module_load(state, device, rec.binary, rec.bytes, rec.entry, 0, &k->module, &k->fn,
+                            err, sizeof err);
+  add_ms(&rt->module_load_ms, now_ms() - t0);
+  if (lrc != 0) {
     st = rt_fail(FI_ERR_DEVICE, "loading %s (%s, %s) on %s device %d: %s", rec.key, rec.arch,
                  rec.compiler, be->name, device, err);
     cache_record_free(&rec);

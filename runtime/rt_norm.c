@@ -137,6 +137,31 @@ FI_API fi_status fi_rmsnorm(fi_runtime *rt, const DLTensor *input, const DLTenso
   return rt_launch_kernel(rt, k, &c.launch, stream, &c.p, sizeof c.p);
 }
 
+FI_API fi_status fi_admin_rmsnorm_with_key(fi_runtime *rt, const DLTensor *input,
+                                           const DLTensor *weight, double eps, DLTensor *out,
+                                           void *stream, const char *key) {
+  rmsnorm_call c;
+  int empty = 0;
+  fi_status st = prepare(rt, input, weight, eps, out, &c, &empty);
+  if (st != FI_OK || empty) return st;
+  jit_key k;
+  if (!key || jit_key_parse(key, &k) != 0 || k.op != c.key.op)
+    return rt_fail(FI_ERR_INVALID_ARGUMENT, "key: '%s' is not an rmsnorm key", key ? key : "(null)");
+  if (k.v[RMSNORM_P_DTYPE] != c.key.v[RMSNORM_P_DTYPE])
+    return rt_fail(FI_ERR_INVALID_ARGUMENT, "key: dtype differs from the tensors'");
+  if (k.v[RMSNORM_P_VEC] > c.key.v[RMSNORM_P_VEC])
+    return rt_fail(FI_ERR_INVALID_ARGUMENT, "key: vec=%lld, but the tensors allow at most %lld",
+                   (long long)k.v[RMSNORM_P_VEC], (long long)c.key.v[RMSNORM_P_VEC]);
+  if (!jit_rmsnorm_valid(&k, c.p.hidden))
+    return rt_fail(FI_ERR_INVALID_ARGUMENT, "key: '%s' cannot normalize rows of %d", key, c.p.hidden);
+  c.key = k;
+  c.launch.block[0] = (unsigned)k.v[RMSNORM_P_THREADS];
+  rt_kernel *kr;
+  if ((st = rt_kernel_get(rt, &c.key, c.be, c.device, &kr)) != FI_OK) return st;
+  if ((st = size_grid(rt, kr, &c)) != FI_OK) return st;
+  return rt_launch_kernel(rt, kr, &c.launch, stream, &c.p, sizeof c.p);
+}
+
 FI_API fi_status fi_admin_rmsnorm_kernel(fi_runtime *rt, const DLTensor *input,
                                          const DLTensor *weight, double eps, DLTensor *out,
                                          void **function, unsigned grid[3], unsigned block[3],

@@ -44,7 +44,8 @@ static void usage(FILE *f) {
           "  rmsnorm   fi_rmsnorm bandwidth across sizes and dtypes, as a fraction of copy\n"
           "  runtime   cold compile of one kernel, a fresh process's first call on a prewarmed\n"
           "            cache, and memo-hit dispatch against a bare cuLaunchKernel\n"
-          "With no SECTION, all three. Times are medians over repetitions, taken with CUDA\n"
+          "  tune      rmsnorm configurations around the chosen one at 8192 x 8192 (not by default)\n"
+          "With no SECTION, copy, rmsnorm and runtime. Times are medians over repetitions, taken with CUDA\n"
           "events after warm-up, rotating among input sets larger than the L2 cache.\n"
           "  --json FILE  also write every measurement as one JSON object per line\n"
           "  --quick      fewer repetitions (for a smoke test)\n");
@@ -97,7 +98,14 @@ static DLTensor tensor(CUdeviceptr p, int dt, int ndim, int64_t *shape) {
 
 static const char *dtname(int dt) { return dt == 0 ? "f16" : dt == 1 ? "bf16" : "f32"; }
 
-static double bench_rmsnorm_one(fi_runtime *rt, int dt, int64_t rows, int64_t hidden, double copy) {
+/* key NULL: the configuration fi_rmsnorm picks; else that configuration. */
+static fi_status run_rms(fi_runtime *rt, const char *key, DLTensor *in, DLTensor *w, DLTensor *out) {
+  return key ? fi_admin_rmsnorm_with_key(rt, in, w, 1e-6, out, NULL, key)
+             : fi_rmsnorm(rt, in, w, 1e-6, out, NULL);
+}
+
+static double bench_rmsnorm_one(fi_runtime *rt, int dt, int64_t rows, int64_t hidden, double copy,
+                                const char *key) {
   const size_t es = dt == 2 ? 4 : 2, tbytes = (size_t)(rows * hidden) * es;
   /* Enough input/output pairs that one round over them exceeds the 60 MB L2
    * several times: otherwise the cache, not the memory, is measured. */
@@ -118,10 +126,15 @@ static double bench_rmsnorm_one(fi_runtime *rt, int dt, int64_t rows, int64_t hi
     ti[s] = tensor(in[s], dt, 2, shape);
     to[s] = tensor(out[s], dt, 2, shape);
   }
-  fi_status st = fi_rmsnorm(rt, &ti[0], &tw, 1e-6, &to[0], NULL);
+  fi_status st = run_rms(rt, key, &ti[0], &tw, &to[0]);
   if (st != FI_OK) {
-    fprintf(stderr, "fi_rmsnorm: %s\n", fi_last_error());
-    exit(1);
+    fprintf(stderr, "fi_rmsnorm %s: %s\n", key ? key : "", fi_last_error());
+    for (int s = 0; s < sets; s++) {
+      CU_CHECK(&cu, cuMemFree(in[s]));
+      CU_CHECK(&cu, cuMemFree(out[s]));
+    }
+    CU_CHECK(&cu, cuMemFree(w));
+    return 0;
   }
   CU_CHECK(&cu, cuCtxSynchronize());
   CUevent e0, e1;
@@ -133,7 +146,7 @@ static double bench_rmsnorm_one(fi_runtime *rt, int dt, int64_t rows, int64_t hi
     CU_CHECK(&cu, cuEventRecord(e0, NULL));
     for (int i = 0; i < batch; i++) {
       int s = (r * batch + i) % sets;
-      fi_rmsnorm(rt, &ti[s], &tw, 1e-6, &to[s], NULL);
+      run_rms(rt, key, &ti[s], &tw, &to[s]);
     }
     CU_CHECK(&cu, cuEventRecord(e1, NULL));
     CU_CHECK(&cu, cuEventSynchronize(e1));
@@ -144,13 +157,15 @@ static double bench_rmsnorm_one(fi_runtime *rt, int dt, int64_t rows, int64_t hi
   double ms = median(t, reps);
   double bytes = 2.0 * (double)tbytes + (double)hidden * (double)es;
   double tbs = bytes / (ms * 1e-3) / 1e12;
-  printf("| rmsnorm | %-4s | %6lld x %-6lld | %8.1f | %5.2f | %5.1f%% |\n", dtname(dt),
-         (long long)rows, (long long)hidden, ms * 1e3, tbs, 100.0 * tbs / copy);
+  printf("| rmsnorm | %-4s | %6lld x %-6lld | %8.1f | %5.2f | %5.1f%% |%s%s\n", dtname(dt),
+         (long long)rows, (long long)hidden, ms * 1e3, tbs, 100.0 * tbs / copy, key ? " " : "",
+         key ? key + strlen("op=rmsnorm;") : "");
   if (json)
     fprintf(json,
             "{\"bench\":\"rmsnorm\",\"dtype\":\"%s\",\"rows\":%lld,\"hidden\":%lld,\"us\":%.3f,"
-            "\"tbs\":%.4f,\"of_copy\":%.4f}\n",
-            dtname(dt), (long long)rows, (long long)hidden, ms * 1e3, tbs, tbs / copy);
+            "\"tbs\":%.4f,\"of_copy\":%.4f,\"key\":\"%s\"}\n",
+            dtname(dt), (long long)rows, (long long)hidden, ms * 1e3, tbs, tbs / copy,
+            key ? key : "");
   for (int s = 0; s < sets; s++) {
     CU_CHECK(&cu, cuMemFree(in[s]));
     CU_CHECK(&cu, cuMemFree(out[s]));
@@ -170,7 +185,29 @@ static void bench_rmsnorm(fi_runtime *rt, double copy) {
   };
   printf("\n| op | dtype | tokens x hidden | us | TB/s | of copy |\n|---|---|---|---|---|---|\n");
   for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++)
-    bench_rmsnorm_one(rt, cases[i].dt, cases[i].rows, cases[i].hidden, copy);
+    bench_rmsnorm_one(rt, cases[i].dt, cases[i].rows, cases[i].hidden, copy, NULL);
+}
+
+/* The configurations around the chosen one at 8192 x 8192, for tuning:
+ * block shape, register cap (min blocks per SM), weight in registers or
+ * not, streaming hints or not. */
+static void bench_tune(fi_runtime *rt, double copy) {
+  static const int shapes[][2] = {{128, 8}, {256, 4}, {512, 2}, {1024, 1}};
+  static const int minb[] = {0, 2, 3, 4};
+  printf("\n| op | dtype | tokens x hidden | us | TB/s | of copy | key |\n|---|---|---|---|---|---|---|\n");
+  for (int dt = 1; dt >= 0; dt--)
+    for (size_t s = 0; s < sizeof shapes / sizeof shapes[0]; s++)
+      for (size_t m = 0; m < sizeof minb / sizeof minb[0]; m++)
+        for (int wreg = 1; wreg >= 0; wreg--)
+          for (int hint = 0; hint <= 1; hint++) {
+            if (minb[m] * shapes[s][0] > 2048) continue;
+            if (dt == 0 && (wreg == 0 || s != 1)) continue; /* f16: a few points only */
+            char key[256];
+            snprintf(key, sizeof key,
+                     "op=rmsnorm;dtype=%s;vec=8;threads=%d;chunks=%d;minblocks=%d;wreg=%d;hint=%d",
+                     dtname(dt), shapes[s][0], shapes[s][1], minb[m], wreg, hint);
+            bench_rmsnorm_one(rt, dt, 8192, 8192, copy, key);
+          }
 }
 
 /* ------------------------------------------------------------- runtime */
@@ -208,13 +245,29 @@ static int first_call_child(const char *cache) {
   CU_CHECK(&cu, cuCtxSynchronize());
   fi_admin_stats s;
   fi_admin_stats_get(rt, &s);
-  printf("%.1f %.1f %lld %lld\n", t1 - t0, t2 - t1, (long long)s.cache_hits, (long long)s.compiles);
+  /* A second first call, on a different shape, so a different kernel: the
+   * store is open now, so this is lookup + module load + launch alone. */
+  const int64_t hidden2 = 2048;
+  int64_t shape2[2] = {rows, hidden2}, wshape2[1] = {hidden2};
+  DLTensor tx2 = tensor(x, 1, 2, shape2), tw2 = tensor(w, 1, 1, wshape2);
+  double t3 = now_us();
+  st = fi_rmsnorm(rt, &tx2, &tw2, 1e-6, &tx2, NULL);
+  double t4 = now_us();
+  if (st != FI_OK) {
+    fprintf(stderr, "child: %s\n", fi_last_error());
+    return 1;
+  }
+  CU_CHECK(&cu, cuCtxSynchronize());
+  fi_admin_stats_get(rt, &s);
+  printf("%.1f %.1f %lld %lld %.1f %.1f %.1f %.1f\n", t1 - t0, t2 - t1, (long long)s.cache_hits,
+         (long long)s.compiles, s.store_open_ms * 1e3, s.lookup_ms * 1e3, s.module_load_ms * 1e3,
+         t4 - t3);
   fi_runtime_destroy(rt);
   return 0;
 }
 
 static int run_child(const char *self, const char *cache, double *create_us, double *call_us,
-                     long long *hits, long long *compiles) {
+                     long long *hits, long long *compiles, double br[4]) {
   int fd[2];
   if (pipe(fd) != 0) return -1;
   pid_t pid = fork();
@@ -234,7 +287,10 @@ static int run_child(const char *self, const char *cache, double *create_us, dou
   waitpid(pid, &status, 0);
   if (n <= 0 || !WIFEXITED(status) || WEXITSTATUS(status) != 0) return -1;
   buf[n] = 0;
-  return sscanf(buf, "%lf %lf %lld %lld", create_us, call_us, hits, compiles) == 4 ? 0 : -1;
+  return sscanf(buf, "%lf %lf %lld %lld %lf %lf %lf %lf", create_us, call_us, hits, compiles,
+                &br[0], &br[1], &br[2], &br[3]) == 8
+             ? 0
+             : -1;
 }
 
 static void bench_runtime(const char *self) {
@@ -276,15 +332,27 @@ static void bench_runtime(const char *self) {
 
   /* 2. Fresh processes on the now-prewarmed cache. */
   int nchild = quick ? 3 : 11;
-  double cr[32], ca[32], tot[32];
+  double cr[32], ca[32], tot[32], bo[32], bl[32], bm[32], b2[32];
   int got = 0;
   long long hits = 0, compiles = 0;
+  /* Prewarm the second shape the children use too. */
+  {
+    int64_t shape2[2] = {rows, 2048}, wshape2[1] = {2048};
+    DLTensor a = tensor(x, 1, 2, shape2), b = tensor(w, 1, 1, wshape2);
+    if (fi_rmsnorm(rt, &a, &b, 1e-6, &a, NULL) != FI_OK) exit(1);
+    fi_runtime_destroy(rt); /* like a process that exits: the cache file is closed */
+    if (fi_runtime_create(&o, &rt) != FI_OK) exit(1);
+  }
   for (int i = 0; i < nchild; i++) {
-    double a, b;
-    if (run_child(self, cache, &a, &b, &hits, &compiles) == 0) {
+    double a, b, br[4];
+    if (run_child(self, cache, &a, &b, &hits, &compiles, br) == 0) {
       cr[got] = a;
       ca[got] = b;
       tot[got] = a + b;
+      bo[got] = br[0];
+      bl[got] = br[1];
+      bm[got] = br[2];
+      b2[got] = br[3];
       got++;
     }
   }
@@ -296,6 +364,9 @@ static void bench_runtime(const char *self) {
   printf("  fresh process, prewarmed cache: fi_runtime_create %.1f us + first fi_rmsnorm %.1f us "
          "= %.3f ms in the runtime (median of %d; last child: %lld cache hits, %lld compiles)\n",
          mcr, mca, mt / 1e3, got, hits, compiles);
+  printf("    of which: opening the cache %.1f us, lookups (2) %.1f us, module loads (2) %.1f us; "
+         "a second new kernel's first call %.1f us\n",
+         median(bo, got), median(bl, got), median(bm, got), median(b2, got));
 
   /* 3. Memo-hit dispatch against a bare cuLaunchKernel of the same function. */
   void *fn;
@@ -353,7 +424,7 @@ static void bench_runtime(const char *self) {
 
 int main(int argc, char **argv) {
   if (argc == 3 && strcmp(argv[1], "--first-call-child") == 0) return first_call_child(argv[2]);
-  int want_copy = 0, want_rms = 0, want_rt = 0, any = 0;
+  int want_copy = 0, want_rms = 0, want_rt = 0, want_tune = 0, any = 0;
   for (int i = 1; i < argc; i++) {
     if (!strcmp(argv[i], "--help") || !strcmp(argv[i], "-h")) {
       usage(stdout);
@@ -372,6 +443,8 @@ int main(int argc, char **argv) {
       want_rms = any = 1;
     } else if (!strcmp(argv[i], "runtime")) {
       want_rt = any = 1;
+    } else if (!strcmp(argv[i], "tune")) {
+      want_tune = any = 1;
     } else {
       fprintf(stderr, "fi-bench: unknown argument '%s'\n", argv[i]);
       usage(stderr);
@@ -396,6 +469,15 @@ int main(int argc, char **argv) {
     fi_runtime *rt;
     if (fi_runtime_create(&o, &rt) != FI_OK) return 1;
     bench_rmsnorm(rt, copy);
+    fi_runtime_destroy(rt);
+  }
+  if (want_tune) {
+    fi_options o;
+    fi_options_init(&o);
+    o.cache_path = ":memory:";
+    fi_runtime *rt;
+    if (fi_runtime_create(&o, &rt) != FI_OK) return 1;
+    bench_tune(rt, copy);
     fi_runtime_destroy(rt);
   }
   if (want_rt) {

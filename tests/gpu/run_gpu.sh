@@ -10,6 +10,7 @@ nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.mem,temperature.gpu 
   > "$OUT/gpu.txt" 2>&1
 git log -1 --format='commit %H %s' >> "$OUT/gpu.txt" 2>/dev/null
 
+main() {
 echo "== GPU tests"
 FT_LOGDIR="$OUT/gpu-logs" tests/run_tests.sh "$B"/tests/gpu_* 2>&1 | tee "$OUT/gpu-test.txt"
 gpu_rc=${PIPESTATUS[0]}
@@ -28,7 +29,7 @@ fi
 echo "sanitizer: $san"
 
 echo "== fi-bench"
-"$B/fi-bench" --json "$OUT/bench.jsonl" 2>&1 | tee "$OUT/bench.txt"
+"$B/fi-bench" --json "$OUT/bench.jsonl" ${FI_BENCH_SECTIONS:-} 2>&1 | tee "$OUT/bench.txt"
 
 echo "== SASS of the 8192-wide bf16 rmsnorm kernel"
 T=$(mktemp -d)
@@ -46,10 +47,19 @@ for key, entry, blob in db.execute("select key, entry, binary from kernels where
 PY
 head -20 "$OUT/sass.txt"
 rm -rf "$T"
+return $gpu_rc
+}
 
-echo "== summary"
+main > "$OUT/run.log" 2>&1
+gpu_rc=$?
+san=$(grep '^sanitizer:' "$OUT/run.log" | head -1)
+echo "== summary (full log: run.log)"
 cat "$OUT/gpu.txt"
 tail -1 "$OUT/gpu-test.txt"
-echo "sanitizer: $san"
-grep -E '^copy|8192 x 8192|fresh process|dispatch|cold' "$OUT/bench.txt"
+echo "$san"
+grep -E '^copy|fresh process|of which|dispatch|cold' "$OUT/bench.txt"
+grep -E '^\| rmsnorm' "$OUT/bench.txt" | grep -v 'minblocks' | head -20
+echo "best tuning points:"
+grep -E 'minblocks' "$OUT/bench.txt" | sort -t'|' -k6 -rn | head -12
+grep -E 'REG:' "$OUT/sass.txt"
 exit $gpu_rc
