@@ -22,6 +22,7 @@ struct cache_store {
   /* Recursive so that a cache_store_list callback may call back into the store. */
   pthread_mutex_t mu;
   int readonly;
+  int rollback; /* CACHE_OPEN_ROLLBACK */
   int last_rc; /* SQLite code behind the last error, for open's fallback */
   char *path;
   /* Each is reset and its bindings cleared before the function using it
@@ -258,8 +259,12 @@ static int cache_setup(cache_store *s, int memory, char *err, size_t errlen) {
   if (!found &&
       (rc = cache_exec(s, "PRAGMA auto_vacuum=INCREMENTAL", "auto_vacuum", err, errlen)))
     return rc;
-  /* journal_mode is persistent in the file: a no-op once it is WAL. */
-  if (!memory && (rc = cache_set_wal(s, err, errlen))) return rc;
+  /* journal_mode is persistent in the file: a no-op once it is WAL. Leaving
+   * WAL needs every other connection gone; if one is there, stay in WAL. */
+  if (!memory && s->rollback)
+    sqlite3_exec(s->db, "PRAGMA journal_mode=DELETE", NULL, NULL, NULL);
+  else if (!memory && (rc = cache_set_wal(s, err, errlen)))
+    return rc;
   if ((rc = cache_exec(s, "PRAGMA synchronous=NORMAL", "synchronous", err, errlen))) return rc;
   if ((rc = cache_exec(s, "PRAGMA journal_size_limit=1048576", "journal_size_limit", err,
                        errlen)))
@@ -398,6 +403,7 @@ int cache_store_open(const char *path, int flags, cache_store **out, char *err, 
     return CACHE_ERR;
   }
   s->readonly = readonly;
+  s->rollback = (flags & CACHE_OPEN_ROLLBACK) != 0;
   pthread_mutexattr_t attr;
   int mrc = pthread_mutexattr_init(&attr);
   if (mrc == 0) {

@@ -20,6 +20,9 @@ enum {
 
 /* Open flags. */
 #define CACHE_OPEN_READONLY 1 /* never writes; used for the system layer */
+/* Rollback journal instead of WAL: no -wal/-shm files, the mode that is safe
+ * on network filesystems, and a cheaper open where file locking is slow. */
+#define CACHE_OPEN_ROLLBACK 2
 
 /* One stored binary. On input to cache_store_put every field is read; on
  * output from lookups the pointers stay valid until the next call on the

@@ -42,6 +42,7 @@ struct fi_runtime {
   char cache_path[4096];
   cache_store *store;        /* the user layer; ":memory:" if the file was unusable */
   int store_is_fallback;
+  int store_flags;           /* CACHE_OPEN_ROLLBACK when FI_CACHE_JOURNAL=delete */
   cache_memo *memo;
   pthread_mutex_t mu;        /* guards inflight, the device state load, store switch */
   pthread_cond_t cv;

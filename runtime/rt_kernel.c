@@ -32,7 +32,7 @@ cache_store *rt_store(fi_runtime *rt) {
     char err[1024] = "";
     cache_store *opened = NULL;
     double t0 = now_ms();
-    if (cache_store_open(rt->cache_path, 0, &opened, err, sizeof err) != CACHE_OK) {
+    if (cache_store_open(rt->cache_path, rt->store_flags, &opened, err, sizeof err) != CACHE_OK) {
       rt_log(rt, RT_LOG_WARN, "cache %s unusable (%s); kernels are kept in memory only",
              rt->cache_path, err);
       opened = NULL;

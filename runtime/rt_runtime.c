@@ -57,6 +57,11 @@ FI_API fi_status fi_runtime_create(const fi_options *opts, fi_runtime **out) {
                             "kernels are kept in memory only");
     snprintf(rt->cache_path, sizeof rt->cache_path, ":memory:");
   }
+  const char *journal = getenv("FI_CACHE_JOURNAL");
+  if (journal && strcmp(journal, "delete") == 0)
+    rt->store_flags |= CACHE_OPEN_ROLLBACK;
+  else if (journal && journal[0] && strcmp(journal, "wal") != 0)
+    rt_log(rt, RT_LOG_WARN, "FI_CACHE_JOURNAL=%s ignored (wal or delete)", journal);
   pthread_mutex_init(&rt->mu, NULL);
   pthread_cond_init(&rt->cv, NULL);
   rt->memo = cache_memo_create();
