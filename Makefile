@@ -69,6 +69,11 @@ $(BUILD)/tests/gpu_%: tests/gpu/gpu_%.c tests/gpu/gpu_util.h tests/ft.h $(BUILD)
 	$(CC) $(CPPFLAGS) $(CFLAGS) -Itests -Itools $< $(BUILD)/obj/tests/ft_main.o -o $@ $(LDFLAGS) \
 	  -L$(BUILD) -l:libfi_runtime.so -Wl,-rpath,'$$ORIGIN/..' -ldl -lpthread -lm
 
+# Not a test: times the steps of opening the cache on the GPU machine.
+$(BUILD)/tests/probe_store: tests/gpu/probe_store.c $(BUILD)/libfi_internal.a
+	@mkdir -p $(dir $@)
+	$(CC) $(CPPFLAGS) $(CFLAGS) $< $(BUILD)/libfi_internal.a -o $@ $(LDFLAGS) $(LIBS)
+
 test: all $(TEST_BINS)
 	FI_BUILD=$(BUILD) tests/run_tests.sh $(TEST_BINS) $(TEST_SCRIPTS)
 
@@ -78,7 +83,7 @@ test-asan:
 	ASAN_OPTIONS=use_sigaltstack=0:detect_leaks=1 LSAN_OPTIONS=suppressions=$(CURDIR)/tests/lsan.supp \
 	  $(MAKE) BUILD=build-asan SAN=1 test
 
-gpu-test: all $(GPU_BINS)
+gpu-test: all $(GPU_BINS) $(BUILD)/tests/probe_store
 	FI_BUILD=$(BUILD) FT_LOGDIR=$(BUILD)/gpu-logs tests/run_tests.sh $(GPU_BINS)
 
 install: all

@@ -28,7 +28,7 @@ struct cache_store {
   /* Each is reset and its bindings cleared before the function using it
    * returns, so SQLITE_STATIC bindings never outlive the caller's memory
    * and no read transaction stays open between calls. */
-  sqlite3_stmt *st_get, *st_find, *st_put, *st_touch, *st_del;
+  sqlite3_stmt *st[5];
 };
 
 /* Small, mutable columns first and source/binary last, so that reading a
@@ -288,36 +288,39 @@ static int cache_setup(cache_store *s, int memory, char *err, size_t errlen) {
   return rc;
 }
 
-static int cache_prepare(cache_store *s, char *err, size_t errlen) {
-  struct {
-    sqlite3_stmt **st;
-    const char *sql;
-  } list[] = {
-      {&s->st_get, "SELECT " REC_COLS " FROM kernels WHERE hash = ?1"},
-      {&s->st_find, "SELECT " REC_COLS " FROM kernels WHERE key_hash = ?1"
-                    " ORDER BY coalesce(compiler = ?2, 0) DESC, created DESC, rowid DESC"
-                    " LIMIT 1"},
-      {&s->st_put, "INSERT OR REPLACE INTO kernels(hash, key_hash, op, key, arch, compiler,"
-                   " options, entry, bytes, checksum, compile_ms, created, last_used, hits,"
-                   " source, binary) VALUES(?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11,"
-                   " ?12, ?12, 0, ?13, ?14)"},
-      {&s->st_touch,
-       "UPDATE kernels SET hits = coalesce(hits, 0) + 1, last_used = ?2 WHERE hash = ?1"},
-      {&s->st_del, "DELETE FROM kernels WHERE hash = ?1"},
-  };
-  for (size_t i = 0; i < sizeof list / sizeof list[0]; i++) {
-    int rc = sqlite3_prepare_v3(s->db, list[i].sql, -1, SQLITE_PREPARE_PERSISTENT, list[i].st,
-                                NULL);
-    if (rc != SQLITE_OK) return cache_sqerr(s, rc, "preparing statements", err, errlen);
+enum { ST_GET, ST_FIND, ST_PUT, ST_TOUCH, ST_DEL, ST_COUNT };
+
+static const char *const stmt_sql[ST_COUNT] = {
+    [ST_GET] = "SELECT " REC_COLS " FROM kernels WHERE hash = ?1",
+    [ST_FIND] = "SELECT " REC_COLS " FROM kernels WHERE key_hash = ?1"
+                " ORDER BY coalesce(compiler = ?2, 0) DESC, created DESC, rowid DESC LIMIT 1",
+    [ST_PUT] = "INSERT OR REPLACE INTO kernels(hash, key_hash, op, key, arch, compiler,"
+               " options, entry, bytes, checksum, compile_ms, created, last_used, hits,"
+               " source, binary) VALUES(?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11,"
+               " ?12, ?12, 0, ?13, ?14)",
+    [ST_TOUCH] = "UPDATE kernels SET hits = coalesce(hits, 0) + 1, last_used = ?2 WHERE hash = ?1",
+    [ST_DEL] = "DELETE FROM kernels WHERE hash = ?1",
+};
+
+/* Statements are prepared at first use, under s->mu: planning all five at
+ * open cost as much as parsing the schema, and a process that only looks
+ * kernels up needs one. */
+static sqlite3_stmt *cache_stmt(cache_store *s, int which, char *err, size_t errlen) {
+  if (!s->st[which]) {
+    int rc = sqlite3_prepare_v3(s->db, stmt_sql[which], -1, SQLITE_PREPARE_PERSISTENT,
+                                &s->st[which], NULL);
+    if (rc != SQLITE_OK) {
+      cache_sqerr(s, rc, "preparing a statement", err, errlen);
+      s->st[which] = NULL;
+    }
   }
-  return CACHE_OK;
+  return s->st[which];
 }
 
 static void cache_disconnect(cache_store *s) {
-  sqlite3_stmt **sts[] = {&s->st_get, &s->st_find, &s->st_put, &s->st_touch, &s->st_del};
-  for (size_t i = 0; i < sizeof sts / sizeof sts[0]; i++) {
-    sqlite3_finalize(*sts[i]);
-    *sts[i] = NULL;
+  for (int i = 0; i < ST_COUNT; i++) {
+    sqlite3_finalize(s->st[i]);
+    s->st[i] = NULL;
   }
   /* Every statement is finalized, so close cannot fail with SQLITE_BUSY. */
   sqlite3_close(s->db);
@@ -330,8 +333,12 @@ static int cache_connect(cache_store *s, const char *name, int oflags, int memor
   if (rc != SQLITE_OK) return cache_sqerr(s, rc, "cannot open cache", err, errlen);
   if ((rc = sqlite3_extended_result_codes(s->db, 1)) != SQLITE_OK)
     return cache_sqerr(s, rc, "extended result codes", err, errlen);
-  rc = cache_setup(s, memory, err, errlen);
-  return rc == CACHE_OK ? cache_prepare(s, err, errlen) : rc;
+  /* Keep -wal and -shm when the last connection closes: the next process
+   * then maps a valid WAL index instead of creating both files and
+   * rebuilding it, which made most of a fresh process's first lookup. */
+  int persist = 1;
+  if (!memory) sqlite3_file_control(s->db, "main", SQLITE_FCNTL_PERSIST_WAL, &persist);
+  return cache_setup(s, memory, err, errlen);
 }
 
 /* A WAL file in a directory we cannot write (a system cache shipped in an
@@ -504,11 +511,14 @@ static int cache_read_row(cache_store *s, sqlite3_stmt *st, cache_record *rec, c
     if (!s->readonly) {
       /* Reset first: the delete must not run under this statement's read. */
       sqlite3_reset(st);
-      int rc = sqlite3_bind_blob(s->st_del, 1, hash, 16, SQLITE_STATIC);
-      if (rc == SQLITE_OK) rc = sqlite3_step(s->st_del);
+      sqlite3_stmt *del = cache_stmt(s, ST_DEL, NULL, 0);
+      int rc = del ? sqlite3_bind_blob(del, 1, hash, 16, SQLITE_STATIC) : SQLITE_ERROR;
+      if (rc == SQLITE_OK) rc = sqlite3_step(del);
       removed = rc == SQLITE_DONE;
-      sqlite3_reset(s->st_del);
-      sqlite3_clear_bindings(s->st_del);
+      if (del) {
+        sqlite3_reset(del);
+        sqlite3_clear_bindings(del);
+      }
     }
     cache_seterr(err, errlen, "kernel %s in %s: %s mismatch (%s)", hex, s->path,
                  n != r.bytes ? "length" : "checksum",
@@ -565,12 +575,17 @@ int cache_store_find(cache_store *s, const uint8_t key_hash[16], const char *pre
   if (!cache_args_ok(s, key_hash, rec, err, errlen)) return CACHE_ERR;
   pthread_mutex_lock(&s->mu);
   int ret;
-  int rc = sqlite3_bind_blob(s->st_find, 1, key_hash, 16, SQLITE_STATIC);
+  sqlite3_stmt *q = cache_stmt(s, ST_FIND, err, errlen);
+  if (!q) {
+    pthread_mutex_unlock(&s->mu);
+    return CACHE_ERR;
+  }
+  int rc = sqlite3_bind_blob(q, 1, key_hash, 16, SQLITE_STATIC);
   if (rc == SQLITE_OK)
-    rc = prefer_compiler ? sqlite3_bind_text(s->st_find, 2, prefer_compiler, -1, SQLITE_STATIC)
-                         : sqlite3_bind_null(s->st_find, 2);
+    rc = prefer_compiler ? sqlite3_bind_text(q, 2, prefer_compiler, -1, SQLITE_STATIC)
+                         : sqlite3_bind_null(q, 2);
   if (rc == SQLITE_OK)
-    ret = cache_lookup(s, s->st_find, rec, err, errlen);
+    ret = cache_lookup(s, q, rec, err, errlen);
   else
     ret = cache_sqerr(s, rc, "find: bind", err, errlen);
   pthread_mutex_unlock(&s->mu);
@@ -581,9 +596,12 @@ int cache_store_get(cache_store *s, const uint8_t hash[16], cache_record *rec, c
                     size_t errlen) {
   if (!cache_args_ok(s, hash, rec, err, errlen)) return CACHE_ERR;
   pthread_mutex_lock(&s->mu);
-  int ret, rc = sqlite3_bind_blob(s->st_get, 1, hash, 16, SQLITE_STATIC);
-  if (rc == SQLITE_OK)
-    ret = cache_lookup(s, s->st_get, rec, err, errlen);
+  sqlite3_stmt *q = cache_stmt(s, ST_GET, err, errlen);
+  int ret, rc = q ? sqlite3_bind_blob(q, 1, hash, 16, SQLITE_STATIC) : SQLITE_ERROR;
+  if (!q)
+    ret = CACHE_ERR;
+  else if (rc == SQLITE_OK)
+    ret = cache_lookup(s, q, rec, err, errlen);
   else
     ret = cache_sqerr(s, rc, "get: bind", err, errlen);
   pthread_mutex_unlock(&s->mu);
@@ -651,8 +669,9 @@ int cache_store_get_prefix(cache_store *s, const char *hex_prefix, cache_record 
       /* The only match: read it by full hash, which verifies the checksum. */
       sqlite3_finalize(st);
       st = NULL;
-      rc = ok ? sqlite3_bind_blob(s->st_get, 1, first, 16, SQLITE_STATIC) : SQLITE_CORRUPT;
-      ret = rc == SQLITE_OK ? cache_lookup(s, s->st_get, rec, err, errlen)
+      sqlite3_stmt *q = cache_stmt(s, ST_GET, err, errlen);
+      rc = !q ? SQLITE_ERROR : ok ? sqlite3_bind_blob(q, 1, first, 16, SQLITE_STATIC) : SQLITE_CORRUPT;
+      ret = rc == SQLITE_OK ? cache_lookup(s, q, rec, err, errlen)
                             : cache_sqerr(s, rc, "get by prefix", err, errlen);
     }
   }
@@ -690,9 +709,9 @@ int cache_store_put(cache_store *s, const cache_record *rec, char *err, size_t e
     return CACHE_ERR;
   }
   uint64_t sum = XXH3_64bits(rec->binary, rec->bytes);
-  sqlite3_stmt *st = s->st_put;
   pthread_mutex_lock(&s->mu);
-  int ret = cache_exec(s, "BEGIN IMMEDIATE", "put: begin", err, errlen);
+  sqlite3_stmt *st = cache_stmt(s, ST_PUT, err, errlen);
+  int ret = st ? cache_exec(s, "BEGIN IMMEDIATE", "put: begin", err, errlen) : CACHE_ERR;
   if (ret == CACHE_OK) {
     int rc = sqlite3_bind_blob(st, 1, rec->hash, 16, SQLITE_STATIC);
     if (rc == SQLITE_OK) rc = sqlite3_bind_blob(st, 2, rec->key_hash, 16, SQLITE_STATIC);
@@ -727,10 +746,10 @@ int cache_store_touch(cache_store *s, const uint8_t (*hashes)[16], int n, char *
     return CACHE_ERR;
   }
   if (n == 0) return CACHE_OK;
-  sqlite3_stmt *st = s->st_touch;
   int64_t now = cache_now();
   pthread_mutex_lock(&s->mu);
-  int ret = cache_exec(s, "BEGIN IMMEDIATE", "touch: begin", err, errlen);
+  sqlite3_stmt *st = cache_stmt(s, ST_TOUCH, err, errlen);
+  int ret = st ? cache_exec(s, "BEGIN IMMEDIATE", "touch: begin", err, errlen) : CACHE_ERR;
   for (int i = 0; i < n && ret == CACHE_OK; i++) {
     int rc = sqlite3_bind_blob(st, 1, hashes[i], 16, SQLITE_STATIC);
     if (rc == SQLITE_OK) rc = sqlite3_bind_int64(st, 2, now);
