@@ -40,8 +40,9 @@ static const char *const SCHEMA_SQL =
     " arch TEXT NOT NULL, compiler TEXT NOT NULL, options TEXT NOT NULL, entry TEXT NOT NULL,"
     " bytes INTEGER NOT NULL, checksum INTEGER NOT NULL, compile_ms REAL, created INTEGER,"
     " last_used INTEGER, hits INTEGER, source TEXT, binary BLOB NOT NULL);"
-    "CREATE INDEX IF NOT EXISTS kernels_key_hash ON kernels(key_hash);"
-    "CREATE INDEX IF NOT EXISTS kernels_op_arch ON kernels(op, arch);";
+    "CREATE INDEX IF NOT EXISTS kernels_key_hash ON kernels(key_hash);";
+/* No index on (op, arch): listing scans a few thousand rows at most, while
+ * every process that opens the file parses each index's schema once. */
 
 /* Column order shared by every SELECT that fills a cache_record. */
 #define REC_COLS                                                                      \
@@ -234,6 +235,21 @@ static int cache_set_wal(cache_store *s, char *err, size_t errlen) {
 /* The schema check in a read transaction, so it sees one snapshot and
  * does not wait for writers. */
 static int cache_read_schema(cache_store *s, int *found, char *err, size_t errlen) {
+  /* The common case in one statement: a fi_runtime cache of our version.
+   * Anything else (a fresh file, a foreign or newer one) gets the full check. */
+  sqlite3_stmt *st = NULL;
+  if (sqlite3_prepare_v2(s->db, "SELECT v FROM meta WHERE k = 'schema_version'", -1, &st, NULL) ==
+      SQLITE_OK) {
+    int ok = sqlite3_step(st) == SQLITE_ROW && sqlite3_column_type(st, 0) == SQLITE_TEXT &&
+             atol((const char *)sqlite3_column_text(st, 0)) == CACHE_SCHEMA_VERSION;
+    sqlite3_finalize(st);
+    if (ok) {
+      *found = 1;
+      return CACHE_OK;
+    }
+  } else {
+    sqlite3_finalize(st);
+  }
   int rc = cache_exec(s, "BEGIN", "begin", err, errlen);
   if (rc != CACHE_OK) return rc;
   rc = cache_check_schema(s, found, err, errlen);
@@ -292,8 +308,9 @@ enum { ST_GET, ST_FIND, ST_PUT, ST_TOUCH, ST_DEL, ST_COUNT };
 
 static const char *const stmt_sql[ST_COUNT] = {
     [ST_GET] = "SELECT " REC_COLS " FROM kernels WHERE hash = ?1",
-    [ST_FIND] = "SELECT " REC_COLS " FROM kernels WHERE key_hash = ?1"
-                " ORDER BY coalesce(compiler = ?2, 0) DESC, created DESC, rowid DESC LIMIT 1",
+    /* Chosen among in C (cache_find_best): planning an ORDER BY on an
+     * expression cost more than the rest of a fresh process's lookup. */
+    [ST_FIND] = "SELECT " REC_COLS " FROM kernels WHERE key_hash = ?1",
     [ST_PUT] = "INSERT OR REPLACE INTO kernels(hash, key_hash, op, key, arch, compiler,"
                " options, entry, bytes, checksum, compile_ms, created, last_used, hits,"
                " source, binary) VALUES(?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11,"
@@ -395,7 +412,10 @@ int cache_store_open(const char *path, int flags, cache_store **out, char *err, 
     return CACHE_ERR;
   }
   int rc;
-  if (!memory && !readonly) {
+  struct stat pst;
+  /* An existing file needs neither its directory nor itself created: one
+   * stat instead of a mkdir per path component and an open. */
+  if (!memory && !readonly && !(stat(path, &pst) == 0 && S_ISREG(pst.st_mode))) {
     if ((rc = cache_make_parent(path, err, errlen)) != CACHE_OK) return rc;
     if ((rc = cache_create_file(path, err, errlen)) != CACHE_OK) return rc;
   }
@@ -570,6 +590,39 @@ static int cache_args_ok(cache_store *s, const void *p, cache_record *rec, char 
   return 1;
 }
 
+/* Walks the rows of one key_hash (almost always one) in rowid order and keeps
+ * the row of the preferred compiler, else the newest (the later on a tie). */
+static int cache_find_best(cache_store *s, sqlite3_stmt *q, const char *prefer, cache_record *rec,
+                           char *err, size_t errlen) {
+  int have = 0, have_pref = 0, ret = CACHE_NOT_FOUND;
+  int64_t have_created = 0;
+  for (;;) {
+    int rc = sqlite3_step(q);
+    if (rc == SQLITE_DONE) break;
+    if (rc != SQLITE_ROW) {
+      if (have) cache_record_free(rec);
+      have = 0;
+      ret = cache_sqerr(s, rc, "find", err, errlen);
+      break;
+    }
+    const char *comp = (const char *)sqlite3_column_text(q, 5);
+    int64_t created = sqlite3_column_int64(q, 11);
+    int pref = prefer && comp && strcmp(comp, prefer) == 0;
+    if (have && (have_pref || (!pref && created < have_created))) continue;
+    if (have) cache_record_free(rec);
+    have = 0;
+    ret = cache_read_row(s, q, rec, err, errlen);
+    if (ret != CACHE_OK) break; /* a corrupt row was dropped; the statement was reset */
+    have = 1;
+    have_pref = pref;
+    have_created = created;
+    if (pref) break;
+  }
+  sqlite3_reset(q);
+  sqlite3_clear_bindings(q);
+  return have ? CACHE_OK : ret;
+}
+
 int cache_store_find(cache_store *s, const uint8_t key_hash[16], const char *prefer_compiler,
                      cache_record *rec, char *err, size_t errlen) {
   if (!cache_args_ok(s, key_hash, rec, err, errlen)) return CACHE_ERR;
@@ -582,10 +635,7 @@ int cache_store_find(cache_store *s, const uint8_t key_hash[16], const char *pre
   }
   int rc = sqlite3_bind_blob(q, 1, key_hash, 16, SQLITE_STATIC);
   if (rc == SQLITE_OK)
-    rc = prefer_compiler ? sqlite3_bind_text(q, 2, prefer_compiler, -1, SQLITE_STATIC)
-                         : sqlite3_bind_null(q, 2);
-  if (rc == SQLITE_OK)
-    ret = cache_lookup(s, q, rec, err, errlen);
+    ret = cache_find_best(s, q, prefer_compiler, rec, err, errlen);
   else
     ret = cache_sqerr(s, rc, "find: bind", err, errlen);
   pthread_mutex_unlock(&s->mu);

@@ -5,10 +5,29 @@
 #include "jit_registry.h"
 #include "ops_norm.h"
 
-/* (threads, chunks) pairs the selection rule below can produce. */
-static const int shapes[][2] = {{32, 1},  {32, 2},  {64, 2},  {128, 2}, {256, 2},
-                                {512, 2}, {512, 4}, {512, 8}, {512, 0}};
-#define NSHAPES ((int)(sizeof shapes / sizeof shapes[0]))
+/* Registers a thread may spend on one row (and as much again on the next,
+ * prefetched): 8 vectors of 16 bytes. Narrow accesses (an odd hidden size
+ * forces 2- or 4-byte ones) then still keep the row in registers. */
+#define ROW_BYTES_PER_THREAD 128
+
+/* (threads, chunks) pairs the selection rule below can produce for a
+ * dtype and access width: small blocks, then 512 threads with 2, 4, ...
+ * chunks up to ROW_BYTES_PER_THREAD, then the two-pass kernel (chunks 0). */
+static int shapes_for(int dtype, int vec, int out[16][2]) {
+  static const int small[][2] = {{32, 1}, {32, 2}, {64, 2}, {128, 2}, {256, 2}};
+  int n = 0;
+  for (int i = 0; i < 5; i++) {
+    out[n][0] = small[i][0];
+    out[n++][1] = small[i][1];
+  }
+  for (int c = 2; c * vec * jit_dtype_bytes(dtype) <= ROW_BYTES_PER_THREAD; c *= 2) {
+    out[n][0] = 512;
+    out[n++][1] = c;
+  }
+  out[n][0] = 512;
+  out[n++][1] = 0;
+  return n;
+}
 
 static const struct {
   int dtype, vec;
@@ -34,7 +53,8 @@ void jit_rmsnorm_select(int dtype, int vec, int hidden, jit_key *out) {
    * for 512 x 4): longer rows take more vectors per thread instead. */
   if (threads > 512) threads = 512;
   int chunks = pow2ceil((nv + threads - 1) / threads);
-  if (chunks > 8) chunks = 0; /* too long for registers: two passes */
+  const int row_bytes = chunks * vec * jit_dtype_bytes(dtype);
+  if (row_bytes > ROW_BYTES_PER_THREAD) chunks = 0; /* too long for registers: two passes */
   out->op = &jit_op_rmsnorm;
   for (int i = 0; i < JIT_MAX_PARAMS; i++) out->v[i] = 0;
   out->v[RMSNORM_P_DTYPE] = dtype;
@@ -42,9 +62,9 @@ void jit_rmsnorm_select(int dtype, int vec, int hidden, jit_key *out) {
   out->v[RMSNORM_P_THREADS] = threads;
   out->v[RMSNORM_P_CHUNKS] = chunks;
   out->v[RMSNORM_P_MINBLOCKS] = 0;
-  /* At 8 vectors per thread the weight does not fit in registers beside
-   * two rows' worth (this one and the next), and is read from L1 instead. */
-  out->v[RMSNORM_P_WREG] = threads * chunks <= 2048;
+  /* Past 64 bytes a thread the weight does not fit in registers beside two
+   * rows' worth (this one and the next), and is read from L1 instead. */
+  out->v[RMSNORM_P_WREG] = chunks > 0 && row_bytes <= ROW_BYTES_PER_THREAD / 2;
   out->v[RMSNORM_P_HINT] = 1;
 }
 
@@ -60,7 +80,7 @@ int jit_rmsnorm_valid(const jit_key *k, int hidden) {
   if (v[RMSNORM_P_THREADS] < 32 || v[RMSNORM_P_THREADS] > 1024 ||
       (v[RMSNORM_P_THREADS] & (v[RMSNORM_P_THREADS] - 1)))
     return 0;
-  if (v[RMSNORM_P_CHUNKS] < 0 || v[RMSNORM_P_CHUNKS] > 16) return 0;
+  if (v[RMSNORM_P_CHUNKS] < 0 || v[RMSNORM_P_CHUNKS] > 64) return 0;
   if (v[RMSNORM_P_CHUNKS] > 0 &&
       v[RMSNORM_P_THREADS] * v[RMSNORM_P_CHUNKS] * v[RMSNORM_P_VEC] < hidden)
     return 0;
@@ -88,19 +108,32 @@ static int render(const jit_key *k, const char *entry, char *buf, size_t n) {
   return w < 0 || (size_t)w >= n ? -1 : w;
 }
 
-static int count(void) { return NDVS * NSHAPES; }
+static int count(void) {
+  int n = 0, sh[16][2];
+  for (int d = 0; d < NDVS; d++) n += shapes_for(dvs[d].dtype, dvs[d].vec, sh);
+  return n;
+}
 
 static void config(int idx, jit_key *out) {
-  const int dv = idx / NSHAPES, s = idx % NSHAPES;
-  out->op = &jit_op_rmsnorm;
-  for (int i = 0; i < JIT_MAX_PARAMS; i++) out->v[i] = 0;
-  out->v[RMSNORM_P_DTYPE] = dvs[dv].dtype;
-  out->v[RMSNORM_P_VEC] = dvs[dv].vec;
-  out->v[RMSNORM_P_THREADS] = shapes[s][0];
-  out->v[RMSNORM_P_CHUNKS] = shapes[s][1];
-  out->v[RMSNORM_P_MINBLOCKS] = 0;
-  out->v[RMSNORM_P_WREG] = shapes[s][0] * shapes[s][1] <= 2048;
-  out->v[RMSNORM_P_HINT] = 1;
+  int sh[16][2];
+  for (int d = 0; d < NDVS; d++) {
+    int n = shapes_for(dvs[d].dtype, dvs[d].vec, sh);
+    if (idx >= n) {
+      idx -= n;
+      continue;
+    }
+    const int es = jit_dtype_bytes(dvs[d].dtype);
+    out->op = &jit_op_rmsnorm;
+    for (int i = 0; i < JIT_MAX_PARAMS; i++) out->v[i] = 0;
+    out->v[RMSNORM_P_DTYPE] = dvs[d].dtype;
+    out->v[RMSNORM_P_VEC] = dvs[d].vec;
+    out->v[RMSNORM_P_THREADS] = sh[idx][0];
+    out->v[RMSNORM_P_CHUNKS] = sh[idx][1];
+    out->v[RMSNORM_P_MINBLOCKS] = 0;
+    out->v[RMSNORM_P_WREG] = sh[idx][1] > 0 && sh[idx][1] * dvs[d].vec * es <= ROW_BYTES_PER_THREAD / 2;
+    out->v[RMSNORM_P_HINT] = 1;
+    return;
+  }
 }
 
 const jit_op jit_op_rmsnorm = {

@@ -126,7 +126,7 @@ static void check(int dt, int64_t rows, int64_t hidden, int64_t in_stride, int64
 
 FT_TEST(rmsnorm_dtypes_and_sizes) {
   FT_REQUIRE(setup() == 0, "CUDA or runtime set-up failed");
-  static const int64_t hiddens[] = {1, 3, 8, 100, 127, 128, 1000, 2048, 4096, 5120, 8191, 8192, 16384, 20000, 40000, 65537};
+  static const int64_t hiddens[] = {1, 3, 8, 100, 127, 128, 1000, 2048, 4096, 5120, 8191, 8192, 16384, 20000, 20001, 40000, 65537};
   for (int dt = 0; dt < 3; dt++)
     for (size_t i = 0; i < sizeof hiddens / sizeof hiddens[0]; i++) {
       int64_t h = hiddens[i], rows = h > 10000 ? 7 : 33;

@@ -38,7 +38,7 @@ python3 - "$T" > "$OUT/sass.txt" 2>&1 <<'PY'
 import sqlite3, subprocess, sys
 t = sys.argv[1]
 db = sqlite3.connect(t + "/k.db")
-for key, entry, blob in db.execute("select key, entry, binary from kernels where key like '%bf16;vec=8;threads=256;chunks=4'"):
+for key, entry, blob in db.execute("select key, entry, binary from kernels where key like '%bf16;vec=8;threads=512;chunks=2;%'"):
     open(t + "/k.cubin", "wb").write(blob)
     print(key, entry)
     print(subprocess.run(["cuobjdump", "-res-usage", t + "/k.cubin"], capture_output=True, text=True).stdout)
@@ -46,6 +46,9 @@ for key, entry, blob in db.execute("select key, entry, binary from kernels where
     print("\n".join(l for l in sass.splitlines() if "LDG" in l or "STG" in l))
 PY
 head -20 "$OUT/sass.txt"
+echo "== cache open, step by step, in fresh processes"
+for i in 1 2 3 4 5 6; do "$B/tests/probe_store" "$T/k.db"; done > "$OUT/probe.txt" 2>&1
+cat "$OUT/probe.txt"
 rm -rf "$T"
 return $gpu_rc
 }
@@ -57,9 +60,10 @@ echo "== summary (full log: run.log)"
 cat "$OUT/gpu.txt"
 tail -1 "$OUT/gpu-test.txt"
 echo "$san"
-grep -E '^copy|fresh process|of which|dispatch|cold' "$OUT/bench.txt"
+grep -E '^copy|fresh process|of which|dispatch|cold' "$OUT/bench.txt" | cut -c1-230
 grep -E '^\| rmsnorm' "$OUT/bench.txt" | grep -v 'minblocks' | head -20
 echo "best tuning points:"
 grep -E 'minblocks' "$OUT/bench.txt" | sort -t'|' -k6 -rn | head -12
 grep -E 'REG:' "$OUT/sass.txt"
+tail -3 "$OUT/probe.txt"
 exit $gpu_rc
