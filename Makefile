@@ -28,8 +28,22 @@ TEST_SCRIPTS := $(wildcard tests/test_*.sh)
 GPU_SRCS  := $(wildcard tests/gpu/gpu_*.c)
 GPU_BINS  := $(patsubst tests/gpu/%.c,$(BUILD)/tests/%,$(GPU_SRCS))
 
-.PHONY: all test test-asan gpu-test install clean
-all: $(BUILD)/libfi_runtime.so $(BUILD)/fi-cache $(BUILD)/fi-bench
+.PHONY: all deps run test test-asan gpu-test install clean
+all: $(BUILD)/libfi_runtime.so $(BUILD)/fi-cache $(BUILD)/fi-bench $(BUILD)/fi-example
+
+# Installs missing Debian packages (apt-get); a no-op once they are there.
+deps:
+	@tools/install-deps.sh
+
+# The main job on the default cache: build, prewarm every kernel for the
+# H200 (sm_90) into ~/.cache/fi_runtime/kernels.db (or $$FI_CACHE_PATH),
+# list it, and on a machine with a CUDA GPU run fi_rmsnorm through dlopen.
+RUN_ARCH ?= sm_90
+run: deps
+	$(MAKE) all
+	$(BUILD)/fi-cache prewarm --arch $(RUN_ARCH)
+	$(BUILD)/fi-cache stats
+	$(BUILD)/fi-example $(CURDIR)/$(BUILD)/libfi_runtime.so
 
 $(BUILD)/obj/%.o: %.c $(wildcard runtime/*.h jit/*.h cache/*.h kernels/*.h)
 	@mkdir -p $(dir $@)
@@ -58,6 +72,9 @@ $(BUILD)/fi-cache: tools/fi_cache.c runtime/fi_runtime.h runtime/fi_admin.h $(BU
 $(BUILD)/fi-bench: tools/fi_bench.c tools/fi_cuda_min.h runtime/fi_runtime.h runtime/fi_admin.h $(BUILD)/libfi_runtime.so
 	$(CC) $(CPPFLAGS) -Itools $(CFLAGS) $< -o $@ $(LDFLAGS) -L$(BUILD) -l:libfi_runtime.so -Wl,-rpath,'$$ORIGIN' -ldl -lpthread -lm
 
+$(BUILD)/fi-example: tools/fi_example.c tools/fi_cuda_min.h runtime/fi_runtime.h
+	$(CC) $(CPPFLAGS) -Itools $(CFLAGS) $< -o $@ $(LDFLAGS) -ldl -lm
+
 $(BUILD)/obj/tests/ft_main.o: tests/ft_main.c tests/ft.h
 	@mkdir -p $(dir $@)
 	$(CC) $(CPPFLAGS) $(CFLAGS) -c $< -o $@
@@ -74,7 +91,8 @@ $(BUILD)/tests/probe_store: tests/gpu/probe_store.c $(BUILD)/libfi_internal.a
 	@mkdir -p $(dir $@)
 	$(CC) $(CPPFLAGS) $(CFLAGS) $< $(BUILD)/libfi_internal.a -o $@ $(LDFLAGS) $(LIBS)
 
-test: all $(TEST_BINS)
+test: deps
+	$(MAKE) all $(TEST_BINS)
 	FI_BUILD=$(BUILD) tests/run_tests.sh $(TEST_BINS) $(TEST_SCRIPTS)
 
 # hiprtc 5.2 (libamdhip64) trips ASan at thread exit unless it keeps its own

@@ -52,7 +52,8 @@ typedef struct fi_options {
    * ":memory:" keeps compiled kernels in this process only. */
   const char *cache_path;
   /** Read-only cache searched first (e.g. shipped in a container image).
-   * NULL: $FI_CACHE_SYSTEM_PATH, else none. "" means none. */
+   * NULL: $FI_CACHE_SYSTEM_PATH, else none. "" means none.
+   * Not used yet: the layered cache comes with the next release. */
   const char *system_cache_path;
   /** Messages on stderr: 0 off, 1 error, 2 warn, 3 info, 4 debug.
    * -1: $FI_LOG_LEVEL (a number or a name), else 2. */

@@ -1,0 +1,41 @@
+#!/bin/bash
+# test_build.sh: what the build promises: only fi_* exported, no vendor library
+# linked, `make install` with a working pkg-config file, and the dlopen example.
+set -u
+B=${FI_BUILD:-build}
+pass() { echo "PASS $1"; }
+fail() { echo "FAIL $1: $2"; }
+check() { if eval "$2"; then pass "$1"; else fail "$1" "$2"; fi; }
+T=$(mktemp -d)
+trap 'rm -rf "$T"' EXIT
+
+bad=$(nm -D --defined-only "$B/libfi_runtime.so" | awk '{print $3}' | grep -v '^fi_' | grep -v '^$')
+check exports_only_fi '[ -z "$bad" ]'
+check exports_the_api 'nm -D --defined-only "$B/libfi_runtime.so" | grep -q " fi_rmsnorm$"'
+deps=$(ldd "$B/libfi_runtime.so")
+check links_no_vendor_library '! echo "$deps" | grep -Eq "libcuda|libnvrtc|libamdhip|libhiprtc|libxxhash"'
+check links_sqlite '[ -n "$(echo "$deps" | grep libsqlite3)" ]'
+
+make -s install PREFIX="$T/usr" BUILD="$B" >"$T/install.log" 2>&1
+check install_runs '[ $? -eq 0 ] || { cat "$T/install.log" >&2; false; }'
+check install_files '[ -f "$T/usr/include/fi_runtime.h" ] && [ -f "$T/usr/include/fi_admin.h" ] && [ -x "$T/usr/bin/fi-cache" ] && [ -L "$T/usr/lib/libfi_runtime.so" ]'
+pc=$(PKG_CONFIG_PATH="$T/usr/lib/pkgconfig" pkg-config --cflags --libs fi_runtime 2>&1)
+check pkg_config '[[ "$pc" == *"-I$T/usr/include"* && "$pc" == *"-lfi_runtime"* ]]'
+# A program built against the installed copy alone.
+cat > "$T/use.c" <<'C'
+#include <fi_runtime.h>
+#include <stdio.h>
+int main(void) { fi_runtime *rt; fi_options o; fi_options_init(&o); o.cache_path = ":memory:";
+  if (fi_runtime_create(&o, &rt) != FI_OK) return 1; printf("%s\n", fi_version());
+  fi_runtime_destroy(rt); return 0; }
+C
+# A sanitized library (make test-asan) needs a sanitized program to load it.
+san=; ldd "$B/libfi_runtime.so" | grep -q libasan && san="-fsanitize=address,undefined"
+cc $san $(PKG_CONFIG_PATH="$T/usr/lib/pkgconfig" pkg-config --cflags fi_runtime) "$T/use.c" -o "$T/use" \
+  $(PKG_CONFIG_PATH="$T/usr/lib/pkgconfig" pkg-config --libs fi_runtime) 2>"$T/cc.log"
+check installed_library_usable 'LD_LIBRARY_PATH="$T/usr/lib" "$T/use" | grep -Eq "^[0-9]+\.[0-9]+\.[0-9]+$"'
+
+out=$(FI_CACHE_PATH="$T/k.db" "$B/fi-example" "$PWD/$B/libfi_runtime.so" 2>&1); rc=$?
+check example_without_gpu '[ $rc -eq 0 ] && [[ "$out" == *"no CUDA GPU here"* ]]'
+out=$("$B/fi-example" /nonexistent/libfi_runtime.so 2>&1); rc=$?
+check example_reports_missing_library '[ $rc -eq 1 ] && [[ "$out" == *"nonexistent"* ]]'
