@@ -12,8 +12,12 @@ git log -1 --format='commit %H %s' >> "$OUT/gpu.txt" 2>/dev/null
 
 main() {
 echo "== GPU tests"
-FT_LOGDIR="$OUT/gpu-logs" tests/run_tests.sh "$B"/tests/gpu_* 2>&1 | tee "$OUT/gpu-test.txt"
+L=$(mktemp -d)
+FT_LOGDIR="$L" tests/run_tests.sh "$B"/tests/gpu_* 2>&1 | tee "$OUT/gpu-test.txt"
 gpu_rc=${PIPESTATUS[0]}
+# Every case's measured error, kept with the results (few files come back).
+cat "$L"/*.err "$L"/*.out >> "$OUT/gpu-test.txt" 2>/dev/null
+rm -rf "$L"
 
 echo "== compute-sanitizer (memcheck, racecheck) on the strided and in-place cases"
 san=ok
