@@ -17,44 +17,27 @@
 #define XXH_INLINE_ALL
 #include <xxhash.h>
 
-struct cache_store {
-  sqlite3 *db;
-  /* Recursive so that a cache_store_list callback may call back into the store. */
-  pthread_mutex_t mu;
-  int readonly;
-  int rollback; /* CACHE_OPEN_ROLLBACK */
-  int last_rc; /* SQLite code behind the last error, for open's fallback */
-  char *path;
-  /* Each is reset and its bindings cleared before the function using it
-   * returns, so SQLITE_STATIC bindings never outlive the caller's memory
-   * and no read transaction stays open between calls. */
-  sqlite3_stmt *st[5];
-};
+#include "cache_internal.h"
 
 /* Small, mutable columns first and source/binary last, so that reading a
- * row's metadata (list) never walks the binary's overflow pages. */
+ * row's metadata (list) never walks the binary's overflow pages. claims is
+ * WITHOUT ROWID: its rows are tiny and only ever found by key_hash, so one
+ * b-tree instead of a table and its primary-key index. */
 static const char *const SCHEMA_SQL =
     "CREATE TABLE IF NOT EXISTS meta(k TEXT PRIMARY KEY, v TEXT);"
     "CREATE TABLE IF NOT EXISTS kernels("
     " hash BLOB PRIMARY KEY, key_hash BLOB NOT NULL, op TEXT NOT NULL, key TEXT NOT NULL,"
     " arch TEXT NOT NULL, compiler TEXT NOT NULL, options TEXT NOT NULL, entry TEXT NOT NULL,"
     " bytes INTEGER NOT NULL, checksum INTEGER NOT NULL, compile_ms REAL, created INTEGER,"
-    " last_used INTEGER, hits INTEGER, source TEXT, binary BLOB NOT NULL);"
-    "CREATE INDEX IF NOT EXISTS kernels_key_hash ON kernels(key_hash);";
+    " last_used INTEGER, hits INTEGER, templates TEXT NOT NULL DEFAULT '',"
+    " abi TEXT NOT NULL DEFAULT '', source TEXT, binary BLOB NOT NULL);"
+    "CREATE INDEX IF NOT EXISTS kernels_key_hash ON kernels(key_hash);"
+    "CREATE TABLE IF NOT EXISTS claims(key_hash BLOB PRIMARY KEY, pid INTEGER NOT NULL,"
+    " start INTEGER NOT NULL, host TEXT NOT NULL, started INTEGER NOT NULL) WITHOUT ROWID;";
 /* No index on (op, arch): listing scans a few thousand rows at most, while
  * every process that opens the file parses each index's schema once. */
 
-/* Column order shared by every SELECT that fills a cache_record. */
-#define REC_COLS                                                                      \
-  "hash, key_hash, op, key, arch, compiler, options, entry, bytes, checksum, compile_ms," \
-  " created, last_used, hits, source, binary"
-#define REC_META_COLS                                                                 \
-  "hash, key_hash, op, key, arch, compiler, options, entry, bytes, checksum, compile_ms," \
-  " created, last_used, hits"
-
-static void cache_seterr(char *err, size_t errlen, const char *fmt, ...)
-    __attribute__((format(printf, 3, 4)));
-static void cache_seterr(char *err, size_t errlen, const char *fmt, ...) {
+void cache_seterr(char *err, size_t errlen, const char *fmt, ...) {
   if (!err || errlen == 0) return;
   va_list ap;
   va_start(ap, fmt);
@@ -70,7 +53,7 @@ static int cache_rc_status(int rc) {
   return (prim == SQLITE_NOTADB || prim == SQLITE_CORRUPT) ? CACHE_ERR_CORRUPT : CACHE_ERR;
 }
 
-static int cache_sqerr(cache_store *s, int rc, const char *what, char *err, size_t errlen) {
+int cache_sqerr(cache_store *s, int rc, const char *what, char *err, size_t errlen) {
   const char *msg = s->db ? sqlite3_errmsg(s->db) : sqlite3_errstr(rc);
   int st = cache_rc_status(rc);
   s->last_rc = rc;
@@ -88,79 +71,17 @@ void cache_hash_hex(const uint8_t hash[16], char out[33]) {
   out[32] = '\0';
 }
 
-static int64_t cache_now(void) { return (int64_t)time(NULL); }
+int64_t cache_now(void) { return (int64_t)time(NULL); }
 
-static int cache_is_dir(const char *path) {
-  struct stat st;
-  return stat(path, &st) == 0 && S_ISDIR(st.st_mode);
-}
-
-/* mkdir -p of path's parent; only directories created here get 0700, forced
- * with chmod because mkdir's mode is filtered by the umask. */
-static int cache_make_parent(const char *path, char *err, size_t errlen) {
-  char *dir = strdup(path);
-  if (!dir) {
-    cache_seterr(err, errlen, "out of memory");
-    return CACHE_ERR;
-  }
-  char *slash = strrchr(dir, '/');
-  if (!slash || slash == dir) {
-    free(dir);
-    return CACHE_OK;
-  }
-  *slash = '\0';
-  int rc = CACHE_OK;
-  for (char *p = dir + 1;; p++) {
-    if (*p != '/' && *p != '\0') continue;
-    char saved = *p;
-    *p = '\0';
-    if (mkdir(dir, 0700) == 0) {
-      if (chmod(dir, 0700) != 0) {
-        cache_seterr(err, errlen, "chmod %s: %s", dir, strerror(errno));
-        rc = CACHE_ERR;
-      }
-    } else {
-      /* EEXIST, or EACCES/EROFS on a directory that already exists. */
-      int e = errno;
-      if (e != EEXIST && !cache_is_dir(dir)) {
-        cache_seterr(err, errlen, "cannot create directory %s: %s", dir, strerror(e));
-        rc = CACHE_ERR;
-      }
-    }
-    *p = saved;
-    if (rc != CACHE_OK || saved == '\0') break;
-  }
-  free(dir);
-  return rc;
-}
-
-/* Creates the file ourselves so that it is 0600 whatever the umask; SQLite
- * then gives its -wal and -shm files the same mode. */
-static int cache_create_file(const char *path, char *err, size_t errlen) {
-  int fd = open(path, O_RDWR | O_CREAT | O_EXCL | O_CLOEXEC, 0600);
-  if (fd < 0) {
-    if (errno == EEXIST) return CACHE_OK;
-    cache_seterr(err, errlen, "cannot create %s: %s", path, strerror(errno));
-    return CACHE_ERR;
-  }
-  int rc = CACHE_OK;
-  if (fchmod(fd, 0600) != 0) {
-    cache_seterr(err, errlen, "chmod %s: %s", path, strerror(errno));
-    rc = CACHE_ERR;
-  }
-  close(fd);
-  return rc;
-}
-
-static int cache_exec(cache_store *s, const char *sql, const char *what, char *err,
-                      size_t errlen) {
+int cache_exec(cache_store *s, const char *sql, const char *what, char *err, size_t errlen) {
   int rc = sqlite3_exec(s->db, sql, NULL, NULL, NULL);
   return rc == SQLITE_OK ? CACHE_OK : cache_sqerr(s, rc, what, err, errlen);
 }
 
-static void cache_rollback(cache_store *s) {
+void cache_rollback(cache_store *s) {
   /* Fails harmlessly when SQLite already rolled back (e.g. after SQLITE_FULL). */
-  if (sqlite3_get_autocommit(s->db) == 0) sqlite3_exec(s->db, "ROLLBACK", NULL, NULL, NULL);
+  if (s->db && sqlite3_get_autocommit(s->db) == 0)
+    sqlite3_exec(s->db, "ROLLBACK", NULL, NULL, NULL);
 }
 
 /* Reads meta.schema_version inside the current transaction: *found = 0 when
@@ -204,6 +125,10 @@ static int cache_check_schema(cache_store *s, int *found, char *err, size_t errl
   if (version != CACHE_SCHEMA_VERSION) {
     if (version > CACHE_SCHEMA_VERSION)
       cache_seterr(err, errlen, "%s: schema version %ld is newer than this runtime's %d",
+                   s->path, version, CACHE_SCHEMA_VERSION);
+    else if (version >= 1)
+      /* No migration: the file is a cache, and a fresh one refills itself. */
+      cache_seterr(err, errlen, "%s: older schema (version %ld, this runtime: %d): not usable",
                    s->path, version, CACHE_SCHEMA_VERSION);
     else
       cache_seterr(err, errlen, "%s: missing or unknown schema version (this runtime: %d)",
@@ -304,8 +229,6 @@ static int cache_setup(cache_store *s, int memory, char *err, size_t errlen) {
   return rc;
 }
 
-enum { ST_GET, ST_FIND, ST_PUT, ST_TOUCH, ST_DEL, ST_COUNT };
-
 static const char *const stmt_sql[ST_COUNT] = {
     [ST_GET] = "SELECT " REC_COLS " FROM kernels WHERE hash = ?1",
     /* Chosen among in C (cache_find_best): planning an ORDER BY on an
@@ -313,28 +236,41 @@ static const char *const stmt_sql[ST_COUNT] = {
     [ST_FIND] = "SELECT " REC_COLS " FROM kernels WHERE key_hash = ?1",
     [ST_PUT] = "INSERT OR REPLACE INTO kernels(hash, key_hash, op, key, arch, compiler,"
                " options, entry, bytes, checksum, compile_ms, created, last_used, hits,"
-               " source, binary) VALUES(?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11,"
-               " ?12, ?12, 0, ?13, ?14)",
+               " templates, abi, source, binary) VALUES(?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9,"
+               " ?10, ?11, ?12, ?12, 0, ?13, ?14, ?15, ?16)",
     [ST_TOUCH] = "UPDATE kernels SET hits = coalesce(hits, 0) + 1, last_used = ?2 WHERE hash = ?1",
     [ST_DEL] = "DELETE FROM kernels WHERE hash = ?1",
+    [ST_PUT_UNCLAIM] = "DELETE FROM claims WHERE key_hash = ?1",
 };
 
-/* Statements are prepared at first use, under s->mu: planning all five at
+/* Statements are prepared at first use, under s->mu: planning them all at
  * open cost as much as parsing the schema, and a process that only looks
  * kernels up needs one. */
-static sqlite3_stmt *cache_stmt(cache_store *s, int which, char *err, size_t errlen) {
+sqlite3_stmt *cache_stmt_sql(cache_store *s, int which, const char *sql, char *err,
+                             size_t errlen) {
   if (!s->st[which]) {
-    int rc = sqlite3_prepare_v3(s->db, stmt_sql[which], -1, SQLITE_PREPARE_PERSISTENT,
-                                &s->st[which], NULL);
+    int rc = sqlite3_prepare_v3(s->db, sql, -1, SQLITE_PREPARE_PERSISTENT, &s->st[which], NULL);
     if (rc != SQLITE_OK) {
       cache_sqerr(s, rc, "preparing a statement", err, errlen);
+      sqlite3_finalize(s->st[which]);
       s->st[which] = NULL;
     }
   }
   return s->st[which];
 }
 
-static void cache_disconnect(cache_store *s) {
+static sqlite3_stmt *cache_stmt(cache_store *s, int which, char *err, size_t errlen) {
+  return cache_stmt_sql(s, which, stmt_sql[which], err, errlen);
+}
+
+void cache_stmt_done(sqlite3_stmt *st) {
+  if (!st) return;
+  /* reset repeats the last step's error, already reported by the caller. */
+  (void)sqlite3_reset(st);
+  (void)sqlite3_clear_bindings(st);
+}
+
+void cache_disconnect(cache_store *s) {
   for (int i = 0; i < ST_COUNT; i++) {
     sqlite3_finalize(s->st[i]);
     s->st[i] = NULL;
@@ -431,6 +367,7 @@ int cache_store_open(const char *path, int flags, cache_store **out, char *err, 
   }
   s->readonly = readonly;
   s->rollback = (flags & CACHE_OPEN_ROLLBACK) != 0;
+  s->memory = memory;
   pthread_mutexattr_t attr;
   int mrc = pthread_mutexattr_init(&attr);
   if (mrc == 0) {
@@ -461,6 +398,14 @@ int cache_store_open(const char *path, int flags, cache_store **out, char *err, 
   return CACHE_OK;
 }
 
+/* A failed connect keeps its handle (SQLite allocates one even then), so
+ * later calls on the store fail with a message instead of a NULL db. */
+int cache_reconnect(cache_store *s, char *err, size_t errlen) {
+  cache_disconnect(s);
+  int oflags = s->readonly ? SQLITE_OPEN_READONLY : SQLITE_OPEN_READWRITE | SQLITE_OPEN_CREATE;
+  return cache_connect(s, s->path, oflags, s->memory, err, errlen);
+}
+
 const char *cache_store_path(const cache_store *s) { return s ? s->path : NULL; }
 
 void cache_record_free(cache_record *rec) {
@@ -471,6 +416,8 @@ void cache_record_free(cache_record *rec) {
   free((char *)rec->compiler);
   free((char *)rec->options);
   free((char *)rec->entry);
+  free((char *)rec->templates);
+  free((char *)rec->abi);
   free((char *)rec->source);
   free((void *)rec->binary);
   memset(rec, 0, sizeof *rec);
@@ -484,14 +431,16 @@ static int cache_blob16(sqlite3_stmt *st, int col, uint8_t out[16]) {
   return 1;
 }
 
-/* Fills rec from a row of REC_META_COLS; the strings point into the statement. */
-static int cache_row_meta(sqlite3_stmt *st, cache_record *rec) {
+int cache_row_meta(sqlite3_stmt *st, cache_record *rec) {
   memset(rec, 0, sizeof *rec);
   if (!cache_blob16(st, 0, rec->hash) || !cache_blob16(st, 1, rec->key_hash)) return 0;
   const char **strs[] = {&rec->op, &rec->key, &rec->arch, &rec->compiler, &rec->options,
                          &rec->entry};
   for (int i = 0; i < 6; i++)
     if (!(*strs[i] = (const char *)sqlite3_column_text(st, 2 + i))) return 0;
+  if (!(rec->templates = (const char *)sqlite3_column_text(st, 14)) ||
+      !(rec->abi = (const char *)sqlite3_column_text(st, 15)))
+    return 0;
   rec->bytes = (size_t)sqlite3_column_int64(st, 8);
   rec->checksum = (uint64_t)sqlite3_column_int64(st, 9);
   rec->compile_ms = sqlite3_column_double(st, 10);
@@ -499,6 +448,14 @@ static int cache_row_meta(sqlite3_stmt *st, cache_record *rec) {
   rec->last_used = sqlite3_column_int64(st, 12);
   rec->hits = sqlite3_column_int64(st, 13);
   return 1;
+}
+
+int cache_row_intact(sqlite3_stmt *st) {
+  cache_record r;
+  if (!cache_row_meta(st, &r)) return 0;
+  const void *bin = sqlite3_column_blob(st, REC_COL_BINARY);
+  size_t n = (size_t)sqlite3_column_bytes(st, REC_COL_BINARY);
+  return bin && n == r.bytes && XXH3_64bits(bin, n) == r.checksum;
 }
 
 /* After cache_row_meta failed: out of memory, or a row put there by hand. */
@@ -519,9 +476,9 @@ static int cache_read_row(cache_store *s, sqlite3_stmt *st, cache_record *rec, c
                           size_t errlen) {
   cache_record r;
   if (!cache_row_meta(st, &r)) return cache_bad_row(s, err, errlen);
-  const char *source = (const char *)sqlite3_column_text(st, 14);
-  const void *bin = sqlite3_column_blob(st, 15);
-  size_t n = (size_t)sqlite3_column_bytes(st, 15);
+  const char *source = (const char *)sqlite3_column_text(st, REC_COL_SOURCE);
+  const void *bin = sqlite3_column_blob(st, REC_COL_BINARY);
+  size_t n = (size_t)sqlite3_column_bytes(st, REC_COL_BINARY);
   if (n != r.bytes || !bin || XXH3_64bits(bin, n) != r.checksum) {
     uint8_t hash[16];
     char hex[33];
@@ -552,12 +509,14 @@ static int cache_read_row(cache_store *s, sqlite3_stmt *st, cache_record *rec, c
   rec->compiler = cache_dup(r.compiler);
   rec->options = cache_dup(r.options);
   rec->entry = cache_dup(r.entry);
+  rec->templates = cache_dup(r.templates);
+  rec->abi = cache_dup(r.abi);
   rec->source = cache_dup(source);
   void *b = malloc(n);
   if (b) memcpy(b, bin, n);
   rec->binary = b;
   if (!rec->op || !rec->key || !rec->arch || !rec->compiler || !rec->options || !rec->entry ||
-      (source && !rec->source) || !b) {
+      !rec->templates || !rec->abi || (source && !rec->source) || !b) {
     cache_record_free(rec);
     cache_seterr(err, errlen, "out of memory");
     return CACHE_ERR;
@@ -730,7 +689,7 @@ int cache_store_get_prefix(cache_store *s, const char *hex_prefix, cache_record 
   return ret;
 }
 
-static int cache_writable(cache_store *s, const char *what, char *err, size_t errlen) {
+int cache_writable(cache_store *s, const char *what, char *err, size_t errlen) {
   if (!s) {
     cache_seterr(err, errlen, "%s: NULL store", what);
     return 0;
@@ -744,7 +703,7 @@ static int cache_writable(cache_store *s, const char *what, char *err, size_t er
 
 /* Best effort: a PASSIVE checkpoint never waits, so BUSY (a reader or another
  * checkpointer in the way) is normal; the next write will try again. */
-static int cache_checkpoint(cache_store *s, char *err, size_t errlen) {
+int cache_checkpoint(cache_store *s, char *err, size_t errlen) {
   int rc = sqlite3_wal_checkpoint_v2(s->db, NULL, SQLITE_CHECKPOINT_PASSIVE, NULL, NULL);
   if (rc == SQLITE_OK || (rc & 0xff) == SQLITE_BUSY || (rc & 0xff) == SQLITE_LOCKED)
     return CACHE_OK;
@@ -761,7 +720,8 @@ int cache_store_put(cache_store *s, const cache_record *rec, char *err, size_t e
   uint64_t sum = XXH3_64bits(rec->binary, rec->bytes);
   pthread_mutex_lock(&s->mu);
   sqlite3_stmt *st = cache_stmt(s, ST_PUT, err, errlen);
-  int ret = st ? cache_exec(s, "BEGIN IMMEDIATE", "put: begin", err, errlen) : CACHE_ERR;
+  sqlite3_stmt *unclaim = st ? cache_stmt(s, ST_PUT_UNCLAIM, err, errlen) : NULL;
+  int ret = unclaim ? cache_exec(s, "BEGIN IMMEDIATE", "put: begin", err, errlen) : CACHE_ERR;
   if (ret == CACHE_OK) {
     int rc = sqlite3_bind_blob(st, 1, rec->hash, 16, SQLITE_STATIC);
     if (rc == SQLITE_OK) rc = sqlite3_bind_blob(st, 2, rec->key_hash, 16, SQLITE_STATIC);
@@ -773,13 +733,24 @@ int cache_store_put(cache_store *s, const cache_record *rec, char *err, size_t e
     if (rc == SQLITE_OK) rc = sqlite3_bind_double(st, 11, rec->compile_ms);
     if (rc == SQLITE_OK) rc = sqlite3_bind_int64(st, 12, cache_now());
     if (rc == SQLITE_OK)
-      rc = rec->source ? sqlite3_bind_text(st, 13, rec->source, -1, SQLITE_STATIC)
-                       : sqlite3_bind_null(st, 13);
-    if (rc == SQLITE_OK) rc = sqlite3_bind_blob64(st, 14, rec->binary, rec->bytes, SQLITE_STATIC);
+      rc = sqlite3_bind_text(st, 13, rec->templates ? rec->templates : "", -1, SQLITE_STATIC);
+    if (rc == SQLITE_OK) rc = sqlite3_bind_text(st, 14, rec->abi ? rec->abi : "", -1, SQLITE_STATIC);
+    if (rc == SQLITE_OK)
+      rc = rec->source ? sqlite3_bind_text(st, 15, rec->source, -1, SQLITE_STATIC)
+                       : sqlite3_bind_null(st, 15);
+    if (rc == SQLITE_OK) rc = sqlite3_bind_blob64(st, 16, rec->binary, rec->bytes, SQLITE_STATIC);
     if (rc == SQLITE_OK) rc = sqlite3_step(st);
     if (rc != SQLITE_DONE) ret = cache_sqerr(s, rc, "put", err, errlen);
     sqlite3_reset(st);
     sqlite3_clear_bindings(st);
+    /* The binary and the end of the claim on its key commit together: a
+     * waiter sees either the claim or the row, never neither. */
+    if (ret == CACHE_OK) {
+      rc = sqlite3_bind_blob(unclaim, 1, rec->key_hash, 16, SQLITE_STATIC);
+      if (rc == SQLITE_OK) rc = sqlite3_step(unclaim);
+      if (rc != SQLITE_DONE) ret = cache_sqerr(s, rc, "put: releasing the claim", err, errlen);
+      cache_stmt_done(unclaim);
+    }
     if (ret == CACHE_OK) ret = cache_exec(s, "COMMIT", "put: commit", err, errlen);
     if (ret != CACHE_OK) cache_rollback(s);
   }
@@ -815,7 +786,7 @@ int cache_store_touch(cache_store *s, const uint8_t (*hashes)[16], int n, char *
   return ret;
 }
 
-static int cache_bind_filter(sqlite3_stmt *st, const char *op, const char *arch) {
+int cache_bind_filter(sqlite3_stmt *st, const char *op, const char *arch) {
   int rc = op ? sqlite3_bind_text(st, 1, op, -1, SQLITE_STATIC) : sqlite3_bind_null(st, 1);
   if (rc == SQLITE_OK)
     rc = arch ? sqlite3_bind_text(st, 2, arch, -1, SQLITE_STATIC) : sqlite3_bind_null(st, 2);
@@ -853,40 +824,8 @@ int cache_store_list(cache_store *s, const char *op, const char *arch, cache_rec
   return ret;
 }
 
-int cache_store_delete(cache_store *s, const char *op, const char *arch, int64_t *removed,
-                       char *err, size_t errlen) {
-  if (removed) *removed = 0;
-  if (!cache_writable(s, "delete", err, errlen)) return CACHE_ERR;
-  pthread_mutex_lock(&s->mu);
-  sqlite3_stmt *st = NULL;
-  int ret = cache_exec(s, "BEGIN IMMEDIATE", "delete: begin", err, errlen);
-  if (ret == CACHE_OK) {
-    int rc = sqlite3_prepare_v2(s->db,
-                                "DELETE FROM kernels"
-                                " WHERE (?1 IS NULL OR op = ?1) AND (?2 IS NULL OR arch = ?2)",
-                                -1, &st, NULL);
-    if (rc == SQLITE_OK) rc = cache_bind_filter(st, op, arch);
-    if (rc == SQLITE_OK) rc = sqlite3_step(st);
-    if (rc != SQLITE_DONE) ret = cache_sqerr(s, rc, "delete", err, errlen);
-    else if (removed) *removed = sqlite3_changes64(s->db);
-    /* In the same transaction: the file shrinks at once or not at all. */
-    if (ret == CACHE_OK)
-      ret = cache_exec(s, "PRAGMA incremental_vacuum", "delete: incremental_vacuum", err, errlen);
-    if (ret == CACHE_OK) ret = cache_exec(s, "COMMIT", "delete: commit", err, errlen);
-    if (ret != CACHE_OK) {
-      cache_rollback(s);
-      if (removed) *removed = 0;
-    }
-  }
-  sqlite3_finalize(st);
-  /* The checkpoint is what truncates the main file in WAL mode. */
-  if (ret == CACHE_OK) ret = cache_checkpoint(s, err, errlen);
-  pthread_mutex_unlock(&s->mu);
-  return ret;
-}
-
-static int cache_int_query(cache_store *s, const char *sql, int64_t *a, int64_t *b, char *err,
-                           size_t errlen) {
+int cache_int_query(cache_store *s, const char *sql, const char *what, int64_t *a, int64_t *b,
+                    char *err, size_t errlen) {
   sqlite3_stmt *st = NULL;
   int rc = sqlite3_prepare_v2(s->db, sql, -1, &st, NULL);
   if (rc == SQLITE_OK && (rc = sqlite3_step(st)) == SQLITE_ROW) {
@@ -897,7 +836,16 @@ static int cache_int_query(cache_store *s, const char *sql, int64_t *a, int64_t 
     rc = SQLITE_ERROR;
   }
   sqlite3_finalize(st);
-  return rc == SQLITE_OK ? CACHE_OK : cache_sqerr(s, rc, "totals", err, errlen);
+  return rc == SQLITE_OK ? CACHE_OK : cache_sqerr(s, rc, what, err, errlen);
+}
+
+int cache_file_bytes(cache_store *s, int64_t *bytes, char *err, size_t errlen) {
+  int64_t pages = 0, page_size = 0;
+  int ret = cache_int_query(s, "PRAGMA page_count", "page_count", &pages, NULL, err, errlen);
+  if (ret == CACHE_OK)
+    ret = cache_int_query(s, "PRAGMA page_size", "page_size", &page_size, NULL, err, errlen);
+  *bytes = pages * page_size;
+  return ret;
 }
 
 int cache_store_totals(cache_store *s, int64_t *entries, int64_t *bytes, int64_t *file_bytes,
@@ -911,11 +859,12 @@ int cache_store_totals(cache_store *s, int64_t *entries, int64_t *bytes, int64_t
   /* One read transaction, so the three numbers describe the same snapshot. */
   int ret = cache_exec(s, "BEGIN", "totals: begin", err, errlen);
   if (ret == CACHE_OK)
-    ret = cache_int_query(s, "SELECT count(*), coalesce(sum(bytes), 0) FROM kernels", &n, &sum,
-                          err, errlen);
-  if (ret == CACHE_OK) ret = cache_int_query(s, "PRAGMA page_count", &pages, NULL, err, errlen);
+    ret = cache_int_query(s, "SELECT count(*), coalesce(sum(bytes), 0) FROM kernels", "totals",
+                          &n, &sum, err, errlen);
   if (ret == CACHE_OK)
-    ret = cache_int_query(s, "PRAGMA page_size", &page_size, NULL, err, errlen);
+    ret = cache_int_query(s, "PRAGMA page_count", "totals", &pages, NULL, err, errlen);
+  if (ret == CACHE_OK)
+    ret = cache_int_query(s, "PRAGMA page_size", "totals", &page_size, NULL, err, errlen);
   cache_rollback(s);
   pthread_mutex_unlock(&s->mu);
   if (ret != CACHE_OK) return ret;

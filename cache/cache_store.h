@@ -8,8 +8,10 @@
 
 typedef struct cache_store cache_store;
 
-/* Schema version kept in the meta table; a file with a newer one is refused. */
-#define CACHE_SCHEMA_VERSION 1
+/* Schema version kept in the meta table. A file with another version is
+ * refused with CACHE_ERR_CORRUPT ("older schema" or "newer"): the runtime
+ * moves it aside and starts a new one. 2: templates, abi, claims. */
+#define CACHE_SCHEMA_VERSION 2
 
 enum {
   CACHE_OK = 0,
@@ -37,6 +39,8 @@ typedef struct cache_record {
   const char *options;  /* compile options as one string */
   const char *entry;    /* kernel symbol in the binary */
   const char *source;   /* the rendered source that was compiled (may be NULL) */
+  const char *templates; /* hash of the template set it was rendered from (put: NULL = "") */
+  const char *abi;       /* kernel ABI / cache format version (put: NULL = "") */
   const void *binary;
   size_t bytes;
   uint64_t checksum;    /* XXH3-64 of binary; computed by put, checked by reads */
@@ -78,9 +82,10 @@ void cache_record_free(cache_record *rec);
 
 /* Inserts or replaces the row for rec->hash in one transaction (a reader
  * never sees half of it), computes the checksum, sets created/last_used to
- * now and hits to 0, then checkpoints the WAL (PASSIVE) so fresh readers
- * do not rebuild a large WAL index. Every string but source must be
- * non-NULL and the binary non-empty. */
+ * now and hits to 0, deletes the compile claim on rec->key_hash (see
+ * cache_ops.h) in the same transaction, then checkpoints the WAL (PASSIVE)
+ * so fresh readers do not rebuild a large WAL index. Every string but
+ * source, templates and abi must be non-NULL and the binary non-empty. */
 int cache_store_put(cache_store *s, const cache_record *rec, char *err, size_t errlen);
 
 /* Records uses: hits += 1 and last_used = now for each hash, in one

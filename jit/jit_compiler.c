@@ -21,7 +21,8 @@ int jit_arch_valid(const char *arch) {
     int digits = 0, v = 0;
     while (isdigit((unsigned char)*p)) v = v * 10 + (*p++ - '0'), digits++;
     if (digits < 2 || digits > 3 || v < 70) return 0;
-    if (*p == 'a' || *p == 'f') p++;
+    /* Arch-specific (sm_90a, Hopper on) and family-specific (sm_100f, Blackwell on) targets. */
+    if ((*p == 'a' && v >= 90) || (*p == 'f' && v >= 100)) p++;
     return *p == 0;
   }
   if (strncmp(arch, "gfx", 3) == 0) {
@@ -29,12 +30,22 @@ int jit_arch_valid(const char *arch) {
     int n = 0;
     while (isxdigit((unsigned char)*p)) p++, n++;
     if (n < 3 || n > 4) return 0;
-    /* Target features as AMD spells them: gfx90a:xnack-:sramecc+ */
+    /* Target features as AMD spells them (gfx90a:sramecc+:xnack-): only the
+     * two that exist, each at most once. hiprtc 5.2 aborts the process on a
+     * feature it does not know, so nothing else may reach it. */
+    int seen_xnack = 0, seen_sramecc = 0;
     while (*p == ':') {
       p++;
-      int m = 0;
-      while (isalnum((unsigned char)*p)) p++, m++;
-      if (m == 0 || (*p != '+' && *p != '-')) return 0;
+      if (strncmp(p, "xnack", 5) == 0 && !seen_xnack) {
+        seen_xnack = 1;
+        p += 5;
+      } else if (strncmp(p, "sramecc", 7) == 0 && !seen_sramecc) {
+        seen_sramecc = 1;
+        p += 7;
+      } else {
+        return 0;
+      }
+      if (*p != '+' && *p != '-') return 0;
       p++;
     }
     return *p == 0;

@@ -82,6 +82,37 @@ typedef struct fi_admin_stats {
 } fi_admin_stats;
 FI_API fi_status fi_admin_stats_get(fi_runtime *rt, fi_admin_stats *st);
 
+/** Garbage collection of the user cache. max_bytes < 0: the runtime's cap
+ * (FI_CACHE_MAX_BYTES, default 2 GiB); 0: no size limit; else that cap,
+ * least recently used entries first. stale: also remove entries no current
+ * runtime would load (another NVRTC or hiprtc version than the one installed
+ * here, another template set or kernel ABI). */
+FI_API fi_status fi_admin_gc(fi_runtime *rt, int64_t max_bytes, int stale, int64_t *evicted,
+                             int64_t *stale_removed);
+
+typedef struct fi_verify_report {
+  int integrity_ok;    /* SQLite's integrity_check passed */
+  int64_t rows;        /* entries examined */
+  int64_t bad_rows;    /* entries whose binary fails its checksum or length */
+  int64_t repaired;    /* with repair: entries removed, or the file rebuilt */
+  char detail[1024];   /* the first problems, one per line */
+} fi_verify_report;
+
+/** Checks the user cache's integrity and every binary; with repair, mends
+ * it (drops bad entries; rebuilds a damaged file from what still reads). */
+FI_API fi_status fi_admin_verify(fi_runtime *rt, int repair, fi_verify_report *rep);
+
+/** Writes the user cache's entries matching op and arch (NULL: all) to a new
+ * standalone cache file (rollback journal, mode 0644), suitable as a system
+ * layer: FI_CACHE_SYSTEM_PATH. Replaces file atomically. */
+FI_API fi_status fi_admin_export_cache(fi_runtime *rt, const char *file, const char *op,
+                                       const char *arch, int64_t *copied);
+
+/** Merges another cache file into the user cache (checksums verified;
+ * entries already present are kept). */
+FI_API fi_status fi_admin_import_cache(fi_runtime *rt, const char *file, int64_t *copied,
+                                       int64_t *skipped);
+
 /** For fi-bench: the loaded function (CUfunction) and launch geometry that
  * fi_rmsnorm would use for these tensors; lets a benchmark compare a bare
  * cuLaunchKernel of the same kernel with the runtime's dispatch. */

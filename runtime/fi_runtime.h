@@ -51,9 +51,10 @@ typedef struct fi_options {
    * $XDG_CACHE_HOME/fi_runtime/kernels.db, else ~/.cache/fi_runtime/kernels.db.
    * ":memory:" keeps compiled kernels in this process only. */
   const char *cache_path;
-  /** Read-only cache searched first (e.g. shipped in a container image).
-   * NULL: $FI_CACHE_SYSTEM_PATH, else none. "" means none.
-   * Not used yet: the layered cache comes with the next release. */
+  /** Read-only cache searched before the user cache (e.g. shipped inside a
+   * container image; made with `fi-cache export --to`). Opened read-only,
+   * never written; refused if anyone but root or this user could write it.
+   * NULL: $FI_CACHE_SYSTEM_PATH, else none. "" means none. */
   const char *system_cache_path;
   /** Messages on stderr: 0 off, 1 error, 2 warn, 3 info, 4 debug.
    * -1: $FI_LOG_LEVEL (a number or a name), else 2. */
@@ -82,6 +83,24 @@ FI_API const char *fi_status_string(fi_status s);
  * argument or the step that failed; for a compile failure it holds the
  * compiler's log. "" if no call on this thread has failed. */
 FI_API const char *fi_last_error(void);
+
+/** What a runtime has done since it was created. Set struct_size to
+ * sizeof(fi_stats) before the call; fields added later stay unread by old callers. */
+typedef struct fi_stats {
+  size_t struct_size;
+  int64_t memo_hits;        /* calls served from the in-process memo (the hot path) */
+  int64_t cache_hits;       /* kernels loaded from the on-disk cache (either layer) */
+  int64_t compiles;         /* kernels this process compiled */
+  int64_t compile_failures;
+  double compile_ms;        /* total time in the compiler */
+  int64_t waits;            /* misses that waited for another thread or process's compile */
+  int64_t evictions;        /* entries removed to keep the file under FI_CACHE_MAX_BYTES */
+  int64_t repairs;          /* corrupt entries dropped, corrupt files moved aside,
+                               binaries the driver rejected and rebuilt */
+} fi_stats;
+
+/** Fills *st (st->struct_size set by the caller) with rt's counters. */
+FI_API fi_status fi_runtime_stats(fi_runtime *rt, fi_stats *st);
 
 /** RMSNorm: out[i, :] = input[i, :] / sqrt(mean(input[i, :]^2) + eps) * weight.
  * input and out are [tokens, hidden] on the same CUDA (or ROCm) device, with

@@ -56,9 +56,11 @@ FI_API fi_status fi_admin_prewarm(fi_runtime *rt, const char *op, int idx, const
 typedef struct list_ctx {
   fi_cache_entry_fn fn;
   void *user;
+  const char *layer;
+  int stopped;
 } list_ctx;
 
-static void to_entry(const cache_record *r, fi_cache_entry *e) {
+static void to_entry(const cache_record *r, fi_cache_entry *e, const char *layer) {
   memset(e, 0, sizeof *e);
   cache_hash_hex(r->hash, e->hash);
   e->op = r->op;
@@ -66,7 +68,7 @@ static void to_entry(const cache_record *r, fi_cache_entry *e) {
   e->arch = r->arch;
   e->compiler = r->compiler;
   e->entry = r->entry;
-  e->layer = "user";
+  e->layer = layer;
   e->bytes = (int64_t)r->bytes;
   e->created = r->created;
   e->last_used = r->last_used;
@@ -77,8 +79,9 @@ static void to_entry(const cache_record *r, fi_cache_entry *e) {
 static int list_cb(const cache_record *r, void *user) {
   list_ctx *c = user;
   fi_cache_entry e;
-  to_entry(r, &e);
-  return c->fn(&e, c->user);
+  to_entry(r, &e, c->layer);
+  c->stopped = c->fn(&e, c->user);
+  return c->stopped;
 }
 
 FI_API fi_status fi_admin_list(fi_runtime *rt, const char *op, const char *arch,
@@ -86,8 +89,14 @@ FI_API fi_status fi_admin_list(fi_runtime *rt, const char *op, const char *arch,
   if (!rt || !fn) return rt_fail(FI_ERR_INVALID_ARGUMENT, "%s is NULL", rt ? "fn" : "rt");
   cache_store *s = rt_store(rt);
   if (!s) return rt_fail(FI_ERR_CACHE, "no cache store");
-  list_ctx c = {fn, user};
   char err[1024];
+  /* The system layer first: it is searched first. */
+  cache_store *sys = rt_system_store(rt);
+  list_ctx c = {fn, user, "system", 0};
+  if (sys && cache_store_list(sys, op, arch, list_cb, &c, err, sizeof err) != CACHE_OK)
+    return rt_fail(FI_ERR_CACHE, "listing %s: %s", rt->system_path, err);
+  if (c.stopped) return FI_OK;
+  c.layer = "user";
   if (cache_store_list(s, op, arch, list_cb, &c, err, sizeof err) != CACHE_OK)
     return rt_fail(FI_ERR_CACHE, "listing %s: %s", rt->cache_path, err);
   return FI_OK;
@@ -110,7 +119,7 @@ FI_API fi_status fi_admin_get(fi_runtime *rt, const char *hex_prefix, fi_cache_e
                                      "hash prefix '%s': %s", hex_prefix, err);
   if (fn) {
     fi_cache_entry e;
-    to_entry(&r, &e);
+    to_entry(&r, &e, "user");
     fn(&e, user);
   }
   if (binary) {

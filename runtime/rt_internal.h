@@ -40,9 +40,16 @@ typedef struct rt_inflight {
 struct fi_runtime {
   int log_level;
   char cache_path[4096];
+  char system_path[4096];    /* read-only layer searched first; "" for none */
   cache_store *store;        /* the user layer; ":memory:" if the file was unusable */
+  cache_store *system_store;
+  int system_failed;         /* the system layer was refused (warned once) */
   int store_is_fallback;
   int store_flags;           /* CACHE_OPEN_ROLLBACK when FI_CACHE_JOURNAL=delete */
+  int journal_explicit;      /* FI_CACHE_JOURNAL was set: no automatic choice */
+  int64_t max_bytes;         /* FI_CACHE_MAX_BYTES: the user file's cap */
+  int64_t claim_timeout_s;   /* FI_CACHE_CLAIM_TIMEOUT: last-resort takeover of a claim */
+  unsigned fork_gen;         /* rt_fork_generation when this state was made */
   cache_memo *memo;
   pthread_mutex_t mu;        /* guards inflight, the device state load, store switch */
   pthread_cond_t cv;
@@ -52,7 +59,7 @@ struct fi_runtime {
   int cuda_loaded, hip_loaded; /* 0 not tried, 1 ok, -1 failed */
   char cuda_err[512], hip_err[512];
   /* Statistics. */
-  atomic_llong memo_hits, cache_hits, compiles, compile_failures, waits;
+  atomic_llong memo_hits, cache_hits, compiles, compile_failures, waits, evictions, repairs;
   _Atomic double compile_ms_total, store_open_ms, lookup_ms, module_load_ms;
   /* Uses of stored binaries not yet written back (hits, last_used). */
   uint8_t (*touched)[16];
@@ -81,8 +88,22 @@ fi_status rt_binary_ensure(fi_runtime *rt, const jit_key *key, const char *arch,
 fi_status rt_kernel_get_slow(fi_runtime *rt, const jit_key *key, const rt_device_i *be,
                              int device, uint64_t k0, uint64_t k1, rt_kernel **out);
 
+/* fork(): bumped in every child by a pthread_atfork handler. A runtime whose
+ * fork_gen differs is being used in a child and starts over (rt_after_fork). */
+extern atomic_uint rt_fork_generation;
+unsigned rt_fork_generation_init(void);
+void rt_after_fork(fi_runtime *rt);
+static inline void rt_fork_check(fi_runtime *rt) {
+  if (atomic_load_explicit(&rt_fork_generation, memory_order_relaxed) != rt->fork_gen)
+    rt_after_fork(rt);
+}
+
+/* The read-only system layer, opened at first need; NULL if none or refused. */
+cache_store *rt_system_store(fi_runtime *rt);
+
 static inline fi_status rt_kernel_get(fi_runtime *rt, const jit_key *key, const rt_device_i *be,
                                       int device, rt_kernel **out) {
+  rt_fork_check(rt);
   uint64_t k0, k1;
   jit_key_fast(key, &k0, &k1);
   /* Backends share the memo; their device ordinals are kept apart. */
@@ -110,6 +131,9 @@ cache_store *rt_store(fi_runtime *rt);
 /* How many blocks of `threads` threads of k fit on its whole device at once
  * (SMs x blocks per SM), asked of the driver once and remembered. */
 fi_status rt_kernel_resident(fi_runtime *rt, rt_kernel *k, int threads, int *resident);
+
+/* "2G", "500M", "1048576" in bytes; -1 if malformed. */
+int64_t rt_parse_bytes(const char *s);
 
 /* Writes pending hit counts to the store. */
 void rt_flush_touches(fi_runtime *rt);

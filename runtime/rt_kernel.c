@@ -7,6 +7,8 @@
 
 #include "jit_compiler.h"
 #include "jit_render.h"
+#include "cache_ops.h"
+#include "fi_params.h"
 #include "jit_templates.h"
 #include "rt_internal.h"
 
@@ -16,35 +18,18 @@ static double now_ms(void) {
   return (double)t.tv_sec * 1e3 + (double)t.tv_nsec / 1e6;
 }
 
+/* Wall-clock microseconds, comparable between processes: the debug log
+ * stamps stores and the waits that end on them with it. */
+static long long wall_us(void) {
+  struct timespec t;
+  clock_gettime(CLOCK_REALTIME, &t);
+  return (long long)t.tv_sec * 1000000 + t.tv_nsec / 1000;
+}
+
 static void add_ms(_Atomic double *total, double ms) {
   double old = atomic_load(total);
   while (!atomic_compare_exchange_weak(total, &old, old + ms)) {
   }
-}
-
-/* Opens the user store at first need. A file that cannot be opened or is
- * corrupt leaves the process working from memory, with one warning. */
-cache_store *rt_store(fi_runtime *rt) {
-  cache_store *s = __atomic_load_n(&rt->store, __ATOMIC_ACQUIRE);
-  if (s) return s;
-  pthread_mutex_lock(&rt->mu);
-  if (!rt->store) {
-    char err[1024] = "";
-    cache_store *opened = NULL;
-    double t0 = now_ms();
-    if (cache_store_open(rt->cache_path, rt->store_flags, &opened, err, sizeof err) != CACHE_OK) {
-      rt_log(rt, RT_LOG_WARN, "cache %s unusable (%s); kernels are kept in memory only",
-             rt->cache_path, err);
-      opened = NULL;
-      if (cache_store_open(":memory:", 0, &opened, err, sizeof err) != CACHE_OK) opened = NULL;
-      rt->store_is_fallback = 1;
-    }
-    add_ms(&rt->store_open_ms, now_ms() - t0);
-    __atomic_store_n(&rt->store, opened, __ATOMIC_RELEASE);
-  }
-  s = rt->store;
-  pthread_mutex_unlock(&rt->mu);
-  return s;
 }
 
 static int inflight_has(const fi_runtime *rt, const uint8_t h[16]) {
@@ -107,9 +92,11 @@ void rt_flush_touches(fi_runtime *rt) {
   pthread_mutex_unlock(&rt->mu);
 }
 
+/* must_store: prewarm's compile is worthless unless it reaches the file, so a
+ * failed write is its error; a kernel call runs the binary from memory. */
 static fi_status compile_and_store(fi_runtime *rt, cache_store *store, const jit_key *key,
                                    const jit_compiler *cc, jit_target *t, const char *canon,
-                                   double *compile_ms, cache_record *rec_out) {
+                                   int must_store, double *compile_ms, cache_record *rec_out) {
   char err[16384];
   uint8_t key_hash[16], hash[16];
   jit_key_hashes(key, t, key_hash, hash);
@@ -148,11 +135,34 @@ static fi_status compile_and_store(fi_runtime *rt, cache_store *store, const jit
   rec.binary = co.binary;
   rec.bytes = co.bytes;
   rec.compile_ms = ms;
-  if (cache_store_put(store, &rec, err, sizeof err) != CACHE_OK)
+  rec.templates = t->template_hash;
+  char abi[32];
+  snprintf(abi, sizeof abi, "%d.%d", FI_KERNEL_ABI_VERSION, JIT_CACHE_FORMAT);
+  rec.abi = abi;
+  int put_rc = cache_store_put(store, &rec, err, sizeof err);
+  if (put_rc == CACHE_OK)
+    rt_log(rt, RT_LOG_DEBUG, "stored %s at %lld", canon, wall_us());
+  if (put_rc != CACHE_OK) {
     rt_log(rt, RT_LOG_WARN, "storing %s failed (%s); it stays in memory for this process", canon,
            err);
+    /* Release the claim, or other processes would wait for a row that never comes. */
+    char err2[256];
+    cache_store_unclaim(store, key_hash, err2, sizeof err2);
+  } else if (rt->max_bytes > 0) {
+    int64_t evicted = 0;
+    if (cache_store_evict(store, rt->max_bytes, &evicted, err, sizeof err) != CACHE_OK)
+      rt_log(rt, RT_LOG_DEBUG, "eviction failed: %s", err);
+    if (evicted > 0) {
+      atomic_fetch_add(&rt->evictions, evicted);
+      rt_log(rt, RT_LOG_INFO, "evicted %lld least recently used kernels (cap %lld bytes)",
+             (long long)evicted, (long long)rt->max_bytes);
+    }
+  }
   fi_status st = FI_OK;
-  if (rec_out) {
+  if (put_rc != CACHE_OK && must_store)
+    st = rt_fail(FI_ERR_CACHE, "compiled %s for %s but could not store it in %s: %s", canon,
+                 t->arch, rt->cache_path, err);
+  if (rec_out && st == FI_OK) {
     /* Hand back owned copies, as cache_store_find would. */
     memset(rec_out, 0, sizeof *rec_out);
     memcpy(rec_out->hash, hash, 16);
@@ -180,6 +190,41 @@ static fi_status compile_and_store(fi_runtime *rt, cache_store *store, const jit
   return st;
 }
 
+/* Looks key_hash up in the system layer, then the user layer. */
+static int find_layers(fi_runtime *rt, cache_store *sys, cache_store *user,
+                       const uint8_t key_hash[16], const char *prefer, const char *need,
+                       const char *canon, cache_record *found) {
+  cache_store *layers[2] = {sys, user};
+  char err[1024];
+  for (int i = 0; i < 2; i++) {
+    if (!layers[i]) continue;
+    double t0 = now_ms();
+    int r = cache_store_find(layers[i], key_hash, prefer, found, err, sizeof err);
+    add_ms(&rt->lookup_ms, now_ms() - t0);
+    if (r == CACHE_OK && need && strcmp(found->compiler, need) != 0) {
+      cache_record_free(found); /* another compiler's binary: prewarm builds our own */
+      r = CACHE_NOT_FOUND;
+    }
+    if (r == CACHE_OK) return i;
+    if (r == CACHE_ERR_CORRUPT) {
+      atomic_fetch_add(&rt->repairs, 1);
+      rt_log(rt, RT_LOG_WARN, "cached binary of %s dropped and rebuilt: %s", canon, err);
+    } else if (r != CACHE_NOT_FOUND) {
+      rt_log(rt, RT_LOG_WARN, "cache lookup of %s failed: %s", canon, err);
+    }
+  }
+  return -1;
+}
+
+/* Sleeps with a growing step while another process compiles: short at
+ * first (its compile may be about to finish), never more than 16 ms, which
+ * bounds how late a waiter notices the binary. */
+static void backoff(int *step_us) {
+  struct timespec ts = {0, (long)*step_us * 1000};
+  nanosleep(&ts, NULL);
+  if (*step_us < 16000) *step_us *= 2;
+}
+
 fi_status rt_binary_ensure(fi_runtime *rt, const jit_key *key, const char *arch, int exact_compiler,
                            fi_prewarm_result *result, double *compile_ms, cache_record *rec) {
   const jit_compiler *cc = jit_compiler_for_arch(arch);
@@ -187,11 +232,13 @@ fi_status rt_binary_ensure(fi_runtime *rt, const jit_key *key, const char *arch,
   char canon[512];
   if (jit_key_canonical(key, canon, sizeof canon) < 0)
     return rt_fail(FI_ERR_INTERNAL, "key of op %s cannot be written", key->op->name);
+  rt_fork_check(rt);
   jit_target t = {arch, cc->options(arch), jit_template_set_hash(), NULL};
   uint8_t key_hash[16];
   jit_key_hashes(key, &t, key_hash, NULL);
-  cache_store *store = rt_store(rt);
-  if (!store) return rt_fail(FI_ERR_CACHE, "no cache store could be opened, not even in memory");
+  cache_store *user = rt_store(rt);
+  if (!user) return rt_fail(FI_ERR_CACHE, "no cache store could be opened, not even in memory");
+  cache_store *sys = rt_system_store(rt);
   if (compile_ms) *compile_ms = 0;
 
   char err[1024];
@@ -199,7 +246,6 @@ fi_status rt_binary_ensure(fi_runtime *rt, const jit_key *key, const char *arch,
     return rt_fail(FI_ERR_COMPILE, "compiler for %s unavailable: %s", arch, err);
   rt_inflight node;
   int waited = inflight_claim(rt, &node, key_hash);
-  if (waited) atomic_fetch_add(&rt->waits, 1);
   fi_status st = FI_OK;
   cache_record found;
   memset(&found, 0, sizeof found);
@@ -207,40 +253,59 @@ fi_status rt_binary_ensure(fi_runtime *rt, const jit_key *key, const char *arch,
    * loaded one; a cache hit must not load a 100 MB compiler just to ask it
    * its version. */
   const char *prefer = cc->identity()[0] ? cc->identity() : NULL;
-  double t0 = now_ms();
-  int r = cache_store_find(store, key_hash, prefer, &found, err, sizeof err);
-  add_ms(&rt->lookup_ms, now_ms() - t0);
-  if (r == CACHE_OK && exact_compiler && strcmp(found.compiler, cc->identity()) != 0) {
-    cache_record_free(&found); /* another compiler's binary: prewarm builds our own */
-    r = CACHE_NOT_FOUND;
+  const char *need = exact_compiler ? cc->identity() : NULL;
+  int layer = find_layers(rt, sys, user, key_hash, prefer, need, canon, &found);
+  if (layer < 0) {
+    if (cc->load(err, sizeof err) != 0) {
+      st = rt_fail(FI_ERR_COMPILE, "%s is not cached for %s and no compiler is available: %s",
+                   canon, arch, err);
+      goto out;
+    }
+    if (cc->check_arch(arch, err, sizeof err) != 0) {
+      st = rt_fail(FI_ERR_UNSUPPORTED, "%s", err);
+      goto out;
+    }
+    t.compiler = cc->identity();
+    /* One compile per key across processes: a claim row in the user file.
+     * A process that finds the claim held waits for the binary instead. */
+    int step_us = 500, outcome = CACHE_CLAIM_OURS, took_over = 0, counted = 0;
+    for (;;) {
+      if (cache_store_claim(user, key_hash, need, rt->claim_timeout_s, &outcome, &took_over, err,
+                            sizeof err) != CACHE_OK) {
+        /* The file cannot take claims (read-only, full): compile anyway. */
+        rt_log(rt, RT_LOG_DEBUG, "claim of %s failed (%s); compiling without one", canon, err);
+        outcome = CACHE_CLAIM_OURS;
+      }
+      if (outcome != CACHE_CLAIM_BUSY) break;
+      if (!counted) {
+        counted = waited = 1;
+        rt_log(rt, RT_LOG_DEBUG, "waiting for another process compiling %s", canon);
+      }
+      backoff(&step_us);
+    }
+    if (took_over)
+      rt_log(rt, RT_LOG_INFO, "took over the compile of %s from a process that is gone", canon);
+    if (outcome == CACHE_CLAIM_READY) {
+      layer = find_layers(rt, NULL, user, key_hash, prefer, need, canon, &found);
+      if (counted && layer >= 0)
+        rt_log(rt, RT_LOG_DEBUG, "loaded %s after waiting, at %lld", canon, wall_us());
+    }
+    if (layer < 0) {
+      st = compile_and_store(rt, user, key, cc, &t, canon, exact_compiler, compile_ms, rec);
+      if (st != FI_OK) cache_store_unclaim(user, key_hash, err, sizeof err);
+      if (st == FI_OK && result) *result = FI_PREWARM_COMPILED;
+      goto out;
+    }
   }
-  if (r == CACHE_OK) {
-    atomic_fetch_add(&rt->cache_hits, 1);
-    if (!exact_compiler) note_touch(rt, found.hash); /* prewarm finding it is not a use */
-    if (result) *result = waited ? FI_PREWARM_WAITED : FI_PREWARM_CACHED;
-    if (rec)
-      *rec = found;
-    else
-      cache_record_free(&found);
-    goto out;
-  }
-  if (r == CACHE_ERR_CORRUPT)
-    rt_log(rt, RT_LOG_WARN, "cached binary of %s dropped and rebuilt: %s", canon, err);
-  else if (r != CACHE_NOT_FOUND)
-    rt_log(rt, RT_LOG_WARN, "cache lookup of %s failed: %s", canon, err);
-  if (cc->load(err, sizeof err) != 0) {
-    st = rt_fail(FI_ERR_COMPILE, "%s is not cached for %s and no compiler is available: %s", canon,
-                 arch, err);
-    goto out;
-  }
-  if (cc->check_arch(arch, err, sizeof err) != 0) {
-    st = rt_fail(FI_ERR_UNSUPPORTED, "%s", err);
-    goto out;
-  }
-  t.compiler = cc->identity();
-  st = compile_and_store(rt, store, key, cc, &t, canon, compile_ms, rec);
-  if (st == FI_OK && result) *result = FI_PREWARM_COMPILED;
+  atomic_fetch_add(&rt->cache_hits, 1);
+  if (!exact_compiler && layer == 1) note_touch(rt, found.hash); /* prewarm finding it is not a use */
+  if (result) *result = waited ? FI_PREWARM_WAITED : FI_PREWARM_CACHED;
+  if (rec)
+    *rec = found;
+  else
+    cache_record_free(&found);
 out:
+  if (waited) atomic_fetch_add(&rt->waits, 1);
   inflight_release(rt, &node);
   return st;
 }

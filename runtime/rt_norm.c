@@ -85,18 +85,21 @@ static fi_status prepare(fi_runtime *rt, const DLTensor *input, const DLTensor *
     return rt_fail(FI_ERR_INVALID_ARGUMENT, "%s: eps is %g; a finite value >= 0 is needed", fn, eps);
   /* out may be input itself, but not a shifted view of it: a block would
    * then overwrite another block's row before reading it. */
-  const char *ib = rt_data(input), *ob = rt_data(out);
-  const int64_t ie = rt_extent_bytes(input), oe = rt_extent_bytes(out);
+  const char *ib = rt_data(input), *ob = rt_data(out), *wb = rt_data(weight);
+  const int64_t ie = rt_extent_bytes(input), oe = rt_extent_bytes(out),
+                we = rt_extent_bytes(weight);
+  if (ie < 0 || oe < 0 || we < 0)
+    return rt_fail(FI_ERR_INVALID_ARGUMENT, "%s: %s spans more than 2^63 bytes (shape or stride)",
+                   fn, ie < 0 ? "input" : oe < 0 ? "out" : "weight");
   if (ib != ob && ib < ob + oe && ob < ib + ie)
     return rt_fail(FI_ERR_INVALID_ARGUMENT,
                    "%s: out partly overlaps input; pass the same tensor for in place", fn);
+  if (wb < ob + oe && ob < wb + we)
+    return rt_fail(FI_ERR_INVALID_ARGUMENT, "%s: out overlaps weight", fn);
   if (ib == ob && in_rs != out_rs && rows > 1)
     return rt_fail(FI_ERR_INVALID_ARGUMENT, "%s: out aliases input with a different row stride", fn);
 
   *empty = rows == 0;
-  if (*empty) return FI_OK;
-  void *state;
-  if ((st = rt_backend(rt, input->device.device_type, &c->be, &state)) != FI_OK) return st;
   c->device = input->device.device_id;
   const void *ptrs[3] = {ib, ob, rt_data(weight)};
   const int64_t strides[2] = {in_rs, out_rs};
@@ -115,6 +118,12 @@ static fi_status prepare(fi_runtime *rt, const DLTensor *input, const DLTensor *
   return FI_OK;
 }
 
+/* The device backend, loaded only once every argument has been checked. */
+static fi_status load_backend(fi_runtime *rt, const DLTensor *input, rmsnorm_call *c) {
+  void *state;
+  return rt_backend(rt, input->device.device_type, &c->be, &state);
+}
+
 /* A persistent grid: as many blocks as are resident at once, each walking
  * rows with a stride of the grid, so the weight is loaded once per block. */
 static fi_status size_grid(fi_runtime *rt, rt_kernel *k, rmsnorm_call *c) {
@@ -131,6 +140,7 @@ FI_API fi_status fi_rmsnorm(fi_runtime *rt, const DLTensor *input, const DLTenso
   int empty = 0;
   fi_status st = prepare(rt, input, weight, eps, out, &c, &empty);
   if (st != FI_OK || empty) return st;
+  if ((st = load_backend(rt, input, &c)) != FI_OK) return st;
   rt_kernel *k;
   if ((st = rt_kernel_get(rt, &c.key, c.be, c.device, &k)) != FI_OK) return st;
   if ((st = size_grid(rt, k, &c)) != FI_OK) return st;
@@ -143,7 +153,7 @@ FI_API fi_status fi_admin_rmsnorm_with_key(fi_runtime *rt, const DLTensor *input
   rmsnorm_call c;
   int empty = 0;
   fi_status st = prepare(rt, input, weight, eps, out, &c, &empty);
-  if (st != FI_OK || empty) return st;
+  if (st != FI_OK) return st;
   jit_key k;
   if (!key || jit_key_parse(key, &k) != 0 || k.op != c.key.op)
     return rt_fail(FI_ERR_INVALID_ARGUMENT, "key: '%s' is not an rmsnorm key", key ? key : "(null)");
@@ -156,6 +166,8 @@ FI_API fi_status fi_admin_rmsnorm_with_key(fi_runtime *rt, const DLTensor *input
     return rt_fail(FI_ERR_INVALID_ARGUMENT, "key: '%s' cannot normalize rows of %d", key, c.p.hidden);
   c.key = k;
   c.launch.block[0] = (unsigned)k.v[RMSNORM_P_THREADS];
+  if (empty) return FI_OK;
+  if ((st = load_backend(rt, input, &c)) != FI_OK) return st;
   rt_kernel *kr;
   if ((st = rt_kernel_get(rt, &c.key, c.be, c.device, &kr)) != FI_OK) return st;
   if ((st = size_grid(rt, kr, &c)) != FI_OK) return st;
@@ -171,6 +183,7 @@ FI_API fi_status fi_admin_rmsnorm_kernel(fi_runtime *rt, const DLTensor *input,
   fi_status st = prepare(rt, input, weight, eps, out, &c, &empty);
   if (st != FI_OK) return st;
   if (empty) return rt_fail(FI_ERR_INVALID_ARGUMENT, "fi_admin_rmsnorm_kernel: input has 0 rows");
+  if ((st = load_backend(rt, input, &c)) != FI_OK) return st;
   rt_kernel *k;
   if ((st = rt_kernel_get(rt, &c.key, c.be, c.device, &k)) != FI_OK) return st;
   if ((st = size_grid(rt, k, &c)) != FI_OK) return st;

@@ -10,6 +10,25 @@
 #include "dlpack/dlpack.h"
 #include "rt_internal.h"
 
+/* "2G", "500M", "1048576": bytes, or -1 if malformed. */
+int64_t rt_parse_bytes(const char *s) {
+  if (!s || !*s) return -1;
+  char *end;
+  double v = strtod(s, &end);
+  if (end == s || v < 0) return -1;
+  double mul = 1;
+  switch (*end) {
+    case 'k': case 'K': mul = 1024.0; end++; break;
+    case 'm': case 'M': mul = 1024.0 * 1024; end++; break;
+    case 'g': case 'G': mul = 1024.0 * 1024 * 1024; end++; break;
+    case 't': case 'T': mul = 1024.0 * 1024 * 1024 * 1024; end++; break;
+    default: break;
+  }
+  if (*end == 'i' || *end == 'I') end++;
+  if (*end == 'b' || *end == 'B') end++;
+  return *end ? -1 : (int64_t)(v * mul);
+}
+
 FI_API void fi_options_init(fi_options *o) {
   if (!o) return;
   memset(o, 0, sizeof *o);
@@ -58,10 +77,29 @@ FI_API fi_status fi_runtime_create(const fi_options *opts, fi_runtime **out) {
     snprintf(rt->cache_path, sizeof rt->cache_path, ":memory:");
   }
   const char *journal = getenv("FI_CACHE_JOURNAL");
-  if (journal && strcmp(journal, "delete") == 0)
+  if (journal && strcmp(journal, "delete") == 0) {
     rt->store_flags |= CACHE_OPEN_ROLLBACK;
-  else if (journal && journal[0] && strcmp(journal, "wal") != 0)
+    rt->journal_explicit = 1;
+  } else if (journal && strcmp(journal, "wal") == 0) {
+    rt->journal_explicit = 1;
+  } else if (journal && journal[0]) {
     rt_log(rt, RT_LOG_WARN, "FI_CACHE_JOURNAL=%s ignored (wal or delete)", journal);
+  }
+  const char *sys = o.system_cache_path ? o.system_cache_path : getenv("FI_CACHE_SYSTEM_PATH");
+  if (sys && sys[0]) snprintf(rt->system_path, sizeof rt->system_path, "%s", sys);
+  rt->max_bytes = (int64_t)2 << 30; /* 2 GiB: hundreds of op configurations with room */
+  const char *mb = getenv("FI_CACHE_MAX_BYTES");
+  if (mb && mb[0]) {
+    int64_t v = rt_parse_bytes(mb);
+    if (v < 0)
+      rt_log(rt, RT_LOG_WARN, "FI_CACHE_MAX_BYTES=%s ignored: a size like 2G or 500M is expected", mb);
+    else
+      rt->max_bytes = v; /* 0: no cap */
+  }
+  rt->claim_timeout_s = 300;
+  const char *ct = getenv("FI_CACHE_CLAIM_TIMEOUT");
+  if (ct && atoll(ct) > 0) rt->claim_timeout_s = atoll(ct);
+  rt->fork_gen = rt_fork_generation_init();
   pthread_mutex_init(&rt->mu, NULL);
   pthread_cond_init(&rt->cv, NULL);
   rt->memo = cache_memo_create();
@@ -90,12 +128,19 @@ static void unload_kernel(void *value, void *user) {
 
 FI_API void fi_runtime_destroy(fi_runtime *rt) {
   if (!rt) return;
+  if (atomic_load(&rt_fork_generation) != rt->fork_gen) {
+    /* Destroyed in a forked child before any use there: what it holds is
+     * the parent's (connections, modules) and must not be closed here. */
+    free(rt);
+    return;
+  }
   rt_flush_touches(rt);
   if (rt->memo) {
     unload_ctx u = {rt};
     cache_memo_destroy(rt->memo, unload_kernel, &u);
   }
   if (rt->store) cache_store_close(rt->store);
+  if (rt->system_store) cache_store_close(rt->system_store);
   if (rt->cuda_state) rt_device_cuda.destroy(rt->cuda_state);
   if (rt->hip_state) rt_device_hip.destroy(rt->hip_state);
   free(rt->touched);
@@ -131,5 +176,25 @@ fi_status rt_backend(fi_runtime *rt, int dlpack_type, const rt_device_i **be, vo
   if (!ok) return rt_fail(FI_ERR_NO_DEVICE, "no %s device: %s", b->name, err);
   *be = b;
   *state = *st;
+  return FI_OK;
+}
+
+FI_API fi_status fi_runtime_stats(fi_runtime *rt, fi_stats *st) {
+  if (!rt) return rt_fail(FI_ERR_INVALID_ARGUMENT, "fi_runtime_stats: rt is NULL");
+  if (!st || st->struct_size < sizeof(size_t) || st->struct_size > sizeof(fi_stats))
+    return rt_fail(FI_ERR_INVALID_ARGUMENT,
+                   "fi_runtime_stats: st is NULL or st->struct_size is not sizeof(fi_stats)");
+  fi_stats s;
+  memset(&s, 0, sizeof s);
+  s.struct_size = st->struct_size;
+  s.memo_hits = atomic_load(&rt->memo_hits);
+  s.cache_hits = atomic_load(&rt->cache_hits);
+  s.compiles = atomic_load(&rt->compiles);
+  s.compile_failures = atomic_load(&rt->compile_failures);
+  s.compile_ms = atomic_load(&rt->compile_ms_total);
+  s.waits = atomic_load(&rt->waits);
+  s.evictions = atomic_load(&rt->evictions);
+  s.repairs = atomic_load(&rt->repairs);
+  memcpy(st, &s, st->struct_size);
   return FI_OK;
 }

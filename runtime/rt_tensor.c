@@ -61,7 +61,8 @@ fi_status rt_check_tensor(const char *fn, const char *name, const DLTensor *t, i
 int64_t rt_stride(const DLTensor *t, int i) {
   if (t->strides) return t->strides[i];
   int64_t s = 1;
-  for (int j = t->ndim - 1; j > i; j--) s *= t->shape[j];
+  for (int j = t->ndim - 1; j > i; j--)
+    if (__builtin_mul_overflow(s, t->shape[j], &s)) return INT64_MAX;
   return s;
 }
 
@@ -75,10 +76,16 @@ fi_status rt_check_same_device(const char *fn, const char *a_name, const DLTenso
 }
 
 int64_t rt_extent_bytes(const DLTensor *t) {
-  int64_t last = 0;
+  int64_t last = 0, span;
   for (int i = 0; i < t->ndim; i++) {
     if (t->shape[i] == 0) return 0;
-    last += (t->shape[i] - 1) * rt_stride(t, i);
+    if (__builtin_mul_overflow(t->shape[i] - 1, rt_stride(t, i), &span) ||
+        __builtin_add_overflow(last, span, &last))
+      return -1;
   }
-  return (last + 1) * ((t->dtype.bits * t->dtype.lanes + 7) / 8);
+  int64_t bytes;
+  if (__builtin_add_overflow(last, 1, &last) ||
+      __builtin_mul_overflow(last, (int64_t)((t->dtype.bits * t->dtype.lanes + 7) / 8), &bytes))
+    return -1;
+  return bytes;
 }

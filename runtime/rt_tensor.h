@@ -25,7 +25,8 @@ static inline char *rt_data(const DLTensor *t) { return (char *)t->data + t->byt
 fi_status rt_check_same_device(const char *fn, const char *a_name, const DLTensor *a,
                                const char *b_name, const DLTensor *b);
 
-/* Number of bytes from the first to one past the last element. */
+/* Number of bytes from the first to one past the last element; -1 if that
+ * does not fit in 63 bits (a shape or stride no real tensor has). */
 int64_t rt_extent_bytes(const DLTensor *t);
 
 #endif

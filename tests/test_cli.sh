@@ -28,7 +28,7 @@ if [ ! -x "$FI" ]; then fail fi_cache_built "$FI missing"; exit 1; fi
 # ---- usage ----
 run --help; check help_tool '[ $rc -eq 0 ] && grep -q "^usage:" "$T/out"'
 run -h; check help_tool_short '[ $rc -eq 0 ] && grep -q "^usage:" "$T/out"'
-for c in prewarm ls show stats export clear; do
+for c in prewarm ls show stats export import gc verify clear; do
   run "$c" --help; check "help_$c" '[ $rc -eq 0 ] && grep -q "usage:.*$c" "$T/out" && [ ! -e "$DB" ]'
   run "$c" -h; check "help_${c}_short" '[ $rc -eq 0 ] && grep -q "usage:.*$c" "$T/out"'
 done
@@ -61,7 +61,7 @@ check prewarm_sm90 '[ $rc -eq 0 ] && [ "${N:-0}" -gt 0 ] && [ "$failed" = 0 ]'
 check prewarm_no_bar_on_pipe '! grep -q $'"'"'\r'"'"' "$T/err"'
 run ls --cache "$DB" --json; LSN=$(json 'len(d)' <"$T/out" 2>/dev/null)
 check ls_json_valid '[ $rc -eq 0 ] && [ "${LSN:-x}" = "${N:-y}" ]'
-check ls_json_fields 'json "all(set(e)>={\"hash\",\"op\",\"key\",\"arch\",\"compiler\",\"bytes\",\"created\",\"last_used\",\"hits\",\"compile_ms\"} and len(e[\"hash\"])==32 for e in d)" <"$T/out" | grep -qx True'
+check ls_json_fields 'json "all(set(e)>={\"hash\",\"layer\",\"op\",\"key\",\"arch\",\"compiler\",\"bytes\",\"created\",\"last_used\",\"hits\",\"compile_ms\"} and len(e[\"hash\"])==32 for e in d)" <"$T/out" | grep -qx True'
 run prewarm --cache "$DB" --arch sm_90 --op rmsnorm --json
 check prewarm_sm90_again_cached '[ $rc -eq 0 ] && [ "$(last_json "d[\"compiled\"]")" = 0 ] && [ "$(last_json "d[\"cached\"] + d[\"waited\"]")" = "$N" ]'
 run prewarm --cache "$DB" --arch sm_90 -j 1
@@ -70,6 +70,7 @@ check prewarm_text_summary '[ $rc -eq 0 ] && grep -Eq "^compiled 0, cached [0-9]
 # ---- ls ----
 run ls --cache "$DB" --arch sm_90 --op rmsnorm
 check ls_filter_match '[ $rc -eq 0 ] && [ "$(grep -c " rmsnorm .* sm_90 " "$T/out")" = "$N" ]'
+check ls_layer_column '[ "$(grep -c "^[0-9a-f]\{12\}  user    rmsnorm " "$T/out")" = "$N" ] && head -n 1 "$T/out" | grep -q "^hash  *layer  *op "'
 run ls --cache "$DB" --arch sm_80 --json; check ls_filter_other_arch '[ $rc -eq 0 ] && [ "$(json "len(d)" <"$T/out")" = 0 ]'
 run ls --cache "$DB" --op not_an_op --json; check ls_filter_other_op '[ $rc -eq 0 ] && [ "$(json "len(d)" <"$T/out")" = 0 ]'
 
@@ -92,6 +93,8 @@ run export --cache "$DB" "${H:0:12}" -o "$T/no/such/dir/f.cubin"; check export_b
 # ---- stats ----
 run stats --cache "$DB" --json
 check stats_json '[ $rc -eq 0 ] && [ "$(json "d[\"entries\"]" <"$T/out")" = "$N" ] && [ "$(json "sum(g[\"entries\"] for g in d[\"by_op_arch\"])" <"$T/out")" = "$N" ]'
+check stats_json_layers_hits '[ "$(json "d[\"layers\"][\"user\"], d[\"layers\"][\"system\"], d[\"hits\"] >= 0" <"$T/out")" = "$N 0 True" ]'
+check stats_json_process '[ "$(json "sorted(d[\"process\"])" <"$T/out")" = "$(python3 -c "print(sorted(\"memo_hits cache_hits compiles compile_failures compile_ms waits evictions repairs\".split()))")" ] && [ "$(json "d[\"process\"][\"compiles\"]" <"$T/out")" = 0 ]'
 run stats --cache "$DB"; check stats_text '[ $rc -eq 0 ] && grep -qx "entries: $N" "$T/out" && grep -q "^path: $DB" "$T/out"'
 
 # ---- clear ----

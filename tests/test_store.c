@@ -137,6 +137,8 @@ FT_TEST(store_roundtrip) {
   rec_make(&a, 1, "rmsnorm", "sm_90", "nvrtc-13.0", 5000);
   rec_make(&b, 2, "rmsnorm", "sm_90", "nvrtc-13.0", 1);
   b.r.source = NULL;
+  a.r.templates = "tmpl-3f2a";
+  a.r.abi = "1.1";
   FT_CHECK(cache_store_put(s, &a.r, err, sizeof err) == CACHE_OK, "%s", err);
   FT_CHECK(cache_store_put(s, &b.r, err, sizeof err) == CACHE_OK, "%s", err);
 
@@ -144,6 +146,8 @@ FT_TEST(store_roundtrip) {
   FT_CHECK(cache_store_find(s, a.r.key_hash, NULL, &got, err, sizeof err) == CACHE_OK, "%s", err);
   FT_CHECK(rec_same(&got, &a), "find returned a different record");
   FT_CHECK(streq(got.source, a.source), "source %s", got.source ? got.source : "(null)");
+  FT_CHECK(streq(got.templates, "tmpl-3f2a") && streq(got.abi, "1.1"), "templates %s abi %s",
+           got.templates ? got.templates : "(null)", got.abi ? got.abi : "(null)");
   FT_CHECK(got.compile_ms == a.r.compile_ms, "compile_ms %f", got.compile_ms);
   FT_CHECK(got.created >= t0 && got.created <= (int64_t)time(NULL), "created %lld",
            (long long)got.created);
@@ -154,6 +158,8 @@ FT_TEST(store_roundtrip) {
 
   FT_CHECK(cache_store_get(s, b.r.hash, &got, err, sizeof err) == CACHE_OK, "%s", err);
   FT_CHECK(rec_same(&got, &b) && got.source == NULL, "get of b differs");
+  /* NULL templates and abi are stored as "". */
+  FT_CHECK(streq(got.templates, "") && streq(got.abi, ""), "NULL templates/abi read back");
   cache_record_free(&got);
 
   uint8_t none[16] = {0};
@@ -331,6 +337,22 @@ FT_TEST(store_refuses_foreign_files) {
                CACHE_ERR_CORRUPT,
            "schema 99 accepted read-only");
 
+  /* An older schema (version 1, before claims): refused so that the
+   * runtime moves it aside, and left untouched. */
+  snprintf(path, sizeof path, "%s/older.db", dir);
+  REQUIRE(cache_store_open(path, 0, &s, err, sizeof err) == CACHE_OK, "%s", err);
+  cache_store_close(s);
+  s = NULL;
+  REQUIRE(raw_exec(path, "UPDATE meta SET v = '1' WHERE k = 'schema_version'") == SQLITE_OK,
+          "raw update");
+  err[0] = '\0';
+  FT_CHECK(cache_store_open(path, 0, &s, err, sizeof err) == CACHE_ERR_CORRUPT && s == NULL,
+           "schema 1 accepted");
+  FT_CHECK(strstr(err, "older schema") != NULL, "message: %s", err);
+  FT_CHECK(cache_store_open(path, CACHE_OPEN_READONLY, &s, err, sizeof err) ==
+               CACHE_ERR_CORRUPT && strstr(err, "older schema") != NULL,
+           "schema 1 read-only: %s", err);
+
   /* Someone else's SQLite database is not ours to write into. */
   snprintf(path, sizeof path, "%s/foreign.db", dir);
   REQUIRE(raw_exec(path, "") != SQLITE_OK, "setup: file should not exist yet");
@@ -476,6 +498,7 @@ static int list_fn(const cache_record *r, void *user) {
   int head_dim = 0;
   if (sscanf(r->key, "dtype=bf16;head_dim=%d;", &head_dim) != 1) acc->bad++;
   if (r->binary != NULL || r->bytes != 100 + (size_t)(head_dim - 64)) acc->bad++;
+  if (!r->templates || !r->abi) acc->bad++;
   if (acc->n > 0 && strcmp(acc->last, cur) > 0) acc->bad++; /* out of order */
   snprintf(acc->last, sizeof acc->last, "%s", cur);
   acc->n++;

@@ -1,0 +1,110 @@
+/* cache_internal.h: what the files of cache/ share and nothing outside sees:
+ * the store's struct, its lazily prepared statements, error and row helpers. */
+#ifndef CACHE_INTERNAL_H
+#define CACHE_INTERNAL_H
+
+#include <pthread.h>
+#include <sqlite3.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "cache_store.h"
+
+/* Statements kept prepared on the connection, each made at its first use. */
+enum {
+  ST_GET,
+  ST_FIND,
+  ST_PUT,
+  ST_TOUCH,
+  ST_DEL,
+  ST_PUT_UNCLAIM, /* put's release of the claim on the key it stores */
+  ST_CLAIM_READY,
+  ST_CLAIM_GET,
+  ST_CLAIM_SET,
+  ST_CLAIM_DROP,
+  ST_COUNT
+};
+
+/* Column order shared by every SELECT that fills a cache_record: small,
+ * mutable columns first, source and binary last (as in the table). */
+#define REC_META_COLS                                                                  \
+  "hash, key_hash, op, key, arch, compiler, options, entry, bytes, checksum, compile_ms," \
+  " created, last_used, hits, templates, abi"
+#define REC_COLS REC_META_COLS ", source, binary"
+#define REC_NCOLS 18
+#define REC_COL_SOURCE 16
+#define REC_COL_BINARY 17
+
+struct cache_store {
+  sqlite3 *db;
+  /* Recursive so that a cache_store_list callback may call back into the store. */
+  pthread_mutex_t mu;
+  int readonly;
+  int rollback; /* CACHE_OPEN_ROLLBACK, or sealed since */
+  int memory;   /* ":memory:" */
+  int last_rc;  /* SQLite code behind the last error, for open's fallback */
+  char *path;
+  /* Each is reset and its bindings cleared before the function using it
+   * returns, so SQLITE_STATIC bindings never outlive the caller's memory
+   * and no read transaction stays open between calls. */
+  sqlite3_stmt *st[ST_COUNT];
+  /* This process as a claim owner; recomputed when getpid() changes (fork). */
+  int64_t self_pid, self_start;
+  char host[256];
+};
+
+void cache_seterr(char *err, size_t errlen, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
+/* Message from the connection; CACHE_ERR_CORRUPT for a damaged file. */
+int cache_sqerr(cache_store *s, int rc, const char *what, char *err, size_t errlen);
+int cache_exec(cache_store *s, const char *sql, const char *what, char *err, size_t errlen);
+/* Ends an open transaction, if any; never fails loudly. */
+void cache_rollback(cache_store *s);
+int64_t cache_now(void);
+/* 0 with a message when s is NULL or read-only. */
+int cache_writable(cache_store *s, const char *what, char *err, size_t errlen);
+/* PASSIVE WAL checkpoint; BUSY is not an error. */
+int cache_checkpoint(cache_store *s, char *err, size_t errlen);
+
+/* The statement of slot `which` (prepared from sql at first use), or NULL
+ * with a message. Callers hold s->mu and end with cache_stmt_done. */
+sqlite3_stmt *cache_stmt_sql(cache_store *s, int which, const char *sql, char *err,
+                             size_t errlen);
+void cache_stmt_done(sqlite3_stmt *st);
+
+/* Binds ?1 = op and ?2 = arch (NULL: any) of "(?1 IS NULL OR op = ?1) AND
+ * (?2 IS NULL OR arch = ?2)"; returns the SQLite code. */
+int cache_bind_filter(sqlite3_stmt *st, const char *op, const char *arch);
+
+/* One row of one or two integers: a count, a PRAGMA. */
+int cache_int_query(cache_store *s, const char *sql, const char *what, int64_t *a, int64_t *b,
+                    char *err, size_t errlen);
+/* page_count * page_size of the current snapshot or transaction. */
+int cache_file_bytes(cache_store *s, int64_t *bytes, char *err, size_t errlen);
+
+/* Fills rec from a row whose first columns are REC_META_COLS; the strings
+ * point into the statement. 0 when a hash or a NOT NULL text is malformed. */
+int cache_row_meta(sqlite3_stmt *st, cache_record *rec);
+/* 1 when a REC_COLS row is whole: metadata well formed, binary length and
+ * checksum as recorded. */
+int cache_row_intact(sqlite3_stmt *st);
+
+/* Closes the connection (statements first) and opens s->path again with
+ * s's flags: after the file was replaced underneath. On failure the store
+ * can only be closed. */
+void cache_disconnect(cache_store *s);
+int cache_reconnect(cache_store *s, char *err, size_t errlen);
+
+/* cache_copy.c: inserts the current REC_COLS row of src into `to` verbatim
+ * (INSERT OR IGNORE by hash; to->mu held, a write transaction open).
+ * *inserted is 1 when the row was new. */
+int cache_copy_row(cache_store *to, sqlite3_stmt *src, int *inserted, char *err, size_t errlen);
+
+/* cache_fs.c: mkdir -p of path's parent (new directories 0700); creation
+ * of the file itself, 0600 whatever the umask (EEXIST is fine); removal of
+ * "<path>-wal", "-shm" and "-journal" (missing is fine). */
+int cache_make_parent(const char *path, char *err, size_t errlen);
+int cache_create_file(const char *path, char *err, size_t errlen);
+int cache_unlink_sidecars(const char *path, char *err, size_t errlen);
+
+#endif /* CACHE_INTERNAL_H */

@@ -1,0 +1,102 @@
+/* cache_ops.h: what the store does beyond get and put: cross-process compile
+ * claims, eviction, stale entries, verify and repair, copying between files. */
+#ifndef CACHE_OPS_H
+#define CACHE_OPS_H
+
+#include <stdint.h>
+
+#include "cache_store.h"
+
+/* ---- claims (cache_claim.c): one compile per key across processes ----
+ * A claim row (key_hash, pid, process start time, host, started) says "this
+ * process is compiling that key". cache_store_put deletes the claim of the
+ * record's key_hash in the same transaction that inserts the row. */
+enum {
+  CACHE_CLAIM_OURS = 0,  /* we hold the claim: compile, then put (or unclaim on failure) */
+  CACHE_CLAIM_READY = 1, /* a row for key_hash (of compiler, if non-NULL) exists: load it */
+  CACHE_CLAIM_BUSY = 2   /* a live process holds the claim: wait and ask again */
+};
+
+/* In one write transaction: READY if a matching row exists; else if no claim
+ * or the claim's owner is gone, take it (OURS; *took_over = 1 when an old
+ * claim was replaced); else BUSY. The owner is gone when it is on this host
+ * and its pid no longer exists or now belongs to a process with another
+ * start time (pid reuse), or when its claim is older than stale_after_s
+ * (the last resort for owners on other hosts; <= 0: never by age). Our own
+ * claim (same pid, start time and host) is OURS again. A read-only store
+ * cannot take claims: CACHE_ERR. */
+int cache_store_claim(cache_store *s, const uint8_t key_hash[16], const char *compiler,
+                      int64_t stale_after_s, int *outcome, int *took_over, char *err,
+                      size_t errlen);
+
+/* Drops this process's claim on key_hash (after a failed compile). */
+int cache_store_unclaim(cache_store *s, const uint8_t key_hash[16], char *err, size_t errlen);
+
+/* ---- eviction and stale entries (cache_evict.c) ---- */
+
+/* If the file is larger than max_bytes, deletes least-recently-used rows
+ * (last_used, then created) until it is not, reclaiming the space.
+ * *evicted gets the number of rows removed. */
+int cache_store_evict(cache_store *s, int64_t max_bytes, int64_t *evicted, char *err,
+                      size_t errlen);
+
+/* Deletes rows no current runtime would look up: built by another NVRTC
+ * (rows of arch sm_*, when nvrtc is non-NULL, e.g. "nvrtc-13.0") or another
+ * hiprtc (gfx*, when hiprtc is non-NULL), or with another template set or
+ * ABI (when non-NULL). NULL means "unknown here: keep those rows". */
+int cache_store_remove_stale(cache_store *s, const char *nvrtc, const char *hiprtc,
+                             const char *templates, const char *abi, int64_t *removed,
+                             char *err, size_t errlen);
+
+/* ---- verify and repair (cache_verify.c) ---- */
+typedef struct cache_verify_report {
+  int integrity_ok;     /* PRAGMA integrity_check said "ok" */
+  int64_t rows;         /* rows examined */
+  int64_t bad_rows;     /* checksum or length mismatches, unreadable rows */
+  int64_t repaired;     /* repair mode: rows deleted, plus 1 when the file was rebuilt */
+  char detail[1024];    /* the first problems, one per line */
+} cache_verify_report;
+
+/* Checks the database's integrity and every row's checksum. With repair,
+ * deletes bad rows; if the database itself is damaged, rebuilds the file
+ * from every row that still reads back correctly (copy to a new file,
+ * rename over the old one). CACHE_OK when the check ran (read the report). */
+int cache_store_verify(cache_store *s, int repair, cache_verify_report *rep, char *err,
+                       size_t errlen);
+
+/* ---- copying (cache_copy.c): fleet export and import ---- */
+
+/* Copies rows matching op and arch (NULL: any) from `from` into `to`
+ * verbatim (history included), verifying each checksum and skipping hashes
+ * `to` already has. *skipped counts both kinds of rows left out. */
+int cache_store_copy(cache_store *from, cache_store *to, const char *op, const char *arch,
+                     int64_t *copied, int64_t *skipped, char *err, size_t errlen);
+
+/* Prepares a freshly written store to be shipped read-only: checkpoint,
+ * rollback journal (no -wal/-shm needed by readers), VACUUM. Fails when
+ * another connection has the file open (it would stay in WAL). */
+int cache_store_seal(cache_store *s, char *err, size_t errlen);
+
+/* ---- files (cache_fs.c) ---- */
+
+/* Renames path to "<path>.corrupt-<unix time>" (with "-N" added if that
+ * exists) and removes its -wal/-shm/-journal; the new name goes to moved. */
+int cache_move_aside(const char *path, char *moved, size_t movedlen, char *err, size_t errlen);
+
+/* 1 if path (or its nearest existing parent directory) is on NFS, Lustre,
+ * GPFS, CIFS/SMB, CephFS, 9p, FUSE or another filesystem where WAL's shared
+ * memory is unsafe; 0 otherwise. */
+int cache_fs_is_network(const char *path);
+
+/* Refuses (-1 with a message) a cache file or its directory that another
+ * user could write: owned by someone else than this user (root-owned is
+ * accepted for directories), or group- or world-writable. With
+ * allow_group_write, group write is accepted (a deliberately shared cache);
+ * world write never is. A path that does not exist yet passes. */
+int cache_check_permissions(const char *path, int allow_group_write, char *err, size_t errlen);
+
+/* Test hook: caps the database at max_pages pages (PRAGMA max_page_count),
+ * which makes writes fail with SQLITE_FULL like a full disk. */
+int cache_store_limit_pages(cache_store *s, int64_t max_pages, char *err, size_t errlen);
+
+#endif
