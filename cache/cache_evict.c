@@ -102,7 +102,8 @@ static int evict_batch(cache_store *s, int64_t max_bytes, int64_t *evicted, int 
     }
     sqlite3_finalize(st);
     st = NULL;
-    if (rc != SQLITE_DONE && rc != SQLITE_OK) ret = cache_sqerr(s, rc, "evict: select", err, errlen);
+    if (rc != SQLITE_DONE && rc != SQLITE_OK)
+      ret = cache_sqerr(s, rc, "evict: select", err, errlen);
     if (ret == CACHE_OK && k > 0) {
       rc = sqlite3_prepare_v2(s->db, "DELETE FROM kernels WHERE rowid = ?1", -1, &st, NULL);
       if (rc != SQLITE_OK) ret = cache_sqerr(s, rc, "evict: prepare", err, errlen);

@@ -190,8 +190,9 @@ static int perm_check(const char *what, const char *p, const struct stat *st, in
     return CACHE_ERR;
   }
   if ((st->st_mode & S_IWGRP) && !allow_group_write) {
-    cache_seterr(err, errlen, "%s %s is group-writable (mode %04o) and no shared cache was asked for",
-                 what, p, mode);
+    cache_seterr(err, errlen,
+                 "%s %s is group-writable (mode %04o) and no shared cache was asked for", what,
+                 p, mode);
     return CACHE_ERR;
   }
   return CACHE_OK;

@@ -17,14 +17,15 @@ enum {
   CACHE_CLAIM_BUSY = 2   /* a live process holds the claim: wait and ask again */
 };
 
-/* In one write transaction: READY if a matching row exists; else if no claim
- * or the claim's owner is gone, take it (OURS; *took_over = 1 when an old
- * claim was replaced); else BUSY. The owner is gone when it is on this host
- * and its pid no longer exists or now belongs to a process with another
- * start time (pid reuse), or when its claim is older than stale_after_s
- * (the last resort for owners on other hosts; <= 0: never by age). Our own
- * claim (same pid, start time and host) is OURS again. A read-only store
- * cannot take claims: CACHE_ERR. */
+/* READY if a matching row exists; else if no claim or the claim's owner is
+ * gone, take it (OURS; *took_over = 1 when an old claim was replaced), in a
+ * write transaction that checks again; else BUSY. READY and BUSY are read
+ * without the write lock, so polling waiters do not queue behind writers.
+ * The owner is gone when it is on this host and its pid no longer exists
+ * or now belongs to a process with another start time (pid reuse), or when
+ * its claim is older than stale_after_s (the last resort for owners on
+ * other hosts; <= 0: never by age). Our own claim (same pid, start time
+ * and host) is OURS again. A read-only store cannot take claims: CACHE_ERR. */
 int cache_store_claim(cache_store *s, const uint8_t key_hash[16], const char *compiler,
                       int64_t stale_after_s, int *outcome, int *took_over, char *err,
                       size_t errlen);

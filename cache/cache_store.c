@@ -3,7 +3,6 @@
 #include "cache_store.h"
 
 #include <errno.h>
-#include <fcntl.h>
 #include <pthread.h>
 #include <sqlite3.h>
 #include <stdarg.h>
@@ -734,7 +733,8 @@ int cache_store_put(cache_store *s, const cache_record *rec, char *err, size_t e
     if (rc == SQLITE_OK) rc = sqlite3_bind_int64(st, 12, cache_now());
     if (rc == SQLITE_OK)
       rc = sqlite3_bind_text(st, 13, rec->templates ? rec->templates : "", -1, SQLITE_STATIC);
-    if (rc == SQLITE_OK) rc = sqlite3_bind_text(st, 14, rec->abi ? rec->abi : "", -1, SQLITE_STATIC);
+    if (rc == SQLITE_OK)
+      rc = sqlite3_bind_text(st, 14, rec->abi ? rec->abi : "", -1, SQLITE_STATIC);
     if (rc == SQLITE_OK)
       rc = rec->source ? sqlite3_bind_text(st, 15, rec->source, -1, SQLITE_STATIC)
                        : sqlite3_bind_null(st, 15);

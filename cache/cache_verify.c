@@ -46,6 +46,13 @@ static int rowids_add(rowids *r, int64_t id) {
   return 1;
 }
 
+/* An error that is the file's damage showing, as opposed to one of the
+ * moment (memory, I/O, locks) that must stop a repair rather than cost rows. */
+static int is_damage(int rc) {
+  return (rc & 0xff) == SQLITE_CORRUPT || (rc & 0xff) == SQLITE_NOTADB ||
+         rc == SQLITE_IOERR_SHORT_READ;
+}
+
 static int cmp_i64(const void *a, const void *b) {
   int64_t x = *(const int64_t *)a, y = *(const int64_t *)b;
   return (x > y) - (x < y);
@@ -66,7 +73,7 @@ static int verify_integrity(cache_store *s, cache_verify_report *rep, char *err,
     rc = SQLITE_OK;
   }
   sqlite3_finalize(st);
-  if (rc == SQLITE_DONE || (rc & 0xff) == SQLITE_CORRUPT || (rc & 0xff) == SQLITE_NOTADB) {
+  if (rc == SQLITE_DONE || is_damage(rc)) {
     rep->integrity_ok = ok && lines == 1 && rc == SQLITE_DONE;
     if (rc != SQLITE_DONE) note(rep, "integrity: %s", sqlite3_errmsg(s->db));
     return CACHE_OK;
@@ -108,7 +115,7 @@ static int verify_rows(cache_store *s, cache_verify_report *rep, rowids *bad, in
   }
   if (rc == SQLITE_DONE || rc == SQLITE_OK) {
     rc = SQLITE_OK;
-  } else if ((rc & 0xff) == SQLITE_CORRUPT) {
+  } else if (is_damage(rc)) {
     *damaged = 1;
     rep->bad_rows++;
     note(rep, "rows: reading stopped after %lld rows: %s", (long long)rep->rows,
@@ -138,19 +145,25 @@ static int verify_delete(cache_store *s, const rowids *bad, int64_t *deleted, ch
 }
 
 /* Adds the rowids one query yields, as far as it reads: the table and both
- * indexes each list the rows, so a damaged page in one leaves the others. */
-static int collect(cache_store *s, const char *sql, rowids *out) {
+ * indexes each list the rows, so a damaged page in one leaves the others.
+ * Damage just ends the list (so does an index missing from the schema). */
+static int collect(cache_store *s, const char *sql, rowids *out, char *err, size_t errlen) {
   sqlite3_stmt *st = NULL;
   int rc = sqlite3_prepare_v2(s->db, sql, -1, &st, NULL);
-  while (rc == SQLITE_OK && (rc = sqlite3_step(st)) == SQLITE_ROW) {
-    if (!rowids_add(out, sqlite3_column_int64(st, 0))) {
-      sqlite3_finalize(st);
-      return 0;
-    }
-    rc = SQLITE_OK;
+  if (rc != SQLITE_OK) {
+    sqlite3_finalize(st);
+    return (rc & 0xff) == SQLITE_NOMEM ? cache_sqerr(s, rc, "rebuild", err, errlen) : CACHE_OK;
   }
+  while ((rc = sqlite3_step(st)) == SQLITE_ROW)
+    if (!rowids_add(out, sqlite3_column_int64(st, 0))) {
+      rc = SQLITE_NOMEM;
+      break;
+    }
   sqlite3_finalize(st);
-  return 1; /* a read error just ends this list */
+  if (rc == SQLITE_DONE || is_damage(rc)) return CACHE_OK;
+  if (rc != SQLITE_NOMEM) return cache_sqerr(s, rc, "rebuild: listing rows", err, errlen);
+  cache_seterr(err, errlen, "out of memory");
+  return CACHE_ERR;
 }
 
 /* Copies every row of s that reads back whole into the fresh store n; each
@@ -158,19 +171,21 @@ static int collect(cache_store *s, const char *sql, rowids *out) {
 static int rebuild_copy(cache_store *s, cache_store *n, int64_t *found, int64_t *copied,
                         char *err, size_t errlen) {
   rowids ids = {0};
-  if (!collect(s, "SELECT rowid FROM kernels NOT INDEXED", &ids) ||
-      !collect(s, "SELECT rowid FROM kernels INDEXED BY kernels_key_hash", &ids) ||
-      !collect(s, "SELECT rowid FROM kernels ORDER BY hash", &ids)) {
+  int ret = collect(s, "SELECT rowid FROM kernels NOT INDEXED", &ids, err, errlen);
+  if (ret == CACHE_OK)
+    ret = collect(s, "SELECT rowid FROM kernels INDEXED BY kernels_key_hash", &ids, err, errlen);
+  if (ret == CACHE_OK)
+    ret = collect(s, "SELECT rowid FROM kernels ORDER BY hash", &ids, err, errlen);
+  if (ret != CACHE_OK) {
     free(ids.v);
-    cache_seterr(err, errlen, "out of memory");
-    return CACHE_ERR;
+    return ret;
   }
   if (ids.n) qsort(ids.v, ids.n, sizeof *ids.v, cmp_i64);
   sqlite3_stmt *st = NULL;
   int rc = sqlite3_prepare_v2(s->db, "SELECT " REC_COLS " FROM kernels WHERE rowid = ?1", -1,
                               &st, NULL);
-  int ret = rc == SQLITE_OK ? cache_exec(n, "BEGIN IMMEDIATE", "rebuild: begin", err, errlen)
-                            : cache_sqerr(s, rc, "rebuild: prepare", err, errlen);
+  ret = rc == SQLITE_OK ? cache_exec(n, "BEGIN IMMEDIATE", "rebuild: begin", err, errlen)
+                        : cache_sqerr(s, rc, "rebuild: prepare", err, errlen);
   for (size_t i = 0; ret == CACHE_OK && i < ids.n; i++) {
     if (i > 0 && ids.v[i] == ids.v[i - 1]) continue;
     (*found)++;
@@ -180,8 +195,10 @@ static int rebuild_copy(cache_store *s, cache_store *n, int64_t *found, int64_t 
     if (rc == SQLITE_ROW && cache_row_intact(st)) {
       ret = cache_copy_row(n, st, &inserted, err, errlen);
       *copied += inserted;
+    } else if (rc != SQLITE_ROW && rc != SQLITE_DONE && !is_damage(rc)) {
+      ret = cache_sqerr(s, rc, "rebuild: reading a row", err, errlen);
     }
-    /* Any other answer is this row lost to the damage. */
+    /* A row that reads back damaged, or not at all, is lost to the damage. */
     cache_stmt_done(st);
   }
   if (ret == CACHE_OK) ret = cache_exec(n, "COMMIT", "rebuild: commit", err, errlen);

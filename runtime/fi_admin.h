@@ -77,6 +77,7 @@ typedef struct fi_admin_stats {
   double compile_ms;
   const char *path;                /* the user cache path in use */
   int fallback;                    /* 1: that file was unusable; kernels are kept in memory */
+  const char *fallback_reason;     /* why, when fallback is 1 ("" otherwise) */
   /* Where this runtime's slow paths spent their time, in total. */
   double store_open_ms, lookup_ms, module_load_ms;
 } fi_admin_stats;

@@ -112,14 +112,20 @@ FI_API fi_status fi_admin_get(fi_runtime *rt, const char *hex_prefix, fi_cache_e
   if (!s) return rt_fail(FI_ERR_CACHE, "no cache store");
   cache_record r;
   char err[1024];
+  const char *layer = "user";
   int rc = cache_store_get_prefix(s, hex_prefix, &r, err, sizeof err);
+  cache_store *sys = rc == CACHE_NOT_FOUND ? rt_system_store(rt) : NULL;
+  if (sys) {
+    rc = cache_store_get_prefix(sys, hex_prefix, &r, err, sizeof err);
+    layer = "system";
+  }
   if (rc == CACHE_NOT_FOUND)
     return rt_fail(FI_ERR_INVALID_ARGUMENT, "hash prefix: no entry starts with '%s'", hex_prefix);
   if (rc != CACHE_OK) return rt_fail(rc == CACHE_ERR_CORRUPT ? FI_ERR_CACHE : FI_ERR_INVALID_ARGUMENT,
                                      "hash prefix '%s': %s", hex_prefix, err);
   if (fn) {
     fi_cache_entry e;
-    to_entry(&r, &e, "user");
+    to_entry(&r, &e, layer);
     fn(&e, user);
   }
   if (binary) {
@@ -165,6 +171,7 @@ FI_API fi_status fi_admin_stats_get(fi_runtime *rt, fi_admin_stats *st) {
   st->compile_ms = atomic_load(&rt->compile_ms_total);
   st->path = rt->cache_path;
   st->fallback = rt->store_is_fallback;
+  st->fallback_reason = rt->fallback_reason;
   st->store_open_ms = atomic_load(&rt->store_open_ms);
   st->lookup_ms = atomic_load(&rt->lookup_ms);
   st->module_load_ms = atomic_load(&rt->module_load_ms);

@@ -75,6 +75,16 @@ FI_API fi_status fi_admin_export_cache(fi_runtime *rt, const char *file, const c
   cache_store *s = user_store(rt, &st);
   if (!s) return st;
   char tmp[4200], err[1024];
+  /* The file is meant for other machines and users: into a directory that
+   * exists, rather than one created here with this cache's private mode. */
+  snprintf(tmp, sizeof tmp, "%s", file);
+  char *slash = strrchr(tmp, '/');
+  if (slash && slash != tmp) {
+    *slash = 0;
+    struct stat d;
+    if (stat(tmp, &d) != 0 || !S_ISDIR(d.st_mode))
+      return rt_fail(FI_ERR_INVALID_ARGUMENT, "file: directory %s does not exist", tmp);
+  }
   snprintf(tmp, sizeof tmp, "%s.tmp-%d", file, (int)getpid());
   unlink(tmp);
   cache_store *out = NULL;

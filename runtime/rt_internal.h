@@ -45,6 +45,7 @@ struct fi_runtime {
   cache_store *system_store;
   int system_failed;         /* the system layer was refused (warned once) */
   int store_is_fallback;
+  char fallback_reason[512];
   int store_flags;           /* CACHE_OPEN_ROLLBACK when FI_CACHE_JOURNAL=delete */
   int journal_explicit;      /* FI_CACHE_JOURNAL was set: no automatic choice */
   int64_t max_bytes;         /* FI_CACHE_MAX_BYTES: the user file's cap */

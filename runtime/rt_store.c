@@ -39,7 +39,8 @@ static void create_shared(const char *path, mode_t mask) {
   }
 }
 
-static cache_store *open_memory(fi_runtime *rt) {
+static cache_store *open_memory(fi_runtime *rt, const char *why) {
+  snprintf(rt->fallback_reason, sizeof rt->fallback_reason, "%s", why);
   char err[256];
   cache_store *s = NULL;
   if (cache_store_open(":memory:", 0, &s, err, sizeof err) != CACHE_OK) s = NULL;
@@ -72,7 +73,7 @@ static cache_store *open_user(fi_runtime *rt) {
   if (cache_check_permissions(rt->cache_path, shared, err, sizeof err) != 0) {
     rt_log(rt, RT_LOG_WARN, "cache %s refused: %s; kernels are kept in memory only",
            rt->cache_path, err);
-    return open_memory(rt);
+    return open_memory(rt, err);
   }
   int flags = rt->store_flags;
   if (!rt->journal_explicit && cache_fs_is_network(rt->cache_path)) {
@@ -97,7 +98,7 @@ static cache_store *open_user(fi_runtime *rt) {
   if (rc != CACHE_OK) {
     rt_log(rt, RT_LOG_WARN, "cache %s unusable (%s); kernels are kept in memory only",
            rt->cache_path, err);
-    return open_memory(rt);
+    return open_memory(rt, err);
   }
   return s;
 }

@@ -16,7 +16,8 @@
 
 #include "cache_store.h"
 
-static inline int tcu_rm_entry(const char *p, const struct stat *sb, int flag, struct FTW *ftw) {
+static inline int tcu_rm_entry(const char *p, const struct stat *sb, int flag,
+                               struct FTW *ftw) {
   (void)sb, (void)flag, (void)ftw;
   return remove(p);
 }
@@ -50,8 +51,8 @@ static inline void fill_hash(uint8_t h[16], uint64_t a, uint64_t b) {
   }
 }
 
-static inline void rec_make(test_rec *t, int n, const char *op, const char *arch, const char *compiler,
-                     size_t bytes) {
+static inline void rec_make(test_rec *t, int n, const char *op, const char *arch,
+                            const char *compiler, size_t bytes) {
   memset(t, 0, sizeof *t);
   snprintf(t->op, sizeof t->op, "%s", op);
   snprintf(t->key, sizeof t->key, "dtype=bf16;head_dim=%d;op=%s", 64 + n, op);

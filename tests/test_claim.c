@@ -170,10 +170,60 @@ FT_TEST(claim_owners) {
   td_end(dir);
 }
 
+/* Keys the children race for, all in the same order so that they collide;
+ * the first is held long enough that the others must wait for it. */
+enum { NKEYS = 16 };
+
 /* Shared between the racing children (MAP_SHARED). */
 typedef struct race {
-  atomic_int holders, max_holders, ours, ready, busy, errors;
+  atomic_int holders[NKEYS], max_holders[NKEYS], ours[NKEYS], ready, busy, errors;
 } race;
+
+static int race_key(cache_store *s, race *r, int id, int k, int *saw_busy) {
+  char err[256];
+  test_rec t;
+  rec_make(&t, 7 + k, "prefill", "sm_90", "nvrtc-13.0", 30000);
+  int rc = 1;
+  for (int tries = 0; tries < 20000; tries++) {
+    int out = -1, took = 0;
+    if (cache_store_claim(s, t.r.key_hash, "nvrtc-13.0", 300, &out, &took, err, sizeof err) !=
+        CACHE_OK) {
+      fprintf(stderr, "  child %d key %d: claim: %s\n", id, k, err);
+      break;
+    }
+    if (out == CACHE_CLAIM_BUSY) {
+      *saw_busy = 1;
+      usleep(1000);
+      continue;
+    }
+    rc = 0;
+    if (out == CACHE_CLAIM_OURS) {
+      int h = atomic_fetch_add(&r->holders[k], 1) + 1;
+      int m = atomic_load(&r->max_holders[k]);
+      while (h > m && !atomic_compare_exchange_weak(&r->max_holders[k], &m, h)) {
+      }
+      atomic_fetch_add(&r->ours[k], 1);
+      usleep(k == 0 ? 300 * 1000 : 5000); /* "compiling" while the others poll */
+      if (cache_store_put(s, &t.r, err, sizeof err) != CACHE_OK) {
+        fprintf(stderr, "  child %d key %d: put: %s\n", id, k, err);
+        rc = 1;
+      }
+      atomic_fetch_sub(&r->holders[k], 1);
+    } else {
+      cache_record got;
+      if (cache_store_find(s, t.r.key_hash, "nvrtc-13.0", &got, err, sizeof err) != CACHE_OK ||
+          !rec_same(&got, &t)) {
+        fprintf(stderr, "  child %d key %d: READY but find failed: %s\n", id, k, err);
+        rc = 1;
+      }
+      cache_record_free(&got);
+      atomic_fetch_add(&r->ready, 1);
+    }
+    break;
+  }
+  rec_done(&t);
+  return rc;
+}
 
 static int race_child(const char *path, race *r, int id) {
   char err[256];
@@ -183,49 +233,10 @@ static int race_child(const char *path, race *r, int id) {
     atomic_fetch_add(&r->errors, 1);
     return 1;
   }
-  test_rec t;
-  rec_make(&t, 7, "prefill", "sm_90", "nvrtc-13.0", 30000);
   int rc = 0, saw_busy = 0;
-  for (int tries = 0; tries < 10000; tries++) {
-    int out = -1, took = 0;
-    if (cache_store_claim(s, t.r.key_hash, "nvrtc-13.0", 300, &out, &took, err, sizeof err) !=
-        CACHE_OK) {
-      fprintf(stderr, "  child %d: claim: %s\n", id, err);
-      rc = 1;
-      break;
-    }
-    if (out == CACHE_CLAIM_BUSY) {
-      saw_busy = 1;
-      usleep(2000);
-      continue;
-    }
-    if (out == CACHE_CLAIM_OURS) {
-      int h = atomic_fetch_add(&r->holders, 1) + 1;
-      int m = atomic_load(&r->max_holders);
-      while (h > m && !atomic_compare_exchange_weak(&r->max_holders, &m, h)) {
-      }
-      atomic_fetch_add(&r->ours, 1);
-      usleep(300 * 1000); /* "compiling" while the others poll */
-      if (cache_store_put(s, &t.r, err, sizeof err) != CACHE_OK) {
-        fprintf(stderr, "  child %d: put: %s\n", id, err);
-        rc = 1;
-      }
-      atomic_fetch_sub(&r->holders, 1);
-    } else {
-      cache_record got;
-      if (cache_store_find(s, t.r.key_hash, "nvrtc-13.0", &got, err, sizeof err) != CACHE_OK ||
-          !rec_same(&got, &t)) {
-        fprintf(stderr, "  child %d: READY but find failed: %s\n", id, err);
-        rc = 1;
-      }
-      cache_record_free(&got);
-      atomic_fetch_add(&r->ready, 1);
-    }
-    break;
-  }
+  for (int k = 0; k < NKEYS && rc == 0; k++) rc = race_key(s, r, id, k, &saw_busy);
   if (saw_busy) atomic_fetch_add(&r->busy, 1);
   if (rc) atomic_fetch_add(&r->errors, 1);
-  rec_done(&t);
   cache_store_close(s);
   return rc;
 }
@@ -252,13 +263,17 @@ FT_TEST(claim_processes_race) {
              "child %d status %d", i, status);
   }
   FT_CHECK(atomic_load(&r->errors) == 0, "%d children failed", atomic_load(&r->errors));
-  FT_CHECK(atomic_load(&r->ours) == 1, "%d children compiled", atomic_load(&r->ours));
-  FT_CHECK(atomic_load(&r->max_holders) == 1, "%d held the claim at once",
-           atomic_load(&r->max_holders));
-  FT_CHECK(atomic_load(&r->ready) == N - 1, "%d found it ready", atomic_load(&r->ready));
+  for (int k = 0; k < NKEYS; k++) {
+    FT_CHECK(atomic_load(&r->ours[k]) == 1, "key %d: %d children compiled", k,
+             atomic_load(&r->ours[k]));
+    FT_CHECK(atomic_load(&r->max_holders[k]) == 1, "key %d: %d held the claim at once", k,
+             atomic_load(&r->max_holders[k]));
+  }
+  FT_CHECK(atomic_load(&r->ready) == NKEYS * (N - 1), "%d found it ready",
+           atomic_load(&r->ready));
   FT_CHECK(atomic_load(&r->busy) >= 1, "no child ever waited");
   FT_CHECK(raw_int(path, "SELECT count(*) FROM claims") == 0, "claims left behind");
-  FT_CHECK(raw_int(path, "SELECT count(*) FROM kernels") == 1, "kernels %lld",
+  FT_CHECK(raw_int(path, "SELECT count(*) FROM kernels") == NKEYS, "kernels %lld",
            (long long)raw_int(path, "SELECT count(*) FROM kernels"));
   munmap(r, sizeof *r);
   td_end(dir);

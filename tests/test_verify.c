@@ -134,7 +134,8 @@ FT_TEST(verify_rebuilds_damaged_file) {
   /* Everything in the main file, nothing left in a WAL. */
   FT_REQUIRE(raw_exec(path, "PRAGMA wal_checkpoint(TRUNCATE)") == SQLITE_OK, "checkpoint");
   int page_size = (int)raw_int(path, "PRAGMA page_size");
-  uint32_t root = (uint32_t)raw_int(path, "SELECT rootpage FROM sqlite_schema WHERE name = 'kernels'");
+  uint32_t root =
+      (uint32_t)raw_int(path, "SELECT rootpage FROM sqlite_schema WHERE name = 'kernels'");
   FT_REQUIRE(page_size >= 512 && root > 1, "page size %d root %u", page_size, root);
 
   int fd = open(path, O_RDWR);

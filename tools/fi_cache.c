@@ -730,9 +730,12 @@ static void print_usage(FILE *f, const command *only) {
              "  FI_CACHE_PATH         the user cache file (see above)\n"
              "  FI_CACHE_SYSTEM_PATH  a read-only cache searched first, e.g. made by export --to;\n"
              "                        refused if anyone but root or its owner may write it\n"
-             "  FI_CACHE_MAX_BYTES    cap of the user cache file (default 2G); gc's default\n"
-             "  FI_CACHE_UMASK        octal umask for a cache shared on purpose (e.g. 007)\n"
-             "  FI_CACHE_JOURNAL      wal (default) or delete (rollback journal, no -wal/-shm)\n"
+             "  FI_CACHE_MAX_BYTES    cap of the user cache file, e.g. 500M (default 2G, 0: none);\n"
+             "                        also gc's default\n"
+             "  FI_CACHE_UMASK        octal umask for a cache shared on purpose (e.g. 007); group\n"
+             "                        write is then accepted\n"
+             "  FI_CACHE_JOURNAL      wal or delete (rollback journal, no -wal/-shm); default wal,\n"
+             "                        delete on network filesystems\n"
              "  FI_LOG_LEVEL          off, error, warn (default), info or debug\n"
              "\nexit status: 0 success, 1 failure, 2 bad usage.\n");
 }
