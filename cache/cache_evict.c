@@ -52,6 +52,15 @@ int cache_store_delete(cache_store *s, const char *op, const char *arch, int64_t
                       texts, 2, removed, err, errlen);
 }
 
+int cache_store_remove(cache_store *s, const uint8_t hash[16], char *err, size_t errlen) {
+  char hex[33];
+  cache_hash_hex(hash, hex);
+  const char *texts[1] = {hex};
+  int64_t n = 0;
+  return delete_where(s, "remove", "DELETE FROM kernels WHERE hex(hash) = upper(?1)", texts, 1, &n,
+                      err, errlen);
+}
+
 int cache_store_remove_stale(cache_store *s, const char *nvrtc, const char *hiprtc,
                              const char *templates, const char *abi, int64_t *removed,
                              char *err, size_t errlen) {

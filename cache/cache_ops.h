@@ -41,6 +41,9 @@ int cache_store_unclaim(cache_store *s, const uint8_t key_hash[16], char *err, s
 int cache_store_evict(cache_store *s, int64_t max_bytes, int64_t *evicted, char *err,
                       size_t errlen);
 
+/* Deletes the row of one hash (a binary the driver rejected). */
+int cache_store_remove(cache_store *s, const uint8_t hash[16], char *err, size_t errlen);
+
 /* Deletes rows no current runtime would look up: built by another NVRTC
  * (rows of arch sm_*, when nvrtc is non-NULL, e.g. "nvrtc-13.0") or another
  * hiprtc (gfx*, when hiprtc is non-NULL), or with another template set or

@@ -316,29 +316,47 @@ fi_status rt_kernel_get_slow(fi_runtime *rt, const jit_key *key, const rt_device
   char arch[32], err[1024];
   if (be->arch(state, device, arch, sizeof arch, err, sizeof err) != 0)
     return rt_fail(FI_ERR_NO_DEVICE, "%s device %d: %s", be->name, device, err);
-  cache_record rec;
-  fi_status st = rt_binary_ensure(rt, key, arch, 0, NULL, NULL, &rec);
-  if (st != FI_OK) return st;
   rt_kernel *k = calloc(1, sizeof *k);
-  if (!k) {
-    cache_record_free(&rec);
-    return rt_fail(FI_ERR_OUT_OF_MEMORY, "out of memory loading %s", rec.key);
-  }
+  if (!k) return rt_fail(FI_ERR_OUT_OF_MEMORY, "out of memory loading a kernel");
   k->device = device;
   k->backend = be;
-  snprintf(k->key, sizeof k->key, "%s", rec.key);
-  double t0 = now_ms();
-  int lrc = be->module_load(state, device, rec.binary, rec.bytes, rec.entry, 0, &k->module, &k->fn,
-                            err, sizeof err);
-  add_ms(&rt->module_load_ms, now_ms() - t0);
-  if (lrc != 0) {
+  fi_status st = FI_OK;
+  /* Two attempts: a cached binary the driver rejects (built for a driver
+   * newer than this one, damaged in a way its checksum cannot see) is
+   * dropped from the cache and compiled again, once. */
+  for (int attempt = 0; attempt < 2; attempt++) {
+    cache_record rec;
+    fi_prewarm_result how = FI_PREWARM_CACHED;
+    st = rt_binary_ensure(rt, key, arch, attempt, &how, NULL, &rec);
+    if (st != FI_OK) break;
+    snprintf(k->key, sizeof k->key, "%s", rec.key);
+    double t0 = now_ms();
+    int lrc = be->module_load(state, device, rec.binary, rec.bytes, rec.entry, 0, &k->module,
+                              &k->fn, err, sizeof err);
+    add_ms(&rt->module_load_ms, now_ms() - t0);
+    if (lrc == 0) {
+      cache_record_free(&rec);
+      st = FI_OK;
+      break;
+    }
     st = rt_fail(FI_ERR_DEVICE, "loading %s (%s, %s) on %s device %d: %s", rec.key, rec.arch,
                  rec.compiler, be->name, device, err);
+    if (attempt == 0 && how != FI_PREWARM_COMPILED) {
+      char err2[512];
+      rt_log(rt, RT_LOG_WARN, "the driver rejected the cached binary of %s (%s): rebuilding it",
+             rec.key, err);
+      if (rt_store(rt)) cache_store_remove(rt_store(rt), rec.hash, err2, sizeof err2);
+      atomic_fetch_add(&rt->repairs, 1);
+      cache_record_free(&rec);
+      continue;
+    }
     cache_record_free(&rec);
+    break;
+  }
+  if (st != FI_OK) {
     free(k);
     return st;
   }
-  cache_record_free(&rec);
   int slot = be == &rt_device_hip ? device + RT_MAX_DEVICES : device;
   rt_kernel *stored = cache_memo_put(rt->memo, k0, k1, slot, k);
   if (stored != k) {

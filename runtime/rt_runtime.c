@@ -150,6 +150,7 @@ FI_API void fi_runtime_destroy(fi_runtime *rt) {
 }
 
 fi_status rt_backend(fi_runtime *rt, int dlpack_type, const rt_device_i **be, void **state) {
+  rt_fork_check(rt); /* in a forked child the parent's device state is void */
   const rt_device_i *b = dlpack_type == kDLROCM ? &rt_device_hip : &rt_device_cuda;
   int *loaded = b == &rt_device_hip ? &rt->hip_loaded : &rt->cuda_loaded;
   void **st = b == &rt_device_hip ? &rt->hip_state : &rt->cuda_state;

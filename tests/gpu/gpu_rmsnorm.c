@@ -183,3 +183,109 @@ FT_TEST(rmsnorm_bad_device_id_is_an_error) {
   FT_CHECK(strstr(fi_last_error(), "63") != NULL, "message: %s", fi_last_error());
   CU_CHECK(&cu, cuMemFree(d));
 }
+
+/* ---- the cache seen from the GPU ------------------------------------------------------- */
+
+#include <sqlite3.h>
+#include <sys/wait.h>
+#include <unistd.h>
+#define XXH_INLINE_ALL
+#include <xxhash.h>
+
+static double run_small(fi_runtime *r, fi_status *st) {
+  const int64_t rows = 64, hidden = 4096;
+  int64_t sx[2] = {rows, hidden}, sw[1] = {hidden};
+  uint16_t *hx = malloc(rows * hidden * 2), *hw = malloc(hidden * 2), *hy = malloc(rows * hidden * 2);
+  double *x = malloc(sizeof(double) * rows * hidden), *wd = malloc(sizeof(double) * hidden);
+  for (int64_t i = 0; i < rows * hidden; i++) x[i] = g_put(hx, 1, i, g_normal(&seed));
+  for (int64_t i = 0; i < hidden; i++) wd[i] = g_put(hw, 1, i, 1.0 + g_uniform(&seed));
+  CUdeviceptr dx, dw;
+  CU_CHECK(&cu, cuMemAlloc(&dx, rows * hidden * 2));
+  CU_CHECK(&cu, cuMemAlloc(&dw, hidden * 2));
+  CU_CHECK(&cu, cuMemcpyHtoD(dx, hx, rows * hidden * 2));
+  CU_CHECK(&cu, cuMemcpyHtoD(dw, hw, hidden * 2));
+  DLTensor tx = g_tensor(dx, 0, 1, 2, sx, NULL), tw = g_tensor(dw, 0, 1, 1, sw, NULL);
+  *st = fi_rmsnorm(r, &tx, &tw, 1e-6, &tx, NULL);
+  double num = 0, den = 0;
+  if (*st == FI_OK) {
+    CU_CHECK(&cu, cuCtxSynchronize());
+    CU_CHECK(&cu, cuMemcpyDtoH(hy, dx, rows * hidden * 2));
+    for (int64_t r0 = 0; r0 < rows; r0++) {
+      double ss = 0;
+      for (int64_t c = 0; c < hidden; c++) ss += x[r0 * hidden + c] * x[r0 * hidden + c];
+      double inv = 1.0 / sqrt(ss / hidden + 1e-6);
+      for (int64_t c = 0; c < hidden; c++) {
+        double ref = x[r0 * hidden + c] * inv * wd[c], got = g_get(hy, 1, r0 * hidden + c);
+        num += (got - ref) * (got - ref);
+        den += ref * ref;
+      }
+    }
+  }
+  CU_CHECK(&cu, cuMemFree(dx));
+  CU_CHECK(&cu, cuMemFree(dw));
+  free(hx), free(hw), free(hy), free(x), free(wd);
+  return den > 0 ? sqrt(num / den) : 1e30;
+}
+
+/* A stored binary with a valid checksum that the driver refuses (here: not
+ * an ELF file at all, as a cubin for a newer driver would be refused) is
+ * dropped and rebuilt, and the call succeeds. */
+FT_TEST(rejected_binary_is_rebuilt) {
+  FT_REQUIRE(setup() == 0, "CUDA or runtime set-up failed");
+  char dir[] = "/tmp/fi-gpu-XXXXXX", path[128];
+  FT_REQUIRE(mkdtemp(dir) != NULL);
+  snprintf(path, sizeof path, "%s/k.db", dir);
+  fi_options o;
+  fi_options_init(&o);
+  o.cache_path = path;
+  o.log_level = 1;
+  fi_runtime *a;
+  FT_REQUIRE(fi_runtime_create(&o, &a) == FI_OK);
+  fi_status st;
+  FT_REQUIRE(run_small(a, &st) < 1e-2 && st == FI_OK, "%s", fi_last_error());
+  fi_runtime_destroy(a);
+  sqlite3 *db;
+  FT_REQUIRE(sqlite3_open(path, &db) == SQLITE_OK);
+  static unsigned char junk[8192];
+  memset(junk, 0x41, sizeof junk);
+  sqlite3_stmt *q;
+  FT_REQUIRE(sqlite3_prepare_v2(db, "UPDATE kernels SET binary = ?1, bytes = ?2, checksum = ?3", -1,
+                                &q, NULL) == SQLITE_OK);
+  sqlite3_bind_blob(q, 1, junk, sizeof junk, SQLITE_STATIC);
+  sqlite3_bind_int64(q, 2, sizeof junk);
+  sqlite3_bind_int64(q, 3, (sqlite3_int64)XXH3_64bits(junk, sizeof junk));
+  FT_CHECK(sqlite3_step(q) == SQLITE_DONE && sqlite3_changes(db) >= 1, "%s", sqlite3_errmsg(db));
+  sqlite3_finalize(q);
+  sqlite3_close(db);
+  fi_runtime *b;
+  FT_REQUIRE(fi_runtime_create(&o, &b) == FI_OK);
+  double e = run_small(b, &st);
+  FT_CHECK(st == FI_OK && e < 1e-2, "after a rejected binary: %s, error %.3g", fi_last_error(), e);
+  fi_stats s = {.struct_size = sizeof s};
+  FT_CHECK(fi_runtime_stats(b, &s) == FI_OK && s.repairs == 1 && s.compiles == 1,
+           "repairs %lld compiles %lld", (long long)s.repairs, (long long)s.compiles);
+  fi_runtime_destroy(b);
+  char cmd[160];
+  snprintf(cmd, sizeof cmd, "rm -rf %s", dir);
+  FT_CHECK(system(cmd) == 0);
+}
+
+/* CUDA cannot be used in a child of a process that initialized it: the
+ * runtime must say so with a status, never crash or hang. */
+FT_TEST(forked_child_gets_a_clear_error) {
+  FT_REQUIRE(setup() == 0, "CUDA or runtime set-up failed");
+  fi_status st;
+  FT_REQUIRE(run_small(rt, &st) < 1e-2 && st == FI_OK, "%s", fi_last_error());
+  fflush(NULL);
+  pid_t pid = fork();
+  if (pid == 0) {
+    int64_t s0[2] = {4, 64}, sw[1] = {64};
+    DLTensor x = g_tensor(0x10000, 0, 1, 2, s0, NULL), w = g_tensor(0x20000, 0, 1, 1, sw, NULL);
+    fi_status cs = fi_rmsnorm(rt, &x, &w, 1e-6, &x, NULL);
+    fprintf(stderr, "  child: %s: %s\n", fi_status_string(cs), fi_last_error());
+    _exit(cs == FI_ERR_NO_DEVICE || cs == FI_ERR_DEVICE ? (fi_last_error()[0] ? 0 : 2) : 1);
+  }
+  int status = -1;
+  waitpid(pid, &status, 0);
+  FT_CHECK(WIFEXITED(status) && WEXITSTATUS(status) == 0, "child status %d", status);
+}
