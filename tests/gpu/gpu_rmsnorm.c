@@ -176,7 +176,8 @@ FT_TEST(rmsnorm_bad_device_id_is_an_error) {
   CUdeviceptr d;
   CU_CHECK(&cu, cuMemAlloc(&d, 4096));
   int64_t s0[2] = {4, 64}, sw[1] = {64};
-  DLTensor x = g_tensor(d, 0, 1, 2, s0, NULL), w = g_tensor(d, 0, 1, 1, sw, NULL);
+  /* Separate memory for x and w: a weight inside out is refused first. */
+  DLTensor x = g_tensor(d, 0, 1, 2, s0, NULL), w = g_tensor(d, 2048, 1, 1, sw, NULL);
   x.device.device_id = w.device.device_id = 63;
   fi_status st = fi_rmsnorm(rt, &x, &w, 1e-6, &x, NULL);
   FT_CHECK(st == FI_ERR_NO_DEVICE, "device 63: got %s", fi_status_string(st));

@@ -55,6 +55,6 @@ int main(int argc, char **argv) {
   cache_store_close(s);
   MARK("cache_store_close");
   for (int i = 1; i < n; i++) printf("%s=%.0f ", names[i], t[i] - t[i - 1]);
-  printf("(rc %d)\n", rc);
+  printf("(rc %d %s)\n", rc, err);
   return 0;
 }
