@@ -52,3 +52,13 @@ int jit_dl_resolve(void *handle, const jit_dl_sym *syms, int n, const char *libn
   }
   return 0;
 }
+
+int jit_dl_replace(const jit_dl_sym *syms, int n, const char *name, void *fn, void **old) {
+  for (int i = 0; i < n; i++)
+    if (strcmp(syms[i].name, name) == 0) {
+      if (old) *old = *syms[i].slot;
+      *syms[i].slot = fn;
+      return 0;
+    }
+  return -1;
+}

@@ -24,4 +24,8 @@ void *jit_dl_open(const char *env_var, const char *const *names, const char **wh
 int jit_dl_resolve(void *handle, const jit_dl_sym *syms, int n, const char *libname, char *err,
                    size_t errlen);
 
+/* Replaces the entry point called name in a resolved table (fault injection
+ * in tests); the old pointer goes to *old. 0, or -1 if no such symbol. */
+int jit_dl_replace(const jit_dl_sym *syms, int n, const char *name, void *fn, void **old);
+
 #endif

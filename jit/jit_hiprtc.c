@@ -127,11 +127,7 @@ static int compile(const char *src, const char *name, const char *arch, jit_comp
   if (load(err, errlen) != 0) return -1;
   if (check_arch(arch, err, errlen) != 0) return -1;
   const char *hnames[128], *htexts[128];
-  int nh = jit_template_count < 128 ? jit_template_count : 128;
-  for (int i = 0; i < nh; i++) {
-    hnames[i] = jit_templates[i].name;
-    htexts[i] = jit_templates[i].text;
-  }
+  int nh = jit_template_headers(hnames, htexts, 128);
   pthread_mutex_lock(&compile_lock);
   hiprtcProgram prog = NULL;
   hiprtcResult r = api.hiprtcCreateProgram(&prog, src, name, nh, htexts, hnames);
@@ -186,13 +182,7 @@ done:
 }
 
 int jit_hiprtc_fault(const char *name, void *fn, void **old) {
-  for (int i = 0; i < NSYMS; i++)
-    if (strcmp(syms[i].name, name) == 0) {
-      if (old) *old = *syms[i].slot;
-      *syms[i].slot = fn;
-      return 0;
-    }
-  return -1;
+  return jit_dl_replace(syms, NSYMS, name, fn, old);
 }
 
 const jit_compiler jit_hiprtc = {

@@ -38,3 +38,12 @@ const char *jit_template_set_hash(void) {
   pthread_once(&once, compute);
   return set_hash;
 }
+
+int jit_template_headers(const char **names, const char **texts, int max) {
+  int n = jit_template_count < max ? jit_template_count : max;
+  for (int i = 0; i < n; i++) {
+    names[i] = jit_templates[i].name;
+    texts[i] = jit_templates[i].text;
+  }
+  return n;
+}

@@ -21,4 +21,8 @@ const jit_template *jit_template_find(const char *name);
  * every cache key, so editing any template retires the old binaries. */
 const char *jit_template_set_hash(void);
 
+/* The templates as a compiler's in-memory headers: names and texts (at most
+ * max of each); returns how many. */
+int jit_template_headers(const char **names, const char **texts, int max);
+
 #endif

@@ -266,13 +266,7 @@ static void destroy(void *state) {
 }
 
 int rt_cuda_fault(const char *name, void *fn, void **old) {
-  for (int i = 0; i < NSYMS; i++)
-    if (strcmp(syms[i].name, name) == 0) {
-      if (old) *old = *syms[i].slot;
-      *syms[i].slot = fn;
-      return 0;
-    }
-  return -1;
+  return jit_dl_replace(syms, NSYMS, name, fn, old);
 }
 
 const rt_device_i rt_device_cuda = {
