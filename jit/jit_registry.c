@@ -6,6 +6,13 @@
 
 static const jit_op *const ops[] = {
     &jit_op_rmsnorm,
+    &jit_op_fused_add_rmsnorm,
+    &jit_op_gemma_rmsnorm,
+    &jit_op_gemma_fused_add_rmsnorm,
+    &jit_op_layernorm,
+    &jit_op_act_and_mul,
+    &jit_op_merge_state,
+    &jit_op_merge_states,
 };
 
 int jit_registry_count(void) { return (int)(sizeof ops / sizeof ops[0]); }

@@ -11,5 +11,12 @@ const jit_op *jit_registry_find(const char *name);
 
 /* The op descriptors, one per jit/ops_*.c file. */
 extern const jit_op jit_op_rmsnorm;
+extern const jit_op jit_op_fused_add_rmsnorm;
+extern const jit_op jit_op_gemma_rmsnorm;
+extern const jit_op jit_op_gemma_fused_add_rmsnorm;
+extern const jit_op jit_op_layernorm;
+extern const jit_op jit_op_act_and_mul;
+extern const jit_op jit_op_merge_state;
+extern const jit_op jit_op_merge_states;
 
 #endif

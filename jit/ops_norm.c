@@ -147,3 +147,104 @@ const jit_op jit_op_rmsnorm = {
     .config_count = count,
     .config = config,
 };
+
+/* ---- fused_add_rmsnorm, gemma_rmsnorm, gemma_fused_add_rmsnorm ---------------------- */
+
+/* The registered configurations per dtype: 16-byte accesses with 2 or 4
+ * vectors per thread in registers or two passes, and single elements in two
+ * passes for rows whose size or alignment rules out 16 bytes. Since the block
+ * size is set at launch, these 4 cover every row length: 12 per op. */
+static const struct {
+  int wide, chunks; /* wide: 16-byte accesses, else 1 element */
+} norm_shapes[] = {{1, 2}, {1, 4}, {1, 0}, {0, 0}};
+#define NSHAPES ((int)(sizeof norm_shapes / sizeof norm_shapes[0]))
+static const int norm_dtypes[3] = {JIT_DT_F16, JIT_DT_BF16, JIT_DT_F32};
+
+static int is_residual(const jit_op *op) {
+  return op == &jit_op_fused_add_rmsnorm || op == &jit_op_gemma_fused_add_rmsnorm;
+}
+static int is_gemma(const jit_op *op) {
+  return op == &jit_op_gemma_rmsnorm || op == &jit_op_gemma_fused_add_rmsnorm;
+}
+
+/* The weight stays in registers while a thread's share of one row (input,
+ * and the residual beside it) is at most ROW_BYTES_PER_THREAD / 2, as in
+ * rmsnorm: past that it would crowd out the prefetched next row. */
+static int norm_wreg(const jit_op *op, int dtype, int vec, int chunks) {
+  const int row_bytes = chunks * vec * jit_dtype_bytes(dtype) * (is_residual(op) ? 2 : 1);
+  return chunks > 0 && row_bytes <= ROW_BYTES_PER_THREAD / 2;
+}
+
+static void norm_key(const jit_op *op, int dtype, int vec, int chunks, jit_key *out) {
+  out->op = op;
+  for (int i = 0; i < JIT_MAX_PARAMS; i++) out->v[i] = 0;
+  out->v[NORM_P_DTYPE] = dtype;
+  out->v[NORM_P_VEC] = vec;
+  out->v[NORM_P_CHUNKS] = chunks;
+  out->v[NORM_P_WREG] = norm_wreg(op, dtype, vec, chunks);
+  out->v[NORM_P_HINT] = 1;
+}
+
+/* Two vectors per thread, as measured best for rmsnorm (512 x 2 at 8192
+ * bf16), with the block trimmed to the row (a multiple of the warp) instead
+ * of rounded up to a power of two: hidden 5120 runs 320 threads, all busy.
+ * Rows past 512 x 2 vectors take 4 per thread, then two passes. */
+static int norm_shape(int wide, int vec, int hidden, int warp, int *chunks) {
+  const int nv = hidden / vec;
+  int c = 0;
+  if (wide && nv <= 2 * JIT_NORM_MAX_THREADS)
+    c = 2;
+  else if (wide && nv <= 4 * JIT_NORM_MAX_THREADS)
+    c = 4;
+  const int per = c ? (nv + c - 1) / c : nv;
+  int threads = (per + warp - 1) / warp * warp;
+  if (threads > JIT_NORM_MAX_THREADS) threads = JIT_NORM_MAX_THREADS;
+  *chunks = c;
+  return threads;
+}
+
+static int full_vec(int dtype) { return 16 / jit_dtype_bytes(dtype); }
+
+void jit_norm_select(const jit_op *op, int dtype, int vec, int hidden, int warp, jit_key *out,
+                     int *threads) {
+  const int wide = vec >= full_vec(dtype);
+  const int v = wide ? full_vec(dtype) : 1;
+  int chunks;
+  *threads = norm_shape(wide, v, hidden, warp, &chunks);
+  norm_key(op, dtype, v, chunks, out);
+}
+
+static int norm_render(const jit_key *k, const char *entry, char *buf, size_t n) {
+  int w = snprintf(buf, n,
+                   "extern \"C\" __global__ void __launch_bounds__(%d)\n"
+                   "%s(fi_norm_params p) {\n"
+                   "  fi::rmsnorm_ext<%s, %d, %d, %d, %d, %d, %d>(p);\n"
+                   "}\n",
+                   JIT_NORM_MAX_THREADS, entry, jit_dtype_cxx((int)k->v[NORM_P_DTYPE]),
+                   (int)k->v[NORM_P_VEC], (int)k->v[NORM_P_CHUNKS], (int)k->v[NORM_P_WREG],
+                   (int)k->v[NORM_P_HINT], is_residual(k->op), is_gemma(k->op));
+  return w < 0 || (size_t)w >= n ? -1 : w;
+}
+
+static int norm_count(void) { return 3 * NSHAPES; }
+
+static void norm_config(const jit_op *op, int idx, jit_key *out) {
+  const int dtype = norm_dtypes[idx / NSHAPES], s = idx % NSHAPES;
+  norm_key(op, dtype, norm_shapes[s].wide ? full_vec(dtype) : 1, norm_shapes[s].chunks, out);
+}
+
+#define NORM_OP(NAME)                                                                        \
+  static void NAME##_config(int idx, jit_key *out) { norm_config(&jit_op_##NAME, idx, out); } \
+  const jit_op jit_op_##NAME = {                                                             \
+      .name = #NAME,                                                                         \
+      .template_name = "rmsnorm.cuh",                                                        \
+      .nparams = 5,                                                                          \
+      .params = {{"dtype", JIT_P_DTYPE}, {"vec", JIT_P_INT}, {"chunks", JIT_P_INT},          \
+                 {"wreg", JIT_P_INT}, {"hint", JIT_P_INT}},                                  \
+      .render_entry = norm_render,                                                           \
+      .config_count = norm_count,                                                            \
+      .config = NAME##_config,                                                               \
+  };
+NORM_OP(fused_add_rmsnorm)
+NORM_OP(gemma_rmsnorm)
+NORM_OP(gemma_fused_add_rmsnorm)

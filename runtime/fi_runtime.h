@@ -113,6 +113,59 @@ FI_API fi_status fi_runtime_stats(fi_runtime *rt, fi_stats *st);
 FI_API fi_status fi_rmsnorm(fi_runtime *rt, const DLTensor *input, const DLTensor *weight,
                             double eps, DLTensor *out, void *stream);
 
+/* ---- more norms: same conventions as fi_rmsnorm ([tokens, hidden] rows, strided rows
+ * allowed, fp16/bf16/fp32, float32 accumulation, the caller's stream) ---- */
+
+/** residual += input; input = rmsnorm(residual) * weight. Both tensors are
+ * updated in place (FlashInfer's fused_add_rmsnorm). */
+FI_API fi_status fi_fused_add_rmsnorm(fi_runtime *rt, DLTensor *input, DLTensor *residual,
+                                      const DLTensor *weight, double eps, void *stream);
+
+/** Gemma's RMSNorm: out = input / rms(input) * (1 + weight). out may alias input. */
+FI_API fi_status fi_gemma_rmsnorm(fi_runtime *rt, const DLTensor *input, const DLTensor *weight,
+                                  double eps, DLTensor *out, void *stream);
+
+/** residual += input; input = rmsnorm(residual) * (1 + weight), in place. */
+FI_API fi_status fi_gemma_fused_add_rmsnorm(fi_runtime *rt, DLTensor *input, DLTensor *residual,
+                                            const DLTensor *weight, double eps, void *stream);
+
+/** LayerNorm: out = (input - mean) / sqrt(var + eps) * gamma + beta, per row.
+ * gamma and beta [hidden] are the input's dtype or float32. out may alias input. */
+FI_API fi_status fi_layernorm(fi_runtime *rt, const DLTensor *input, const DLTensor *gamma,
+                              const DLTensor *beta, double eps, DLTensor *out, void *stream);
+
+/* ---- gated activations: input [tokens, 2d] (rows may be strided), out [tokens, d];
+ * out = act(input[:, :d]) * input[:, d:]; fp16, bf16, fp32 ---- */
+FI_API fi_status fi_silu_and_mul(fi_runtime *rt, const DLTensor *input, DLTensor *out,
+                                 void *stream);
+/** act = GELU with erf. */
+FI_API fi_status fi_gelu_and_mul(fi_runtime *rt, const DLTensor *input, DLTensor *out,
+                                 void *stream);
+/** act = GELU with the tanh approximation. */
+FI_API fi_status fi_gelu_tanh_and_mul(fi_runtime *rt, const DLTensor *input, DLTensor *out,
+                                      void *stream);
+
+/* ---- cascade: merging partial attention states. A state is (v, s): v [seq, H, D]
+ * fp16/bf16/fp32 and s [seq, H] float32, the log-sum-exp of that part's attention
+ * scores in NATURAL log (the convention of every LSE fi_runtime returns). Merging
+ * parts a and b: s = log(exp(s_a) + exp(s_b)); v = exp(s_a - s) v_a + exp(s_b - s) v_b. ---- */
+
+/** Merges (v_a, s_a) and (v_b, s_b) into (v_out, s_out); s_out may be NULL. */
+FI_API fi_status fi_merge_state(fi_runtime *rt, const DLTensor *v_a, const DLTensor *s_a,
+                                const DLTensor *v_b, const DLTensor *s_b, DLTensor *v_out,
+                                DLTensor *s_out, void *stream);
+
+/** Merges (v_other, s_other) into (v, s) in place. mask, if not NULL, is a
+ * uint8 or bool [seq]: rows where it is 0 are left as they are. */
+FI_API fi_status fi_merge_state_in_place(fi_runtime *rt, DLTensor *v, DLTensor *s,
+                                         const DLTensor *v_other, const DLTensor *s_other,
+                                         const DLTensor *mask, void *stream);
+
+/** Merges N states: v [seq, N, H, D], s [seq, N, H] into v_out [seq, H, D]
+ * and s_out [seq, H] (s_out may be NULL). */
+FI_API fi_status fi_merge_states(fi_runtime *rt, const DLTensor *v, const DLTensor *s,
+                                 DLTensor *v_out, DLTensor *s_out, void *stream);
+
 #ifdef __cplusplus
 }
 #endif

@@ -1,12 +1,14 @@
-/* rt_norm.c: the norm op entry points (fi_rmsnorm): argument checks, the choice
- * of kernel configuration from the shapes and alignments, and the launch. */
+/* rt_norm.c: the RMSNorm entry points (fi_rmsnorm, fi_gemma_rmsnorm, fi_fused_add_rmsnorm,
+ * fi_gemma_fused_add_rmsnorm): argument checks, the kernel choice from shapes and alignments, the launch. */
 #include <math.h>
 #include <stdint.h>
 #include <string.h>
 
 #include "fi_params.h"
 #include "ops_norm.h"
+#include "jit_registry.h"
 #include "rt_internal.h"
+#include "rt_norm.h"
 #include "rt_tensor.h"
 
 typedef struct rmsnorm_call {
@@ -17,23 +19,35 @@ typedef struct rmsnorm_call {
   int device;
 } rmsnorm_call;
 
-/* Widest access (elements) that every row start and the hidden size allow. */
-static int pick_vec(int dtype, int64_t hidden, const void *const *ptrs, const int64_t *strides,
-                    int nptrs, int nstrides) {
-  int vec = 16 / jit_dtype_bytes(dtype);
+int rt_norm_pick_vec(int es, int64_t hidden, const void *const *ptrs, int nptrs,
+                     const int64_t *strides, int nstrides) {
+  int vec = 16 / es;
   for (; vec > 1; vec /= 2) {
     int ok = hidden % vec == 0;
-    for (int i = 0; ok && i < nptrs; i++)
-      ok = ((uintptr_t)ptrs[i] % (uintptr_t)(vec * jit_dtype_bytes(dtype))) == 0;
+    for (int i = 0; ok && i < nptrs; i++) ok = ((uintptr_t)ptrs[i] % (uintptr_t)(vec * es)) == 0;
     for (int i = 0; ok && i < nstrides; i++) ok = strides[i] % vec == 0;
     if (ok) break;
   }
   return vec;
 }
 
-static fi_status prepare(fi_runtime *rt, const DLTensor *input, const DLTensor *weight,
-                         double eps, DLTensor *out, rmsnorm_call *c, int *empty) {
-  static const char *fn = "fi_rmsnorm";
+/* Widest access (elements) that every row start and the hidden size allow. */
+static int pick_vec(int dtype, int64_t hidden, const void *const *ptrs, const int64_t *strides,
+                    int nptrs, int nstrides) {
+  return rt_norm_pick_vec(jit_dtype_bytes(dtype), hidden, ptrs, nptrs, strides, nstrides);
+}
+
+/* What the checks of a call out = f(input, weight) found. */
+typedef struct unary_args {
+  int dt, vec;
+  int64_t rows, hidden, in_rs, out_rs;
+  const char *ib, *ob, *wb;
+} unary_args;
+
+/* The checks of fi_rmsnorm and fi_gemma_rmsnorm, named after fn. */
+static fi_status check_unary(const char *fn, fi_runtime *rt, const DLTensor *input,
+                             const DLTensor *weight, double eps, const DLTensor *out,
+                             unary_args *a) {
   fi_status st;
   if (!rt) return rt_fail(FI_ERR_INVALID_ARGUMENT, "%s: rt is NULL", fn);
   if ((st = rt_check_tensor(fn, "input", input, 2)) != FI_OK) return st;
@@ -99,12 +113,30 @@ static fi_status prepare(fi_runtime *rt, const DLTensor *input, const DLTensor *
   if (ib == ob && in_rs != out_rs && rows > 1)
     return rt_fail(FI_ERR_INVALID_ARGUMENT, "%s: out aliases input with a different row stride", fn);
 
-  *empty = rows == 0;
-  c->device = input->device.device_id;
   const void *ptrs[3] = {ib, ob, rt_data(weight)};
   const int64_t strides[2] = {in_rs, out_rs};
-  int vec = pick_vec(dt, hidden, ptrs, strides, 3, rows > 1 ? 2 : 0);
-  jit_rmsnorm_select(dt, vec, (int)hidden, &c->key);
+  a->dt = dt;
+  a->vec = pick_vec(dt, hidden, ptrs, strides, 3, rows > 1 ? 2 : 0);
+  a->rows = rows;
+  a->hidden = hidden;
+  a->in_rs = in_rs;
+  a->out_rs = out_rs;
+  a->ib = ib;
+  a->ob = ob;
+  a->wb = wb;
+  return FI_OK;
+}
+
+static fi_status prepare(fi_runtime *rt, const DLTensor *input, const DLTensor *weight,
+                         double eps, DLTensor *out, rmsnorm_call *c, int *empty) {
+  unary_args a;
+  fi_status st = check_unary("fi_rmsnorm", rt, input, weight, eps, out, &a);
+  if (st != FI_OK) return st;
+  const int64_t rows = a.rows, hidden = a.hidden, in_rs = a.in_rs, out_rs = a.out_rs;
+  const char *ib = a.ib, *ob = a.ob;
+  *empty = rows == 0;
+  c->device = input->device.device_id;
+  jit_rmsnorm_select(a.dt, a.vec, (int)hidden, &c->key);
   memset(&c->p, 0, sizeof c->p);
   c->p.input = ib;
   c->p.weight = rt_data(weight);
@@ -192,4 +224,97 @@ FI_API fi_status fi_admin_rmsnorm_kernel(fi_runtime *rt, const DLTensor *input,
   memcpy(block, c.launch.block, sizeof c.launch.block);
   *shared_bytes = c.launch.shared_bytes;
   return FI_OK;
+}
+
+/* ---- Gemma's RMSNorm and the fused residual adds ---------------------------------- */
+
+FI_API fi_status fi_gemma_rmsnorm(fi_runtime *rt, const DLTensor *input, const DLTensor *weight,
+                                  double eps, DLTensor *out, void *stream) {
+  unary_args a;
+  fi_status st = check_unary("fi_gemma_rmsnorm", rt, input, weight, eps, out, &a);
+  if (st != FI_OK || a.rows == 0) return st;
+  rt_norm_call c;
+  memset(&c, 0, sizeof c);
+  c.op = &jit_op_gemma_rmsnorm;
+  c.dtype = c.wdtype = a.dt;
+  c.vec = a.vec;
+  c.device_type = input->device.device_type;
+  c.device = input->device.device_id;
+  c.p.input = a.ib;
+  c.p.weight = a.wb;
+  c.p.out = (void *)a.ob;
+  c.p.input_row_stride = a.in_rs;
+  c.p.out_row_stride = a.out_rs;
+  c.p.rows = (int32_t)a.rows;
+  c.p.hidden = (int32_t)a.hidden;
+  c.p.eps = (float)eps;
+  return rt_norm_launch(rt, &c, stream);
+}
+
+/* residual += input; input = rmsnorm(residual) * weight (op: with or without
+ * Gemma's 1 + weight). Both are written, so they may not overlap at all. */
+static fi_status fused_add(const char *fn, const jit_op *op, fi_runtime *rt, DLTensor *input,
+                           DLTensor *residual, const DLTensor *weight, double eps, void *stream) {
+  fi_status st;
+  int dt;
+  if (!rt) return rt_fail(FI_ERR_INVALID_ARGUMENT, "%s: rt is NULL", fn);
+  if ((st = rt_check_tensor(fn, "input", input, 2)) != FI_OK ||
+      (st = rt_check_tensor(fn, "residual", residual, 2)) != FI_OK ||
+      (st = rt_check_tensor(fn, "weight", weight, 1)) != FI_OK ||
+      (st = rt_check_same_device(fn, "input", input, "residual", residual)) != FI_OK ||
+      (st = rt_check_same_device(fn, "input", input, "weight", weight)) != FI_OK ||
+      (st = rt_norm_check_input(fn, input, &dt)) != FI_OK ||
+      (st = rt_norm_check_dtype(fn, "residual", residual, dt, input)) != FI_OK ||
+      (st = rt_norm_check_dtype(fn, "weight", weight, dt, input)) != FI_OK)
+    return st;
+  const int64_t rows = input->shape[0], hidden = input->shape[1];
+  int64_t ie, re, we;
+  if ((st = rt_norm_check_rows(fn, "input", input, rows, hidden)) != FI_OK ||
+      (st = rt_norm_check_rows(fn, "residual", residual, rows, hidden)) != FI_OK ||
+      (st = rt_norm_check_vector(fn, "weight", weight, hidden)) != FI_OK ||
+      (st = rt_norm_check_eps(fn, eps)) != FI_OK ||
+      (st = rt_norm_extent(fn, "input", input, &ie)) != FI_OK ||
+      (st = rt_norm_extent(fn, "residual", residual, &re)) != FI_OK ||
+      (st = rt_norm_extent(fn, "weight", weight, &we)) != FI_OK)
+    return st;
+  const char *ib = rt_data(input), *rb = rt_data(residual), *wb = rt_data(weight);
+  if (rt_norm_overlap(ib, ie, rb, re))
+    return rt_fail(FI_ERR_INVALID_ARGUMENT,
+                   "%s: residual overlaps input; both are written, so they must be apart", fn);
+  if (rt_norm_overlap(wb, we, ib, ie) || rt_norm_overlap(wb, we, rb, re))
+    return rt_fail(FI_ERR_INVALID_ARGUMENT, "%s: weight overlaps %s, which is written", fn,
+                   rt_norm_overlap(wb, we, ib, ie) ? "input" : "residual");
+  if (rows == 0) return FI_OK;
+  const int64_t in_rs = rt_stride(input, 0), res_rs = rt_stride(residual, 0);
+  const void *ptrs[3] = {ib, rb, wb};
+  const int64_t strides[2] = {in_rs, res_rs};
+  rt_norm_call c;
+  memset(&c, 0, sizeof c);
+  c.op = op;
+  c.dtype = c.wdtype = dt;
+  c.vec = rt_norm_pick_vec(jit_dtype_bytes(dt), hidden, ptrs, 3, strides, rows > 1 ? 2 : 0);
+  c.device_type = input->device.device_type;
+  c.device = input->device.device_id;
+  c.p.input = ib;
+  c.p.residual = (void *)rb;
+  c.p.weight = wb;
+  c.p.out = (void *)ib;
+  c.p.input_row_stride = c.p.out_row_stride = in_rs;
+  c.p.residual_row_stride = res_rs;
+  c.p.rows = (int32_t)rows;
+  c.p.hidden = (int32_t)hidden;
+  c.p.eps = (float)eps;
+  return rt_norm_launch(rt, &c, stream);
+}
+
+FI_API fi_status fi_fused_add_rmsnorm(fi_runtime *rt, DLTensor *input, DLTensor *residual,
+                                      const DLTensor *weight, double eps, void *stream) {
+  return fused_add("fi_fused_add_rmsnorm", &jit_op_fused_add_rmsnorm, rt, input, residual, weight,
+                   eps, stream);
+}
+
+FI_API fi_status fi_gemma_fused_add_rmsnorm(fi_runtime *rt, DLTensor *input, DLTensor *residual,
+                                            const DLTensor *weight, double eps, void *stream) {
+  return fused_add("fi_gemma_fused_add_rmsnorm", &jit_op_gemma_fused_add_rmsnorm, rt, input,
+                   residual, weight, eps, stream);
 }

@@ -39,12 +39,12 @@ run ls --frob; check usage_unknown_option '[ $rc -eq 2 ] && grep -q -- --frob "$
 run --frob ls; check usage_unknown_global_option '[ $rc -eq 2 ]'
 run ls --source; check usage_option_of_other_command '[ $rc -eq 2 ]'
 run prewarm --cache "$DB" --arch sm_1; check usage_bad_arch '[ $rc -eq 2 ] && grep -q sm_1 "$T/err"'
-run prewarm --cache "$DB" --arch sm_90,bogus9; check usage_bad_arch_in_list '[ $rc -eq 2 ] && grep -q bogus9 "$T/err"'
+run prewarm --cache "$DB" --arch sm_90 --op rmsnorm,bogus9; check usage_bad_arch_in_list '[ $rc -eq 2 ] && grep -q bogus9 "$T/err"'
 run prewarm --cache "$DB" --arch sm_90 --op no_such_op
 check usage_unknown_op '[ $rc -eq 2 ] && grep -q no_such_op "$T/err"'
 run prewarm --cache "$DB"; check usage_prewarm_without_arch '[ $rc -eq 2 ]'
-run prewarm --cache "$DB" --arch sm_90 -j 0; check usage_bad_jobs '[ $rc -eq 2 ]'
-run prewarm --cache "$DB" --arch sm_90 -j x; check usage_bad_jobs_text '[ $rc -eq 2 ]'
+run prewarm --cache "$DB" --arch sm_90 --op rmsnorm -j 0; check usage_bad_jobs '[ $rc -eq 2 ]'
+run prewarm --cache "$DB" --arch sm_90 --op rmsnorm -j x; check usage_bad_jobs_text '[ $rc -eq 2 ]'
 run prewarm --cache "$DB" --arch; check usage_missing_value '[ $rc -eq 2 ]'
 run show --cache "$DB"; check usage_show_without_prefix '[ $rc -eq 2 ]'
 run show --cache "$DB" xyz; check usage_show_bad_prefix '[ $rc -eq 2 ]'
@@ -64,7 +64,7 @@ check ls_json_valid '[ $rc -eq 0 ] && [ "${LSN:-x}" = "${N:-y}" ]'
 check ls_json_fields 'json "all(set(e)>={\"hash\",\"layer\",\"op\",\"key\",\"arch\",\"compiler\",\"bytes\",\"created\",\"last_used\",\"hits\",\"compile_ms\"} and len(e[\"hash\"])==32 for e in d)" <"$T/out" | grep -qx True'
 run prewarm --cache "$DB" --arch sm_90 --op rmsnorm --json
 check prewarm_sm90_again_cached '[ $rc -eq 0 ] && [ "$(last_json "d[\"compiled\"]")" = 0 ] && [ "$(last_json "d[\"cached\"] + d[\"waited\"]")" = "$N" ]'
-run prewarm --cache "$DB" --arch sm_90 -j 1
+run prewarm --cache "$DB" --arch sm_90 --op rmsnorm -j 1
 check prewarm_text_summary '[ $rc -eq 0 ] && grep -Eq "^compiled 0, cached [0-9]+, waited 0, failed 0 in [0-9.]+ s$" "$T/out"'
 
 # ---- ls ----

@@ -54,7 +54,7 @@ check usage_touches_no_cache '[ ! -e "$A" ] && [ ! -e "$SHIP" ]'
 
 # ---- cache A, shipped as a system layer ----
 t_step=$(date +%s)
-run --cache "$A" prewarm --arch sm_90 --json
+run --cache "$A" prewarm --arch sm_90 --op rmsnorm --json
 N=$(last_json 'd["compiled"]')
 check prewarm_a '[ $rc -eq 0 ] && [ "${N:-0}" -gt 3 ] && [ "$(last_json "d[\"failed\"]")" = 0 ]'
 N=${N:-0}
@@ -76,14 +76,14 @@ FI_CACHE_SYSTEM_PATH=$SHIP run --cache "$B" ls --json
 check system_layer_listed '[ $rc -eq 0 ] && [ "$(json "len(d), all(e[\"layer\"]==\"system\" for e in d)" <"$T/out")" = "$N True" ]'
 FI_CACHE_SYSTEM_PATH=$SHIP run --cache "$B" ls
 check system_layer_ls_column '[ $rc -eq 0 ] && [ "$(grep -c "^[0-9a-f]\{12\}  system  rmsnorm " "$T/out")" = "$N" ]'
-FI_CACHE_SYSTEM_PATH=$SHIP run --cache "$B" prewarm --arch sm_90 --json
+FI_CACHE_SYSTEM_PATH=$SHIP run --cache "$B" prewarm --arch sm_90 --op rmsnorm --json
 check prewarm_from_system_layer '[ $rc -eq 0 ] && [ "$(last_json "d[\"compiled\"], d[\"cached\"] + d[\"waited\"], d[\"failed\"]")" = "0 $N 0" ]'
 FI_CACHE_SYSTEM_PATH=$SHIP run --cache "$B" stats --json
 check stats_layers '[ $rc -eq 0 ] && [ "$(json "d[\"layers\"][\"system\"], d[\"layers\"][\"user\"], d[\"entries\"], d[\"process\"][\"compiles\"]" <"$T/out")" = "$N 0 0 0" ]'
 check system_file_unchanged '[ "$(sha256sum <"$SHIP")" = "$SUM" ] && [ ! -e "$SHIP-wal" ] && [ ! -e "$SHIP-shm" ] && [ -z "$(ls "$T/ship" | grep -v "^s[a-z]*.db$")" ]'
 timed "system layer"
 chmod 664 "$SHIP"
-FI_CACHE_SYSTEM_PATH=$SHIP run --cache "$B" prewarm --arch sm_90 --json
+FI_CACHE_SYSTEM_PATH=$SHIP run --cache "$B" prewarm --arch sm_90 --op rmsnorm --json
 check system_group_writable_refused '[ $rc -eq 0 ] && grep -q "$SHIP" "$T/err" && grep -qi writable "$T/err"'
 check system_refused_compiles_all '[ "$(last_json "d[\"compiled\"], d[\"failed\"]")" = "$N 0" ]'
 chmod 644 "$SHIP"

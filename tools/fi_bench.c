@@ -42,10 +42,16 @@ static void usage(FILE *f) {
           "Measures on GPU 0, in one run:\n"
           "  copy      device-to-device copy bandwidth (cuMemcpyDtoDAsync; bytes read + written)\n"
           "  rmsnorm   fi_rmsnorm bandwidth across sizes and dtypes, as a fraction of copy\n"
+          "  norms     fi_fused_add_rmsnorm, fi_gemma_rmsnorm, fi_gemma_fused_add_rmsnorm, fi_layernorm\n"
+          "            bandwidth (fused adds: input + residual read and written) at 8192 x 8192 and around\n"
           "  runtime   cold compile of one kernel, a fresh process's first call on a prewarmed\n"
           "            cache, and memo-hit dispatch against a bare cuLaunchKernel\n"
           "  tune      rmsnorm configurations around the chosen one at 8192 x 8192 (not by default)\n"
-          "With no SECTION, copy, rmsnorm and runtime. Times are medians over repetitions, taken with CUDA\n"
+          "  act       fi_silu_and_mul, fi_gelu_and_mul, fi_gelu_tanh_and_mul bandwidth, input [tokens, 2d]\n"
+          "            read + out [tokens, d] written, as a fraction of copy\n"
+          "  cascade   fi_merge_state, fi_merge_state_in_place, fi_merge_states bandwidth (v and LSEs\n"
+          "            read once, outputs written once) at 16384 x 32 x 128 and around it\n"
+          "With no SECTION, copy, rmsnorm, norms, act, cascade and runtime. Times are medians over repetitions, taken with CUDA\n"
           "events after warm-up, rotating among input sets larger than the L2 cache.\n"
           "  --json FILE  also write every measurement as one JSON object per line\n"
           "  --quick      fewer repetitions (for a smoke test)\n");
@@ -188,6 +194,120 @@ static void bench_rmsnorm(fi_runtime *rt, double copy) {
     bench_rmsnorm_one(rt, cases[i].dt, cases[i].rows, cases[i].hidden, copy, NULL);
 }
 
+/* --------------------------------------------------------------- norms */
+/* fi_fused_add_rmsnorm, fi_gemma_rmsnorm, fi_gemma_fused_add_rmsnorm and
+ * fi_layernorm. Bytes: the fused adds read input + residual + weight and
+ * write input + residual; gemma_rmsnorm reads input + weight, writes out;
+ * layernorm reads input + gamma + beta, writes out. */
+enum { NB_FUSED, NB_GEMMA_FUSED, NB_GEMMA, NB_LAYERNORM };
+
+typedef struct nb_set {
+  CUdeviceptr a, b; /* input and residual (fused) or out */
+  DLTensor ta, tb;
+} nb_set;
+
+static fi_status nb_call(fi_runtime *rt, int op, nb_set *s, DLTensor *w, DLTensor *beta) {
+  switch (op) {
+    case NB_FUSED: return fi_fused_add_rmsnorm(rt, &s->ta, &s->tb, w, 1e-6, NULL);
+    case NB_GEMMA_FUSED: return fi_gemma_fused_add_rmsnorm(rt, &s->ta, &s->tb, w, 1e-6, NULL);
+    case NB_GEMMA: return fi_gemma_rmsnorm(rt, &s->ta, w, 1e-6, &s->tb, NULL);
+    default: return fi_layernorm(rt, &s->ta, w, beta, 1e-5, &s->tb, NULL);
+  }
+}
+
+/* wdt: layernorm's gamma/beta dtype (else the input's). */
+static void bench_norm_one(fi_runtime *rt, int op, int dt, int wdt, int64_t rows, int64_t hidden,
+                           double copy) {
+  static const char *const names[4] = {"fused_add_rmsnorm", "gemma_fused_add_rmsnorm",
+                                       "gemma_rmsnorm", "layernorm"};
+  const size_t es = dt == 2 ? 4 : 2, wes = wdt == 2 ? 4 : 2, tbytes = (size_t)(rows * hidden) * es;
+  const double wbytes = (double)hidden * (double)wes * (op == NB_LAYERNORM ? 2 : 1);
+  const double bytes = (op == NB_FUSED || op == NB_GEMMA_FUSED ? 4.0 : 2.0) * (double)tbytes + wbytes;
+  /* Sets rotated so that one round exceeds the 60 MB L2 several times. */
+  int sets = (int)((256u << 20) / (2 * tbytes)) + 1;
+  if (sets > 16) sets = 16;
+  int64_t shape[2] = {rows, hidden}, wshape[1] = {hidden};
+  nb_set set[16];
+  for (int s = 0; s < sets; s++) {
+    CU_CHECK(&cu, cuMemAlloc(&set[s].a, tbytes));
+    CU_CHECK(&cu, cuMemAlloc(&set[s].b, tbytes));
+    CU_CHECK(&cu, cuMemsetD8(set[s].a, 0x3c, tbytes)); /* 1.0-ish in f16, 0.01 in bf16/f32 */
+    CU_CHECK(&cu, cuMemsetD8(set[s].b, 0x3c, tbytes));
+    set[s].ta = tensor(set[s].a, dt, 2, shape);
+    set[s].tb = tensor(set[s].b, dt, 2, shape);
+  }
+  CUdeviceptr w, b;
+  CU_CHECK(&cu, cuMemAlloc(&w, (size_t)hidden * wes));
+  CU_CHECK(&cu, cuMemAlloc(&b, (size_t)hidden * wes));
+  CU_CHECK(&cu, cuMemsetD8(w, 0x3c, (size_t)hidden * wes));
+  CU_CHECK(&cu, cuMemsetD8(b, 0x3c, (size_t)hidden * wes));
+  DLTensor tw = tensor(w, wdt, 1, wshape), tbeta = tensor(b, wdt, 1, wshape);
+  char dts[16];
+  snprintf(dts, sizeof dts, op == NB_LAYERNORM && wdt != dt ? "%s/%s" : "%s", dtname(dt),
+           dtname(wdt));
+  fi_status st = nb_call(rt, op, &set[0], &tw, &tbeta);
+  if (st != FI_OK) {
+    fprintf(stderr, "fi_%s: %s\n", names[op], fi_last_error());
+  } else {
+    CU_CHECK(&cu, cuCtxSynchronize());
+    CUevent e0, e1;
+    CU_CHECK(&cu, cuEventCreate(&e0, 0));
+    CU_CHECK(&cu, cuEventCreate(&e1, 0));
+    const int batch = 20, reps = quick ? 3 : 9;
+    double t[32];
+    for (int r = 0; r < reps; r++) {
+      CU_CHECK(&cu, cuEventRecord(e0, NULL));
+      for (int i = 0; i < batch; i++) nb_call(rt, op, &set[(r * batch + i) % sets], &tw, &tbeta);
+      CU_CHECK(&cu, cuEventRecord(e1, NULL));
+      CU_CHECK(&cu, cuEventSynchronize(e1));
+      float ms;
+      CU_CHECK(&cu, cuEventElapsedTime(&ms, e0, e1));
+      t[r] = ms / batch;
+    }
+    double ms = median(t, reps);
+    double tbs = bytes / (ms * 1e-3) / 1e12;
+    printf("| %s | %-8s | %6lld x %-6lld | %8.1f | %5.2f | %5.1f%% |\n", names[op], dts,
+           (long long)rows, (long long)hidden, ms * 1e3, tbs, 100.0 * tbs / copy);
+    if (json)
+      fprintf(json,
+              "{\"bench\":\"%s\",\"dtype\":\"%s\",\"wdtype\":\"%s\",\"rows\":%lld,\"hidden\":%lld,"
+              "\"us\":%.3f,\"tbs\":%.4f,\"of_copy\":%.4f}\n",
+              names[op], dtname(dt), dtname(wdt), (long long)rows, (long long)hidden, ms * 1e3,
+              tbs, tbs / copy);
+  }
+  for (int s = 0; s < sets; s++) {
+    CU_CHECK(&cu, cuMemFree(set[s].a));
+    CU_CHECK(&cu, cuMemFree(set[s].b));
+  }
+  CU_CHECK(&cu, cuMemFree(w));
+  CU_CHECK(&cu, cuMemFree(b));
+}
+
+/* 8192 x 8192 bf16 first for each op (the issue's targets), then the other
+ * dtypes and model sizes; 8191 forces 2-byte accesses (two passes). */
+static void bench_norms(fi_runtime *rt, double copy) {
+  static const struct {
+    int op, dt, wdt;
+    int64_t rows, hidden;
+  } cases[] = {
+      {NB_FUSED, 1, 1, 8192, 8192},       {NB_FUSED, 0, 0, 8192, 8192},
+      {NB_FUSED, 2, 2, 8192, 8192},       {NB_FUSED, 1, 1, 16384, 4096},
+      {NB_FUSED, 1, 1, 8192, 5120},       {NB_FUSED, 1, 1, 4096, 16384},
+      {NB_FUSED, 1, 1, 8192, 8191},       {NB_FUSED, 1, 1, 128, 8192},
+      {NB_GEMMA_FUSED, 1, 1, 8192, 8192}, {NB_GEMMA_FUSED, 1, 1, 8192, 3584},
+      {NB_GEMMA, 1, 1, 8192, 8192},       {NB_GEMMA, 0, 0, 8192, 8192},
+      {NB_GEMMA, 1, 1, 8192, 3584},       {NB_GEMMA, 1, 1, 262144, 128},
+      {NB_LAYERNORM, 1, 1, 8192, 8192},   {NB_LAYERNORM, 1, 2, 8192, 8192},
+      {NB_LAYERNORM, 0, 2, 8192, 8192},   {NB_LAYERNORM, 2, 2, 8192, 8192},
+      {NB_LAYERNORM, 1, 2, 16384, 4096},  {NB_LAYERNORM, 1, 2, 8192, 5120},
+      {NB_LAYERNORM, 1, 2, 4096, 16384},  {NB_LAYERNORM, 1, 1, 8192, 8191},
+  };
+  printf("\n| op | dtype | tokens x hidden | us | TB/s | of copy |\n|---|---|---|---|---|---|\n");
+  for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++)
+    bench_norm_one(rt, cases[i].op, cases[i].dt, cases[i].wdt, cases[i].rows, cases[i].hidden,
+                   copy);
+}
+
 /* The configurations around the chosen one at 8192 x 8192, for tuning:
  * block shape, register cap (min blocks per SM), weight in registers or
  * not, streaming hints or not. */
@@ -208,6 +328,204 @@ static void bench_tune(fi_runtime *rt, double copy) {
                      dtname(dt), shapes[s][0], shapes[s][1], minb[m], wreg, hint);
             bench_rmsnorm_one(rt, dt, 8192, 8192, copy, key);
           }
+}
+
+/* ----------------------------------------------------------------- act */
+typedef fi_status (*act_fn)(fi_runtime *, const DLTensor *, DLTensor *, void *);
+
+static void bench_act_one(fi_runtime *rt, int act, int dt, int64_t rows, int64_t d, double copy) {
+  static const act_fn fns[3] = {fi_silu_and_mul, fi_gelu_and_mul, fi_gelu_tanh_and_mul};
+  static const char *const names[3] = {"silu_and_mul", "gelu_and_mul", "gelu_tanh_and_mul"};
+  const size_t es = dt == 2 ? 4 : 2, ibytes = (size_t)(rows * 2 * d) * es,
+               obytes = (size_t)(rows * d) * es;
+  /* Input/output pairs rotated so that one round exceeds the 60 MB L2 several times. */
+  int sets = (int)((256u << 20) / (ibytes + obytes)) + 1;
+  if (sets > 16) sets = 16;
+  CUdeviceptr in[16], out[16];
+  int64_t ishape[2] = {rows, 2 * d}, oshape[2] = {rows, d};
+  DLTensor ti[16], to[16];
+  for (int s = 0; s < sets; s++) {
+    CU_CHECK(&cu, cuMemAlloc(&in[s], ibytes));
+    CU_CHECK(&cu, cuMemAlloc(&out[s], obytes));
+    CU_CHECK(&cu, cuMemsetD8(in[s], 0x3c, ibytes)); /* 1.0-ish in f16/bf16; finite in f32 */
+    ti[s] = tensor(in[s], dt, 2, ishape);
+    to[s] = tensor(out[s], dt, 2, oshape);
+  }
+  fi_status st = fns[act](rt, &ti[0], &to[0], NULL);
+  if (st != FI_OK) {
+    fprintf(stderr, "fi_%s: %s\n", names[act], fi_last_error());
+  } else {
+    CU_CHECK(&cu, cuCtxSynchronize());
+    CUevent e0, e1;
+    CU_CHECK(&cu, cuEventCreate(&e0, 0));
+    CU_CHECK(&cu, cuEventCreate(&e1, 0));
+    const int batch = 20, reps = quick ? 3 : 9;
+    double t[32];
+    for (int r = 0; r < reps; r++) {
+      CU_CHECK(&cu, cuEventRecord(e0, NULL));
+      for (int i = 0; i < batch; i++) {
+        int s = (r * batch + i) % sets;
+        fns[act](rt, &ti[s], &to[s], NULL);
+      }
+      CU_CHECK(&cu, cuEventRecord(e1, NULL));
+      CU_CHECK(&cu, cuEventSynchronize(e1));
+      float ms;
+      CU_CHECK(&cu, cuEventElapsedTime(&ms, e0, e1));
+      t[r] = ms / batch;
+    }
+    double ms = median(t, reps);
+    double tbs = (double)(ibytes + obytes) / (ms * 1e-3) / 1e12;
+    printf("| %s | %-4s | %6lld x 2*%-6lld | %8.1f | %5.2f | %5.1f%% |\n", names[act], dtname(dt),
+           (long long)rows, (long long)d, ms * 1e3, tbs, 100.0 * tbs / copy);
+    if (json)
+      fprintf(json,
+              "{\"bench\":\"%s\",\"dtype\":\"%s\",\"rows\":%lld,\"d\":%lld,\"us\":%.3f,"
+              "\"tbs\":%.4f,\"of_copy\":%.4f}\n",
+              names[act], dtname(dt), (long long)rows, (long long)d, ms * 1e3, tbs, tbs / copy);
+  }
+  for (int s = 0; s < sets; s++) {
+    CU_CHECK(&cu, cuMemFree(in[s]));
+    CU_CHECK(&cu, cuMemFree(out[s]));
+  }
+}
+
+/* The issue's case first (silu_and_mul, 16384 x 2*8192 bf16), then the
+ * other activations, dtypes and model sizes; 8191 forces 2-byte accesses,
+ * 128 tokens is decode-sized and launch-bound. */
+static void bench_act(fi_runtime *rt, double copy) {
+  static const struct {
+    int act, dt;
+    int64_t rows, d;
+  } cases[] = {
+      {0, 1, 16384, 8192}, {1, 1, 16384, 8192}, {2, 1, 16384, 8192}, {0, 0, 16384, 8192},
+      {0, 2, 8192, 8192},  {1, 0, 16384, 8192}, {0, 1, 4096, 14336}, {0, 1, 8192, 11008},
+      {2, 1, 32768, 2048}, {0, 1, 16384, 8191}, {0, 1, 128, 14336},
+  };
+  printf("\n| op | dtype | tokens x input cols | us | TB/s | of copy |\n|---|---|---|---|---|---|\n");
+  for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++)
+    bench_act_one(rt, cases[i].act, cases[i].dt, cases[i].rows, cases[i].d, copy);
+}
+
+/* ------------------------------------------------------------- cascade */
+/* One input/output set of a cascade merge; the DLTensors point at shape
+ * arrays owned by bench_cascade_one. */
+typedef struct cas_set {
+  CUdeviceptr va, vb, sa, sb, vo, so;
+  DLTensor tva, tvb, tsa, tsb, tvo, tso;
+} cas_set;
+
+enum { CAS_MERGE_STATE, CAS_IN_PLACE, CAS_MERGE_STATES };
+
+static fi_status cas_call(fi_runtime *rt, int op, cas_set *s) {
+  if (op == CAS_MERGE_STATE)
+    return fi_merge_state(rt, &s->tva, &s->tsa, &s->tvb, &s->tsb, &s->tvo, &s->tso, NULL);
+  if (op == CAS_IN_PLACE)
+    return fi_merge_state_in_place(rt, &s->tva, &s->tsa, &s->tvb, &s->tsb, NULL, NULL);
+  return fi_merge_states(rt, &s->tva, &s->tsa, &s->tvo, &s->tso, NULL);
+}
+
+/* seq x heads x head_dim rows; n states for merge_states (else 2). Bytes:
+ * every v and LSE read once and every output written once, LSEs included
+ * (merge_state: 3 v + 3 s; merge_states: n + 1 of each). */
+static void bench_cascade_one(fi_runtime *rt, int op, int dt, int64_t seq, int64_t heads,
+                              int64_t hd, int64_t n, double copy) {
+  static const char *const names[3] = {"merge_state", "merge_state_in_place", "merge_states"};
+  const size_t es = dt == 2 ? 4 : 2, vb = (size_t)(seq * heads * hd) * es,
+               sb = (size_t)(seq * heads) * 4;
+  const int many = op == CAS_MERGE_STATES;
+  const size_t in_v = many ? (size_t)n * vb : vb, in_s = many ? (size_t)n * sb : sb;
+  const double bytes = many ? (double)(in_v + in_s + vb + sb) : 3.0 * (double)(vb + sb);
+  int sets = (int)((256u << 20) / bytes) + 1;
+  if (sets > 8) sets = 8;
+  int64_t v3[3] = {seq, heads, hd}, s2[2] = {seq, heads};
+  int64_t v4[4] = {seq, n, heads, hd}, s3[3] = {seq, n, heads};
+  cas_set set[8];
+  memset(set, 0, sizeof set);
+  for (int s = 0; s < sets; s++) {
+    cas_set *x = &set[s];
+    /* 0x3c bytes: about 0.01 in every dtype, finite LSEs of equal size. */
+    CU_CHECK(&cu, cuMemAlloc(&x->va, in_v));
+    CU_CHECK(&cu, cuMemAlloc(&x->sa, in_s));
+    CU_CHECK(&cu, cuMemsetD8(x->va, 0x3c, in_v));
+    CU_CHECK(&cu, cuMemsetD8(x->sa, 0x3c, in_s));
+    if (!many) {
+      CU_CHECK(&cu, cuMemAlloc(&x->vb, vb));
+      CU_CHECK(&cu, cuMemAlloc(&x->sb, sb));
+      CU_CHECK(&cu, cuMemsetD8(x->vb, 0x3c, vb));
+      CU_CHECK(&cu, cuMemsetD8(x->sb, 0x3c, sb));
+      x->tvb = tensor(x->vb, dt, 3, v3);
+      x->tsb = tensor(x->sb, 2, 2, s2);
+    }
+    if (op != CAS_IN_PLACE) {
+      CU_CHECK(&cu, cuMemAlloc(&x->vo, vb));
+      CU_CHECK(&cu, cuMemAlloc(&x->so, sb));
+      x->tvo = tensor(x->vo, dt, 3, v3);
+      x->tso = tensor(x->so, 2, 2, s2);
+    }
+    x->tva = many ? tensor(x->va, dt, 4, v4) : tensor(x->va, dt, 3, v3);
+    x->tsa = many ? tensor(x->sa, 2, 3, s3) : tensor(x->sa, 2, 2, s2);
+  }
+  char shape[64];
+  snprintf(shape, sizeof shape, "%lld x %lld x %lld", (long long)seq, (long long)heads,
+           (long long)hd);
+  char label[64];
+  snprintf(label, sizeof label, many ? "%s N=%lld" : "%s", names[op], (long long)n);
+  fi_status st = cas_call(rt, op, &set[0]);
+  if (st != FI_OK) {
+    fprintf(stderr, "fi_%s: %s\n", names[op], fi_last_error());
+  } else {
+    CU_CHECK(&cu, cuCtxSynchronize());
+    CUevent e0, e1;
+    CU_CHECK(&cu, cuEventCreate(&e0, 0));
+    CU_CHECK(&cu, cuEventCreate(&e1, 0));
+    const int batch = 20, reps = quick ? 3 : 9;
+    double t[32];
+    for (int r = 0; r < reps; r++) {
+      CU_CHECK(&cu, cuEventRecord(e0, NULL));
+      for (int i = 0; i < batch; i++) cas_call(rt, op, &set[(r * batch + i) % sets]);
+      CU_CHECK(&cu, cuEventRecord(e1, NULL));
+      CU_CHECK(&cu, cuEventSynchronize(e1));
+      float ms;
+      CU_CHECK(&cu, cuEventElapsedTime(&ms, e0, e1));
+      t[r] = ms / batch;
+    }
+    double ms = median(t, reps);
+    double tbs = bytes / (ms * 1e-3) / 1e12;
+    printf("| %s | %-4s | %s | %8.1f | %5.2f | %5.1f%% |\n", label, dtname(dt), shape, ms * 1e3,
+           tbs, 100.0 * tbs / copy);
+    if (json)
+      fprintf(json,
+              "{\"bench\":\"%s\",\"dtype\":\"%s\",\"seq\":%lld,\"heads\":%lld,\"head_dim\":%lld,"
+              "\"states\":%lld,\"us\":%.3f,\"tbs\":%.4f,\"of_copy\":%.4f}\n",
+              names[op], dtname(dt), (long long)seq, (long long)heads, (long long)hd,
+              (long long)(many ? n : 2), ms * 1e3, tbs, tbs / copy);
+  }
+  for (int s = 0; s < sets; s++) {
+    CUdeviceptr *p[6] = {&set[s].va, &set[s].vb, &set[s].sa, &set[s].sb, &set[s].vo, &set[s].so};
+    for (int i = 0; i < 6; i++)
+      if (*p[i]) CU_CHECK(&cu, cuMemFree(*p[i]));
+  }
+}
+
+/* The issue's two cases first (merge_state and merge_states with 4 states,
+ * 16384 x 32 x 128 bf16), then other dtypes, head dims and state counts;
+ * 128 x 32 x 128 is decode-sized and launch-bound. */
+static void bench_cascade(fi_runtime *rt, double copy) {
+  static const struct {
+    int op, dt;
+    int64_t seq, heads, hd, n;
+  } cases[] = {
+      {CAS_MERGE_STATE, 1, 16384, 32, 128, 2},  {CAS_MERGE_STATES, 1, 16384, 32, 128, 4},
+      {CAS_MERGE_STATE, 0, 16384, 32, 128, 2},  {CAS_MERGE_STATE, 2, 16384, 32, 128, 2},
+      {CAS_MERGE_STATE, 1, 16384, 32, 64, 2},   {CAS_MERGE_STATE, 1, 16384, 32, 256, 2},
+      {CAS_IN_PLACE, 1, 16384, 32, 128, 2},     {CAS_MERGE_STATES, 1, 16384, 32, 128, 2},
+      {CAS_MERGE_STATES, 1, 16384, 32, 128, 7}, {CAS_MERGE_STATES, 2, 8192, 32, 128, 4},
+      {CAS_MERGE_STATES, 1, 16384, 8, 256, 4},  {CAS_MERGE_STATE, 1, 128, 32, 128, 2},
+  };
+  printf("\n| op | dtype | seq x heads x head_dim | us | TB/s | of copy |\n|---|---|---|---|---|---|\n");
+  for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++)
+    bench_cascade_one(rt, cases[i].op, cases[i].dt, cases[i].seq, cases[i].heads, cases[i].hd,
+                      cases[i].n, copy);
 }
 
 /* ------------------------------------------------------------- runtime */
@@ -451,6 +769,9 @@ static void bench_runtime(const char *self) {
 int main(int argc, char **argv) {
   if (argc == 3 && strcmp(argv[1], "--first-call-child") == 0) return first_call_child(argv[2]);
   int want_copy = 0, want_rms = 0, want_rt = 0, want_tune = 0, any = 0;
+  int want_norms = 0;
+  int want_act = 0;
+  int want_cascade = 0;
   for (int i = 1; i < argc; i++) {
     if (!strcmp(argv[i], "--help") || !strcmp(argv[i], "-h")) {
       usage(stdout);
@@ -467,8 +788,14 @@ int main(int argc, char **argv) {
       want_copy = any = 1;
     } else if (!strcmp(argv[i], "rmsnorm")) {
       want_rms = any = 1;
+    } else if (!strcmp(argv[i], "norms")) {
+      want_norms = any = 1;
     } else if (!strcmp(argv[i], "runtime")) {
       want_rt = any = 1;
+    } else if (!strcmp(argv[i], "act")) {
+      want_act = any = 1;
+    } else if (!strcmp(argv[i], "cascade")) {
+      want_cascade = any = 1;
     } else if (!strcmp(argv[i], "tune")) {
       want_tune = any = 1;
     } else {
@@ -478,6 +805,9 @@ int main(int argc, char **argv) {
     }
   }
   if (!any) want_copy = want_rms = want_rt = 1;
+  if (!any) want_norms = 1;
+  if (!any) want_act = 1;
+  if (!any) want_cascade = 1;
   char err[256];
   if (cu_min_init(&cu, &ctx, err, sizeof err) != 0) {
     fprintf(stderr, "fi-bench: needs a CUDA GPU: %s\n", err);
@@ -495,6 +825,33 @@ int main(int argc, char **argv) {
     fi_runtime *rt;
     if (fi_runtime_create(&o, &rt) != FI_OK) return 1;
     bench_rmsnorm(rt, copy);
+    fi_runtime_destroy(rt);
+  }
+  if (want_norms) {
+    fi_options o;
+    fi_options_init(&o);
+    o.cache_path = ":memory:";
+    fi_runtime *rt;
+    if (fi_runtime_create(&o, &rt) != FI_OK) return 1;
+    bench_norms(rt, copy);
+    fi_runtime_destroy(rt);
+  }
+  if (want_act) {
+    fi_options o;
+    fi_options_init(&o);
+    o.cache_path = ":memory:";
+    fi_runtime *rt;
+    if (fi_runtime_create(&o, &rt) != FI_OK) return 1;
+    bench_act(rt, copy);
+    fi_runtime_destroy(rt);
+  }
+  if (want_cascade) {
+    fi_options o;
+    fi_options_init(&o);
+    o.cache_path = ":memory:";
+    fi_runtime *rt;
+    if (fi_runtime_create(&o, &rt) != FI_OK) return 1;
+    bench_cascade(rt, copy);
     fi_runtime_destroy(rt);
   }
   if (want_tune) {
