@@ -99,14 +99,13 @@ fi_status rt_norm_launch(fi_runtime *rt, rt_norm_call *c, void *stream) {
    * holds (registers are allocated by the warp), then shared out in blocks
    * of this call's size. Too many blocks would run as a second wave after
    * the others (20% slower at hidden 5120), too few leave SMs part idle.
-   * At most 1024 threads an SM, as rmsnorm's 2 x 512: layernorm bf16 at
-   * 8192 x 8192 (42 registers) measured 87% of copy with 4 blocks of 256
-   * an SM and 81% with the 5 that fit. */
+   * Next to try: at most 1024 threads an SM, as rmsnorm's 2 x 512 (layernorm
+   * bf16 at 8192 x 8192 measured 87% of copy with 4 blocks of 256 an SM and
+   * 81% with the 5 that fit); not enabled until measured on the GPU. */
   int resident, sms = 0;
   if ((st = rt_kernel_resident(rt, k, 2 * warp, &resident)) != FI_OK) return st;
   if (be->sm_count(state, c->device, &sms) != 0 || sms <= 0) sms = 1;
   int warps_per_sm = 2 * (resident / sms);
-  if (warps_per_sm > 1024 / warp) warps_per_sm = 1024 / warp;
   const int per_block = threads / warp;
   int64_t blocks = (int64_t)sms * (warps_per_sm / per_block > 0 ? warps_per_sm / per_block : 1);
   if (blocks > c->p.rows) blocks = c->p.rows;
