@@ -13,6 +13,9 @@ static const jit_op *const ops[] = {
     &jit_op_act_and_mul,
     &jit_op_merge_state,
     &jit_op_merge_states,
+    &jit_op_rope,
+    &jit_op_append_paged_kv,
+    &jit_op_batch_indices_positions,
 };
 
 int jit_registry_count(void) { return (int)(sizeof ops / sizeof ops[0]); }

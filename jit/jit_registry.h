@@ -18,5 +18,8 @@ extern const jit_op jit_op_layernorm;
 extern const jit_op jit_op_act_and_mul;
 extern const jit_op jit_op_merge_state;
 extern const jit_op jit_op_merge_states;
+extern const jit_op jit_op_rope;
+extern const jit_op jit_op_append_paged_kv;
+extern const jit_op jit_op_batch_indices_positions;
 
 #endif

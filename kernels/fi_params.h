@@ -94,4 +94,72 @@ typedef struct fi_norm_params {
   int32_t pad_;
 } fi_norm_params;
 
+/* Paged KV cache append: append_k/v [nnz, heads, head_dim] into k_cache/v_cache
+ * (4-D, head_dim contiguous); strides in elements: ak/av [0] token, [1] head;
+ * caches [0] page, [1] and [2] the tensor's dimensions 1 and 2 (slot and head
+ * for NHD, head and slot for HND: the kernel's LAYOUT says which). The int32
+ * index tensors are 1-D with element strides. Inverse scales apply to fp8 only. */
+typedef struct fi_append_paged_kv_params {
+  const void *append_k;
+  const void *append_v;
+  void *k_cache;
+  void *v_cache;
+  const int32_t *batch_indices;
+  const int32_t *positions;
+  const int32_t *kv_indices;
+  const int32_t *kv_indptr;
+  int64_t ak_stride[2], av_stride[2];
+  int64_t kc_stride[3], vc_stride[3];
+  int64_t bi_stride, pos_stride, indices_stride, indptr_stride;
+  int32_t nnz;
+  int32_t heads;
+  int32_t head_dim;
+  int32_t page_size;
+  float k_inv_scale;
+  float v_inv_scale;
+} fi_append_paged_kv_params;
+
+/* batch_indices[i] and positions[i] of the nnz appended tokens of `batch`
+ * requests (append_indptr [batch + 1], seq_lens [batch]); strides in elements. */
+typedef struct fi_batch_indices_positions_params {
+  const int32_t *append_indptr;
+  const int32_t *seq_lens;
+  int32_t *batch_indices;
+  int32_t *positions;
+  int64_t indptr_stride, seq_lens_stride, bi_stride, pos_stride;
+  int32_t batch;
+  int32_t nnz;
+} fi_batch_indices_positions_params;
+
+/* RoPE over q [nnz, heads_q, head_dim] and k [nnz, heads_k, head_dim]
+ * (head_dim contiguous). Strides in elements, [0] token and [1] head; q_out
+ * == q and k_out == k in place. inv_freq (float, rotary_dim / 2 entries,
+ * rotary_dim <= 2 * FI_ROPE_MAX_PAIRS) is computed by the host in double
+ * (plain or Llama 3.1) and rounded once; cos_sin_cache [max_pos, rotary_dim]
+ * float32 replaces it when not NULL. lanes: work units per head row
+ * (rot_lanes rotate, the rest copy the tail); head_groups: ceil((heads_q +
+ * heads_k) / FI_ROPE_HEADS_PER_ITEM). */
+#define FI_ROPE_MAX_PAIRS 256
+#define FI_ROPE_HEADS_PER_ITEM 4
+typedef struct fi_rope_params {
+  const void *q;
+  const void *k;
+  void *q_out;
+  void *k_out;
+  const void *pos_ids;
+  const float *cos_sin_cache;
+  int64_t q_stride[2], k_stride[2], qo_stride[2], ko_stride[2];
+  int32_t nnz;
+  int32_t heads_q;
+  int32_t heads_k;
+  int32_t head_dim;
+  int32_t rotary_dim;
+  int32_t lanes;
+  int32_t rot_lanes;
+  int32_t head_groups;
+  int32_t in_place;
+  int32_t pad_;
+  float inv_freq[FI_ROPE_MAX_PAIRS];
+} fi_rope_params;
+
 #endif /* FI_PARAMS_H */

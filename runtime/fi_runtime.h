@@ -166,6 +166,70 @@ FI_API fi_status fi_merge_state_in_place(fi_runtime *rt, DLTensor *v, DLTensor *
 FI_API fi_status fi_merge_states(fi_runtime *rt, const DLTensor *v, const DLTensor *s,
                                  DLTensor *v_out, DLTensor *s_out, void *stream);
 
+/* ---- RoPE: rotary position embedding on q [nnz, H_qo, D] and k [nnz, H_kv, D]
+ * (fp16/bf16; head dims may be strided, D contiguous), in place when q_out == q and
+ * k_out == k, else written to q_out/k_out of the same shapes. pos_ids [nnz] int32 or
+ * int64. Only the first rotary_dim (even, <= D) elements of each head rotate; the rest
+ * are copied (out of place) or left (in place). interleave = 0: pairs (i, i + rotary_dim/2)
+ * (GPT-NeoX / Llama); 1: pairs (2i, 2i+1) (GPT-J). Frequencies in float:
+ * inv_freq_i = 1 / (rope_scale * rope_theta^(2i / rotary_dim)). ---- */
+FI_API fi_status fi_apply_rope_pos_ids(fi_runtime *rt, const DLTensor *q, const DLTensor *k,
+                                       DLTensor *q_out, DLTensor *k_out, const DLTensor *pos_ids,
+                                       int rotary_dim, int interleave, double rope_scale,
+                                       double rope_theta, void *stream);
+
+/** Llama 3.1's frequency scaling on top of fi_apply_rope_pos_ids (rope_scale is the
+ * scaling factor, 8 for Llama 3.1): wavelengths longer than old_context_len /
+ * low_freq_factor are divided by rope_scale, shorter than old_context_len /
+ * high_freq_factor kept, and interpolated between. */
+FI_API fi_status fi_apply_llama31_rope_pos_ids(fi_runtime *rt, const DLTensor *q,
+                                               const DLTensor *k, DLTensor *q_out,
+                                               DLTensor *k_out, const DLTensor *pos_ids,
+                                               int rotary_dim, int interleave, double rope_scale,
+                                               double rope_theta, double low_freq_factor,
+                                               double high_freq_factor, double old_context_len,
+                                               void *stream);
+
+/** RoPE from a precomputed float32 cos_sin_cache [max_pos, rotary_dim]: the first
+ * rotary_dim/2 columns are cos, the last rotary_dim/2 sin (vLLM's and FlashInfer's
+ * layout). A pos_id outside [0, max_pos) is the caller's error (not checked on the GPU). */
+FI_API fi_status fi_apply_rope_with_cos_sin_cache(fi_runtime *rt, const DLTensor *q,
+                                                  const DLTensor *k, DLTensor *q_out,
+                                                  DLTensor *k_out, const DLTensor *cos_sin_cache,
+                                                  const DLTensor *pos_ids, int interleave,
+                                                  void *stream);
+
+/* ---- paged KV cache ---- */
+
+/** Layout of a paged K or V cache: NHD [pages, page_size, H_kv, D] or HND
+ * [pages, H_kv, page_size, D]. Strided views are allowed (FlashInfer's interleaved
+ * [pages, 2, ...] buffer is a K view and a V view of one tensor). */
+typedef enum fi_kv_layout { FI_KV_LAYOUT_NHD = 0, FI_KV_LAYOUT_HND = 1 } fi_kv_layout;
+
+/** Writes new tokens' K and V (append_k, append_v [nnz, H_kv, D], fp16/bf16) into the
+ * paged caches (fp16/bf16 like the input, or fp8 e4m3/e5m2 storing value / scale with
+ * k_scale/v_scale, 1.0 meaning none). Token i goes to request batch_indices[i] at
+ * position positions[i] (int32 [nnz]): page kv_indices[kv_indptr[b] + pos / page_size],
+ * slot pos % page_size. kv_indptr [B+1], kv_indices [nnz_pages], kv_last_page_len [B]
+ * are int32 device tensors describing the cache after the append. */
+FI_API fi_status fi_append_paged_kv_cache(fi_runtime *rt, const DLTensor *append_k,
+                                          const DLTensor *append_v,
+                                          const DLTensor *batch_indices,
+                                          const DLTensor *positions, DLTensor *paged_k_cache,
+                                          DLTensor *paged_v_cache, const DLTensor *kv_indices,
+                                          const DLTensor *kv_indptr,
+                                          const DLTensor *kv_last_page_len, fi_kv_layout layout,
+                                          double k_scale, double v_scale, void *stream);
+
+/** For each appended token i of request b (append_indptr [B+1] int32, seq_lens [B]
+ * int32 = lengths after the append): batch_indices[i] = b and positions[i] =
+ * seq_lens[b] - (append_indptr[b+1] - append_indptr[b]) + (i - append_indptr[b]).
+ * batch_indices and positions are int32 [nnz]. */
+FI_API fi_status fi_get_batch_indices_positions(fi_runtime *rt, const DLTensor *append_indptr,
+                                                const DLTensor *seq_lens,
+                                                DLTensor *batch_indices, DLTensor *positions,
+                                                void *stream);
+
 #ifdef __cplusplus
 }
 #endif

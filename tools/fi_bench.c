@@ -51,7 +51,11 @@ static void usage(FILE *f) {
           "            read + out [tokens, d] written, as a fraction of copy\n"
           "  cascade   fi_merge_state, fi_merge_state_in_place, fi_merge_states bandwidth (v and LSEs\n"
           "            read once, outputs written once) at 16384 x 32 x 128 and around it\n"
-          "With no SECTION, copy, rmsnorm, norms, act, cascade and runtime. Times are medians over repetitions, taken with CUDA\n"
+          "  page      fi_append_paged_kv_cache bandwidth (append_k/v read, the same written into the\n"
+          "            caches, indices read) at 64 requests x 128 new tokens, 8 x 128, page 16, NHD and HND\n"
+          "  rope      fi_apply_rope_pos_ids, the Llama 3.1 and cos_sin_cache variants bandwidth (q, k\n"
+          "            read, q_out, k_out written, pos_ids read) at 16384 x 32/8 heads x 128, bf16\n"
+          "With no SECTION, copy, rmsnorm, norms, act, cascade, page, rope and runtime. Times are medians over repetitions, taken with CUDA\n"
           "events after warm-up, rotating among input sets larger than the L2 cache.\n"
           "  --json FILE  also write every measurement as one JSON object per line\n"
           "  --quick      fewer repetitions (for a smoke test)\n");
@@ -528,6 +532,314 @@ static void bench_cascade(fi_runtime *rt, double copy) {
                       cases[i].n, copy);
 }
 
+/* ---------------------------------------------------------------- page */
+/* fi_append_paged_kv_cache: `reqs` requests of `newt` new tokens each after
+ * `pre` cached ones, heads x head_dim, pages of `ps` in a shuffled order, K
+ * and V caches separate. cache_fp8: 0 the input's dtype, 1 e4m3 (scale 1).
+ * Bytes: append_k + append_v read, the same elements written into the
+ * caches (at the cache's width), batch_indices + positions + the pages'
+ * kv_indices read once. Sets rotate over their own inputs and own pages. */
+static void bench_page_one(fi_runtime *rt, int dt, int cache_fp8, int layout, int64_t reqs,
+                           int64_t newt, int64_t pre, int64_t heads, int64_t hd, int64_t ps,
+                           double copy) {
+  enum { SETS = 4 };
+  const int64_t nnz = reqs * newt, seq = pre + newt, ppr = (seq + ps - 1) / ps;
+  const int64_t pages_set = reqs * ppr, pages = SETS * pages_set;
+  const size_t es = 2, ces = cache_fp8 ? 1 : 2, ibytes = (size_t)(nnz * heads * hd) * es;
+  const size_t cbytes = (size_t)(pages * ps * heads * hd) * ces;
+  CUdeviceptr kc, vc, ak[SETS], av[SETS], bi, pos, idx[SETS], iptr, last;
+  CU_CHECK(&cu, cuMemAlloc(&kc, cbytes));
+  CU_CHECK(&cu, cuMemAlloc(&vc, cbytes));
+  int32_t *hbi = malloc(sizeof(int32_t) * (size_t)nnz), *hpos = malloc(sizeof(int32_t) * (size_t)nnz);
+  int32_t *hidx = malloc(sizeof(int32_t) * (size_t)pages_set);
+  int32_t *hiptr = malloc(sizeof(int32_t) * (size_t)(reqs + 1)), *hlast = malloc(sizeof(int32_t) * (size_t)reqs);
+  for (int64_t b = 0; b < reqs; b++) {
+    hiptr[b] = (int32_t)(b * ppr);
+    hlast[b] = (int32_t)(seq - (ppr - 1) * ps);
+    for (int64_t i = 0; i < newt; i++) {
+      hbi[b * newt + i] = (int32_t)b;
+      hpos[b * newt + i] = (int32_t)(pre + i);
+    }
+  }
+  hiptr[reqs] = (int32_t)(reqs * ppr);
+  CU_CHECK(&cu, cuMemAlloc(&bi, sizeof(int32_t) * (size_t)nnz));
+  CU_CHECK(&cu, cuMemAlloc(&pos, sizeof(int32_t) * (size_t)nnz));
+  CU_CHECK(&cu, cuMemAlloc(&iptr, sizeof(int32_t) * (size_t)(reqs + 1)));
+  CU_CHECK(&cu, cuMemAlloc(&last, sizeof(int32_t) * (size_t)reqs));
+  CU_CHECK(&cu, cuMemcpyHtoD(bi, hbi, sizeof(int32_t) * (size_t)nnz));
+  CU_CHECK(&cu, cuMemcpyHtoD(pos, hpos, sizeof(int32_t) * (size_t)nnz));
+  CU_CHECK(&cu, cuMemcpyHtoD(iptr, hiptr, sizeof(int32_t) * (size_t)(reqs + 1)));
+  CU_CHECK(&cu, cuMemcpyHtoD(last, hlast, sizeof(int32_t) * (size_t)reqs));
+  uint64_t lcg = 12345;
+  int64_t sa[3] = {nnz, heads, hd}, sn[1] = {nnz}, sp[1] = {pages_set}, sb1[1] = {reqs + 1},
+          sb[1] = {reqs};
+  int64_t sc[4] = {pages, layout ? heads : ps, layout ? ps : heads, hd};
+  DLTensor tak[SETS], tav[SETS], tidx[SETS];
+  for (int s = 0; s < SETS; s++) {
+    CU_CHECK(&cu, cuMemAlloc(&ak[s], ibytes));
+    CU_CHECK(&cu, cuMemAlloc(&av[s], ibytes));
+    CU_CHECK(&cu, cuMemsetD8(ak[s], 0x3c, ibytes));
+    CU_CHECK(&cu, cuMemsetD8(av[s], 0x3c, ibytes));
+    /* This set's pages, shuffled (a fragmented cache). */
+    for (int64_t i = 0; i < pages_set; i++) hidx[i] = (int32_t)(s * pages_set + i);
+    for (int64_t i = pages_set - 1; i > 0; i--) {
+      lcg = lcg * 6364136223846793005ull + 1442695040888963407ull;
+      const int64_t j = (int64_t)((lcg >> 33) % (uint64_t)(i + 1));
+      const int32_t t = hidx[i];
+      hidx[i] = hidx[j];
+      hidx[j] = t;
+    }
+    CU_CHECK(&cu, cuMemAlloc(&idx[s], sizeof(int32_t) * (size_t)pages_set));
+    CU_CHECK(&cu, cuMemcpyHtoD(idx[s], hidx, sizeof(int32_t) * (size_t)pages_set));
+    tak[s] = tensor(ak[s], dt, 3, sa);
+    tav[s] = tensor(av[s], dt, 3, sa);
+    tidx[s] = tensor(idx[s], 2, 1, sp);
+    tidx[s].dtype.code = kDLInt;
+  }
+  DLTensor tkc = tensor(kc, dt, 4, sc), tvc = tensor(vc, dt, 4, sc);
+  if (cache_fp8) {
+    tkc.dtype.code = tvc.dtype.code = 10; /* DLPack >= 1.0 kDLFloat8_e4m3fn */
+    tkc.dtype.bits = tvc.dtype.bits = 8;
+  }
+  DLTensor tbi = tensor(bi, 2, 1, sn), tpos = tensor(pos, 2, 1, sn);
+  DLTensor tiptr = tensor(iptr, 2, 1, sb1), tlast = tensor(last, 2, 1, sb);
+  tbi.dtype.code = tpos.dtype.code = tiptr.dtype.code = tlast.dtype.code = kDLInt;
+#define PAGE_CALL(s)                                                                             \
+  fi_append_paged_kv_cache(rt, &tak[s], &tav[s], &tbi, &tpos, &tkc, &tvc, &tidx[s], &tiptr,     \
+                           &tlast, (fi_kv_layout)layout, 1.0, 1.0, NULL)
+  const char *cname = cache_fp8 ? "e4m3" : dtname(dt);
+  fi_status st = PAGE_CALL(0);
+  if (st != FI_OK) {
+    fprintf(stderr, "fi_append_paged_kv_cache: %s\n", fi_last_error());
+  } else {
+    CU_CHECK(&cu, cuCtxSynchronize());
+    CUevent e0, e1;
+    CU_CHECK(&cu, cuEventCreate(&e0, 0));
+    CU_CHECK(&cu, cuEventCreate(&e1, 0));
+    const int batch = 20, reps = quick ? 3 : 9;
+    double t[32];
+    for (int r = 0; r < reps; r++) {
+      CU_CHECK(&cu, cuEventRecord(e0, NULL));
+      for (int i = 0; i < batch; i++) PAGE_CALL((r * batch + i) % SETS);
+      CU_CHECK(&cu, cuEventRecord(e1, NULL));
+      CU_CHECK(&cu, cuEventSynchronize(e1));
+      float ms;
+      CU_CHECK(&cu, cuEventElapsedTime(&ms, e0, e1));
+      t[r] = ms / batch;
+    }
+    const double ms = median(t, reps);
+    const int64_t touched = reqs * ((pre + newt - 1) / ps - pre / ps + 1);
+    const double bytes = 2.0 * (double)ibytes + 2.0 * (double)(nnz * heads * hd) * (double)ces +
+                         8.0 * (double)nnz + 4.0 * (double)touched;
+    const double tbs = bytes / (ms * 1e-3) / 1e12;
+    printf("| append_paged_kv | %-4s->%-4s | %s | %lld x %lld new, %lld heads x %lld, page %lld | "
+           "%8.1f | %5.2f | %5.1f%% |\n",
+           dtname(dt), cname, layout ? "HND" : "NHD", (long long)reqs, (long long)newt,
+           (long long)heads, (long long)hd, (long long)ps, ms * 1e3, tbs, 100.0 * tbs / copy);
+    if (json)
+      fprintf(json,
+              "{\"bench\":\"append_paged_kv\",\"dtype\":\"%s\",\"cache\":\"%s\",\"layout\":\"%s\","
+              "\"reqs\":%lld,\"new\":%lld,\"heads\":%lld,\"head_dim\":%lld,\"page\":%lld,"
+              "\"us\":%.3f,\"tbs\":%.4f,\"of_copy\":%.4f}\n",
+              dtname(dt), cname, layout ? "HND" : "NHD", (long long)reqs, (long long)newt,
+              (long long)heads, (long long)hd, (long long)ps, ms * 1e3, tbs, tbs / copy);
+  }
+#undef PAGE_CALL
+  /* fi_get_batch_indices_positions for the same batch: a few KB, launch-bound (us only). */
+  if (layout == 0 && !cache_fp8) {
+    CUdeviceptr aip, sl;
+    int32_t *h = malloc(sizeof(int32_t) * (size_t)(reqs + 1));
+    CU_CHECK(&cu, cuMemAlloc(&aip, sizeof(int32_t) * (size_t)(reqs + 1)));
+    CU_CHECK(&cu, cuMemAlloc(&sl, sizeof(int32_t) * (size_t)reqs));
+    for (int64_t b = 0; b <= reqs; b++) h[b] = (int32_t)(b * newt);
+    CU_CHECK(&cu, cuMemcpyHtoD(aip, h, sizeof(int32_t) * (size_t)(reqs + 1)));
+    for (int64_t b = 0; b < reqs; b++) h[b] = (int32_t)seq;
+    CU_CHECK(&cu, cuMemcpyHtoD(sl, h, sizeof(int32_t) * (size_t)reqs));
+    DLTensor taip = tensor(aip, 2, 1, sb1), tsl = tensor(sl, 2, 1, sb);
+    taip.dtype.code = tsl.dtype.code = kDLInt;
+    if (fi_get_batch_indices_positions(rt, &taip, &tsl, &tbi, &tpos, NULL) != FI_OK) {
+      fprintf(stderr, "fi_get_batch_indices_positions: %s\n", fi_last_error());
+    } else {
+      CU_CHECK(&cu, cuCtxSynchronize());
+      CUevent e0, e1;
+      CU_CHECK(&cu, cuEventCreate(&e0, 0));
+      CU_CHECK(&cu, cuEventCreate(&e1, 0));
+      const int batch = 50, reps = quick ? 3 : 9;
+      double t[32];
+      for (int r = 0; r < reps; r++) {
+        CU_CHECK(&cu, cuEventRecord(e0, NULL));
+        for (int i = 0; i < batch; i++) fi_get_batch_indices_positions(rt, &taip, &tsl, &tbi, &tpos, NULL);
+        CU_CHECK(&cu, cuEventRecord(e1, NULL));
+        CU_CHECK(&cu, cuEventSynchronize(e1));
+        float ms;
+        CU_CHECK(&cu, cuEventElapsedTime(&ms, e0, e1));
+        t[r] = ms / batch;
+      }
+      const double ms = median(t, reps);
+      printf("| batch_indices_positions | i32 | - | %lld x %lld new | %8.1f | - | - |\n",
+             (long long)reqs, (long long)newt, ms * 1e3);
+      if (json)
+        fprintf(json, "{\"bench\":\"batch_indices_positions\",\"reqs\":%lld,\"new\":%lld,\"us\":%.3f}\n",
+                (long long)reqs, (long long)newt, ms * 1e3);
+    }
+    CU_CHECK(&cu, cuMemFree(aip));
+    CU_CHECK(&cu, cuMemFree(sl));
+    free(h);
+  }
+  for (int s = 0; s < SETS; s++) {
+    CU_CHECK(&cu, cuMemFree(ak[s]));
+    CU_CHECK(&cu, cuMemFree(av[s]));
+    CU_CHECK(&cu, cuMemFree(idx[s]));
+  }
+  CU_CHECK(&cu, cuMemFree(kc));
+  CU_CHECK(&cu, cuMemFree(vc));
+  CU_CHECK(&cu, cuMemFree(bi));
+  CU_CHECK(&cu, cuMemFree(pos));
+  CU_CHECK(&cu, cuMemFree(iptr));
+  CU_CHECK(&cu, cuMemFree(last));
+  free(hbi);
+  free(hpos);
+  free(hidx);
+  free(hiptr);
+  free(hlast);
+}
+
+/* The issue's shape first: 8192 tokens = 64 requests x 128 new, 8 KV heads
+ * x 128, page 16, bf16, NHD and HND (after 1000 cached tokens, so the
+ * appends start mid-page); then fp8 caches, decode (1 new token) and page 1. */
+static void bench_page(fi_runtime *rt, double copy) {
+  static const struct {
+    int dt, fp8, layout;
+    int64_t reqs, newt, pre, heads, hd, ps;
+  } cases[] = {
+      {1, 0, 0, 64, 128, 1000, 8, 128, 16}, {1, 0, 1, 64, 128, 1000, 8, 128, 16},
+      {1, 1, 0, 64, 128, 1000, 8, 128, 16}, {1, 1, 1, 64, 128, 1000, 8, 128, 16},
+      {0, 0, 0, 64, 128, 1000, 8, 128, 16}, {1, 0, 0, 256, 1, 1000, 8, 128, 16},
+      {1, 0, 1, 64, 128, 1000, 8, 128, 1},
+  };
+  printf("\n| op | dtype | layout | shape | us | TB/s | of copy |\n|---|---|---|---|---|---|---|\n");
+  for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++)
+    bench_page_one(rt, cases[i].dt, cases[i].fp8, cases[i].layout, cases[i].reqs, cases[i].newt,
+                   cases[i].pre, cases[i].heads, cases[i].hd, cases[i].ps, copy);
+}
+
+/* ---------------------------------------------------------------- rope */
+/* mode: 0 fi_apply_rope_pos_ids, 1 llama31, 2 cos_sin_cache. Bytes: q and k
+ * read, q_out and k_out written (in place: the same), pos_ids read, and for
+ * the cache one row of it per token. */
+static void bench_rope_one(fi_runtime *rt, int mode, int dt, int in_place, int interleave,
+                           int64_t nnz, int64_t hq, int64_t hk, int64_t d, double copy) {
+  static const char *const names[3] = {"rope_pos_ids", "llama31_rope", "rope_cos_sin_cache"};
+  const size_t qb = (size_t)(nnz * hq * d) * 2, kb = (size_t)(nnz * hk * d) * 2;
+  const size_t pb = (size_t)nnz * 4, cb = (size_t)nnz * (size_t)d * 4;
+  /* Sets rotated so that one round exceeds the 60 MB L2 several times. */
+  int sets = (int)((256u << 20) / (2 * (qb + kb))) + 1;
+  if (sets > 16) sets = 16;
+  CUdeviceptr q[16], k[16], qo[16], ko[16], pos, cache;
+  int64_t sq[3] = {nnz, hq, d}, sk[3] = {nnz, hk, d}, sp[1] = {nnz}, sc[2] = {nnz, d};
+  DLTensor tq[16], tk[16], tqo[16], tko[16];
+  for (int s = 0; s < sets; s++) {
+    CU_CHECK(&cu, cuMemAlloc(&q[s], qb));
+    CU_CHECK(&cu, cuMemAlloc(&k[s], kb));
+    CU_CHECK(&cu, cuMemsetD8(q[s], 0x3c, qb));
+    CU_CHECK(&cu, cuMemsetD8(k[s], 0x3c, kb));
+    if (in_place) {
+      qo[s] = q[s];
+      ko[s] = k[s];
+    } else {
+      CU_CHECK(&cu, cuMemAlloc(&qo[s], qb));
+      CU_CHECK(&cu, cuMemAlloc(&ko[s], kb));
+    }
+    tq[s] = tensor(q[s], dt, 3, sq);
+    tk[s] = tensor(k[s], dt, 3, sk);
+    tqo[s] = tensor(qo[s], dt, 3, sq);
+    tko[s] = tensor(ko[s], dt, 3, sk);
+  }
+  /* Prefill positions 0..nnz-1, int32; the cache has a row per position. */
+  int32_t *hp = malloc(pb);
+  for (int64_t i = 0; i < nnz; i++) hp[i] = (int32_t)i;
+  CU_CHECK(&cu, cuMemAlloc(&pos, pb));
+  CU_CHECK(&cu, cuMemcpyHtoD(pos, hp, pb));
+  free(hp);
+  CU_CHECK(&cu, cuMemAlloc(&cache, cb));
+  CU_CHECK(&cu, cuMemsetD8(cache, 0, cb));
+  DLTensor tp = tensor(pos, 2, 1, sp), tc = tensor(cache, 2, 2, sc);
+  tp.dtype.code = kDLInt;
+#define ROPE_CALL(s)                                                                              \
+  (mode == 0   ? fi_apply_rope_pos_ids(rt, &tq[s], &tk[s], &tqo[s], &tko[s], &tp, (int)d,          \
+                                       interleave, 1.0, 1e4, NULL)                                 \
+   : mode == 1 ? fi_apply_llama31_rope_pos_ids(rt, &tq[s], &tk[s], &tqo[s], &tko[s], &tp, (int)d, \
+                                               interleave, 8.0, 5e5, 1.0, 4.0, 8192.0, NULL)      \
+               : fi_apply_rope_with_cos_sin_cache(rt, &tq[s], &tk[s], &tqo[s], &tko[s], &tc, &tp, \
+                                                  interleave, NULL))
+  fi_status st = ROPE_CALL(0);
+  if (st != FI_OK) {
+    fprintf(stderr, "%s: %s\n", names[mode], fi_last_error());
+  } else {
+    CU_CHECK(&cu, cuCtxSynchronize());
+    CUevent e0, e1;
+    CU_CHECK(&cu, cuEventCreate(&e0, 0));
+    CU_CHECK(&cu, cuEventCreate(&e1, 0));
+    const int batch = 20, reps = quick ? 3 : 9;
+    double t[32];
+    for (int r = 0; r < reps; r++) {
+      CU_CHECK(&cu, cuEventRecord(e0, NULL));
+      for (int i = 0; i < batch; i++) ROPE_CALL((r * batch + i) % sets);
+      CU_CHECK(&cu, cuEventRecord(e1, NULL));
+      CU_CHECK(&cu, cuEventSynchronize(e1));
+      float ms;
+      CU_CHECK(&cu, cuEventElapsedTime(&ms, e0, e1));
+      t[r] = ms / batch;
+    }
+    double ms = median(t, reps);
+    const size_t bytes = 2 * (qb + kb) + pb + (mode == 2 ? cb : 0);
+    double tbs = (double)bytes / (ms * 1e-3) / 1e12;
+    printf("| %s | %-4s | %s%s | %lld x %lld/%lld x %lld | %8.1f | %5.2f | %5.1f%% |\n",
+           names[mode], dtname(dt), in_place ? "in place" : "out of place",
+           interleave ? ", interleaved" : "", (long long)nnz, (long long)hq, (long long)hk,
+           (long long)d, ms * 1e3, tbs, 100.0 * tbs / copy);
+    if (json)
+      fprintf(json,
+              "{\"bench\":\"%s\",\"dtype\":\"%s\",\"in_place\":%d,\"interleave\":%d,\"nnz\":%lld,"
+              "\"heads_q\":%lld,\"heads_k\":%lld,\"head_dim\":%lld,\"us\":%.3f,\"tbs\":%.4f,"
+              "\"of_copy\":%.4f}\n",
+              names[mode], dtname(dt), in_place, interleave, (long long)nnz, (long long)hq,
+              (long long)hk, (long long)d, ms * 1e3, tbs, tbs / copy);
+  }
+#undef ROPE_CALL
+  for (int s = 0; s < sets; s++) {
+    CU_CHECK(&cu, cuMemFree(q[s]));
+    CU_CHECK(&cu, cuMemFree(k[s]));
+    if (!in_place) {
+      CU_CHECK(&cu, cuMemFree(qo[s]));
+      CU_CHECK(&cu, cuMemFree(ko[s]));
+    }
+  }
+  CU_CHECK(&cu, cuMemFree(pos));
+  CU_CHECK(&cu, cuMemFree(cache));
+}
+
+/* The issue's case first (16384 tokens, 32 q / 8 kv heads x 128, bf16, out
+ * of place), then in place, Llama 3.1, the cos_sin_cache, interleaved,
+ * fp16, head_dim 256, and a decode-sized batch. */
+static void bench_rope(fi_runtime *rt, double copy) {
+  static const struct {
+    int mode, dt, in_place, interleave;
+    int64_t nnz, hq, hk, d;
+  } cases[] = {
+      {0, 1, 0, 0, 16384, 32, 8, 128}, {0, 1, 1, 0, 16384, 32, 8, 128},
+      {1, 1, 0, 0, 16384, 32, 8, 128}, {1, 1, 1, 0, 16384, 32, 8, 128},
+      {2, 1, 0, 0, 16384, 32, 8, 128}, {2, 1, 1, 0, 16384, 32, 8, 128},
+      {0, 1, 0, 1, 16384, 32, 8, 128}, {0, 0, 0, 0, 16384, 32, 8, 128},
+      {0, 1, 0, 0, 8192, 16, 4, 256},  {0, 1, 0, 0, 128, 32, 8, 128},
+  };
+  printf("\n| op | dtype | mode | tokens x heads q/k x head_dim | us | TB/s | of copy |\n"
+         "|---|---|---|---|---|---|---|\n");
+  for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++)
+    bench_rope_one(rt, cases[i].mode, cases[i].dt, cases[i].in_place, cases[i].interleave,
+                   cases[i].nnz, cases[i].hq, cases[i].hk, cases[i].d, copy);
+}
+
 /* ------------------------------------------------------------- runtime */
 /* The child of the first-call measurement: the driver and context are set
  * up first (every CUDA program pays that once), then the clock runs over
@@ -772,6 +1084,8 @@ int main(int argc, char **argv) {
   int want_norms = 0;
   int want_act = 0;
   int want_cascade = 0;
+  int want_page = 0;
+  int want_rope = 0;
   for (int i = 1; i < argc; i++) {
     if (!strcmp(argv[i], "--help") || !strcmp(argv[i], "-h")) {
       usage(stdout);
@@ -796,6 +1110,10 @@ int main(int argc, char **argv) {
       want_act = any = 1;
     } else if (!strcmp(argv[i], "cascade")) {
       want_cascade = any = 1;
+    } else if (!strcmp(argv[i], "page")) {
+      want_page = any = 1;
+    } else if (!strcmp(argv[i], "rope")) {
+      want_rope = any = 1;
     } else if (!strcmp(argv[i], "tune")) {
       want_tune = any = 1;
     } else {
@@ -808,6 +1126,8 @@ int main(int argc, char **argv) {
   if (!any) want_norms = 1;
   if (!any) want_act = 1;
   if (!any) want_cascade = 1;
+  if (!any) want_page = 1;
+  if (!any) want_rope = 1;
   char err[256];
   if (cu_min_init(&cu, &ctx, err, sizeof err) != 0) {
     fprintf(stderr, "fi-bench: needs a CUDA GPU: %s\n", err);
@@ -852,6 +1172,24 @@ int main(int argc, char **argv) {
     fi_runtime *rt;
     if (fi_runtime_create(&o, &rt) != FI_OK) return 1;
     bench_cascade(rt, copy);
+    fi_runtime_destroy(rt);
+  }
+  if (want_page) {
+    fi_options o;
+    fi_options_init(&o);
+    o.cache_path = ":memory:";
+    fi_runtime *rt;
+    if (fi_runtime_create(&o, &rt) != FI_OK) return 1;
+    bench_page(rt, copy);
+    fi_runtime_destroy(rt);
+  }
+  if (want_rope) {
+    fi_options o;
+    fi_options_init(&o);
+    o.cache_path = ":memory:";
+    fi_runtime *rt;
+    if (fi_runtime_create(&o, &rt) != FI_OK) return 1;
+    bench_rope(rt, copy);
     fi_runtime_destroy(rt);
   }
   if (want_tune) {
