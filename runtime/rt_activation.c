@@ -20,22 +20,8 @@ typedef struct act_call {
 static const char *const fn_names[JIT_ACT_COUNT] = {"fi_silu_and_mul", "fi_gelu_and_mul",
                                                     "fi_gelu_tanh_and_mul"};
 
-/* Widest access (elements) that d, every row start and both row strides
- * allow: the up half starts d elements after the gate half, so d decides
- * its alignment too. */
-static int pick_vec(int dtype, int64_t d, const void *const *ptrs, int nptrs,
-                    const int64_t *strides, int nstrides) {
-  const int es = jit_dtype_bytes(dtype);
-  int vec = 16 / es;
-  for (; vec > 1; vec /= 2) {
-    int ok = d % vec == 0;
-    for (int i = 0; ok && i < nptrs; i++) ok = (uintptr_t)ptrs[i] % (uintptr_t)(vec * es) == 0;
-    for (int i = 0; ok && i < nstrides; i++) ok = strides[i] % vec == 0;
-    if (ok) break;
-  }
-  return vec;
-}
-
+/* The up half starts d elements after the gate half, so d (checked by
+ * rt_pick_vec as the row length) decides its alignment too. */
 /* Whether any byte of out's rows is a byte of input's rows. Both have
  * `rows` rows of in_row / out_row bytes, in_pitch / out_pitch bytes apart.
  * Exact when the pitches are equal (input and out as two column ranges of
@@ -119,7 +105,7 @@ static fi_status prepare(fi_runtime *rt, int act, const DLTensor *input, DLTenso
   c->device = input->device.device_id;
   const void *ptrs[2] = {ib, ob};
   const int64_t strides[2] = {in_rs, out_rs};
-  const int vec = pick_vec(dt, d, ptrs, 2, strides, rows > 1 ? 2 : 0);
+  const int vec = rt_pick_vec(jit_dtype_bytes(dt), d, ptrs, 2, strides, rows > 1 ? 2 : 0);
   jit_act_select(act, dt, vec, &c->key);
   memset(&c->p, 0, sizeof c->p);
   c->p.input = ib;

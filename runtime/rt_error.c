@@ -17,7 +17,6 @@ fi_status rt_fail(fi_status s, const char *fmt, ...) {
   return s;
 }
 
-void rt_clear_error(void) { last_error[0] = 0; }
 
 FI_API const char *fi_last_error(void) { return last_error; }
 

@@ -69,7 +69,6 @@ struct fi_runtime {
 
 /* Errors: set the thread's message and return the status. */
 fi_status rt_fail(fi_status s, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
-void rt_clear_error(void);
 
 /* Logging to stderr at or below the runtime's level. */
 void rt_log(const fi_runtime *rt, int level, const char *fmt, ...)

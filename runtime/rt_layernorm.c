@@ -65,7 +65,7 @@ FI_API fi_status fi_layernorm(fi_runtime *rt, const DLTensor *input, const DLTen
   const int es = jit_dtype_bytes(dt), wes = jit_dtype_bytes(wdt);
   const void *ptrs[2] = {ib, ob};
   const int64_t strides[2] = {in_rs, out_rs};
-  int vec = rt_norm_pick_vec(es, hidden, ptrs, 2, strides, rows > 1 ? 2 : 0);
+  int vec = rt_pick_vec(es, hidden, ptrs, 2, strides, rows > 1 ? 2 : 0);
   /* gamma and beta are read in pieces of at most 16 bytes (a float32 pair
    * beside 16-bit rows spans 32 a vector): each piece must be aligned. */
   const uintptr_t galign = (uintptr_t)(vec * wes < 16 ? vec * wes : 16);

@@ -19,24 +19,6 @@ typedef struct rmsnorm_call {
   int device;
 } rmsnorm_call;
 
-int rt_norm_pick_vec(int es, int64_t hidden, const void *const *ptrs, int nptrs,
-                     const int64_t *strides, int nstrides) {
-  int vec = 16 / es;
-  for (; vec > 1; vec /= 2) {
-    int ok = hidden % vec == 0;
-    for (int i = 0; ok && i < nptrs; i++) ok = ((uintptr_t)ptrs[i] % (uintptr_t)(vec * es)) == 0;
-    for (int i = 0; ok && i < nstrides; i++) ok = strides[i] % vec == 0;
-    if (ok) break;
-  }
-  return vec;
-}
-
-/* Widest access (elements) that every row start and the hidden size allow. */
-static int pick_vec(int dtype, int64_t hidden, const void *const *ptrs, const int64_t *strides,
-                    int nptrs, int nstrides) {
-  return rt_norm_pick_vec(jit_dtype_bytes(dtype), hidden, ptrs, nptrs, strides, nstrides);
-}
-
 /* What the checks of a call out = f(input, weight) found. */
 typedef struct unary_args {
   int dt, vec;
@@ -116,7 +98,7 @@ static fi_status check_unary(const char *fn, fi_runtime *rt, const DLTensor *inp
   const void *ptrs[3] = {ib, ob, rt_data(weight)};
   const int64_t strides[2] = {in_rs, out_rs};
   a->dt = dt;
-  a->vec = pick_vec(dt, hidden, ptrs, strides, 3, rows > 1 ? 2 : 0);
+  a->vec = rt_pick_vec(jit_dtype_bytes(dt), hidden, ptrs, 3, strides, rows > 1 ? 2 : 0);
   a->rows = rows;
   a->hidden = hidden;
   a->in_rs = in_rs;
@@ -292,7 +274,7 @@ static fi_status fused_add(const char *fn, const jit_op *op, fi_runtime *rt, DLT
   memset(&c, 0, sizeof c);
   c.op = op;
   c.dtype = c.wdtype = dt;
-  c.vec = rt_norm_pick_vec(jit_dtype_bytes(dt), hidden, ptrs, 3, strides, rows > 1 ? 2 : 0);
+  c.vec = rt_pick_vec(jit_dtype_bytes(dt), hidden, ptrs, 3, strides, rows > 1 ? 2 : 0);
   c.device_type = input->device.device_type;
   c.device = input->device.device_id;
   c.p.input = ib;

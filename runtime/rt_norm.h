@@ -35,11 +35,6 @@ static inline int rt_norm_overlap(const char *a, int64_t an, const char *b, int6
   return a < b + bn && b < a + an;
 }
 
-/* Widest access (elements of es bytes) that the hidden size, every row start
- * (ptrs, strides in elements) allow, up to 16 bytes. */
-int rt_norm_pick_vec(int es, int64_t hidden, const void *const *ptrs, int nptrs,
-                     const int64_t *strides, int nstrides);
-
 /* A call of a kernel whose block size is set at launch: everything the
  * launch needs once the arguments are checked. */
 typedef struct rt_norm_call {

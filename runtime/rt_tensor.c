@@ -89,3 +89,15 @@ int64_t rt_extent_bytes(const DLTensor *t) {
     return -1;
   return bytes;
 }
+
+int rt_pick_vec(int es, int64_t n, const void *const *ptrs, int nptrs, const int64_t *strides,
+                int nstrides) {
+  int vec = 16 / es;
+  for (; vec > 1; vec /= 2) {
+    int ok = n % vec == 0;
+    for (int i = 0; ok && i < nptrs; i++) ok = (uintptr_t)ptrs[i] % (uintptr_t)(vec * es) == 0;
+    for (int i = 0; ok && i < nstrides; i++) ok = strides[i] % vec == 0;
+    if (ok) break;
+  }
+  return vec;
+}

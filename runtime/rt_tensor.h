@@ -25,6 +25,11 @@ static inline char *rt_data(const DLTensor *t) { return (char *)t->data + t->byt
 fi_status rt_check_same_device(const char *fn, const char *a_name, const DLTensor *a,
                                const char *b_name, const DLTensor *b);
 
+/* Widest access (elements of es bytes, up to 16 bytes) that a row of n
+ * elements, every start address and every stride (in elements) allow. */
+int rt_pick_vec(int es, int64_t n, const void *const *ptrs, int nptrs, const int64_t *strides,
+                int nstrides);
+
 /* Number of bytes from the first to one past the last element; -1 if that
  * does not fit in 63 bits (a shape or stride no real tensor has). */
 int64_t rt_extent_bytes(const DLTensor *t);
