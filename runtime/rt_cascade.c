@@ -112,12 +112,6 @@ static fi_status check_out_rows(const char *fn, const char *name, const DLTensor
   return FI_OK;
 }
 
-static int overlaps(const DLTensor *a, const DLTensor *b) {
-  const char *pa = rt_data(a), *pb = rt_data(b);
-  const int64_t ea = rt_extent_bytes(a), eb = rt_extent_bytes(b);
-  return ea > 0 && eb > 0 && pa < pb + eb && pb < pa + ea;
-}
-
 /* Same memory seen the same way (same start, dtype and strides for every
  * dimension of more than one element; shapes are already equal). */
 static int same_view(const DLTensor *a, const DLTensor *b) {
@@ -133,7 +127,7 @@ static int same_view(const DLTensor *a, const DLTensor *b) {
  * one thread) but not a shifted or restrided view of it. */
 static fi_status check_alias(const char *fn, const char *out_name, const DLTensor *out,
                              const char *in_name, const DLTensor *in, int may_alias) {
-  if (!out || !in || out == in || !overlaps(out, in)) return FI_OK;
+  if (!out || !in || out == in || !rt_tensors_overlap(out, in)) return FI_OK;
   if (may_alias && same_view(out, in)) return FI_OK;
   if (may_alias)
     return rt_fail(FI_ERR_INVALID_ARGUMENT,

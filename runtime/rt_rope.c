@@ -15,13 +15,6 @@ typedef struct rope_freq {
   double scale, theta, low, high, old_ctx;
 } rope_freq;
 
-static int overlap(const DLTensor *a, const DLTensor *b) {
-  const uintptr_t pa = (uintptr_t)rt_data(a), pb = (uintptr_t)rt_data(b);
-  const int64_t ea = rt_extent_bytes(a), eb = rt_extent_bytes(b);
-  if (ea <= 0 || eb <= 0) return 0;
-  return pa < pb + (uint64_t)eb && pb < pa + (uint64_t)ea;
-}
-
 /* t is the very tensor ref: the same memory, shape and strides. */
 static int same_view(const DLTensor *t, const DLTensor *ref) {
   if (rt_data(t) != rt_data(ref)) return 0;
@@ -199,7 +192,7 @@ static fi_status rope(fi_runtime *rt, const char *fn, const DLTensor *q, const D
     } pairs[] = {{q_out, q, "q_out", "q"}, {q_out, k, "q_out", "k"}, {k_out, q, "k_out", "q"},
                  {k_out, k, "k_out", "k"}, {q_out, k_out, "q_out", "k_out"}};
     for (int i = 0; i < 5; i++)
-      if (overlap(pairs[i].a, pairs[i].b))
+      if (rt_tensors_overlap(pairs[i].a, pairs[i].b))
         return rt_fail(FI_ERR_INVALID_ARGUMENT,
                        "%s: %s overlaps %s; out of place, outputs need their own memory (in "
                        "place: pass q_out = q and k_out = k)",

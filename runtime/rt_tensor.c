@@ -101,3 +101,10 @@ int rt_pick_vec(int es, int64_t n, const void *const *ptrs, int nptrs, const int
   }
   return vec;
 }
+
+int rt_tensors_overlap(const DLTensor *a, const DLTensor *b) {
+  const uintptr_t pa = (uintptr_t)rt_data(a), pb = (uintptr_t)rt_data(b);
+  const int64_t ea = rt_extent_bytes(a), eb = rt_extent_bytes(b);
+  if (ea <= 0 || eb <= 0) return 0;
+  return pa < pb + (uint64_t)eb && pb < pa + (uint64_t)ea;
+}

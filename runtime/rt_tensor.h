@@ -25,6 +25,10 @@ static inline char *rt_data(const DLTensor *t) { return (char *)t->data + t->byt
 fi_status rt_check_same_device(const char *fn, const char *a_name, const DLTensor *a,
                                const char *b_name, const DLTensor *b);
 
+/* Do the byte ranges [first element, last element] of a and b intersect?
+ * Conservative for strided views; 0 when either is empty or too large. */
+int rt_tensors_overlap(const DLTensor *a, const DLTensor *b);
+
 /* Widest access (elements of es bytes, up to 16 bytes) that a row of n
  * elements, every start address and every stride (in elements) allow. */
 int rt_pick_vec(int es, int64_t n, const void *const *ptrs, int nptrs, const int64_t *strides,
