@@ -69,8 +69,9 @@ $(BUILD)/libfi_internal.a: $(LIB_OBJS)
 
 $(BUILD)/fi-cache: tools/fi_cache.c runtime/fi_runtime.h runtime/fi_admin.h $(BUILD)/libfi_runtime.so
 	$(CC) $(CPPFLAGS) $(CFLAGS) $< -o $@ $(LDFLAGS) -L$(BUILD) -l:libfi_runtime.so -Wl,-rpath,'$$ORIGIN' -lpthread -lm
-$(BUILD)/fi-bench: tools/fi_bench.c tools/fi_cuda_min.h runtime/fi_runtime.h runtime/fi_admin.h $(BUILD)/libfi_runtime.so
-	$(CC) $(CPPFLAGS) -Itools $(CFLAGS) $< -o $@ $(LDFLAGS) -L$(BUILD) -l:libfi_runtime.so -Wl,-rpath,'$$ORIGIN' -ldl -lpthread -lm
+BENCH_SRCS := tools/fi_bench.c $(wildcard tools/bench_*.c)
+$(BUILD)/fi-bench: $(BENCH_SRCS) tools/bench.h tools/fi_cuda_min.h runtime/fi_runtime.h runtime/fi_admin.h $(BUILD)/libfi_runtime.so
+	$(CC) $(CPPFLAGS) -Itools $(CFLAGS) $(BENCH_SRCS) -o $@ $(LDFLAGS) -L$(BUILD) -l:libfi_runtime.so -Wl,-rpath,'$$ORIGIN' -ldl -lpthread -lm
 
 $(BUILD)/fi-example: tools/fi_example.c tools/fi_cuda_min.h runtime/fi_runtime.h
 	$(CC) $(CPPFLAGS) -Itools $(CFLAGS) $< -o $@ $(LDFLAGS) -ldl -lm

@@ -1,0 +1,33 @@
+/* bench.h: what fi-bench's sections share: the driver table, the output
+ * switches, timing helpers, and the section table each bench_*.c adds to. */
+#pragma once
+#include <stdint.h>
+#include <stdio.h>
+
+#include "fi_admin.h"
+#include "fi_cuda_min.h"
+#include "fi_runtime.h"
+
+extern cu_api cu;
+extern CUcontext ctx;
+extern FILE *json; /* --json FILE: one object per measurement, one per line */
+extern int quick;  /* --quick: fewer repetitions */
+
+double now_us(void);
+double median(double *v, int n); /* sorts v */
+/* A device tensor of f16 (dt 0), bf16 (1) or f32 (2); shape is kept, not copied. */
+DLTensor tensor(CUdeviceptr p, int dt, int ndim, int64_t *shape);
+const char *dtname(int dt);
+
+/* One fi-bench section. run gets a runtime on an in-memory cache (NULL for
+ * sections that make their own) and the copy bandwidth measured at start. */
+typedef struct bench_section {
+  const char *name;
+  const char *help;  /* lines for --help, each indented by 12 */
+  int by_default;    /* run when no section is named */
+  void (*run)(fi_runtime *rt, double copy_tbs, const char *self);
+} bench_section;
+
+extern const bench_section bench_rmsnorm_section, bench_norms_section, bench_tune_section;
+extern const bench_section bench_act_section, bench_cascade_section, bench_page_section,
+    bench_rope_section, bench_runtime_section;
