@@ -98,14 +98,15 @@ fi_status rt_norm_launch(fi_runtime *rt, rt_norm_call *c, void *stream) {
    * kernel: it is asked for blocks of 2 warps, which gives the warps an SM
    * holds (registers are allocated by the warp), then shared out in blocks
    * of this call's size. Too many blocks would run as a second wave after
-   * the others (20% slower at hidden 5120), too few leave SMs part idle.
-   * Next to try: at most 1024 threads an SM, as rmsnorm's 2 x 512 (layernorm
-   * bf16 at 8192 x 8192 measured 87% of copy with 4 blocks of 256 an SM and
-   * 81% with the 5 that fit); not enabled until measured on the GPU. */
+   * the others (20% slower at hidden 5120), too few leave SMs part idle. */
   int resident, sms = 0;
   if ((st = rt_kernel_resident(rt, k, 2 * warp, &resident)) != FI_OK) return st;
   if (be->sm_count(state, c->device, &sms) != 0 || sms <= 0) sms = 1;
   int warps_per_sm = 2 * (resident / sms);
+  /* Layernorm holds a row in registers through a barrier and has no
+   * prefetch: more resident warps only queue more rows behind the barrier.
+   * At most 1024 threads an SM (4 blocks of 256 at 8192 x 8192 bf16). */
+  if (c->op == &jit_op_layernorm && warps_per_sm > 1024 / warp) warps_per_sm = 1024 / warp;
   const int per_block = threads / warp;
   int64_t blocks = (int64_t)sms * (warps_per_sm / per_block > 0 ? warps_per_sm / per_block : 1);
   if (blocks > c->p.rows) blocks = c->p.rows;
