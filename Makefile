@@ -67,8 +67,9 @@ $(BUILD)/libfi_runtime.so: $(LIB_OBJS) runtime/fi_runtime.map
 $(BUILD)/libfi_internal.a: $(LIB_OBJS)
 	rm -f $@ && ar rcs $@ $^
 
-$(BUILD)/fi-cache: tools/fi_cache.c runtime/fi_runtime.h runtime/fi_admin.h $(BUILD)/libfi_runtime.so
-	$(CC) $(CPPFLAGS) $(CFLAGS) $< -o $@ $(LDFLAGS) -L$(BUILD) -l:libfi_runtime.so -Wl,-rpath,'$$ORIGIN' -lpthread -lm
+CACHE_TOOL_SRCS := $(wildcard tools/fi_cache*.c)
+$(BUILD)/fi-cache: $(CACHE_TOOL_SRCS) tools/fi_cache.h runtime/fi_runtime.h runtime/fi_admin.h $(BUILD)/libfi_runtime.so
+	$(CC) $(CPPFLAGS) $(CFLAGS) $(CACHE_TOOL_SRCS) -o $@ $(LDFLAGS) -L$(BUILD) -l:libfi_runtime.so -Wl,-rpath,'$$ORIGIN' -lpthread -lm
 BENCH_SRCS := tools/fi_bench.c $(wildcard tools/bench_*.c)
 $(BUILD)/fi-bench: $(BENCH_SRCS) tools/bench.h tools/fi_cuda_min.h runtime/fi_runtime.h runtime/fi_admin.h $(BUILD)/libfi_runtime.so
 	$(CC) $(CPPFLAGS) -Itools $(CFLAGS) $(BENCH_SRCS) -o $@ $(LDFLAGS) -L$(BUILD) -l:libfi_runtime.so -Wl,-rpath,'$$ORIGIN' -ldl -lpthread -lm

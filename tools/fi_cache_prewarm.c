@@ -1,0 +1,167 @@
+/* fi_cache_prewarm.c: `fi-cache prewarm`: every registered configuration of the
+ * chosen ops and arches compiled by a pool of threads, with progress and a summary. */
+#include <errno.h>
+#include <fcntl.h>
+#include <inttypes.h>
+#include <math.h>
+#include <pthread.h>
+#include <stdarg.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "fi_cache.h"
+
+/* ---- prewarm ---- */
+
+typedef struct job {
+  const char *op, *arch;
+  int idx;
+} job;
+
+typedef struct prewarm_ctx {
+  fi_runtime *rt;
+  job *jobs;
+  size_t njobs;
+  atomic_size_t next, done;
+  atomic_int compiled, cached, waited, failed;
+  pthread_mutex_t out_mu; /* one writer at a time on stderr: bar and failures */
+  int tty;
+  double t0;
+  char last_err[4096];    /* to collapse a failure repeated for every config */
+} prewarm_ctx;
+
+static void draw_bar(prewarm_ctx *c) {
+  size_t done = atomic_load(&c->done), w = 30, fill = c->njobs ? done * w / c->njobs : w;
+  char bar[64];
+  for (size_t i = 0; i < w; i++) bar[i] = i < fill ? '#' : '.';
+  bar[w] = 0;
+  fprintf(stderr, "\r[%s] %zu/%zu compiled %d cached %d failed %d  %.1fs\033[K", bar, done,
+          c->njobs, atomic_load(&c->compiled), atomic_load(&c->cached) + atomic_load(&c->waited),
+          atomic_load(&c->failed), now_s() - c->t0);
+  fflush(stderr);
+}
+
+static void report_failure(prewarm_ctx *c, const job *j, fi_status st) {
+  /* Copy first: every fi_* call, fi_admin_config_key included, resets it. */
+  char msg[4096], key[1024];
+  snprintf(msg, sizeof msg, "%s", fi_last_error());
+  if (fi_admin_config_key(j->op, j->idx, key, sizeof key) != FI_OK)
+    snprintf(key, sizeof key, "#%d", j->idx);
+  pthread_mutex_lock(&c->out_mu);
+  if (c->tty) fputs("\r\033[K", stderr);
+  fprintf(stderr, "%s: failed: %s %s on %s: %s\n", prog, j->op, key, j->arch,
+          fi_status_string(st));
+  if (c->last_err[0] && strcmp(msg, c->last_err) == 0) {
+    fputs("    (same error as above)\n", stderr);
+  } else {
+    snprintf(c->last_err, sizeof c->last_err, "%s", msg);
+    /* A compile log can be thousands of lines; the head says what went wrong. */
+    int line = 0;
+    const char *p = msg;
+    while (*p && line < 12) {
+      const char *nl = strchr(p, '\n');
+      int len = nl ? (int)(nl - p) : (int)strlen(p);
+      fprintf(stderr, "    %.*s\n", len, p);
+      line++;
+      p = nl ? nl + 1 : p + len;
+    }
+    if (*p) fputs("    ...\n", stderr);
+    if (!msg[0]) fputs("    (no message)\n", stderr);
+  }
+  if (c->tty) draw_bar(c);
+  pthread_mutex_unlock(&c->out_mu);
+}
+
+static void *prewarm_worker(void *user) {
+  prewarm_ctx *c = user;
+  for (;;) {
+    size_t i = atomic_fetch_add(&c->next, 1);
+    if (i >= c->njobs) break;
+    const job *j = &c->jobs[i];
+    fi_prewarm_result res = FI_PREWARM_COMPILED;
+    double ms = 0;
+    fi_status st = fi_admin_prewarm(c->rt, j->op, j->idx, j->arch, &res, &ms);
+    if (st != FI_OK) {
+      atomic_fetch_add(&c->failed, 1);
+      report_failure(c, j, st); /* on this thread: the message is thread-local */
+    } else if (res == FI_PREWARM_CACHED) {
+      atomic_fetch_add(&c->cached, 1);
+    } else if (res == FI_PREWARM_WAITED) {
+      atomic_fetch_add(&c->waited, 1);
+    } else {
+      atomic_fetch_add(&c->compiled, 1);
+    }
+    atomic_fetch_add(&c->done, 1);
+  }
+  return NULL;
+}
+
+int cmd_prewarm(fi_runtime *rt, const args *a) {
+  /* No --op: every registered op, however many the library has. */
+  int nop = a->nop ? a->nop : fi_admin_op_count();
+  const char **ops = calloc(nop > 0 ? (size_t)nop : 1, sizeof *ops);
+  size_t njobs = 0;
+  for (int i = 0; ops && i < nop; i++) {
+    ops[i] = a->nop ? a->ops[i] : fi_admin_op_name(i);
+    int n = ops[i] ? fi_admin_config_count(ops[i]) : -1;
+    if (n > 0) njobs += (size_t)n * (size_t)a->narch;
+  }
+  prewarm_ctx c;
+  memset(&c, 0, sizeof c);
+  c.rt = rt;
+  c.njobs = njobs;
+  c.jobs = ops ? calloc(njobs ? njobs : 1, sizeof *c.jobs) : NULL;
+  if (!c.jobs) {
+    fprintf(stderr, "%s: out of memory\n", prog);
+    free(ops);
+    return 1;
+  }
+  /* Arch-major order: the first configurations of every arch do not wait
+   * behind the last ones of another, and each compiler is loaded early. */
+  size_t k = 0;
+  for (int r = 0; r < a->narch; r++)
+    for (int i = 0; i < nop; i++)
+      for (int x = 0, n = ops[i] ? fi_admin_config_count(ops[i]) : 0; x < n; x++)
+        c.jobs[k++] = (job){ops[i], a->archs[r], x};
+  pthread_mutex_init(&c.out_mu, NULL);
+  c.tty = isatty(STDERR_FILENO);
+  c.t0 = now_s();
+  long ncpu = sysconf(_SC_NPROCESSORS_ONLN);
+  int nthreads = a->jobs > 0 ? a->jobs : (ncpu > 0 ? (int)ncpu : 1);
+  if ((size_t)nthreads > njobs) nthreads = njobs ? (int)njobs : 1;
+  pthread_t *th = calloc((size_t)nthreads, sizeof *th);
+  int started = 0;
+  for (; th && started < nthreads; started++)
+    if (pthread_create(&th[started], NULL, prewarm_worker, &c) != 0) break;
+  if (started == 0) prewarm_worker(&c); /* no thread could start: do it here */
+  /* The main thread only draws the bar; workers draw on failures. */
+  while (c.tty && atomic_load(&c.done) < njobs) {
+    pthread_mutex_lock(&c.out_mu);
+    draw_bar(&c);
+    pthread_mutex_unlock(&c.out_mu);
+    nanosleep(&(struct timespec){0, 100 * 1000 * 1000}, NULL);
+  }
+  for (int i = 0; i < started; i++) pthread_join(th[i], NULL);
+  double secs = now_s() - c.t0;
+  if (c.tty) {
+    draw_bar(&c);
+    fputc('\n', stderr);
+  }
+  int comp = atomic_load(&c.compiled), cach = atomic_load(&c.cached);
+  int wait = atomic_load(&c.waited), bad = atomic_load(&c.failed);
+  if (a->json)
+    printf("{\"compiled\":%d,\"cached\":%d,\"waited\":%d,\"failed\":%d,\"seconds\":%.3f}\n", comp,
+           cach, wait, bad, secs);
+  else
+    printf("compiled %d, cached %d, waited %d, failed %d in %.1f s\n", comp, cach, wait, bad, secs);
+  free(th);
+  free(c.jobs);
+  free(ops);
+  pthread_mutex_destroy(&c.out_mu);
+  return bad ? 1 : 0;
+}
