@@ -95,7 +95,24 @@ struct fi_e5m2 {
   uint8_t bits;
 };
 
+// sm_89 and later convert e4m3 in hardware (cvt ... e4m3x2, with the same
+// round-to-nearest-even and satfinite rules as the portable code below, which
+// is what other targets run): the portable encoder costs ~25 instructions an
+// element and held the fp8 cache append to 41% of copy.
+#if FI_CUDA && defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 890
+#define FI_FP8_HW 1
+#else
+#define FI_FP8_HW 0
+#endif
+
 FI_DEVICE float fi_to_float(fi_e4m3 v) {
+#if FI_FP8_HW
+  uint32_t h2;
+  asm("cvt.rn.f16x2.e4m3x2 %0, %1;" : "=r"(h2) : "h"((unsigned short)v.bits));
+  float f;
+  asm("cvt.f32.f16 %0, %1;" : "=f"(f) : "h"((unsigned short)(h2 & 0xffffu)));
+  return f;
+#endif
   uint32_t b = v.bits, s = b >> 7, e = (b >> 3) & 15u, m = b & 7u;
   float mag;
   if (e == 15u && m == 7u) return fi::bits_to_float(0x7fc00000u);
@@ -113,8 +130,16 @@ FI_DEVICE float fi_to_float(fi_e5m2 v) {
 template <>
 FI_DEVICE fi_e4m3 fi_from_float<fi_e4m3>(float f) {
   // Round to nearest even, saturating to +-448 (the "satfinite" convention).
-  uint32_t u = fi::float_to_bits(f), s = (u >> 31) << 7;
   fi_e4m3 r;
+#if FI_FP8_HW
+  {
+    unsigned short d;
+    asm("cvt.rn.satfinite.e4m3x2.f32 %0, %1, %2;" : "=h"(d) : "f"(0.0f), "f"(f));
+    r.bits = (uint8_t)(d & 0xffu);
+    return r;
+  }
+#endif
+  uint32_t u = fi::float_to_bits(f), s = (u >> 31) << 7;
   float a = fabsf(f);
   if (a != a) {
     r.bits = 0x7f;
@@ -143,6 +168,8 @@ FI_DEVICE fi_e4m3 fi_from_float<fi_e4m3>(float f) {
 }
 template <>
 FI_DEVICE fi_e5m2 fi_from_float<fi_e5m2>(float f) {
+  // Not the hardware cvt: it saturates (satfinite is mandatory there), while
+  // e5m2 keeps IEEE overflow to infinity. Cheap anyway: through fp16.
   uint32_t h = fi_from_float<fi_half>(f).bits, lo = h & 0xffu, hi = h >> 8;
   fi_e5m2 r;
   if ((h & 0x7c00u) == 0x7c00u && (h & 0x3ffu)) {
