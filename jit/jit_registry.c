@@ -16,6 +16,11 @@ static const jit_op *const ops[] = {
     &jit_op_rope,
     &jit_op_append_paged_kv,
     &jit_op_batch_indices_positions,
+    &jit_op_sampling,
+    &jit_op_single_decode,
+    &jit_op_batch_decode,
+    &jit_op_decode_upload,
+    &jit_op_read_probe,
 };
 
 int jit_registry_count(void) { return (int)(sizeof ops / sizeof ops[0]); }

@@ -131,6 +131,11 @@ FI_API fi_status fi_admin_rmsnorm_with_key(fi_runtime *rt, const DLTensor *input
                                            const DLTensor *weight, double eps, DLTensor *out,
                                            void *stream, const char *key);
 
+/** For fi-bench: reads the bytes of buf (a 1-D device tensor, 16-byte aligned, a
+ * multiple of 16 bytes) once with 16-byte streaming loads, as decode attention reads its
+ * cache, on grid blocks (0: as many as are resident); the read-bandwidth roofline. */
+FI_API fi_status fi_admin_read_probe(fi_runtime *rt, const DLTensor *buf, int grid, void *stream);
+
 #ifdef __cplusplus
 }
 #endif

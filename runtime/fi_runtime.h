@@ -230,6 +230,178 @@ FI_API fi_status fi_get_batch_indices_positions(fi_runtime *rt, const DLTensor *
                                                 DLTensor *batch_indices, DLTensor *positions,
                                                 void *stream);
 
+/* ---- decode attention: one query token per request against its KV cache ----
+ * Query head h reads KV head h / (H_qo / H_kv) (GQA; H_qo / H_kv from 1 to 16). dtypes:
+ * q and out float16 or bfloat16; K and V caches q's dtype or fp8 (kDLFloat8_e4m3fn code 10,
+ * kDLFloat8_e5m2 code 12, 8 bits) holding value / scale. head_dim 64, 128 or 256,
+ * contiguous; every other dimension may be strided, with start addresses and strides in
+ * multiples of 16 bytes (8 elements). lse, when not NULL, is float32, the natural-log
+ * log-sum-exp of each head's scaled logits (fi_merge_state's convention; -inf for an empty
+ * request, whose output is 0). Softmax in float32; P is rounded to the mma's 16-bit type
+ * (q's, or float16 with an fp8 cache) before P.V, as in FlashInfer. */
+
+/** Positional encoding applied on the fly: none, or RoPE with non-interleaved halves
+ * (FlashInfer's ROPE_LLAMA) on q at position kv_len - 1 and on each k at its position. */
+typedef enum fi_pos_encoding { FI_POS_NONE = 0, FI_POS_ROPE_LLAMA = 1 } fi_pos_encoding;
+
+/** Attention parameters; fi_attention_params_init sets the defaults noted. */
+typedef struct fi_attention_params {
+  double sm_scale;        /**< logits scale; 0 (default): 1 / sqrt(head_dim) */
+  double logits_soft_cap; /**< > 0: logit = cap * tanh(sm_scale * q.k / cap); 0 (default): off */
+  int window_left;        /**< >= 0: attend to the last window_left + 1 tokens; -1 (default): all */
+  fi_pos_encoding pos_encoding; /**< FI_POS_NONE (default) or FI_POS_ROPE_LLAMA */
+  double rope_scale;      /**< RoPE: inv_freq_i = 1 / (rope_scale * rope_theta^(2i / head_dim)); 1 */
+  double rope_theta;      /**< 1e4 */
+  double k_scale, v_scale; /**< per-tensor cache scales (k = stored * k_scale); 1 */
+} fi_attention_params;
+
+FI_API void fi_attention_params_init(fi_attention_params *p);
+
+/** Decode attention for one request: q [H_qo, D], k and v [L, H_kv, D] (NHD) or
+ * [H_kv, L, D] (HND), out [H_qo, D], lse [H_qo] or NULL; p NULL for the defaults. One
+ * block per KV head, no split of L (no workspace): for long L with few heads,
+ * fi_batch_decode with a batch of 1 splits L over the whole device. */
+FI_API fi_status fi_single_decode(fi_runtime *rt, const DLTensor *q, const DLTensor *k,
+                                  const DLTensor *v, DLTensor *out, DLTensor *lse,
+                                  fi_kv_layout layout, const fi_attention_params *p,
+                                  void *stream);
+
+/** Batch decode over a paged KV cache, planned on the host and run on the device.
+ * fi_batch_decode_plan decides the work partition (split-KV, flash-decoding, when the
+ * batch cannot fill the device; partials merged by LSE inside the same kernel) from host
+ * copies of indptr and last_page_len and writes its tables into the caller's workspace,
+ * in stream order; fi_batch_decode_run then only launches: no host decision, no
+ * allocation, no synchronization. A plan is a host object owned by the caller; it keeps
+ * the workspace's address, which must outlive it. Run the plan (or re-plan) before
+ * planning again into the same workspace on another stream. */
+typedef struct fi_decode_plan fi_decode_plan;
+
+typedef struct fi_batch_decode_info {
+  int batch;                    /**< B >= 0 */
+  const int32_t *indptr;        /**< host copy, B + 1 entries: request b's pages are
+                                     indices[indptr[b] .. indptr[b+1]) */
+  const int32_t *last_page_len; /**< host copy, B entries: 1..page_size (0 for no pages) */
+  int num_qo_heads, num_kv_heads, head_dim, page_size;
+  DLDataType q_dtype, kv_dtype;
+  /** CUDA-graph mode when > 0: the grid is fixed for batches up to max_batch, so a run
+   * captured in a graph replays correctly after any re-plan of the same plan (same
+   * heads, dtypes, parameters) for a batch <= max_batch; q, out and lse then need
+   * max_batch rows, indptr max_batch + 1 entries and last_page_len max_batch. */
+  int max_batch;
+} fi_batch_decode_info;
+
+/** Workspace bytes a plan for up to max_batch requests needs on device (the caller
+ * allocates it, 256-byte aligned, and may keep it for every later plan). */
+FI_API fi_status fi_batch_decode_workspace_size(fi_runtime *rt, DLDevice device, int max_batch,
+                                                int num_qo_heads, int num_kv_heads,
+                                                int head_dim, size_t *bytes);
+
+/** Plans a batch: *plan NULL makes a new plan, else re-plans it in place (same heads,
+ * dtypes, parameters, max_batch and workspace). workspace is a 1-D device tensor of at
+ * least fi_batch_decode_workspace_size bytes; the tables are written on stream. */
+FI_API fi_status fi_batch_decode_plan(fi_runtime *rt, const fi_batch_decode_info *info,
+                                      const fi_attention_params *p, DLTensor *workspace,
+                                      void *stream, fi_decode_plan **plan);
+
+/** Runs a plan: q [B, H_qo, D], paged_k_cache and paged_v_cache [pages, page_size, H_kv,
+ * D] (NHD) or [pages, H_kv, page_size, D] (HND) with equal strides (views of
+ * FlashInfer's interleaved [pages, 2, ...] buffer qualify), indptr [B+1], indices [nnz],
+ * last_page_len [B] int32 contiguous device tensors matching the plan's host copies,
+ * out [B, H_qo, D], lse [B, H_qo] or NULL. Page ids are device data: one out of range
+ * is the caller's error. */
+FI_API fi_status fi_batch_decode_run(fi_runtime *rt, const fi_decode_plan *plan,
+                                     const DLTensor *q, const DLTensor *paged_k_cache,
+                                     const DLTensor *paged_v_cache, const DLTensor *indptr,
+                                     const DLTensor *indices, const DLTensor *last_page_len,
+                                     fi_kv_layout layout, DLTensor *out, DLTensor *lse,
+                                     void *stream);
+
+FI_API void fi_batch_decode_plan_destroy(fi_decode_plan *plan);
+
+/* ---- sampling: softmax, sampling from probabilities or logits (top-k, top-p, min-p),
+ * renorm and mask. Shared conventions:
+ * - probs / logits are [batch, vocab] float16, bfloat16 or float32 (any row stride >= vocab,
+ *   unit column stride), vocab from 1 to 2^30. A row of probs need not sum to 1: every
+ *   definition below is relative to the row's own total. Negative and NaN probabilities
+ *   count as 0; NaN logits as -inf.
+ * - Per-request parameters: a [batch] device tensor (int32 top_k_arr; float32 top_p_arr,
+ *   min_p_arr, temperature_arr; any element stride), or NULL and the scalar for every row.
+ *   A scalar is checked (FI_ERR_INVALID_ARGUMENT naming it); array values are used as given,
+ *   with the meanings stated for out-of-range values.
+ * - Samples are int32 [batch] token indices. A row with no positive probability in its
+ *   allowed set gives -1.
+ * - Randomness: Philox4x32-10 keyed by seed, with a counter made of offset, the row and the
+ *   position in the row. The same (seed, offset) on the same values gives the same draws,
+ *   whatever the batch size or the device's SM count; a new offset gives fresh draws (an
+ *   engine passes a new offset each step). No draw needs a synchronization or a workspace.
+ * - Sets, with ties kept together (exact, value-based thresholds; no sort):
+ *   top-k: the elements >= the k-th largest value (more than k on ties at the boundary);
+ *     k <= 0 or k >= vocab keeps every element.
+ *   top-p: sort the values in decreasing order; the set is every element >= the first value
+ *     v at which the running mass reaches top_p x (the row's total mass), ties of v
+ *     included. Masses are summed in 64-bit fixed point (units of 2^-36 of a probability;
+ *     exact and order-independent), the target rounded up: ceil(top_p x total). top_p >= 1
+ *     (or NaN, in an array) keeps everything; top_p <= 0 keeps the largest value(s).
+ *   min-p: the elements with p >= min_p x max(p) (a float32 product); min_p <= 0 (or NaN,
+ *     in an array) keeps all, min_p > 1 acts as 1.
+ * - The draw is exact for the renormalized distribution over the set: P(i) = p_i / sum of
+ *   the set (up to float32 rounding of partial sums), not a rejection loop: every call ends
+ *   in a fixed number of passes over the row. ---- */
+
+/** softmax(logits / temperature) into out, float32 [batch, vocab] (out may be logits
+ * itself when logits is float32). temperature_arr (float32 [batch], positive) or the scalar
+ * temperature (> 0) per row. A row of only -inf gives zeros. */
+FI_API fi_status fi_softmax(fi_runtime *rt, const DLTensor *logits, const DLTensor *temperature_arr,
+                            double temperature, DLTensor *out, void *stream);
+
+/** One draw per row from probs: samples[b] = i with probability probs[b, i] / sum(probs[b]). */
+FI_API fi_status fi_sampling_from_probs(fi_runtime *rt, const DLTensor *probs, DLTensor *samples,
+                                        uint64_t seed, uint64_t offset, void *stream);
+
+/** One draw per row from the top-k set of probs, renormalized. */
+FI_API fi_status fi_top_k_sampling_from_probs(fi_runtime *rt, const DLTensor *probs,
+                                              const DLTensor *top_k_arr, int top_k,
+                                              DLTensor *samples, uint64_t seed, uint64_t offset,
+                                              void *stream);
+
+/** One draw per row from the top-p (nucleus) set of probs, renormalized. Scalar top_p in (0, 1]. */
+FI_API fi_status fi_top_p_sampling_from_probs(fi_runtime *rt, const DLTensor *probs,
+                                              const DLTensor *top_p_arr, double top_p,
+                                              DLTensor *samples, uint64_t seed, uint64_t offset,
+                                              void *stream);
+
+/** One draw per row from the min-p set of probs, renormalized. Scalar min_p in [0, 1]. */
+FI_API fi_status fi_min_p_sampling_from_probs(fi_runtime *rt, const DLTensor *probs,
+                                              const DLTensor *min_p_arr, double min_p,
+                                              DLTensor *samples, uint64_t seed, uint64_t offset,
+                                              void *stream);
+
+/** FlashInfer's top_k_top_p_sampling_from_logits with filter_apply_order "top_k_first":
+ * the top-k set of the logits, softmax over it, then one draw from the top-p set of those
+ * probabilities. Either filter may be off (k <= 0 or >= vocab; top_p = 1). */
+FI_API fi_status fi_top_k_top_p_sampling_from_logits(fi_runtime *rt, const DLTensor *logits,
+                                                     const DLTensor *top_k_arr, int top_k,
+                                                     const DLTensor *top_p_arr, double top_p,
+                                                     DLTensor *samples, uint64_t seed,
+                                                     uint64_t offset, void *stream);
+
+/** out = probs / (sum of the top-k set) on the top-k set, 0 elsewhere; out has probs'
+ * dtype and shape (it may be probs itself). */
+FI_API fi_status fi_top_k_renorm_probs(fi_runtime *rt, const DLTensor *probs,
+                                       const DLTensor *top_k_arr, int top_k, DLTensor *out,
+                                       void *stream);
+
+/** out = probs / (sum of the top-p set) on the top-p set, 0 elsewhere. */
+FI_API fi_status fi_top_p_renorm_probs(fi_runtime *rt, const DLTensor *probs,
+                                       const DLTensor *top_p_arr, double top_p, DLTensor *out,
+                                       void *stream);
+
+/** out = logits on the top-k set, -inf elsewhere; out has logits' dtype and shape (it may
+ * be logits itself). */
+FI_API fi_status fi_top_k_mask_logits(fi_runtime *rt, const DLTensor *logits,
+                                      const DLTensor *top_k_arr, int top_k, DLTensor *out,
+                                      void *stream);
+
 #ifdef __cplusplus
 }
 #endif

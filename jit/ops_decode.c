@@ -1,0 +1,147 @@
+/* ops_decode.c: the decode attention op families (single_decode, batch_decode) and the
+ * plan upload (decode_upload): their keys, entry wrappers and registered configurations
+ * (every key jit_decode_select can return). */
+#include "ops_decode.h"
+
+#include <stdio.h>
+
+#include "decode_params.h"
+#include "jit_registry.h"
+
+/* (q, cache) dtype pairs: a 16-bit cache has q's dtype. */
+static const struct {
+  int q, kv;
+} pairs[] = {{JIT_DT_F16, JIT_DT_F16},  {JIT_DT_BF16, JIT_DT_BF16}, {JIT_DT_F16, JIT_DT_E4M3},
+             {JIT_DT_BF16, JIT_DT_E4M3}, {JIT_DT_F16, JIT_DT_E5M2}, {JIT_DT_BF16, JIT_DT_E5M2}};
+#define NPAIRS ((int)(sizeof pairs / sizeof pairs[0]))
+static const int dims[] = {64, 128, 256};
+#define NDIMS 3
+
+void jit_decode_select(int single, int dtype_q, int dtype_kv, int head_dim, int group, int rope,
+                       jit_key *out) {
+  out->op = single ? &jit_op_single_decode : &jit_op_batch_decode;
+  for (int i = 0; i < JIT_MAX_PARAMS; i++) out->v[i] = 0;
+  const int rows = group <= 8 ? 8 : 16;
+  out->v[DECODE_P_DTYPE_Q] = dtype_q;
+  out->v[DECODE_P_DTYPE_KV] = dtype_kv;
+  out->v[DECODE_P_HEAD_DIM] = head_dim;
+  out->v[DECODE_P_ROWS] = rows;
+  out->v[DECODE_P_WARPS] = FI_DECODE_WARPS;
+  /* Two register buffers of K and V fit beside the accumulators up to head_dim 128
+   * with 8 rows; beyond, one buffer (the next K loads while this V is used). */
+  out->v[DECODE_P_PIPELINE] = head_dim <= 128 && rows == 8 ? 1 : 0;
+  out->v[DECODE_P_ROPE] = rope ? 1 : 0;
+}
+
+void jit_decode_upload_select(jit_key *out) {
+  out->op = &jit_op_decode_upload;
+  for (int i = 0; i < JIT_MAX_PARAMS; i++) out->v[i] = 0;
+  out->v[0] = DECODE_UPLOAD_THREADS;
+}
+
+static int render(const jit_key *k, const char *entry, char *buf, size_t n, int single) {
+  const int64_t *v = k->v;
+  const int threads = (int)v[DECODE_P_WARPS] * 32;
+  int w = snprintf(buf, n,
+                   "extern \"C\" __global__ void __launch_bounds__(%d)\n"
+                   "%s(fi_decode_params p) {\n"
+                   "  fi::dec::decode<%s, %s, %d, %d, %d, %d, %d, %d>(p);\n"
+                   "}\n",
+                   threads, entry, jit_dtype_cxx((int)v[DECODE_P_DTYPE_Q]),
+                   jit_dtype_cxx((int)v[DECODE_P_DTYPE_KV]), (int)v[DECODE_P_HEAD_DIM],
+                   (int)v[DECODE_P_ROWS], (int)v[DECODE_P_PIPELINE], (int)v[DECODE_P_ROPE], single,
+                   (int)v[DECODE_P_WARPS]);
+  return w < 0 || (size_t)w >= n ? -1 : w;
+}
+static int render_single(const jit_key *k, const char *e, char *b, size_t n) { return render(k, e, b, n, 1); }
+static int render_batch(const jit_key *k, const char *e, char *b, size_t n) { return render(k, e, b, n, 0); }
+
+/* Every dtype pair, head_dim, row count (group <= 8 or <= 16) and RoPE switch. */
+static int count(void) { return NPAIRS * NDIMS * 2 * 2; }
+static void config(int single, int idx, jit_key *out) {
+  const int rope = idx % 2, group = (idx / 2) % 2 ? 16 : 8, dim = dims[(idx / 4) % NDIMS],
+            pair = idx / (4 * NDIMS);
+  jit_decode_select(single, pairs[pair].q, pairs[pair].kv, dim, group, rope, out);
+}
+static void config_single(int idx, jit_key *out) { config(1, idx, out); }
+static void config_batch(int idx, jit_key *out) { config(0, idx, out); }
+
+#define DECODE_PARAMS                                                                   \
+  {{"dtype_q", JIT_P_DTYPE}, {"dtype_kv", JIT_P_DTYPE}, {"head_dim", JIT_P_INT},        \
+   {"rows", JIT_P_INT},      {"warps", JIT_P_INT},      {"pipeline", JIT_P_INT},        \
+   {"rope", JIT_P_INT}}
+
+const jit_op jit_op_single_decode = {
+    .name = "single_decode",
+    .template_name = "decode.cuh",
+    .nparams = 7,
+    .params = DECODE_PARAMS,
+    .render_entry = render_single,
+    .config_count = count,
+    .config = config_single,
+};
+
+const jit_op jit_op_batch_decode = {
+    .name = "batch_decode",
+    .template_name = "decode.cuh",
+    .nparams = 7,
+    .params = DECODE_PARAMS,
+    .render_entry = render_batch,
+    .config_count = count,
+    .config = config_batch,
+};
+
+static int render_upload(const jit_key *k, const char *entry, char *buf, size_t n) {
+  int w = snprintf(buf, n,
+                   "extern \"C\" __global__ void __launch_bounds__(%d)\n"
+                   "%s(fi_decode_upload_params p) {\n"
+                   "  fi::dec::decode_upload(p);\n"
+                   "}\n",
+                   (int)k->v[0], entry);
+  return w < 0 || (size_t)w >= n ? -1 : w;
+}
+static int count_upload(void) { return 1; }
+static void config_upload(int idx, jit_key *out) {
+  (void)idx;
+  jit_decode_upload_select(out);
+}
+
+const jit_op jit_op_decode_upload = {
+    .name = "decode_upload",
+    .template_name = "decode.cuh",
+    .nparams = 1,
+    .params = {{"threads", JIT_P_INT}},
+    .render_entry = render_upload,
+    .config_count = count_upload,
+    .config = config_upload,
+};
+
+void jit_read_probe_select(jit_key *out) {
+  out->op = &jit_op_read_probe;
+  for (int i = 0; i < JIT_MAX_PARAMS; i++) out->v[i] = 0;
+  out->v[0] = READ_PROBE_THREADS;
+}
+static int render_probe(const jit_key *k, const char *entry, char *buf, size_t n) {
+  int w = snprintf(buf, n,
+                   "extern \"C\" __global__ void __launch_bounds__(%d)\n"
+                   "%s(fi_read_probe_params p) {\n"
+                   "  fi::dec::read_probe(p);\n"
+                   "}\n",
+                   (int)k->v[0], entry);
+  return w < 0 || (size_t)w >= n ? -1 : w;
+}
+static void config_probe(int idx, jit_key *out) {
+  (void)idx;
+  jit_read_probe_select(out);
+}
+
+/* fi-bench's read-bandwidth probe (16-byte streaming loads), the roofline of decode. */
+const jit_op jit_op_read_probe = {
+    .name = "read_probe",
+    .template_name = "decode.cuh",
+    .nparams = 1,
+    .params = {{"threads", JIT_P_INT}},
+    .render_entry = render_probe,
+    .config_count = count_upload,
+    .config = config_probe,
+};

@@ -1,0 +1,29 @@
+/* ops_decode.h: compile-time choices of the decode attention kernels (single_decode,
+ * batch_decode) and the plan-table upload, shared by the runtime and the registry. */
+#ifndef OPS_DECODE_H
+#define OPS_DECODE_H
+
+#include "jit_key.h"
+
+/* Parameters of single_decode and batch_decode, in canonical order. */
+enum {
+  DECODE_P_DTYPE_Q,  /* q and out: f16 or bf16 */
+  DECODE_P_DTYPE_KV, /* the cache: q's dtype, e4m3 or e5m2 */
+  DECODE_P_HEAD_DIM, /* 64, 128, 256 */
+  DECODE_P_ROWS,     /* query heads per KV head the block holds: 8 (group <= 8) or 16 */
+  DECODE_P_WARPS,    /* warps per block */
+  DECODE_P_PIPELINE, /* 1: the next step's K and V loaded during this one; 0: K only */
+  DECODE_P_ROPE      /* RoPE (Llama, non-interleaved halves) on q and k */
+};
+
+/* The key for a call: single (1) or batch (0) decode. */
+void jit_decode_select(int single, int dtype_q, int dtype_kv, int head_dim, int group, int rope,
+                       jit_key *out);
+/* The plan upload kernel's key, and its block size. */
+void jit_decode_upload_select(jit_key *out);
+#define DECODE_UPLOAD_THREADS 256
+/* fi-bench's read-bandwidth probe. */
+void jit_read_probe_select(jit_key *out);
+#define READ_PROBE_THREADS 512
+
+#endif

@@ -1,0 +1,280 @@
+// decode_mma.cuh: what decode.cuh builds on: lane shuffles, byte permutes, the mma.sync
+// m16n8k16 tile (emulated with shuffles on ROCm), 16-bit pairs, K/V chunk loads with fp8
+// widening in registers, L1-bypassing and L2-prefetch accesses, and RoPE on chunk pairs.
+#pragma once
+
+namespace fi {
+namespace dec {
+
+#if FI_CUDA
+#define DEC_FULL 0xffffffffu
+#endif
+
+FI_DEVICE uint32_t prmt(uint32_t a, uint32_t b, uint32_t sel) {
+#if FI_CUDA
+  uint32_t r;
+  asm("prmt.b32 %0, %1, %2, %3;" : "=r"(r) : "r"(a), "r"(b), "r"(sel));
+  return r;
+#else
+  const uint64_t x = ((uint64_t)b << 32) | a;
+  uint32_t r = 0;
+  for (int i = 0; i < 4; i++) {
+    const uint32_t s = (sel >> (4 * i)) & 7u;
+    r |= (uint32_t)((x >> (8 * s)) & 0xffu) << (8 * i);
+  }
+  return r;
+#endif
+}
+
+FI_DEVICE uint32_t shfl(uint32_t v, int src) {
+#if FI_CUDA
+  return __shfl_sync(DEC_FULL, v, src);
+#else
+  return (uint32_t)__shfl((int)v, src, 32);
+#endif
+}
+FI_DEVICE float shfl(float v, int src) {
+#if FI_CUDA
+  return __shfl_sync(DEC_FULL, v, src);
+#else
+  return __shfl(v, src, 32);
+#endif
+}
+FI_DEVICE float shfl_xor(float v, int m) {
+#if FI_CUDA
+  return __shfl_xor_sync(DEC_FULL, v, m);
+#else
+  return __shfl_xor(v, m, 32);
+#endif
+}
+FI_DEVICE int64_t shfl64(int64_t v, int src) {
+  const uint32_t lo = shfl((uint32_t)(uint64_t)v, src), hi = shfl((uint32_t)((uint64_t)v >> 32), src);
+  return (int64_t)(((uint64_t)hi << 32) | lo);
+}
+
+FI_DEVICE float neg_inf() { return bits_to_float(0xff800000u); }
+
+template <typename A, typename B>
+struct same {
+  static constexpr bool value = false;
+};
+template <typename A>
+struct same<A, A> {
+  static constexpr bool value = true;
+};
+// The mma's element type: q's with a 16-bit cache, f16 with an fp8 one (exact for both
+// fp8 formats; q is rounded to f16 once).
+template <typename QT, typename KVT>
+struct mma_type {
+  typedef QT type;
+};
+template <typename QT>
+struct mma_type<QT, fi_e4m3> {
+  typedef fi_half type;
+};
+template <typename QT>
+struct mma_type<QT, fi_e5m2> {
+  typedef fi_half type;
+};
+
+// Loads that bypass L1: partials written by other blocks of this kernel.
+FI_DEVICE float ldcg(const float *p) {
+#if FI_CUDA
+  float r;
+  asm volatile("ld.global.cg.f32 %0, [%1];" : "=f"(r) : "l"(p));
+  return r;
+#else
+  return *(volatile const float *)p;
+#endif
+}
+FI_DEVICE void ldcg4(const float *p, float (&r)[4]) {
+#if FI_CUDA
+  asm volatile("ld.global.cg.v4.f32 {%0, %1, %2, %3}, [%4];"
+               : "=f"(r[0]), "=f"(r[1]), "=f"(r[2]), "=f"(r[3])
+               : "l"(p));
+#else
+  for (int i = 0; i < 4; i++) r[i] = ((volatile const float *)p)[i];
+#endif
+}
+
+FI_DEVICE float ex2(float x) {
+#if FI_CUDA
+  float r;
+  asm("ex2.approx.ftz.f32 %0, %1;" : "=f"(r) : "f"(x));
+  return r;
+#else
+  return exp2f(x);
+#endif
+}
+
+// ---- 16-bit pairs: a 32-bit word holds two elements, the lower index in the low half ----
+template <typename MT>
+struct w16;
+template <>
+struct w16<fi_bf16> {
+  static FI_DEVICE float lo(uint32_t w) { return bits_to_float(w << 16); }
+  static FI_DEVICE float hi(uint32_t w) { return bits_to_float(w & 0xffff0000u); }
+  static FI_DEVICE uint32_t pack(float l, float h) {
+#if FI_CUDA && defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
+    uint32_t r;
+    asm("cvt.rn.bf16x2.f32 %0, %1, %2;" : "=r"(r) : "f"(h), "f"(l));
+    return r;
+#else
+    return (uint32_t)fi_from_float<fi_bf16>(l).bits | ((uint32_t)fi_from_float<fi_bf16>(h).bits << 16);
+#endif
+  }
+};
+template <>
+struct w16<fi_half> {
+  static FI_DEVICE float lo(uint32_t w) { return fi_to_float(fi_half{(uint16_t)(w & 0xffffu)}); }
+  static FI_DEVICE float hi(uint32_t w) { return fi_to_float(fi_half{(uint16_t)(w >> 16)}); }
+  static FI_DEVICE uint32_t pack(float l, float h) {
+#if FI_CUDA && defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
+    uint32_t r;
+    asm("cvt.rn.f16x2.f32 %0, %1, %2;" : "=r"(r) : "f"(h), "f"(l));
+    return r;
+#else
+    return (uint32_t)fi_from_float<fi_half>(l).bits | ((uint32_t)fi_from_float<fi_half>(h).bits << 16);
+#endif
+  }
+};
+
+// d += A (16x16, row) * B (16x8, col), fp32 accumulators; MT is bf16 or f16.
+template <typename MT>
+FI_DEVICE void mma(float (&d)[4], uint32_t a0, uint32_t a1, uint32_t a2, uint32_t a3, uint32_t b0,
+                   uint32_t b1) {
+#if FI_CUDA
+  if constexpr (same<MT, fi_bf16>::value) {
+    asm("mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, "
+        "{%8,%9}, {%0,%1,%2,%3};"
+        : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
+        : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "r"(b0), "r"(b1));
+  } else {
+    asm("mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, "
+        "{%8,%9}, {%0,%1,%2,%3};"
+        : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
+        : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "r"(b0), "r"(b1));
+  }
+#else
+  // The same fragment semantics from lane shuffles (32-lane groups).
+  typedef w16<MT> W;
+  const int lane = threadIdx.x & 31, g = lane >> 2, c = lane & 3;
+#pragma unroll 1
+  for (int q = 0; q < 4; q++) {
+    const uint32_t A0 = shfl(a0, 4 * g + q), A1 = shfl(a1, 4 * g + q);
+    const uint32_t A2 = shfl(a2, 4 * g + q), A3 = shfl(a3, 4 * g + q);
+    for (int e = 0; e < 2; e++) {
+      const int src = 4 * (2 * c + e) + q;
+      const uint32_t B0 = shfl(b0, src), B1 = shfl(b1, src);
+      d[e] += W::lo(A0) * W::lo(B0) + W::hi(A0) * W::hi(B0) + W::lo(A2) * W::lo(B1) +
+              W::hi(A2) * W::hi(B1);
+      d[2 + e] += W::lo(A1) * W::lo(B0) + W::hi(A1) * W::hi(B0) + W::lo(A3) * W::lo(B1) +
+                  W::hi(A3) * W::hi(B1);
+    }
+  }
+#endif
+}
+
+// ---- KV element access: a chunk is 8 consecutive dims of one token ----
+template <typename KVT>
+struct kv;
+template <typename T16>
+struct kv16 {
+  static constexpr int RW = 4;  // raw words a chunk takes
+  static constexpr int E4M3 = 0;
+  static FI_DEVICE void load(const T16 *p, uint32_t (&r)[4]) {
+#if FI_CUDA
+    asm volatile("ld.global.nc.L1::no_allocate.v4.u32 {%0, %1, %2, %3}, [%4];"
+                 : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+                 : "l"(p));
+#else
+    const fi_vec<uint32_t, 4> x = *reinterpret_cast<const fi_vec<uint32_t, 4> *>(p);
+    for (int i = 0; i < 4; i++) r[i] = x.v[i];
+#endif
+  }
+  static FI_DEVICE void widen(const uint32_t (&r)[4], uint32_t (&o)[4]) {
+    for (int i = 0; i < 4; i++) o[i] = r[i];
+  }
+};
+template <>
+struct kv<fi_half> : kv16<fi_half> {};
+template <>
+struct kv<fi_bf16> : kv16<fi_bf16> {};
+template <typename T8, int IS_E4M3>
+struct kv8 {
+  static constexpr int RW = 2;
+  static constexpr int E4M3 = IS_E4M3;
+  static FI_DEVICE void load(const T8 *p, uint32_t (&r)[2]) {
+#if FI_CUDA
+    asm volatile("ld.global.nc.L1::no_allocate.v2.u32 {%0, %1}, [%2];"
+                 : "=r"(r[0]), "=r"(r[1])
+                 : "l"(p));
+#else
+    const fi_vec<uint32_t, 2> x = *reinterpret_cast<const fi_vec<uint32_t, 2> *>(p);
+    r[0] = x.v[0];
+    r[1] = x.v[1];
+#endif
+  }
+  // Each byte to the high byte of a 16-bit lane: e5m2 is then an f16; e4m3 becomes
+  // an f16 of its value / 256 once the exponent and mantissa move down one bit.
+  static FI_DEVICE uint32_t cvt(uint32_t x) {
+    return IS_E4M3 ? (x & 0x80008000u) | ((x >> 1) & 0x3f803f80u) : x;
+  }
+  static FI_DEVICE void widen(const uint32_t (&r)[2], uint32_t (&o)[4]) {
+    o[0] = cvt(prmt(r[0], 0u, 0x1404u));
+    o[1] = cvt(prmt(r[0], 0u, 0x3424u));
+    o[2] = cvt(prmt(r[1], 0u, 0x1404u));
+    o[3] = cvt(prmt(r[1], 0u, 0x3424u));
+  }
+};
+template <>
+struct kv<fi_e4m3> : kv8<fi_e4m3, 1> {};
+template <>
+struct kv<fi_e5m2> : kv8<fi_e5m2, 0> {};
+
+// Starts moving bytes (a multiple of 16, 16-byte aligned) of global memory into L2: on
+// sm_90 one bulk prefetch unless `lines`, else one prefetch per 128-byte line; nothing
+// on ROCm.
+FI_DEVICE void prefetch_l2(const void *ptr, uint32_t bytes, bool lines) {
+#if FI_CUDA && defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  if (!lines) {
+    asm volatile("cp.async.bulk.prefetch.L2.global [%0], %1;" ::"l"(ptr), "r"(bytes));
+    return;
+  }
+#endif
+#if FI_CUDA
+  for (uint32_t o = 0; o < bytes; o += 128)
+    asm volatile("prefetch.global.L2 [%0];" ::"l"(static_cast<const char *>(ptr) + o));
+#else
+  (void)ptr;
+  (void)bytes;
+  (void)lines;
+#endif
+}
+
+// Rotates a pair of chunks (dims x = 8 * cx + e and y = x + D / 2) by pos * freq.
+template <typename MT>
+FI_DEVICE void rope_pair(uint32_t (&x)[4], uint32_t (&y)[4], float pos, const float *freq, int cx) {
+  typedef w16<MT> W;
+#pragma unroll
+  for (int w = 0; w < 4; w++) {
+    float xs[2] = {W::lo(x[w]), W::hi(x[w])}, ys[2] = {W::lo(y[w]), W::hi(y[w])};
+#pragma unroll
+    for (int e = 0; e < 2; e++) {
+      const float f = freq[8 * cx + 2 * w + e];
+      // The angle's rounding error, exact from the fma, corrects sin and cos.
+      const float a = pos * f, da = fmaf(pos, f, -a);
+      float s, co;
+      sincosf(a, &s, &co);
+      const float sn = fmaf(da, co, s), cn = fmaf(-da, s, co);
+      const float nx = xs[e] * cn - ys[e] * sn, ny = ys[e] * cn + xs[e] * sn;
+      xs[e] = nx;
+      ys[e] = ny;
+    }
+    x[w] = W::pack(xs[0], xs[1]);
+    y[w] = W::pack(ys[0], ys[1]);
+  }
+}
+
+}  // namespace dec
+}  // namespace fi

@@ -1,0 +1,88 @@
+/* decode_params.h: the kernel ABI of decode attention (single and batch decode over a
+ * paged KV cache) and of the plan-table upload; included by the host and by decode.cuh. */
+#ifndef FI_DECODE_PARAMS_H
+#define FI_DECODE_PARAMS_H
+
+/* For the fixed-width integers (<stdint.h> on the host, fi_port.cuh's under NVRTC). */
+#include "fi_params.h"
+
+/* Bump when a struct below changes layout (the template hash changes too). */
+#define FI_DECODE_ABI_VERSION 2
+
+/* Most head_dim / 2 RoPE frequencies carried in the parameters. */
+#define FI_DECODE_MAX_FREQ 128
+/* Warps of a decode block, and tokens one warp step covers. */
+#define FI_DECODE_WARPS 4
+#define FI_DECODE_STEP 16
+
+/* The plan's tables in the workspace (int32 words from its start):
+ *   header [FI_DECODE_HDR_WORDS]: [0] items, [1] batch, [2] kv_chunk_pages, [3] split (0/1)
+ *   items  [capacity][8]: request b, first token, end token, chunk | chunks << 16,
+ *          the request's first page (indptr[b]), its length, 0, 0
+ *   counters [max_batch * num_kv_heads]: zero between runs (the merging block resets its own)
+ * then float32 partial outputs [capacity][H_qo][head_dim] and partial LSEs (base 2)
+ * [capacity][H_qo], each at a 256-byte boundary. */
+#define FI_DECODE_HDR_WORDS 16
+#define FI_DECODE_ITEM_WORDS 8
+
+/* Decode: out[b, h] = softmax(scale * q[b, h] . K[b]^T) V[b] over the tokens of request b,
+ * query head h reading KV head h / group. Strides in elements. K and V share strides
+ * (page, slot, head); head_dim is contiguous everywhere. items == NULL: single decode
+ * (one request, tokens [single_lo, kv_len), token t at t * kv_stride_slot). */
+typedef struct fi_decode_params {
+  const void *q;
+  void *out;
+  float *lse;               /* natural log; NULL: not written */
+  const void *k;
+  const void *v;
+  const int32_t *indptr;    /* [batch + 1] */
+  const int32_t *indices;   /* page ids */
+  const int32_t *last_page_len;
+  const int32_t *header;    /* plan tables (NULL for single decode) */
+  const int32_t *items;
+  int32_t *counters;
+  float *partial_o;
+  float *partial_lse;
+  int64_t q_stride[2];      /* [0] request, [1] head */
+  int64_t out_stride[2];
+  int64_t lse_stride[2];
+  int64_t kv_stride_page;
+  int64_t kv_stride_slot;
+  int64_t kv_stride_head;
+  int32_t num_items;        /* >= 0: grid items; -1: read header[0] (CUDA-graph mode) */
+  int32_t num_kv_heads;
+  int32_t group;            /* num_qo_heads / num_kv_heads, 1..16 */
+  int32_t page_size;
+  int32_t kv_len;           /* single decode: L */
+  int32_t single_lo;        /* single decode: first attended token (sliding window) */
+  int32_t prefetch;         /* steps the L2 prefetch runs ahead of the register loads (0: off) */
+  int32_t pad_;
+  float scale_log2;         /* logit scale to base 2 (no soft cap): sm_scale * k_scale * log2(e) */
+  float cap_pre;            /* soft cap: t = qk * cap_pre; logit = cap_log2 * tanh(t) */
+  float cap_log2;           /* 0: no soft cap */
+  float v_scale;            /* output multiplier (fp8 V scale) */
+  float rope_freq[FI_DECODE_MAX_FREQ]; /* RoPE inverse frequencies, head_dim / 2 used */
+} fi_decode_params;
+
+/* Plan upload: dst[i] = data[i] (i < n) or, with fill set, dst[i] = fill_value (i < n).
+ * The plan's tables travel to the device in these launch parameters, in stream order. */
+#define FI_DECODE_UPLOAD_WORDS 960
+typedef struct fi_decode_upload_params {
+  int32_t *dst;
+  int32_t n;
+  int32_t fill;
+  int32_t fill_value;
+  int32_t pad_;
+  int32_t data[FI_DECODE_UPLOAD_WORDS];
+} fi_decode_upload_params;
+
+/* fi-bench's read-bandwidth probe: n 16-byte vectors at src. */
+typedef struct fi_read_probe_params {
+  const void *src;
+  uint32_t *sink;
+  int64_t n;
+  uint32_t never;
+  uint32_t pad_;
+} fi_read_probe_params;
+
+#endif /* FI_DECODE_PARAMS_H */

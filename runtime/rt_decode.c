@@ -1,0 +1,507 @@
+/* rt_decode.c: the decode attention entry points (fi_single_decode, fi_batch_decode_plan,
+ * fi_batch_decode_run): argument checks, kernel choice, the plan's upload and the launches. */
+#include <math.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "decode_params.h"
+#include "fi_admin.h"
+#include "ops_decode.h"
+#include "rt_decode.h"
+#include "rt_decode_args.h"
+#include "rt_internal.h"
+#include "rt_tensor.h"
+
+static const char *const SINGLE = "fi_single_decode";
+static const char *const PLAN = "fi_batch_decode_plan";
+static const char *const RUN = "fi_batch_decode_run";
+
+struct fi_decode_plan {
+  jit_key key;
+  int devtype, device;
+  int batch, max_batch, graph;
+  int num_qo_heads, num_kv_heads, head_dim, page_size, q_dt, kv_dt;
+  int64_t num_items, grid;
+  int split, chunk_pages;
+  fi_attention_params params;
+  char *ws;          /* workspace start (device address) */
+  int64_t ws_bytes;
+  rt_decode_layout lay;
+  fi_decode_params scalars; /* the kernel's scale and RoPE fields */
+};
+
+FI_API void fi_attention_params_init(fi_attention_params *p) {
+  if (!p) return;
+  memset(p, 0, sizeof *p);
+  p->sm_scale = 0.0;
+  p->logits_soft_cap = 0.0;
+  p->window_left = -1;
+  p->pos_encoding = FI_POS_NONE;
+  p->rope_scale = 1.0;
+  p->rope_theta = 1e4;
+  p->k_scale = 1.0;
+  p->v_scale = 1.0;
+}
+
+/* ---- single decode ---- */
+
+FI_API fi_status fi_single_decode(fi_runtime *rt, const DLTensor *q, const DLTensor *k,
+                                  const DLTensor *v, DLTensor *out, DLTensor *lse,
+                                  fi_kv_layout layout, const fi_attention_params *p,
+                                  void *stream) {
+  const char *fn = SINGLE;
+  fi_status st;
+  char b1[32], b2[32];
+  fi_attention_params defaults;
+  if (!p) {
+    fi_attention_params_init(&defaults);
+    p = &defaults;
+  }
+  if (!rt) return rt_fail(FI_ERR_INVALID_ARGUMENT, "%s: rt is NULL", fn);
+  if ((st = rt_check_tensor(fn, "q", q, 2)) != FI_OK) return st;
+  if ((st = rt_check_tensor(fn, "k", k, 3)) != FI_OK) return st;
+  if ((st = rt_check_tensor(fn, "v", v, 3)) != FI_OK) return st;
+  if ((st = rt_check_tensor(fn, "out", out, 2)) != FI_OK) return st;
+  if ((st = rt_check_same_device(fn, "q", q, "k", k)) != FI_OK) return st;
+  if ((st = rt_check_same_device(fn, "q", q, "v", v)) != FI_OK) return st;
+  if ((st = rt_check_same_device(fn, "q", q, "out", out)) != FI_OK) return st;
+  if (layout != FI_KV_LAYOUT_NHD && layout != FI_KV_LAYOUT_HND)
+    return rt_fail(FI_ERR_INVALID_ARGUMENT,
+                   "%s: layout is %d; FI_KV_LAYOUT_NHD (0) or FI_KV_LAYOUT_HND (1) is needed", fn,
+                   (int)layout);
+  const int qdt = rt_dec_dtype(q->dtype), kvdt = rt_dec_dtype(k->dtype);
+  if (qdt != JIT_DT_F16 && qdt != JIT_DT_BF16)
+    return rt_fail(FI_ERR_INVALID_ARGUMENT, "%s: q has dtype %s; float16 or bfloat16 is needed",
+                   fn, rt_dec_dtype_string(q->dtype, b1, sizeof b1));
+  if (rt_dec_dtype(v->dtype) != kvdt || v->dtype.bits != k->dtype.bits)
+    return rt_fail(FI_ERR_INVALID_ARGUMENT, "%s: v has dtype %s but k has %s", fn,
+                   rt_dec_dtype_string(v->dtype, b1, sizeof b1), rt_dec_dtype_string(k->dtype, b2, sizeof b2));
+  if (rt_dec_dtype(out->dtype) != qdt)
+    return rt_fail(FI_ERR_INVALID_ARGUMENT, "%s: out has dtype %s but q has %s", fn,
+                   rt_dec_dtype_string(out->dtype, b1, sizeof b1), rt_dec_dtype_string(q->dtype, b2, sizeof b2));
+  const int64_t hq = q->shape[0], D = q->shape[1];
+  const int64_t L = layout == FI_KV_LAYOUT_NHD ? k->shape[0] : k->shape[1];
+  const int64_t hkv = layout == FI_KV_LAYOUT_NHD ? k->shape[1] : k->shape[0];
+  if (hq > INT32_MAX || hkv > INT32_MAX || L > INT32_MAX || D > INT32_MAX)
+    return rt_fail(FI_ERR_INVALID_ARGUMENT, "%s: q or k has a dimension of 2^31 or more", fn);
+  if ((st = rt_dec_check_common(fn, (int)hq, (int)hkv, (int)D, qdt, kvdt, q->dtype, k->dtype, p)) != FI_OK)
+    return st;
+  const char *lname = layout == FI_KV_LAYOUT_NHD ? "[L, H_kv, head_dim] (NHD)" : "[H_kv, L, head_dim] (HND)";
+  if (k->shape[2] != D)
+    return rt_fail(FI_ERR_INVALID_ARGUMENT, "%s: k has head_dim %lld but q %lld", fn,
+                   (long long)k->shape[2], (long long)D);
+  if ((st = rt_dec_check_shape(fn, "v", v, 3, k->shape, lname)) != FI_OK) return st;
+  const int64_t oshape[2] = {hq, D};
+  if ((st = rt_dec_check_shape(fn, "out", out, 2, oshape, "q's shape")) != FI_OK) return st;
+  if (lse && (st = rt_dec_check_lse(fn, lse, q, 1, oshape)) != FI_OK) return st;
+  const int kvb = jit_dtype_bytes(kvdt), qb = jit_dtype_bytes(qdt);
+  if ((st = rt_dec_check_rows(fn, "q", q, qb)) != FI_OK || (st = rt_dec_check_rows(fn, "k", k, kvb)) != FI_OK ||
+      (st = rt_dec_check_rows(fn, "v", v, kvb)) != FI_OK || (st = rt_dec_check_rows(fn, "out", out, qb)) != FI_OK)
+    return st;
+  for (int d = 0; d < 2; d++)
+    if (k->shape[d] > 1 && rt_stride(k, d) != rt_stride(v, d))
+      return rt_fail(FI_ERR_INVALID_ARGUMENT,
+                     "%s: v has stride %lld in dimension %d but k %lld; k and v need equal strides",
+                     fn, (long long)rt_stride(v, d), d, (long long)rt_stride(k, d));
+  const DLTensor *ins[3] = {q, k, v};
+  static const char *const in_names[3] = {"q", "k", "v"};
+  if ((st = rt_dec_check_outputs_apart(fn, out, lse, ins, in_names, 3)) != FI_OK) return st;
+  if (hq == 0) return FI_OK;
+
+  fi_decode_params kp;
+  memset(&kp, 0, sizeof kp);
+  rt_dec_fill_scalars(&kp, p, (int)D, kvdt);
+  kp.q = rt_data(q);
+  kp.out = rt_data(out);
+  kp.lse = lse ? (float *)rt_data(lse) : NULL;
+  kp.k = rt_data(k);
+  kp.v = rt_data(v);
+  kp.q_stride[1] = rt_stride(q, 0);
+  kp.out_stride[1] = rt_stride(out, 0);
+  kp.lse_stride[1] = lse ? rt_stride(lse, 0) : 0;
+  const int sd = layout == FI_KV_LAYOUT_NHD ? 0 : 1, hd = 1 - sd;
+  kp.kv_stride_slot = rt_stride(k, sd);
+  kp.kv_stride_head = rt_stride(k, hd);
+  kp.num_items = 1;
+  kp.num_kv_heads = (int32_t)hkv;
+  kp.group = (int32_t)(hq / hkv);
+  kp.page_size = 1;
+  kp.kv_len = (int32_t)L;
+  kp.single_lo = p->window_left >= 0 && L - 1 - p->window_left > 0 ? (int32_t)(L - 1 - p->window_left) : 0;
+  jit_key key;
+  jit_decode_select(1, qdt, kvdt, (int)D, kp.group, p->pos_encoding == FI_POS_ROPE_LLAMA, &key);
+  return rt_dec_launch(rt, q->device.device_type, q->device.device_id, &key, 1, (unsigned)hkv,
+                32u * (unsigned)key.v[DECODE_P_WARPS], &kp, sizeof kp, stream);
+}
+
+/* ---- batch decode: workspace, plan, run ---- */
+
+FI_API fi_status fi_batch_decode_workspace_size(fi_runtime *rt, DLDevice device, int max_batch,
+                                                int num_qo_heads, int num_kv_heads, int head_dim,
+                                                size_t *bytes) {
+  const char *fn = "fi_batch_decode_workspace_size";
+  if (!rt || !bytes) return rt_fail(FI_ERR_INVALID_ARGUMENT, "%s: rt or bytes is NULL", fn);
+  if (max_batch < 0)
+    return rt_fail(FI_ERR_INVALID_ARGUMENT, "%s: max_batch is %d; >= 0 is needed", fn, max_batch);
+  if (num_kv_heads < 1 || num_qo_heads < 1 || num_qo_heads % num_kv_heads)
+    return rt_fail(FI_ERR_INVALID_ARGUMENT,
+                   "%s: num_qo_heads %d and num_kv_heads %d: a positive multiple is needed", fn,
+                   num_qo_heads, num_kv_heads);
+  if (head_dim != 64 && head_dim != 128 && head_dim != 256)
+    return rt_fail(FI_ERR_INVALID_ARGUMENT, "%s: head_dim is %d; 64, 128 or 256 is supported", fn,
+                   head_dim);
+  int sms;
+  fi_status st = rt_dec_device_sms(rt, device.device_type, device.device_id, &sms);
+  if (st != FI_OK) return st;
+  rt_decode_layout l;
+  rt_decode_layout_for(max_batch, sms, num_qo_heads, num_kv_heads, head_dim, &l);
+  *bytes = (size_t)l.bytes;
+  return FI_OK;
+}
+
+FI_API void fi_batch_decode_plan_destroy(fi_decode_plan *plan) { free(plan); }
+
+/* Writes n words (data, or fill_value when data is NULL) at dst on the stream. */
+static fi_status upload(fi_runtime *rt, const fi_decode_plan *pl, int32_t *dst,
+                        const int32_t *data, int64_t n, void *stream) {
+  jit_key key;
+  jit_decode_upload_select(&key);
+  fi_decode_upload_params up;
+  for (int64_t at = 0; at < n;) {
+    memset(&up, 0, sizeof up);
+    up.dst = dst + at;
+    int64_t m = n - at;
+    if (data) {
+      if (m > FI_DECODE_UPLOAD_WORDS) m = FI_DECODE_UPLOAD_WORDS;
+      memcpy(up.data, data + at, (size_t)m * 4);
+    } else {
+      up.fill = 1;
+      if (m > INT32_MAX) m = INT32_MAX;
+    }
+    up.n = (int32_t)m;
+    int64_t blocks = (m + DECODE_UPLOAD_THREADS - 1) / DECODE_UPLOAD_THREADS;
+    if (blocks > 1024) blocks = 1024;
+    fi_status st = rt_dec_launch(rt, pl->devtype, pl->device, &key, (unsigned)blocks, 1,
+                          DECODE_UPLOAD_THREADS, &up, sizeof up, stream);
+    if (st != FI_OK) return st;
+    at += m;
+  }
+  return FI_OK;
+}
+
+FI_API fi_status fi_batch_decode_plan(fi_runtime *rt, const fi_batch_decode_info *info,
+                                      const fi_attention_params *p, DLTensor *workspace,
+                                      void *stream, fi_decode_plan **plan) {
+  const char *fn = PLAN;
+  fi_status st;
+  char err[256];
+  fi_attention_params defaults;
+  if (!p) {
+    fi_attention_params_init(&defaults);
+    p = &defaults;
+  }
+  if (!rt || !info || !plan)
+    return rt_fail(FI_ERR_INVALID_ARGUMENT, "%s: rt, info or plan is NULL", fn);
+  const int B = info->batch;
+  if (B < 0) return rt_fail(FI_ERR_INVALID_ARGUMENT, "%s: info->batch is %d; >= 0 is needed", fn, B);
+  if (!info->indptr || (B > 0 && !info->last_page_len))
+    return rt_fail(FI_ERR_INVALID_ARGUMENT, "%s: info->indptr or info->last_page_len is NULL", fn);
+  if (info->max_batch < 0 || (info->max_batch > 0 && B > info->max_batch))
+    return rt_fail(FI_ERR_INVALID_ARGUMENT,
+                   "%s: info->batch %d exceeds info->max_batch %d (CUDA-graph mode)", fn, B,
+                   info->max_batch);
+  const int qdt = rt_dec_dtype(info->q_dtype), kvdt = rt_dec_dtype(info->kv_dtype);
+  if ((st = rt_dec_check_common(fn, info->num_qo_heads, info->num_kv_heads, info->head_dim, qdt, kvdt,
+                         info->q_dtype, info->kv_dtype, p)) != FI_OK)
+    return st;
+  if (info->page_size < 1)
+    return rt_fail(FI_ERR_INVALID_ARGUMENT, "%s: info->page_size is %d; >= 1 is needed", fn,
+                   info->page_size);
+  if (rt_decode_check_pages(B, info->indptr, info->last_page_len, info->page_size, err, sizeof err))
+    return rt_fail(FI_ERR_INVALID_ARGUMENT, "%s: info->%s", fn, err);
+  if ((st = rt_check_tensor(fn, "workspace", workspace, 1)) != FI_OK) return st;
+  const int64_t ws_bytes = workspace->shape[0] * ((workspace->dtype.bits * workspace->dtype.lanes + 7) / 8);
+  if ((uintptr_t)rt_data(workspace) % 256 != 0)
+    return rt_fail(FI_ERR_INVALID_ARGUMENT, "%s: workspace starts at %p; 256-byte alignment is needed",
+                   fn, (void *)rt_data(workspace));
+  if (workspace->shape[0] > 1 && rt_stride(workspace, 0) != 1)
+    return rt_fail(FI_ERR_INVALID_ARGUMENT, "%s: workspace must be contiguous", fn);
+
+  fi_decode_plan *pl = *plan;
+  const int fresh = pl == NULL;
+  const int graph = info->max_batch > 0;
+  const int maxb = graph ? info->max_batch : B;
+  int sms;
+  if ((st = rt_dec_device_sms(rt, workspace->device.device_type, workspace->device.device_id, &sms)) != FI_OK)
+    return st;
+  rt_decode_layout lay;
+  rt_decode_layout_for(maxb, sms, info->num_qo_heads, info->num_kv_heads, info->head_dim, &lay);
+  if (lay.bytes > ws_bytes)
+    return rt_fail(FI_ERR_INVALID_ARGUMENT,
+                   "%s: workspace has %lld bytes; %lld are needed (fi_batch_decode_workspace_size)",
+                   fn, (long long)ws_bytes, (long long)lay.bytes);
+  jit_key key;
+  jit_decode_select(0, qdt, kvdt, info->head_dim, info->num_qo_heads / info->num_kv_heads,
+                    p->pos_encoding == FI_POS_ROPE_LLAMA, &key);
+  rt_dec_tune_key(&key);
+  if (!fresh) {
+    /* A re-plan keeps everything a captured graph baked in. */
+    if (pl->graph != graph || (graph && pl->max_batch != info->max_batch) ||
+        pl->num_qo_heads != info->num_qo_heads || pl->num_kv_heads != info->num_kv_heads ||
+        pl->head_dim != info->head_dim || pl->page_size != info->page_size || pl->q_dt != qdt ||
+        pl->kv_dt != kvdt || memcmp(&pl->params, p, sizeof *p) != 0 || pl->ws != rt_data(workspace) ||
+        memcmp(pl->key.v, key.v, sizeof key.v) != 0)
+      return rt_fail(FI_ERR_INVALID_ARGUMENT,
+                     "%s: a re-plan must keep the plan's heads, head_dim, page_size, dtypes, "
+                     "parameters, max_batch and workspace; make a new plan instead",
+                     fn);
+  }
+
+  /* Blocks resident at once: the split target. */
+  const rt_device_i *be;
+  void *state;
+  if ((st = rt_backend(rt, workspace->device.device_type, &be, &state)) != FI_OK) return st;
+  rt_kernel *k;
+  if ((st = rt_kernel_get(rt, &key, be, workspace->device.device_id, &k)) != FI_OK) return st;
+  int resident;
+  if ((st = rt_kernel_resident(rt, k, 32 * (int)key.v[DECODE_P_WARPS], &resident)) != FI_OK) return st;
+  if (resident > sms * RT_DECODE_MAX_BLOCKS_PER_SM) resident = sms * RT_DECODE_MAX_BLOCKS_PER_SM;
+  int64_t target = rt_decode_target_items(resident, info->num_kv_heads);
+  /* FI_DECODE_SPLIT scales the split target (tuning; 1 by default): below 1 fewer,
+   * longer chunks, above 1 more chunks than one wave of blocks. */
+  const char *sf = getenv("FI_DECODE_SPLIT");
+  if (sf && *sf && atof(sf) > 0) target = (int64_t)(target * atof(sf) + 0.5);
+  if (target < 1) target = 1;
+  if (target > lay.capacity) target = lay.capacity;
+
+  int32_t *tab = malloc((size_t)(FI_DECODE_HDR_WORDS + lay.capacity * FI_DECODE_ITEM_WORDS) * 4);
+  if (!tab) return rt_fail(FI_ERR_OUT_OF_MEMORY, "%s: out of memory", fn);
+  memset(tab, 0, FI_DECODE_HDR_WORDS * 4);
+  int chunk = 0;
+  const int64_t n = rt_decode_partition(B, info->indptr, info->last_page_len, info->page_size,
+                                        p->window_left, target, tab + FI_DECODE_HDR_WORDS,
+                                        lay.capacity, &chunk);
+  if (n < 0) {
+    free(tab);
+    return rt_fail(FI_ERR_INVALID_ARGUMENT, "%s: the batch does not fit the plan's %lld work items",
+                   fn, (long long)lay.capacity);
+  }
+  if (fresh) {
+    pl = calloc(1, sizeof *pl);
+    if (!pl) {
+      free(tab);
+      return rt_fail(FI_ERR_OUT_OF_MEMORY, "%s: out of memory", fn);
+    }
+  }
+  pl->key = key;
+  pl->devtype = workspace->device.device_type;
+  pl->device = workspace->device.device_id;
+  pl->batch = B;
+  pl->max_batch = info->max_batch;
+  pl->graph = graph;
+  pl->num_qo_heads = info->num_qo_heads;
+  pl->num_kv_heads = info->num_kv_heads;
+  pl->head_dim = info->head_dim;
+  pl->page_size = info->page_size;
+  pl->q_dt = qdt;
+  pl->kv_dt = kvdt;
+  pl->params = *p;
+  pl->ws = rt_data(workspace);
+  pl->ws_bytes = ws_bytes;
+  pl->lay = lay;
+  pl->num_items = n;
+  pl->chunk_pages = chunk;
+  pl->split = n > B;
+  pl->grid = graph ? lay.capacity : n;
+  memset(&pl->scalars, 0, sizeof pl->scalars);
+  rt_dec_fill_scalars(&pl->scalars, p, info->head_dim, kvdt);
+  pl->scalars.prefetch = rt_dec_prefetch_steps();
+  tab[0] = (int32_t)n;
+  tab[1] = B;
+  tab[2] = chunk;
+  tab[3] = pl->split;
+  /* The header and items, then zero counters (the merging blocks reset theirs). */
+  st = upload(rt, pl, (int32_t *)pl->ws, tab, FI_DECODE_HDR_WORDS + n * FI_DECODE_ITEM_WORDS, stream);
+  free(tab);
+  if (st == FI_OK && pl->split)
+    st = upload(rt, pl, (int32_t *)(pl->ws + lay.counters_off), NULL,
+                (int64_t)B * info->num_kv_heads, stream);
+  if (st != FI_OK) {
+    if (fresh) free(pl);
+    return st;
+  }
+  *plan = pl;
+  return FI_OK;
+}
+
+FI_API fi_status fi_batch_decode_run(fi_runtime *rt, const fi_decode_plan *pl,
+                                     const DLTensor *q, const DLTensor *kc, const DLTensor *vc,
+                                     const DLTensor *indptr, const DLTensor *indices,
+                                     const DLTensor *last_page_len, fi_kv_layout layout,
+                                     DLTensor *out, DLTensor *lse, void *stream) {
+  const char *fn = RUN;
+  fi_status st;
+  char b1[32], b2[32];
+  if (!rt || !pl) return rt_fail(FI_ERR_INVALID_ARGUMENT, "%s: rt or plan is NULL", fn);
+  if ((st = rt_check_tensor(fn, "q", q, 3)) != FI_OK) return st;
+  if ((st = rt_check_tensor(fn, "paged_k_cache", kc, 4)) != FI_OK) return st;
+  if ((st = rt_check_tensor(fn, "paged_v_cache", vc, 4)) != FI_OK) return st;
+  if ((st = rt_check_tensor(fn, "out", out, 3)) != FI_OK) return st;
+  if ((st = rt_check_same_device(fn, "q", q, "paged_k_cache", kc)) != FI_OK) return st;
+  if ((st = rt_check_same_device(fn, "q", q, "paged_v_cache", vc)) != FI_OK) return st;
+  if ((st = rt_check_same_device(fn, "q", q, "out", out)) != FI_OK) return st;
+  if ((int)q->device.device_type != pl->devtype || q->device.device_id != pl->device)
+    return rt_fail(FI_ERR_INVALID_ARGUMENT, "%s: q is on another device than the plan's workspace", fn);
+  if (layout != FI_KV_LAYOUT_NHD && layout != FI_KV_LAYOUT_HND)
+    return rt_fail(FI_ERR_INVALID_ARGUMENT,
+                   "%s: layout is %d; FI_KV_LAYOUT_NHD (0) or FI_KV_LAYOUT_HND (1) is needed", fn,
+                   (int)layout);
+  if (rt_dec_dtype(q->dtype) != pl->q_dt || rt_dec_dtype(out->dtype) != pl->q_dt)
+    return rt_fail(FI_ERR_INVALID_ARGUMENT, "%s: q has dtype %s and out %s; the plan's %s is needed",
+                   fn, rt_dec_dtype_string(q->dtype, b1, sizeof b1),
+                   rt_dec_dtype_string(out->dtype, b2, sizeof b2), jit_dtype_name(pl->q_dt));
+  if (rt_dec_dtype(kc->dtype) != pl->kv_dt || rt_dec_dtype(vc->dtype) != pl->kv_dt)
+    return rt_fail(FI_ERR_INVALID_ARGUMENT,
+                   "%s: paged_k_cache has dtype %s and paged_v_cache %s; the plan's %s is needed",
+                   fn, rt_dec_dtype_string(kc->dtype, b1, sizeof b1),
+                   rt_dec_dtype_string(vc->dtype, b2, sizeof b2), jit_dtype_name(pl->kv_dt));
+  const int64_t B = pl->batch, rows = pl->graph ? pl->max_batch : B;
+  const int64_t hq = pl->num_qo_heads, hkv = pl->num_kv_heads, D = pl->head_dim;
+  if (pl->graph ? q->shape[0] < rows : q->shape[0] != rows)
+    return rt_fail(FI_ERR_INVALID_ARGUMENT, "%s: q has %lld rows; the plan needs %s%lld", fn,
+                   (long long)q->shape[0], pl->graph ? "at least " : "", (long long)rows);
+  if (q->shape[1] != hq || q->shape[2] != D)
+    return rt_fail(FI_ERR_INVALID_ARGUMENT,
+                   "%s: q has shape [%lld, %lld, %lld]; the plan's heads %lld and head_dim %lld are needed",
+                   fn, (long long)q->shape[0], (long long)q->shape[1], (long long)q->shape[2],
+                   (long long)hq, (long long)D);
+  if ((st = rt_dec_check_shape(fn, "out", out, 3, q->shape, "q's shape")) != FI_OK) return st;
+  if (lse) {
+    const int64_t ls[2] = {q->shape[0], hq};
+    if ((st = rt_dec_check_lse(fn, lse, q, 2, ls)) != FI_OK) return st;
+  }
+  const int64_t want[4] = {kc->shape[0], layout == FI_KV_LAYOUT_NHD ? pl->page_size : hkv,
+                           layout == FI_KV_LAYOUT_NHD ? hkv : pl->page_size, D};
+  const char *lname = layout == FI_KV_LAYOUT_NHD ? "[pages, page_size, H_kv, head_dim] (NHD), the plan's"
+                                                 : "[pages, H_kv, page_size, head_dim] (HND), the plan's";
+  if ((st = rt_dec_check_shape(fn, "paged_k_cache", kc, 4, want, lname)) != FI_OK) return st;
+  if ((st = rt_dec_check_shape(fn, "paged_v_cache", vc, 4, want, lname)) != FI_OK) return st;
+  for (int d = 0; d < 3; d++)
+    if (kc->shape[d] > 1 && rt_stride(kc, d) != rt_stride(vc, d))
+      return rt_fail(FI_ERR_INVALID_ARGUMENT,
+                     "%s: paged_v_cache has stride %lld in dimension %d but paged_k_cache %lld; "
+                     "equal strides are needed",
+                     fn, (long long)rt_stride(vc, d), d, (long long)rt_stride(kc, d));
+  const int kvb = jit_dtype_bytes(pl->kv_dt), qb = jit_dtype_bytes(pl->q_dt);
+  if ((st = rt_dec_check_rows(fn, "q", q, qb)) != FI_OK || (st = rt_dec_check_rows(fn, "out", out, qb)) != FI_OK ||
+      (st = rt_dec_check_rows(fn, "paged_k_cache", kc, kvb)) != FI_OK ||
+      (st = rt_dec_check_rows(fn, "paged_v_cache", vc, kvb)) != FI_OK)
+    return st;
+  if ((st = rt_dec_check_index(fn, "indptr", indptr, q, B + 1, !pl->graph)) != FI_OK) return st;
+  if ((st = rt_dec_check_index(fn, "last_page_len", last_page_len, q, B, !pl->graph)) != FI_OK) return st;
+  if ((st = rt_dec_check_index(fn, "indices", indices, q, 0, 0)) != FI_OK) return st;
+  if (kc->shape[0] > INT32_MAX)
+    return rt_fail(FI_ERR_INVALID_ARGUMENT, "%s: paged_k_cache has 2^31 pages or more", fn);
+  const DLTensor *ins[6] = {q, kc, vc, indptr, indices, last_page_len};
+  static const char *const in_names[6] = {"q", "paged_k_cache", "paged_v_cache", "indptr", "indices", "last_page_len"};
+  if ((st = rt_dec_check_outputs_apart(fn, out, lse, ins, in_names, 6)) != FI_OK) return st;
+  if (pl->grid == 0) return FI_OK;
+
+  fi_decode_params kp = pl->scalars;
+  kp.q = rt_data(q);
+  kp.out = rt_data(out);
+  kp.lse = lse ? (float *)rt_data(lse) : NULL;
+  kp.k = rt_data(kc);
+  kp.v = rt_data(vc);
+  kp.indptr = (const int32_t *)rt_data(indptr);
+  kp.indices = (const int32_t *)rt_data(indices);
+  kp.last_page_len = (const int32_t *)rt_data(last_page_len);
+  kp.header = (const int32_t *)pl->ws;
+  kp.items = (const int32_t *)(pl->ws + pl->lay.items_off);
+  kp.counters = (int32_t *)(pl->ws + pl->lay.counters_off);
+  kp.partial_o = (float *)(pl->ws + pl->lay.partial_o_off);
+  kp.partial_lse = (float *)(pl->ws + pl->lay.partial_lse_off);
+  for (int d = 0; d < 2; d++) {
+    kp.q_stride[d] = rt_stride(q, d);
+    kp.out_stride[d] = rt_stride(out, d);
+    kp.lse_stride[d] = lse ? rt_stride(lse, d) : 0;
+  }
+  kp.kv_stride_page = rt_stride(kc, 0);
+  kp.kv_stride_slot = rt_stride(kc, layout == FI_KV_LAYOUT_NHD ? 1 : 2);
+  kp.kv_stride_head = rt_stride(kc, layout == FI_KV_LAYOUT_NHD ? 2 : 1);
+  kp.num_items = pl->graph ? -1 : (int32_t)pl->num_items;
+  kp.num_kv_heads = (int32_t)hkv;
+  kp.group = (int32_t)(hq / hkv);
+  kp.page_size = pl->page_size;
+  return rt_dec_launch(rt, pl->devtype, pl->device, &pl->key, (unsigned)pl->grid, (unsigned)hkv,
+                32u * (unsigned)pl->key.v[DECODE_P_WARPS], &kp, sizeof kp, stream);
+}
+
+int rt_decode_plan_offline(const fi_batch_decode_info *info, const fi_attention_params *p,
+                           void *workspace, int devtype, int sms, int resident,
+                           fi_decode_plan **plan) {
+  fi_decode_plan *pl = calloc(1, sizeof *pl);
+  if (!pl) return -1;
+  const int qdt = rt_dec_dtype(info->q_dtype), kvdt = rt_dec_dtype(info->kv_dtype);
+  pl->graph = info->max_batch > 0;
+  pl->batch = info->batch;
+  pl->max_batch = info->max_batch;
+  rt_decode_layout_for(pl->graph ? info->max_batch : info->batch, sms, info->num_qo_heads,
+                       info->num_kv_heads, info->head_dim, &pl->lay);
+  int32_t *items = malloc((size_t)pl->lay.capacity * FI_DECODE_ITEM_WORDS * 4);
+  if (!items) {
+    free(pl);
+    return -1;
+  }
+  pl->num_items = rt_decode_partition(info->batch, info->indptr, info->last_page_len,
+                                      info->page_size, p->window_left,
+                                      rt_decode_target_items(resident, info->num_kv_heads), items,
+                                      pl->lay.capacity, &pl->chunk_pages);
+  free(items);
+  jit_decode_select(0, qdt, kvdt, info->head_dim, info->num_qo_heads / info->num_kv_heads,
+                    p->pos_encoding == FI_POS_ROPE_LLAMA, &pl->key);
+  pl->devtype = devtype;
+  pl->device = 0;
+  pl->num_qo_heads = info->num_qo_heads;
+  pl->num_kv_heads = info->num_kv_heads;
+  pl->head_dim = info->head_dim;
+  pl->page_size = info->page_size;
+  pl->q_dt = qdt;
+  pl->kv_dt = kvdt;
+  pl->params = *p;
+  pl->ws = workspace;
+  pl->ws_bytes = pl->lay.bytes;
+  pl->split = pl->num_items > info->batch;
+  pl->grid = pl->graph ? pl->lay.capacity : pl->num_items;
+  rt_dec_fill_scalars(&pl->scalars, p, info->head_dim, kvdt);
+  *plan = pl;
+  return 0;
+}
+
+FI_API fi_status fi_admin_read_probe(fi_runtime *rt, const DLTensor *buf, int grid, void *stream) {
+  const char *fn = "fi_admin_read_probe";
+  fi_status st;
+  if (!rt) return rt_fail(FI_ERR_INVALID_ARGUMENT, "%s: rt is NULL", fn);
+  if ((st = rt_check_tensor(fn, "buf", buf, 1)) != FI_OK) return st;
+  const int64_t bytes = buf->shape[0] * ((buf->dtype.bits * buf->dtype.lanes + 7) / 8);
+  if ((uintptr_t)rt_data(buf) % 16 || bytes % 16 || (buf->shape[0] > 1 && rt_stride(buf, 0) != 1))
+    return rt_fail(FI_ERR_INVALID_ARGUMENT, "%s: buf must be contiguous, 16-byte aligned and sized", fn);
+  fi_read_probe_params p;
+  memset(&p, 0, sizeof p);
+  p.src = rt_data(buf);
+  p.sink = (uint32_t *)rt_data(buf);
+  p.n = bytes / 16;
+  p.never = 0x9e3779b9u; /* written only if the xor of 1 GiB is exactly this */
+  jit_key key;
+  jit_read_probe_select(&key);
+  const rt_device_i *be;
+  void *state;
+  if ((st = rt_backend(rt, buf->device.device_type, &be, &state)) != FI_OK) return st;
+  rt_kernel *k;
+  if ((st = rt_kernel_get(rt, &key, be, buf->device.device_id, &k)) != FI_OK) return st;
+  if (grid <= 0 && (st = rt_kernel_resident(rt, k, READ_PROBE_THREADS, &grid)) != FI_OK) return st;
+  rt_launch l = {{(unsigned)grid, 1, 1}, {READ_PROBE_THREADS, 1, 1}, 0};
+  return rt_launch_kernel(rt, k, &l, stream, &p, sizeof p);
+}

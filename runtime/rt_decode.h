@@ -1,0 +1,48 @@
+/* rt_decode.h: the batch decode planner (pure host code, tested on the CPU) and the
+ * workspace layout the plan and the kernels share. */
+#ifndef RT_DECODE_H
+#define RT_DECODE_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+/* Where the plan's tables sit in the workspace (bytes from its start). */
+typedef struct rt_decode_layout {
+  int64_t capacity;   /* work items the workspace holds (the grid of a CUDA-graph plan) */
+  int64_t items_off, counters_off, partial_o_off, partial_lse_off, bytes;
+} rt_decode_layout;
+
+/* Blocks of the decode kernel that run at once on a device of sms SMs, at most. */
+#define RT_DECODE_MAX_BLOCKS_PER_SM 4
+
+/* Items the split planner aims at: one wave of `slots` blocks over num_kv_heads heads. */
+int64_t rt_decode_target_items(int64_t slots, int num_kv_heads);
+
+/* The workspace layout for plans of up to max_batch requests on sms SMs. */
+void rt_decode_layout_for(int64_t max_batch, int sms, int num_qo_heads, int num_kv_heads,
+                          int head_dim, rt_decode_layout *l);
+
+/* The work partition. Requests b < batch with pages indptr[b]..indptr[b+1] (host
+ * copies) and last_page_len[b] tokens in the last page; window_left >= 0 limits each
+ * request to its last window_left + 1 tokens. Splits the requests into chunks of
+ * *chunk_pages pages when batch is below target (items <= target), else one item per
+ * request. items gets FI_DECODE_ITEM_WORDS int32 a work item (decode_params.h); at most
+ * max_items (else -1). Returns the number of items. */
+int64_t rt_decode_partition(int batch, const int32_t *indptr, const int32_t *last_page_len,
+                            int page_size, int window_left, int64_t target, int32_t *items,
+                            int64_t max_items, int *chunk_pages);
+
+/* Checks host indptr / last_page_len; 0 or -1 with a message naming the entry in err. */
+int rt_decode_check_pages(int batch, const int32_t *indptr, const int32_t *last_page_len,
+                          int page_size, char *err, size_t errlen);
+
+/* For the CPU tests: a plan made without a device (no kernel load, no upload), with
+ * sms SMs and `resident` blocks at once, so fi_batch_decode_run's checks can be reached. */
+struct fi_decode_plan;
+struct fi_batch_decode_info;
+struct fi_attention_params;
+int rt_decode_plan_offline(const struct fi_batch_decode_info *info,
+                           const struct fi_attention_params *p, void *workspace, int devtype,
+                           int sms, int resident, struct fi_decode_plan **plan);
+
+#endif

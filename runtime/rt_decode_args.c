@@ -1,0 +1,225 @@
+/* rt_decode_args.c: what the decode entry points share: dtype codes (fp8 included),
+ * the checks of heads, dtypes, parameters and tensors, the kernel's scalar fields, the
+ * tuning overrides and the launch. */
+#include <math.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "ops_decode.h"
+#include "rt_decode_args.h"
+#include "rt_internal.h"
+#include "rt_tensor.h"
+
+/* A dtype's jit code, fp8 included. */
+int rt_dec_dtype(DLDataType d) {
+  if (d.lanes == 1 && d.bits == 8) {
+    if (d.code == DEC_DL_E4M3FN) return JIT_DT_E4M3;
+    if (d.code == DEC_DL_E5M2) return JIT_DT_E5M2;
+  }
+  if (d.lanes != 1) return JIT_DT_NONE;
+  if (d.code == kDLFloat && d.bits == 16) return JIT_DT_F16;
+  if (d.code == kDLBfloat && d.bits == 16) return JIT_DT_BF16;
+  if (d.code == kDLFloat && d.bits == 32) return JIT_DT_F32;
+  if (d.code == kDLInt && d.bits == 32) return JIT_DT_I32;
+  return JIT_DT_NONE;
+}
+const char *rt_dec_dtype_string(DLDataType d, char *buf, size_t n) {
+  if (d.lanes == 1 && d.bits == 8 && d.code == DEC_DL_E4M3FN) return "float8_e4m3fn";
+  if (d.lanes == 1 && d.bits == 8 && d.code == DEC_DL_E5M2) return "float8_e5m2";
+  return rt_dtype_string(d, buf, n);
+}
+
+/* Heads, head_dim, dtypes and parameters every decode call shares. */
+fi_status rt_dec_check_common(const char *fn, int hq, int hkv, int D, int qdt, int kvdt,
+                              DLDataType qd, DLDataType kvd, const fi_attention_params *p) {
+  char b1[32], b2[32];
+  if (hkv < 1 || hq < 1 || hq % hkv != 0)
+    return rt_fail(FI_ERR_INVALID_ARGUMENT,
+                   "%s: num_qo_heads %d and num_kv_heads %d: num_qo_heads must be a positive "
+                   "multiple of num_kv_heads",
+                   fn, hq, hkv);
+  if (hq / hkv > 16)
+    return rt_fail(FI_ERR_INVALID_ARGUMENT,
+                   "%s: num_qo_heads / num_kv_heads is %d; a group of 1..16 query heads per KV "
+                   "head is supported",
+                   fn, hq / hkv);
+  if (D != 64 && D != 128 && D != 256)
+    return rt_fail(FI_ERR_INVALID_ARGUMENT, "%s: head_dim is %d; 64, 128 or 256 is supported",
+                   fn, D);
+  if (qdt != JIT_DT_F16 && qdt != JIT_DT_BF16)
+    return rt_fail(FI_ERR_INVALID_ARGUMENT, "%s: q has dtype %s; float16 or bfloat16 is needed",
+                   fn, rt_dec_dtype_string(qd, b1, sizeof b1));
+  if (kvdt != qdt && kvdt != JIT_DT_E4M3 && kvdt != JIT_DT_E5M2)
+    return rt_fail(FI_ERR_INVALID_ARGUMENT,
+                   "%s: the KV cache has dtype %s; q's (%s), float8_e4m3fn or float8_e5m2 is needed",
+                   fn, rt_dec_dtype_string(kvd, b1, sizeof b1), rt_dec_dtype_string(qd, b2, sizeof b2));
+  if (!p) return FI_OK;
+  if (!isfinite(p->sm_scale) || p->sm_scale < 0)
+    return rt_fail(FI_ERR_INVALID_ARGUMENT, "%s: params->sm_scale is %g; > 0 (or 0 for 1/sqrt(head_dim)) is needed", fn, p->sm_scale);
+  if (!isfinite(p->logits_soft_cap) || p->logits_soft_cap < 0)
+    return rt_fail(FI_ERR_INVALID_ARGUMENT, "%s: params->logits_soft_cap is %g; >= 0 is needed", fn,
+                   p->logits_soft_cap);
+  if (p->window_left < -1)
+    return rt_fail(FI_ERR_INVALID_ARGUMENT, "%s: params->window_left is %d; -1 (off) or >= 0 is needed",
+                   fn, p->window_left);
+  if (p->pos_encoding != FI_POS_NONE && p->pos_encoding != FI_POS_ROPE_LLAMA)
+    return rt_fail(FI_ERR_INVALID_ARGUMENT,
+                   "%s: params->pos_encoding is %d; FI_POS_NONE (0) or FI_POS_ROPE_LLAMA (1)", fn,
+                   (int)p->pos_encoding);
+  if (p->pos_encoding == FI_POS_ROPE_LLAMA &&
+      (!isfinite(p->rope_scale) || !(p->rope_scale > 0) || !isfinite(p->rope_theta) || !(p->rope_theta > 0)))
+    return rt_fail(FI_ERR_INVALID_ARGUMENT,
+                   "%s: params->rope_scale %g and rope_theta %g must be finite and > 0", fn,
+                   p->rope_scale, p->rope_theta);
+  if (!isfinite(p->k_scale) || !(p->k_scale > 0) || !isfinite(p->v_scale) || !(p->v_scale > 0))
+    return rt_fail(FI_ERR_INVALID_ARGUMENT,
+                   "%s: params->k_scale %g and v_scale %g must be finite and > 0", fn, p->k_scale,
+                   p->v_scale);
+  return FI_OK;
+}
+
+/* Steps the kernel's L2 prefetch runs ahead of its register loads: FI_DECODE_PREFETCH
+ * (0 off, up to 8; read at each plan, for tuning) or the default. */
+#define DECODE_PREFETCH_DEFAULT 0
+int rt_dec_prefetch_steps(void) {
+  const char *e = getenv("FI_DECODE_PREFETCH");
+  if (!e || !*e) return DECODE_PREFETCH_DEFAULT;
+  const int v = atoi(e); /* negative: the same distance with per-line prefetches */
+  return v < -8 ? -8 : v > 8 ? 8 : v;
+}
+
+/* Tuning overrides of the block shape, for fi-bench's comparisons: FI_DECODE_WARPS
+ * (2, 4 or 8 warps a block) and FI_DECODE_PIPELINE (0 or 1; see ops_decode.h). */
+void rt_dec_tune_key(jit_key *key) {
+  const char *w = getenv("FI_DECODE_WARPS"), *pp = getenv("FI_DECODE_PIPELINE");
+  if (w && (atoi(w) == 2 || atoi(w) == 4 || atoi(w) == 8)) key->v[DECODE_P_WARPS] = atoi(w);
+  if (pp && (atoi(pp) == 0 || atoi(pp) == 1) && *pp) key->v[DECODE_P_PIPELINE] = atoi(pp);
+}
+
+/* The kernel's scale, soft cap and RoPE fields. */
+void rt_dec_fill_scalars(fi_decode_params *k, const fi_attention_params *p, int D, int kvdt) {
+  k->prefetch = DECODE_PREFETCH_DEFAULT;
+  const double LOG2E = 1.4426950408889634;
+  const double sm = p->sm_scale > 0 ? p->sm_scale : 1.0 / sqrt((double)D);
+  /* e4m3 is widened to f16 as value / 256: the 256 comes back in the scales. */
+  const double wide = kvdt == JIT_DT_E4M3 ? 256.0 : 1.0;
+  const double ks = p->k_scale * wide, vs = p->v_scale * wide;
+  k->scale_log2 = (float)(sm * ks * LOG2E);
+  if (p->logits_soft_cap > 0) {
+    k->cap_pre = (float)(sm * ks / p->logits_soft_cap);
+    k->cap_log2 = (float)(p->logits_soft_cap * LOG2E);
+  } else {
+    k->cap_pre = 0.0f;
+    k->cap_log2 = 0.0f;
+  }
+  k->v_scale = (float)vs;
+  for (int i = 0; i < FI_DECODE_MAX_FREQ; i++)
+    k->rope_freq[i] = i < D / 2 ? (float)(1.0 / (p->rope_scale * pow(p->rope_theta, 2.0 * i / D))) : 0.0f;
+}
+
+/* head_dim contiguous, start and strides (dims < last, of size > 1) in units of 16 bytes. */
+fi_status rt_dec_check_rows(const char *fn, const char *name, const DLTensor *t, int elem_bytes) {
+  const int last = t->ndim - 1;
+  if (t->shape[last] > 1 && rt_stride(t, last) != 1)
+    return rt_fail(FI_ERR_INVALID_ARGUMENT, "%s: %s has head_dim stride %lld; 1 is needed", fn,
+                   name, (long long)rt_stride(t, last));
+  const int vec = 8; /* elements a load or store moves */
+  if ((uintptr_t)rt_data(t) % (uintptr_t)(vec * elem_bytes) != 0)
+    return rt_fail(FI_ERR_INVALID_ARGUMENT, "%s: %s starts at %p; a multiple of %d bytes is needed",
+                   fn, name, (void *)rt_data(t), vec * elem_bytes);
+  for (int d = 0; d < last; d++)
+    if (t->shape[d] > 1 && rt_stride(t, d) % vec != 0)
+      return rt_fail(FI_ERR_INVALID_ARGUMENT,
+                     "%s: %s has stride %lld in dimension %d; a multiple of %d elements is needed",
+                     fn, name, (long long)rt_stride(t, d), d, vec);
+  if (rt_extent_bytes(t) < 0)
+    return rt_fail(FI_ERR_INVALID_ARGUMENT, "%s: %s spans more than 2^63 bytes", fn, name);
+  return FI_OK;
+}
+
+fi_status rt_dec_check_shape(const char *fn, const char *name, const DLTensor *t, int n,
+                             const int64_t *want, const char *what) {
+  for (int i = 0; i < n; i++)
+    if (t->shape[i] != want[i]) {
+      char got[96] = "", exp[96] = "";
+      size_t g = 0, e = 0;
+      for (int j = 0; j < n; j++) {
+        g += (size_t)snprintf(got + g, sizeof got - g, "%s%lld", j ? ", " : "", (long long)t->shape[j]);
+        e += (size_t)snprintf(exp + e, sizeof exp - e, "%s%lld", j ? ", " : "", (long long)want[j]);
+      }
+      return rt_fail(FI_ERR_INVALID_ARGUMENT, "%s: %s has shape [%s]; [%s] is needed (%s)", fn,
+                     name, got, exp, what);
+    }
+  return FI_OK;
+}
+
+fi_status rt_dec_check_lse(const char *fn, const DLTensor *lse, const DLTensor *q, int n,
+                           const int64_t *want) {
+  fi_status st;
+  char b1[32];
+  if ((st = rt_check_tensor(fn, "lse", lse, n)) != FI_OK) return st;
+  if ((st = rt_check_same_device(fn, "q", q, "lse", lse)) != FI_OK) return st;
+  if (rt_dec_dtype(lse->dtype) != JIT_DT_F32)
+    return rt_fail(FI_ERR_INVALID_ARGUMENT, "%s: lse has dtype %s; float32 is needed", fn,
+                   rt_dtype_string(lse->dtype, b1, sizeof b1));
+  if ((st = rt_dec_check_shape(fn, "lse", lse, n, want, "q's rows and heads")) != FI_OK) return st;
+  if (rt_extent_bytes(lse) < 0)
+    return rt_fail(FI_ERR_INVALID_ARGUMENT, "%s: lse spans more than 2^63 bytes", fn);
+  return FI_OK;
+}
+
+fi_status rt_dec_check_outputs_apart(const char *fn, const DLTensor *out, const DLTensor *lse,
+                                     const DLTensor *const *ins, const char *const *names, int n) {
+  for (int i = 0; i < n; i++) {
+    if (!ins[i]) continue;
+    if (rt_tensors_overlap(out, ins[i]))
+      return rt_fail(FI_ERR_INVALID_ARGUMENT, "%s: out overlaps %s", fn, names[i]);
+    if (lse && rt_tensors_overlap(lse, ins[i]))
+      return rt_fail(FI_ERR_INVALID_ARGUMENT, "%s: lse overlaps %s", fn, names[i]);
+  }
+  if (lse && rt_tensors_overlap(lse, out))
+    return rt_fail(FI_ERR_INVALID_ARGUMENT, "%s: lse overlaps out", fn);
+  return FI_OK;
+}
+
+fi_status rt_dec_launch(fi_runtime *rt, int devtype, int device, const jit_key *key, unsigned gx,
+                        unsigned gy, unsigned threads, void *params, size_t bytes, void *stream) {
+  const rt_device_i *be;
+  void *state;
+  fi_status st = rt_backend(rt, devtype, &be, &state);
+  if (st != FI_OK) return st;
+  rt_kernel *k;
+  if ((st = rt_kernel_get(rt, key, be, device, &k)) != FI_OK) return st;
+  rt_launch l = {{gx, gy, 1}, {threads, 1, 1}, 0};
+  return rt_launch_kernel(rt, k, &l, stream, params, bytes);
+}
+
+fi_status rt_dec_device_sms(fi_runtime *rt, int devtype, int device, int *sms) {
+  const rt_device_i *be;
+  void *state;
+  fi_status st = rt_backend(rt, devtype, &be, &state);
+  if (st != FI_OK) return st;
+  if (be->sm_count(state, device, sms) != 0 || *sms <= 0)
+    return rt_fail(FI_ERR_DEVICE, "the SM count of %s device %d is unknown", be->name, device);
+  return FI_OK;
+}
+
+fi_status rt_dec_check_index(const char *fn, const char *name, const DLTensor *t, const DLTensor *q,
+                             int64_t min_len, int exact) {
+  fi_status st;
+  char b1[32];
+  if ((st = rt_check_tensor(fn, name, t, 1)) != FI_OK) return st;
+  if ((st = rt_check_same_device(fn, "q", q, name, t)) != FI_OK) return st;
+  if (rt_dec_dtype(t->dtype) != JIT_DT_I32)
+    return rt_fail(FI_ERR_INVALID_ARGUMENT, "%s: %s has dtype %s; int32 is needed", fn, name,
+                   rt_dtype_string(t->dtype, b1, sizeof b1));
+  if (t->shape[0] > 1 && rt_stride(t, 0) != 1)
+    return rt_fail(FI_ERR_INVALID_ARGUMENT, "%s: %s has stride %lld; contiguous (1) is needed", fn,
+                   name, (long long)rt_stride(t, 0));
+  if (exact ? t->shape[0] != min_len : t->shape[0] < min_len)
+    return rt_fail(FI_ERR_INVALID_ARGUMENT, "%s: %s has %lld entries; %s%lld are needed (the plan's)",
+                   fn, name, (long long)t->shape[0], exact ? "" : "at least ", (long long)min_len);
+  return FI_OK;
+}

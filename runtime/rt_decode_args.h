@@ -1,0 +1,45 @@
+/* rt_decode_args.h: the helpers the decode entry points share (rt_decode_args.c). */
+#ifndef RT_DECODE_ARGS_H
+#define RT_DECODE_ARGS_H
+
+#include "decode_params.h"
+#include "fi_runtime.h"
+#include "jit_key.h"
+
+/* DLPack >= 1.0 fp8 type codes (kDLFloat8_e4m3fn, kDLFloat8_e5m2). */
+#define DEC_DL_E4M3FN 10
+#define DEC_DL_E5M2 12
+
+/* A dtype's jit code (fp8 included), and its name for messages. */
+int rt_dec_dtype(DLDataType d);
+const char *rt_dec_dtype_string(DLDataType d, char *buf, size_t n);
+
+/* Heads (a group of 1..16), head_dim, q and cache dtypes, and the parameters (p may be NULL). */
+fi_status rt_dec_check_common(const char *fn, int hq, int hkv, int D, int qdt, int kvdt,
+                              DLDataType qd, DLDataType kvd, const fi_attention_params *p);
+
+/* Tuning overrides from the environment (README): the L2 prefetch distance, and the
+ * block shape in the key. */
+int rt_dec_prefetch_steps(void);
+void rt_dec_tune_key(jit_key *key);
+
+/* The kernel's scale, soft cap, value scale and RoPE fields. */
+void rt_dec_fill_scalars(fi_decode_params *k, const fi_attention_params *p, int D, int kvdt);
+
+/* Tensor checks; each failure names fn and the argument. */
+fi_status rt_dec_check_rows(const char *fn, const char *name, const DLTensor *t, int elem_bytes);
+fi_status rt_dec_check_shape(const char *fn, const char *name, const DLTensor *t, int n,
+                             const int64_t *want, const char *what);
+fi_status rt_dec_check_lse(const char *fn, const DLTensor *lse, const DLTensor *q, int n,
+                           const int64_t *want);
+fi_status rt_dec_check_outputs_apart(const char *fn, const DLTensor *out, const DLTensor *lse,
+                                     const DLTensor *const *ins, const char *const *names, int n);
+fi_status rt_dec_check_index(const char *fn, const char *name, const DLTensor *t,
+                             const DLTensor *q, int64_t min_len, int exact);
+
+/* The loaded kernel for key, launched on a gx x gy grid of `threads`. */
+fi_status rt_dec_launch(fi_runtime *rt, int devtype, int device, const jit_key *key, unsigned gx,
+                        unsigned gy, unsigned threads, void *params, size_t bytes, void *stream);
+fi_status rt_dec_device_sms(fi_runtime *rt, int devtype, int device, int *sms);
+
+#endif

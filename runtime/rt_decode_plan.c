@@ -1,0 +1,129 @@
+/* rt_decode_plan.c: the batch decode planner: how the requests' KV tokens are cut into
+ * work items (split-KV when the batch cannot fill the device) and where the tables go. */
+#include <stdio.h>
+
+#include "decode_params.h"
+#include "rt_decode.h"
+
+/* Fewest tokens a split chunk gets: below this the fixed costs of a block (q, the
+ * merge of its warps and of the chunks) outweigh what it reads. */
+#define MIN_CHUNK_TOKENS 128
+
+static int64_t align256(int64_t x) { return (x + 255) & ~(int64_t)255; }
+
+int64_t rt_decode_target_items(int64_t slots, int num_kv_heads) {
+  int64_t t = slots / (num_kv_heads > 0 ? num_kv_heads : 1);
+  return t > 0 ? t : 1;
+}
+
+void rt_decode_layout_for(int64_t max_batch, int sms, int num_qo_heads, int num_kv_heads,
+                          int head_dim, rt_decode_layout *l) {
+  const int64_t target =
+      rt_decode_target_items((int64_t)(sms > 0 ? sms : 1) * RT_DECODE_MAX_BLOCKS_PER_SM, num_kv_heads);
+  const int64_t cap = max_batch > target ? max_batch : target;
+  l->capacity = cap;
+  l->items_off = FI_DECODE_HDR_WORDS * 4;
+  l->counters_off = align256(l->items_off + cap * FI_DECODE_ITEM_WORDS * 4);
+  l->partial_o_off = align256(l->counters_off + cap * num_kv_heads * 4);
+  l->partial_lse_off = align256(l->partial_o_off + cap * num_qo_heads * head_dim * 4);
+  l->bytes = align256(l->partial_lse_off + cap * num_qo_heads * 4);
+}
+
+int rt_decode_check_pages(int batch, const int32_t *indptr, const int32_t *last_page_len,
+                          int page_size, char *err, size_t errlen) {
+  if (indptr[0] < 0) {
+    snprintf(err, errlen, "indptr[0] is %d; page offsets start at 0 or more", indptr[0]);
+    return -1;
+  }
+  for (int b = 0; b < batch; b++) {
+    const int64_t np = (int64_t)indptr[b + 1] - indptr[b];
+    if (np < 0) {
+      snprintf(err, errlen, "indptr is not monotone: indptr[%d] = %d > indptr[%d] = %d", b,
+               indptr[b], b + 1, indptr[b + 1]);
+      return -1;
+    }
+    const int32_t last = last_page_len[b];
+    if (np > 0 && (last < 1 || last > page_size)) {
+      snprintf(err, errlen, "last_page_len[%d] is %d; 1..page_size (%d) is needed for a request with pages",
+               b, last, page_size);
+      return -1;
+    }
+    if (np == 0 && last != 0) {
+      snprintf(err, errlen, "last_page_len[%d] is %d but request %d has no pages (0 is needed)", b,
+               last, b);
+      return -1;
+    }
+    if ((np - 1) * page_size + last > INT32_MAX) {
+      snprintf(err, errlen, "request %d has more than 2^31-1 tokens", b);
+      return -1;
+    }
+  }
+  return 0;
+}
+
+/* A request's attended tokens [start, len) and its pages [p0, p1). */
+static void span(const int32_t *indptr, const int32_t *last, int b, int page_size,
+                 int window_left, int64_t *start, int64_t *len, int64_t *p0, int64_t *p1) {
+  const int64_t np = (int64_t)indptr[b + 1] - indptr[b];
+  *len = np > 0 ? (np - 1) * page_size + last[b] : 0;
+  *start = window_left >= 0 && *len - 1 - window_left > 0 ? *len - 1 - window_left : 0;
+  *p0 = *start / page_size;
+  *p1 = (*len + page_size - 1) / page_size;
+}
+
+int64_t rt_decode_partition(int batch, const int32_t *indptr, const int32_t *last_page_len,
+                            int page_size, int window_left, int64_t target, int32_t *items,
+                            int64_t max_items, int *chunk_pages) {
+  int64_t maxp = 0;
+  for (int b = 0; b < batch; b++) {
+    int64_t s, l, p0, p1;
+    span(indptr, last_page_len, b, page_size, window_left, &s, &l, &p0, &p1);
+    if (p1 - p0 > maxp) maxp = p1 - p0;
+  }
+  /* chunk: pages per item; maxp (or more) means one item per request. */
+  int64_t chunk = maxp > 0 ? maxp : 1;
+  if (batch < target && maxp > 1) {
+    int64_t lo = (MIN_CHUNK_TOKENS + page_size - 1) / page_size, hi = maxp;
+    if (lo < 1) lo = 1;
+    if (lo > hi) lo = hi;
+    /* The smallest chunk whose item count fits the target (it falls as chunk grows). */
+    while (lo < hi) {
+      const int64_t mid = lo + (hi - lo) / 2;
+      int64_t n = 0;
+      for (int b = 0; b < batch && n <= target; b++) {
+        int64_t s, l, p0, p1;
+        span(indptr, last_page_len, b, page_size, window_left, &s, &l, &p0, &p1);
+        n += p1 > p0 ? (p1 - p0 + mid - 1) / mid : 1;
+      }
+      if (n <= target)
+        hi = mid;
+      else
+        lo = mid + 1;
+    }
+    chunk = lo;
+  }
+  if (chunk > INT32_MAX) chunk = INT32_MAX;
+  *chunk_pages = (int)chunk;
+  int64_t n = 0;
+  for (int b = 0; b < batch; b++) {
+    int64_t s, l, p0, p1;
+    span(indptr, last_page_len, b, page_size, window_left, &s, &l, &p0, &p1);
+    const int64_t nc = p1 > p0 ? (p1 - p0 + chunk - 1) / chunk : 1;
+    if (nc > 0x7fff || n + nc > max_items) return -1;
+    for (int64_t k = 0; k < nc; k++) {
+      int64_t t0 = (p0 + k * chunk) * page_size, t1 = (p0 + (k + 1) * chunk) * page_size;
+      if (t0 < s) t0 = s;
+      if (t1 > l) t1 = l;
+      if (l == 0) t0 = t1 = 0;
+      int32_t *it = items + FI_DECODE_ITEM_WORDS * n++;
+      it[0] = b;
+      it[1] = (int32_t)t0;
+      it[2] = (int32_t)t1;
+      it[3] = (int32_t)(k | (nc << 16));
+      it[4] = indptr[b];
+      it[5] = (int32_t)l;
+      it[6] = it[7] = 0;
+    }
+  }
+  return n;
+}

@@ -1,0 +1,429 @@
+/* rt_sampling.c: the sampling entry points (fi_softmax, fi_sampling_from_probs, the top-k /
+ * top-p / min-p samplers, the renorm and mask ops): argument checks, the kernel choice
+ * (access width, CTAs per row) and the launch: a grid of batch x cluster CTAs. */
+#include <math.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "fi_params.h"
+#include "ops_sampling.h"
+#include "rt_internal.h"
+#include "rt_tensor.h"
+#include "sampling_params.h"
+
+typedef struct smp_call {
+  jit_key key;
+  fi_sampling_params p;
+  int devtype, device;
+  int64_t batch;
+  const DLTensor *in;
+} smp_call;
+
+/* The per-row parameter arrays of a call, for the overlap checks. */
+typedef struct smp_arrays {
+  const DLTensor *t[3];
+  const char *name[3];
+} smp_arrays;
+
+/* input: [batch, vocab] float16/bfloat16/float32 with unit column stride. */
+static fi_status check_input(const char *fn, const char *name, const DLTensor *t) {
+  fi_status st = rt_check_tensor(fn, name, t, 2);
+  if (st != FI_OK) return st;
+  char b[32];
+  const int dt = rt_tensor_dtype(t);
+  if (dt != JIT_DT_F16 && dt != JIT_DT_BF16 && dt != JIT_DT_F32)
+    return rt_fail(FI_ERR_INVALID_ARGUMENT,
+                   "%s: %s has dtype %s; float16, bfloat16 or float32 is needed", fn, name,
+                   rt_dtype_string(t->dtype, b, sizeof b));
+  const int64_t batch = t->shape[0], vocab = t->shape[1];
+  if (vocab < 1 || vocab > ((int64_t)1 << 30))
+    return rt_fail(FI_ERR_INVALID_ARGUMENT,
+                   "%s: %s has vocab size (shape[1]) %lld; 1 to 2^30 is supported", fn, name,
+                   (long long)vocab);
+  if (batch > ((int64_t)1 << 28))
+    return rt_fail(FI_ERR_INVALID_ARGUMENT, "%s: %s has batch (shape[0]) %lld; at most 2^28", fn,
+                   name, (long long)batch);
+  if (vocab > 1 && rt_stride(t, 1) != 1)
+    return rt_fail(FI_ERR_INVALID_ARGUMENT,
+                   "%s: %s has column stride %lld; rows must be contiguous (stride 1)", fn, name,
+                   (long long)rt_stride(t, 1));
+  if (batch > 1 && rt_stride(t, 0) < vocab)
+    return rt_fail(FI_ERR_INVALID_ARGUMENT,
+                   "%s: %s has row stride %lld, less than its vocab size %lld", fn, name,
+                   (long long)rt_stride(t, 0), (long long)vocab);
+  if (rt_extent_bytes(t) < 0)
+    return rt_fail(FI_ERR_INVALID_ARGUMENT, "%s: %s spans more than 2^63 bytes", fn, name);
+  return FI_OK;
+}
+
+/* A 1-D [batch] tensor of dtype want on in's device (a per-row parameter or the samples). */
+static fi_status check_rows(const char *fn, const char *name, const DLTensor *t, int want,
+                            const char *want_name, const DLTensor *in) {
+  fi_status st = rt_check_tensor(fn, name, t, 1);
+  if (st != FI_OK) return st;
+  if ((st = rt_check_same_device(fn, "the input", in, name, t)) != FI_OK) return st;
+  char b[32];
+  if (rt_tensor_dtype(t) != want)
+    return rt_fail(FI_ERR_INVALID_ARGUMENT, "%s: %s has dtype %s; %s is needed", fn, name,
+                   rt_dtype_string(t->dtype, b, sizeof b), want_name);
+  if (t->shape[0] != in->shape[0])
+    return rt_fail(FI_ERR_INVALID_ARGUMENT,
+                   "%s: %s has shape [%lld]; [%lld] is needed (the input's batch)", fn, name,
+                   (long long)t->shape[0], (long long)in->shape[0]);
+  if (rt_extent_bytes(t) < 0)
+    return rt_fail(FI_ERR_INVALID_ARGUMENT, "%s: %s spans more than 2^63 bytes", fn, name);
+  return FI_OK;
+}
+
+/* A written tensor must not share memory with any per-row parameter array. */
+static fi_status check_no_overlap(const char *fn, const char *name, const DLTensor *t,
+                                  const smp_arrays *a) {
+  for (int i = 0; i < 3; i++)
+    if (a->t[i] && rt_tensors_overlap(t, a->t[i]))
+      return rt_fail(FI_ERR_INVALID_ARGUMENT, "%s: %s overlaps %s", fn, name, a->name[i]);
+  return FI_OK;
+}
+
+/* out: [batch, vocab] of dtype want (unit column stride); it may be the input itself
+ * (same memory, same strides: in place) but not a shifted view of it. */
+static fi_status check_out2d(const char *fn, const char *name, const DLTensor *t, int want,
+                             const char *in_name, const DLTensor *in, const smp_arrays *a) {
+  fi_status st = rt_check_tensor(fn, name, t, 2);
+  if (st != FI_OK) return st;
+  if ((st = rt_check_same_device(fn, in_name, in, name, t)) != FI_OK) return st;
+  char b1[32], b2[32];
+  if (rt_tensor_dtype(t) != want)
+    return rt_fail(FI_ERR_INVALID_ARGUMENT, "%s: %s has dtype %s; %s is needed", fn, name,
+                   rt_dtype_string(t->dtype, b1, sizeof b1),
+                   want == JIT_DT_F32 ? "float32" : rt_dtype_string(in->dtype, b2, sizeof b2));
+  if (t->shape[0] != in->shape[0] || t->shape[1] != in->shape[1])
+    return rt_fail(FI_ERR_INVALID_ARGUMENT, "%s: %s has shape [%lld, %lld]; %s has [%lld, %lld]",
+                   fn, name, (long long)t->shape[0], (long long)t->shape[1], in_name,
+                   (long long)in->shape[0], (long long)in->shape[1]);
+  const int64_t batch = t->shape[0], vocab = t->shape[1];
+  if (vocab > 1 && rt_stride(t, 1) != 1)
+    return rt_fail(FI_ERR_INVALID_ARGUMENT,
+                   "%s: %s has column stride %lld; rows must be contiguous (stride 1)", fn, name,
+                   (long long)rt_stride(t, 1));
+  if (batch > 1 && rt_stride(t, 0) < vocab)
+    return rt_fail(FI_ERR_INVALID_ARGUMENT,
+                   "%s: %s has row stride %lld, less than its vocab size %lld (rows overlap)", fn,
+                   name, (long long)rt_stride(t, 0), (long long)vocab);
+  if (rt_extent_bytes(t) < 0)
+    return rt_fail(FI_ERR_INVALID_ARGUMENT, "%s: %s spans more than 2^63 bytes", fn, name);
+  if (rt_tensors_overlap(t, in)) {
+    const int same = rt_data(t) == rt_data(in) && t->dtype.bits == in->dtype.bits &&
+                     (batch <= 1 || rt_stride(t, 0) == rt_stride(in, 0));
+    if (!same)
+      return rt_fail(FI_ERR_INVALID_ARGUMENT,
+                     "%s: %s partly overlaps %s; pass the same tensor to work in place", fn, name,
+                     in_name);
+  }
+  return check_no_overlap(fn, name, t, a);
+}
+
+/* Fills the parts of the call every op shares. */
+static void call_init(smp_call *c, const DLTensor *in, void *out, int64_t out_stride) {
+  memset(c, 0, sizeof *c);
+  c->in = in;
+  c->devtype = in->device.device_type;
+  c->device = in->device.device_id;
+  c->batch = in->shape[0];
+  c->p.input = rt_data(in);
+  c->p.out = out;
+  c->p.in_stride = in->shape[0] > 1 ? rt_stride(in, 0) : 0;
+  c->p.out_stride = out_stride;
+  c->p.batch = (int32_t)in->shape[0];
+  c->p.vocab = (int32_t)in->shape[1];
+  c->p.top_p = 1.0f;
+}
+
+/* CTAs per row: a cluster of 8 or 4 on sm_90 and newer while the grid still fits on the
+ * device at once (4 CTAs of 256 threads per SM), else one. */
+static int pick_cluster(const rt_device_i *be, void *state, int device, int64_t batch) {
+  if (be != &rt_device_cuda) return 1;
+  char arch[32], err[256];
+  int sms = 0;
+  if (be->arch(state, device, arch, sizeof arch, err, sizeof err) != 0) return 1;
+  if (strncmp(arch, "sm_", 3) != 0 || atoi(arch + 3) < 90) return 1;
+  if (be->sm_count(state, device, &sms) != 0 || sms <= 0) return 1;
+  const int64_t slots = (int64_t)sms * 4;
+  if (batch * 8 <= slots) return 8;
+  if (batch * 4 <= slots) return 4;
+  return 1;
+}
+
+/* The threshold search of the top-k / top-p kernels: FI_SAMPLING_SELECT=range picks the
+ * key-range search (SEL 1 of kernels/sampling.cuh), anything else the radix search. Read
+ * at every call (a few tens of ns) so that a benchmark or test can compare both. */
+static int select_variant(void) {
+  const char *e = getenv("FI_SAMPLING_SELECT");
+  return e && strcmp(e, "range") == 0;
+}
+
+/* Chooses the kernel (vec from in's and out2d's alignment) and launches it. */
+static fi_status launch(fi_runtime *rt, smp_call *c, int op, const DLTensor *out2d, void *stream) {
+  if (c->batch == 0) return FI_OK;
+  const DLTensor *in = c->in;
+  const int dt = rt_tensor_dtype(in);
+  const int64_t vocab = in->shape[1];
+  const void *pi[1] = {rt_data(in)};
+  const int64_t si[1] = {c->p.in_stride};
+  int vec = rt_pick_vec(jit_dtype_bytes(dt), vocab, pi, 1, si, c->batch > 1 ? 1 : 0) >= 4 ? 4 : 1;
+  if (out2d && vec == 4) {
+    const void *po[1] = {rt_data(out2d)};
+    const int64_t so[1] = {c->p.out_stride};
+    vec = rt_pick_vec(jit_dtype_bytes(rt_tensor_dtype(out2d)), vocab, po, 1, so,
+                      c->batch > 1 ? 1 : 0) >= 4
+              ? 4
+              : 1;
+  }
+  const rt_device_i *be;
+  void *state;
+  fi_status st = rt_backend(rt, c->devtype, &be, &state);
+  if (st != FI_OK) return st;
+  const int cl = pick_cluster(be, state, c->device, c->batch);
+  jit_sampling_select(op, dt, vec, cl, select_variant(), &c->key);
+  rt_kernel *k;
+  if ((st = rt_kernel_get(rt, &c->key, be, c->device, &k)) != FI_OK) return st;
+  rt_launch l = {{(unsigned)(c->batch * cl), 1, 1}, {SMP_THREADS, 1, 1}, 0};
+  return rt_launch_kernel(rt, k, &l, stream, &c->p, sizeof c->p);
+}
+
+/* ---- per-row parameters: the array (checked) or the scalar (checked when no array) ---- */
+
+static fi_status top_k_arg(const char *fn, const DLTensor *arr, int top_k, const DLTensor *in,
+                           smp_call *c, smp_arrays *a, int slot) {
+  if (arr) {
+    fi_status st = check_rows(fn, "top_k_arr", arr, JIT_DT_I32, "int32", in);
+    if (st != FI_OK) return st;
+    c->p.top_k_arr = (const int32_t *)rt_data(arr);
+    c->p.top_k_stride = rt_stride(arr, 0);
+    a->t[slot] = arr;
+    a->name[slot] = "top_k_arr";
+  } else if (top_k < 0) {
+    return rt_fail(FI_ERR_INVALID_ARGUMENT,
+                   "%s: top_k is %d; 0 (no limit) or a positive count is needed", fn, top_k);
+  }
+  c->p.top_k = top_k;
+  return FI_OK;
+}
+
+static fi_status top_p_arg(const char *fn, const DLTensor *arr, double top_p, const DLTensor *in,
+                           smp_call *c, smp_arrays *a, int slot) {
+  if (arr) {
+    fi_status st = check_rows(fn, "top_p_arr", arr, JIT_DT_F32, "float32", in);
+    if (st != FI_OK) return st;
+    c->p.top_p_arr = (const float *)rt_data(arr);
+    c->p.top_p_stride = rt_stride(arr, 0);
+    a->t[slot] = arr;
+    a->name[slot] = "top_p_arr";
+    c->p.top_p = 1.0f;
+  } else {
+    if (!(top_p > 0.0 && top_p <= 1.0))
+      return rt_fail(FI_ERR_INVALID_ARGUMENT, "%s: top_p is %g; a value in (0, 1] is needed", fn,
+                     top_p);
+    c->p.top_p = (float)top_p;
+  }
+  return FI_OK;
+}
+
+/* min_p (sampling) or the temperature (softmax): the same slot of the parameters. */
+static fi_status min_p_arg(const char *fn, const char *arr_name, const char *name,
+                           const DLTensor *arr, double v, const DLTensor *in, smp_call *c,
+                           smp_arrays *a, int slot, int temperature) {
+  if (arr) {
+    fi_status st = check_rows(fn, arr_name, arr, JIT_DT_F32, "float32", in);
+    if (st != FI_OK) return st;
+    c->p.min_p_arr = (const float *)rt_data(arr);
+    c->p.min_p_stride = rt_stride(arr, 0);
+    a->t[slot] = arr;
+    a->name[slot] = arr_name;
+    c->p.min_p = 0.0f;
+  } else {
+    if (temperature ? !(v > 0.0 && isfinite(v) && (float)v > 0.0f) : !(v >= 0.0 && v <= 1.0))
+      return rt_fail(FI_ERR_INVALID_ARGUMENT, "%s: %s is %g; %s is needed", fn, name, v,
+                     temperature ? "a positive finite value" : "a value in [0, 1]");
+    c->p.min_p = (float)v;
+  }
+  return FI_OK;
+}
+
+/* samples: int32 [batch], not overlapping the input or a parameter array. */
+static fi_status samples_arg(const char *fn, const char *in_name, DLTensor *samples,
+                             const DLTensor *in, smp_call *c, const smp_arrays *a) {
+  fi_status st = check_rows(fn, "samples", samples, JIT_DT_I32, "int32", in);
+  if (st != FI_OK) return st;
+  if (rt_tensors_overlap(samples, in))
+    return rt_fail(FI_ERR_INVALID_ARGUMENT, "%s: samples overlaps %s", fn, in_name);
+  if ((st = check_no_overlap(fn, "samples", samples, a)) != FI_OK) return st;
+  c->p.out = rt_data(samples);
+  c->p.out_stride = rt_stride(samples, 0);
+  return FI_OK;
+}
+
+/* ---- entry points ---- */
+
+FI_API fi_status fi_softmax(fi_runtime *rt, const DLTensor *logits, const DLTensor *temperature_arr,
+                            double temperature, DLTensor *out, void *stream) {
+  static const char *fn = "fi_softmax";
+  if (!rt) return rt_fail(FI_ERR_INVALID_ARGUMENT, "%s: rt is NULL", fn);
+  fi_status st = check_input(fn, "logits", logits);
+  if (st != FI_OK) return st;
+  smp_call c;
+  smp_arrays a = {{NULL}, {NULL}};
+  call_init(&c, logits, NULL, 0);
+  if ((st = min_p_arg(fn, "temperature_arr", "temperature", temperature_arr, temperature, logits,
+                      &c, &a, 0, 1)) != FI_OK)
+    return st;
+  if ((st = check_out2d(fn, "out", out, JIT_DT_F32, "logits", logits, &a)) != FI_OK) return st;
+  c.p.out = rt_data(out);
+  c.p.out_stride = out->shape[0] > 1 ? rt_stride(out, 0) : 0;
+  return launch(rt, &c, FI_SMP_SOFTMAX, out, stream);
+}
+
+FI_API fi_status fi_sampling_from_probs(fi_runtime *rt, const DLTensor *probs, DLTensor *samples,
+                                        uint64_t seed, uint64_t offset, void *stream) {
+  static const char *fn = "fi_sampling_from_probs";
+  if (!rt) return rt_fail(FI_ERR_INVALID_ARGUMENT, "%s: rt is NULL", fn);
+  fi_status st = check_input(fn, "probs", probs);
+  if (st != FI_OK) return st;
+  smp_call c;
+  smp_arrays a = {{NULL}, {NULL}};
+  call_init(&c, probs, NULL, 0);
+  if ((st = samples_arg(fn, "probs", samples, probs, &c, &a)) != FI_OK) return st;
+  c.p.seed = seed;
+  c.p.offset = offset;
+  return launch(rt, &c, FI_SMP_SAMPLE, NULL, stream);
+}
+
+FI_API fi_status fi_top_k_sampling_from_probs(fi_runtime *rt, const DLTensor *probs,
+                                              const DLTensor *top_k_arr, int top_k,
+                                              DLTensor *samples, uint64_t seed, uint64_t offset,
+                                              void *stream) {
+  static const char *fn = "fi_top_k_sampling_from_probs";
+  if (!rt) return rt_fail(FI_ERR_INVALID_ARGUMENT, "%s: rt is NULL", fn);
+  fi_status st = check_input(fn, "probs", probs);
+  if (st != FI_OK) return st;
+  smp_call c;
+  smp_arrays a = {{NULL}, {NULL}};
+  call_init(&c, probs, NULL, 0);
+  if ((st = top_k_arg(fn, top_k_arr, top_k, probs, &c, &a, 0)) != FI_OK) return st;
+  if ((st = samples_arg(fn, "probs", samples, probs, &c, &a)) != FI_OK) return st;
+  c.p.seed = seed;
+  c.p.offset = offset;
+  return launch(rt, &c, FI_SMP_TOPK, NULL, stream);
+}
+
+FI_API fi_status fi_top_p_sampling_from_probs(fi_runtime *rt, const DLTensor *probs,
+                                              const DLTensor *top_p_arr, double top_p,
+                                              DLTensor *samples, uint64_t seed, uint64_t offset,
+                                              void *stream) {
+  static const char *fn = "fi_top_p_sampling_from_probs";
+  if (!rt) return rt_fail(FI_ERR_INVALID_ARGUMENT, "%s: rt is NULL", fn);
+  fi_status st = check_input(fn, "probs", probs);
+  if (st != FI_OK) return st;
+  smp_call c;
+  smp_arrays a = {{NULL}, {NULL}};
+  call_init(&c, probs, NULL, 0);
+  if ((st = top_p_arg(fn, top_p_arr, top_p, probs, &c, &a, 0)) != FI_OK) return st;
+  if ((st = samples_arg(fn, "probs", samples, probs, &c, &a)) != FI_OK) return st;
+  c.p.seed = seed;
+  c.p.offset = offset;
+  return launch(rt, &c, FI_SMP_TOPP, NULL, stream);
+}
+
+FI_API fi_status fi_min_p_sampling_from_probs(fi_runtime *rt, const DLTensor *probs,
+                                              const DLTensor *min_p_arr, double min_p,
+                                              DLTensor *samples, uint64_t seed, uint64_t offset,
+                                              void *stream) {
+  static const char *fn = "fi_min_p_sampling_from_probs";
+  if (!rt) return rt_fail(FI_ERR_INVALID_ARGUMENT, "%s: rt is NULL", fn);
+  fi_status st = check_input(fn, "probs", probs);
+  if (st != FI_OK) return st;
+  smp_call c;
+  smp_arrays a = {{NULL}, {NULL}};
+  call_init(&c, probs, NULL, 0);
+  if ((st = min_p_arg(fn, "min_p_arr", "min_p", min_p_arr, min_p, probs, &c, &a, 0, 0)) != FI_OK)
+    return st;
+  if ((st = samples_arg(fn, "probs", samples, probs, &c, &a)) != FI_OK) return st;
+  c.p.seed = seed;
+  c.p.offset = offset;
+  return launch(rt, &c, FI_SMP_MINP, NULL, stream);
+}
+
+FI_API fi_status fi_top_k_top_p_sampling_from_logits(fi_runtime *rt, const DLTensor *logits,
+                                                     const DLTensor *top_k_arr, int top_k,
+                                                     const DLTensor *top_p_arr, double top_p,
+                                                     DLTensor *samples, uint64_t seed,
+                                                     uint64_t offset, void *stream) {
+  static const char *fn = "fi_top_k_top_p_sampling_from_logits";
+  if (!rt) return rt_fail(FI_ERR_INVALID_ARGUMENT, "%s: rt is NULL", fn);
+  fi_status st = check_input(fn, "logits", logits);
+  if (st != FI_OK) return st;
+  smp_call c;
+  smp_arrays a = {{NULL}, {NULL}};
+  call_init(&c, logits, NULL, 0);
+  if ((st = top_k_arg(fn, top_k_arr, top_k, logits, &c, &a, 0)) != FI_OK) return st;
+  if ((st = top_p_arg(fn, top_p_arr, top_p, logits, &c, &a, 1)) != FI_OK) return st;
+  if ((st = samples_arg(fn, "logits", samples, logits, &c, &a)) != FI_OK) return st;
+  c.p.seed = seed;
+  c.p.offset = offset;
+  return launch(rt, &c, FI_SMP_TOPK_TOPP_LOGITS, NULL, stream);
+}
+
+FI_API fi_status fi_top_k_renorm_probs(fi_runtime *rt, const DLTensor *probs,
+                                       const DLTensor *top_k_arr, int top_k, DLTensor *out,
+                                       void *stream) {
+  static const char *fn = "fi_top_k_renorm_probs";
+  if (!rt) return rt_fail(FI_ERR_INVALID_ARGUMENT, "%s: rt is NULL", fn);
+  fi_status st = check_input(fn, "probs", probs);
+  if (st != FI_OK) return st;
+  smp_call c;
+  smp_arrays a = {{NULL}, {NULL}};
+  call_init(&c, probs, NULL, 0);
+  if ((st = top_k_arg(fn, top_k_arr, top_k, probs, &c, &a, 0)) != FI_OK) return st;
+  if ((st = check_out2d(fn, "out", out, rt_tensor_dtype(probs), "probs", probs, &a)) != FI_OK)
+    return st;
+  c.p.out = rt_data(out);
+  c.p.out_stride = out->shape[0] > 1 ? rt_stride(out, 0) : 0;
+  return launch(rt, &c, FI_SMP_TOPK_RENORM, out, stream);
+}
+
+FI_API fi_status fi_top_p_renorm_probs(fi_runtime *rt, const DLTensor *probs,
+                                       const DLTensor *top_p_arr, double top_p, DLTensor *out,
+                                       void *stream) {
+  static const char *fn = "fi_top_p_renorm_probs";
+  if (!rt) return rt_fail(FI_ERR_INVALID_ARGUMENT, "%s: rt is NULL", fn);
+  fi_status st = check_input(fn, "probs", probs);
+  if (st != FI_OK) return st;
+  smp_call c;
+  smp_arrays a = {{NULL}, {NULL}};
+  call_init(&c, probs, NULL, 0);
+  if ((st = top_p_arg(fn, top_p_arr, top_p, probs, &c, &a, 0)) != FI_OK) return st;
+  if ((st = check_out2d(fn, "out", out, rt_tensor_dtype(probs), "probs", probs, &a)) != FI_OK)
+    return st;
+  c.p.out = rt_data(out);
+  c.p.out_stride = out->shape[0] > 1 ? rt_stride(out, 0) : 0;
+  return launch(rt, &c, FI_SMP_TOPP_RENORM, out, stream);
+}
+
+FI_API fi_status fi_top_k_mask_logits(fi_runtime *rt, const DLTensor *logits,
+                                      const DLTensor *top_k_arr, int top_k, DLTensor *out,
+                                      void *stream) {
+  static const char *fn = "fi_top_k_mask_logits";
+  if (!rt) return rt_fail(FI_ERR_INVALID_ARGUMENT, "%s: rt is NULL", fn);
+  fi_status st = check_input(fn, "logits", logits);
+  if (st != FI_OK) return st;
+  smp_call c;
+  smp_arrays a = {{NULL}, {NULL}};
+  call_init(&c, logits, NULL, 0);
+  if ((st = top_k_arg(fn, top_k_arr, top_k, logits, &c, &a, 0)) != FI_OK) return st;
+  if ((st = check_out2d(fn, "out", out, rt_tensor_dtype(logits), "logits", logits, &a)) != FI_OK)
+    return st;
+  c.p.out = rt_data(out);
+  c.p.out_stride = out->shape[0] > 1 ? rt_stride(out, 0) : 0;
+  return launch(rt, &c, FI_SMP_TOPK_MASK, out, stream);
+}

@@ -1,0 +1,765 @@
+/* gpu_decode.c: fi_single_decode and fi_batch_decode_plan/run on the GPU against a float64
+ * CPU reference: fresh random inputs, pages in random order, poisoned outputs, every dtype,
+ * head_dim and layout, several page and group sizes, ragged batches, split-KV or not, RoPE,
+ * soft cap, sliding window, an interleaved K/V buffer and CUDA-graph replays after re-plans. */
+#include <dlfcn.h>
+#include <math.h>
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "ft.h"
+#include "gpu_util.h"
+
+static cu_api cu;
+static CUcontext ctx;
+static fi_runtime *rt;
+static uint64_t seed;
+
+typedef struct CUgraph_st *CUgraph;
+typedef struct CUgraphExec_st *CUgraphExec;
+static struct {
+  CUresult (*begin)(CUstream, int);
+  CUresult (*end)(CUstream, CUgraph *);
+  CUresult (*inst)(CUgraphExec *, CUgraph, unsigned long long);
+  CUresult (*launch)(CUgraphExec, CUstream);
+  CUresult (*exec_destroy)(CUgraphExec);
+  CUresult (*destroy)(CUgraph);
+} gr;
+
+static int setup(void) {
+  if (rt) return 0;
+  char err[256];
+  if (cu_min_init(&cu, &ctx, err, sizeof err) != 0) {
+    fprintf(stderr, "%s\n", err);
+    return -1;
+  }
+  void *h = dlopen("libcuda.so.1", RTLD_NOW | RTLD_LOCAL);
+  gr.begin = (CUresult(*)(CUstream, int))dlsym(h, "cuStreamBeginCapture_v2");
+  gr.end = (CUresult(*)(CUstream, CUgraph *))dlsym(h, "cuStreamEndCapture");
+  gr.inst = (CUresult(*)(CUgraphExec *, CUgraph, unsigned long long))dlsym(h, "cuGraphInstantiateWithFlags");
+  gr.launch = (CUresult(*)(CUgraphExec, CUstream))dlsym(h, "cuGraphLaunch");
+  gr.exec_destroy = (CUresult(*)(CUgraphExec))dlsym(h, "cuGraphExecDestroy");
+  gr.destroy = (CUresult(*)(CUgraph))dlsym(h, "cuGraphDestroy");
+  fi_options o;
+  fi_options_init(&o);
+  o.cache_path = getenv("FI_TEST_CACHE") ? getenv("FI_TEST_CACHE") : ":memory:";
+  if (fi_runtime_create(&o, &rt) != FI_OK) return -1;
+  seed = (uint64_t)time(NULL) * 2654435761u + (uint64_t)clock();
+  if (!seed) seed = 1;
+  fprintf(stderr, "seed %llu\n", (unsigned long long)seed);
+  return 0;
+}
+
+/* ---- element types: 0 f16, 1 bf16, 10 e4m3, 12 e5m2 ---- */
+enum { T_F16 = 0, T_BF16 = 1, T_E4M3 = 10, T_E5M2 = 12 };
+static int tbytes(int t) { return t == T_E4M3 || t == T_E5M2 ? 1 : 2; }
+static DLDataType tdl(int t) {
+  DLDataType d;
+  d.lanes = 1;
+  if (t == T_E4M3 || t == T_E5M2) {
+    d.code = (uint8_t)t;
+    d.bits = 8;
+  } else {
+    d.code = t == T_BF16 ? kDLBfloat : kDLFloat;
+    d.bits = 16;
+  }
+  return d;
+}
+static const char *tname(int t) {
+  return t == T_F16 ? "f16" : t == T_BF16 ? "bf16" : t == T_E4M3 ? "e4m3" : "e5m2";
+}
+static double fp8_value(int t, uint8_t b) {
+  if (t == T_E5M2) return g_f16_to_f32((uint16_t)(b << 8));
+  const int s = b >> 7, e = (b >> 3) & 15, m = b & 7;
+  const double mag = e == 0 ? m * ldexp(1.0, -9) : ldexp(1.0 + m / 8.0, e - 7);
+  return s ? -mag : mag;
+}
+/* A random value of type t stored at element i of buf; returns what was stored. */
+static double put_random(void *buf, int t, int64_t i, double scale) {
+  if (t == T_E4M3 || t == T_E5M2) {
+    /* A random finite code of moderate size. */
+    const int s = (int)(g_rand(&seed) & 1);
+    uint8_t b;
+    if (t == T_E4M3) {
+      const int e = 3 + (int)(g_rand(&seed) % 7), m = (int)(g_rand(&seed) % 8);
+      b = (uint8_t)((s << 7) | (e << 3) | m);
+    } else {
+      const int e = 12 + (int)(g_rand(&seed) % 6), m = (int)(g_rand(&seed) % 4);
+      b = (uint8_t)((s << 7) | (e << 2) | m);
+    }
+    ((uint8_t *)buf)[i] = b;
+    return fp8_value(t, b);
+  }
+  return g_put(buf, t, i, scale * g_normal(&seed));
+}
+static double get_val(const void *buf, int t, int64_t i) {
+  if (t == T_E4M3 || t == T_E5M2) return fp8_value(t, ((const uint8_t *)buf)[i]);
+  return g_get(buf, t, i);
+}
+
+/* ---- one test case ---- */
+typedef struct dcase {
+  const char *name;
+  int qt, kvt, D, hq, hkv, ps, hnd, B;
+  int maxlen;          /* lengths drawn in [1, maxlen] (some exactly on a page boundary) */
+  const int *lens;     /* or these B lengths */
+  double soft_cap;
+  int window;          /* -1 off */
+  int rope;
+  double k_scale, v_scale, sm_scale, qscale;
+  int interleaved;     /* K and V views of one [pages, 2, ...] buffer */
+  double tol;
+} dcase;
+
+typedef struct host_kv {
+  int64_t pages;
+  int64_t pstride, sstride, hstride; /* elements, of the K (or V) view */
+  int64_t v_off;                     /* V view's first element, from the buffer's start */
+  void *buf;                         /* K and V (interleaved) or K then V in one buffer */
+  int64_t elems;
+} host_kv;
+
+static double dot_ref(const double *q, const double *k, int D) {
+  double s = 0;
+  for (int i = 0; i < D; i++) s += q[i] * k[i];
+  return s;
+}
+static void rope_ref(double *x, int D, double pos, const dcase *c) {
+  const double th = 1e4, sc = 1.0;
+  (void)c;
+  for (int i = 0; i < D / 2; i++) {
+    const float f = (float)(1.0 / (sc * pow(th, 2.0 * i / D)));
+    const double a = pos * (double)f, cs = cos(a), sn = sin(a);
+    const double x1 = x[i], x2 = x[i + D / 2];
+    x[i] = x1 * cs - x2 * sn;
+    x[i + D / 2] = x2 * cs + x1 * sn;
+  }
+}
+
+/* Reference for request of length L: qv [hq][D], K/V gathered [L][hkv][D]; writes out
+ * [hq][D] and lse [hq] (natural log). */
+static void reference(const dcase *c, int L, const double *qv, const double *kk, const double *vv,
+                      double *out, double *lse) {
+  const int D = c->D, G = c->hq / c->hkv;
+  const double sm = c->sm_scale > 0 ? c->sm_scale : 1.0 / sqrt((double)D);
+  const int start = c->window >= 0 && L - 1 - c->window > 0 ? L - 1 - c->window : 0;
+  double *s = malloc(sizeof(double) * (size_t)(L > 0 ? L : 1));
+  double *qr = malloc(sizeof(double) * (size_t)D), *kr = malloc(sizeof(double) * (size_t)D);
+  for (int h = 0; h < c->hq; h++) {
+    const int kh = h / G;
+    memcpy(qr, qv + (int64_t)h * D, sizeof(double) * (size_t)D);
+    if (c->rope) rope_ref(qr, D, L - 1, c);
+    double m = -INFINITY;
+    for (int t = start; t < L; t++) {
+      memcpy(kr, kk + ((int64_t)t * c->hkv + kh) * D, sizeof(double) * (size_t)D);
+      if (c->rope) rope_ref(kr, D, t, c);
+      double x = dot_ref(qr, kr, D) * c->k_scale * sm;
+      if (c->soft_cap > 0) x = c->soft_cap * tanh(x / c->soft_cap);
+      s[t] = x;
+      if (x > m) m = x;
+    }
+    double den = 0;
+    for (int t = start; t < L; t++) den += exp(s[t] - m);
+    for (int d = 0; d < D; d++) {
+      double acc = 0;
+      for (int t = start; t < L; t++) acc += exp(s[t] - m) * vv[((int64_t)t * c->hkv + kh) * D + d];
+      out[(int64_t)h * D + d] = L > start ? acc / den * c->v_scale : 0.0;
+    }
+    lse[h] = L > start ? m + log(den) : -INFINITY;
+  }
+  free(s);
+  free(qr);
+  free(kr);
+}
+
+typedef struct errs {
+  double on, od, ln, ld;
+  int64_t nan_out, bad_lse_inf;
+} errs;
+static void acc_out(errs *e, double got, double ref) {
+  if (got != got) {
+    e->nan_out++;
+    return;
+  }
+  e->on += (got - ref) * (got - ref);
+  e->od += ref * ref;
+}
+static void acc_lse(errs *e, double got, double ref) {
+  if (isinf(ref) || isinf(got)) {
+    e->bad_lse_inf += !(isinf(ref) && isinf(got) && ref < 0 && got < 0);
+    return;
+  }
+  if (got != got) {
+    e->nan_out++;
+    return;
+  }
+  e->ln += (got - ref) * (got - ref);
+  e->ld += ref * ref;
+}
+static double relerr(double n, double d) { return d > 0 ? sqrt(n / d) : sqrt(n); }
+
+/* Lengths of the batch, some on page boundaries, 1, and (rarely) empty. */
+static void draw_lengths(const dcase *c, int *len) {
+  for (int b = 0; b < c->B; b++) {
+    if (c->lens) {
+      len[b] = c->lens[b];
+      continue;
+    }
+    const uint64_t r = g_rand(&seed) % 10;
+    if (r == 0)
+      len[b] = 1;
+    else if (r <= 2)
+      len[b] = c->ps * (1 + (int)(g_rand(&seed) % (uint64_t)(c->maxlen / c->ps > 0 ? c->maxlen / c->ps : 1)));
+    else
+      len[b] = 1 + (int)(g_rand(&seed) % (uint64_t)c->maxlen);
+  }
+}
+
+typedef struct batch_data {
+  int *len;
+  int32_t *indptr, *last, *indices;
+  int64_t npages_used, total_pages;
+  host_kv kv;
+  void *q;        /* [B][hq][D] */
+  double *qd;
+  double **kd, **vd; /* per request gathered [L][hkv][D] with scales */
+} batch_data;
+
+/* Builds random paged data for c (pages in random order, spare pages between). */
+static void make_batch(const dcase *c, batch_data *bd) {
+  const int B = c->B, D = c->D, H = c->hkv, ps = c->ps;
+  bd->len = calloc((size_t)B + 1, sizeof(int));
+  draw_lengths(c, bd->len);
+  bd->indptr = calloc((size_t)B + 1, sizeof(int32_t));
+  bd->last = calloc((size_t)B + 1, sizeof(int32_t));
+  for (int b = 0; b < B; b++) {
+    const int np = (bd->len[b] + ps - 1) / ps;
+    bd->indptr[b + 1] = bd->indptr[b] + np;
+    bd->last[b] = np ? bd->len[b] - (np - 1) * ps : 0;
+  }
+  const int64_t used = bd->indptr[B];
+  bd->npages_used = used;
+  bd->total_pages = used + used / 4 + 3;
+  int64_t *perm = malloc(sizeof(int64_t) * (size_t)bd->total_pages);
+  for (int64_t i = 0; i < bd->total_pages; i++) perm[i] = i;
+  for (int64_t i = bd->total_pages - 1; i > 0; i--) {
+    const int64_t j = (int64_t)(g_rand(&seed) % (uint64_t)(i + 1)), t = perm[i];
+    perm[i] = perm[j];
+    perm[j] = t;
+  }
+  bd->indices = malloc(sizeof(int32_t) * (size_t)(used + 1));
+  for (int64_t i = 0; i < used; i++) bd->indices[i] = (int32_t)perm[i];
+  free(perm);
+  /* The cache buffer: [pages][2][...] interleaved, or K pages then V pages. */
+  host_kv *kv = &bd->kv;
+  const int64_t page_elems = (int64_t)ps * H * D;
+  kv->pages = bd->total_pages;
+  if (c->interleaved) {
+    kv->pstride = 2 * page_elems;
+    kv->v_off = page_elems;
+  } else {
+    kv->pstride = page_elems;
+    kv->v_off = bd->total_pages * page_elems;
+  }
+  kv->sstride = c->hnd ? D : (int64_t)H * D;
+  kv->hstride = c->hnd ? (int64_t)ps * D : D;
+  kv->elems = 2 * bd->total_pages * page_elems;
+  kv->buf = malloc((size_t)kv->elems * (size_t)tbytes(c->kvt));
+  /* Every element random, used or not (finite: a masked token must not leak NaN). */
+  for (int64_t i = 0; i < kv->elems; i++) put_random(kv->buf, c->kvt, i, 1.0);
+  bd->q = malloc((size_t)B * c->hq * D * 2 + 16);
+  bd->qd = malloc(sizeof(double) * (size_t)B * c->hq * D + 8);
+  for (int64_t i = 0; i < (int64_t)B * c->hq * D; i++) bd->qd[i] = put_random(bd->q, c->qt, i, c->qscale);
+  bd->kd = calloc((size_t)B, sizeof(double *));
+  bd->vd = calloc((size_t)B, sizeof(double *));
+  for (int b = 0; b < B; b++) {
+    const int L = bd->len[b];
+    bd->kd[b] = malloc(sizeof(double) * (size_t)(L > 0 ? L : 1) * H * D);
+    bd->vd[b] = malloc(sizeof(double) * (size_t)(L > 0 ? L : 1) * H * D);
+    for (int t = 0; t < L; t++) {
+      const int64_t page = bd->indices[bd->indptr[b] + t / ps], slot = t % ps;
+      for (int h = 0; h < H; h++)
+        for (int d = 0; d < D; d++) {
+          const int64_t e = page * kv->pstride + slot * kv->sstride + h * kv->hstride + d;
+          bd->kd[b][((int64_t)t * H + h) * D + d] = get_val(kv->buf, c->kvt, e);
+          bd->vd[b][((int64_t)t * H + h) * D + d] = get_val(kv->buf, c->kvt, e + kv->v_off);
+        }
+    }
+  }
+}
+static void free_batch(const dcase *c, batch_data *bd) {
+  for (int b = 0; b < c->B; b++) {
+    free(bd->kd[b]);
+    free(bd->vd[b]);
+  }
+  free(bd->kd);
+  free(bd->vd);
+  free(bd->len);
+  free(bd->indptr);
+  free(bd->last);
+  free(bd->indices);
+  free(bd->kv.buf);
+  free(bd->q);
+  free(bd->qd);
+}
+
+static fi_attention_params params_of(const dcase *c) {
+  fi_attention_params p;
+  fi_attention_params_init(&p);
+  p.sm_scale = c->sm_scale;
+  p.logits_soft_cap = c->soft_cap;
+  p.window_left = c->window;
+  p.pos_encoding = c->rope ? FI_POS_ROPE_LLAMA : FI_POS_NONE;
+  p.k_scale = c->k_scale;
+  p.v_scale = c->v_scale;
+  return p;
+}
+
+/* Checks rows [0, B) of out/lse (device images) against the reference. */
+static void check_rows(const dcase *c, const char *what, const batch_data *bd, int B, const void *out,
+                       const float *lse) {
+  errs e;
+  memset(&e, 0, sizeof e);
+  const int D = c->D;
+  double *ro = malloc(sizeof(double) * (size_t)c->hq * D), *rl = malloc(sizeof(double) * (size_t)c->hq);
+  int maxL = 0;
+  for (int b = 0; b < B; b++) {
+    reference(c, bd->len[b], bd->qd + (int64_t)b * c->hq * D, bd->kd[b], bd->vd[b], ro, rl);
+    if (bd->len[b] > maxL) maxL = bd->len[b];
+    for (int64_t i = 0; i < (int64_t)c->hq * D; i++)
+      acc_out(&e, g_get(out, c->qt, (int64_t)b * c->hq * D + i), ro[i]);
+    if (lse)
+      for (int h = 0; h < c->hq; h++) acc_lse(&e, lse[(int64_t)b * c->hq + h], rl[h]);
+  }
+  free(ro);
+  free(rl);
+  const double oe = relerr(e.on, e.od), le = relerr(e.ln, e.ld);
+  fprintf(stderr, "  %-34s %s: q %s kv %s D=%d %d/%d ps=%d %s B=%d maxL=%d: out err %.3g (tol %.1g), lse err %.3g\n",
+          c->name, what, tname(c->qt), tname(c->kvt), D, c->hq, c->hkv, c->ps, c->hnd ? "HND" : "NHD",
+          B, maxL, oe, c->tol, le);
+  FT_CHECK(e.nan_out == 0, "%s %s: %lld outputs NaN or never written", c->name, what, (long long)e.nan_out);
+  FT_CHECK(oe < c->tol, "%s %s: out relative error %.3g over %.1g", c->name, what, oe, c->tol);
+  FT_CHECK(!lse || le < 1e-3, "%s %s: lse relative error %.3g over 1e-3", c->name, what, le);
+  FT_CHECK(e.bad_lse_inf == 0, "%s %s: %lld lse wrongly -inf or not", c->name, what, (long long)e.bad_lse_inf);
+}
+
+typedef struct dev_batch {
+  CUdeviceptr q, kv, indptr, indices, last, out, lse, ws;
+  size_t ws_bytes, out_bytes;
+  int64_t qshape[3], kshape[4], kstr[4], ishape[1], xshape[1], lshape[1], lsshape[2], wshape[1];
+  DLTensor tq, tk, tv, tip, tix, tlp, to, tl, tw;
+} dev_batch;
+
+static void upload_batch(const dcase *c, const batch_data *bd, dev_batch *d, int rows) {
+  const int D = c->D, H = c->hkv;
+  const size_t qbytes = (size_t)rows * c->hq * D * 2;
+  memset(d, 0, sizeof *d);
+  CU_CHECK(&cu, cuMemAlloc(&d->q, qbytes));
+  CU_CHECK(&cu, cuMemcpyHtoD(d->q, bd->q, (size_t)c->B * c->hq * D * 2));
+  const size_t kvbytes = (size_t)bd->kv.elems * (size_t)tbytes(c->kvt);
+  CU_CHECK(&cu, cuMemAlloc(&d->kv, kvbytes));
+  CU_CHECK(&cu, cuMemcpyHtoD(d->kv, bd->kv.buf, kvbytes));
+  CU_CHECK(&cu, cuMemAlloc(&d->indptr, sizeof(int32_t) * (size_t)(rows + 1)));
+  CU_CHECK(&cu, cuMemcpyHtoD(d->indptr, bd->indptr, sizeof(int32_t) * (size_t)(c->B + 1)));
+  CU_CHECK(&cu, cuMemAlloc(&d->last, sizeof(int32_t) * (size_t)(rows + 1)));
+  CU_CHECK(&cu, cuMemcpyHtoD(d->last, bd->last, sizeof(int32_t) * (size_t)(c->B + 1)));
+  CU_CHECK(&cu, cuMemAlloc(&d->indices, sizeof(int32_t) * (size_t)(bd->npages_used + 1) * 4));
+  CU_CHECK(&cu, cuMemcpyHtoD(d->indices, bd->indices, sizeof(int32_t) * (size_t)(bd->npages_used + 1)));
+  d->out_bytes = qbytes;
+  CU_CHECK(&cu, cuMemAlloc(&d->out, qbytes));
+  CU_CHECK(&cu, cuMemAlloc(&d->lse, (size_t)rows * c->hq * 4));
+  CU_CHECK(&cu, cuMemsetD8(d->out, 0xff, qbytes));
+  CU_CHECK(&cu, cuMemsetD8(d->lse, 0xff, (size_t)rows * c->hq * 4));
+  d->qshape[0] = rows, d->qshape[1] = c->hq, d->qshape[2] = D;
+  d->tq = g_tensor(d->q, 0, c->qt, 3, d->qshape, NULL);
+  d->tq.dtype = tdl(c->qt);
+  d->to = d->tq;
+  d->to.data = (void *)(uintptr_t)d->out;
+  d->kshape[0] = bd->kv.pages;
+  d->kshape[1] = c->hnd ? H : c->ps;
+  d->kshape[2] = c->hnd ? c->ps : H;
+  d->kshape[3] = D;
+  d->kstr[0] = bd->kv.pstride;
+  d->kstr[1] = c->hnd ? bd->kv.hstride : bd->kv.sstride;
+  d->kstr[2] = c->hnd ? bd->kv.sstride : bd->kv.hstride;
+  d->kstr[3] = 1;
+  d->tk = g_tensor(d->kv, 0, 0, 4, d->kshape, d->kstr);
+  d->tk.dtype = tdl(c->kvt);
+  d->tv = d->tk;
+  d->tv.byte_offset = (uint64_t)(bd->kv.v_off * tbytes(c->kvt));
+  d->ishape[0] = rows + 1;
+  d->tip = g_tensor(d->indptr, 0, 0, 1, d->ishape, NULL);
+  d->tip.dtype = (DLDataType){kDLInt, 32, 1};
+  d->lshape[0] = rows;
+  d->tlp = g_tensor(d->last, 0, 0, 1, d->lshape, NULL);
+  d->tlp.dtype = (DLDataType){kDLInt, 32, 1};
+  d->xshape[0] = bd->npages_used + 1;
+  d->tix = g_tensor(d->indices, 0, 0, 1, d->xshape, NULL);
+  d->tix.dtype = (DLDataType){kDLInt, 32, 1};
+  d->lsshape[0] = rows, d->lsshape[1] = c->hq;
+  d->tl = g_tensor(d->lse, 0, 2, 2, d->lsshape, NULL);
+  size_t wsb;
+  FT_CHECK(fi_batch_decode_workspace_size(rt, d->tq.device, rows, c->hq, c->hkv, D, &wsb) == FI_OK, "%s",
+           fi_last_error());
+  d->ws_bytes = wsb;
+  CU_CHECK(&cu, cuMemAlloc(&d->ws, wsb));
+  d->wshape[0] = (int64_t)wsb;
+  d->tw = g_tensor(d->ws, 0, 0, 1, d->wshape, NULL);
+  d->tw.dtype = (DLDataType){kDLUInt, 8, 1};
+}
+static void free_dev(dev_batch *d) {
+  CUdeviceptr ps[8] = {d->q, d->kv, d->indptr, d->indices, d->last, d->out, d->lse, d->ws};
+  for (int i = 0; i < 8; i++)
+    if (ps[i]) CU_CHECK(&cu, cuMemFree(ps[i]));
+}
+
+static fi_batch_decode_info info_of(const dcase *c, const batch_data *bd, int max_batch) {
+  fi_batch_decode_info in;
+  memset(&in, 0, sizeof in);
+  in.batch = c->B;
+  in.indptr = bd->indptr;
+  in.last_page_len = bd->last;
+  in.num_qo_heads = c->hq;
+  in.num_kv_heads = c->hkv;
+  in.head_dim = c->D;
+  in.page_size = c->ps;
+  in.q_dtype = tdl(c->qt);
+  in.kv_dtype = tdl(c->kvt);
+  in.max_batch = max_batch;
+  return in;
+}
+
+/* Batch decode of c, then single decode of a few requests (contiguous copies). */
+static void run_case(const dcase *c) {
+  FT_REQUIRE(setup() == 0);
+  batch_data bd;
+  make_batch(c, &bd);
+  dev_batch d;
+  upload_batch(c, &bd, &d, c->B);
+  const fi_attention_params p = params_of(c);
+  fi_batch_decode_info in = info_of(c, &bd, 0);
+  fi_decode_plan *plan = NULL;
+  fi_status st = fi_batch_decode_plan(rt, &in, &p, &d.tw, NULL, &plan);
+  FT_CHECK(st == FI_OK, "%s: plan: %s", c->name, fi_last_error());
+  if (st == FI_OK) {
+    st = fi_batch_decode_run(rt, plan, &d.tq, &d.tk, &d.tv, &d.tip, &d.tix, &d.tlp,
+                             c->hnd ? FI_KV_LAYOUT_HND : FI_KV_LAYOUT_NHD, &d.to, &d.tl, NULL);
+    FT_CHECK(st == FI_OK, "%s: run: %s", c->name, fi_last_error());
+    CU_CHECK(&cu, cuCtxSynchronize());
+    void *out = malloc(d.out_bytes);
+    float *lse = malloc((size_t)c->B * c->hq * 4 + 4);
+    CU_CHECK(&cu, cuMemcpyDtoH(out, d.out, d.out_bytes));
+    CU_CHECK(&cu, cuMemcpyDtoH(lse, d.lse, (size_t)c->B * c->hq * 4));
+    check_rows(c, "batch", &bd, c->B, out, lse);
+    /* A second run of the same plan (the merge counters reset themselves). */
+    CU_CHECK(&cu, cuMemsetD8(d.out, 0xff, d.out_bytes));
+    st = fi_batch_decode_run(rt, plan, &d.tq, &d.tk, &d.tv, &d.tip, &d.tix, &d.tlp,
+                             c->hnd ? FI_KV_LAYOUT_HND : FI_KV_LAYOUT_NHD, &d.to, NULL, NULL);
+    FT_CHECK(st == FI_OK, "%s: run 2: %s", c->name, fi_last_error());
+    CU_CHECK(&cu, cuCtxSynchronize());
+    CU_CHECK(&cu, cuMemcpyDtoH(out, d.out, d.out_bytes));
+    check_rows(c, "batch rerun", &bd, c->B, out, NULL);
+
+    /* Single decode of the first and the longest request, from contiguous copies:
+     * equal to the batch's rows (and to the reference). */
+    int longest = 0;
+    for (int b = 0; b < c->B; b++)
+      if (bd.len[b] > bd.len[longest]) longest = b;
+    for (int pass = 0; pass < 2; pass++) {
+      const int b = pass ? longest : 0, L = bd.len[b];
+      if (L == 0 || (pass && longest == 0)) continue;
+      const int D = c->D, H = c->hkv, es = tbytes(c->kvt);
+      const int64_t n = (int64_t)L * H * D;
+      unsigned char *k1 = malloc((size_t)n * (size_t)es), *v1 = malloc((size_t)n * (size_t)es);
+      for (int t = 0; t < L; t++) {
+        const int64_t page = bd.indices[bd.indptr[b] + t / c->ps], slot = t % c->ps;
+        for (int h = 0; h < H; h++) {
+          const int64_t src = page * bd.kv.pstride + slot * bd.kv.sstride + h * bd.kv.hstride;
+          const int64_t dst = c->hnd ? ((int64_t)h * L + t) * D : ((int64_t)t * H + h) * D;
+          memcpy(k1 + dst * es, (unsigned char *)bd.kv.buf + src * es, (size_t)D * (size_t)es);
+          memcpy(v1 + dst * es, (unsigned char *)bd.kv.buf + (src + bd.kv.v_off) * es, (size_t)D * (size_t)es);
+        }
+      }
+      CUdeviceptr dk, dv, dq, dout, dl;
+      CU_CHECK(&cu, cuMemAlloc(&dk, (size_t)n * es));
+      CU_CHECK(&cu, cuMemAlloc(&dv, (size_t)n * es));
+      CU_CHECK(&cu, cuMemAlloc(&dq, (size_t)c->hq * D * 2));
+      CU_CHECK(&cu, cuMemAlloc(&dout, (size_t)c->hq * D * 2));
+      CU_CHECK(&cu, cuMemAlloc(&dl, (size_t)c->hq * 4));
+      CU_CHECK(&cu, cuMemcpyHtoD(dk, k1, (size_t)n * es));
+      CU_CHECK(&cu, cuMemcpyHtoD(dv, v1, (size_t)n * es));
+      CU_CHECK(&cu, cuMemcpyHtoD(dq, (unsigned char *)bd.q + (size_t)b * c->hq * D * 2, (size_t)c->hq * D * 2));
+      CU_CHECK(&cu, cuMemsetD8(dout, 0xff, (size_t)c->hq * D * 2));
+      CU_CHECK(&cu, cuMemsetD8(dl, 0xff, (size_t)c->hq * 4));
+      int64_t qs[2] = {c->hq, D}, ks[3] = {c->hnd ? H : L, c->hnd ? L : H, D}, ls[1] = {c->hq};
+      DLTensor tq = g_tensor(dq, 0, c->qt, 2, qs, NULL), to = g_tensor(dout, 0, c->qt, 2, qs, NULL);
+      tq.dtype = to.dtype = tdl(c->qt);
+      DLTensor tk = g_tensor(dk, 0, 0, 3, ks, NULL), tv = g_tensor(dv, 0, 0, 3, ks, NULL);
+      tk.dtype = tv.dtype = tdl(c->kvt);
+      DLTensor tl = g_tensor(dl, 0, 2, 1, ls, NULL);
+      st = fi_single_decode(rt, &tq, &tk, &tv, &to, &tl, c->hnd ? FI_KV_LAYOUT_HND : FI_KV_LAYOUT_NHD, &p, NULL);
+      FT_CHECK(st == FI_OK, "%s: single decode: %s", c->name, fi_last_error());
+      CU_CHECK(&cu, cuCtxSynchronize());
+      void *so = malloc((size_t)c->hq * D * 2);
+      float *sl = malloc((size_t)c->hq * 4);
+      CU_CHECK(&cu, cuMemcpyDtoH(so, dout, (size_t)c->hq * D * 2));
+      CU_CHECK(&cu, cuMemcpyDtoH(sl, dl, (size_t)c->hq * 4));
+      /* Against the reference (request b alone), then against the batch's row b. */
+      batch_data one = bd;
+      one.len = bd.len + b;
+      one.qd = bd.qd + (int64_t)b * c->hq * D;
+      one.kd = bd.kd + b;
+      one.vd = bd.vd + b;
+      check_rows(c, pass ? "single (longest)" : "single (first)", &one, 1, so, sl);
+      double num = 0, den = 0;
+      for (int64_t i = 0; i < (int64_t)c->hq * D; i++) {
+        const double x = g_get(so, c->qt, i), y = g_get(out, c->qt, (int64_t)b * c->hq * D + i);
+        num += (x - y) * (x - y);
+        den += y * y;
+      }
+      const double diff = relerr(num, den);
+      fprintf(stderr, "  %-34s single vs batch row %d (L=%d): rel diff %.3g\n", c->name, b, L, diff);
+      FT_CHECK(diff < c->tol, "%s: single decode differs from batch row %d by %.3g", c->name, b, diff);
+      free(so);
+      free(sl);
+      free(k1);
+      free(v1);
+      CUdeviceptr fr[5] = {dk, dv, dq, dout, dl};
+      for (int i = 0; i < 5; i++) CU_CHECK(&cu, cuMemFree(fr[i]));
+    }
+    free(out);
+    free(lse);
+    fi_batch_decode_plan_destroy(plan);
+  }
+  free_dev(&d);
+  free_batch(c, &bd);
+}
+
+static dcase base(const char *name, int qt, int kvt, int D, int hq, int hkv, int ps, int hnd, int B, int maxlen) {
+  dcase c;
+  memset(&c, 0, sizeof c);
+  c.name = name;
+  c.qt = qt;
+  c.kvt = kvt;
+  c.D = D;
+  c.hq = hq;
+  c.hkv = hkv;
+  c.ps = ps;
+  c.hnd = hnd;
+  c.B = B;
+  c.maxlen = maxlen;
+  c.window = -1;
+  c.k_scale = c.v_scale = 1.0;
+  c.qscale = 1.0;
+  /* fp16 1e-3 and bf16 1e-2 (outputs and P rounded to them); an fp8 cache computes in
+   * f16 with the output in q's dtype: the same bounds, doubled for margin. */
+  const int fp8 = kvt == T_E4M3 || kvt == T_E5M2;
+  c.tol = (qt == T_F16 ? 1e-3 : 1e-2) * (fp8 ? 2 : 1);
+  return c;
+}
+
+FT_TEST(decode_bf16_gqa_split) {
+  dcase c = base("bf16 32/8 split", T_BF16, T_BF16, 128, 32, 8, 16, 0, 5, 3000);
+  run_case(&c);
+}
+FT_TEST(decode_bf16_gqa_no_split) {
+  dcase c = base("bf16 32/8 B=40 no split", T_BF16, T_BF16, 128, 32, 8, 16, 0, 40, 600);
+  run_case(&c);
+}
+FT_TEST(decode_f16_mha_hnd) {
+  dcase c = base("f16 MHA 32/32 HND", T_F16, T_F16, 128, 32, 32, 16, 1, 3, 1500);
+  c.qscale = 2.0;
+  run_case(&c);
+}
+FT_TEST(decode_bf16_d64_group8_page1) {
+  dcase c = base("bf16 D64 8/1 ps1", T_BF16, T_BF16, 64, 8, 1, 1, 0, 4, 900);
+  run_case(&c);
+}
+FT_TEST(decode_f16_d256_group16_page7_hnd) {
+  dcase c = base("f16 D256 16/1 ps7 HND", T_F16, T_F16, 256, 16, 1, 7, 1, 3, 700);
+  run_case(&c);
+}
+FT_TEST(decode_bf16_group12_page64) {
+  dcase c = base("bf16 12/1 ps64", T_BF16, T_BF16, 128, 12, 1, 64, 0, 6, 2000);
+  run_case(&c);
+}
+FT_TEST(decode_f16_d64_group3_page3) {
+  dcase c = base("f16 D64 6/2 ps3", T_F16, T_F16, 64, 6, 2, 3, 0, 5, 500);
+  run_case(&c);
+}
+FT_TEST(decode_e4m3_bf16_scales) {
+  dcase c = base("e4m3 bf16 32/8 scales", T_BF16, T_E4M3, 128, 32, 8, 16, 0, 4, 2500);
+  c.k_scale = 0.5;
+  c.v_scale = 2.0;
+  run_case(&c);
+}
+FT_TEST(decode_e5m2_f16_d256_hnd) {
+  dcase c = base("e5m2 f16 D256 8/2 ps8 HND", T_F16, T_E5M2, 256, 8, 2, 8, 1, 3, 900);
+  c.k_scale = 0.25;
+  run_case(&c);
+}
+FT_TEST(decode_e4m3_f16_d64_mha_page32) {
+  dcase c = base("e4m3 f16 D64 16/16 ps32", T_F16, T_E4M3, 64, 16, 16, 32, 0, 3, 800);
+  run_case(&c);
+}
+FT_TEST(decode_e5m2_bf16_group16) {
+  dcase c = base("e5m2 bf16 16/1 ps16", T_BF16, T_E5M2, 128, 16, 1, 16, 0, 3, 700);
+  run_case(&c);
+}
+FT_TEST(decode_soft_cap_window) {
+  dcase c = base("bf16 soft cap 30, window 100", T_BF16, T_BF16, 128, 32, 8, 16, 0, 4, 1500);
+  c.soft_cap = 30.0;
+  c.window = 100;
+  c.qscale = 3.0;
+  run_case(&c);
+}
+FT_TEST(decode_f16_window_sm_scale) {
+  dcase c = base("f16 window 37 sm_scale 0.2", T_F16, T_F16, 64, 8, 4, 5, 1, 6, 400);
+  c.window = 37;
+  c.sm_scale = 0.2;
+  run_case(&c);
+}
+FT_TEST(decode_rope_bf16) {
+  dcase c = base("bf16 RoPE 32/8", T_BF16, T_BF16, 128, 32, 8, 16, 0, 3, 2000);
+  c.rope = 1;
+  run_case(&c);
+  c = base("f16 RoPE D64 4/4 HND", T_F16, T_F16, 64, 4, 4, 8, 1, 3, 1200);
+  c.rope = 1;
+  c.tol = 2e-3; /* k and q rotated in fp32, rounded to f16 for the mma */
+  run_case(&c);
+}
+FT_TEST(decode_rope_e4m3) {
+  dcase c = base("e4m3 f16 RoPE D128 8/1", T_F16, T_E4M3, 128, 8, 1, 16, 0, 3, 1500);
+  c.rope = 1;
+  c.tol = 3e-3;
+  run_case(&c);
+}
+FT_TEST(decode_interleaved_kv_buffer) {
+  dcase c = base("bf16 interleaved [pages,2,...]", T_BF16, T_BF16, 128, 32, 8, 16, 0, 6, 1200);
+  c.interleaved = 1;
+  run_case(&c);
+  c = base("f16 interleaved HND", T_F16, T_F16, 128, 16, 4, 16, 1, 3, 900);
+  c.interleaved = 1;
+  run_case(&c);
+}
+FT_TEST(decode_page_boundaries_len1_empty) {
+  static const int lens[6] = {16, 1, 256, 0, 33, 48};
+  dcase c = base("page-boundary lengths, 1 and 0", T_BF16, T_BF16, 128, 32, 8, 16, 0, 6, 0);
+  c.lens = lens;
+  run_case(&c);
+}
+FT_TEST(decode_b1_long_split_all_sms) {
+  static const int lens[1] = {8192};
+  dcase c = base("B=1 L=8192 32/8", T_BF16, T_BF16, 128, 32, 8, 16, 0, 1, 0);
+  c.lens = lens;
+  run_case(&c);
+}
+
+/* The tuning overrides (read at plan time) select other kernels and paths: each must
+ * be as correct as the default. */
+FT_TEST(decode_tuning_variants) {
+  static const struct {
+    const char *var, *val;
+  } v[] = {{"FI_DECODE_WARPS", "2"},     {"FI_DECODE_WARPS", "8"},     {"FI_DECODE_PIPELINE", "0"},
+           {"FI_DECODE_PREFETCH", "2"},  {"FI_DECODE_PREFETCH", "-2"}, {"FI_DECODE_SPLIT", "3"}};
+  for (size_t i = 0; i < sizeof v / sizeof v[0]; i++) {
+    setenv(v[i].var, v[i].val, 1);
+    char name[3][64];
+    snprintf(name[0], sizeof name[0], "%s=%s no split", v[i].var + 10, v[i].val);
+    snprintf(name[1], sizeof name[1], "%s=%s split", v[i].var + 10, v[i].val);
+    snprintf(name[2], sizeof name[2], "%s=%s e4m3 G16", v[i].var + 10, v[i].val);
+    dcase c = base(name[0], T_BF16, T_BF16, 128, 32, 8, 16, 0, 40, 700);
+    run_case(&c);
+    c = base(name[1], T_F16, T_F16, 128, 32, 8, 16, 1, 4, 3000);
+    run_case(&c);
+    c = base(name[2], T_BF16, T_E4M3, 128, 16, 1, 16, 0, 3, 2000);
+    run_case(&c);
+    unsetenv(v[i].var);
+  }
+}
+
+/* CUDA-graph mode: plan for a maximum batch, capture one run, re-plan other batches
+ * into the same workspace and replay the graph. */
+FT_TEST(decode_cuda_graph_replay_after_replan) {
+  FT_REQUIRE(setup() == 0);
+  FT_REQUIRE(gr.begin && gr.end && gr.inst && gr.launch, "graph API missing");
+  enum { MAXB = 12, NB = 4 };
+  const int sizes[NB] = {MAXB, 3, 7, 1}, maxlens[NB] = {900, 4000, 300, 6000};
+  dcase c = base("graph", T_BF16, T_BF16, 128, 32, 8, 16, 0, MAXB, 900);
+  c.interleaved = 1; /* one page stride and V offset for every batch */
+  batch_data all[NB];
+  int64_t max_elems = 0, max_used = 0;
+  for (int r = 0; r < NB; r++) {
+    c.B = sizes[r];
+    c.maxlen = maxlens[r];
+    make_batch(&c, &all[r]);
+    if (all[r].kv.elems > max_elems) max_elems = all[r].kv.elems;
+    if (all[r].npages_used > max_used) max_used = all[r].npages_used;
+  }
+  c.B = MAXB;
+  dev_batch d;
+  upload_batch(&c, &all[0], &d, MAXB);
+  CU_CHECK(&cu, cuMemFree(d.kv));
+  CU_CHECK(&cu, cuMemAlloc(&d.kv, (size_t)max_elems * 2));
+  CU_CHECK(&cu, cuMemcpyHtoD(d.kv, all[0].kv.buf, (size_t)all[0].kv.elems * 2));
+  d.tk.data = d.tv.data = (void *)(uintptr_t)d.kv;
+  CU_CHECK(&cu, cuMemFree(d.indices));
+  CU_CHECK(&cu, cuMemAlloc(&d.indices, sizeof(int32_t) * (size_t)(max_used + 1)));
+  CU_CHECK(&cu, cuMemcpyHtoD(d.indices, all[0].indices, sizeof(int32_t) * (size_t)(all[0].npages_used + 1)));
+  d.tix.data = (void *)(uintptr_t)d.indices;
+  d.xshape[0] = max_used + 1;
+  CUstream s;
+  CU_CHECK(&cu, cuStreamCreate(&s, 1));
+  const fi_attention_params p = params_of(&c);
+  fi_batch_decode_info in = info_of(&c, &all[0], MAXB);
+  fi_decode_plan *plan = NULL;
+  FT_REQUIRE(fi_batch_decode_plan(rt, &in, &p, &d.tw, s, &plan) == FI_OK, "%s", fi_last_error());
+  CU_CHECK(&cu, cuStreamSynchronize(s));
+  CUgraph g;
+  CUgraphExec ge;
+  FT_REQUIRE(gr.begin(s, 2 /* relaxed */) == 0);
+  fi_status st = fi_batch_decode_run(rt, plan, &d.tq, &d.tk, &d.tv, &d.tip, &d.tix, &d.tlp,
+                                     FI_KV_LAYOUT_NHD, &d.to, &d.tl, s);
+  FT_REQUIRE(gr.end(s, &g) == 0);
+  FT_REQUIRE(st == FI_OK, "%s", fi_last_error());
+  FT_REQUIRE(gr.inst(&ge, g, 0) == 0);
+  void *out = malloc(d.out_bytes);
+  float *lse = malloc((size_t)MAXB * c.hq * 4);
+  for (int r = 0; r < NB; r++) {
+    c.B = sizes[r];
+    c.maxlen = maxlens[r];
+    batch_data *bd = &all[r];
+    if (r > 0) {
+      CU_CHECK(&cu, cuMemcpyHtoD(d.q, bd->q, (size_t)c.B * c.hq * c.D * 2));
+      CU_CHECK(&cu, cuMemcpyHtoD(d.indptr, bd->indptr, sizeof(int32_t) * (size_t)(c.B + 1)));
+      CU_CHECK(&cu, cuMemcpyHtoD(d.last, bd->last, sizeof(int32_t) * (size_t)(c.B + 1)));
+      CU_CHECK(&cu, cuMemcpyHtoD(d.kv, bd->kv.buf, (size_t)bd->kv.elems * 2));
+      CU_CHECK(&cu, cuMemcpyHtoD(d.indices, bd->indices, sizeof(int32_t) * (size_t)(bd->npages_used + 1)));
+      in = info_of(&c, bd, MAXB);
+      st = fi_batch_decode_plan(rt, &in, &p, &d.tw, s, &plan);
+      FT_CHECK(st == FI_OK, "re-plan %d: %s", r, fi_last_error());
+    }
+    CU_CHECK(&cu, cuMemsetD8(d.out, 0xff, d.out_bytes));
+    CU_CHECK(&cu, cuMemsetD8(d.lse, 0xff, (size_t)MAXB * c.hq * 4));
+    FT_CHECK(gr.launch(ge, s) == 0);
+    CU_CHECK(&cu, cuStreamSynchronize(s));
+    CU_CHECK(&cu, cuMemcpyDtoH(out, d.out, d.out_bytes));
+    CU_CHECK(&cu, cuMemcpyDtoH(lse, d.lse, (size_t)MAXB * c.hq * 4));
+    char what[64];
+    snprintf(what, sizeof what, "graph replay B=%d", c.B);
+    check_rows(&c, what, bd, c.B, out, lse);
+  }
+  free(out);
+  free(lse);
+  gr.exec_destroy(ge);
+  gr.destroy(g);
+  fi_batch_decode_plan_destroy(plan);
+  CU_CHECK(&cu, cuStreamDestroy(s));
+  free_dev(&d);
+  for (int r = 0; r < NB; r++) {
+    c.B = sizes[r];
+    free_batch(&c, &all[r]);
+  }
+}

@@ -1,0 +1,392 @@
+/* test_decode_args.c: decode attention on a machine with no GPU: the batch planner on
+ * ragged batches (every token covered once, chunks in bounds, workspace large enough),
+ * kernel keys against the registry, and bad arguments refused by name. */
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "decode_params.h"
+#include "fi_runtime.h"
+#include "ft.h"
+#include "jit_registry.h"
+#include "ops_decode.h"
+#include "rt_decode.h"
+#include "rt_internal.h"
+
+#define IW FI_DECODE_ITEM_WORDS
+#define ADDR(i) ((void *)(uintptr_t)(0x10000000u * (unsigned)((i) + 1)))
+
+static uint64_t rng = 88172645463325252ull;
+static uint32_t rnd(void) {
+  rng ^= rng << 13;
+  rng ^= rng >> 7;
+  rng ^= rng << 17;
+  return (uint32_t)(rng >> 16);
+}
+
+/* ---- the planner ---- */
+
+/* Checks one partition of a batch against its definition; returns failures. */
+static int check_partition(int B, const int32_t *indptr, const int32_t *last, int ps, int wl,
+                           int64_t target, int64_t cap, const int32_t *items, int64_t n, int chunk) {
+  int bad = 0;
+  if (n < B || n > cap) {
+    fprintf(stderr, "  %lld items for %d requests, capacity %lld\n", (long long)n, B, (long long)cap);
+    return 1;
+  }
+  if (B >= target && n != B) bad++;
+  if (B < target && n > target && n != B) bad++;
+  int64_t i = 0;
+  for (int b = 0; b < B; b++) {
+    const int64_t np = indptr[b + 1] - indptr[b];
+    const int64_t L = np > 0 ? (np - 1) * ps + last[b] : 0;
+    const int64_t start = wl >= 0 && L - 1 - wl > 0 ? L - 1 - wl : 0;
+    if (i >= n || items[IW * i] != b) {
+      fprintf(stderr, "  request %d has no item at %lld\n", b, (long long)i);
+      return bad + 1;
+    }
+    const int nc = items[IW * i + 3] >> 16;
+    int64_t at = L > 0 ? start : 0;
+    for (int k = 0; k < nc; k++, i++) {
+      const int32_t *it = items + IW * i;
+      if (i >= n || it[0] != b || (it[3] & 0xffff) != k || (it[3] >> 16) != nc) {
+        fprintf(stderr, "  request %d chunk %d: item %lld is (%d, %d, %d, %#x)\n", b, k,
+                (long long)i, it[0], it[1], it[2], it[3]);
+        return bad + 1;
+      }
+      if (it[1] != at || it[2] < it[1] || it[2] > L || (L > 0 && it[2] == it[1])) bad++;
+      if (it[4] != indptr[b] || it[5] != L) bad++;
+      if (k > 0 && it[1] % ps != 0) bad++;         /* chunks start on page boundaries */
+      if (nc > 1 && it[2] - it[1] > (int64_t)chunk * ps) bad++; /* within the chunk size */
+      at = it[2];
+    }
+    if (at != L) {
+      fprintf(stderr, "  request %d covered up to %lld of %lld\n", b, (long long)at, (long long)L);
+      bad++;
+    }
+  }
+  if (i != n) bad++;
+  return bad;
+}
+
+FT_TEST(planner_ragged_batches_cover_every_token_once) {
+  int cases = 0, fails = 0;
+  for (int rep = 0; rep < 400; rep++) {
+    const int B = rep % 7 == 0 ? 1 + (int)(rnd() % 3) : (int)(rnd() % 300);
+    const int ps = (int[]){1, 2, 3, 7, 8, 16, 32, 64}[rnd() % 8];
+    const int hkv = (int[]){1, 2, 4, 8, 32}[rnd() % 5], group = 1 + (int)(rnd() % 16);
+    const int sms = (int[]){1, 8, 108, 132}[rnd() % 4];
+    const int wl = rnd() % 4 == 0 ? (int)(rnd() % 3000) : -1;
+    const int maxb = rnd() % 3 == 0 ? B + (int)(rnd() % 50) : B;
+    int32_t *indptr = malloc(sizeof(int32_t) * (size_t)(B + 1)), *last = malloc(sizeof(int32_t) * (size_t)(B + 1));
+    indptr[0] = (int32_t)(rnd() % 5);
+    for (int b = 0; b < B; b++) {
+      const int len = rnd() % 9 == 0 ? 0 : rnd() % 5 == 0 ? 1 + (int)(rnd() % (20000 / ps + 1)) * ps
+                                                            : 1 + (int)(rnd() % 9000);
+      const int np = (len + ps - 1) / ps;
+      indptr[b + 1] = indptr[b] + np;
+      last[b] = np ? len - (np - 1) * ps : 0;
+    }
+    char err[256];
+    FT_REQUIRE(rt_decode_check_pages(B, indptr, last, ps, err, sizeof err) == 0, "%s", err);
+    rt_decode_layout l;
+    rt_decode_layout_for(maxb, sms, hkv * group, hkv, 128, &l);
+    const int resident = sms * (1 + (int)(rnd() % RT_DECODE_MAX_BLOCKS_PER_SM));
+    const int64_t target = rt_decode_target_items(resident, hkv);
+    int32_t *items = malloc((size_t)l.capacity * IW * 4);
+    int chunk = 0;
+    const int64_t n = rt_decode_partition(B, indptr, last, ps, wl, target, items, l.capacity, &chunk);
+    const int bad = check_partition(B, indptr, last, ps, wl, target, l.capacity, items, n, chunk);
+    if (bad) {
+      fprintf(stderr, "  B=%d ps=%d hkv=%d sms=%d wl=%d: %d problems\n", B, ps, hkv, sms, wl, bad);
+      fails++;
+    }
+    /* The workspace regions hold what the kernels write and do not overlap. */
+    FT_CHECK(l.items_off >= FI_DECODE_HDR_WORDS * 4);
+    FT_CHECK(l.counters_off >= l.items_off + n * IW * 4);
+    FT_CHECK(l.partial_o_off >= l.counters_off + (int64_t)B * hkv * 4);
+    FT_CHECK(l.partial_lse_off >= l.partial_o_off + n * hkv * group * 128 * 4);
+    FT_CHECK(l.bytes >= l.partial_lse_off + n * hkv * group * 4);
+    FT_CHECK(l.counters_off % 256 == 0 && l.partial_o_off % 256 == 0 && l.partial_lse_off % 256 == 0);
+    cases++;
+    free(indptr);
+    free(last);
+    free(items);
+  }
+  fprintf(stderr, "  %d batches planned, %d with problems\n", cases, fails);
+  FT_CHECK(fails == 0);
+}
+
+/* A batch of one long request is split over the device; many requests are not split. */
+FT_TEST(planner_splits_small_batches_only) {
+  int32_t indptr[2] = {0, 512}, last[1] = {16};
+  int32_t items[IW * 1024];
+  int chunk;
+  const int64_t target = rt_decode_target_items(132 * 2, 8); /* 33 */
+  int64_t n = rt_decode_partition(1, indptr, last, 16, -1, target, items, 1024, &chunk);
+  FT_CHECK(n > 16 && n <= target, "B=1 L=8192: %lld items", (long long)n);
+  FT_CHECK(chunk * 16 >= 128, "chunk %d pages", chunk);
+  /* A sliding window covers only its tokens. */
+  n = rt_decode_partition(1, indptr, last, 16, 99, target, items, 1024, &chunk);
+  FT_CHECK(n == 1 && items[1] == 8192 - 100 && items[2] == 8192 && items[5] == 8192, "window: %lld items [%d, %d)",
+           (long long)n, items[1], items[2]);
+  int32_t ip[65], lp[64];
+  ip[0] = 0;
+  for (int b = 0; b < 64; b++) {
+    ip[b + 1] = ip[b] + 256;
+    lp[b] = 16;
+  }
+  n = rt_decode_partition(64, ip, lp, 16, -1, target, items, 1024, &chunk);
+  FT_CHECK(n == 64, "B=64: %lld items", (long long)n);
+  /* Lengths ending exactly on a page boundary, length 1, and an empty request. */
+  int32_t ip2[4] = {0, 1, 3, 3}, lp2[3] = {1, 16, 0};
+  n = rt_decode_partition(3, ip2, lp2, 16, -1, 2, items, 1024, &chunk);
+  FT_CHECK(n == 3 && items[1] == 0 && items[2] == 1 && items[IW + 2] == 32 && items[2 * IW + 1] == 0 &&
+               items[2 * IW + 2] == 0 && items[2 * IW + 4] == 3,
+           "edge lengths: %lld items", (long long)n);
+}
+
+FT_TEST(planner_refuses_bad_page_tables) {
+  char err[256];
+  int32_t ip[3] = {0, 4, 2}, lp[2] = {3, 3};
+  FT_CHECK(rt_decode_check_pages(2, ip, lp, 16, err, sizeof err) != 0 && strstr(err, "monotone"), "%s", err);
+  int32_t ip2[3] = {0, 4, 6}, lp2[2] = {17, 3};
+  FT_CHECK(rt_decode_check_pages(2, ip2, lp2, 16, err, sizeof err) != 0 && strstr(err, "last_page_len[0]"), "%s", err);
+  int32_t lp3[2] = {16, 0};
+  FT_CHECK(rt_decode_check_pages(2, ip2, lp3, 16, err, sizeof err) != 0 && strstr(err, "last_page_len[1]"), "%s", err);
+  int32_t ip4[2] = {-1, 3}, lp4[1] = {1};
+  FT_CHECK(rt_decode_check_pages(1, ip4, lp4, 16, err, sizeof err) != 0 && strstr(err, "indptr[0]"), "%s", err);
+}
+
+/* ---- keys ---- */
+
+FT_TEST(every_selected_key_is_registered) {
+  const jit_op *ops[2] = {jit_registry_find("single_decode"), jit_registry_find("batch_decode")};
+  FT_REQUIRE(ops[0] && ops[1] && jit_registry_find("decode_upload"));
+  const int qs[2] = {JIT_DT_F16, JIT_DT_BF16}, kvs[3] = {0, JIT_DT_E4M3, JIT_DT_E5M2};
+  const int dims[3] = {64, 128, 256};
+  int checked = 0;
+  for (int s = 0; s < 2; s++)
+    for (int q = 0; q < 2; q++)
+      for (int kv = 0; kv < 3; kv++)
+        for (int d = 0; d < 3; d++)
+          for (int g = 1; g <= 16; g++)
+            for (int rope = 0; rope < 2; rope++) {
+              jit_key k;
+              jit_decode_select(s == 0, qs[q], kvs[kv] ? kvs[kv] : qs[q], dims[d], g, rope, &k);
+              int found = 0;
+              for (int i = 0; i < k.op->config_count() && !found; i++) {
+                jit_key r;
+                k.op->config(i, &r);
+                found = memcmp(r.v, k.v, sizeof r.v) == 0 && r.op == k.op;
+              }
+              FT_CHECK(found, "%s q=%d kv=%d d=%d g=%d rope=%d not registered", k.op->name, q, kv,
+                       dims[d], g, rope);
+              checked++;
+            }
+  fprintf(stderr, "  %d selections, %d + %d registered configurations\n", checked,
+          ops[0]->config_count(), ops[1]->config_count());
+}
+
+/* ---- bad arguments ---- */
+
+typedef struct tens {
+  DLTensor t;
+  int64_t shape[4], strides[4];
+} tens;
+static void mk(tens *x, void *data, uint8_t code, int bits, int ndim, int64_t a, int64_t b, int64_t c,
+               int64_t d) {
+  memset(x, 0, sizeof *x);
+  x->shape[0] = a, x->shape[1] = b, x->shape[2] = c, x->shape[3] = d;
+  x->t.data = data;
+  x->t.device.device_type = kDLCUDA;
+  x->t.ndim = ndim;
+  x->t.dtype.code = code;
+  x->t.dtype.bits = (uint8_t)bits;
+  x->t.dtype.lanes = 1;
+  x->t.shape = x->shape;
+}
+
+static fi_runtime *rt_make(void) {
+  fi_options o;
+  fi_options_init(&o);
+  o.cache_path = ":memory:";
+  fi_runtime *rt = NULL;
+  fi_runtime_create(&o, &rt);
+  return rt;
+}
+
+#define EXPECT_BAD(call, needle)                                                             \
+  do {                                                                                       \
+    fi_status s_ = (call);                                                                   \
+    FT_CHECK(s_ == FI_ERR_INVALID_ARGUMENT && strstr(fi_last_error(), needle),              \
+             "%s: status %d, message: %s (wanted \"%s\")", #call, s_, fi_last_error(), needle); \
+  } while (0)
+
+FT_TEST(single_decode_bad_arguments_named) {
+  fi_runtime *rt = rt_make();
+  FT_REQUIRE(rt);
+  tens q, k, v, o, l;
+  mk(&q, ADDR(0), kDLBfloat, 16, 2, 32, 128, 0, 0);
+  mk(&k, ADDR(1), kDLBfloat, 16, 3, 100, 8, 128, 0);
+  mk(&v, ADDR(2), kDLBfloat, 16, 3, 100, 8, 128, 0);
+  mk(&o, ADDR(3), kDLBfloat, 16, 2, 32, 128, 0, 0);
+  mk(&l, ADDR(4), kDLFloat, 32, 1, 32, 0, 0, 0);
+  /* Valid: gets past validation to the missing device. */
+  fi_status st = fi_single_decode(rt, &q.t, &k.t, &v.t, &o.t, &l.t, FI_KV_LAYOUT_NHD, NULL, NULL);
+  FT_CHECK(st != FI_ERR_INVALID_ARGUMENT, "valid call refused: %s", fi_last_error());
+  tens x = k;
+  x.t.shape = x.shape;
+  x.shape[1] = 6; /* 32 heads over 6 */
+  EXPECT_BAD(fi_single_decode(rt, &q.t, &x.t, &v.t, &o.t, NULL, FI_KV_LAYOUT_NHD, NULL, NULL), "num_kv_heads");
+  tens q96 = q;
+  q96.t.shape = q96.shape;
+  q96.shape[1] = 96;
+  EXPECT_BAD(fi_single_decode(rt, &q96.t, &k.t, &v.t, &o.t, NULL, FI_KV_LAYOUT_NHD, NULL, NULL), "head_dim");
+  tens q32 = q;
+  q32.t.shape = q32.shape;
+  q32.t.dtype.bits = 32;
+  q32.t.dtype.code = kDLFloat;
+  EXPECT_BAD(fi_single_decode(rt, &q32.t, &k.t, &v.t, &o.t, NULL, FI_KV_LAYOUT_NHD, NULL, NULL), "q has dtype");
+  tens kf = k;
+  kf.t.shape = kf.shape;
+  kf.t.dtype.code = kDLFloat;
+  EXPECT_BAD(fi_single_decode(rt, &q.t, &kf.t, &v.t, &o.t, NULL, FI_KV_LAYOUT_NHD, NULL, NULL), "v has dtype");
+  tens of = o;
+  of.t.shape = of.shape;
+  of.shape[0] = 16;
+  EXPECT_BAD(fi_single_decode(rt, &q.t, &k.t, &v.t, &of.t, NULL, FI_KV_LAYOUT_NHD, NULL, NULL), "out has shape");
+  tens lb = l;
+  lb.t.shape = lb.shape;
+  lb.t.dtype.bits = 16;
+  EXPECT_BAD(fi_single_decode(rt, &q.t, &k.t, &v.t, &o.t, &lb.t, FI_KV_LAYOUT_NHD, NULL, NULL), "lse has dtype");
+  EXPECT_BAD(fi_single_decode(rt, &q.t, &k.t, &v.t, &o.t, NULL, (fi_kv_layout)5, NULL, NULL), "layout");
+  fi_attention_params p;
+  fi_attention_params_init(&p);
+  p.window_left = -3;
+  EXPECT_BAD(fi_single_decode(rt, &q.t, &k.t, &v.t, &o.t, NULL, FI_KV_LAYOUT_NHD, &p, NULL), "window_left");
+  fi_attention_params_init(&p);
+  p.logits_soft_cap = -1;
+  EXPECT_BAD(fi_single_decode(rt, &q.t, &k.t, &v.t, &o.t, NULL, FI_KV_LAYOUT_NHD, &p, NULL), "logits_soft_cap");
+  tens ks = k;
+  ks.t.shape = ks.shape;
+  ks.t.strides = ks.strides;
+  ks.strides[0] = 8 * 128 + 4, ks.strides[1] = 128, ks.strides[2] = 1;
+  EXPECT_BAD(fi_single_decode(rt, &q.t, &ks.t, &v.t, &o.t, NULL, FI_KV_LAYOUT_NHD, NULL, NULL), "stride");
+  tens oq = o;
+  oq.t.shape = oq.shape;
+  oq.t.data = q.t.data;
+  EXPECT_BAD(fi_single_decode(rt, &q.t, &k.t, &v.t, &oq.t, NULL, FI_KV_LAYOUT_NHD, NULL, NULL), "overlaps");
+  fi_runtime_destroy(rt);
+}
+
+FT_TEST(batch_decode_plan_and_run_bad_arguments_named) {
+  fi_runtime *rt = rt_make();
+  FT_REQUIRE(rt);
+  int32_t indptr[3] = {0, 3, 5}, last[2] = {16, 1};
+  fi_batch_decode_info info;
+  memset(&info, 0, sizeof info);
+  info.batch = 2;
+  info.indptr = indptr;
+  info.last_page_len = last;
+  info.num_qo_heads = 32;
+  info.num_kv_heads = 8;
+  info.head_dim = 128;
+  info.page_size = 16;
+  info.q_dtype = (DLDataType){kDLBfloat, 16, 1};
+  info.kv_dtype = (DLDataType){kDLBfloat, 16, 1};
+  tens ws;
+  mk(&ws, ADDR(9), kDLUInt, 8, 1, 1 << 24, 0, 0, 0);
+  fi_decode_plan *plan = NULL;
+  fi_batch_decode_info bad = info;
+  bad.num_kv_heads = 5;
+  EXPECT_BAD(fi_batch_decode_plan(rt, &bad, NULL, &ws.t, NULL, &plan), "num_kv_heads");
+  bad = info;
+  bad.head_dim = 80;
+  EXPECT_BAD(fi_batch_decode_plan(rt, &bad, NULL, &ws.t, NULL, &plan), "head_dim");
+  bad = info;
+  bad.num_qo_heads = 8 * 17;
+  EXPECT_BAD(fi_batch_decode_plan(rt, &bad, NULL, &ws.t, NULL, &plan), "group");
+  bad = info;
+  bad.kv_dtype = (DLDataType){kDLFloat, 16, 1};
+  EXPECT_BAD(fi_batch_decode_plan(rt, &bad, NULL, &ws.t, NULL, &plan), "KV cache has dtype");
+  bad = info;
+  bad.q_dtype = (DLDataType){kDLFloat, 32, 1};
+  EXPECT_BAD(fi_batch_decode_plan(rt, &bad, NULL, &ws.t, NULL, &plan), "q has dtype");
+  int32_t ip_bad[3] = {0, 3, 2};
+  bad = info;
+  bad.indptr = ip_bad;
+  EXPECT_BAD(fi_batch_decode_plan(rt, &bad, NULL, &ws.t, NULL, &plan), "indptr is not monotone");
+  int32_t last_bad[2] = {16, 17};
+  bad = info;
+  bad.last_page_len = last_bad;
+  EXPECT_BAD(fi_batch_decode_plan(rt, &bad, NULL, &ws.t, NULL, &plan), "last_page_len[1]");
+  bad = info;
+  bad.page_size = 0;
+  EXPECT_BAD(fi_batch_decode_plan(rt, &bad, NULL, &ws.t, NULL, &plan), "page_size");
+  bad = info;
+  bad.max_batch = 1;
+  EXPECT_BAD(fi_batch_decode_plan(rt, &bad, NULL, &ws.t, NULL, &plan), "max_batch");
+  tens wsm;
+  mk(&wsm, (char *)ADDR(9) + 16, kDLUInt, 8, 1, 1 << 24, 0, 0, 0);
+  EXPECT_BAD(fi_batch_decode_plan(rt, &info, NULL, &wsm.t, NULL, &plan), "workspace");
+  FT_CHECK(plan == NULL);
+
+  /* run, on a plan made without a device */
+  fi_attention_params prm;
+  fi_attention_params_init(&prm);
+  FT_REQUIRE(rt_decode_plan_offline(&info, &prm, ADDR(9), kDLCUDA, 132, 264, &plan) == 0);
+  tens q, kc, vc, ip, ix, lp, o, l;
+  mk(&q, ADDR(0), kDLBfloat, 16, 3, 2, 32, 128, 0);
+  mk(&kc, ADDR(1), kDLBfloat, 16, 4, 10, 16, 8, 128);
+  mk(&vc, ADDR(2), kDLBfloat, 16, 4, 10, 16, 8, 128);
+  mk(&ip, ADDR(3), kDLInt, 32, 1, 3, 0, 0, 0);
+  mk(&ix, ADDR(4), kDLInt, 32, 1, 5, 0, 0, 0);
+  mk(&lp, ADDR(5), kDLInt, 32, 1, 2, 0, 0, 0);
+  mk(&o, ADDR(6), kDLBfloat, 16, 3, 2, 32, 128, 0);
+  mk(&l, ADDR(7), kDLFloat, 32, 2, 2, 32, 0, 0);
+  fi_status st = fi_batch_decode_run(rt, plan, &q.t, &kc.t, &vc.t, &ip.t, &ix.t, &lp.t,
+                                     FI_KV_LAYOUT_NHD, &o.t, &l.t, NULL);
+  FT_CHECK(st != FI_ERR_INVALID_ARGUMENT, "valid run refused: %s", fi_last_error());
+  /* FlashInfer's interleaved [pages, 2, page_size, H, D] buffer: K and V views. */
+  tens ki = kc, vi = vc;
+  ki.t.shape = ki.shape, vi.t.shape = vi.shape;
+  ki.t.strides = ki.strides, vi.t.strides = vi.strides;
+  ki.strides[0] = vi.strides[0] = 2 * 16 * 8 * 128;
+  ki.strides[1] = vi.strides[1] = 8 * 128;
+  ki.strides[2] = vi.strides[2] = 128;
+  ki.strides[3] = vi.strides[3] = 1;
+  vi.t.data = ki.t.data, vi.t.byte_offset = 16 * 8 * 128 * 2;
+  st = fi_batch_decode_run(rt, plan, &q.t, &ki.t, &vi.t, &ip.t, &ix.t, &lp.t, FI_KV_LAYOUT_NHD,
+                           &o.t, NULL, NULL);
+  FT_CHECK(st != FI_ERR_INVALID_ARGUMENT, "interleaved run refused: %s", fi_last_error());
+  tens x = q;
+  x.t.shape = x.shape;
+  x.shape[1] = 16;
+  EXPECT_BAD(fi_batch_decode_run(rt, plan, &x.t, &kc.t, &vc.t, &ip.t, &ix.t, &lp.t, FI_KV_LAYOUT_NHD, &o.t, NULL, NULL), "q has shape");
+  EXPECT_BAD(fi_batch_decode_run(rt, plan, &q.t, &kc.t, &vc.t, &ip.t, &ix.t, &lp.t, FI_KV_LAYOUT_HND, &o.t, NULL, NULL), "paged_k_cache has shape");
+  tens kf = kc;
+  kf.t.shape = kf.shape;
+  kf.t.dtype.code = kDLFloat;
+  EXPECT_BAD(fi_batch_decode_run(rt, plan, &q.t, &kf.t, &vc.t, &ip.t, &ix.t, &lp.t, FI_KV_LAYOUT_NHD, &o.t, NULL, NULL), "paged_k_cache has dtype");
+  tens ipx = ip;
+  ipx.t.shape = ipx.shape;
+  ipx.shape[0] = 2;
+  EXPECT_BAD(fi_batch_decode_run(rt, plan, &q.t, &kc.t, &vc.t, &ipx.t, &ix.t, &lp.t, FI_KV_LAYOUT_NHD, &o.t, NULL, NULL), "indptr has 2 entries");
+  tens ix64 = ix;
+  ix64.t.shape = ix64.shape;
+  ix64.t.dtype.bits = 64;
+  EXPECT_BAD(fi_batch_decode_run(rt, plan, &q.t, &kc.t, &vc.t, &ip.t, &ix64.t, &lp.t, FI_KV_LAYOUT_NHD, &o.t, NULL, NULL), "indices has dtype");
+  tens vs = vc;
+  vs.t.shape = vs.shape;
+  vs.t.strides = vs.strides;
+  vs.strides[0] = 2 * 16 * 8 * 128, vs.strides[1] = 8 * 128, vs.strides[2] = 128, vs.strides[3] = 1;
+  EXPECT_BAD(fi_batch_decode_run(rt, plan, &q.t, &kc.t, &vs.t, &ip.t, &ix.t, &lp.t, FI_KV_LAYOUT_NHD, &o.t, NULL, NULL), "equal strides");
+  tens lb = l;
+  lb.t.shape = lb.shape;
+  lb.shape[1] = 8;
+  EXPECT_BAD(fi_batch_decode_run(rt, plan, &q.t, &kc.t, &vc.t, &ip.t, &ix.t, &lp.t, FI_KV_LAYOUT_NHD, &o.t, &lb.t, NULL), "lse has shape");
+  fi_batch_decode_plan_destroy(plan);
+  fi_runtime_destroy(rt);
+}

@@ -1,0 +1,251 @@
+/* bench_decode.c: fi-bench section decode: batch decode over a paged KV cache (pages in
+ * random order) against the device's read bandwidth, measured in the same run with a
+ * streaming read-only kernel of 16-byte loads. Bytes: KV read + q + out. */
+#include <math.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "bench.h"
+
+static uint64_t brng = 0x2545F4914F6CDD1Dull;
+static uint64_t brand(void) {
+  brng ^= brng << 13;
+  brng ^= brng >> 7;
+  brng ^= brng << 17;
+  return brng;
+}
+
+/* Read bandwidth: 1 GiB read once per launch, median of the repetitions. */
+static double bench_read(fi_runtime *rt) {
+  const size_t bytes = (size_t)1 << 30;
+  CUdeviceptr a;
+  CU_CHECK(&cu, cuMemAlloc(&a, bytes));
+  CU_CHECK(&cu, cuMemsetD8(a, 1, bytes));
+  int64_t shape[1] = {(int64_t)bytes};
+  DLTensor t = tensor(a, 0, 1, shape);
+  t.dtype.code = kDLUInt;
+  t.dtype.bits = 8;
+  if (fi_admin_read_probe(rt, &t, 0, NULL) != FI_OK) {
+    fprintf(stderr, "read probe: %s\n", fi_last_error());
+    CU_CHECK(&cu, cuMemFree(a));
+    return 0;
+  }
+  CUevent e0, e1;
+  CU_CHECK(&cu, cuEventCreate(&e0, 0));
+  CU_CHECK(&cu, cuEventCreate(&e1, 0));
+  for (int i = 0; i < 3; i++) fi_admin_read_probe(rt, &t, 0, NULL);
+  const int reps = quick ? 5 : 20;
+  double ms_v[64];
+  for (int i = 0; i < reps; i++) {
+    CU_CHECK(&cu, cuEventRecord(e0, NULL));
+    fi_admin_read_probe(rt, &t, 0, NULL);
+    CU_CHECK(&cu, cuEventRecord(e1, NULL));
+    CU_CHECK(&cu, cuEventSynchronize(e1));
+    float ms;
+    CU_CHECK(&cu, cuEventElapsedTime(&ms, e0, e1));
+    ms_v[i] = ms;
+  }
+  const double ms = median(ms_v, reps), tbs = (double)bytes / (ms * 1e-3) / 1e12;
+  printf("read: %.2f TB/s (1 GiB read once with 16-byte streaming loads, %.3f ms)\n", tbs, ms);
+  if (json) fprintf(json, "{\"bench\":\"read\",\"bytes\":%zu,\"ms\":%.5f,\"tbs\":%.4f}\n", bytes, ms, tbs);
+  CU_CHECK(&cu, cuMemFree(a));
+  return tbs;
+}
+
+typedef struct dcfg {
+  const char *label;
+  int B, L, hq, hkv, hnd, fp8;
+} dcfg;
+
+/* One configuration: bf16 q, D = 128, page 16, bf16 or e4m3 cache. Pages come from a pool
+ * of at least 1 GiB in random order; successive runs take different page sets, so the L2
+ * holds nothing a run needs. Returns TB/s. */
+static double bench_one(fi_runtime *rt, const dcfg *c, double read_tbs) {
+  const int D = 128, ps = 16, B = c->B, L = c->L, es = c->fp8 ? 1 : 2;
+  const int64_t ppr = (L + ps - 1) / ps, need = (int64_t)B * ppr;
+  const int64_t page_bytes = (int64_t)ps * c->hkv * D * es;
+  int64_t pool = need;
+  while (pool * page_bytes * 2 < ((int64_t)1 << 30)) pool += need;
+  const int sets = (int)(pool / need) > 8 ? 8 : (int)(pool / need);
+  CUdeviceptr kc, vc, q, out, ip, lp, ix[8], ws;
+  CU_CHECK(&cu, cuMemAlloc(&kc, (size_t)(pool * page_bytes)));
+  CU_CHECK(&cu, cuMemAlloc(&vc, (size_t)(pool * page_bytes)));
+  CU_CHECK(&cu, cuMemsetD8(kc, 0x3c, (size_t)(pool * page_bytes)));
+  CU_CHECK(&cu, cuMemsetD8(vc, 0x3c, (size_t)(pool * page_bytes)));
+  const size_t qbytes = (size_t)B * c->hq * D * 2;
+  CU_CHECK(&cu, cuMemAlloc(&q, qbytes));
+  CU_CHECK(&cu, cuMemAlloc(&out, qbytes));
+  CU_CHECK(&cu, cuMemsetD8(q, 0x3c, qbytes));
+  int32_t *indptr = malloc(sizeof(int32_t) * (size_t)(B + 1)), *last = malloc(sizeof(int32_t) * (size_t)B);
+  indptr[0] = 0;
+  for (int b = 0; b < B; b++) {
+    indptr[b + 1] = indptr[b] + (int32_t)ppr;
+    last[b] = L - (int)(ppr - 1) * ps;
+  }
+  CU_CHECK(&cu, cuMemAlloc(&ip, sizeof(int32_t) * (size_t)(B + 1)));
+  CU_CHECK(&cu, cuMemAlloc(&lp, sizeof(int32_t) * (size_t)B));
+  CU_CHECK(&cu, cuMemcpyHtoD(ip, indptr, sizeof(int32_t) * (size_t)(B + 1)));
+  CU_CHECK(&cu, cuMemcpyHtoD(lp, last, sizeof(int32_t) * (size_t)B));
+  int32_t *perm = malloc(sizeof(int32_t) * (size_t)pool);
+  for (int64_t i = 0; i < pool; i++) perm[i] = (int32_t)i;
+  for (int64_t i = pool - 1; i > 0; i--) {
+    const int64_t j = (int64_t)(brand() % (uint64_t)(i + 1));
+    const int32_t t = perm[i];
+    perm[i] = perm[j];
+    perm[j] = t;
+  }
+  for (int s = 0; s < sets; s++) {
+    CU_CHECK(&cu, cuMemAlloc(&ix[s], sizeof(int32_t) * (size_t)need));
+    CU_CHECK(&cu, cuMemcpyHtoD(ix[s], perm + (int64_t)s * need, sizeof(int32_t) * (size_t)need));
+  }
+  free(perm);
+  int64_t qs[3] = {B, c->hq, D};
+  int64_t ks[4] = {pool, c->hnd ? c->hkv : ps, c->hnd ? ps : c->hkv, D};
+  int64_t is[1] = {B + 1}, ls[1] = {B}, xs[1] = {need};
+  DLTensor tq = tensor(q, 1, 3, qs), to = tensor(out, 1, 3, qs);
+  DLTensor tk = tensor(kc, 1, 4, ks), tv = tensor(vc, 1, 4, ks);
+  if (c->fp8) {
+    tk.dtype.code = tv.dtype.code = 10; /* kDLFloat8_e4m3fn */
+    tk.dtype.bits = tv.dtype.bits = 8;
+  }
+  DLTensor tip = tensor(ip, 1, 1, is), tlp = tensor(lp, 1, 1, ls), tix[8];
+  tip.dtype = tlp.dtype = (DLDataType){kDLInt, 32, 1};
+  for (int s = 0; s < sets; s++) {
+    tix[s] = tensor(ix[s], 1, 1, xs);
+    tix[s].dtype = (DLDataType){kDLInt, 32, 1};
+  }
+  size_t wsb = 0;
+  double tbs = 0;
+  fi_status st = fi_batch_decode_workspace_size(rt, tq.device, B, c->hq, c->hkv, D, &wsb);
+  CU_CHECK(&cu, cuMemAlloc(&ws, wsb ? wsb : 256));
+  int64_t wshape[1] = {(int64_t)wsb};
+  DLTensor tw = tensor(ws, 1, 1, wshape);
+  tw.dtype = (DLDataType){kDLUInt, 8, 1};
+  fi_batch_decode_info in;
+  memset(&in, 0, sizeof in);
+  in.batch = B;
+  in.indptr = indptr;
+  in.last_page_len = last;
+  in.num_qo_heads = c->hq;
+  in.num_kv_heads = c->hkv;
+  in.head_dim = D;
+  in.page_size = ps;
+  in.q_dtype = tq.dtype;
+  in.kv_dtype = tk.dtype;
+  fi_decode_plan *plan = NULL;
+  if (st == FI_OK) st = fi_batch_decode_plan(rt, &in, NULL, &tw, NULL, &plan);
+  const fi_kv_layout lay = c->hnd ? FI_KV_LAYOUT_HND : FI_KV_LAYOUT_NHD;
+  if (st == FI_OK) st = fi_batch_decode_run(rt, plan, &tq, &tk, &tv, &tip, &tix[0], &tlp, lay, &to, NULL, NULL);
+  if (st != FI_OK) {
+    fprintf(stderr, "decode %s: %s\n", c->label, fi_last_error());
+  } else {
+    CU_CHECK(&cu, cuCtxSynchronize());
+    CUevent e0, e1;
+    CU_CHECK(&cu, cuEventCreate(&e0, 0));
+    CU_CHECK(&cu, cuEventCreate(&e1, 0));
+    const double kvb = 2.0 * (double)B * L * c->hkv * D * es, bytes = kvb + 2.0 * (double)qbytes;
+    int batch = (int)(2e8 / bytes);
+    if (batch < 3) batch = 3;
+    if (batch > 50) batch = 50;
+    const int reps = quick ? 3 : 9;
+    double t[16];
+    for (int r = 0; r < reps; r++) {
+      CU_CHECK(&cu, cuEventRecord(e0, NULL));
+      for (int i = 0; i < batch; i++)
+        fi_batch_decode_run(rt, plan, &tq, &tk, &tv, &tip, &tix[(r * batch + i) % sets], &tlp, lay, &to, NULL, NULL);
+      CU_CHECK(&cu, cuEventRecord(e1, NULL));
+      CU_CHECK(&cu, cuEventSynchronize(e1));
+      float ms;
+      CU_CHECK(&cu, cuEventElapsedTime(&ms, e0, e1));
+      t[r] = ms / batch;
+    }
+    const double ms = median(t, reps);
+    tbs = bytes / (ms * 1e-3) / 1e12;
+    /* Host cost of one run call (validation, memo, launch), for the small cases. */
+    const double h0 = now_us();
+    for (int i = 0; i < 20; i++)
+      fi_batch_decode_run(rt, plan, &tq, &tk, &tv, &tip, &tix[i % sets], &tlp, lay, &to, NULL, NULL);
+    const double host_us = (now_us() - h0) / 20;
+    CU_CHECK(&cu, cuCtxSynchronize());
+    char heads[32];
+    snprintf(heads, sizeof heads, "%d/%d", c->hq, c->hkv);
+    printf("| %-12s | %4d | %6d | %6s | %s | %-4s | %8.1f | %5.2f | %5.1f%% | %4.1f |\n", c->label, B, L, heads,
+           c->hnd ? "HND" : "NHD", c->fp8 ? "e4m3" : "bf16", ms * 1e3, tbs, read_tbs > 0 ? 100.0 * tbs / read_tbs : 0.0,
+           host_us);
+    if (json)
+      fprintf(json,
+              "{\"bench\":\"decode\",\"label\":\"%s\",\"batch\":%d,\"kv_len\":%d,\"qo_heads\":%d,"
+              "\"kv_heads\":%d,\"layout\":\"%s\",\"kv\":\"%s\",\"us\":%.3f,\"tbs\":%.4f,\"of_read\":%.4f}\n",
+              c->label, B, L, c->hq, c->hkv, c->hnd ? "HND" : "NHD", c->fp8 ? "e4m3" : "bf16", ms * 1e3, tbs,
+              read_tbs > 0 ? tbs / read_tbs : 0.0);
+  }
+  fi_batch_decode_plan_destroy(plan);
+  CUdeviceptr fr[7] = {kc, vc, q, out, ip, lp, ws};
+  for (int i = 0; i < 7; i++) CU_CHECK(&cu, cuMemFree(fr[i]));
+  for (int s = 0; s < sets; s++) CU_CHECK(&cu, cuMemFree(ix[s]));
+  free(indptr);
+  free(last);
+  return tbs;
+}
+
+static void bench_decode(fi_runtime *rt, double copy, const char *self) {
+  (void)copy;
+  (void)self;
+  const double rd = bench_read(rt);
+  static const dcfg targets[] = {
+      {"target 4.30", 64, 4096, 32, 8, 0, 0},  {"target 4.30", 64, 4096, 64, 8, 0, 0},
+      {"target 4.30", 16, 16384, 32, 8, 0, 0}, {"target 4.30", 16, 16384, 64, 8, 0, 0},
+      {"target 4.35", 64, 4096, 32, 32, 0, 0}, {"target 4.35", 16, 16384, 32, 32, 0, 0},
+      {"target 4.0", 128, 1024, 32, 8, 0, 0},  {"target 2.0", 1, 8192, 32, 8, 0, 0},
+      {"target 4.0", 64, 4096, 32, 8, 0, 1},
+  };
+  printf("\n| case | B | L | heads | layout | kv | us | TB/s | of read | host us/call |\n"
+         "|---|---|---|---|---|---|---|---|---|---|\n");
+  for (size_t i = 0; i < sizeof targets / sizeof targets[0]; i++) bench_one(rt, &targets[i], rd);
+  /* Tuning comparisons, each through its environment override (read at plan time):
+   * FI_DECODE_PREFETCH (L2 prefetch steps ahead; negative: per-line prefetches),
+   * FI_DECODE_WARPS (warps a block), FI_DECODE_PIPELINE (register double buffer). */
+  static const struct {
+    const char *var, *val;
+    int pick[5];
+  } tunes[] = {
+      {"FI_DECODE_PREFETCH", "2", {0, 6, 7, 8, -1}},  {"FI_DECODE_PREFETCH", "-2", {0, 6, 7, 8, -1}},
+      {"FI_DECODE_PREFETCH", "-4", {0, 6, 7, 8, -1}}, {"FI_DECODE_WARPS", "2", {0, 6, 7, 8, 2}},
+      {"FI_DECODE_WARPS", "8", {0, 6, 7, 8, 2}},      {"FI_DECODE_PIPELINE", "0", {0, 6, 7, 8, -1}},
+  };
+  for (size_t t = 0; t < sizeof tunes / sizeof tunes[0]; t++) {
+    if (getenv(tunes[t].var)) continue;
+    char label[32];
+    snprintf(label, sizeof label, "%s=%s", tunes[t].var + 10, tunes[t].val);
+    setenv(tunes[t].var, tunes[t].val, 1);
+    for (int i = 0; i < 5 && tunes[t].pick[i] >= 0; i++) {
+      dcfg c = targets[tunes[t].pick[i]];
+      c.label = label;
+      bench_one(rt, &c, rd);
+    }
+    unsetenv(tunes[t].var);
+  }
+  /* The sweep: batch, length, group (1, 4, 8 over 8 KV heads), both layouts; at most
+   * 8 GiB of cache a configuration. */
+  static const int Bs[] = {1, 4, 16, 64, 256}, Ls[] = {512, 2048, 8192, 32768}, gs[] = {1, 4, 8};
+  for (int lay = 0; lay < 2; lay++)
+    for (size_t g = 0; g < 3; g++)
+      for (size_t b = 0; b < 5; b++)
+        for (size_t l = 0; l < 4; l++) {
+          if ((double)Bs[b] * Ls[l] * 8 * 128 * 4 > 8.6e9) continue;
+          if (quick && (b % 2 || l % 2)) continue;
+          const dcfg c = {"sweep", Bs[b], Ls[l], 8 * gs[g], 8, lay, 0};
+          bench_one(rt, &c, rd);
+        }
+}
+
+const bench_section bench_decode_section = {
+    "decode",
+    "batch decode over a paged KV cache (page 16, random page order, bf16, D=128) against\n"
+    "the read bandwidth of a streaming 16-byte-load kernel; the issue's targets, then a\n"
+    "sweep of batch, length, group and layout",
+    1,
+    bench_decode,
+};

@@ -1,0 +1,165 @@
+/* bench_sampling.c: fi-bench section sampling: the samplers, softmax, renorm and mask at
+ * batch 64 x vocab 128256 (float32, a Zipf-shaped distribution), against the copy
+ * bandwidth of the same run and FlashInfer's figures on the H200. */
+#include <math.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "bench.h"
+
+enum { S_SAMPLE, S_TOPK, S_TOPP, S_MINP, S_KPL, S_SOFTMAX, S_KRENORM, S_PRENORM, S_KMASK, S_N };
+static const char *const s_names[S_N] = {"sampling_from_probs",
+                                         "top_k_sampling (k=50)",
+                                         "top_p_sampling (p=0.9)",
+                                         "min_p_sampling (0.05)",
+                                         "top_k_top_p_from_logits (50, 0.9)",
+                                         "softmax (T=1)",
+                                         "top_k_renorm_probs (k=50)",
+                                         "top_p_renorm_probs (p=0.9)",
+                                         "top_k_mask_logits (k=50)"};
+static const char *const s_keys[S_N] = {"sampling",     "top_k",        "top_p",
+                                        "min_p",        "top_k_top_p",  "softmax",
+                                        "top_k_renorm", "top_p_renorm", "top_k_mask"};
+/* FlashInfer on this H200 at batch 64 x 128256 float32 (the figures), us. */
+static const double flashinfer_us[S_N] = {34, 152, 66, 45, 153, 0, 0, 0, 0};
+
+#define SETS 6
+
+typedef struct bset {
+  CUdeviceptr probs, logits, out, samples;
+  DLTensor tp, tl, to, ts;
+} bset;
+
+static fi_status call(fi_runtime *rt, int op, bset *s, uint64_t off) {
+  switch (op) {
+    case S_SAMPLE:
+      return fi_sampling_from_probs(rt, &s->tp, &s->ts, 42, off, NULL);
+    case S_TOPK:
+      return fi_top_k_sampling_from_probs(rt, &s->tp, NULL, 50, &s->ts, 42, off, NULL);
+    case S_TOPP:
+      return fi_top_p_sampling_from_probs(rt, &s->tp, NULL, 0.9, &s->ts, 42, off, NULL);
+    case S_MINP:
+      return fi_min_p_sampling_from_probs(rt, &s->tp, NULL, 0.05, &s->ts, 42, off, NULL);
+    case S_KPL:
+      return fi_top_k_top_p_sampling_from_logits(rt, &s->tl, NULL, 50, NULL, 0.9, &s->ts, 42, off,
+                                                 NULL);
+    case S_SOFTMAX:
+      return fi_softmax(rt, &s->tl, NULL, 1.0, &s->to, NULL);
+    case S_KRENORM:
+      return fi_top_k_renorm_probs(rt, &s->tp, NULL, 50, &s->to, NULL);
+    case S_PRENORM:
+      return fi_top_p_renorm_probs(rt, &s->tp, NULL, 0.9, &s->to, NULL);
+    default:
+      return fi_top_k_mask_logits(rt, &s->tl, NULL, 50, &s->to, NULL);
+  }
+}
+
+static void run_sampling(fi_runtime *rt, double copy, const char *self) {
+  (void)self;
+  const int64_t batch = 64, vocab = 128256;
+  const size_t bytes = (size_t)(batch * vocab) * 4;
+  /* Zipf: p_i ~ 1 / rank^1.0 over a shuffled vocabulary, a different shuffle per row. */
+  float *hp = malloc(bytes), *hl = malloc(bytes);
+  uint64_t lcg = 88172645463325252ull;
+  double h = 0;
+  for (int64_t i = 0; i < vocab; i++) h += 1.0 / (double)(i + 1);
+  for (int64_t b = 0; b < batch; b++) {
+    float *r = hp + b * vocab;
+    for (int64_t i = 0; i < vocab; i++) r[i] = (float)(1.0 / ((double)(i + 1) * h));
+    for (int64_t i = vocab - 1; i > 0; i--) {
+      lcg = lcg * 6364136223846793005ull + 1442695040888963407ull;
+      const int64_t j = (int64_t)((lcg >> 33) % (uint64_t)(i + 1));
+      const float t = r[i];
+      r[i] = r[j];
+      r[j] = t;
+    }
+    for (int64_t i = 0; i < vocab; i++) hl[b * vocab + i] = logf(r[i]);
+  }
+  int64_t shape[2] = {batch, vocab}, sshape[1] = {batch};
+  bset set[SETS];
+  for (int s = 0; s < SETS; s++) {
+    CU_CHECK(&cu, cuMemAlloc(&set[s].probs, bytes));
+    CU_CHECK(&cu, cuMemAlloc(&set[s].logits, bytes));
+    CU_CHECK(&cu, cuMemAlloc(&set[s].out, bytes));
+    CU_CHECK(&cu, cuMemAlloc(&set[s].samples, (size_t)batch * 4));
+    CU_CHECK(&cu, cuMemcpyHtoD(set[s].probs, hp, bytes));
+    CU_CHECK(&cu, cuMemcpyHtoD(set[s].logits, hl, bytes));
+    set[s].tp = tensor(set[s].probs, 2, 2, shape);
+    set[s].tl = tensor(set[s].logits, 2, 2, shape);
+    set[s].to = tensor(set[s].out, 2, 2, shape);
+    set[s].ts = tensor(set[s].samples, 2, 1, sshape);
+    set[s].ts.dtype.code = kDLInt;
+  }
+  printf(
+      "\nsampling: batch %lld x vocab %lld float32, Zipf (1/rank) rows; reading the input once "
+      "is %.1f MB = %.2f us at the copy rate\n",
+      (long long)batch, (long long)vocab, (double)bytes / 1e6, (double)bytes / (copy * 1e12) * 1e6);
+  printf(
+      "\n| op | us | GB/s read+written | of copy | FlashInfer us | speed-up |\n"
+      "|---|---|---|---|---|---|\n");
+  CUevent e0, e1;
+  CU_CHECK(&cu, cuEventCreate(&e0, 0));
+  CU_CHECK(&cu, cuEventCreate(&e1, 0));
+  /* Every op with the default (radix) threshold search, then the top-k / top-p ops again
+   * with FI_SAMPLING_SELECT=range (the key-range search). */
+  for (int pass = 0; pass < 2; pass++) {
+    if (pass) setenv("FI_SAMPLING_SELECT", "range", 1);
+    for (int op = 0; op < S_N; op++) {
+      const int has_select = op == S_TOPK || op == S_TOPP || op == S_KPL || op == S_KRENORM ||
+                             op == S_PRENORM || op == S_KMASK;
+      if (pass && !has_select) continue;
+      fi_status st = call(rt, op, &set[0], 0);
+      if (st != FI_OK) {
+        fprintf(stderr, "%s: %s\n", s_names[op], fi_last_error());
+        continue;
+      }
+      CU_CHECK(&cu, cuCtxSynchronize());
+      const int n = 30, reps = quick ? 3 : 11;
+      double t[32];
+      for (int r = 0; r < reps; r++) {
+        CU_CHECK(&cu, cuEventRecord(e0, NULL));
+        for (int i = 0; i < n; i++) call(rt, op, &set[(r * n + i) % SETS], (uint64_t)(r * n + i));
+        CU_CHECK(&cu, cuEventRecord(e1, NULL));
+        CU_CHECK(&cu, cuEventSynchronize(e1));
+        float ms;
+        CU_CHECK(&cu, cuEventElapsedTime(&ms, e0, e1));
+        t[r] = ms / n;
+      }
+      const double us = median(t, reps) * 1e3;
+      const double moved = (double)bytes * (op >= S_SOFTMAX ? 2.0 : 1.0);
+      const double tbs = moved / (us * 1e-6) / 1e12;
+      char fi[32] = "", sp[32] = "";
+      if (flashinfer_us[op] > 0) {
+        snprintf(fi, sizeof fi, "%.0f", flashinfer_us[op]);
+        snprintf(sp, sizeof sp, "%.2fx", flashinfer_us[op] / us);
+      }
+      printf("| %s%s | %.1f | %.0f | %.1f%% | %s | %s |\n", s_names[op],
+             pass ? ", range search" : "", us, tbs * 1e3, 100.0 * tbs / copy, fi, sp);
+      if (json)
+        fprintf(json,
+                "{\"bench\":\"sampling\",\"op\":\"%s\",\"select\":\"%s\",\"batch\":%lld,"
+                "\"vocab\":%lld,\"us\":%.3f,\"tbs\":%.4f,\"of_copy\":%.4f,"
+                "\"flashinfer_us\":%.1f}\n",
+                s_keys[op], pass ? "range" : "radix", (long long)batch, (long long)vocab, us, tbs,
+                tbs / copy, flashinfer_us[op]);
+    }
+  }
+  unsetenv("FI_SAMPLING_SELECT");
+  for (int s = 0; s < SETS; s++) {
+    CU_CHECK(&cu, cuMemFree(set[s].probs));
+    CU_CHECK(&cu, cuMemFree(set[s].logits));
+    CU_CHECK(&cu, cuMemFree(set[s].out));
+    CU_CHECK(&cu, cuMemFree(set[s].samples));
+  }
+  free(hp);
+  free(hl);
+}
+
+const bench_section bench_sampling_section = {
+    "sampling",
+    "the samplers (plain, top-k 50, top-p 0.9, min-p 0.05, top-k + top-p from logits),\n"
+    "softmax, renorm and mask at batch 64 x vocab 128256 float32, Zipf-shaped rows,\n"
+    "against FlashInfer's figures on the H200",
+    1, run_sampling};
