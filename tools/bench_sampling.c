@@ -102,10 +102,11 @@ static void run_sampling(fi_runtime *rt, double copy, const char *self) {
   CUevent e0, e1;
   CU_CHECK(&cu, cuEventCreate(&e0, 0));
   CU_CHECK(&cu, cuEventCreate(&e1, 0));
-  /* Every op with the default (radix) threshold search, then the top-k / top-p ops again
-   * with FI_SAMPLING_SELECT=range (the key-range search). */
+  /* Every op with the radix threshold search (FI_SAMPLING_SELECT=radix), then the
+   * top-k / top-p ops again with the key-range search (=range). Without the variable the
+   * top-k ops use the range search and top-p alone the radix one (rt_sampling.c). */
   for (int pass = 0; pass < 2; pass++) {
-    if (pass) setenv("FI_SAMPLING_SELECT", "range", 1);
+    setenv("FI_SAMPLING_SELECT", pass ? "range" : "radix", 1);
     for (int op = 0; op < S_N; op++) {
       const int has_select = op == S_TOPK || op == S_TOPP || op == S_KPL || op == S_KRENORM ||
                              op == S_PRENORM || op == S_KMASK;
@@ -136,7 +137,7 @@ static void run_sampling(fi_runtime *rt, double copy, const char *self) {
         snprintf(sp, sizeof sp, "%.2fx", flashinfer_us[op] / us);
       }
       printf("| %s%s | %.1f | %.0f | %.1f%% | %s | %s |\n", s_names[op],
-             pass ? ", range search" : "", us, tbs * 1e3, 100.0 * tbs / copy, fi, sp);
+             has_select ? (pass ? ", range search" : ", radix search") : "", us, tbs * 1e3, 100.0 * tbs / copy, fi, sp);
       if (json)
         fprintf(json,
                 "{\"bench\":\"sampling\",\"op\":\"%s\",\"select\":\"%s\",\"batch\":%lld,"
