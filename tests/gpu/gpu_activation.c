@@ -15,18 +15,7 @@ static uint64_t seed;
 
 static int setup(void) {
   if (rt) return 0;
-  char err[256];
-  if (cu_min_init(&cu, &ctx, err, sizeof err) != 0) {
-    fprintf(stderr, "%s\n", err);
-    return -1;
-  }
-  fi_options o;
-  fi_options_init(&o);
-  o.cache_path = getenv("FI_TEST_CACHE") ? getenv("FI_TEST_CACHE") : ":memory:";
-  if (fi_runtime_create(&o, &rt) != FI_OK) return -1;
-  seed = (uint64_t)time(NULL) * 2654435761u + (uint64_t)clock();
-  if (!seed) seed = 1;
-  fprintf(stderr, "seed %llu\n", (unsigned long long)seed);
+  if (g_setup(&cu, &ctx, &rt, &seed) != 0) return -1;
   return 0;
 }
 

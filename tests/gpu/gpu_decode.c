@@ -30,11 +30,7 @@ static struct {
 
 static int setup(void) {
   if (rt) return 0;
-  char err[256];
-  if (cu_min_init(&cu, &ctx, err, sizeof err) != 0) {
-    fprintf(stderr, "%s\n", err);
-    return -1;
-  }
+  if (g_setup(&cu, &ctx, &rt, &seed) != 0) return -1;
   void *h = dlopen("libcuda.so.1", RTLD_NOW | RTLD_LOCAL);
   gr.begin = (CUresult(*)(CUstream, int))dlsym(h, "cuStreamBeginCapture_v2");
   gr.end = (CUresult(*)(CUstream, CUgraph *))dlsym(h, "cuStreamEndCapture");
@@ -42,13 +38,6 @@ static int setup(void) {
   gr.launch = (CUresult(*)(CUgraphExec, CUstream))dlsym(h, "cuGraphLaunch");
   gr.exec_destroy = (CUresult(*)(CUgraphExec))dlsym(h, "cuGraphExecDestroy");
   gr.destroy = (CUresult(*)(CUgraph))dlsym(h, "cuGraphDestroy");
-  fi_options o;
-  fi_options_init(&o);
-  o.cache_path = getenv("FI_TEST_CACHE") ? getenv("FI_TEST_CACHE") : ":memory:";
-  if (fi_runtime_create(&o, &rt) != FI_OK) return -1;
-  seed = (uint64_t)time(NULL) * 2654435761u + (uint64_t)clock();
-  if (!seed) seed = 1;
-  fprintf(stderr, "seed %llu\n", (unsigned long long)seed);
   return 0;
 }
 

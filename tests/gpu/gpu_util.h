@@ -5,7 +5,10 @@
 
 #include <math.h>
 #include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include "fi_cuda_min.h"
 #include "fi_runtime.h"
@@ -52,6 +55,28 @@ static inline uint16_t g_f32_to_f16(float f) {
     ex++;
   }
   return (uint16_t)(s | ((uint32_t)ex << 10) | mant);
+}
+
+/* Once per test binary: the driver and a context, a runtime on FI_TEST_CACHE (in
+ * memory by default), and a seed from the clock, printed so that a failure can be
+ * replayed. 0, or -1 with the reason on stderr. */
+static inline int g_setup(cu_api *cu, CUcontext *ctx, fi_runtime **rt, uint64_t *seed) {
+  char err[256];
+  if (cu_min_init(cu, ctx, err, sizeof err) != 0) {
+    fprintf(stderr, "%s\n", err);
+    return -1;
+  }
+  fi_options o;
+  fi_options_init(&o);
+  o.cache_path = getenv("FI_TEST_CACHE") ? getenv("FI_TEST_CACHE") : ":memory:";
+  if (fi_runtime_create(&o, rt) != FI_OK) {
+    fprintf(stderr, "fi_runtime_create: %s\n", fi_last_error());
+    return -1;
+  }
+  *seed = (uint64_t)time(NULL) * 2654435761u + (uint64_t)clock();
+  if (!*seed) *seed = 1;
+  fprintf(stderr, "seed %llu\n", (unsigned long long)*seed);
+  return 0;
 }
 
 /* xorshift, seeded per test from the clock so every run sees fresh inputs. */
