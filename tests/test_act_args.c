@@ -7,6 +7,7 @@
 
 #include "fi_runtime.h"
 #include "ft.h"
+#include "test_args_util.h"
 #include "jit_registry.h"
 #include "jit_render.h"
 #include "ops_act.h"
@@ -64,30 +65,12 @@ static void call_copy(call *dst, const call *src) {
   if (src->out.t.strides) dst->out.t.strides = dst->out.strides;
 }
 
-static fi_runtime *mem_runtime(void) {
-  fi_options o;
-  fi_options_init(&o);
-  o.cache_path = ":memory:";
-  o.log_level = 0;
-  fi_runtime *rt = NULL;
-  return fi_runtime_create(&o, &rt) == FI_OK ? rt : NULL;
-}
-
 typedef fi_status (*act_fn)(fi_runtime *, const DLTensor *, DLTensor *, void *);
 static const act_fn fns[3] = {fi_silu_and_mul, fi_gelu_and_mul, fi_gelu_tanh_and_mul};
 static const char *const fn_names[3] = {"fi_silu_and_mul", "fi_gelu_and_mul",
                                         "fi_gelu_tanh_and_mul"};
 
 /* So that a check reads the message of the call under test, not an older one. */
-static void poison_error(void) { rt_fail(FI_OK, "(poison: no call failed)"); }
-
-static int names_all(const char *msg, const char *const *names) {
-  for (int i = 0; names[i]; i++)
-    if (!strstr(msg, names[i])) return 0;
-  return 1;
-}
-#define NAMES(...) ((const char *const[]){__VA_ARGS__, NULL})
-
 /* Every one of the three functions must refuse c with INVALID_ARGUMENT,
  * and its message must name itself and every one of names. */
 #define EXPECT_INVALID(rt, c, what, names)                                                       \
@@ -363,15 +346,6 @@ FT_TEST(act_zero_tokens) {
 
 /* ---- the op's keys ---- */
 
-static int registered(const jit_key *k) {
-  for (int i = 0; i < jit_op_act_and_mul.config_count(); i++) {
-    jit_key r;
-    jit_op_act_and_mul.config(i, &r);
-    if (memcmp(r.v, k->v, sizeof r.v) == 0) return 1;
-  }
-  return 0;
-}
-
 /* Every key the runtime can choose is registered (prewarm compiles it) and
  * valid; the registry stays small enough to compile in CI. */
 FT_TEST(act_selection_is_registered) {
@@ -385,7 +359,7 @@ FT_TEST(act_selection_is_registered) {
       for (int vec = 1; vec * jit_dtype_bytes(dts[d]) <= 16; vec *= 2) {
         jit_key k;
         jit_act_select(act, dts[d], vec, &k);
-        FT_CHECK(registered(&k), "act %d dtype %d vec %d not registered", act, dts[d], vec);
+        FT_CHECK(op_registers(&jit_op_act_and_mul, &k), "act %d dtype %d vec %d not registered", act, dts[d], vec);
         FT_CHECK(jit_act_valid(&k), "act %d dtype %d vec %d: invalid key", act, dts[d], vec);
         FT_CHECK(k.v[ACT_P_ACT] == act && k.v[ACT_P_DTYPE] == dts[d] && k.v[ACT_P_VEC] == vec,
                  "act %d dtype %d vec %d: key says %lld %lld %lld", act, dts[d], vec,

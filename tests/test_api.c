@@ -15,6 +15,7 @@
 #include "fi_admin.h"
 #include "fi_runtime.h"
 #include "ft.h"
+#include "test_args_util.h"
 #include "ops_norm.h"
 #include "rt_internal.h"
 
@@ -77,29 +78,6 @@ static void call_copy(call *dst, const call *src) {
   if (src->w.t.strides) dst->w.t.strides = dst->w.strides;
   if (src->out.t.strides) dst->out.t.strides = dst->out.strides;
 }
-
-static fi_runtime *mem_runtime(void) {
-  fi_options o;
-  fi_options_init(&o);
-  o.cache_path = ":memory:";
-  o.log_level = 0;
-  fi_runtime *rt = NULL;
-  if (fi_runtime_create(&o, &rt) != FI_OK) return NULL;
-  return rt;
-}
-
-/* Poisons this thread's message so that a check reads the message of the call
- * under test, not an older one. */
-static void poison_error(void) { rt_fail(FI_OK, "(poison: no call failed)"); }
-
-/* Every name in the NULL-terminated list must appear in the message. */
-static int names_all(const char *msg, const char *const *names) {
-  for (int i = 0; names[i]; i++)
-    if (!strstr(msg, names[i])) return 0;
-  return 1;
-}
-
-#define NAMES(...) ((const char *const[]){__VA_ARGS__, NULL})
 
 /* fi_rmsnorm(rt, c) must fail with INVALID_ARGUMENT naming every one of names. */
 #define EXPECT_INVALID(rt, c, what, names)                                                    \

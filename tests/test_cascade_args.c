@@ -6,6 +6,7 @@
 
 #include "fi_runtime.h"
 #include "ft.h"
+#include "test_args_util.h"
 #include "jit_registry.h"
 #include "ops_cascade.h"
 #include "rt_internal.h"
@@ -84,25 +85,7 @@ static void many_copy(many *d, const many *s) {
   }
 }
 
-static fi_runtime *mem_runtime(void) {
-  fi_options o;
-  fi_options_init(&o);
-  o.cache_path = ":memory:";
-  o.log_level = 0;
-  fi_runtime *rt = NULL;
-  return fi_runtime_create(&o, &rt) == FI_OK ? rt : NULL;
-}
-
 /* So a check reads the message of the call under test, not an older one. */
-static void poison_error(void) { rt_fail(FI_OK, "(poison: no call failed)"); }
-
-static int names_all(const char *msg, const char *const *names) {
-  for (int i = 0; names[i]; i++)
-    if (!strstr(msg, names[i])) return 0;
-  return 1;
-}
-#define NAMES(...) ((const char *const[]){__VA_ARGS__, NULL})
-
 static fi_status call_two(fi_runtime *rt, two *c, int with_s_out) {
   return fi_merge_state(rt, &c->a.t, &c->sa.t, &c->b.t, &c->sb.t, &c->o.t,
                         with_s_out ? &c->so.t : NULL, NULL);

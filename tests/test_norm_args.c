@@ -7,6 +7,7 @@
 
 #include "fi_runtime.h"
 #include "ft.h"
+#include "test_args_util.h"
 #include "rt_internal.h"
 
 /* Fake device addresses, 16 MiB apart (more than any tensor here spans):
@@ -92,24 +93,6 @@ static fi_status invoke(fi_runtime *rt, ncall *c, int null) {
     default: return fi_layernorm(rt, in, w, b, c->eps, aux, c->stream);
   }
 }
-
-static fi_runtime *mem_runtime(void) {
-  fi_options o;
-  fi_options_init(&o);
-  o.cache_path = ":memory:";
-  o.log_level = 0;
-  fi_runtime *rt = NULL;
-  return fi_runtime_create(&o, &rt) == FI_OK ? rt : NULL;
-}
-
-static void poison_error(void) { rt_fail(FI_OK, "(poison: no call failed)"); }
-
-static int names_all(const char *msg, const char *const *names) {
-  for (int i = 0; names[i]; i++)
-    if (!strstr(msg, names[i])) return 0;
-  return 1;
-}
-#define NAMES(...) ((const char *const[]){__VA_ARGS__, NULL})
 
 /* The call must fail with INVALID_ARGUMENT, its message naming the function
  * and every one of names. */

@@ -9,6 +9,7 @@
 
 #include "fi_runtime.h"
 #include "ft.h"
+#include "test_args_util.h"
 #include "jit_registry.h"
 #include "jit_render.h"
 #include "ops_page.h"
@@ -103,24 +104,6 @@ static fi_status do_call(fi_runtime *rt, call *c) {
                                   &c->t[KC].t, &c->t[VC].t, &c->t[IDX].t, &c->t[IPTR].t,
                                   &c->t[LAST].t, c->layout, c->ks, c->vs, NULL);
 }
-
-static fi_runtime *mem_runtime(void) {
-  fi_options o;
-  fi_options_init(&o);
-  o.cache_path = ":memory:";
-  o.log_level = 0;
-  fi_runtime *rt = NULL;
-  return fi_runtime_create(&o, &rt) == FI_OK ? rt : NULL;
-}
-
-static void poison_error(void) { rt_fail(FI_OK, "(poison: no call failed)"); }
-
-static int names_all(const char *msg, const char *const *names) {
-  for (int i = 0; names[i]; i++)
-    if (!strstr(msg, names[i])) return 0;
-  return 1;
-}
-#define NAMES(...) ((const char *const[]){__VA_ARGS__, NULL})
 
 #define EXPECT_INVALID(rt, c, what, names)                                                        \
   do {                                                                                            \
@@ -492,15 +475,6 @@ FT_TEST(bip_arguments) {
 
 /* ---- the ops' keys ---- */
 
-static int registered(const jit_op *op, const jit_key *k) {
-  for (int i = 0; i < op->config_count(); i++) {
-    jit_key r;
-    op->config(i, &r);
-    if (memcmp(r.v, k->v, sizeof r.v) == 0) return 1;
-  }
-  return 0;
-}
-
 FT_TEST(page_selection_is_registered) {
   FT_CHECK(jit_registry_find("append_paged_kv") == &jit_op_append_paged_kv);
   FT_CHECK(jit_registry_find("batch_indices_positions") == &jit_op_batch_indices_positions);
@@ -516,7 +490,7 @@ FT_TEST(page_selection_is_registered) {
         for (int vec = 1; vec <= 8; vec *= 2) {
           jit_key k;
           jit_page_select(ins[i], caches[c], layout, vec, &k);
-          FT_CHECK(registered(&jit_op_append_paged_kv, &k), "in %d cache %d layout %d vec %d",
+          FT_CHECK(op_registers(&jit_op_append_paged_kv, &k), "in %d cache %d layout %d vec %d",
                    ins[i], caches[c], layout, vec);
           FT_CHECK(jit_page_valid(&k), "in %d cache %d layout %d vec %d invalid", ins[i], caches[c],
                    layout, vec);
@@ -538,7 +512,7 @@ FT_TEST(page_selection_is_registered) {
   }
   jit_key b;
   jit_bip_select(&b);
-  FT_CHECK(registered(&jit_op_batch_indices_positions, &b));
+  FT_CHECK(op_registers(&jit_op_batch_indices_positions, &b));
   /* Invalid keys. */
   jit_key k, bad;
   jit_page_select(JIT_DT_BF16, JIT_DT_BF16, 0, 8, &k);

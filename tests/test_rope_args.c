@@ -7,6 +7,7 @@
 
 #include "fi_runtime.h"
 #include "ft.h"
+#include "test_args_util.h"
 #include "jit_registry.h"
 #include "jit_render.h"
 #include "ops_rope.h"
@@ -87,15 +88,6 @@ static void call_copy(call *dst, const call *src) {
   fix(&dst->cache);
 }
 
-static fi_runtime *mem_runtime(void) {
-  fi_options o;
-  fi_options_init(&o);
-  o.cache_path = ":memory:";
-  o.log_level = 0;
-  fi_runtime *rt = NULL;
-  return fi_runtime_create(&o, &rt) == FI_OK ? rt : NULL;
-}
-
 static const char *const fn_names[3] = {"fi_apply_rope_pos_ids", "fi_apply_llama31_rope_pos_ids",
                                         "fi_apply_rope_with_cos_sin_cache"};
 
@@ -110,15 +102,6 @@ static fi_status call_fn(fi_runtime *rt, int f, call *c) {
   return fi_apply_rope_with_cos_sin_cache(rt, &c->q.t, &c->k.t, &c->qo.t, &c->ko.t, &c->cache.t,
                                           &c->pos.t, c->interleave, NULL);
 }
-
-static void poison_error(void) { rt_fail(FI_OK, "(poison: no call failed)"); }
-
-static int names_all(const char *msg, const char *const *names) {
-  for (int i = 0; names[i]; i++)
-    if (!strstr(msg, names[i])) return 0;
-  return 1;
-}
-#define NAMES(...) ((const char *const[]){__VA_ARGS__, NULL})
 
 /* Functions f0..f1-1 must refuse c with INVALID_ARGUMENT, naming themselves and names. */
 #define EXPECT_INVALID_IN(rt, c, f0, f1, what, names)                                         \
@@ -401,15 +384,6 @@ FT_TEST(rope_in_place_and_overlap) {
 
 /* ---- the op's keys ---- */
 
-static int registered(const jit_key *k) {
-  for (int i = 0; i < jit_op_rope.config_count(); i++) {
-    jit_key r;
-    jit_op_rope.config(i, &r);
-    if (memcmp(r.v, k->v, sizeof r.v) == 0) return 1;
-  }
-  return 0;
-}
-
 FT_TEST(rope_selection_is_registered) {
   FT_CHECK(jit_registry_find("rope") == &jit_op_rope);
   const int n = jit_op_rope.config_count();
@@ -422,7 +396,7 @@ FT_TEST(rope_selection_is_registered) {
           for (int vec = 1; vec <= 8; vec *= 2) {
             jit_key k;
             jit_rope_select(dts[a], pdts[b], m, il, vec, &k);
-            FT_CHECK(registered(&k) && jit_rope_valid(&k), "%d %d %d %d %d", a, b, m, il, vec);
+            FT_CHECK(op_registers(&jit_op_rope, &k) && jit_rope_valid(&k), "%d %d %d %d %d", a, b, m, il, vec);
             FT_CHECK(k.v[ROPE_P_VEC] <= vec && k.v[ROPE_P_VEC] * 2 > (vec == 2 ? 1 : vec - 1),
                      "vec %d gave %lld", vec, (long long)k.v[ROPE_P_VEC]);
           }

@@ -9,6 +9,7 @@
 
 #include "fi_runtime.h"
 #include "ft.h"
+#include "test_args_util.h"
 #include "jit_registry.h"
 #include "jit_render.h"
 #include "ops_sampling.h"
@@ -125,23 +126,6 @@ static fi_status run_op(fi_runtime *rt, int op, call *c) {
 static const int is_sampler[NOPS] = {0, 1, 1, 1, 1, 1, 0, 0, 0};
 static const int uses_k[NOPS] = {0, 0, 1, 0, 0, 1, 1, 0, 1};
 static const int uses_p[NOPS] = {1, 0, 0, 1, 1, 1, 0, 1, 0}; /* parr: temperature/top_p/min_p */
-
-static fi_runtime *mem_runtime(void) {
-  fi_options o;
-  fi_options_init(&o);
-  o.cache_path = ":memory:";
-  o.log_level = 0;
-  fi_runtime *rt = NULL;
-  return fi_runtime_create(&o, &rt) == FI_OK ? rt : NULL;
-}
-
-static void poison_error(void) { rt_fail(FI_OK, "(poison: no call failed)"); }
-static int names_all(const char *msg, const char *const *n) {
-  for (int i = 0; n[i]; i++)
-    if (!strstr(msg, n[i])) return 0;
-  return 1;
-}
-#define NAMES(...) ((const char *const[]){__VA_ARGS__, NULL})
 
 /* op refuses c with INVALID_ARGUMENT and a message naming op and every one of nm. */
 #define EXPECT_INVALID_OP(rt, op, c, what, nm)                                                    \
@@ -391,15 +375,6 @@ FT_TEST(sampling_scalars) {
 
 /* ---- keys ---- */
 
-static int registered(const jit_key *k) {
-  for (int i = 0; i < jit_op_sampling.config_count(); i++) {
-    jit_key r;
-    jit_op_sampling.config(i, &r);
-    if (memcmp(r.v, k->v, sizeof r.v) == 0) return 1;
-  }
-  return 0;
-}
-
 FT_TEST(sampling_selection_is_registered) {
   FT_CHECK(jit_registry_find("sampling") == &jit_op_sampling);
   const int n = jit_op_sampling.config_count();
@@ -413,7 +388,7 @@ FT_TEST(sampling_selection_is_registered) {
           for (int c = 0; c < 3; c++) {
             jit_key k;
             jit_sampling_select(op, dts[d], vec, cls[c], sel, &k);
-            FT_CHECK(registered(&k) && jit_sampling_valid(&k),
+            FT_CHECK(op_registers(&jit_op_sampling, &k) && jit_sampling_valid(&k),
                      "op %d sel %d dtype %d vec %d cluster %d", op, sel, dts[d], vec, cls[c]);
             FT_CHECK(k.v[SMP_P_SEL] == (sel && jit_sampling_has_select(op) && dts[d] == JIT_DT_F32),
                      "op %d sel %d dtype %d", op, sel, dts[d]);

@@ -1,0 +1,39 @@
+/* test_args_util.h: what the argument-check tests share: a runtime on an
+ * in-memory cache, a poisoned last error, and checks that a message names things. */
+#pragma once
+#include <string.h>
+
+#include "fi_runtime.h"
+#include "jit_registry.h"
+#include "rt_internal.h"
+
+/* A quiet runtime whose cache lives in memory; NULL if it cannot be made. */
+static inline fi_runtime *mem_runtime(void) {
+  fi_options o;
+  fi_options_init(&o);
+  o.cache_path = ":memory:";
+  o.log_level = 0;
+  fi_runtime *rt = NULL;
+  return fi_runtime_create(&o, &rt) == FI_OK ? rt : NULL;
+}
+
+/* Sets the last error to a known text, so a check cannot pass on an old message. */
+static inline void poison_error(void) { rt_fail(FI_OK, "(poison: no call failed)"); }
+
+/* Whether msg contains every string of the NULL-terminated list names. */
+static inline int names_all(const char *msg, const char *const *names) {
+  for (int i = 0; names[i]; i++)
+    if (!strstr(msg, names[i])) return 0;
+  return 1;
+}
+#define NAMES(...) ((const char *const[]){__VA_ARGS__, NULL})
+
+/* Whether op registers a configuration with exactly k's values (prewarm compiles it). */
+static inline int op_registers(const jit_op *op, const jit_key *k) {
+  for (int i = 0; i < op->config_count(); i++) {
+    jit_key r;
+    op->config(i, &r);
+    if (memcmp(r.v, k->v, sizeof r.v) == 0) return 1;
+  }
+  return 0;
+}
