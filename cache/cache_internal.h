@@ -71,6 +71,8 @@ int cache_checkpoint(cache_store *s, char *err, size_t errlen);
 sqlite3_stmt *cache_stmt_sql(cache_store *s, int which, const char *sql, char *err,
                              size_t errlen);
 void cache_stmt_done(sqlite3_stmt *st);
+/* The same for the store's own statements (ST_*), whose SQL cache_store.c holds. */
+sqlite3_stmt *cache_stmt(cache_store *s, int which, char *err, size_t errlen);
 
 /* Binds ?1 = op and ?2 = arch (NULL: any) of "(?1 IS NULL OR op = ?1) AND
  * (?2 IS NULL OR arch = ?2)"; returns the SQLite code. */
