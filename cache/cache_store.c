@@ -1,5 +1,5 @@
-/* cache_store.c: the on-disk kernel store: one SQLite file (WAL journal) of
- * compiled binaries keyed by a 128-bit hash, each row checked by XXH3-64. */
+/* cache_store.c: the on-disk kernel store, one SQLite file (WAL journal) of compiled
+ * binaries keyed by a 128-bit hash: opening, schema, connections and statements. */
 #include "cache_store.h"
 
 #include <errno.h>
