@@ -17,27 +17,12 @@ static CUcontext ctx;
 static fi_runtime *rt;
 static uint64_t seed;
 
-typedef struct CUgraph_st *CUgraph;
-typedef struct CUgraphExec_st *CUgraphExec;
-static struct {
-  CUresult (*begin)(CUstream, int);
-  CUresult (*end)(CUstream, CUgraph *);
-  CUresult (*inst)(CUgraphExec *, CUgraph, unsigned long long);
-  CUresult (*launch)(CUgraphExec, CUstream);
-  CUresult (*exec_destroy)(CUgraphExec);
-  CUresult (*destroy)(CUgraph);
-} gr;
+static g_graph_api gr;
 
 static int setup(void) {
   if (rt) return 0;
   if (g_setup(&cu, &ctx, &rt, &seed) != 0) return -1;
-  void *h = dlopen("libcuda.so.1", RTLD_NOW | RTLD_LOCAL);
-  gr.begin = (CUresult(*)(CUstream, int))dlsym(h, "cuStreamBeginCapture_v2");
-  gr.end = (CUresult(*)(CUstream, CUgraph *))dlsym(h, "cuStreamEndCapture");
-  gr.inst = (CUresult(*)(CUgraphExec *, CUgraph, unsigned long long))dlsym(h, "cuGraphInstantiateWithFlags");
-  gr.launch = (CUresult(*)(CUgraphExec, CUstream))dlsym(h, "cuGraphLaunch");
-  gr.exec_destroy = (CUresult(*)(CUgraphExec))dlsym(h, "cuGraphExecDestroy");
-  gr.destroy = (CUresult(*)(CUgraph))dlsym(h, "cuGraphDestroy");
+  if (g_load_graph_api(&gr) != 0) return -1;
   return 0;
 }
 

@@ -3,6 +3,7 @@
 #ifndef GPU_UTIL_H
 #define GPU_UTIL_H
 
+#include <dlfcn.h>
 #include <math.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -76,6 +77,43 @@ static inline int g_setup(cu_api *cu, CUcontext *ctx, fi_runtime **rt, uint64_t 
   *seed = (uint64_t)time(NULL) * 2654435761u + (uint64_t)clock();
   if (!*seed) *seed = 1;
   fprintf(stderr, "seed %llu\n", (unsigned long long)*seed);
+  return 0;
+}
+
+/* The driver's stream-capture and graph calls, which fi_cuda_min.h does not load. */
+typedef struct CUgraph_st *CUgraph;
+typedef struct CUgraphExec_st *CUgraphExec;
+typedef struct g_graph_api {
+  CUresult (*begin)(CUstream, int);
+  CUresult (*end)(CUstream, CUgraph *);
+  CUresult (*inst)(CUgraphExec *, CUgraph, unsigned long long);
+  CUresult (*launch)(CUgraphExec, CUstream);
+  CUresult (*exec_destroy)(CUgraphExec);
+  CUresult (*destroy)(CUgraph);
+} g_graph_api;
+
+/* 0, or -1 with the missing name on stderr. */
+static inline int g_load_graph_api(g_graph_api *gr) {
+  void *h = dlopen("libcuda.so.1", RTLD_NOW | RTLD_LOCAL);
+  if (!h) {
+    fprintf(stderr, "libcuda.so.1: %s\n", dlerror());
+    return -1;
+  }
+  static const char *const names[6] = {"cuStreamBeginCapture_v2", "cuStreamEndCapture",
+                                        "cuGraphInstantiateWithFlags", "cuGraphLaunch",
+                                        "cuGraphExecDestroy", "cuGraphDestroy"};
+  void *f[6];
+  for (int i = 0; i < 6; i++)
+    if (!(f[i] = dlsym(h, names[i]))) {
+      fprintf(stderr, "libcuda.so.1 has no %s\n", names[i]);
+      return -1;
+    }
+  gr->begin = (CUresult(*)(CUstream, int))f[0];
+  gr->end = (CUresult(*)(CUstream, CUgraph *))f[1];
+  gr->inst = (CUresult(*)(CUgraphExec *, CUgraph, unsigned long long))f[2];
+  gr->launch = (CUresult(*)(CUgraphExec, CUstream))f[3];
+  gr->exec_destroy = (CUresult(*)(CUgraphExec))f[4];
+  gr->destroy = (CUresult(*)(CUgraph))f[5];
   return 0;
 }
 
