@@ -25,6 +25,12 @@ KERNELS  := $(sort $(wildcard kernels/*.cuh kernels/*.h))
 TEST_SRCS := $(wildcard tests/test_*.c)
 TEST_BINS := $(patsubst tests/%.c,$(BUILD)/tests/%,$(TEST_SRCS))
 TEST_SCRIPTS := $(wildcard tests/test_*.sh)
+# C++ tests: the prefill kernel's source run on the host by an emulator. Not under
+# the sanitizers: its emulated threads switch stacks with ucontext.
+TEST_CXX_SRCS := $(wildcard tests/test_*.cc)
+ifneq ($(SAN),1)
+TEST_BINS += $(patsubst tests/%.cc,$(BUILD)/tests/%,$(TEST_CXX_SRCS))
+endif
 GPU_SRCS  := $(wildcard tests/gpu/gpu_*.c)
 GPU_BINS  := $(patsubst tests/gpu/%.c,$(BUILD)/tests/%,$(GPU_SRCS))
 
@@ -87,6 +93,11 @@ $(BUILD)/tests/gpu_%: tests/gpu/gpu_%.c tests/gpu/gpu_util.h tests/ft.h $(BUILD)
 	@mkdir -p $(dir $@)
 	$(CC) $(CPPFLAGS) $(CFLAGS) -Itests -Itools $< $(BUILD)/obj/tests/ft_main.o -o $@ $(LDFLAGS) \
 	  -L$(BUILD) -l:libfi_runtime.so -Wl,-rpath,'$$ORIGIN/..' -lsqlite3 -ldl -lpthread -lm
+
+$(BUILD)/tests/%: tests/%.cc $(KERNELS) $(BUILD)/obj/runtime/rt_prefill_plan.o
+	@mkdir -p $(dir $@)
+	$(CXX) -std=c++17 -O2 -D_GNU_SOURCE -Ikernels -Iruntime -Ijit -Icache $< \
+	  $(BUILD)/obj/runtime/rt_prefill_plan.o -o $@ -lm
 
 # Not a test: times the steps of opening the cache on the GPU machine.
 $(BUILD)/tests/probe_store: tests/gpu/probe_store.c $(BUILD)/libfi_internal.a

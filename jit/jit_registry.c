@@ -21,6 +21,10 @@ static const jit_op *const ops[] = {
     &jit_op_batch_decode,
     &jit_op_decode_upload,
     &jit_op_read_probe,
+    &jit_op_single_prefill,
+    &jit_op_batch_prefill,
+    &jit_op_prefill_merge,
+    &jit_op_mma_probe,
 };
 
 int jit_registry_count(void) { return (int)(sizeof ops / sizeof ops[0]); }

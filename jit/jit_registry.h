@@ -26,5 +26,9 @@ extern const jit_op jit_op_single_decode;
 extern const jit_op jit_op_batch_decode;
 extern const jit_op jit_op_decode_upload;
 extern const jit_op jit_op_read_probe;
+extern const jit_op jit_op_single_prefill;
+extern const jit_op jit_op_batch_prefill;
+extern const jit_op jit_op_prefill_merge;
+extern const jit_op jit_op_mma_probe;
 
 #endif

@@ -136,6 +136,12 @@ FI_API fi_status fi_admin_rmsnorm_with_key(fi_runtime *rt, const DLTensor *input
  * cache, on grid blocks (0: as many as are resident); the read-bandwidth roofline. */
 FI_API fi_status fi_admin_read_probe(fi_runtime *rt, const DLTensor *buf, int grid, void *stream);
 
+/** For fi-bench: register-only bf16 mma.sync m16n8k16 on grid blocks of 256 threads (0: as
+ * many as are resident), iters rounds of 8 mmas a warp; *flops gets the FLOPs one launch
+ * does (2 * 16 * 8 * 16 an mma); the tensor-core roofline of prefill. */
+FI_API fi_status fi_admin_mma_probe(fi_runtime *rt, DLDevice device, int grid, int iters,
+                                    void *stream, double *flops);
+
 #ifdef __cplusplus
 }
 #endif

@@ -402,6 +402,95 @@ FI_API fi_status fi_top_k_mask_logits(fi_runtime *rt, const DLTensor *logits,
                                       const DLTensor *top_k_arr, int top_k, DLTensor *out,
                                       void *stream);
 
+/* ---- prefill / append attention: many query tokens per request against its KV ----
+ * Not yet run on a GPU (see README). Conventions are decode's: GQA with any group
+ * (H_qo a multiple of H_kv), q / k / v / out float16 or bfloat16 (one dtype), head_dim 64,
+ * 128 or 256 contiguous, other dimensions strided in multiples of 8 elements; lse float32
+ * [tokens, H_qo] in natural log (fi_merge_state's convention; -inf and a zero output for
+ * a row that attends nothing). Query token t of a request with L_q query tokens and L_kv
+ * KV tokens sits at position t + L_kv - L_q (its new tokens are the last L_q of the KV:
+ * append); it attends KV token j iff j <= t + L_kv - L_q (causal; the mask aligned to the
+ * bottom right) and j >= t + L_kv - L_q - window_left (window_left >= 0). RoPE (Llama
+ * halves) on the fly puts q at t + L_kv - L_q and k at j. fp8 caches are not supported
+ * by prefill yet. */
+
+/** Prefill parameters: the attention parameters and the mask. */
+typedef struct fi_prefill_params {
+  fi_attention_params attn; /**< fi_attention_params_init's defaults */
+  int causal;               /**< 1 (default): causal; L_q > L_kv is then refused */
+} fi_prefill_params;
+
+FI_API void fi_prefill_params_init(fi_prefill_params *p);
+
+/** Prefill of one request: q [L_q, H_qo, D], k and v [L_kv, H_kv, D] (NHD) or [H_kv, L_kv, D]
+ * (HND) with equal strides, out [L_q, H_qo, D], lse [L_q, H_qo] or NULL; p NULL for the
+ * defaults. No workspace: one block per q tile and KV head, no split of L_kv. */
+FI_API fi_status fi_single_prefill(fi_runtime *rt, const DLTensor *q, const DLTensor *k,
+                                   const DLTensor *v, DLTensor *out, DLTensor *lse,
+                                   fi_kv_layout layout, const fi_prefill_params *p, void *stream);
+
+/** Batch prefill, planned on the host and run on the device as batch decode is: the plan
+ * (from host copies of the index arrays) cuts every request's packed rows (query token x
+ * head of a KV head's group) into q tiles, skips KV tiles above the causal diagonal, splits
+ * long KV ranges across blocks when the batch cannot fill the device (partials merged by
+ * LSE in a second kernel) and writes its tables into the caller's workspace on the stream;
+ * run only launches. A plan is a host object owned by the caller; it keeps the
+ * workspace's address, which must outlive it. */
+typedef struct fi_prefill_plan fi_prefill_plan;
+
+typedef struct fi_batch_prefill_info {
+  int batch;                       /**< B >= 0 */
+  const int32_t *qo_indptr;        /**< host copy, B + 1: request b's query tokens are rows
+                                        qo_indptr[b] .. qo_indptr[b+1] of q and out */
+  const int32_t *kv_indptr;        /**< host copy, B + 1: ragged: request b's KV tokens are
+                                        rows kv_indptr[b] .. kv_indptr[b+1] of k and v;
+                                        paged: its pages are kv_indices[kv_indptr[b] ..) */
+  const int32_t *kv_last_page_len; /**< paged only: host copy, B entries (decode's) */
+  int num_qo_heads, num_kv_heads, head_dim;
+  int page_size;                   /**< paged only, >= 1 */
+  DLDataType q_dtype, kv_dtype;
+  /** CUDA-graph mode when max_batch > 0: the grid and the q tile are fixed for batches of
+   * up to max_batch requests and max_qo_tokens query tokens in all, so a captured run
+   * replays correctly after any re-plan of the same plan within those sizes. */
+  int max_batch, max_qo_tokens;
+} fi_batch_prefill_info;
+
+/** Workspace bytes a batch prefill plan for up to max_batch requests and max_qo_tokens query
+ * tokens in all needs on device (the caller allocates it, 256-byte aligned). */
+FI_API fi_status fi_batch_prefill_workspace_size(fi_runtime *rt, DLDevice device, int max_batch,
+                                                 int max_qo_tokens, int num_qo_heads,
+                                                 int num_kv_heads, int head_dim, size_t *bytes);
+
+/** Plans a batch over a ragged KV (info->kv_indptr in tokens): *plan NULL makes a new plan,
+ * else re-plans it in place (same heads, dtypes, parameters, sizes and workspace). */
+FI_API fi_status fi_batch_prefill_ragged_plan(fi_runtime *rt, const fi_batch_prefill_info *info,
+                                              const fi_prefill_params *p, DLTensor *workspace,
+                                              void *stream, fi_prefill_plan **plan);
+
+/** Runs a ragged plan: q [nnz_q, H_qo, D], k and v [nnz_kv, H_kv, D] (NHD) or [H_kv, nnz_kv, D]
+ * (HND), out like q, lse [nnz_q, H_qo] or NULL. The index arrays travel in the plan. */
+FI_API fi_status fi_batch_prefill_ragged_run(fi_runtime *rt, const fi_prefill_plan *plan,
+                                             const DLTensor *q, const DLTensor *k,
+                                             const DLTensor *v, fi_kv_layout layout,
+                                             DLTensor *out, DLTensor *lse, void *stream);
+
+/** Plans a batch over a paged KV cache (decode's description: info->kv_indptr in pages,
+ * kv_last_page_len, page_size). */
+FI_API fi_status fi_batch_prefill_paged_plan(fi_runtime *rt, const fi_batch_prefill_info *info,
+                                             const fi_prefill_params *p, DLTensor *workspace,
+                                             void *stream, fi_prefill_plan **plan);
+
+/** Runs a paged plan: q [nnz_q, H_qo, D], paged caches as fi_batch_decode_run's, kv_indices
+ * [nnz_pages] int32 device tensor (page ids, the caller's to keep in range), out like q,
+ * lse [nnz_q, H_qo] or NULL. */
+FI_API fi_status fi_batch_prefill_paged_run(fi_runtime *rt, const fi_prefill_plan *plan,
+                                            const DLTensor *q, const DLTensor *paged_k_cache,
+                                            const DLTensor *paged_v_cache,
+                                            const DLTensor *kv_indices, fi_kv_layout layout,
+                                            DLTensor *out, DLTensor *lse, void *stream);
+
+FI_API void fi_batch_prefill_plan_destroy(fi_prefill_plan *plan);
+
 #ifdef __cplusplus
 }
 #endif

@@ -32,4 +32,5 @@ extern const bench_section bench_rmsnorm_section, bench_norms_section, bench_tun
 extern const bench_section bench_act_section, bench_cascade_section, bench_page_section,
     bench_rope_section, bench_runtime_section;
 extern const bench_section bench_decode_section;
+extern const bench_section bench_prefill_section;
 extern const bench_section bench_sampling_section;

@@ -9,6 +9,7 @@ missing=()
 # hiprtc for the AMD compile tests (ROCm 5.2 on Debian 12 ships it in libamdhip64).
 ldconfig -p | grep -q 'libamdhip64.so' || missing+=(libamdhip64-dev)
 command -v gcc >/dev/null || missing+=(gcc)
+command -v g++ >/dev/null || missing+=(g++)
 command -v make >/dev/null || missing+=(make)
 command -v python3 >/dev/null || missing+=(python3)
 command -v nm >/dev/null || missing+=(binutils)

@@ -1,0 +1,151 @@
+/* ops_prefill.c: the prefill attention op families (single_prefill, batch_prefill), the
+ * split-KV merge (prefill_merge) and the tensor-core probe (mma_probe): their keys, entry
+ * wrappers and registered configurations (every key the selectors can return). */
+#include "ops_prefill.h"
+
+#include <stdio.h>
+
+#include "jit_registry.h"
+#include "prefill_params.h"
+
+static const int dtypes[] = {JIT_DT_F16, JIT_DT_BF16};
+static const int dims[] = {64, 128, 256};
+static const int tiles[] = {16, 64, 128};
+
+int jit_prefill_q_tile(int head_dim, int64_t max_rows) {
+  if (max_rows <= 16) return 16;
+  if (max_rows <= 64 || head_dim > 128) return 64;
+  return 128;
+}
+
+int jit_prefill_kv_tile(int head_dim) { return head_dim <= 128 ? 64 : 32; }
+
+void jit_prefill_select(int single, int dtype, int head_dim, int q_tile, int rope, jit_key *out) {
+  out->op = single ? &jit_op_single_prefill : &jit_op_batch_prefill;
+  for (int i = 0; i < JIT_MAX_PARAMS; i++) out->v[i] = 0;
+  out->v[PREFILL_P_DTYPE] = dtype;
+  out->v[PREFILL_P_HEAD_DIM] = head_dim;
+  out->v[PREFILL_P_WARPS] = q_tile / 16;
+  out->v[PREFILL_P_ROPE] = rope ? 1 : 0;
+}
+
+static int render(const jit_key *k, const char *entry, char *buf, size_t n, int single) {
+  const int64_t *v = k->v;
+  int w = snprintf(buf, n,
+                   "extern \"C\" __global__ void __launch_bounds__(%d)\n"
+                   "%s(fi_prefill_kparams p) {\n"
+                   "  fi::pf::prefill<%s, %d, %d, %d, %d>(p);\n"
+                   "}\n",
+                   (int)v[PREFILL_P_WARPS] * 32, entry, jit_dtype_cxx((int)v[PREFILL_P_DTYPE]),
+                   (int)v[PREFILL_P_HEAD_DIM], (int)v[PREFILL_P_WARPS], (int)v[PREFILL_P_ROPE],
+                   single);
+  return w < 0 || (size_t)w >= n ? -1 : w;
+}
+static int render_single(const jit_key *k, const char *e, char *b, size_t n) { return render(k, e, b, n, 1); }
+static int render_batch(const jit_key *k, const char *e, char *b, size_t n) { return render(k, e, b, n, 0); }
+
+/* (dtype, head_dim, q tile, rope) with the q tile 128 only up to head_dim 128: the
+ * tiles jit_prefill_q_tile returns. */
+#define NCFG_PER_DT_ROPE 8
+static int count(void) { return 2 * 2 * NCFG_PER_DT_ROPE; }
+static void config(int single, int idx, jit_key *out) {
+  const int rope = idx % 2, dt = dtypes[(idx / 2) % 2];
+  int s = idx / 4, dim = 0, tile = 0;
+  for (int d = 0; d < 3 && !dim; d++)
+    for (int t = 0; t < 3; t++) {
+      if (dims[d] > 128 && tiles[t] > 64) continue;
+      if (s-- == 0) {
+        dim = dims[d];
+        tile = tiles[t];
+        break;
+      }
+    }
+  jit_prefill_select(single, dt, dim, tile, rope, out);
+}
+static void config_single(int idx, jit_key *out) { config(1, idx, out); }
+static void config_batch(int idx, jit_key *out) { config(0, idx, out); }
+
+#define PREFILL_PARAMS                                                                  \
+  {{"dtype", JIT_P_DTYPE}, {"head_dim", JIT_P_INT}, {"warps", JIT_P_INT}, {"rope", JIT_P_INT}}
+
+const jit_op jit_op_single_prefill = {
+    .name = "single_prefill",
+    .template_name = "prefill.cuh",
+    .nparams = 4,
+    .params = PREFILL_PARAMS,
+    .render_entry = render_single,
+    .config_count = count,
+    .config = config_single,
+};
+
+const jit_op jit_op_batch_prefill = {
+    .name = "batch_prefill",
+    .template_name = "prefill.cuh",
+    .nparams = 4,
+    .params = PREFILL_PARAMS,
+    .render_entry = render_batch,
+    .config_count = count,
+    .config = config_batch,
+};
+
+void jit_prefill_merge_select(int dtype, int head_dim, jit_key *out) {
+  out->op = &jit_op_prefill_merge;
+  for (int i = 0; i < JIT_MAX_PARAMS; i++) out->v[i] = 0;
+  out->v[PREFILL_MERGE_P_DTYPE] = dtype;
+  out->v[PREFILL_MERGE_P_HEAD_DIM] = head_dim;
+}
+static int render_merge(const jit_key *k, const char *entry, char *buf, size_t n) {
+  int w = snprintf(buf, n,
+                   "extern \"C\" __global__ void __launch_bounds__(%d)\n"
+                   "%s(fi_prefill_merge_params p) {\n"
+                   "  fi::pf::prefill_merge<%s, %d>(p);\n"
+                   "}\n",
+                   PREFILL_MERGE_THREADS, entry, jit_dtype_cxx((int)k->v[PREFILL_MERGE_P_DTYPE]),
+                   (int)k->v[PREFILL_MERGE_P_HEAD_DIM]);
+  return w < 0 || (size_t)w >= n ? -1 : w;
+}
+static int count_merge(void) { return 2 * 3; }
+static void config_merge(int idx, jit_key *out) {
+  jit_prefill_merge_select(dtypes[idx % 2], dims[idx / 2], out);
+}
+
+const jit_op jit_op_prefill_merge = {
+    .name = "prefill_merge",
+    .template_name = "prefill.cuh",
+    .nparams = 2,
+    .params = {{"dtype", JIT_P_DTYPE}, {"head_dim", JIT_P_INT}},
+    .render_entry = render_merge,
+    .config_count = count_merge,
+    .config = config_merge,
+};
+
+void jit_mma_probe_select(jit_key *out) {
+  out->op = &jit_op_mma_probe;
+  for (int i = 0; i < JIT_MAX_PARAMS; i++) out->v[i] = 0;
+  out->v[0] = MMA_PROBE_THREADS;
+}
+static int render_probe(const jit_key *k, const char *entry, char *buf, size_t n) {
+  int w = snprintf(buf, n,
+                   "extern \"C\" __global__ void __launch_bounds__(%d)\n"
+                   "%s(fi_mma_probe_params p) {\n"
+                   "  fi::pf::mma_probe(p);\n"
+                   "}\n",
+                   (int)k->v[0], entry);
+  return w < 0 || (size_t)w >= n ? -1 : w;
+}
+static int count_probe(void) { return 1; }
+static void config_probe(int idx, jit_key *out) {
+  (void)idx;
+  jit_mma_probe_select(out);
+}
+
+/* fi-bench's tensor-core probe (register-only bf16 mma.sync), the roofline of prefill. */
+const jit_op jit_op_mma_probe = {
+    .name = "mma_probe",
+    .template_name = "prefill.cuh",
+    .nparams = 1,
+    .params = {{"threads", JIT_P_INT}},
+    .render_entry = render_probe,
+    .config_count = count_probe,
+    .config = config_probe,
+};

@@ -1,0 +1,34 @@
+/* ops_prefill.h: compile-time choices of the prefill attention kernels (single_prefill,
+ * batch_prefill), their split-KV merge (prefill_merge) and fi-bench's tensor-core probe
+ * (mma_probe), shared by the runtime and the registry. */
+#ifndef OPS_PREFILL_H
+#define OPS_PREFILL_H
+
+#include <stdint.h>
+
+#include "jit_key.h"
+
+/* Parameters of single_prefill and batch_prefill, in canonical order. */
+enum {
+  PREFILL_P_DTYPE,    /* q, k, v and out: f16 or bf16 */
+  PREFILL_P_HEAD_DIM, /* 64, 128, 256 */
+  PREFILL_P_WARPS,    /* q tile = 16 * warps packed rows: 1, 4 or 8 (8 only to head_dim 128) */
+  PREFILL_P_ROPE      /* RoPE (Llama, non-interleaved halves) on q and k */
+};
+enum { PREFILL_MERGE_P_DTYPE, PREFILL_MERGE_P_HEAD_DIM };
+
+/* The q tile (rows: 16, 64 or 128) for a head_dim and the most packed rows (query tokens
+ * x group) a request of the batch has. */
+int jit_prefill_q_tile(int head_dim, int64_t max_rows);
+/* The kv tile (tokens) of a head_dim: the kernel's KT. */
+int jit_prefill_kv_tile(int head_dim);
+
+/* The key for a call: single (1) or batch (0) prefill with a q tile of q_tile rows. */
+void jit_prefill_select(int single, int dtype, int head_dim, int q_tile, int rope, jit_key *out);
+void jit_prefill_merge_select(int dtype, int head_dim, jit_key *out);
+#define PREFILL_MERGE_THREADS 128
+/* fi-bench's tensor-core probe. */
+void jit_mma_probe_select(jit_key *out);
+#define MMA_PROBE_THREADS 256
+
+#endif

@@ -1,0 +1,446 @@
+// prefill.cuh: prefill / append attention (many query tokens per request) on tensor cores,
+// the FlashAttention-2 recipe: mma.sync m16n8k16 with ldmatrix fragments from swizzled
+// shared memory, K and V tiles brought in by cp.async in two overlapped phases (the
+// next K tile loads during P V, this tile's V during Q K^T), online softmax in fp32 and
+// base 2. Also the merge of split-KV partials and fi-bench's tensor-core probe.
+//
+// A block is WARPS warps over one q tile of 16 * WARPS packed rows (row r of a request:
+// token r / group, query head hkv * group + r % group; prefill_params.h) and one KV head;
+// warp w owns rows 16w .. 16w + 15 and keeps its Q fragments in registers (loaded once
+// through shared memory), S = Q K^T and O in fp32 accumulators:
+//   S: A = Q [16 rows][16 dims] (ldmatrix x4), B = K^T: ldmatrix x4 of K rows (tokens).
+//   O += P V: A = P from S's accumulators as they stand (the FA2 register reuse), B = V:
+//   ldmatrix x4 .trans of V rows.
+// Shared memory holds one K tile and one V tile of KT tokens ([KT][D], 16-byte chunks
+// XOR-swizzled by row % 8 so ldmatrix and cp.async are free of bank conflicts); it is
+// under the 48 KB static limit for every configuration (no dynamic-size opt-in needed).
+// On ROCm cp.async is a plain copy and ldmatrix is emulated with lane shuffles: correct,
+// not fast.
+#pragma once
+#include "decode_mma.cuh"
+#include "prefill_params.h"
+
+namespace fi {
+namespace pf {
+
+using dec::mma;
+using dec::neg_inf;
+using dec::ex2;
+using dec::shfl_xor;
+
+FI_DEVICE uint32_t smem_addr(const void *ptr) {
+#if FI_CUDA
+  uint32_t r;
+  asm("{ .reg .u64 t; cvta.to.shared.u64 t, %1; cvt.u32.u64 %0, t; }" : "=r"(r) : "l"(ptr));
+  return r;
+#else
+  (void)ptr;
+  return 0u;
+#endif
+}
+
+// 16 bytes global -> shared, asynchronous on CUDA (sm_80+).
+FI_DEVICE void cp16(uint16_t *dst, const void *src) {
+#if FI_CUDA
+  asm volatile("cp.async.cg.shared.global [%0], [%1], 16;" ::"r"(smem_addr(dst)), "l"(src) : "memory");
+#else
+  *reinterpret_cast<fi_vec<uint32_t, 4> *>(dst) = *reinterpret_cast<const fi_vec<uint32_t, 4> *>(src);
+#endif
+}
+FI_DEVICE void cp_commit() {
+#if FI_CUDA
+  asm volatile("cp.async.commit_group;" ::: "memory");
+#endif
+}
+template <int N>
+FI_DEVICE void cp_wait() {
+#if FI_CUDA
+  asm volatile("cp.async.wait_group %0;" ::"n"(N) : "memory");
+#endif
+}
+
+// ldmatrix x4: lane l supplies the address (element offset `off` into s) of row l % 8 of
+// matrix l / 8; register m gets matrix m's fragment (row lane / 4, elements 2 (lane % 4)
+// and + 1), or with .trans the transposed one (rows 2 (lane % 4) and + 1, column lane / 4).
+FI_DEVICE void ldsm4(const uint16_t *s, int off, uint32_t (&r)[4]) {
+#if FI_CUDA
+  asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0, %1, %2, %3}, [%4];"
+               : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+               : "r"(smem_addr(s + off)));
+#else
+  const int lane = threadIdx.x & 31;
+#pragma unroll
+  for (int m = 0; m < 4; m++) {
+    const int ro = (int)dec::shfl((uint32_t)off, 8 * m + (lane >> 2));
+    r[m] = *reinterpret_cast<const uint32_t *>(s + ro + 2 * (lane & 3));
+  }
+#endif
+}
+FI_DEVICE void ldsm4t(const uint16_t *s, int off, uint32_t (&r)[4]) {
+#if FI_CUDA
+  asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0, %1, %2, %3}, [%4];"
+               : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+               : "r"(smem_addr(s + off)));
+#else
+  const int lane = threadIdx.x & 31;
+#pragma unroll
+  for (int m = 0; m < 4; m++) {
+    const int r0 = (int)dec::shfl((uint32_t)off, 8 * m + 2 * (lane & 3));
+    const int r1 = (int)dec::shfl((uint32_t)off, 8 * m + 2 * (lane & 3) + 1);
+    r[m] = (uint32_t)s[r0 + (lane >> 2)] | ((uint32_t)s[r1 + (lane >> 2)] << 16);
+  }
+#endif
+}
+
+// Element offset of 16-byte chunk ch of row `row` in a [rows][D] swizzled tile.
+template <int D>
+FI_DEVICE int swz(int row, int ch) {
+  return row * D + ((ch ^ (row & 7)) << 3);
+}
+
+// The kv tile a head_dim takes (tokens): K and V tiles of 16 KB each at 16 bits.
+template <int D>
+struct kv_tile {
+  static constexpr int value = D <= 128 ? 64 : 32;
+};
+
+// T: q / K / V / out dtype (f16 or bf16); D: head_dim; WARPS: 1, 4 or 8 (q tile 16 *
+// WARPS rows); ROPE: RoPE (Llama halves) on q and k; SINGLE: one contiguous request,
+// no plan tables.
+template <typename T, int D, int WARPS, int ROPE, int SINGLE>
+FI_DEVICE void prefill(const fi_prefill_kparams &p) {
+  typedef dec::w16<T> W;
+  constexpr int THREADS = WARPS * 32, QT = 16 * WARPS, KT = kv_tile<D>::value, CH = D / 8;
+  static_assert(D == 64 || D == 128 || D == 256, "head_dim 64, 128 or 256");
+  static_assert(QT <= 2 * KT, "the q tile is staged in the K and V buffers");
+  static_assert(THREADS % CH == 0 || CH % THREADS == 0, "chunk mapping");
+
+  __shared__ uint16_t s_kv[2 * KT * D] __attribute__((aligned(128)));
+  uint16_t *const sK = s_kv, *const sV = s_kv + KT * D, *const sQ = s_kv;
+
+  const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5, g = lane >> 2, c = lane & 3;
+  const int item = blockIdx.x, hkv = blockIdx.y, G = p.group;
+
+  // ---- the work item ----
+  int r0, rows, kv_lo, kv_hi, Lq, Lkv, chunk = 0, nchunks = 1, slot = 0;
+  int64_t q_start = 0, kv_base = 0;
+  if (SINGLE) {
+    Lq = p.q_len;
+    Lkv = p.kv_len;
+    r0 = item * QT;
+    rows = Lq * G - r0 < QT ? Lq * G - r0 : QT;
+    const int off = Lkv - Lq, tq0 = r0 / G, tq1 = (r0 + rows - 1) / G;
+    kv_lo = p.window_left >= 0 && tq0 + off - p.window_left > 0 ? tq0 + off - p.window_left : 0;
+    kv_hi = p.causal && tq1 + off + 1 < Lkv ? tq1 + off + 1 : Lkv;
+    if (kv_hi < kv_lo) kv_hi = kv_lo;
+  } else {
+    const int n = p.num_items >= 0 ? p.num_items : p.header[0];
+    if (item >= n) return;  // CUDA-graph mode: a grid for the largest plan
+    const int32_t *ip = p.items + FI_PREFILL_ITEM_WORDS * item;
+    const fi_vec<int32_t, 4> a = *reinterpret_cast<const fi_vec<int32_t, 4> *>(ip);
+    const fi_vec<int32_t, 4> b4 = *reinterpret_cast<const fi_vec<int32_t, 4> *>(ip + 4);
+    const fi_vec<int32_t, 4> c4 = *reinterpret_cast<const fi_vec<int32_t, 4> *>(ip + 8);
+    r0 = a.v[1];
+    rows = a.v[2];
+    kv_lo = a.v[3];
+    kv_hi = b4.v[0];
+    chunk = b4.v[1] & 0xffff;
+    nchunks = b4.v[1] >> 16;
+    q_start = b4.v[2];
+    Lq = b4.v[3];
+    kv_base = c4.v[0];
+    Lkv = c4.v[1];
+    slot = c4.v[2];
+  }
+  const int off = Lkv - Lq;  // query token t sits at position t + off
+  const int rlast = r0 + rows - 1;
+
+  // ---- Q: stage the tile (RoPE'd at t + off) in shared memory, then fragments ----
+  const T *qb = static_cast<const T *>(p.q);
+  if (!ROPE) {
+    for (int i = tid; i < QT * CH; i += THREADS) {
+      const int row = i / CH, ch = i % CH;
+      const int r = r0 + row < rlast ? r0 + row : rlast;
+      const int tq = r / G, h = hkv * G + (r - tq * G);
+      cp16(sQ + swz<D>(row, ch), qb + (q_start + tq) * p.q_stride_tok + (int64_t)h * p.q_stride_head + 8 * ch);
+    }
+    cp_commit();
+    cp_wait<0>();
+  } else {
+    for (int i = tid; i < QT * (CH / 2); i += THREADS) {
+      const int row = i / (CH / 2), ch = i % (CH / 2);
+      const int r = r0 + row < rlast ? r0 + row : rlast;
+      const int tq = r / G, h = hkv * G + (r - tq * G);
+      const T *src = qb + (q_start + tq) * p.q_stride_tok + (int64_t)h * p.q_stride_head;
+      fi_vec<uint32_t, 4> x = *reinterpret_cast<const fi_vec<uint32_t, 4> *>(src + 8 * ch);
+      fi_vec<uint32_t, 4> y = *reinterpret_cast<const fi_vec<uint32_t, 4> *>(src + 8 * (ch + CH / 2));
+      dec::rope_pair<T>(x.v, y.v, (float)(tq + off), p.rope_freq, ch);
+      *reinterpret_cast<fi_vec<uint32_t, 4> *>(sQ + swz<D>(row, ch)) = x;
+      *reinterpret_cast<fi_vec<uint32_t, 4> *>(sQ + swz<D>(row, ch + CH / 2)) = y;
+    }
+  }
+  __syncthreads();
+  uint32_t qf[D / 16][4];
+#pragma unroll
+  for (int ks = 0; ks < D / 16; ks++) ldsm4(sQ, swz<D>(16 * warp + (lane & 15), 2 * ks + (lane >> 4)), qf[ks]);
+  __syncthreads();
+
+  // ---- this thread's two rows (g and g + 8 of its warp): their attended range ----
+  int lim_lo[2], lim_hi[2];
+#pragma unroll
+  for (int h = 0; h < 2; h++) {
+    const int r = r0 + 16 * warp + g + 8 * h, tq = (r < rlast ? r : rlast) / G;
+    lim_hi[h] = p.causal && tq + off + 1 < kv_hi ? tq + off + 1 : kv_hi;
+    lim_lo[h] = p.window_left >= 0 && tq + off - p.window_left > kv_lo ? tq + off - p.window_left : kv_lo;
+  }
+  // The block's rows all attend [blk_lo, blk_hi): a tile inside needs no mask.
+  const int tq0 = r0 / G, tq1 = rlast / G;
+  const int blk_hi = p.causal && tq0 + off + 1 < kv_hi ? tq0 + off + 1 : kv_hi;
+  const int blk_lo = p.window_left >= 0 && tq1 + off - p.window_left > kv_lo ? tq1 + off - p.window_left : kv_lo;
+
+  const T *kg = static_cast<const T *>(p.k) + (int64_t)hkv * p.kv_stride_head;
+  const T *vg = static_cast<const T *>(p.v) + (int64_t)hkv * p.kv_stride_head;
+  auto kv_off = [&](int j) -> int64_t {
+    if (p.indices) {
+      const int pl = j / p.page_size;
+      return (int64_t)p.indices[kv_base + pl] * p.kv_stride_page + (int64_t)(j - pl * p.page_size) * p.kv_stride_slot;
+    }
+    return (kv_base + j) * p.kv_stride_slot;
+  };
+  // Tokens j0 .. j0 + KT - 1 into dst (rows past kv_hi repeat the last token: finite
+  // values, masked out).
+  auto load_tile = [&](uint16_t *dst, const T *base, int j0) {
+    for (int i = tid; i < KT * CH; i += THREADS) {
+      const int row = i / CH, ch = i % CH;
+      const int j = j0 + row < kv_hi - 1 ? j0 + row : kv_hi - 1;
+      cp16(dst + swz<D>(row, ch), base + kv_off(j) + 8 * ch);
+    }
+  };
+
+  float o[D / 8][4];
+  float m[2] = {neg_inf(), neg_inf()}, dsum[2] = {0.0f, 0.0f};
+#pragma unroll
+  for (int j = 0; j < D / 8; j++)
+#pragma unroll
+    for (int e = 0; e < 4; e++) o[j][e] = 0.0f;
+
+  const int ntiles = kv_hi > kv_lo ? (kv_hi - kv_lo + KT - 1) / KT : 0;
+  if (ntiles > 0) {
+    load_tile(sK, kg, kv_lo);
+    cp_commit();
+  }
+  for (int t = 0; t < ntiles; t++) {
+    const int j0 = kv_lo + t * KT;
+    load_tile(sV, vg, j0);
+    cp_commit();
+    cp_wait<1>();  // K of this tile
+    __syncthreads();
+    if (ROPE) {
+      for (int i = tid; i < KT * (CH / 2); i += THREADS) {
+        const int row = i / (CH / 2), ch = i % (CH / 2);
+        fi_vec<uint32_t, 4> &x = *reinterpret_cast<fi_vec<uint32_t, 4> *>(sK + swz<D>(row, ch));
+        fi_vec<uint32_t, 4> &y = *reinterpret_cast<fi_vec<uint32_t, 4> *>(sK + swz<D>(row, ch + CH / 2));
+        uint32_t xs[4], ys[4];
+#pragma unroll
+        for (int w = 0; w < 4; w++) {
+          xs[w] = x.v[w];
+          ys[w] = y.v[w];
+        }
+        dec::rope_pair<T>(xs, ys, (float)(j0 + row), p.rope_freq, ch);
+#pragma unroll
+        for (int w = 0; w < 4; w++) {
+          x.v[w] = xs[w];
+          y.v[w] = ys[w];
+        }
+      }
+      __syncthreads();
+    }
+
+    // S = Q K^T
+    float s[KT / 8][4];
+#pragma unroll
+    for (int nb = 0; nb < KT / 8; nb++)
+#pragma unroll
+      for (int e = 0; e < 4; e++) s[nb][e] = 0.0f;
+#pragma unroll
+    for (int ks = 0; ks < D / 16; ks++)
+#pragma unroll
+      for (int n2 = 0; n2 < KT / 16; n2++) {
+        uint32_t kb[4];
+        ldsm4(sK, swz<D>(16 * n2 + (lane & 7) + ((lane >> 4) << 3), 2 * ks + ((lane >> 3) & 1)), kb);
+        mma<T>(s[2 * n2], qf[ks][0], qf[ks][1], qf[ks][2], qf[ks][3], kb[0], kb[1]);
+        mma<T>(s[2 * n2 + 1], qf[ks][0], qf[ks][1], qf[ks][2], qf[ks][3], kb[2], kb[3]);
+      }
+
+    // online softmax (base 2)
+    const bool masked = j0 < blk_lo || j0 + KT > blk_hi;
+#pragma unroll
+    for (int h = 0; h < 2; h++) {
+      float mx = neg_inf();
+#pragma unroll
+      for (int nb = 0; nb < KT / 8; nb++)
+#pragma unroll
+        for (int e = 0; e < 2; e++) {
+          float x = s[nb][2 * h + e];
+          if (p.cap_log2 != 0.0f)
+            x = p.cap_log2 * tanhf(x * p.cap_pre);
+          else
+            x *= p.scale_log2;
+          if (masked) {
+            const int j = j0 + 8 * nb + 2 * c + e;
+            if (j < lim_lo[h] || j >= lim_hi[h]) x = neg_inf();
+          }
+          s[nb][2 * h + e] = x;
+          mx = fmaxf(mx, x);
+        }
+      mx = fmaxf(mx, shfl_xor(mx, 1));
+      mx = fmaxf(mx, shfl_xor(mx, 2));
+      const float mn = fmaxf(m[h], mx), mu = mn == neg_inf() ? 0.0f : mn;
+      const float alpha = ex2(m[h] - mu);
+      m[h] = mn;
+      float ps = 0.0f;
+#pragma unroll
+      for (int nb = 0; nb < KT / 8; nb++)
+#pragma unroll
+        for (int e = 0; e < 2; e++) {
+          const float pv = ex2(s[nb][2 * h + e] - mu);
+          s[nb][2 * h + e] = pv;
+          ps += pv;
+        }
+      dsum[h] = dsum[h] * alpha + ps;
+#pragma unroll
+      for (int j = 0; j < D / 8; j++) {
+        o[j][2 * h] *= alpha;
+        o[j][2 * h + 1] *= alpha;
+      }
+    }
+
+    __syncthreads();  // every warp is done with this K tile
+    if (t + 1 < ntiles) load_tile(sK, kg, j0 + KT);
+    cp_commit();
+    cp_wait<1>();  // V of this tile
+    __syncthreads();
+
+    // O += P V
+#pragma unroll
+    for (int kk = 0; kk < KT / 16; kk++) {
+      const uint32_t a0 = W::pack(s[2 * kk][0], s[2 * kk][1]), a1 = W::pack(s[2 * kk][2], s[2 * kk][3]);
+      const uint32_t a2 = W::pack(s[2 * kk + 1][0], s[2 * kk + 1][1]),
+                     a3 = W::pack(s[2 * kk + 1][2], s[2 * kk + 1][3]);
+#pragma unroll
+      for (int n2 = 0; n2 < D / 16; n2++) {
+        uint32_t vb[4];
+        ldsm4t(sV, swz<D>(16 * kk + (lane & 7) + (((lane >> 3) & 1) << 3), 2 * n2 + (lane >> 4)), vb);
+        mma<T>(o[2 * n2], a0, a1, a2, a3, vb[0], vb[1]);
+        mma<T>(o[2 * n2 + 1], a0, a1, a2, a3, vb[2], vb[3]);
+      }
+    }
+    __syncthreads();  // every warp is done with this V tile
+  }
+  cp_wait<0>();
+
+  // ---- out / lse, or this chunk's partial ----
+  const float LN2 = 0.6931471805599453f;
+#pragma unroll
+  for (int h = 0; h < 2; h++) {
+    dsum[h] += shfl_xor(dsum[h], 1);
+    dsum[h] += shfl_xor(dsum[h], 2);
+    const int rt = 16 * warp + g + 8 * h;  // row in the tile
+    if (rt >= rows) continue;
+    const int r = r0 + rt, tq = r / G, head = hkv * G + (r - tq * G);
+    const float ds = dsum[h], inv = ds > 0.0f ? p.v_scale / ds : 0.0f;
+    if (nchunks <= 1) {
+      T *orow = static_cast<T *>(p.out) + (q_start + tq) * p.out_stride_tok + (int64_t)head * p.out_stride_head;
+#pragma unroll
+      for (int j = 0; j < D / 8; j++)
+        *reinterpret_cast<uint32_t *>(orow + 8 * j + 2 * c) = W::pack(o[j][2 * h] * inv, o[j][2 * h + 1] * inv);
+      if (p.lse && c == 0)
+        p.lse[(q_start + tq) * p.lse_stride_tok + (int64_t)head * p.lse_stride_head] =
+            ds > 0.0f ? (m[h] + log2f(ds)) * LN2 : neg_inf();
+    } else {
+      const int64_t prow = ((int64_t)(slot + chunk) * p.num_kv_heads + hkv) * FI_PREFILL_SLOT_ROWS + rt;
+      float *po = p.partial_o + prow * D;
+#pragma unroll
+      for (int j = 0; j < D / 8; j++) {
+        fi_vec<float, 2> y;
+        y.v[0] = o[j][2 * h] * inv;
+        y.v[1] = o[j][2 * h + 1] * inv;
+        *reinterpret_cast<fi_vec<float, 2> *>(po + 8 * j + 2 * c) = y;
+      }
+      if (c == 0) p.partial_lse[prow] = ds > 0.0f ? m[h] + log2f(ds) : neg_inf();
+    }
+  }
+}
+
+// The merge of split tiles: the block of a tile's chunk-0 item combines the tile's
+// partials (one pass, running maximum) into out and lse.
+template <typename T, int D>
+FI_DEVICE void prefill_merge(const fi_prefill_merge_params &p) {
+  const int item = blockIdx.x, hkv = blockIdx.y;
+  const int n = p.num_items >= 0 ? p.num_items : p.header[0];
+  if (item >= n) return;
+  const int32_t *it = p.items + FI_PREFILL_ITEM_WORDS * item;
+  const int chunk = it[5] & 0xffff, nch = it[5] >> 16;
+  if (chunk != 0 || nch <= 1) return;
+  const int r0 = it[1], rows = it[2], slot = it[10], G = p.group;
+  const int64_t q_start = it[6];
+  const float LN2 = 0.6931471805599453f;
+  for (int u = threadIdx.x; u < rows * (D / 8); u += blockDim.x) {
+    const int rt = u / (D / 8), d8 = (u - rt * (D / 8)) * 8;
+    float mx = neg_inf(), sw = 0.0f, acc[8];
+#pragma unroll
+    for (int e = 0; e < 8; e++) acc[e] = 0.0f;
+    for (int i = 0; i < nch; i++) {
+      const int64_t prow = ((int64_t)(slot + i) * p.num_kv_heads + hkv) * p.q_tile + rt;
+      const float l = p.partial_lse[prow];
+      const fi_vec<float, 4> x0 = *reinterpret_cast<const fi_vec<float, 4> *>(p.partial_o + prow * D + d8);
+      const fi_vec<float, 4> x1 = *reinterpret_cast<const fi_vec<float, 4> *>(p.partial_o + prow * D + d8 + 4);
+      const float mn = fmaxf(mx, l), mu = mn == neg_inf() ? 0.0f : mn;
+      const float a = ex2(mx - mu), w = ex2(l - mu);
+      sw = sw * a + w;
+#pragma unroll
+      for (int e = 0; e < 4; e++) {
+        acc[e] = acc[e] * a + w * x0.v[e];
+        acc[4 + e] = acc[4 + e] * a + w * x1.v[e];
+      }
+      mx = mn;
+    }
+    const int r = r0 + rt, tq = r / G, head = hkv * G + (r - tq * G);
+    const float inv = sw > 0.0f ? 1.0f / sw : 0.0f;
+    fi_vec<T, 8> y;
+#pragma unroll
+    for (int e = 0; e < 8; e++) y.v[e] = fi_from_float<T>(acc[e] * inv);
+    T *orow = static_cast<T *>(p.out) + (q_start + tq) * p.out_stride_tok + (int64_t)head * p.out_stride_head;
+    *reinterpret_cast<fi_vec<T, 8> *>(orow + d8) = y;
+    if (p.lse && d8 == 0)
+      p.lse[(q_start + tq) * p.lse_stride_tok + (int64_t)head * p.lse_stride_head] =
+          sw > 0.0f ? (mx + log2f(sw)) * LN2 : neg_inf();
+  }
+}
+
+// fi-bench's tensor-core probe: 8 independent accumulator chains of bf16 m16n8k16 per
+// warp, operands in registers (no memory traffic in the loop).
+FI_DEVICE void mma_probe(const fi_mma_probe_params &p) {
+  const int lane = threadIdx.x & 31;
+  typedef dec::w16<fi_bf16> W;
+  const uint32_t a0 = W::pack(1e-3f * lane, 2e-3f), a1 = W::pack(-1e-3f, 1e-3f * (lane & 7));
+  const uint32_t b0 = W::pack(1e-3f, -1e-3f * lane), b1 = W::pack(2e-3f * (lane & 3), 1e-3f);
+  float d[8][4];
+#pragma unroll
+  for (int k = 0; k < 8; k++)
+#pragma unroll
+    for (int e = 0; e < 4; e++) d[k][e] = 0.0f;
+  for (int i = 0; i < p.iters; i++) {
+#pragma unroll
+    for (int k = 0; k < 8; k++) mma<fi_bf16>(d[k], a0, a1, a0 ^ (uint32_t)k, a1, b0, b1);
+  }
+  float sum = 0.0f;
+#pragma unroll
+  for (int k = 0; k < 8; k++)
+#pragma unroll
+    for (int e = 0; e < 4; e++) sum += d[k][e];
+  if (sum == p.never) p.sink[0] = sum;
+}
+
+}  // namespace pf
+}  // namespace fi

@@ -1,0 +1,668 @@
+/* rt_prefill.c: the prefill attention entry points (fi_single_prefill, fi_batch_prefill_*):
+ * argument checks, kernel choice, the plan and its upload, the launches; and fi-bench's
+ * tensor-core probe. */
+#include <math.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "decode_params.h"
+#include "fi_admin.h"
+#include "ops_decode.h"
+#include "ops_prefill.h"
+#include "prefill_params.h"
+#include "rt_decode.h"
+#include "rt_decode_args.h"
+#include "rt_internal.h"
+#include "rt_prefill.h"
+#include "rt_tensor.h"
+
+struct fi_prefill_plan {
+  jit_key key, merge_key;
+  int devtype, device, paged, graph;
+  int batch, max_batch, max_qo_tokens;
+  int num_qo_heads, num_kv_heads, head_dim, page_size, dt, q_tile;
+  int64_t num_items, grid, chunk, slots_used;
+  int64_t qo_rows;  /* qo_indptr[B]: rows q and out need */
+  int64_t kv_rows;  /* ragged: kv_indptr[B] (rows of k and v); paged: entries of kv_indices */
+  fi_prefill_params params;
+  char *ws;
+  int64_t ws_bytes;
+  rt_prefill_layout lay;
+  fi_prefill_kparams scalars;
+  int32_t *tab;     /* host copy of the header and items */
+};
+
+FI_API void fi_prefill_params_init(fi_prefill_params *p) {
+  if (!p) return;
+  memset(p, 0, sizeof *p);
+  fi_attention_params_init(&p->attn);
+  p->causal = 1;
+}
+
+/* Heads (any group), head_dim, dtypes (one 16-bit dtype) and the parameters. */
+static fi_status check_common(const char *fn, int64_t hq, int64_t hkv, int64_t D, int qdt, int kvdt,
+                              DLDataType qd, DLDataType kvd, const fi_prefill_params *p) {
+  char b1[32], b2[32];
+  if (hkv < 1 || hq < 1 || hq % hkv != 0 || hq > INT32_MAX)
+    return rt_fail(FI_ERR_INVALID_ARGUMENT,
+                   "%s: num_qo_heads %lld and num_kv_heads %lld: num_qo_heads must be a positive "
+                   "multiple of num_kv_heads",
+                   fn, (long long)hq, (long long)hkv);
+  if (D != 64 && D != 128 && D != 256)
+    return rt_fail(FI_ERR_INVALID_ARGUMENT, "%s: head_dim is %lld; 64, 128 or 256 is supported",
+                   fn, (long long)D);
+  if (qdt != JIT_DT_F16 && qdt != JIT_DT_BF16)
+    return rt_fail(FI_ERR_INVALID_ARGUMENT, "%s: q has dtype %s; float16 or bfloat16 is needed",
+                   fn, rt_dec_dtype_string(qd, b1, sizeof b1));
+  if (kvdt != qdt)
+    return rt_fail(FI_ERR_INVALID_ARGUMENT,
+                   "%s: the KV has dtype %s; q's (%s) is needed (prefill has no fp8 KV yet)", fn,
+                   rt_dec_dtype_string(kvd, b1, sizeof b1), rt_dec_dtype_string(qd, b2, sizeof b2));
+  if (p->causal != 0 && p->causal != 1)
+    return rt_fail(FI_ERR_INVALID_ARGUMENT, "%s: params->causal is %d; 0 or 1 is needed", fn, p->causal);
+  /* The attention parameters as decode checks them (a group of 1 passes its head check). */
+  return rt_dec_check_common(fn, (int)hkv, (int)hkv, (int)D, qdt, kvdt, qd, kvd, &p->attn);
+}
+
+static void fill_scalars(fi_prefill_kparams *k, const fi_prefill_params *p, int D, int dt) {
+  fi_decode_params d;
+  memset(&d, 0, sizeof d);
+  rt_dec_fill_scalars(&d, &p->attn, D, dt);
+  k->scale_log2 = d.scale_log2;
+  k->cap_pre = d.cap_pre;
+  k->cap_log2 = d.cap_log2;
+  k->v_scale = d.v_scale;
+  for (int i = 0; i < FI_PREFILL_MAX_FREQ; i++) k->rope_freq[i] = d.rope_freq[i];
+  k->causal = p->causal;
+  k->window_left = p->attn.window_left;
+}
+
+/* q / out [rows, H_qo, D]: shapes, dtypes, row layout; lse [rows, H_qo]. */
+static fi_status check_q_out(const char *fn, const DLTensor *q, const DLTensor *out,
+                             const DLTensor *lse, int dt) {
+  fi_status st;
+  char b1[32], b2[32];
+  if (rt_dec_dtype(out->dtype) != dt)
+    return rt_fail(FI_ERR_INVALID_ARGUMENT, "%s: out has dtype %s but q has %s", fn,
+                   rt_dec_dtype_string(out->dtype, b1, sizeof b1), rt_dec_dtype_string(q->dtype, b2, sizeof b2));
+  if ((st = rt_dec_check_shape(fn, "out", out, 3, q->shape, "q's shape")) != FI_OK) return st;
+  if (lse) {
+    const int64_t ls[2] = {q->shape[0], q->shape[1]};
+    if ((st = rt_dec_check_lse(fn, lse, q, 2, ls)) != FI_OK) return st;
+  }
+  const int b = jit_dtype_bytes(dt);
+  if ((st = rt_dec_check_rows(fn, "q", q, b)) != FI_OK || (st = rt_dec_check_rows(fn, "out", out, b)) != FI_OK)
+    return st;
+  return FI_OK;
+}
+
+static fi_status launch(fi_runtime *rt, int devtype, int device, const jit_key *key, int64_t gx,
+                        int64_t gy, unsigned threads, void *params, size_t bytes, void *stream) {
+  if (gx > INT32_MAX || gy > 65535)
+    return rt_fail(FI_ERR_INVALID_ARGUMENT, "prefill: a grid of %lld x %lld blocks is too large",
+                   (long long)gx, (long long)gy);
+  return rt_dec_launch(rt, devtype, device, key, (unsigned)gx, (unsigned)gy, threads, params, bytes, stream);
+}
+
+/* The q tile for head_dim D and the most packed rows of a request, or FI_PREFILL_QTILE's
+ * (16, 64 or 128; 128 only to head_dim 128: the registered tiles), for tuning. */
+static int q_tile_for(int D, int64_t rows) {
+  const char *e = getenv("FI_PREFILL_QTILE");
+  const int v = e && *e ? atoi(e) : 0;
+  if (v == 16 || v == 64 || (v == 128 && D <= 128)) return v;
+  return jit_prefill_q_tile(D, rows);
+}
+
+/* ---- single prefill ---- */
+
+FI_API fi_status fi_single_prefill(fi_runtime *rt, const DLTensor *q, const DLTensor *k,
+                                   const DLTensor *v, DLTensor *out, DLTensor *lse,
+                                   fi_kv_layout layout, const fi_prefill_params *p, void *stream) {
+  const char *fn = "fi_single_prefill";
+  fi_status st;
+  char b1[32], b2[32];
+  fi_prefill_params defaults;
+  if (!p) {
+    fi_prefill_params_init(&defaults);
+    p = &defaults;
+  }
+  if (!rt) return rt_fail(FI_ERR_INVALID_ARGUMENT, "%s: rt is NULL", fn);
+  if ((st = rt_check_tensor(fn, "q", q, 3)) != FI_OK) return st;
+  if ((st = rt_check_tensor(fn, "k", k, 3)) != FI_OK) return st;
+  if ((st = rt_check_tensor(fn, "v", v, 3)) != FI_OK) return st;
+  if ((st = rt_check_tensor(fn, "out", out, 3)) != FI_OK) return st;
+  if ((st = rt_check_same_device(fn, "q", q, "k", k)) != FI_OK) return st;
+  if ((st = rt_check_same_device(fn, "q", q, "v", v)) != FI_OK) return st;
+  if ((st = rt_check_same_device(fn, "q", q, "out", out)) != FI_OK) return st;
+  if (layout != FI_KV_LAYOUT_NHD && layout != FI_KV_LAYOUT_HND)
+    return rt_fail(FI_ERR_INVALID_ARGUMENT,
+                   "%s: layout is %d; FI_KV_LAYOUT_NHD (0) or FI_KV_LAYOUT_HND (1) is needed", fn,
+                   (int)layout);
+  const int qdt = rt_dec_dtype(q->dtype), kvdt = rt_dec_dtype(k->dtype);
+  if (rt_dec_dtype(v->dtype) != kvdt || v->dtype.bits != k->dtype.bits)
+    return rt_fail(FI_ERR_INVALID_ARGUMENT, "%s: v has dtype %s but k has %s", fn,
+                   rt_dec_dtype_string(v->dtype, b1, sizeof b1), rt_dec_dtype_string(k->dtype, b2, sizeof b2));
+  const int nhd = layout == FI_KV_LAYOUT_NHD;
+  const int64_t Lq = q->shape[0], hq = q->shape[1], D = q->shape[2];
+  const int64_t Lkv = nhd ? k->shape[0] : k->shape[1], hkv = nhd ? k->shape[1] : k->shape[0];
+  if ((st = check_common(fn, hq, hkv, D, qdt, kvdt, q->dtype, k->dtype, p)) != FI_OK) return st;
+  if (k->shape[2] != D)
+    return rt_fail(FI_ERR_INVALID_ARGUMENT, "%s: k has head_dim %lld but q %lld", fn,
+                   (long long)k->shape[2], (long long)D);
+  const char *lname = nhd ? "[L_kv, H_kv, head_dim] (NHD)" : "[H_kv, L_kv, head_dim] (HND)";
+  if ((st = rt_dec_check_shape(fn, "v", v, 3, k->shape, lname)) != FI_OK) return st;
+  if ((st = check_q_out(fn, q, out, lse, qdt)) != FI_OK) return st;
+  const int b = jit_dtype_bytes(kvdt);
+  if ((st = rt_dec_check_rows(fn, "k", k, b)) != FI_OK || (st = rt_dec_check_rows(fn, "v", v, b)) != FI_OK)
+    return st;
+  for (int d = 0; d < 2; d++)
+    if (k->shape[d] > 1 && rt_stride(k, d) != rt_stride(v, d))
+      return rt_fail(FI_ERR_INVALID_ARGUMENT,
+                     "%s: v has stride %lld in dimension %d but k %lld; k and v need equal strides",
+                     fn, (long long)rt_stride(v, d), d, (long long)rt_stride(k, d));
+  const int64_t group = hq / hkv;
+  if (Lq * group > INT32_MAX || Lkv > INT32_MAX)
+    return rt_fail(FI_ERR_INVALID_ARGUMENT,
+                   "%s: L_q x group (%lld) and L_kv (%lld) must be below 2^31", fn,
+                   (long long)(Lq * group), (long long)Lkv);
+  if (p->causal && Lq > Lkv)
+    return rt_fail(FI_ERR_INVALID_ARGUMENT,
+                   "%s: q has L_q = %lld query tokens but k has L_kv = %lld; a causal prefill "
+                   "needs L_q <= L_kv (the query tokens are the last of the KV)",
+                   fn, (long long)Lq, (long long)Lkv);
+  const DLTensor *ins[3] = {q, k, v};
+  static const char *const in_names[3] = {"q", "k", "v"};
+  if ((st = rt_dec_check_outputs_apart(fn, out, lse, ins, in_names, 3)) != FI_OK) return st;
+  if (Lq == 0) return FI_OK;
+
+  fi_prefill_kparams kp;
+  memset(&kp, 0, sizeof kp);
+  fill_scalars(&kp, p, (int)D, qdt);
+  kp.q = rt_data(q);
+  kp.out = rt_data(out);
+  kp.lse = lse ? (float *)rt_data(lse) : NULL;
+  kp.k = rt_data(k);
+  kp.v = rt_data(v);
+  kp.q_stride_tok = rt_stride(q, 0);
+  kp.q_stride_head = rt_stride(q, 1);
+  kp.out_stride_tok = rt_stride(out, 0);
+  kp.out_stride_head = rt_stride(out, 1);
+  kp.lse_stride_tok = lse ? rt_stride(lse, 0) : 0;
+  kp.lse_stride_head = lse ? rt_stride(lse, 1) : 0;
+  kp.kv_stride_slot = rt_stride(k, nhd ? 0 : 1);
+  kp.kv_stride_head = rt_stride(k, nhd ? 1 : 0);
+  kp.num_items = 0;
+  kp.num_kv_heads = (int32_t)hkv;
+  kp.group = (int32_t)group;
+  kp.page_size = 1;
+  kp.q_len = (int32_t)Lq;
+  kp.kv_len = (int32_t)Lkv;
+  const int qt = q_tile_for((int)D, Lq * group);
+  jit_key key;
+  jit_prefill_select(1, qdt, (int)D, qt, p->attn.pos_encoding == FI_POS_ROPE_LLAMA, &key);
+  return launch(rt, q->device.device_type, q->device.device_id, &key, (Lq * group + qt - 1) / qt, hkv,
+                (unsigned)qt * 2u, &kp, sizeof kp, stream);
+}
+
+/* ---- batch prefill: workspace, plan, run ---- */
+
+FI_API fi_status fi_batch_prefill_workspace_size(fi_runtime *rt, DLDevice device, int max_batch,
+                                                 int max_qo_tokens, int num_qo_heads,
+                                                 int num_kv_heads, int head_dim, size_t *bytes) {
+  const char *fn = "fi_batch_prefill_workspace_size";
+  if (!rt || !bytes) return rt_fail(FI_ERR_INVALID_ARGUMENT, "%s: rt or bytes is NULL", fn);
+  if (max_batch < 0 || max_qo_tokens < 0)
+    return rt_fail(FI_ERR_INVALID_ARGUMENT, "%s: max_batch %d and max_qo_tokens %d must be >= 0", fn,
+                   max_batch, max_qo_tokens);
+  if (num_kv_heads < 1 || num_qo_heads < 1 || num_qo_heads % num_kv_heads)
+    return rt_fail(FI_ERR_INVALID_ARGUMENT,
+                   "%s: num_qo_heads %d and num_kv_heads %d: a positive multiple is needed", fn,
+                   num_qo_heads, num_kv_heads);
+  if (head_dim != 64 && head_dim != 128 && head_dim != 256)
+    return rt_fail(FI_ERR_INVALID_ARGUMENT, "%s: head_dim is %d; 64, 128 or 256 is supported", fn,
+                   head_dim);
+  int sms;
+  fi_status st = rt_dec_device_sms(rt, device.device_type, device.device_id, &sms);
+  if (st != FI_OK) return st;
+  rt_prefill_layout l;
+  rt_prefill_layout_for(max_batch, max_qo_tokens, sms, num_qo_heads, num_kv_heads, head_dim, &l);
+  *bytes = (size_t)l.bytes;
+  return FI_OK;
+}
+
+FI_API void fi_batch_prefill_plan_destroy(fi_prefill_plan *plan) {
+  if (!plan) return;
+  free(plan->tab);
+  free(plan);
+}
+
+/* Writes n words at dst on the stream with decode's upload kernel. */
+static fi_status upload(fi_runtime *rt, int devtype, int device, int32_t *dst, const int32_t *data,
+                        int64_t n, void *stream) {
+  jit_key key;
+  jit_decode_upload_select(&key);
+  fi_decode_upload_params up;
+  for (int64_t at = 0; at < n;) {
+    memset(&up, 0, sizeof up);
+    up.dst = dst + at;
+    int64_t m = n - at;
+    if (m > FI_DECODE_UPLOAD_WORDS) m = FI_DECODE_UPLOAD_WORDS;
+    memcpy(up.data, data + at, (size_t)m * 4);
+    up.n = (int32_t)m;
+    const unsigned blocks = (unsigned)((m + DECODE_UPLOAD_THREADS - 1) / DECODE_UPLOAD_THREADS);
+    fi_status st = rt_dec_launch(rt, devtype, device, &key, blocks, 1, DECODE_UPLOAD_THREADS, &up,
+                                 sizeof up, stream);
+    if (st != FI_OK) return st;
+    at += m;
+  }
+  return FI_OK;
+}
+
+/* The plan, for a device (rt != NULL: tables uploaded on stream) or offline (rt NULL). */
+static fi_status plan_impl(fi_runtime *rt, const char *fn, const fi_batch_prefill_info *info,
+                           const fi_prefill_params *p, int paged, char *ws, int64_t ws_bytes,
+                           int devtype, int device, int sms, void *stream, fi_prefill_plan **plan) {
+  fi_status st;
+  char err[256];
+  const int B = info->batch;
+  if (B < 0) return rt_fail(FI_ERR_INVALID_ARGUMENT, "%s: info->batch is %d; >= 0 is needed", fn, B);
+  if (!info->qo_indptr || !info->kv_indptr || (paged && B > 0 && !info->kv_last_page_len))
+    return rt_fail(FI_ERR_INVALID_ARGUMENT, "%s: info->qo_indptr, kv_indptr%s is NULL", fn,
+                   paged ? " or kv_last_page_len" : "");
+  if (info->max_batch < 0 || (info->max_batch > 0 && B > info->max_batch))
+    return rt_fail(FI_ERR_INVALID_ARGUMENT,
+                   "%s: info->batch %d exceeds info->max_batch %d (CUDA-graph mode)", fn, B, info->max_batch);
+  const int graph = info->max_batch > 0;
+  if (graph && info->max_qo_tokens < 1)
+    return rt_fail(FI_ERR_INVALID_ARGUMENT,
+                   "%s: info->max_qo_tokens is %d; >= 1 is needed with max_batch (CUDA-graph mode)",
+                   fn, info->max_qo_tokens);
+  const int dt = rt_dec_dtype(info->q_dtype), kvdt = rt_dec_dtype(info->kv_dtype);
+  if ((st = check_common(fn, info->num_qo_heads, info->num_kv_heads, info->head_dim, dt, kvdt,
+                         info->q_dtype, info->kv_dtype, p)) != FI_OK)
+    return st;
+  if (paged && info->page_size < 1)
+    return rt_fail(FI_ERR_INVALID_ARGUMENT, "%s: info->page_size is %d; >= 1 is needed", fn, info->page_size);
+  const int G = info->num_qo_heads / info->num_kv_heads, D = info->head_dim;
+  if (paged && rt_decode_check_pages(B, info->kv_indptr, info->kv_last_page_len, info->page_size, err, sizeof err))
+    return rt_fail(FI_ERR_INVALID_ARGUMENT, "%s: info->%s", fn, err);
+  if (!paged && info->kv_indptr[0] < 0)
+    return rt_fail(FI_ERR_INVALID_ARGUMENT, "%s: info->kv_indptr[0] is %d; offsets start at 0 or more",
+                   fn, info->kv_indptr[0]);
+  int64_t *kv_len = malloc(((size_t)B + 1) * sizeof *kv_len);
+  if (!kv_len) return rt_fail(FI_ERR_OUT_OF_MEMORY, "%s: out of memory", fn);
+  int64_t maxrows = 0;
+  for (int b = 0; b < B; b++) {
+    const int64_t np = (int64_t)info->kv_indptr[b + 1] - info->kv_indptr[b];
+    if (!paged && np < 0) {
+      free(kv_len);
+      return rt_fail(FI_ERR_INVALID_ARGUMENT,
+                     "%s: info->kv_indptr is not monotone: kv_indptr[%d] = %d > kv_indptr[%d] = %d",
+                     fn, b, info->kv_indptr[b], b + 1, info->kv_indptr[b + 1]);
+    }
+    kv_len[b] = paged ? (np > 0 ? (np - 1) * info->page_size + info->kv_last_page_len[b] : 0) : np;
+    const int64_t rows = ((int64_t)info->qo_indptr[b + 1] - info->qo_indptr[b]) * G;
+    if (rows > maxrows) maxrows = rows;
+  }
+  if (rt_prefill_check_batch(B, info->qo_indptr, kv_len, p->causal, graph ? info->max_qo_tokens : 0, err,
+                             sizeof err)) {
+    free(kv_len);
+    return rt_fail(FI_ERR_INVALID_ARGUMENT, "%s: info->%s", fn, err);
+  }
+  if (maxrows > INT32_MAX) {
+    free(kv_len);
+    return rt_fail(FI_ERR_INVALID_ARGUMENT, "%s: a request has 2^31 or more query tokens x group", fn);
+  }
+  const int64_t qo_total = B > 0 ? (int64_t)info->qo_indptr[B] - info->qo_indptr[0] : 0;
+  if (sms < 0 && (st = rt_dec_device_sms(rt, devtype, device, &sms)) != FI_OK) {
+    free(kv_len);
+    return st;
+  }
+  rt_prefill_layout lay;
+  rt_prefill_layout_for(graph ? info->max_batch : B, graph ? info->max_qo_tokens : qo_total, sms,
+                        info->num_qo_heads, info->num_kv_heads, D, &lay);
+  if (lay.bytes > ws_bytes) {
+    free(kv_len);
+    return rt_fail(FI_ERR_INVALID_ARGUMENT,
+                   "%s: workspace has %lld bytes; %lld are needed (fi_batch_prefill_workspace_size)",
+                   fn, (long long)ws_bytes, (long long)lay.bytes);
+  }
+  const int qt = q_tile_for(D, graph ? (int64_t)info->max_qo_tokens * G : maxrows);
+  jit_key key;
+  jit_prefill_select(0, dt, D, qt, p->attn.pos_encoding == FI_POS_ROPE_LLAMA, &key);
+  fi_prefill_plan *pl = *plan;
+  const int fresh = pl == NULL;
+  if (!fresh &&
+      (pl->paged != paged || pl->graph != graph || (graph && (pl->max_batch != info->max_batch ||
+                                                              pl->max_qo_tokens != info->max_qo_tokens)) ||
+       pl->num_qo_heads != info->num_qo_heads || pl->num_kv_heads != info->num_kv_heads ||
+       pl->head_dim != D || (paged && pl->page_size != info->page_size) || pl->dt != dt ||
+       memcmp(&pl->params, p, sizeof *p) != 0 || pl->ws != ws || memcmp(pl->key.v, key.v, sizeof key.v) != 0)) {
+    free(kv_len);
+    return rt_fail(FI_ERR_INVALID_ARGUMENT,
+                   "%s: a re-plan must keep the plan's kind, heads, head_dim, page_size, dtypes, "
+                   "parameters, sizes, q tile and workspace; make a new plan instead",
+                   fn);
+  }
+  int64_t target = (int64_t)sms * RT_PREFILL_BLOCKS_PER_SM;
+  /* FI_PREFILL_SPLIT scales the split target (tuning; 0 turns the split off). */
+  const char *sf = getenv("FI_PREFILL_SPLIT");
+  if (sf && *sf && atof(sf) >= 0) target = (int64_t)(target * atof(sf) + 0.5);
+  int32_t *tab = malloc((size_t)(FI_PREFILL_HDR_WORDS + lay.capacity * FI_PREFILL_ITEM_WORDS) * 4);
+  int32_t *kv_base = malloc(((size_t)B + 1) * 4);
+  if (!tab || !kv_base) {
+    free(tab);
+    free(kv_base);
+    free(kv_len);
+    return rt_fail(FI_ERR_OUT_OF_MEMORY, "%s: out of memory", fn);
+  }
+  for (int b = 0; b < B; b++) kv_base[b] = info->kv_indptr[b];
+  memset(tab, 0, FI_PREFILL_HDR_WORDS * 4);
+  const rt_prefill_batch bt = {B, info->qo_indptr, kv_len, kv_base, G, info->num_kv_heads, qt,
+                               jit_prefill_kv_tile(D), p->causal, p->attn.window_left};
+  int64_t chunk = 0, slots = 0;
+  const int64_t n = rt_prefill_partition(&bt, target, tab + FI_PREFILL_HDR_WORDS, lay.capacity,
+                                         lay.slots, &chunk, &slots);
+  free(kv_base);
+  free(kv_len);
+  if (n < 0) {
+    free(tab);
+    return rt_fail(FI_ERR_INVALID_ARGUMENT, "%s: the batch does not fit the plan's %lld work items",
+                   fn, (long long)lay.capacity);
+  }
+  tab[0] = (int32_t)n;
+  tab[1] = B;
+  tab[2] = qt;
+  tab[3] = (int32_t)(chunk > INT32_MAX ? INT32_MAX : chunk);
+  if (rt && (st = upload(rt, devtype, device, (int32_t *)ws, tab,
+                         FI_PREFILL_HDR_WORDS + n * FI_PREFILL_ITEM_WORDS, stream)) != FI_OK) {
+    free(tab);
+    return st;
+  }
+  if (fresh) {
+    pl = calloc(1, sizeof *pl);
+    if (!pl) {
+      free(tab);
+      return rt_fail(FI_ERR_OUT_OF_MEMORY, "%s: out of memory", fn);
+    }
+  }
+  free(pl->tab);
+  pl->tab = tab;
+  pl->key = key;
+  jit_prefill_merge_select(dt, D, &pl->merge_key);
+  pl->devtype = devtype;
+  pl->device = device;
+  pl->paged = paged;
+  pl->graph = graph;
+  pl->batch = B;
+  pl->max_batch = info->max_batch;
+  pl->max_qo_tokens = info->max_qo_tokens;
+  pl->num_qo_heads = info->num_qo_heads;
+  pl->num_kv_heads = info->num_kv_heads;
+  pl->head_dim = D;
+  pl->page_size = paged ? info->page_size : 1;
+  pl->dt = dt;
+  pl->q_tile = qt;
+  pl->num_items = n;
+  pl->grid = graph ? lay.capacity : n;
+  pl->chunk = chunk;
+  pl->slots_used = slots;
+  pl->qo_rows = B > 0 ? info->qo_indptr[B] : 0;
+  pl->kv_rows = B > 0 ? info->kv_indptr[B] : 0;
+  pl->params = *p;
+  pl->ws = ws;
+  pl->ws_bytes = ws_bytes;
+  pl->lay = lay;
+  memset(&pl->scalars, 0, sizeof pl->scalars);
+  fill_scalars(&pl->scalars, p, D, dt);
+  *plan = pl;
+  return FI_OK;
+}
+
+static fi_status plan_entry(fi_runtime *rt, const char *fn, const fi_batch_prefill_info *info,
+                            const fi_prefill_params *p, int paged, DLTensor *workspace, void *stream,
+                            fi_prefill_plan **plan) {
+  fi_status st;
+  fi_prefill_params defaults;
+  if (!p) {
+    fi_prefill_params_init(&defaults);
+    p = &defaults;
+  }
+  if (!rt || !info || !plan) return rt_fail(FI_ERR_INVALID_ARGUMENT, "%s: rt, info or plan is NULL", fn);
+  if ((st = rt_check_tensor(fn, "workspace", workspace, 1)) != FI_OK) return st;
+  const int64_t ws_bytes = workspace->shape[0] * ((workspace->dtype.bits * workspace->dtype.lanes + 7) / 8);
+  if ((uintptr_t)rt_data(workspace) % 256 != 0)
+    return rt_fail(FI_ERR_INVALID_ARGUMENT, "%s: workspace starts at %p; 256-byte alignment is needed",
+                   fn, (void *)rt_data(workspace));
+  if (workspace->shape[0] > 1 && rt_stride(workspace, 0) != 1)
+    return rt_fail(FI_ERR_INVALID_ARGUMENT, "%s: workspace must be contiguous", fn);
+  /* The SM count is looked up once the arguments are checked (sms -1). */
+  return plan_impl(rt, fn, info, p, paged, rt_data(workspace), ws_bytes, workspace->device.device_type,
+                   workspace->device.device_id, -1, stream, plan);
+}
+
+FI_API fi_status fi_batch_prefill_ragged_plan(fi_runtime *rt, const fi_batch_prefill_info *info,
+                                              const fi_prefill_params *p, DLTensor *workspace,
+                                              void *stream, fi_prefill_plan **plan) {
+  return plan_entry(rt, "fi_batch_prefill_ragged_plan", info, p, 0, workspace, stream, plan);
+}
+
+FI_API fi_status fi_batch_prefill_paged_plan(fi_runtime *rt, const fi_batch_prefill_info *info,
+                                             const fi_prefill_params *p, DLTensor *workspace,
+                                             void *stream, fi_prefill_plan **plan) {
+  return plan_entry(rt, "fi_batch_prefill_paged_plan", info, p, 1, workspace, stream, plan);
+}
+
+/* The checks both runs share (q, out, lse against the plan), then the launches. */
+static fi_status run_common(fi_runtime *rt, const char *fn, const fi_prefill_plan *pl, int paged,
+                            const DLTensor *q, DLTensor *out, DLTensor *lse) {
+  fi_status st;
+  char b1[32];
+  if (!rt || !pl) return rt_fail(FI_ERR_INVALID_ARGUMENT, "%s: rt or plan is NULL", fn);
+  if (pl->paged != paged)
+    return rt_fail(FI_ERR_INVALID_ARGUMENT, "%s: the plan is a %s plan", fn, pl->paged ? "paged" : "ragged");
+  if ((st = rt_check_tensor(fn, "q", q, 3)) != FI_OK) return st;
+  if ((st = rt_check_tensor(fn, "out", out, 3)) != FI_OK) return st;
+  if ((st = rt_check_same_device(fn, "q", q, "out", out)) != FI_OK) return st;
+  if ((int)q->device.device_type != pl->devtype || q->device.device_id != pl->device)
+    return rt_fail(FI_ERR_INVALID_ARGUMENT, "%s: q is on another device than the plan's workspace", fn);
+  if (rt_dec_dtype(q->dtype) != pl->dt)
+    return rt_fail(FI_ERR_INVALID_ARGUMENT, "%s: q has dtype %s; the plan's %s is needed", fn,
+                   rt_dec_dtype_string(q->dtype, b1, sizeof b1), jit_dtype_name(pl->dt));
+  if (q->shape[0] < pl->qo_rows || q->shape[1] != pl->num_qo_heads || q->shape[2] != pl->head_dim)
+    return rt_fail(FI_ERR_INVALID_ARGUMENT,
+                   "%s: q has shape [%lld, %lld, %lld]; at least %lld rows (qo_indptr[B]), the plan's "
+                   "heads %d and head_dim %d are needed",
+                   fn, (long long)q->shape[0], (long long)q->shape[1], (long long)q->shape[2],
+                   (long long)pl->qo_rows, pl->num_qo_heads, pl->head_dim);
+  return check_q_out(fn, q, out, lse, pl->dt);
+}
+
+static fi_status run_launch(fi_runtime *rt, const fi_prefill_plan *pl, fi_prefill_kparams *kp,
+                            const DLTensor *q, DLTensor *out, DLTensor *lse, void *stream) {
+  kp->q = rt_data(q);
+  kp->out = rt_data(out);
+  kp->lse = lse ? (float *)rt_data(lse) : NULL;
+  kp->header = (const int32_t *)pl->ws;
+  kp->items = (const int32_t *)(pl->ws + pl->lay.items_off);
+  kp->partial_o = (float *)(pl->ws + pl->lay.partial_o_off);
+  kp->partial_lse = (float *)(pl->ws + pl->lay.partial_lse_off);
+  kp->q_stride_tok = rt_stride(q, 0);
+  kp->q_stride_head = rt_stride(q, 1);
+  kp->out_stride_tok = rt_stride(out, 0);
+  kp->out_stride_head = rt_stride(out, 1);
+  kp->lse_stride_tok = lse ? rt_stride(lse, 0) : 0;
+  kp->lse_stride_head = lse ? rt_stride(lse, 1) : 0;
+  kp->num_items = pl->graph ? -1 : (int32_t)pl->num_items;
+  kp->num_kv_heads = pl->num_kv_heads;
+  kp->group = pl->num_qo_heads / pl->num_kv_heads;
+  kp->split = pl->slots_used > 0;
+  if (pl->grid == 0) return FI_OK;
+  fi_status st = launch(rt, pl->devtype, pl->device, &pl->key, pl->grid, pl->num_kv_heads,
+                        32u * (unsigned)pl->key.v[PREFILL_P_WARPS], kp, sizeof *kp, stream);
+  if (st != FI_OK || (!pl->graph && pl->slots_used == 0)) return st;
+  fi_prefill_merge_params mp;
+  memset(&mp, 0, sizeof mp);
+  mp.out = kp->out;
+  mp.lse = kp->lse;
+  mp.header = kp->header;
+  mp.items = kp->items;
+  mp.partial_o = kp->partial_o;
+  mp.partial_lse = kp->partial_lse;
+  mp.out_stride_tok = kp->out_stride_tok;
+  mp.out_stride_head = kp->out_stride_head;
+  mp.lse_stride_tok = kp->lse_stride_tok;
+  mp.lse_stride_head = kp->lse_stride_head;
+  mp.num_items = kp->num_items;
+  mp.num_kv_heads = kp->num_kv_heads;
+  mp.group = kp->group;
+  mp.q_tile = RT_PREFILL_SLOT_ROWS;
+  return launch(rt, pl->devtype, pl->device, &pl->merge_key, pl->grid, pl->num_kv_heads,
+                PREFILL_MERGE_THREADS, &mp, sizeof mp, stream);
+}
+
+FI_API fi_status fi_batch_prefill_ragged_run(fi_runtime *rt, const fi_prefill_plan *pl,
+                                             const DLTensor *q, const DLTensor *k,
+                                             const DLTensor *v, fi_kv_layout layout,
+                                             DLTensor *out, DLTensor *lse, void *stream) {
+  const char *fn = "fi_batch_prefill_ragged_run";
+  fi_status st;
+  char b1[32], b2[32];
+  if ((st = run_common(rt, fn, pl, 0, q, out, lse)) != FI_OK) return st;
+  if ((st = rt_check_tensor(fn, "k", k, 3)) != FI_OK) return st;
+  if ((st = rt_check_tensor(fn, "v", v, 3)) != FI_OK) return st;
+  if ((st = rt_check_same_device(fn, "q", q, "k", k)) != FI_OK) return st;
+  if ((st = rt_check_same_device(fn, "q", q, "v", v)) != FI_OK) return st;
+  if (layout != FI_KV_LAYOUT_NHD && layout != FI_KV_LAYOUT_HND)
+    return rt_fail(FI_ERR_INVALID_ARGUMENT,
+                   "%s: layout is %d; FI_KV_LAYOUT_NHD (0) or FI_KV_LAYOUT_HND (1) is needed", fn,
+                   (int)layout);
+  if (rt_dec_dtype(k->dtype) != pl->dt || rt_dec_dtype(v->dtype) != pl->dt)
+    return rt_fail(FI_ERR_INVALID_ARGUMENT, "%s: k has dtype %s and v %s; the plan's %s is needed", fn,
+                   rt_dec_dtype_string(k->dtype, b1, sizeof b1), rt_dec_dtype_string(v->dtype, b2, sizeof b2),
+                   jit_dtype_name(pl->dt));
+  const int nhd = layout == FI_KV_LAYOUT_NHD;
+  const int64_t rows = nhd ? k->shape[0] : k->shape[1], hkv = nhd ? k->shape[1] : k->shape[0];
+  if (hkv != pl->num_kv_heads || k->shape[2] != pl->head_dim || rows < pl->kv_rows)
+    return rt_fail(FI_ERR_INVALID_ARGUMENT,
+                   "%s: k has shape [%lld, %lld, %lld]; %s with at least %lld tokens (kv_indptr[B]), "
+                   "the plan's %d KV heads and head_dim %d are needed",
+                   fn, (long long)k->shape[0], (long long)k->shape[1], (long long)k->shape[2],
+                   nhd ? "[tokens, H_kv, head_dim] (NHD)" : "[H_kv, tokens, head_dim] (HND)",
+                   (long long)pl->kv_rows, pl->num_kv_heads, pl->head_dim);
+  if ((st = rt_dec_check_shape(fn, "v", v, 3, k->shape, "k's shape")) != FI_OK) return st;
+  const int b = jit_dtype_bytes(pl->dt);
+  if ((st = rt_dec_check_rows(fn, "k", k, b)) != FI_OK || (st = rt_dec_check_rows(fn, "v", v, b)) != FI_OK)
+    return st;
+  for (int d = 0; d < 2; d++)
+    if (k->shape[d] > 1 && rt_stride(k, d) != rt_stride(v, d))
+      return rt_fail(FI_ERR_INVALID_ARGUMENT,
+                     "%s: v has stride %lld in dimension %d but k %lld; k and v need equal strides",
+                     fn, (long long)rt_stride(v, d), d, (long long)rt_stride(k, d));
+  const DLTensor *ins[3] = {q, k, v};
+  static const char *const in_names[3] = {"q", "k", "v"};
+  if ((st = rt_dec_check_outputs_apart(fn, out, lse, ins, in_names, 3)) != FI_OK) return st;
+  fi_prefill_kparams kp = pl->scalars;
+  kp.k = rt_data(k);
+  kp.v = rt_data(v);
+  kp.indices = NULL;
+  kp.kv_stride_slot = rt_stride(k, nhd ? 0 : 1);
+  kp.kv_stride_head = rt_stride(k, nhd ? 1 : 0);
+  kp.page_size = 1;
+  return run_launch(rt, pl, &kp, q, out, lse, stream);
+}
+
+FI_API fi_status fi_batch_prefill_paged_run(fi_runtime *rt, const fi_prefill_plan *pl,
+                                            const DLTensor *q, const DLTensor *kc,
+                                            const DLTensor *vc, const DLTensor *kv_indices,
+                                            fi_kv_layout layout, DLTensor *out, DLTensor *lse,
+                                            void *stream) {
+  const char *fn = "fi_batch_prefill_paged_run";
+  fi_status st;
+  char b1[32], b2[32];
+  if ((st = run_common(rt, fn, pl, 1, q, out, lse)) != FI_OK) return st;
+  if ((st = rt_check_tensor(fn, "paged_k_cache", kc, 4)) != FI_OK) return st;
+  if ((st = rt_check_tensor(fn, "paged_v_cache", vc, 4)) != FI_OK) return st;
+  if ((st = rt_check_same_device(fn, "q", q, "paged_k_cache", kc)) != FI_OK) return st;
+  if ((st = rt_check_same_device(fn, "q", q, "paged_v_cache", vc)) != FI_OK) return st;
+  if (layout != FI_KV_LAYOUT_NHD && layout != FI_KV_LAYOUT_HND)
+    return rt_fail(FI_ERR_INVALID_ARGUMENT,
+                   "%s: layout is %d; FI_KV_LAYOUT_NHD (0) or FI_KV_LAYOUT_HND (1) is needed", fn,
+                   (int)layout);
+  if (rt_dec_dtype(kc->dtype) != pl->dt || rt_dec_dtype(vc->dtype) != pl->dt)
+    return rt_fail(FI_ERR_INVALID_ARGUMENT,
+                   "%s: paged_k_cache has dtype %s and paged_v_cache %s; the plan's %s is needed", fn,
+                   rt_dec_dtype_string(kc->dtype, b1, sizeof b1), rt_dec_dtype_string(vc->dtype, b2, sizeof b2),
+                   jit_dtype_name(pl->dt));
+  const int nhd = layout == FI_KV_LAYOUT_NHD;
+  const int64_t hkv = pl->num_kv_heads;
+  const int64_t want[4] = {kc->shape[0], nhd ? pl->page_size : hkv, nhd ? hkv : pl->page_size, pl->head_dim};
+  const char *lname = nhd ? "[pages, page_size, H_kv, head_dim] (NHD), the plan's"
+                          : "[pages, H_kv, page_size, head_dim] (HND), the plan's";
+  if ((st = rt_dec_check_shape(fn, "paged_k_cache", kc, 4, want, lname)) != FI_OK) return st;
+  if ((st = rt_dec_check_shape(fn, "paged_v_cache", vc, 4, want, lname)) != FI_OK) return st;
+  for (int d = 0; d < 3; d++)
+    if (kc->shape[d] > 1 && rt_stride(kc, d) != rt_stride(vc, d))
+      return rt_fail(FI_ERR_INVALID_ARGUMENT,
+                     "%s: paged_v_cache has stride %lld in dimension %d but paged_k_cache %lld; "
+                     "equal strides are needed",
+                     fn, (long long)rt_stride(vc, d), d, (long long)rt_stride(kc, d));
+  const int b = jit_dtype_bytes(pl->dt);
+  if ((st = rt_dec_check_rows(fn, "paged_k_cache", kc, b)) != FI_OK ||
+      (st = rt_dec_check_rows(fn, "paged_v_cache", vc, b)) != FI_OK)
+    return st;
+  if ((st = rt_dec_check_index(fn, "kv_indices", kv_indices, q, pl->kv_rows, 0)) != FI_OK) return st;
+  if (kc->shape[0] > INT32_MAX)
+    return rt_fail(FI_ERR_INVALID_ARGUMENT, "%s: paged_k_cache has 2^31 pages or more", fn);
+  const DLTensor *ins[4] = {q, kc, vc, kv_indices};
+  static const char *const in_names[4] = {"q", "paged_k_cache", "paged_v_cache", "kv_indices"};
+  if ((st = rt_dec_check_outputs_apart(fn, out, lse, ins, in_names, 4)) != FI_OK) return st;
+  fi_prefill_kparams kp = pl->scalars;
+  kp.k = rt_data(kc);
+  kp.v = rt_data(vc);
+  kp.indices = (const int32_t *)rt_data(kv_indices);
+  kp.kv_stride_page = rt_stride(kc, 0);
+  kp.kv_stride_slot = rt_stride(kc, nhd ? 1 : 2);
+  kp.kv_stride_head = rt_stride(kc, nhd ? 2 : 1);
+  kp.page_size = pl->page_size;
+  return run_launch(rt, pl, &kp, q, out, lse, stream);
+}
+
+int rt_prefill_plan_offline(const fi_batch_prefill_info *info, const fi_prefill_params *p, int paged,
+                            void *workspace, int devtype, int sms, fi_prefill_plan **plan) {
+  return plan_impl(NULL, paged ? "fi_batch_prefill_paged_plan" : "fi_batch_prefill_ragged_plan", info, p,
+                   paged, workspace, INT64_MAX, devtype, 0, sms, NULL, plan) == FI_OK
+             ? 0
+             : -1;
+}
+
+const int32_t *rt_prefill_plan_items(const fi_prefill_plan *pl, int64_t *n) {
+  *n = pl->num_items;
+  return pl->tab + FI_PREFILL_HDR_WORDS;
+}
+
+FI_API fi_status fi_admin_mma_probe(fi_runtime *rt, DLDevice device, int grid, int iters,
+                                    void *stream, double *flops) {
+  const char *fn = "fi_admin_mma_probe";
+  fi_status st;
+  if (!rt) return rt_fail(FI_ERR_INVALID_ARGUMENT, "%s: rt is NULL", fn);
+  if (iters < 1) return rt_fail(FI_ERR_INVALID_ARGUMENT, "%s: iters is %d; >= 1 is needed", fn, iters);
+  jit_key key;
+  jit_mma_probe_select(&key);
+  const rt_device_i *be;
+  void *state;
+  if ((st = rt_backend(rt, device.device_type, &be, &state)) != FI_OK) return st;
+  rt_kernel *k;
+  if ((st = rt_kernel_get(rt, &key, be, device.device_id, &k)) != FI_OK) return st;
+  if (grid <= 0 && (st = rt_kernel_resident(rt, k, MMA_PROBE_THREADS, &grid)) != FI_OK) return st;
+  fi_mma_probe_params p;
+  memset(&p, 0, sizeof p);
+  p.sink = NULL;
+  p.iters = iters;
+  p.never = NAN; /* no sum equals NaN: the store never happens, the work must */
+  if (flops) *flops = (double)grid * (MMA_PROBE_THREADS / 32) * (double)iters * 8.0 * (2.0 * 16 * 8 * 16);
+  rt_launch l = {{(unsigned)grid, 1, 1}, {MMA_PROBE_THREADS, 1, 1}, 0};
+  return rt_launch_kernel(rt, k, &l, stream, &p, sizeof p);
+}

@@ -1,0 +1,500 @@
+/* test_prefill_args.c: prefill attention on a machine with no GPU: the batch planner on
+ * ragged batches (every packed query row in exactly one tile, every tile's KV range the
+ * union of its rows' ranges and covered by its chunks exactly once, slots disjoint, the
+ * workspace large enough), kernel keys against the registry, and bad arguments refused
+ * by name. */
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "fi_runtime.h"
+#include "ft.h"
+#include "jit_registry.h"
+#include "ops_prefill.h"
+#include "prefill_params.h"
+#include "rt_internal.h"
+#include "rt_prefill.h"
+
+#define IW FI_PREFILL_ITEM_WORDS
+#define ADDR(i) ((void *)(uintptr_t)(0x10000000u * (unsigned)((i) + 1)))
+
+static uint64_t rng = 0x2545F4914F6CDD1Dull;
+static uint32_t rnd(void) {
+  rng ^= rng << 13;
+  rng ^= rng >> 7;
+  rng ^= rng << 17;
+  return (uint32_t)(rng >> 16);
+}
+
+/* The KV range query token t attends, from the mask's definition. */
+static void row_range(int64_t t, int64_t lq, int64_t lkv, int causal, int wl, int64_t *lo, int64_t *hi) {
+  const int64_t pos = t + lkv - lq;
+  *hi = causal ? (pos + 1 < lkv ? pos + 1 : lkv) : lkv;
+  *lo = wl >= 0 && pos - wl > 0 ? pos - wl : 0;
+  if (*hi < *lo) *hi = *lo;
+}
+
+/* Checks a partition against its definition; returns the number of problems. */
+static int check_partition(const rt_prefill_batch *bt, int64_t target, const rt_prefill_layout *l,
+                           const int32_t *items, int64_t n, int64_t chunk, int64_t slots) {
+  int bad = 0;
+  if (n < 0 || n > l->capacity) {
+    fprintf(stderr, "  %lld items, capacity %lld\n", (long long)n, (long long)l->capacity);
+    return 1;
+  }
+  if (slots > l->slots) bad++;
+  if (chunk > 0 && n * bt->num_kv_heads > target) bad++;
+  if (chunk % bt->kv_tile) bad++;
+  char *slot_used = calloc((size_t)l->slots + 1, 1);
+  int64_t i = 0;
+  for (int b = 0; b < bt->batch; b++) {
+    const int64_t lq = bt->qo_indptr[b + 1] - bt->qo_indptr[b], rows = lq * bt->group, lkv = bt->kv_len[b];
+    /* Tiles from the last to the first. */
+    int64_t r = rows > 0 ? (rows - 1) / bt->q_tile * bt->q_tile : -1;
+    while (r >= 0) {
+      if (i >= n) {
+        fprintf(stderr, "  request %d: rows from %lld have no item\n", b, (long long)r);
+        free(slot_used);
+        return bad + 1;
+      }
+      const int32_t *it = items + IW * i;
+      const int nc = it[5] >> 16;
+      const int64_t nr = it[2];
+      if (it[0] != b || it[1] != r || nr < 1 || nr > bt->q_tile || r + nr > rows || nc < 1 ||
+          it[6] != bt->qo_indptr[b] || it[7] != lq || it[8] != bt->kv_base[b] || it[9] != lkv) {
+        fprintf(stderr, "  request %d row %lld: item %lld is (%d, %d, %d, ...)\n", b, (long long)r,
+                (long long)i, it[0], it[1], it[2]);
+        free(slot_used);
+        return bad + 1;
+      }
+      if (nr != (r + bt->q_tile <= rows ? bt->q_tile : rows - r)) bad++; /* only the last tile is partial */
+      /* The union of the rows' ranges. */
+      int64_t ulo = INT64_MAX, uhi = -1;
+      for (int64_t x = r; x < r + nr; x++) {
+        int64_t lo, hi;
+        row_range(x / bt->group, lq, lkv, bt->causal, bt->window_left, &lo, &hi);
+        if (hi > lo) {
+          if (lo < ulo) ulo = lo;
+          if (hi > uhi) uhi = hi;
+        }
+      }
+      int64_t at = -1;
+      for (int k = 0; k < nc; k++, i++) {
+        const int32_t *c = items + IW * i;
+        if (i >= n || c[0] != b || c[1] != r || c[2] != nr || (c[5] & 0xffff) != k || (c[5] >> 16) != nc) {
+          fprintf(stderr, "  request %d row %lld chunk %d: bad item %lld\n", b, (long long)r, k, (long long)i);
+          free(slot_used);
+          return bad + 1;
+        }
+        if (k == 0) at = c[3];
+        if (c[3] != at || c[4] < c[3] || (nc > 1 && c[4] == c[3])) bad++;
+        if (nc > 1 && c[4] - c[3] > chunk) bad++;
+        if (nc > 1) {
+          const int64_t s = (int64_t)c[10] + k;
+          if (s >= l->slots || slot_used[s]) bad++;
+          else slot_used[s] = 1;
+        }
+        at = c[4];
+      }
+      const int32_t *first = items + IW * (i - nc);
+      if (uhi >= 0 && (first[3] != ulo || at != uhi)) {
+        fprintf(stderr, "  request %d rows %lld+%lld: range [%d, %lld) but the rows attend [%lld, %lld)\n", b,
+                (long long)r, (long long)nr, first[3], (long long)at, (long long)ulo, (long long)uhi);
+        bad++;
+      }
+      if (uhi < 0 && at != first[3]) bad++; /* rows that attend nothing: an empty range */
+      r -= bt->q_tile;
+    }
+  }
+  if (i != n) bad++;
+  free(slot_used);
+  return bad;
+}
+
+FT_TEST(planner_covers_every_row_and_kv_token_once) {
+  int cases = 0, fails = 0, splits = 0;
+  for (int rep = 0; rep < 300; rep++) {
+    const int B = rep % 5 == 0 ? 1 + (int)(rnd() % 3) : (int)(rnd() % 80);
+    const int hkv = (int[]){1, 2, 4, 8, 32}[rnd() % 5], group = (int[]){1, 2, 4, 5, 8, 16}[rnd() % 6];
+    const int D = (int[]){64, 128, 256}[rnd() % 3];
+    const int sms = (int[]){1, 8, 108, 132}[rnd() % 4];
+    const int causal = (int)(rnd() % 2), wl = rnd() % 4 == 0 ? (int)(rnd() % 3000) : -1;
+    int32_t *qo = malloc(sizeof(int32_t) * (size_t)(B + 1)), *base = malloc(sizeof(int32_t) * (size_t)(B + 1));
+    int64_t *kvl = malloc(sizeof(int64_t) * (size_t)(B + 1));
+    qo[0] = (int32_t)(rnd() % 5);
+    int64_t maxrows = 0;
+    for (int b = 0; b < B; b++) {
+      const int64_t lkv = rnd() % 9 == 0 ? (causal ? 0 : (int64_t)(rnd() % 3)) : rnd() % 4 == 0 ? (int64_t)(1 + rnd() % 40000) : (int64_t)(1 + rnd() % 3000);
+      int64_t lq = rnd() % 3 == 0 ? 1 : (int64_t)(rnd() % (lkv + 1));
+      if (!causal && rnd() % 5 == 0) lq = 1 + rnd() % 700;
+      if (causal && lq > lkv) lq = lkv;
+      qo[b + 1] = qo[b] + (int32_t)lq;
+      kvl[b] = lkv;
+      base[b] = (int32_t)(rnd() % 1000);
+      if (lq * group > maxrows) maxrows = lq * group;
+    }
+    char err[256];
+    FT_REQUIRE(rt_prefill_check_batch(B, qo, kvl, causal, 0, err, sizeof err) == 0, "%s", err);
+    rt_prefill_layout l;
+    rt_prefill_layout_for(B, qo[B] - qo[0], sms, hkv * group, hkv, D, &l);
+    const int qt = jit_prefill_q_tile(D, maxrows);
+    const rt_prefill_batch bt = {B, qo, kvl, base, group, hkv, qt, jit_prefill_kv_tile(D), causal, wl};
+    const int64_t target = (int64_t)sms * RT_PREFILL_BLOCKS_PER_SM;
+    int32_t *items = malloc((size_t)l.capacity * IW * 4 + 4);
+    int64_t chunk = -1, slots = -1;
+    const int64_t n = rt_prefill_partition(&bt, target, items, l.capacity, l.slots, &chunk, &slots);
+    const int bad = check_partition(&bt, target, &l, items, n, chunk, slots);
+    if (bad) {
+      fprintf(stderr, "  B=%d hkv=%d group=%d D=%d sms=%d causal=%d wl=%d: %d problems\n", B, hkv, group, D,
+              sms, causal, wl, bad);
+      fails++;
+    }
+    splits += chunk > 0;
+    FT_CHECK(l.items_off >= FI_PREFILL_HDR_WORDS * 4);
+    FT_CHECK(l.partial_o_off >= l.items_off + l.capacity * IW * 4);
+    FT_CHECK(l.partial_lse_off >= l.partial_o_off + l.slots * hkv * RT_PREFILL_SLOT_ROWS * D * 4);
+    FT_CHECK(l.bytes >= l.partial_lse_off + l.slots * hkv * RT_PREFILL_SLOT_ROWS * 4);
+    FT_CHECK(l.partial_o_off % 256 == 0 && l.partial_lse_off % 256 == 0);
+    cases++;
+    free(qo);
+    free(base);
+    free(kvl);
+    free(items);
+  }
+  fprintf(stderr, "  %d batches planned (%d split), %d with problems\n", cases, splits, fails);
+  FT_CHECK(fails == 0);
+  FT_CHECK(splits > 10, "only %d batches were split", splits);
+}
+
+/* One long causal request is split and its tiles above the diagonal skipped; a large
+ * batch is not split; L_q = 1 is one tile of the group's rows over the whole KV. */
+FT_TEST(planner_splits_small_batches_and_skips_the_upper_triangle) {
+  int32_t qo[2] = {0, 8192}, base[2] = {0, 0};
+  int64_t kvl[2] = {8192, 0};
+  static int32_t items[IW * 20000];
+  int64_t chunk, slots;
+  rt_prefill_batch bt = {1, qo, kvl, base, 4, 8, 128, 64, 1, -1};
+  int64_t n = rt_prefill_partition(&bt, 264, items, 20000, 33, &chunk, &slots);
+  FT_CHECK(n == 256 && chunk == 0, "B=1 L=8192 group 4: %lld items, chunk %lld", (long long)n, (long long)chunk);
+  /* Tile k (rows 128k .. 128k + 127: tokens 32k .. 32k + 31) attends [0, 32k + 32). */
+  int ok = 1;
+  for (int64_t k = 0; k < n; k++) ok &= items[IW * (n - 1 - k) + 3] == 0 && items[IW * (n - 1 - k) + 4] == 32 * k + 32;
+  FT_CHECK(ok, "causal tile ranges");
+  bt.group = 1;
+  bt.num_kv_heads = 1;
+  bt.q_tile = 128;
+  int32_t qo2[2] = {0, 128};
+  int64_t kvl2[1] = {100000};
+  bt.qo_indptr = qo2;
+  bt.kv_len = kvl2;
+  n = rt_prefill_partition(&bt, 264, items, 20000, 264, &chunk, &slots);
+  FT_CHECK(n > 100 && n <= 264 && chunk >= RT_PREFILL_MIN_CHUNK && slots == n,
+           "append of 128 to 100000: %lld items, chunk %lld, slots %lld", (long long)n, (long long)chunk, (long long)slots);
+  /* decode-like: L_q = 1, group 8: one tile of 8 rows over all 5000 tokens */
+  int32_t qo3[2] = {0, 1};
+  int64_t kvl3[1] = {5000};
+  rt_prefill_batch b3 = {1, qo3, kvl3, base, 8, 64, 16, 64, 1, -1};
+  n = rt_prefill_partition(&b3, 64, items, 20000, 1, &chunk, &slots);
+  FT_CHECK(n == 1 && items[2] == 8 && items[3] == 0 && items[4] == 5000, "L_q=1: %lld items [%d, %d) rows %d",
+           (long long)n, items[3], items[4], items[2]);
+  /* A window: rows attend their last window_left + 1 tokens. */
+  rt_prefill_batch b4 = {1, qo3, kvl3, base, 8, 64, 16, 64, 1, 99};
+  n = rt_prefill_partition(&b4, 64, items, 20000, 1, &chunk, &slots);
+  FT_CHECK(n == 1 && items[3] == 4900 && items[4] == 5000, "window: [%d, %d)", items[3], items[4]);
+}
+
+FT_TEST(planner_refuses_bad_batches) {
+  char err[256];
+  int32_t qo[3] = {0, 5, 3};
+  int64_t kvl[2] = {10, 10};
+  FT_CHECK(rt_prefill_check_batch(2, qo, kvl, 1, 0, err, sizeof err) != 0 && strstr(err, "monotone"), "%s", err);
+  int32_t qo2[3] = {0, 5, 20};
+  FT_CHECK(rt_prefill_check_batch(2, qo2, kvl, 1, 0, err, sizeof err) != 0 && strstr(err, "L_q <= L_kv"), "%s", err);
+  FT_CHECK(rt_prefill_check_batch(2, qo2, kvl, 0, 0, err, sizeof err) == 0, "%s", err);
+  FT_CHECK(rt_prefill_check_batch(2, qo2, kvl, 0, 19, err, sizeof err) != 0 && strstr(err, "max_qo_tokens"), "%s", err);
+}
+
+/* ---- keys ---- */
+
+FT_TEST(every_selected_key_is_registered) {
+  const jit_op *ops[2] = {jit_registry_find("single_prefill"), jit_registry_find("batch_prefill")};
+  FT_REQUIRE(ops[0] && ops[1] && jit_registry_find("prefill_merge") && jit_registry_find("mma_probe"));
+  const int dts[2] = {JIT_DT_F16, JIT_DT_BF16}, dims[3] = {64, 128, 256};
+  const int64_t rows[6] = {1, 16, 17, 64, 65, 1 << 20};
+  int checked = 0;
+  for (int s = 0; s < 2; s++)
+    for (int q = 0; q < 2; q++)
+      for (int d = 0; d < 3; d++)
+        for (int r = 0; r < 6; r++)
+          for (int rope = 0; rope < 2; rope++) {
+            jit_key k;
+            const int qt = jit_prefill_q_tile(dims[d], rows[r]);
+            FT_CHECK(qt == 16 || qt == 64 || qt == 128);
+            FT_CHECK(qt <= 2 * jit_prefill_kv_tile(dims[d]), "q tile %d over the staging buffer", qt);
+            jit_prefill_select(s == 0, dts[q], dims[d], qt, rope, &k);
+            int found = 0;
+            for (int i = 0; i < k.op->config_count() && !found; i++) {
+              jit_key c;
+              k.op->config(i, &c);
+              found = memcmp(c.v, k.v, sizeof c.v) == 0 && c.op == k.op;
+            }
+            FT_CHECK(found, "%s dt=%d d=%d q_tile=%d rope=%d not registered", k.op->name, dts[q], dims[d], qt, rope);
+            checked++;
+          }
+  for (int q = 0; q < 2; q++)
+    for (int d = 0; d < 3; d++) {
+      jit_key k;
+      jit_prefill_merge_select(dts[q], dims[d], &k);
+      int found = 0;
+      for (int i = 0; i < k.op->config_count() && !found; i++) {
+        jit_key c;
+        k.op->config(i, &c);
+        found = memcmp(c.v, k.v, sizeof c.v) == 0;
+      }
+      FT_CHECK(found, "prefill_merge dt=%d d=%d not registered", dts[q], dims[d]);
+    }
+  /* Every registered configuration is distinct (no duplicate compile in prewarm). */
+  for (int o = 0; o < 2; o++)
+    for (int i = 0; i < ops[o]->config_count(); i++)
+      for (int j = 0; j < i; j++) {
+        jit_key a, b;
+        ops[o]->config(i, &a);
+        ops[o]->config(j, &b);
+        FT_CHECK(memcmp(a.v, b.v, sizeof a.v) != 0, "%s configs %d and %d are equal", ops[o]->name, i, j);
+      }
+  fprintf(stderr, "  %d selections, %d + %d registered configurations\n", checked, ops[0]->config_count(),
+          ops[1]->config_count());
+}
+
+/* ---- bad arguments ---- */
+
+typedef struct tens {
+  DLTensor t;
+  int64_t shape[4], strides[4];
+} tens;
+static void mk(tens *x, void *data, uint8_t code, int bits, int ndim, int64_t a, int64_t b, int64_t c, int64_t d) {
+  memset(x, 0, sizeof *x);
+  x->shape[0] = a, x->shape[1] = b, x->shape[2] = c, x->shape[3] = d;
+  x->t.data = data;
+  x->t.device.device_type = kDLCUDA;
+  x->t.ndim = ndim;
+  x->t.dtype.code = code;
+  x->t.dtype.bits = (uint8_t)bits;
+  x->t.dtype.lanes = 1;
+  x->t.shape = x->shape;
+}
+/* name: a copy of x with shape[dim] = v. */
+#define WITH(name, x, dim, v) \
+  tens name = (x);            \
+  name.t.shape = name.shape;  \
+  name.shape[dim] = (v)
+
+static fi_runtime *rt_make(void) {
+  fi_options o;
+  fi_options_init(&o);
+  o.cache_path = ":memory:";
+  fi_runtime *rt = NULL;
+  fi_runtime_create(&o, &rt);
+  return rt;
+}
+
+#define EXPECT_BAD(call, needle)                                                             \
+  do {                                                                                       \
+    fi_status s_ = (call);                                                                   \
+    FT_CHECK(s_ == FI_ERR_INVALID_ARGUMENT && strstr(fi_last_error(), needle),              \
+             "%s: status %d, message: %s (wanted \"%s\")", #call, s_, fi_last_error(), needle); \
+  } while (0)
+
+FT_TEST(single_prefill_bad_arguments_named) {
+  fi_runtime *rt = rt_make();
+  FT_REQUIRE(rt);
+  tens q, k, v, o, l;
+  mk(&q, ADDR(0), kDLBfloat, 16, 3, 100, 32, 128, 0);
+  mk(&k, ADDR(1), kDLBfloat, 16, 3, 300, 8, 128, 0);
+  mk(&v, ADDR(2), kDLBfloat, 16, 3, 300, 8, 128, 0);
+  mk(&o, ADDR(3), kDLBfloat, 16, 3, 100, 32, 128, 0);
+  mk(&l, ADDR(4), kDLFloat, 32, 2, 100, 32, 0, 0);
+  const fi_kv_layout NHD = FI_KV_LAYOUT_NHD;
+  fi_status st = fi_single_prefill(rt, &q.t, &k.t, &v.t, &o.t, &l.t, NHD, NULL, NULL);
+  FT_CHECK(st != FI_ERR_INVALID_ARGUMENT, "valid call refused: %s", fi_last_error());
+  /* a group of 24 (not a decode group) is fine for prefill */
+  WITH(q24, q, 1, 24 * 8);
+  WITH(o24, o, 1, 24 * 8);
+  WITH(l24, l, 1, 24 * 8);
+  st = fi_single_prefill(rt, &q24.t, &k.t, &v.t, &o24.t, &l24.t, NHD, NULL, NULL);
+  FT_CHECK(st != FI_ERR_INVALID_ARGUMENT, "group 24 refused: %s", fi_last_error());
+  WITH(k6, k, 1, 6);
+  EXPECT_BAD(fi_single_prefill(rt, &q.t, &k6.t, &v.t, &o.t, NULL, NHD, NULL, NULL), "num_kv_heads");
+  WITH(q96, q, 2, 96);
+  EXPECT_BAD(fi_single_prefill(rt, &q96.t, &k.t, &v.t, &o.t, NULL, NHD, NULL, NULL), "head_dim");
+  tens q32 = q;
+  q32.t.dtype = (DLDataType){kDLFloat, 32, 1};
+  EXPECT_BAD(fi_single_prefill(rt, &q32.t, &k.t, &v.t, &o.t, NULL, NHD, NULL, NULL), "q has dtype");
+  tens k8 = k, v8 = v;
+  k8.t.dtype = v8.t.dtype = (DLDataType){10, 8, 1};
+  EXPECT_BAD(fi_single_prefill(rt, &q.t, &k8.t, &v8.t, &o.t, NULL, NHD, NULL, NULL), "fp8");
+  tens kf = k;
+  kf.t.dtype.code = kDLFloat;
+  EXPECT_BAD(fi_single_prefill(rt, &q.t, &kf.t, &v.t, &o.t, NULL, NHD, NULL, NULL), "v has dtype");
+  WITH(os, o, 0, 99);
+  EXPECT_BAD(fi_single_prefill(rt, &q.t, &k.t, &v.t, &os.t, NULL, NHD, NULL, NULL), "out has shape");
+  WITH(ls, l, 1, 8);
+  EXPECT_BAD(fi_single_prefill(rt, &q.t, &k.t, &v.t, &o.t, &ls.t, NHD, NULL, NULL), "lse has shape");
+  EXPECT_BAD(fi_single_prefill(rt, &q.t, &k.t, &v.t, &o.t, NULL, (fi_kv_layout)3, NULL, NULL), "layout");
+  /* HND reads [H_kv, L, D]: the same k is 300 heads of 8 tokens */
+  EXPECT_BAD(fi_single_prefill(rt, &q.t, &k.t, &v.t, &o.t, NULL, FI_KV_LAYOUT_HND, NULL, NULL), "num_kv_heads");
+  /* causal with L_q > L_kv */
+  WITH(kshort, k, 0, 99);
+  WITH(vshort, v, 0, 99);
+  EXPECT_BAD(fi_single_prefill(rt, &q.t, &kshort.t, &vshort.t, &o.t, NULL, NHD, NULL, NULL), "L_q <= L_kv");
+  fi_prefill_params p;
+  fi_prefill_params_init(&p);
+  FT_CHECK(p.causal == 1 && p.attn.window_left == -1);
+  p.causal = 0;
+  st = fi_single_prefill(rt, &q.t, &kshort.t, &vshort.t, &o.t, NULL, NHD, &p, NULL);
+  FT_CHECK(st != FI_ERR_INVALID_ARGUMENT, "non-causal L_q > L_kv refused: %s", fi_last_error());
+  p.causal = 2;
+  EXPECT_BAD(fi_single_prefill(rt, &q.t, &k.t, &v.t, &o.t, NULL, NHD, &p, NULL), "causal");
+  fi_prefill_params_init(&p);
+  p.attn.window_left = -2;
+  EXPECT_BAD(fi_single_prefill(rt, &q.t, &k.t, &v.t, &o.t, NULL, NHD, &p, NULL), "window_left");
+  fi_prefill_params_init(&p);
+  p.attn.logits_soft_cap = -1;
+  EXPECT_BAD(fi_single_prefill(rt, &q.t, &k.t, &v.t, &o.t, NULL, NHD, &p, NULL), "logits_soft_cap");
+  fi_prefill_params_init(&p);
+  p.attn.sm_scale = -1;
+  EXPECT_BAD(fi_single_prefill(rt, &q.t, &k.t, &v.t, &o.t, NULL, NHD, &p, NULL), "sm_scale");
+  fi_prefill_params_init(&p);
+  p.attn.pos_encoding = (fi_pos_encoding)7;
+  EXPECT_BAD(fi_single_prefill(rt, &q.t, &k.t, &v.t, &o.t, NULL, NHD, &p, NULL), "pos_encoding");
+  tens ks = k;
+  ks.t.strides = ks.strides;
+  ks.strides[0] = 8 * 128 + 4, ks.strides[1] = 128, ks.strides[2] = 1;
+  EXPECT_BAD(fi_single_prefill(rt, &q.t, &ks.t, &v.t, &o.t, NULL, NHD, NULL, NULL), "stride");
+  tens vs = v;
+  vs.t.strides = vs.strides;
+  vs.strides[0] = 16 * 128, vs.strides[1] = 128, vs.strides[2] = 1;
+  EXPECT_BAD(fi_single_prefill(rt, &q.t, &k.t, &vs.t, &o.t, NULL, NHD, NULL, NULL), "equal strides");
+  tens oq = o;
+  oq.t.data = q.t.data;
+  EXPECT_BAD(fi_single_prefill(rt, &q.t, &k.t, &v.t, &oq.t, NULL, NHD, NULL, NULL), "overlaps");
+  EXPECT_BAD(fi_single_prefill(NULL, &q.t, &k.t, &v.t, &o.t, NULL, NHD, NULL, NULL), "rt");
+  fi_runtime_destroy(rt);
+}
+
+FT_TEST(batch_prefill_plan_and_run_bad_arguments_named) {
+  fi_runtime *rt = rt_make();
+  FT_REQUIRE(rt);
+  int32_t qo[3] = {0, 100, 101}, kvp[3] = {0, 10, 13}, last[2] = {16, 5};
+  fi_batch_prefill_info info;
+  memset(&info, 0, sizeof info);
+  info.batch = 2;
+  info.qo_indptr = qo;
+  info.kv_indptr = kvp;
+  info.kv_last_page_len = last;
+  info.num_qo_heads = 32;
+  info.num_kv_heads = 8;
+  info.head_dim = 128;
+  info.page_size = 16;
+  info.q_dtype = info.kv_dtype = (DLDataType){kDLBfloat, 16, 1};
+  tens ws;
+  mk(&ws, ADDR(9), kDLUInt, 8, 1, 1 << 26, 0, 0, 0);
+  fi_prefill_plan *plan = NULL;
+  fi_batch_prefill_info bad = info;
+  bad.num_kv_heads = 5;
+  EXPECT_BAD(fi_batch_prefill_paged_plan(rt, &bad, NULL, &ws.t, NULL, &plan), "num_kv_heads");
+  bad = info;
+  bad.head_dim = 80;
+  EXPECT_BAD(fi_batch_prefill_paged_plan(rt, &bad, NULL, &ws.t, NULL, &plan), "head_dim");
+  bad = info;
+  bad.kv_dtype = (DLDataType){kDLFloat, 16, 1};
+  EXPECT_BAD(fi_batch_prefill_paged_plan(rt, &bad, NULL, &ws.t, NULL, &plan), "KV has dtype");
+  int32_t qo_bad[3] = {0, 100, 99};
+  bad = info;
+  bad.qo_indptr = qo_bad;
+  EXPECT_BAD(fi_batch_prefill_paged_plan(rt, &bad, NULL, &ws.t, NULL, &plan), "monotone");
+  int32_t last_bad[2] = {16, 17};
+  bad = info;
+  bad.kv_last_page_len = last_bad;
+  EXPECT_BAD(fi_batch_prefill_paged_plan(rt, &bad, NULL, &ws.t, NULL, &plan), "last_page_len[1]");
+  bad = info;
+  bad.page_size = 0;
+  EXPECT_BAD(fi_batch_prefill_paged_plan(rt, &bad, NULL, &ws.t, NULL, &plan), "page_size");
+  /* request 1: 1 query token over 2 * 16 + 5 = 37 KV tokens; request 0: 100 over 160 */
+  int32_t qo_long[3] = {0, 161, 162};
+  bad = info;
+  bad.qo_indptr = qo_long;
+  EXPECT_BAD(fi_batch_prefill_paged_plan(rt, &bad, NULL, &ws.t, NULL, &plan), "L_q <= L_kv");
+  /* ragged: kv_indptr in tokens; request 0 has 10 KV tokens for 100 query tokens */
+  EXPECT_BAD(fi_batch_prefill_ragged_plan(rt, &info, NULL, &ws.t, NULL, &plan), "L_q <= L_kv");
+  bad = info;
+  bad.max_batch = 1;
+  EXPECT_BAD(fi_batch_prefill_paged_plan(rt, &bad, NULL, &ws.t, NULL, &plan), "max_batch");
+  bad = info;
+  bad.max_batch = 4;
+  EXPECT_BAD(fi_batch_prefill_paged_plan(rt, &bad, NULL, &ws.t, NULL, &plan), "max_qo_tokens");
+  bad.max_qo_tokens = 50;
+  EXPECT_BAD(fi_batch_prefill_paged_plan(rt, &bad, NULL, &ws.t, NULL, &plan), "max_qo_tokens");
+  tens wsm;
+  mk(&wsm, (char *)ADDR(9) + 16, kDLUInt, 8, 1, 1 << 26, 0, 0, 0);
+  EXPECT_BAD(fi_batch_prefill_paged_plan(rt, &info, NULL, &wsm.t, NULL, &plan), "workspace");
+  FT_CHECK(plan == NULL);
+
+  /* run, on a plan made without a device */
+  fi_prefill_params prm;
+  fi_prefill_params_init(&prm);
+  FT_REQUIRE(rt_prefill_plan_offline(&info, &prm, 1, ADDR(9), kDLCUDA, 132, &plan) == 0);
+  int64_t n;
+  const int32_t *items = rt_prefill_plan_items(plan, &n);
+  FT_CHECK(n >= 2 && items[0] == 0 && items[IW * (n - 1)] == 1 && items[1] > 0, "%lld items", (long long)n);
+  tens q, kc, vc, ix, o, l;
+  mk(&q, ADDR(0), kDLBfloat, 16, 3, 101, 32, 128, 0);
+  mk(&kc, ADDR(1), kDLBfloat, 16, 4, 20, 16, 8, 128);
+  mk(&vc, ADDR(2), kDLBfloat, 16, 4, 20, 16, 8, 128);
+  mk(&ix, ADDR(4), kDLInt, 32, 1, 13, 0, 0, 0);
+  mk(&o, ADDR(6), kDLBfloat, 16, 3, 101, 32, 128, 0);
+  mk(&l, ADDR(7), kDLFloat, 32, 2, 101, 32, 0, 0);
+  const fi_kv_layout NHD = FI_KV_LAYOUT_NHD;
+  fi_status st = fi_batch_prefill_paged_run(rt, plan, &q.t, &kc.t, &vc.t, &ix.t, NHD, &o.t, &l.t, NULL);
+  FT_CHECK(st != FI_ERR_INVALID_ARGUMENT, "valid run refused: %s", fi_last_error());
+  WITH(qh, q, 1, 16);
+  EXPECT_BAD(fi_batch_prefill_paged_run(rt, plan, &qh.t, &kc.t, &vc.t, &ix.t, NHD, &o.t, NULL, NULL), "q has shape");
+  WITH(qr, q, 0, 100);
+  WITH(orr, o, 0, 100);
+  EXPECT_BAD(fi_batch_prefill_paged_run(rt, plan, &qr.t, &kc.t, &vc.t, &ix.t, NHD, &orr.t, NULL, NULL), "qo_indptr[B]");
+  EXPECT_BAD(fi_batch_prefill_paged_run(rt, plan, &q.t, &kc.t, &vc.t, &ix.t, FI_KV_LAYOUT_HND, &o.t, NULL, NULL), "paged_k_cache has shape");
+  WITH(ixs, ix, 0, 12);
+  EXPECT_BAD(fi_batch_prefill_paged_run(rt, plan, &q.t, &kc.t, &vc.t, &ixs.t, NHD, &o.t, NULL, NULL), "kv_indices has 12 entries");
+  tens kf = kc;
+  kf.t.dtype.code = kDLFloat;
+  EXPECT_BAD(fi_batch_prefill_paged_run(rt, plan, &q.t, &kf.t, &vc.t, &ix.t, NHD, &o.t, NULL, NULL), "paged_k_cache has dtype");
+  WITH(lb, l, 1, 8);
+  EXPECT_BAD(fi_batch_prefill_paged_run(rt, plan, &q.t, &kc.t, &vc.t, &ix.t, NHD, &o.t, &lb.t, NULL), "lse has shape");
+  EXPECT_BAD(fi_batch_prefill_ragged_run(rt, plan, &q.t, &q.t, &q.t, NHD, &o.t, NULL, NULL), "paged plan");
+  fi_batch_prefill_plan_destroy(plan);
+  plan = NULL;
+
+  /* a ragged plan and its run */
+  int32_t kvr[3] = {0, 160, 197};
+  fi_batch_prefill_info ri = info;
+  ri.kv_indptr = kvr;
+  ri.kv_last_page_len = NULL;
+  FT_REQUIRE(rt_prefill_plan_offline(&ri, &prm, 0, ADDR(9), kDLCUDA, 132, &plan) == 0);
+  tens k, v;
+  mk(&k, ADDR(1), kDLBfloat, 16, 3, 197, 8, 128, 0);
+  mk(&v, ADDR(2), kDLBfloat, 16, 3, 197, 8, 128, 0);
+  st = fi_batch_prefill_ragged_run(rt, plan, &q.t, &k.t, &v.t, NHD, &o.t, &l.t, NULL);
+  FT_CHECK(st != FI_ERR_INVALID_ARGUMENT, "valid ragged run refused: %s", fi_last_error());
+  WITH(ksh, k, 0, 196);
+  WITH(vsh, v, 0, 196);
+  EXPECT_BAD(fi_batch_prefill_ragged_run(rt, plan, &q.t, &ksh.t, &vsh.t, NHD, &o.t, NULL, NULL), "kv_indptr[B]");
+  WITH(vsh2, v, 0, 198);
+  EXPECT_BAD(fi_batch_prefill_ragged_run(rt, plan, &q.t, &k.t, &vsh2.t, NHD, &o.t, NULL, NULL), "v has shape");
+  EXPECT_BAD(fi_batch_prefill_paged_run(rt, plan, &q.t, &kc.t, &vc.t, &ix.t, NHD, &o.t, NULL, NULL), "ragged plan");
+  tens oq = o;
+  oq.t.data = k.t.data;
+  EXPECT_BAD(fi_batch_prefill_ragged_run(rt, plan, &q.t, &k.t, &v.t, NHD, &oq.t, NULL, NULL), "overlaps");
+  fi_batch_prefill_plan_destroy(plan);
+  fi_runtime_destroy(rt);
+}

@@ -1,0 +1,178 @@
+/* bench_prefill.c: fi-bench section prefill: batch prefill over a paged KV cache (page 16,
+ * pages in random order, bf16) against the tensor-core rate measured in the same run with
+ * a register-only mma.sync bf16 probe (the instruction the kernel uses). FLOPs:
+ * 4 * B * H_qo * L^2 * D (Q K^T and P V), halved for causal. */
+#include <math.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "bench.h"
+
+static uint64_t brng = 0x9E3779B97F4A7C15ull;
+static uint64_t brand(void) {
+  brng ^= brng << 13;
+  brng ^= brng >> 7;
+  brng ^= brng << 17;
+  return brng;
+}
+
+/* The mma.sync bf16 rate: resident blocks x 8 warps x iters x 8 mmas of 4096 FLOPs. */
+static double bench_mma(fi_runtime *rt) {
+  DLDevice dev = {kDLCUDA, 0};
+  const int iters = 1 << 14;
+  double flops = 0;
+  if (fi_admin_mma_probe(rt, dev, 0, iters, NULL, &flops) != FI_OK) {
+    fprintf(stderr, "mma probe: %s\n", fi_last_error());
+    return 0;
+  }
+  CUevent e0, e1;
+  CU_CHECK(&cu, cuEventCreate(&e0, 0));
+  CU_CHECK(&cu, cuEventCreate(&e1, 0));
+  for (int i = 0; i < 2; i++) fi_admin_mma_probe(rt, dev, 0, iters, NULL, &flops);
+  const int reps = quick ? 3 : 11;
+  double v[16];
+  for (int r = 0; r < reps; r++) {
+    CU_CHECK(&cu, cuEventRecord(e0, NULL));
+    fi_admin_mma_probe(rt, dev, 0, iters, NULL, &flops);
+    CU_CHECK(&cu, cuEventRecord(e1, NULL));
+    CU_CHECK(&cu, cuEventSynchronize(e1));
+    float ms;
+    CU_CHECK(&cu, cuEventElapsedTime(&ms, e0, e1));
+    v[r] = ms;
+  }
+  const double ms = median(v, reps), tf = flops / (ms * 1e-3) / 1e12;
+  printf("mma.sync bf16 m16n8k16 (registers only): %.1f TFLOP/s (%.3g FLOPs in %.3f ms)\n", tf, flops, ms);
+  if (json) fprintf(json, "{\"bench\":\"mma_probe\",\"flops\":%.6g,\"ms\":%.5f,\"tflops\":%.3f}\n", flops, ms, tf);
+  return tf;
+}
+
+typedef struct pcfg {
+  const char *label;
+  int B, L, hq, hkv, D, causal;
+} pcfg;
+
+static double bench_one(fi_runtime *rt, const pcfg *c, double mma_tf) {
+  const int ps = 16, B = c->B, L = c->L, D = c->D;
+  const int64_t ppr = (L + ps - 1) / ps, pool = (int64_t)B * ppr + 7;
+  const int64_t page_bytes = (int64_t)ps * c->hkv * D * 2;
+  CUdeviceptr kc, vc, q, out, ix, ws;
+  CU_CHECK(&cu, cuMemAlloc(&kc, (size_t)(pool * page_bytes)));
+  CU_CHECK(&cu, cuMemAlloc(&vc, (size_t)(pool * page_bytes)));
+  CU_CHECK(&cu, cuMemsetD8(kc, 0x3c, (size_t)(pool * page_bytes)));
+  CU_CHECK(&cu, cuMemsetD8(vc, 0x3c, (size_t)(pool * page_bytes)));
+  const size_t qbytes = (size_t)B * L * c->hq * D * 2;
+  CU_CHECK(&cu, cuMemAlloc(&q, qbytes));
+  CU_CHECK(&cu, cuMemAlloc(&out, qbytes));
+  CU_CHECK(&cu, cuMemsetD8(q, 0x3c, qbytes));
+  int32_t *qo = malloc(sizeof(int32_t) * (size_t)(B + 1)), *kvp = malloc(sizeof(int32_t) * (size_t)(B + 1));
+  int32_t *last = malloc(sizeof(int32_t) * (size_t)B), *perm = malloc(sizeof(int32_t) * (size_t)pool);
+  qo[0] = kvp[0] = 0;
+  for (int b = 0; b < B; b++) {
+    qo[b + 1] = qo[b] + L;
+    kvp[b + 1] = kvp[b] + (int32_t)ppr;
+    last[b] = L - (int)(ppr - 1) * ps;
+  }
+  for (int64_t i = 0; i < pool; i++) perm[i] = (int32_t)i;
+  for (int64_t i = pool - 1; i > 0; i--) {
+    const int64_t j = (int64_t)(brand() % (uint64_t)(i + 1));
+    const int32_t t = perm[i];
+    perm[i] = perm[j];
+    perm[j] = t;
+  }
+  CU_CHECK(&cu, cuMemAlloc(&ix, sizeof(int32_t) * (size_t)pool));
+  CU_CHECK(&cu, cuMemcpyHtoD(ix, perm, sizeof(int32_t) * (size_t)pool));
+  int64_t qs[3] = {(int64_t)B * L, c->hq, D}, ks[4] = {pool, ps, c->hkv, D}, xs[1] = {kvp[B]};
+  DLTensor tq = tensor(q, 1, 3, qs), to = tensor(out, 1, 3, qs), tk = tensor(kc, 1, 4, ks), tv = tensor(vc, 1, 4, ks);
+  DLTensor tix = tensor(ix, 1, 1, xs);
+  tix.dtype = (DLDataType){kDLInt, 32, 1};
+  size_t wsb = 0;
+  double tf = 0;
+  fi_status st = fi_batch_prefill_workspace_size(rt, tq.device, B, B * L, c->hq, c->hkv, D, &wsb);
+  CU_CHECK(&cu, cuMemAlloc(&ws, wsb ? wsb : 256));
+  int64_t wshape[1] = {(int64_t)wsb};
+  DLTensor tw = tensor(ws, 1, 1, wshape);
+  tw.dtype = (DLDataType){kDLUInt, 8, 1};
+  fi_batch_prefill_info in;
+  memset(&in, 0, sizeof in);
+  in.batch = B;
+  in.qo_indptr = qo;
+  in.kv_indptr = kvp;
+  in.kv_last_page_len = last;
+  in.num_qo_heads = c->hq;
+  in.num_kv_heads = c->hkv;
+  in.head_dim = D;
+  in.page_size = ps;
+  in.q_dtype = in.kv_dtype = tq.dtype;
+  fi_prefill_params p;
+  fi_prefill_params_init(&p);
+  p.causal = c->causal;
+  fi_prefill_plan *plan = NULL;
+  if (st == FI_OK) st = fi_batch_prefill_paged_plan(rt, &in, &p, &tw, NULL, &plan);
+  if (st == FI_OK) st = fi_batch_prefill_paged_run(rt, plan, &tq, &tk, &tv, &tix, FI_KV_LAYOUT_NHD, &to, NULL, NULL);
+  if (st != FI_OK) {
+    fprintf(stderr, "prefill %s: %s\n", c->label, fi_last_error());
+  } else {
+    CU_CHECK(&cu, cuCtxSynchronize());
+    CUevent e0, e1;
+    CU_CHECK(&cu, cuEventCreate(&e0, 0));
+    CU_CHECK(&cu, cuEventCreate(&e1, 0));
+    const double flops = 4.0 * B * c->hq * (double)L * L * D / (c->causal ? 2.0 : 1.0);
+    const int reps = quick ? 3 : 9;
+    double t[16];
+    for (int r = 0; r < reps; r++) {
+      CU_CHECK(&cu, cuEventRecord(e0, NULL));
+      fi_batch_prefill_paged_run(rt, plan, &tq, &tk, &tv, &tix, FI_KV_LAYOUT_NHD, &to, NULL, NULL);
+      CU_CHECK(&cu, cuEventRecord(e1, NULL));
+      CU_CHECK(&cu, cuEventSynchronize(e1));
+      float ms;
+      CU_CHECK(&cu, cuEventElapsedTime(&ms, e0, e1));
+      t[r] = ms;
+    }
+    const double ms = median(t, reps);
+    tf = flops / (ms * 1e-3) / 1e12;
+    char heads[32];
+    snprintf(heads, sizeof heads, "%d/%d", c->hq, c->hkv);
+    printf("| %-14s | %3d | %5d | %6s | %3d | %-6s | %9.3f | %6.1f | %5.1f%% |\n", c->label, B, L, heads, D,
+           c->causal ? "causal" : "full", ms, tf, mma_tf > 0 ? 100.0 * tf / mma_tf : 0.0);
+    if (json)
+      fprintf(json,
+              "{\"bench\":\"prefill\",\"label\":\"%s\",\"batch\":%d,\"len\":%d,\"qo_heads\":%d,\"kv_heads\":%d,"
+              "\"head_dim\":%d,\"causal\":%d,\"ms\":%.5f,\"tflops\":%.3f,\"of_mma\":%.4f}\n",
+              c->label, B, L, c->hq, c->hkv, D, c->causal, ms, tf, mma_tf > 0 ? tf / mma_tf : 0.0);
+  }
+  fi_batch_prefill_plan_destroy(plan);
+  CUdeviceptr fr[6] = {kc, vc, q, out, ix, ws};
+  for (int i = 0; i < 6; i++) CU_CHECK(&cu, cuMemFree(fr[i]));
+  free(qo), free(kvp), free(last), free(perm);
+  return tf;
+}
+
+static void bench_prefill(fi_runtime *rt, double copy, const char *self) {
+  (void)copy;
+  (void)self;
+  const double tf = bench_mma(rt);
+  static const pcfg cases[] = {
+      {"target 380", 4, 8192, 32, 8, 128, 1},  {"target 400", 4, 8192, 32, 8, 128, 0},
+      {"target 380", 4, 8192, 32, 32, 128, 1}, {"target 400", 4, 8192, 32, 32, 128, 0},
+      {"target 380", 64, 1024, 32, 8, 128, 1}, {"target 380", 64, 1024, 32, 32, 128, 1},
+      {"head_dim 64", 4, 8192, 32, 8, 64, 1},  {"head_dim 64", 4, 8192, 32, 8, 64, 0},
+      {"head_dim 256", 4, 8192, 32, 8, 256, 1}, {"head_dim 256", 4, 8192, 32, 8, 256, 0},
+      {"short", 16, 512, 32, 8, 128, 1},       {"one request", 1, 16384, 32, 8, 128, 1},
+  };
+  printf("\n| case | B | L | heads | D | mask | ms | TFLOP/s | of mma |\n|---|---|---|---|---|---|---|---|---|\n");
+  for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+    if (quick && i >= 6) break;
+    bench_one(rt, &cases[i], tf);
+  }
+}
+
+const bench_section bench_prefill_section = {
+    "prefill",
+    "batch prefill over a paged KV cache (page 16, random page order, bf16) against the\n"
+    "mma.sync bf16 rate of a register-only probe: 32/8 and 32/32 heads, D=128, 4 x 8192\n"
+    "causal and not, 64 x 1024 causal; also D=64 and 256 (FLOPs 4 B H L^2 D, half causal)",
+    1,
+    bench_prefill,
+};
