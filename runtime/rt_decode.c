@@ -60,17 +60,7 @@ FI_API fi_status fi_single_decode(fi_runtime *rt, const DLTensor *q, const DLTen
     p = &defaults;
   }
   if (!rt) return rt_fail(FI_ERR_INVALID_ARGUMENT, "%s: rt is NULL", fn);
-  if ((st = rt_check_tensor(fn, "q", q, 2)) != FI_OK) return st;
-  if ((st = rt_check_tensor(fn, "k", k, 3)) != FI_OK) return st;
-  if ((st = rt_check_tensor(fn, "v", v, 3)) != FI_OK) return st;
-  if ((st = rt_check_tensor(fn, "out", out, 2)) != FI_OK) return st;
-  if ((st = rt_check_same_device(fn, "q", q, "k", k)) != FI_OK) return st;
-  if ((st = rt_check_same_device(fn, "q", q, "v", v)) != FI_OK) return st;
-  if ((st = rt_check_same_device(fn, "q", q, "out", out)) != FI_OK) return st;
-  if (layout != FI_KV_LAYOUT_NHD && layout != FI_KV_LAYOUT_HND)
-    return rt_fail(FI_ERR_INVALID_ARGUMENT,
-                   "%s: layout is %d; FI_KV_LAYOUT_NHD (0) or FI_KV_LAYOUT_HND (1) is needed", fn,
-                   (int)layout);
+  if ((st = rt_dec_check_qkvo(fn, q, k, v, out, 2, layout)) != FI_OK) return st;
   const int qdt = rt_dec_dtype(q->dtype), kvdt = rt_dec_dtype(k->dtype);
   if (qdt != JIT_DT_F16 && qdt != JIT_DT_BF16)
     return rt_fail(FI_ERR_INVALID_ARGUMENT, "%s: q has dtype %s; float16 or bfloat16 is needed",

@@ -119,6 +119,24 @@ void rt_dec_fill_scalars(fi_decode_params *k, const fi_attention_params *p, int 
     k->rope_freq[i] = i < D / 2 ? (float)(1.0 / (p->rope_scale * pow(p->rope_theta, 2.0 * i / D))) : 0.0f;
 }
 
+fi_status rt_dec_check_qkvo(const char *fn, const DLTensor *q, const DLTensor *k,
+                            const DLTensor *v, const DLTensor *out, int qo_ndim,
+                            fi_kv_layout layout) {
+  fi_status st;
+  if ((st = rt_check_tensor(fn, "q", q, qo_ndim)) != FI_OK) return st;
+  if ((st = rt_check_tensor(fn, "k", k, 3)) != FI_OK) return st;
+  if ((st = rt_check_tensor(fn, "v", v, 3)) != FI_OK) return st;
+  if ((st = rt_check_tensor(fn, "out", out, qo_ndim)) != FI_OK) return st;
+  if ((st = rt_check_same_device(fn, "q", q, "k", k)) != FI_OK) return st;
+  if ((st = rt_check_same_device(fn, "q", q, "v", v)) != FI_OK) return st;
+  if ((st = rt_check_same_device(fn, "q", q, "out", out)) != FI_OK) return st;
+  if (layout != FI_KV_LAYOUT_NHD && layout != FI_KV_LAYOUT_HND)
+    return rt_fail(FI_ERR_INVALID_ARGUMENT,
+                   "%s: layout is %d; FI_KV_LAYOUT_NHD (0) or FI_KV_LAYOUT_HND (1) is needed", fn,
+                   (int)layout);
+  return FI_OK;
+}
+
 /* head_dim contiguous, start and strides (dims < last, of size > 1) in units of 16 bytes. */
 fi_status rt_dec_check_rows(const char *fn, const char *name, const DLTensor *t, int elem_bytes) {
   const int last = t->ndim - 1;

@@ -27,6 +27,11 @@ void rt_dec_tune_key(jit_key *key);
 void rt_dec_fill_scalars(fi_decode_params *k, const fi_attention_params *p, int D, int kvdt);
 
 /* Tensor checks; each failure names fn and the argument. */
+/* q and out of qo_ndim dimensions, k and v of 3, all present, valid and on q's device,
+ * and a known layout: what single decode and single prefill check first. */
+fi_status rt_dec_check_qkvo(const char *fn, const DLTensor *q, const DLTensor *k,
+                            const DLTensor *v, const DLTensor *out, int qo_ndim,
+                            fi_kv_layout layout);
 fi_status rt_dec_check_rows(const char *fn, const char *name, const DLTensor *t, int elem_bytes);
 fi_status rt_dec_check_shape(const char *fn, const char *name, const DLTensor *t, int n,
                              const int64_t *want, const char *what);

@@ -129,17 +129,7 @@ FI_API fi_status fi_single_prefill(fi_runtime *rt, const DLTensor *q, const DLTe
     p = &defaults;
   }
   if (!rt) return rt_fail(FI_ERR_INVALID_ARGUMENT, "%s: rt is NULL", fn);
-  if ((st = rt_check_tensor(fn, "q", q, 3)) != FI_OK) return st;
-  if ((st = rt_check_tensor(fn, "k", k, 3)) != FI_OK) return st;
-  if ((st = rt_check_tensor(fn, "v", v, 3)) != FI_OK) return st;
-  if ((st = rt_check_tensor(fn, "out", out, 3)) != FI_OK) return st;
-  if ((st = rt_check_same_device(fn, "q", q, "k", k)) != FI_OK) return st;
-  if ((st = rt_check_same_device(fn, "q", q, "v", v)) != FI_OK) return st;
-  if ((st = rt_check_same_device(fn, "q", q, "out", out)) != FI_OK) return st;
-  if (layout != FI_KV_LAYOUT_NHD && layout != FI_KV_LAYOUT_HND)
-    return rt_fail(FI_ERR_INVALID_ARGUMENT,
-                   "%s: layout is %d; FI_KV_LAYOUT_NHD (0) or FI_KV_LAYOUT_HND (1) is needed", fn,
-                   (int)layout);
+  if ((st = rt_dec_check_qkvo(fn, q, k, v, out, 3, layout)) != FI_OK) return st;
   const int qdt = rt_dec_dtype(q->dtype), kvdt = rt_dec_dtype(k->dtype);
   if (rt_dec_dtype(v->dtype) != kvdt || v->dtype.bits != k->dtype.bits)
     return rt_fail(FI_ERR_INVALID_ARGUMENT, "%s: v has dtype %s but k has %s", fn,
