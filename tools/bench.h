@@ -12,6 +12,7 @@ extern cu_api cu;
 extern CUcontext ctx;
 extern FILE *json; /* --json FILE: one object per measurement, one per line */
 extern int quick;  /* --quick: fewer repetitions */
+extern const char *bench_self; /* this executable, for sections that start children */
 
 double now_us(void);
 double median(double *v, int n); /* sorts v */
@@ -19,13 +20,13 @@ double median(double *v, int n); /* sorts v */
 DLTensor tensor(CUdeviceptr p, int dt, int ndim, int64_t *shape);
 const char *dtname(int dt);
 
-/* One fi-bench section. run gets a runtime on an in-memory cache (NULL for
- * sections that make their own) and the copy bandwidth measured at start. */
+/* One fi-bench section. run gets a runtime on an in-memory cache and the copy
+ * bandwidth measured at start. */
 typedef struct bench_section {
   const char *name;
   const char *help;  /* lines for --help, each indented by 12 */
   int by_default;    /* run when no section is named */
-  void (*run)(fi_runtime *rt, double copy_tbs, const char *self);
+  void (*run)(fi_runtime *rt, double copy_tbs);
 } bench_section;
 
 extern const bench_section bench_rmsnorm_section, bench_norms_section, bench_tune_section;

@@ -190,9 +190,8 @@ static double bench_one(fi_runtime *rt, const dcfg *c, double read_tbs) {
   return tbs;
 }
 
-static void bench_decode(fi_runtime *rt, double copy, const char *self) {
+static void bench_decode(fi_runtime *rt, double copy) {
   (void)copy;
-  (void)self;
   const double rd = bench_read(rt);
   static const dcfg targets[] = {
       {"target 4.30", 64, 4096, 32, 8, 0, 0},  {"target 4.30", 64, 4096, 64, 8, 0, 0},

@@ -237,21 +237,9 @@ static void bench_tune(fi_runtime *rt, double copy) {
 
 /* ----------------------------------------------------------------- act */
 
-static void run_rmsnorm(fi_runtime *rt, double copy, const char *self) {
-  (void)self;
-  bench_rmsnorm(rt, copy);
-}
-const bench_section bench_rmsnorm_section = {"rmsnorm", "fi_rmsnorm bandwidth across sizes and dtypes, as a fraction of copy", 1, run_rmsnorm};
+const bench_section bench_rmsnorm_section = {"rmsnorm", "fi_rmsnorm bandwidth across sizes and dtypes, as a fraction of copy", 1, bench_rmsnorm};
 
-static void run_norms(fi_runtime *rt, double copy, const char *self) {
-  (void)self;
-  bench_norms(rt, copy);
-}
 const bench_section bench_norms_section = {"norms", "fi_fused_add_rmsnorm, fi_gemma_rmsnorm, fi_gemma_fused_add_rmsnorm, fi_layernorm\n"
-    "bandwidth (fused adds: input + residual read and written) at 8192 x 8192 and around", 1, run_norms};
+    "bandwidth (fused adds: input + residual read and written) at 8192 x 8192 and around", 1, bench_norms};
 
-static void run_tune(fi_runtime *rt, double copy, const char *self) {
-  (void)self;
-  bench_tune(rt, copy);
-}
-const bench_section bench_tune_section = {"tune", "rmsnorm configurations around the chosen one at 8192 x 8192", 0, run_tune};
+const bench_section bench_tune_section = {"tune", "rmsnorm configurations around the chosen one at 8192 x 8192", 0, bench_tune};

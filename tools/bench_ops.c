@@ -515,30 +515,14 @@ static void bench_rope(fi_runtime *rt, double copy) {
                    cases[i].nnz, cases[i].hq, cases[i].hk, cases[i].d, copy);
 }
 
-static void run_act(fi_runtime *rt, double copy, const char *self) {
-  (void)self;
-  bench_act(rt, copy);
-}
 const bench_section bench_act_section = {"act", "fi_silu_and_mul, fi_gelu_and_mul, fi_gelu_tanh_and_mul bandwidth, input [tokens, 2d]\n"
-    "read + out [tokens, d] written, as a fraction of copy", 1, run_act};
+    "read + out [tokens, d] written, as a fraction of copy", 1, bench_act};
 
-static void run_cascade(fi_runtime *rt, double copy, const char *self) {
-  (void)self;
-  bench_cascade(rt, copy);
-}
 const bench_section bench_cascade_section = {"cascade", "fi_merge_state, fi_merge_state_in_place, fi_merge_states bandwidth (v and LSEs\n"
-    "read once, outputs written once) at 16384 x 32 x 128 and around it", 1, run_cascade};
+    "read once, outputs written once) at 16384 x 32 x 128 and around it", 1, bench_cascade};
 
-static void run_page(fi_runtime *rt, double copy, const char *self) {
-  (void)self;
-  bench_page(rt, copy);
-}
 const bench_section bench_page_section = {"page", "fi_append_paged_kv_cache bandwidth (append_k/v read, the same written into the\n"
-    "caches, indices read) at 64 requests x 128 new tokens, 8 x 128, page 16, NHD and HND", 1, run_page};
+    "caches, indices read) at 64 requests x 128 new tokens, 8 x 128, page 16, NHD and HND", 1, bench_page};
 
-static void run_rope(fi_runtime *rt, double copy, const char *self) {
-  (void)self;
-  bench_rope(rt, copy);
-}
 const bench_section bench_rope_section = {"rope", "fi_apply_rope_pos_ids, the Llama 3.1 and cos_sin_cache variants bandwidth (q, k\n"
-    "read, q_out, k_out written, pos_ids read) at 16384 x 32/8 heads x 128, bf16", 1, run_rope};
+    "read, q_out, k_out written, pos_ids read) at 16384 x 32/8 heads x 128, bf16", 1, bench_rope};

@@ -149,9 +149,8 @@ static double bench_one(fi_runtime *rt, const pcfg *c, double mma_tf) {
   return tf;
 }
 
-static void bench_prefill(fi_runtime *rt, double copy, const char *self) {
+static void bench_prefill(fi_runtime *rt, double copy) {
   (void)copy;
-  (void)self;
   const double tf = bench_mma(rt);
   static const pcfg cases[] = {
       {"target 380", 4, 8192, 32, 8, 128, 1},  {"target 400", 4, 8192, 32, 8, 128, 0},

@@ -56,8 +56,7 @@ static fi_status call(fi_runtime *rt, int op, bset *s, uint64_t off) {
   }
 }
 
-static void run_sampling(fi_runtime *rt, double copy, const char *self) {
-  (void)self;
+static void run_sampling(fi_runtime *rt, double copy) {
   const int64_t batch = 64, vocab = 128256;
   const size_t bytes = (size_t)(batch * vocab) * 4;
   /* Zipf: p_i ~ 1 / rank^1.0 over a shuffled vocabulary, a different shuffle per row. */
