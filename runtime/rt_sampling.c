@@ -140,6 +140,26 @@ static void call_init(smp_call *c, const DLTensor *in, void *out, int64_t out_st
   c->p.top_p = 1.0f;
 }
 
+/* What every entry point does first: rt and the input checked, the call set up from it. */
+static fi_status begin(const char *fn, fi_runtime *rt, const char *in_name, const DLTensor *in,
+                       smp_call *c) {
+  if (!rt) return rt_fail(FI_ERR_INVALID_ARGUMENT, "%s: rt is NULL", fn);
+  fi_status st = check_input(fn, in_name, in);
+  if (st != FI_OK) return st;
+  call_init(c, in, NULL, 0);
+  return FI_OK;
+}
+
+/* The [batch, vocab] output of softmax, renorm and mask: checked, then set in the call. */
+static fi_status out_arg(const char *fn, const DLTensor *out, int want, const char *in_name,
+                         const DLTensor *in, smp_call *c, const smp_arrays *a) {
+  fi_status st = check_out2d(fn, "out", out, want, in_name, in, a);
+  if (st != FI_OK) return st;
+  c->p.out = rt_data(out);
+  c->p.out_stride = out->shape[0] > 1 ? rt_stride(out, 0) : 0;
+  return FI_OK;
+}
+
 /* CTAs per row: a cluster of 8 or 4 on sm_90 and newer while the grid still fits on the
  * device at once (4 CTAs of 256 threads per SM), else one. */
 static int pick_cluster(const rt_device_i *be, void *state, int device, int64_t batch) {
@@ -155,13 +175,12 @@ static int pick_cluster(const rt_device_i *be, void *state, int device, int64_t 
   return 1;
 }
 
-/* The threshold search of the top-k / top-p kernels: FI_SAMPLING_SELECT=range picks the
- * key-range search (SEL 1 of kernels/sampling.cuh), anything else the radix search. Read
- * at every call (a few tens of ns) so that a benchmark or test can compare both. */
-/* The threshold search. By default the key-range one for the ops with a top-k filter
- * and the radix one for top-p alone: at 64 x 128256 float32 (H200) top-k 50 sampling
- * took 50 us against 117, top-k + top-p 102 against 149, the top-k mask 57 against 68,
- * while top-p 0.9 took 101 against 83. FI_SAMPLING_SELECT=range or radix forces one. */
+/* The threshold search of the top-k / top-p kernels (SEL of kernels/sampling.cuh): by
+ * default the key-range one (1) for the ops with a top-k filter and the radix one (0) for
+ * top-p alone: at 64 x 128256 float32 (H200) top-k 50 sampling took 50 us against 117,
+ * top-k + top-p 102 against 149, the top-k mask 57 against 68, while top-p 0.9 took 101
+ * against 83. FI_SAMPLING_SELECT=range or radix forces one; read at every call (tens of
+ * ns) so that a benchmark or test can compare both. */
 static int select_variant(int op) {
   const char *e = getenv("FI_SAMPLING_SELECT");
   if (e && strcmp(e, "range") == 0) return 1;
@@ -276,30 +295,24 @@ static fi_status samples_arg(const char *fn, const char *in_name, DLTensor *samp
 FI_API fi_status fi_softmax(fi_runtime *rt, const DLTensor *logits, const DLTensor *temperature_arr,
                             double temperature, DLTensor *out, void *stream) {
   static const char *fn = "fi_softmax";
-  if (!rt) return rt_fail(FI_ERR_INVALID_ARGUMENT, "%s: rt is NULL", fn);
-  fi_status st = check_input(fn, "logits", logits);
-  if (st != FI_OK) return st;
   smp_call c;
   smp_arrays a = {{NULL}, {NULL}};
-  call_init(&c, logits, NULL, 0);
+  fi_status st = begin(fn, rt, "logits", logits, &c);
+  if (st != FI_OK) return st;
   if ((st = min_p_arg(fn, "temperature_arr", "temperature", temperature_arr, temperature, logits,
                       &c, &a, 0, 1)) != FI_OK)
     return st;
-  if ((st = check_out2d(fn, "out", out, JIT_DT_F32, "logits", logits, &a)) != FI_OK) return st;
-  c.p.out = rt_data(out);
-  c.p.out_stride = out->shape[0] > 1 ? rt_stride(out, 0) : 0;
+  if ((st = out_arg(fn, out, JIT_DT_F32, "logits", logits, &c, &a)) != FI_OK) return st;
   return launch(rt, &c, FI_SMP_SOFTMAX, out, stream);
 }
 
 FI_API fi_status fi_sampling_from_probs(fi_runtime *rt, const DLTensor *probs, DLTensor *samples,
                                         uint64_t seed, uint64_t offset, void *stream) {
   static const char *fn = "fi_sampling_from_probs";
-  if (!rt) return rt_fail(FI_ERR_INVALID_ARGUMENT, "%s: rt is NULL", fn);
-  fi_status st = check_input(fn, "probs", probs);
-  if (st != FI_OK) return st;
   smp_call c;
   smp_arrays a = {{NULL}, {NULL}};
-  call_init(&c, probs, NULL, 0);
+  fi_status st = begin(fn, rt, "probs", probs, &c);
+  if (st != FI_OK) return st;
   if ((st = samples_arg(fn, "probs", samples, probs, &c, &a)) != FI_OK) return st;
   c.p.seed = seed;
   c.p.offset = offset;
@@ -311,12 +324,10 @@ FI_API fi_status fi_top_k_sampling_from_probs(fi_runtime *rt, const DLTensor *pr
                                               DLTensor *samples, uint64_t seed, uint64_t offset,
                                               void *stream) {
   static const char *fn = "fi_top_k_sampling_from_probs";
-  if (!rt) return rt_fail(FI_ERR_INVALID_ARGUMENT, "%s: rt is NULL", fn);
-  fi_status st = check_input(fn, "probs", probs);
-  if (st != FI_OK) return st;
   smp_call c;
   smp_arrays a = {{NULL}, {NULL}};
-  call_init(&c, probs, NULL, 0);
+  fi_status st = begin(fn, rt, "probs", probs, &c);
+  if (st != FI_OK) return st;
   if ((st = top_k_arg(fn, top_k_arr, top_k, probs, &c, &a, 0)) != FI_OK) return st;
   if ((st = samples_arg(fn, "probs", samples, probs, &c, &a)) != FI_OK) return st;
   c.p.seed = seed;
@@ -329,12 +340,10 @@ FI_API fi_status fi_top_p_sampling_from_probs(fi_runtime *rt, const DLTensor *pr
                                               DLTensor *samples, uint64_t seed, uint64_t offset,
                                               void *stream) {
   static const char *fn = "fi_top_p_sampling_from_probs";
-  if (!rt) return rt_fail(FI_ERR_INVALID_ARGUMENT, "%s: rt is NULL", fn);
-  fi_status st = check_input(fn, "probs", probs);
-  if (st != FI_OK) return st;
   smp_call c;
   smp_arrays a = {{NULL}, {NULL}};
-  call_init(&c, probs, NULL, 0);
+  fi_status st = begin(fn, rt, "probs", probs, &c);
+  if (st != FI_OK) return st;
   if ((st = top_p_arg(fn, top_p_arr, top_p, probs, &c, &a, 0)) != FI_OK) return st;
   if ((st = samples_arg(fn, "probs", samples, probs, &c, &a)) != FI_OK) return st;
   c.p.seed = seed;
@@ -347,12 +356,10 @@ FI_API fi_status fi_min_p_sampling_from_probs(fi_runtime *rt, const DLTensor *pr
                                               DLTensor *samples, uint64_t seed, uint64_t offset,
                                               void *stream) {
   static const char *fn = "fi_min_p_sampling_from_probs";
-  if (!rt) return rt_fail(FI_ERR_INVALID_ARGUMENT, "%s: rt is NULL", fn);
-  fi_status st = check_input(fn, "probs", probs);
-  if (st != FI_OK) return st;
   smp_call c;
   smp_arrays a = {{NULL}, {NULL}};
-  call_init(&c, probs, NULL, 0);
+  fi_status st = begin(fn, rt, "probs", probs, &c);
+  if (st != FI_OK) return st;
   if ((st = min_p_arg(fn, "min_p_arr", "min_p", min_p_arr, min_p, probs, &c, &a, 0, 0)) != FI_OK)
     return st;
   if ((st = samples_arg(fn, "probs", samples, probs, &c, &a)) != FI_OK) return st;
@@ -367,12 +374,10 @@ FI_API fi_status fi_top_k_top_p_sampling_from_logits(fi_runtime *rt, const DLTen
                                                      DLTensor *samples, uint64_t seed,
                                                      uint64_t offset, void *stream) {
   static const char *fn = "fi_top_k_top_p_sampling_from_logits";
-  if (!rt) return rt_fail(FI_ERR_INVALID_ARGUMENT, "%s: rt is NULL", fn);
-  fi_status st = check_input(fn, "logits", logits);
-  if (st != FI_OK) return st;
   smp_call c;
   smp_arrays a = {{NULL}, {NULL}};
-  call_init(&c, logits, NULL, 0);
+  fi_status st = begin(fn, rt, "logits", logits, &c);
+  if (st != FI_OK) return st;
   if ((st = top_k_arg(fn, top_k_arr, top_k, logits, &c, &a, 0)) != FI_OK) return st;
   if ((st = top_p_arg(fn, top_p_arr, top_p, logits, &c, &a, 1)) != FI_OK) return st;
   if ((st = samples_arg(fn, "logits", samples, logits, &c, &a)) != FI_OK) return st;
@@ -385,17 +390,12 @@ FI_API fi_status fi_top_k_renorm_probs(fi_runtime *rt, const DLTensor *probs,
                                        const DLTensor *top_k_arr, int top_k, DLTensor *out,
                                        void *stream) {
   static const char *fn = "fi_top_k_renorm_probs";
-  if (!rt) return rt_fail(FI_ERR_INVALID_ARGUMENT, "%s: rt is NULL", fn);
-  fi_status st = check_input(fn, "probs", probs);
-  if (st != FI_OK) return st;
   smp_call c;
   smp_arrays a = {{NULL}, {NULL}};
-  call_init(&c, probs, NULL, 0);
+  fi_status st = begin(fn, rt, "probs", probs, &c);
+  if (st != FI_OK) return st;
   if ((st = top_k_arg(fn, top_k_arr, top_k, probs, &c, &a, 0)) != FI_OK) return st;
-  if ((st = check_out2d(fn, "out", out, rt_tensor_dtype(probs), "probs", probs, &a)) != FI_OK)
-    return st;
-  c.p.out = rt_data(out);
-  c.p.out_stride = out->shape[0] > 1 ? rt_stride(out, 0) : 0;
+  if ((st = out_arg(fn, out, rt_tensor_dtype(probs), "probs", probs, &c, &a)) != FI_OK) return st;
   return launch(rt, &c, FI_SMP_TOPK_RENORM, out, stream);
 }
 
@@ -403,17 +403,12 @@ FI_API fi_status fi_top_p_renorm_probs(fi_runtime *rt, const DLTensor *probs,
                                        const DLTensor *top_p_arr, double top_p, DLTensor *out,
                                        void *stream) {
   static const char *fn = "fi_top_p_renorm_probs";
-  if (!rt) return rt_fail(FI_ERR_INVALID_ARGUMENT, "%s: rt is NULL", fn);
-  fi_status st = check_input(fn, "probs", probs);
-  if (st != FI_OK) return st;
   smp_call c;
   smp_arrays a = {{NULL}, {NULL}};
-  call_init(&c, probs, NULL, 0);
+  fi_status st = begin(fn, rt, "probs", probs, &c);
+  if (st != FI_OK) return st;
   if ((st = top_p_arg(fn, top_p_arr, top_p, probs, &c, &a, 0)) != FI_OK) return st;
-  if ((st = check_out2d(fn, "out", out, rt_tensor_dtype(probs), "probs", probs, &a)) != FI_OK)
-    return st;
-  c.p.out = rt_data(out);
-  c.p.out_stride = out->shape[0] > 1 ? rt_stride(out, 0) : 0;
+  if ((st = out_arg(fn, out, rt_tensor_dtype(probs), "probs", probs, &c, &a)) != FI_OK) return st;
   return launch(rt, &c, FI_SMP_TOPP_RENORM, out, stream);
 }
 
@@ -421,16 +416,11 @@ FI_API fi_status fi_top_k_mask_logits(fi_runtime *rt, const DLTensor *logits,
                                       const DLTensor *top_k_arr, int top_k, DLTensor *out,
                                       void *stream) {
   static const char *fn = "fi_top_k_mask_logits";
-  if (!rt) return rt_fail(FI_ERR_INVALID_ARGUMENT, "%s: rt is NULL", fn);
-  fi_status st = check_input(fn, "logits", logits);
-  if (st != FI_OK) return st;
   smp_call c;
   smp_arrays a = {{NULL}, {NULL}};
-  call_init(&c, logits, NULL, 0);
+  fi_status st = begin(fn, rt, "logits", logits, &c);
+  if (st != FI_OK) return st;
   if ((st = top_k_arg(fn, top_k_arr, top_k, logits, &c, &a, 0)) != FI_OK) return st;
-  if ((st = check_out2d(fn, "out", out, rt_tensor_dtype(logits), "logits", logits, &a)) != FI_OK)
-    return st;
-  c.p.out = rt_data(out);
-  c.p.out_stride = out->shape[0] > 1 ? rt_stride(out, 0) : 0;
+  if ((st = out_arg(fn, out, rt_tensor_dtype(logits), "logits", logits, &c, &a)) != FI_OK) return st;
   return launch(rt, &c, FI_SMP_TOPK_MASK, out, stream);
 }
