@@ -48,6 +48,9 @@ typedef struct jit_op {
   int (*render_entry)(const jit_key *key, const char *entry, char *buf, size_t buflen);
   int (*config_count)(void);
   void (*config)(int idx, jit_key *out); /* idx in [0, config_count) */
+  /* Dynamic shared memory bytes every launch of key's kernel passes (raised past the
+   * 48 KB default at module load); NULL: none. */
+  unsigned (*dyn_smem)(const jit_key *key);
 } jit_op;
 
 struct jit_key {

@@ -18,26 +18,40 @@ int jit_prefill_q_tile(int head_dim, int64_t max_rows) {
   return 128;
 }
 
-int jit_prefill_kv_tile(int head_dim) { return head_dim <= 128 ? 64 : 32; }
+int jit_prefill_kv_tile(int head_dim) {
+  (void)head_dim;
+  return 64;
+}
+
+unsigned jit_prefill_threads(const jit_key *k) {
+  return 32u * FI_PF_WARPS(k->v[PREFILL_P_HEAD_DIM], k->v[PREFILL_P_Q_TILE]);
+}
+
+static unsigned dyn_smem(const jit_key *k) {
+  return (unsigned)FI_PF_SMEM(k->v[PREFILL_P_HEAD_DIM], k->v[PREFILL_P_Q_TILE]);
+}
 
 void jit_prefill_select(int single, int dtype, int head_dim, int q_tile, int rope, jit_key *out) {
   out->op = single ? &jit_op_single_prefill : &jit_op_batch_prefill;
   for (int i = 0; i < JIT_MAX_PARAMS; i++) out->v[i] = 0;
   out->v[PREFILL_P_DTYPE] = dtype;
   out->v[PREFILL_P_HEAD_DIM] = head_dim;
-  out->v[PREFILL_P_WARPS] = q_tile / 16;
+  out->v[PREFILL_P_Q_TILE] = q_tile;
   out->v[PREFILL_P_ROPE] = rope ? 1 : 0;
 }
 
 static int render(const jit_key *k, const char *entry, char *buf, size_t n, int single) {
   const int64_t *v = k->v;
+  const unsigned threads = jit_prefill_threads(k);
+  /* Four-warp blocks: two per SM (up to 255 registers a thread), so one block's
+   * barriers and loads overlap the other's mma. */
   int w = snprintf(buf, n,
-                   "extern \"C\" __global__ void __launch_bounds__(%d)\n"
+                   "extern \"C\" __global__ void __launch_bounds__(%u, %d)\n"
                    "%s(fi_prefill_kparams p) {\n"
                    "  fi::pf::prefill<%s, %d, %d, %d, %d>(p);\n"
                    "}\n",
-                   (int)v[PREFILL_P_WARPS] * 32, entry, jit_dtype_cxx((int)v[PREFILL_P_DTYPE]),
-                   (int)v[PREFILL_P_HEAD_DIM], (int)v[PREFILL_P_WARPS], (int)v[PREFILL_P_ROPE],
+                   threads, threads >= 128 ? 2 : 1, entry, jit_dtype_cxx((int)v[PREFILL_P_DTYPE]),
+                   (int)v[PREFILL_P_HEAD_DIM], (int)v[PREFILL_P_Q_TILE], (int)v[PREFILL_P_ROPE],
                    single);
   return w < 0 || (size_t)w >= n ? -1 : w;
 }
@@ -66,7 +80,7 @@ static void config_single(int idx, jit_key *out) { config(1, idx, out); }
 static void config_batch(int idx, jit_key *out) { config(0, idx, out); }
 
 #define PREFILL_PARAMS                                                                  \
-  {{"dtype", JIT_P_DTYPE}, {"head_dim", JIT_P_INT}, {"warps", JIT_P_INT}, {"rope", JIT_P_INT}}
+  {{"dtype", JIT_P_DTYPE}, {"head_dim", JIT_P_INT}, {"q_tile", JIT_P_INT}, {"rope", JIT_P_INT}}
 
 const jit_op jit_op_single_prefill = {
     .name = "single_prefill",
@@ -76,6 +90,7 @@ const jit_op jit_op_single_prefill = {
     .render_entry = render_single,
     .config_count = count,
     .config = config_single,
+    .dyn_smem = dyn_smem,
 };
 
 const jit_op jit_op_batch_prefill = {
@@ -86,6 +101,7 @@ const jit_op jit_op_batch_prefill = {
     .render_entry = render_batch,
     .config_count = count,
     .config = config_batch,
+    .dyn_smem = dyn_smem,
 };
 
 void jit_prefill_merge_select(int dtype, int head_dim, jit_key *out) {

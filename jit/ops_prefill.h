@@ -12,7 +12,8 @@
 enum {
   PREFILL_P_DTYPE,    /* q, k, v and out: f16 or bf16 */
   PREFILL_P_HEAD_DIM, /* 64, 128, 256 */
-  PREFILL_P_WARPS,    /* q tile = 16 * warps packed rows: 1, 4 or 8 (8 only to head_dim 128) */
+  PREFILL_P_Q_TILE,   /* packed rows per block: 16, 64 or 128 (128 only to head_dim 128); the
+                       * block's shape is FI_PF_* of prefill_params.h */
   PREFILL_P_ROPE      /* RoPE (Llama, non-interleaved halves) on q and k */
 };
 enum { PREFILL_MERGE_P_DTYPE, PREFILL_MERGE_P_HEAD_DIM };
@@ -20,12 +21,15 @@ enum { PREFILL_MERGE_P_DTYPE, PREFILL_MERGE_P_HEAD_DIM };
 /* The q tile (rows: 16, 64 or 128) for a head_dim and the most packed rows (query tokens
  * x group) a request of the batch has. */
 int jit_prefill_q_tile(int head_dim, int64_t max_rows);
-/* The kv tile (tokens) of a head_dim: the kernel's KT. */
+/* The planner's kv granularity (tokens): split chunks are multiples of it, and of every
+ * kernel kv tile (FI_PF_KT). */
 int jit_prefill_kv_tile(int head_dim);
 
 /* The key for a call: single (1) or batch (0) prefill with a q tile of q_tile rows. */
 void jit_prefill_select(int single, int dtype, int head_dim, int q_tile, int rope, jit_key *out);
 void jit_prefill_merge_select(int dtype, int head_dim, jit_key *out);
+/* Threads of a prefill key's block. */
+unsigned jit_prefill_threads(const jit_key *k);
 #define PREFILL_MERGE_THREADS 128
 /* fi-bench's tensor-core probe. */
 void jit_mma_probe_select(jit_key *out);

@@ -4,16 +4,18 @@
 // next K tile loads during P V, this tile's V during Q K^T), online softmax in fp32 and
 // base 2. Also the merge of split-KV partials and fi-bench's tensor-core probe.
 //
-// A block is WARPS warps over one q tile of 16 * WARPS packed rows (row r of a request:
-// token r / group, query head hkv * group + r % group; prefill_params.h) and one KV head;
-// warp w owns rows 16w .. 16w + 15 and keeps its Q fragments in registers (loaded once
-// through shared memory), S = Q K^T and O in fp32 accumulators:
-//   S: A = Q [16 rows][16 dims] (ldmatrix x4), B = K^T: ldmatrix x4 of K rows (tokens).
+// A block is WARPS warps over one q tile of QT packed rows (row r of a request: token
+// r / group, query head hkv * group + r % group; prefill_params.h) and one KV head; warp w
+// owns MT row tiles of 16 (rows 16 MT w ..), S = Q K^T and O in fp32 accumulators:
+//   S: A = Q [16 rows][16 dims] (ldmatrix x4; held in registers when QREG, else reloaded
+//   from the shared Q tile), B = K^T: ldmatrix x4 of K rows (tokens).
 //   O += P V: A = P from S's accumulators as they stand (the FA2 register reuse), B = V:
 //   ldmatrix x4 .trans of V rows.
-// Shared memory holds one K tile and one V tile of KT tokens ([KT][D], 16-byte chunks
-// XOR-swizzled by row % 8 so ldmatrix and cp.async are free of bank conflicts); it is
-// under the 48 KB static limit for every configuration (no dynamic-size opt-in needed).
+// With two row tiles a warp issues one ldmatrix per four mma instead of per two: shared
+// memory bandwidth, not the tensor cores, bounds the one-tile shape.
+// Shared memory (dynamic, FI_PF_SMEM bytes) holds one K tile and one V tile of KT tokens
+// ([KT][D], 16-byte chunks XOR-swizzled by row % 8 so ldmatrix and cp.async are free of
+// bank conflicts) and the Q tile unless QREG.
 // On ROCm cp.async is a plain copy and ldmatrix is emulated with lane shuffles: correct,
 // not fast.
 #pragma once
@@ -92,31 +94,63 @@ FI_DEVICE void ldsm4t(const uint16_t *s, int off, uint32_t (&r)[4]) {
 #endif
 }
 
+// The same two loads from a 32-bit shared address (CUDA only).
+FI_DEVICE void ldsm4_at(uint32_t addr, uint32_t (&r)[4]) {
+#if FI_CUDA
+  asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0, %1, %2, %3}, [%4];"
+               : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+               : "r"(addr));
+#else
+  (void)addr;
+  r[0] = r[1] = r[2] = r[3] = 0u;
+#endif
+}
+FI_DEVICE void ldsm4t_at(uint32_t addr, uint32_t (&r)[4]) {
+#if FI_CUDA
+  asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0, %1, %2, %3}, [%4];"
+               : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+               : "r"(addr));
+#else
+  (void)addr;
+  r[0] = r[1] = r[2] = r[3] = 0u;
+#endif
+}
+// Hides x's value from the optimizer: what is computed from it cannot be hoisted.
+FI_DEVICE void opaque(uint32_t &x) {
+#if FI_CUDA
+  asm volatile("" : "+r"(x));
+#endif
+}
+
 // Element offset of 16-byte chunk ch of row `row` in a [rows][D] swizzled tile.
 template <int D>
 FI_DEVICE int swz(int row, int ch) {
   return row * D + ((ch ^ (row & 7)) << 3);
 }
 
-// The kv tile a head_dim takes (tokens): K and V tiles of 16 KB each at 16 bits.
-template <int D>
-struct kv_tile {
-  static constexpr int value = D <= 128 ? 64 : 32;
-};
+// The block's dynamic shared memory (FI_PF_SMEM bytes); the host emulator supplies its own.
+#ifndef FI_PF_EMU_SMEM
+extern __shared__ unsigned char fi_pf_smem[] __attribute__((aligned(128)));
+#endif
 
-// T: q / K / V / out dtype (f16 or bf16); D: head_dim; WARPS: 1, 4 or 8 (q tile 16 *
-// WARPS rows); ROPE: RoPE (Llama halves) on q and k; SINGLE: one contiguous request,
-// no plan tables.
-template <typename T, int D, int WARPS, int ROPE, int SINGLE>
+// T: q / K / V / out dtype (f16 or bf16); D: head_dim; QT: q tile (16, 64 or 128 packed
+// rows; the CTA shape is FI_PF_* of prefill_params.h); ROPE: RoPE (Llama halves) on q
+// and k; SINGLE: one contiguous request, no plan tables.
+template <typename T, int D, int QT, int ROPE, int SINGLE>
 FI_DEVICE void prefill(const fi_prefill_kparams &p) {
   typedef dec::w16<T> W;
-  constexpr int THREADS = WARPS * 32, QT = 16 * WARPS, KT = kv_tile<D>::value, CH = D / 8;
+  constexpr int WARPS = FI_PF_WARPS(D, QT), MT = FI_PF_MT(D, QT), KT = FI_PF_KT(D, QT);
+  constexpr bool QREG = FI_PF_QREG(D, QT);
+  constexpr int THREADS = WARPS * 32, CH = D / 8, WR = 16 * MT;  // WR: rows of a warp
   static_assert(D == 64 || D == 128 || D == 256, "head_dim 64, 128 or 256");
-  static_assert(QT <= 2 * KT, "the q tile is staged in the K and V buffers");
+  static_assert(QT == 16 * MT * WARPS && (MT == 1 || MT == 2), "q tile");
+  static_assert(!QREG || QT <= 2 * KT, "a register-held Q tile is staged in the K and V buffers");
   static_assert(THREADS % CH == 0 || CH % THREADS == 0, "chunk mapping");
 
-  __shared__ uint16_t s_kv[2 * KT * D] __attribute__((aligned(128)));
-  uint16_t *const sK = s_kv, *const sV = s_kv + KT * D, *const sQ = s_kv;
+  uint16_t *const sK = reinterpret_cast<uint16_t *>(fi_pf_smem) + (QREG ? 0 : QT * D);
+  uint16_t *const sV = sK + KT * D;
+  uint16_t *const sQ = QREG ? sK : reinterpret_cast<uint16_t *>(fi_pf_smem);
+  int64_t *const s_off = reinterpret_cast<int64_t *>(sV + KT * D);  // [2][KT] token offsets
 
   const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5, g = lane >> 2, c = lane & 3;
   const int item = blockIdx.x, hkv = blockIdx.y, G = p.group;
@@ -154,8 +188,9 @@ FI_DEVICE void prefill(const fi_prefill_kparams &p) {
   }
   const int off = Lkv - Lq;  // query token t sits at position t + off
   const int rlast = r0 + rows - 1;
+  const int ntiles = kv_hi > kv_lo ? (kv_hi - kv_lo + KT - 1) / KT : 0;
 
-  // ---- Q: stage the tile (RoPE'd at t + off) in shared memory, then fragments ----
+  // ---- Q: stage the tile (RoPE'd at t + off) in shared memory ----
   const T *qb = static_cast<const T *>(p.q);
   if (!ROPE) {
     for (int i = tid; i < QT * CH; i += THREADS) {
@@ -164,8 +199,7 @@ FI_DEVICE void prefill(const fi_prefill_kparams &p) {
       const int tq = r / G, h = hkv * G + (r - tq * G);
       cp16(sQ + swz<D>(row, ch), qb + (q_start + tq) * p.q_stride_tok + (int64_t)h * p.q_stride_head + 8 * ch);
     }
-    cp_commit();
-    cp_wait<0>();
+    cp_commit();  // a register-held tile is waited for below; a shared one with K's first tile
   } else {
     for (int i = tid; i < QT * (CH / 2); i += THREADS) {
       const int row = i / (CH / 2), ch = i % (CH / 2);
@@ -179,61 +213,87 @@ FI_DEVICE void prefill(const fi_prefill_kparams &p) {
       *reinterpret_cast<fi_vec<uint32_t, 4> *>(sQ + swz<D>(row, ch + CH / 2)) = y;
     }
   }
-  __syncthreads();
-  uint32_t qf[D / 16][4];
+  uint32_t qf[QREG ? D / 16 : 1][4];
+  if (QREG) {
+    cp_wait<0>();
+    __syncthreads();
 #pragma unroll
-  for (int ks = 0; ks < D / 16; ks++) ldsm4(sQ, swz<D>(16 * warp + (lane & 15), 2 * ks + (lane >> 4)), qf[ks]);
-  __syncthreads();
-
-  // ---- this thread's two rows (g and g + 8 of its warp): their attended range ----
-  int lim_lo[2], lim_hi[2];
-#pragma unroll
-  for (int h = 0; h < 2; h++) {
-    const int r = r0 + 16 * warp + g + 8 * h, tq = (r < rlast ? r : rlast) / G;
-    lim_hi[h] = p.causal && tq + off + 1 < kv_hi ? tq + off + 1 : kv_hi;
-    lim_lo[h] = p.window_left >= 0 && tq + off - p.window_left > kv_lo ? tq + off - p.window_left : kv_lo;
+    for (int ks = 0; ks < (QREG ? D / 16 : 0); ks++)
+      ldsm4(sQ, swz<D>(16 * warp + (lane & 15), 2 * ks + (lane >> 4)), qf[ks]);
+    __syncthreads();  // the staging buffers become K and V
   }
+
   // The block's rows all attend [blk_lo, blk_hi): a tile inside needs no mask.
   const int tq0 = r0 / G, tq1 = rlast / G;
   const int blk_hi = p.causal && tq0 + off + 1 < kv_hi ? tq0 + off + 1 : kv_hi;
   const int blk_lo = p.window_left >= 0 && tq1 + off - p.window_left > kv_lo ? tq1 + off - p.window_left : kv_lo;
 
+  // Token offsets: tile t's rows (tokens past kv_hi repeat the last one: finite values,
+  // masked out) go into s_off[t % 2] a tile ahead, so the loads of a tile never wait on
+  // a page-table read. Contiguous KV takes the same path (no read).
   const T *kg = static_cast<const T *>(p.k) + (int64_t)hkv * p.kv_stride_head;
   const T *vg = static_cast<const T *>(p.v) + (int64_t)hkv * p.kv_stride_head;
-  auto kv_off = [&](int j) -> int64_t {
-    if (p.indices) {
-      const int pl = j / p.page_size;
-      return (int64_t)p.indices[kv_base + pl] * p.kv_stride_page + (int64_t)(j - pl * p.page_size) * p.kv_stride_slot;
-    }
+  const bool paged = p.indices != nullptr;
+  auto tok_clamp = [&](int j) { return j < kv_hi - 1 ? j : kv_hi - 1; };
+  auto tok_off = [&](int j, int32_t page) -> int64_t {
+    if (paged) return (int64_t)page * p.kv_stride_page + (int64_t)(j % p.page_size) * p.kv_stride_slot;
     return (kv_base + j) * p.kv_stride_slot;
   };
-  // Tokens j0 .. j0 + KT - 1 into dst (rows past kv_hi repeat the last token: finite
-  // values, masked out).
-  auto load_tile = [&](uint16_t *dst, const T *base, int j0) {
+  auto page_of = [&](int j) -> int32_t { return paged ? p.indices[kv_base + j / p.page_size] : 0; };
+  auto load_tile = [&](uint16_t *dst, const T *base, int buf) {
+    const int64_t *to = s_off + buf * KT;
     for (int i = tid; i < KT * CH; i += THREADS) {
       const int row = i / CH, ch = i % CH;
-      const int j = j0 + row < kv_hi - 1 ? j0 + row : kv_hi - 1;
-      cp16(dst + swz<D>(row, ch), base + kv_off(j) + 8 * ch);
+      cp16(dst + swz<D>(row, ch), base + to[row] + 8 * ch);
     }
   };
+  constexpr int NOFF = (KT + THREADS - 1) / THREADS;
+  // ldmatrix addresses on CUDA: a lane's row in the tile (every fragment row here is
+  // lane & 7 modulo 8) plus chunk 2q + bit, XOR-swizzled by those three bits, is the row
+  // base + x[q % 4] + a compile-time part. Rebuilt at each tile from opaque copies: left
+  // loop-invariant, the compiler kept one register per (row tile, chunk) address and
+  // spilled.
+  const uint32_t qrow0 = smem_addr(sQ) + 2u * D * (WR * warp + (lane & 15));
+  const uint32_t krow0 = smem_addr(sK) + 2u * D * ((lane & 7) + ((lane >> 4) << 3));
+  const uint32_t vrow0 = smem_addr(sV) + 2u * D * ((lane & 7) + (((lane >> 3) & 1) << 3));
 
-  float o[D / 8][4];
-  float m[2] = {neg_inf(), neg_inf()}, dsum[2] = {0.0f, 0.0f};
+  float o[MT][D / 8][4];
+  float m[MT][2], dsum[MT][2];
 #pragma unroll
-  for (int j = 0; j < D / 8; j++)
+  for (int mt = 0; mt < MT; mt++) {
 #pragma unroll
-    for (int e = 0; e < 4; e++) o[j][e] = 0.0f;
+    for (int h = 0; h < 2; h++) {
+      m[mt][h] = neg_inf();
+      dsum[mt][h] = 0.0f;
+    }
+#pragma unroll
+    for (int j = 0; j < D / 8; j++)
+#pragma unroll
+      for (int e = 0; e < 4; e++) o[mt][j][e] = 0.0f;
+  }
 
-  const int ntiles = kv_hi > kv_lo ? (kv_hi - kv_lo + KT - 1) / KT : 0;
   if (ntiles > 0) {
-    load_tile(sK, kg, kv_lo);
+    for (int i = tid; i < KT; i += THREADS) {
+      const int j = tok_clamp(kv_lo + i);
+      s_off[i] = tok_off(j, page_of(j));
+    }
+    __syncthreads();
+    load_tile(sK, kg, 0);
     cp_commit();
   }
   for (int t = 0; t < ntiles; t++) {
-    const int j0 = kv_lo + t * KT;
-    load_tile(sV, vg, j0);
+    const int j0 = kv_lo + t * KT, buf = t & 1;
+    const bool more = t + 1 < ntiles;
+    load_tile(sV, vg, buf);
     cp_commit();
-    cp_wait<1>();  // K of this tile
+    // The next tile's page ids: read now, used after this tile's S.
+    int32_t pg[NOFF];
+#pragma unroll
+    for (int u = 0; u < NOFF; u++) {
+      const int i = tid + u * THREADS;
+      pg[u] = more && i < KT ? page_of(tok_clamp(j0 + KT + i)) : 0;
+    }
+    cp_wait<1>();  // K of this tile (and a shared Q tile)
     __syncthreads();
     if (ROPE) {
       for (int i = tid; i < KT * (CH / 2); i += THREADS) {
@@ -256,83 +316,149 @@ FI_DEVICE void prefill(const fi_prefill_kparams &p) {
       __syncthreads();
     }
 
-    // S = Q K^T
-    float s[KT / 8][4];
+    uint32_t qrow = qrow0, krow = krow0, vrow = vrow0, xa[4], xb[4];
+    opaque(qrow);
+    opaque(krow);
+    opaque(vrow);
 #pragma unroll
-    for (int nb = 0; nb < KT / 8; nb++)
+    for (int q = 0; q < 4; q++) {
+      xa[q] = (uint32_t)((2 * q + (lane >> 4)) ^ (lane & 7)) << 4;        // Q and V fragments
+      xb[q] = (uint32_t)((2 * q + ((lane >> 3) & 1)) ^ (lane & 7)) << 4;  // K fragments
+      opaque(xa[q]);
+      opaque(xb[q]);
+    }
+
+    // S = Q K^T: each K fragment feeds the warp's MT row tiles
+    float s[MT][KT / 8][4];
 #pragma unroll
-      for (int e = 0; e < 4; e++) s[nb][e] = 0.0f;
+    for (int mt = 0; mt < MT; mt++)
 #pragma unroll
-    for (int ks = 0; ks < D / 16; ks++)
+      for (int nb = 0; nb < KT / 8; nb++)
+#pragma unroll
+        for (int e = 0; e < 4; e++) s[mt][nb][e] = 0.0f;
+#pragma unroll
+    for (int ks = 0; ks < D / 16; ks++) {
+      uint32_t qa[MT][4];
+#pragma unroll
+      for (int mt = 0; mt < MT; mt++) {
+        if (QREG) {
+#pragma unroll
+          for (int e = 0; e < 4; e++) qa[mt][e] = qf[QREG ? ks : 0][e];
+        } else {
+#if FI_CUDA
+          ldsm4_at(qrow + xa[ks & 3] + (uint32_t)(2 * D * 16 * mt + 128 * (ks >> 2)), qa[mt]);
+#else
+          ldsm4(sQ, swz<D>(WR * warp + 16 * mt + (lane & 15), 2 * ks + (lane >> 4)), qa[mt]);
+#endif
+        }
+      }
 #pragma unroll
       for (int n2 = 0; n2 < KT / 16; n2++) {
         uint32_t kb[4];
+#if FI_CUDA
+        ldsm4_at(krow + xb[ks & 3] + (uint32_t)(2 * D * 16 * n2 + 128 * (ks >> 2)), kb);
+#else
         ldsm4(sK, swz<D>(16 * n2 + (lane & 7) + ((lane >> 4) << 3), 2 * ks + ((lane >> 3) & 1)), kb);
-        mma<T>(s[2 * n2], qf[ks][0], qf[ks][1], qf[ks][2], qf[ks][3], kb[0], kb[1]);
-        mma<T>(s[2 * n2 + 1], qf[ks][0], qf[ks][1], qf[ks][2], qf[ks][3], kb[2], kb[3]);
-      }
-
-    // online softmax (base 2)
-    const bool masked = j0 < blk_lo || j0 + KT > blk_hi;
+#endif
 #pragma unroll
-    for (int h = 0; h < 2; h++) {
-      float mx = neg_inf();
-#pragma unroll
-      for (int nb = 0; nb < KT / 8; nb++)
-#pragma unroll
-        for (int e = 0; e < 2; e++) {
-          float x = s[nb][2 * h + e];
-          if (p.cap_log2 != 0.0f)
-            x = p.cap_log2 * tanhf(x * p.cap_pre);
-          else
-            x *= p.scale_log2;
-          if (masked) {
-            const int j = j0 + 8 * nb + 2 * c + e;
-            if (j < lim_lo[h] || j >= lim_hi[h]) x = neg_inf();
-          }
-          s[nb][2 * h + e] = x;
-          mx = fmaxf(mx, x);
+        for (int mt = 0; mt < MT; mt++) {
+          mma<T>(s[mt][2 * n2], qa[mt][0], qa[mt][1], qa[mt][2], qa[mt][3], kb[0], kb[1]);
+          mma<T>(s[mt][2 * n2 + 1], qa[mt][0], qa[mt][1], qa[mt][2], qa[mt][3], kb[2], kb[3]);
         }
-      mx = fmaxf(mx, shfl_xor(mx, 1));
-      mx = fmaxf(mx, shfl_xor(mx, 2));
-      const float mn = fmaxf(m[h], mx), mu = mn == neg_inf() ? 0.0f : mn;
-      const float alpha = ex2(m[h] - mu);
-      m[h] = mn;
-      float ps = 0.0f;
-#pragma unroll
-      for (int nb = 0; nb < KT / 8; nb++)
-#pragma unroll
-        for (int e = 0; e < 2; e++) {
-          const float pv = ex2(s[nb][2 * h + e] - mu);
-          s[nb][2 * h + e] = pv;
-          ps += pv;
-        }
-      dsum[h] = dsum[h] * alpha + ps;
-#pragma unroll
-      for (int j = 0; j < D / 8; j++) {
-        o[j][2 * h] *= alpha;
-        o[j][2 * h + 1] *= alpha;
       }
     }
 
-    __syncthreads();  // every warp is done with this K tile
-    if (t + 1 < ntiles) load_tile(sK, kg, j0 + KT);
+    // online softmax (base 2); P packed to 16 bits as the A fragments of P V
+    const bool masked = j0 < blk_lo || j0 + KT > blk_hi;
+    uint32_t pa[MT][KT / 16][4];
+#pragma unroll
+    for (int mt = 0; mt < MT; mt++) {
+#pragma unroll
+      for (int h = 0; h < 2; h++) {
+        // The attended range of this thread's row (g or g + 8 of the row tile), needed
+        // only on the tiles that cut through it (worked out there: fewer live registers).
+        int lim_lo = kv_lo, lim_hi = kv_hi;
+        if (masked) {
+          const int r = r0 + WR * warp + 16 * mt + g + 8 * h, tq = (r < rlast ? r : rlast) / G;
+          lim_hi = p.causal && tq + off + 1 < kv_hi ? tq + off + 1 : kv_hi;
+          lim_lo = p.window_left >= 0 && tq + off - p.window_left > kv_lo ? tq + off - p.window_left : kv_lo;
+        }
+        float mx = neg_inf();
+#pragma unroll
+        for (int nb = 0; nb < KT / 8; nb++)
+#pragma unroll
+          for (int e = 0; e < 2; e++) {
+            float x = s[mt][nb][2 * h + e];
+            if (p.cap_log2 != 0.0f)
+              x = p.cap_log2 * tanhf(x * p.cap_pre);
+            else
+              x *= p.scale_log2;
+            if (masked) {
+              const int j = j0 + 8 * nb + 2 * c + e;
+              if (j < lim_lo || j >= lim_hi) x = neg_inf();
+            }
+            s[mt][nb][2 * h + e] = x;
+            mx = fmaxf(mx, x);
+          }
+        mx = fmaxf(mx, shfl_xor(mx, 1));
+        mx = fmaxf(mx, shfl_xor(mx, 2));
+        const float mn = fmaxf(m[mt][h], mx), mu = mn == neg_inf() ? 0.0f : mn;
+        const float alpha = ex2(m[mt][h] - mu);
+        m[mt][h] = mn;
+        float ps = 0.0f;
+#pragma unroll
+        for (int nb = 0; nb < KT / 8; nb++)
+#pragma unroll
+          for (int e = 0; e < 2; e++) {
+            const float pv = ex2(s[mt][nb][2 * h + e] - mu);
+            s[mt][nb][2 * h + e] = pv;
+            ps += pv;
+          }
+        dsum[mt][h] = dsum[mt][h] * alpha + ps;
+#pragma unroll
+        for (int j = 0; j < D / 8; j++) {
+          o[mt][j][2 * h] *= alpha;
+          o[mt][j][2 * h + 1] *= alpha;
+        }
+      }
+#pragma unroll
+      for (int kk = 0; kk < KT / 16; kk++) {
+        pa[mt][kk][0] = W::pack(s[mt][2 * kk][0], s[mt][2 * kk][1]);
+        pa[mt][kk][1] = W::pack(s[mt][2 * kk][2], s[mt][2 * kk][3]);
+        pa[mt][kk][2] = W::pack(s[mt][2 * kk + 1][0], s[mt][2 * kk + 1][1]);
+        pa[mt][kk][3] = W::pack(s[mt][2 * kk + 1][2], s[mt][2 * kk + 1][3]);
+      }
+    }
+    if (more) {
+#pragma unroll
+      for (int u = 0; u < NOFF; u++) {
+        const int i = tid + u * THREADS;
+        if (i < KT) s_off[(buf ^ 1) * KT + i] = tok_off(tok_clamp(j0 + KT + i), pg[u]);
+      }
+    }
+
+    __syncthreads();  // every warp is done with this K tile; the next offsets are visible
+    if (more) load_tile(sK, kg, buf ^ 1);
     cp_commit();
     cp_wait<1>();  // V of this tile
     __syncthreads();
 
-    // O += P V
+    // O += P V: each V fragment feeds the warp's MT row tiles
 #pragma unroll
     for (int kk = 0; kk < KT / 16; kk++) {
-      const uint32_t a0 = W::pack(s[2 * kk][0], s[2 * kk][1]), a1 = W::pack(s[2 * kk][2], s[2 * kk][3]);
-      const uint32_t a2 = W::pack(s[2 * kk + 1][0], s[2 * kk + 1][1]),
-                     a3 = W::pack(s[2 * kk + 1][2], s[2 * kk + 1][3]);
 #pragma unroll
       for (int n2 = 0; n2 < D / 16; n2++) {
         uint32_t vb[4];
+#if FI_CUDA
+        ldsm4t_at(vrow + xa[n2 & 3] + (uint32_t)(2 * D * 16 * kk + 128 * (n2 >> 2)), vb);
+#else
         ldsm4t(sV, swz<D>(16 * kk + (lane & 7) + (((lane >> 3) & 1) << 3), 2 * n2 + (lane >> 4)), vb);
-        mma<T>(o[2 * n2], a0, a1, a2, a3, vb[0], vb[1]);
-        mma<T>(o[2 * n2 + 1], a0, a1, a2, a3, vb[2], vb[3]);
+#endif
+#pragma unroll
+        for (int mt = 0; mt < MT; mt++) {
+          mma<T>(o[mt][2 * n2], pa[mt][kk][0], pa[mt][kk][1], pa[mt][kk][2], pa[mt][kk][3], vb[0], vb[1]);
+          mma<T>(o[mt][2 * n2 + 1], pa[mt][kk][0], pa[mt][kk][1], pa[mt][kk][2], pa[mt][kk][3], vb[2], vb[3]);
+        }
       }
     }
     __syncthreads();  // every warp is done with this V tile
@@ -342,34 +468,38 @@ FI_DEVICE void prefill(const fi_prefill_kparams &p) {
   // ---- out / lse, or this chunk's partial ----
   const float LN2 = 0.6931471805599453f;
 #pragma unroll
-  for (int h = 0; h < 2; h++) {
-    dsum[h] += shfl_xor(dsum[h], 1);
-    dsum[h] += shfl_xor(dsum[h], 2);
-    const int rt = 16 * warp + g + 8 * h;  // row in the tile
-    if (rt >= rows) continue;
-    const int r = r0 + rt, tq = r / G, head = hkv * G + (r - tq * G);
-    const float ds = dsum[h], inv = ds > 0.0f ? p.v_scale / ds : 0.0f;
-    if (nchunks <= 1) {
-      T *orow = static_cast<T *>(p.out) + (q_start + tq) * p.out_stride_tok + (int64_t)head * p.out_stride_head;
+  for (int mt = 0; mt < MT; mt++)
 #pragma unroll
-      for (int j = 0; j < D / 8; j++)
-        *reinterpret_cast<uint32_t *>(orow + 8 * j + 2 * c) = W::pack(o[j][2 * h] * inv, o[j][2 * h + 1] * inv);
-      if (p.lse && c == 0)
-        p.lse[(q_start + tq) * p.lse_stride_tok + (int64_t)head * p.lse_stride_head] =
-            ds > 0.0f ? (m[h] + log2f(ds)) * LN2 : neg_inf();
-    } else {
-      const int64_t prow = ((int64_t)(slot + chunk) * p.num_kv_heads + hkv) * FI_PREFILL_SLOT_ROWS + rt;
-      float *po = p.partial_o + prow * D;
+    for (int h = 0; h < 2; h++) {
+      float ds = dsum[mt][h];
+      ds += shfl_xor(ds, 1);
+      ds += shfl_xor(ds, 2);
+      const int rt = WR * warp + 16 * mt + g + 8 * h;  // row in the tile
+      if (rt >= rows) continue;
+      const int r = r0 + rt, tq = r / G, head = hkv * G + (r - tq * G);
+      const float inv = ds > 0.0f ? p.v_scale / ds : 0.0f;
+      if (nchunks <= 1) {
+        T *orow = static_cast<T *>(p.out) + (q_start + tq) * p.out_stride_tok + (int64_t)head * p.out_stride_head;
 #pragma unroll
-      for (int j = 0; j < D / 8; j++) {
-        fi_vec<float, 2> y;
-        y.v[0] = o[j][2 * h] * inv;
-        y.v[1] = o[j][2 * h + 1] * inv;
-        *reinterpret_cast<fi_vec<float, 2> *>(po + 8 * j + 2 * c) = y;
+        for (int j = 0; j < D / 8; j++)
+          *reinterpret_cast<uint32_t *>(orow + 8 * j + 2 * c) =
+              W::pack(o[mt][j][2 * h] * inv, o[mt][j][2 * h + 1] * inv);
+        if (p.lse && c == 0)
+          p.lse[(q_start + tq) * p.lse_stride_tok + (int64_t)head * p.lse_stride_head] =
+              ds > 0.0f ? (m[mt][h] + log2f(ds)) * LN2 : neg_inf();
+      } else {
+        const int64_t prow = ((int64_t)(slot + chunk) * p.num_kv_heads + hkv) * FI_PREFILL_SLOT_ROWS + rt;
+        float *po = p.partial_o + prow * D;
+#pragma unroll
+        for (int j = 0; j < D / 8; j++) {
+          fi_vec<float, 2> y;
+          y.v[0] = o[mt][j][2 * h] * inv;
+          y.v[1] = o[mt][j][2 * h + 1] * inv;
+          *reinterpret_cast<fi_vec<float, 2> *>(po + 8 * j + 2 * c) = y;
+        }
+        if (c == 0) p.partial_lse[prow] = ds > 0.0f ? m[mt][h] + log2f(ds) : neg_inf();
       }
-      if (c == 0) p.partial_lse[prow] = ds > 0.0f ? m[h] + log2f(ds) : neg_inf();
     }
-  }
 }
 
 // The merge of split tiles: the block of a tile's chunk-0 item combines the tile's

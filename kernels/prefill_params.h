@@ -26,6 +26,21 @@
  * [slots][H_kv][q tile], each at a 256-byte boundary. */
 #define FI_PREFILL_HDR_WORDS 16
 #define FI_PREFILL_ITEM_WORDS 12
+/* The CTA shape of a (head_dim D, q tile QT) configuration, one table for the host (grid,
+ * dynamic shared memory) and the kernel: WARPS warps of MT m16 row tiles each
+ * (QT = 16 MT WARPS), kv tiles of KT tokens; QREG: the warp keeps its Q fragments in
+ * registers (else it reloads them from a shared Q tile at every kv tile, which two row
+ * tiles per warp make cheap: each K/V fragment then feeds two mma instead of one). Shared
+ * memory: the Q tile unless QREG, one K and one V tile, and two KT-entry tables of the
+ * tiles' token offsets (the page-table lookups of the next tile, made a tile ahead). */
+#define FI_PF_WARPS(D, QT) ((QT) == 16 ? 1 : 4)
+#define FI_PF_MT(D, QT) ((QT) / (16 * FI_PF_WARPS(D, QT)))
+#define FI_PF_KT(D, QT) ((D) <= 128 || (QT) > 16 ? 64 : 32)
+#define FI_PF_QREG(D, QT) (FI_PF_MT(D, QT) == 1 && (D) <= 128)
+#define FI_PF_SMEM(D, QT)                                                                   \
+  ((FI_PF_QREG(D, QT) ? 0 : (QT) * (D) * 2) + 2 * FI_PF_KT(D, QT) * (D) * 2 +               \
+   2 * FI_PF_KT(D, QT) * 8)
+
 /* Rows a partial slot holds (the largest q tile): partial row ((slot * H_kv + hkv) *
  * FI_PREFILL_SLOT_ROWS + row in the tile). */
 #define FI_PREFILL_SLOT_ROWS 128

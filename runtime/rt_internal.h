@@ -28,6 +28,7 @@ typedef struct rt_kernel {
   int device;        /* ordinal */
   const rt_device_i *backend;
   int resident;      /* blocks of the op's block size resident on the whole device; 0 = not asked yet */
+  unsigned dyn_smem; /* dynamic shared memory bytes of every launch (jit_op.dyn_smem) */
   char key[256];     /* canonical key, for error messages */
 } rt_kernel;
 

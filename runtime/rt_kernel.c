@@ -320,6 +320,7 @@ fi_status rt_kernel_get_slow(fi_runtime *rt, const jit_key *key, const rt_device
   if (!k) return rt_fail(FI_ERR_OUT_OF_MEMORY, "out of memory loading a kernel");
   k->device = device;
   k->backend = be;
+  k->dyn_smem = key->op->dyn_smem ? key->op->dyn_smem(key) : 0;
   fi_status st = FI_OK;
   /* Two attempts: a cached binary the driver rejects (built for a driver
    * newer than this one, damaged in a way its checksum cannot see) is
@@ -331,7 +332,7 @@ fi_status rt_kernel_get_slow(fi_runtime *rt, const jit_key *key, const rt_device
     if (st != FI_OK) break;
     snprintf(k->key, sizeof k->key, "%s", rec.key);
     double t0 = now_ms();
-    int lrc = be->module_load(state, device, rec.binary, rec.bytes, rec.entry, 0, &k->module,
+    int lrc = be->module_load(state, device, rec.binary, rec.bytes, rec.entry, k->dyn_smem, &k->module,
                               &k->fn, err, sizeof err);
     add_ms(&rt->module_load_ms, now_ms() - t0);
     if (lrc == 0) {
@@ -377,7 +378,7 @@ fi_status rt_kernel_resident(fi_runtime *rt, rt_kernel *k, int threads, int *res
   void *state = k->backend == &rt_device_hip ? rt->hip_state : rt->cuda_state;
   char err[512];
   int bps = 0, sms = 0;
-  if (k->backend->occupancy(state, k->device, k->fn, threads, 0, &bps, err, sizeof err) != 0)
+  if (k->backend->occupancy(state, k->device, k->fn, threads, k->dyn_smem, &bps, err, sizeof err) != 0)
     return rt_fail(FI_ERR_DEVICE, "occupancy of %s: %s", k->key, err);
   if (k->backend->sm_count(state, k->device, &sms) != 0 || sms <= 0)
     return rt_fail(FI_ERR_DEVICE, "SM count of %s device %d unknown", k->backend->name, k->device);
@@ -392,6 +393,12 @@ fi_status rt_launch_kernel(fi_runtime *rt, const rt_kernel *k, const rt_launch *
                            void *params, size_t bytes) {
   void *state = k->backend == &rt_device_hip ? rt->hip_state : rt->cuda_state;
   char err[512];
+  rt_launch dl;
+  if (k->dyn_smem > l->shared_bytes) { /* the kernel's own need, whatever the caller set */
+    dl = *l;
+    dl.shared_bytes = k->dyn_smem;
+    l = &dl;
+  }
   if (k->backend->launch(state, k->device, k->fn, l, stream, params, bytes, err, sizeof err) != 0)
     return rt_fail(FI_ERR_DEVICE, "launch of %s on %s device %d failed: %s", k->key,
                    k->backend->name, k->device, err);

@@ -193,7 +193,7 @@ FI_API fi_status fi_single_prefill(fi_runtime *rt, const DLTensor *q, const DLTe
   jit_key key;
   jit_prefill_select(1, qdt, (int)D, qt, p->attn.pos_encoding == FI_POS_ROPE_LLAMA, &key);
   return launch(rt, q->device.device_type, q->device.device_id, &key, (Lq * group + qt - 1) / qt, hkv,
-                (unsigned)qt * 2u, &kp, sizeof kp, stream);
+                jit_prefill_threads(&key), &kp, sizeof kp, stream);
 }
 
 /* ---- batch prefill: workspace, plan, run ---- */
@@ -491,7 +491,7 @@ static fi_status run_launch(fi_runtime *rt, const fi_prefill_plan *pl, fi_prefil
   kp->split = pl->slots_used > 0;
   if (pl->grid == 0) return FI_OK;
   fi_status st = launch(rt, pl->devtype, pl->device, &pl->key, pl->grid, pl->num_kv_heads,
-                        32u * (unsigned)pl->key.v[PREFILL_P_WARPS], kp, sizeof *kp, stream);
+                        jit_prefill_threads(&pl->key), kp, sizeof *kp, stream);
   if (st != FI_OK || (!pl->graph && pl->slots_used == 0)) return st;
   fi_prefill_merge_params mp;
   memset(&mp, 0, sizeof mp);

@@ -139,6 +139,9 @@ static inline int atomicAdd(int *p, int v) {
 }
 
 #include "fi_port.cuh"
+// The kernel's dynamic shared memory: one array for every block (blocks run one at a time).
+#define FI_PF_EMU_SMEM 1
+alignas(128) static unsigned char fi_pf_smem[1 << 17];
 #include "prefill.cuh"
 #include "decode.cuh"
 
@@ -329,7 +332,7 @@ static void fill_params(const prob &P, fi_prefill_kparams &k) {
   k.num_kv_heads = P.hkv;
 }
 
-template <typename T, int D, int WARPS, int ROPE>
+template <typename T, int D, int QT, int ROPE>
 static void run_single(const prob &P) {
   data d;
   build(P, d);
@@ -341,13 +344,13 @@ static void run_single(const prob &P) {
   k.lse_stride_tok = P.hq, k.lse_stride_head = 1;
   k.kv_stride_slot = (int64_t)P.hkv * D, k.kv_stride_head = D;
   k.q_len = P.lq[0], k.kv_len = P.lkv[0], k.page_size = 1;
-  const int rows = P.lq[0] * k.group, qt = 16 * WARPS;
-  emu::launch((rows + qt - 1) / qt, P.hkv, 32 * WARPS, [&] { fi::pf::prefill<T, D, WARPS, ROPE, 1>(k); });
+  const int rows = P.lq[0] * k.group;
+  emu::launch((rows + QT - 1) / QT, P.hkv, 32 * FI_PF_WARPS(D, QT), [&] { fi::pf::prefill<T, D, QT, ROPE, 1>(k); });
   check(P, d, "single");
 }
 
 // Batch through the real planner (split forced by a large target when `split`).
-template <typename T, int D, int WARPS, int ROPE>
+template <typename T, int D, int QT, int ROPE>
 static void run_batch(const prob &P, int split) {
   data d;
   build(P, d);
@@ -356,8 +359,8 @@ static void run_batch(const prob &P, int split) {
   const int B = (int)P.lq.size(), G = P.hq / P.hkv;
   std::vector<int64_t> kvl(B + 1);
   for (int b = 0; b < B; b++) kvl[b] = P.lkv[b];
-  const rt_prefill_batch bt = {B, d.qo.data(), kvl.data(), d.kvp.data(), G, P.hkv, 16 * WARPS,
-                               fi::pf::kv_tile<D>::value, P.causal, P.window};
+  const rt_prefill_batch bt = {B, d.qo.data(), kvl.data(), d.kvp.data(), G, P.hkv, QT, 64, P.causal,
+                               P.window};
   std::vector<int32_t> items(FI_PREFILL_ITEM_WORDS * 4096);
   int64_t chunk = 0, slots = 0;
   const int64_t n = rt_prefill_partition(&bt, split ? 100000 : 1, items.data(), 4096, split ? 512 : 0, &chunk, &slots);
@@ -378,7 +381,7 @@ static void run_batch(const prob &P, int split) {
   k.kv_stride_slot = (int64_t)P.hkv * D, k.kv_stride_head = D;
   k.page_size = P.paged ? P.ps : 1;
   k.num_items = (int32_t)n;
-  emu::launch((unsigned)n, P.hkv, 32 * WARPS, [&] { fi::pf::prefill<T, D, WARPS, ROPE, 0>(k); });
+  emu::launch((unsigned)n, P.hkv, 32 * FI_PF_WARPS(D, QT), [&] { fi::pf::prefill<T, D, QT, ROPE, 0>(k); });
   fi_prefill_merge_params m;
   memset(&m, 0, sizeof m);
   m.out = d.out.data(), m.lse = d.lse.data(), m.items = items.data(), m.partial_o = po.data(), m.partial_lse = pl.data();
@@ -407,7 +410,7 @@ static void prefill_vs_decode(int bf, int hq, int hkv, int L, int window, double
   k.q_stride_tok = (int64_t)hq * D, k.q_stride_head = D, k.out_stride_tok = (int64_t)hq * D, k.out_stride_head = D;
   k.lse_stride_tok = hq, k.lse_stride_head = 1, k.kv_stride_slot = (int64_t)hkv * D, k.kv_stride_head = D;
   k.q_len = 1, k.kv_len = L, k.page_size = 1;
-  emu::launch(1, hkv, 32, [&] { fi::pf::prefill<T, D, 1, ROPE, 1>(k); });
+  emu::launch(1, hkv, 32, [&] { fi::pf::prefill<T, D, 16, ROPE, 1>(k); });
   check(P, d, "L_q=1 prefill");
   std::vector<uint16_t> pout = d.out;
   std::vector<float> plse = d.lse;
@@ -447,43 +450,46 @@ int main() {
   // single prefill: L_kv over two KV tiles and a partial one, rows over several q tiles
   {
     prob P{1, 64, 4, 2, 1, -1, 0, 1, 0, 0.0, {37}, {150}};
-    run_single<fi_bf16, 64, 4, 0>(P);
+    run_single<fi_bf16, 64, 64, 0>(P);
     prob F{0, 64, 4, 2, 1, -1, 0, 1, 0, 0.0, {37}, {150}};
-    run_single<fi_half, 64, 4, 0>(F);
+    run_single<fi_half, 64, 64, 0>(F);
     prob N{1, 64, 4, 2, 0, -1, 0, 1, 0, 0.0, {70}, {50}};  // non-causal, L_q > L_kv
-    run_single<fi_bf16, 64, 4, 0>(N);
+    run_single<fi_bf16, 64, 64, 0>(N);
     prob W{1, 64, 6, 2, 1, 20, 0, 1, 0, 0.0, {40}, {130}};  // window, group 3
-    run_single<fi_bf16, 64, 1, 0>(W);
+    run_single<fi_bf16, 64, 16, 0>(W);
     prob C{0, 64, 2, 1, 1, -1, 0, 1, 0, 5.0, {16}, {80}};  // soft cap
-    run_single<fi_half, 64, 1, 0>(C);
+    run_single<fi_half, 64, 16, 0>(C);
     prob R{1, 64, 2, 2, 1, -1, 1, 1, 0, 0.0, {20}, {90}};  // RoPE
-    run_single<fi_bf16, 64, 1, 1>(R);
+    run_single<fi_bf16, 64, 16, 1>(R);
     prob D1{1, 64, 8, 1, 1, -1, 0, 1, 0, 0.0, {1}, {100}};  // L_q = 1, group 8
-    run_single<fi_bf16, 64, 1, 0>(D1);
+    run_single<fi_bf16, 64, 16, 0>(D1);
     prob E{1, 64, 2, 1, 0, -1, 0, 1, 0, 0.0, {5}, {0}};  // L_kv = 0: zeros, lse -inf
-    run_single<fi_bf16, 64, 1, 0>(E);
+    run_single<fi_bf16, 64, 16, 0>(E);
   }
   {
     prob P{1, 64, 4, 2, 1, -1, 0, 3, 1, 0.0, {0, 1, 30, 9}, {10, 70, 100, 9}};
-    run_batch<fi_bf16, 64, 1, 0>(P, 0);
-    run_batch<fi_bf16, 64, 4, 0>(P, 0);
+    run_batch<fi_bf16, 64, 16, 0>(P, 0);
+    run_batch<fi_bf16, 64, 64, 0>(P, 0);
     prob PS{1, 64, 4, 2, 1, -1, 0, 3, 1, 0.0, {0, 1, 30, 9}, {10, 700, 600, 9}};
-    run_batch<fi_bf16, 64, 4, 0>(PS, 1);
+    run_batch<fi_bf16, 64, 64, 0>(PS, 1);
     prob Rg{0, 64, 2, 2, 0, -1, 0, 1, 0, 0.0, {3, 20}, {300, 10}};
-    run_batch<fi_half, 64, 1, 0>(Rg, 0);
-    run_batch<fi_half, 64, 1, 0>(Rg, 1);
+    run_batch<fi_half, 64, 16, 0>(Rg, 0);
+    run_batch<fi_half, 64, 16, 0>(Rg, 1);
     prob R1{0, 64, 2, 2, 0, -1, 0, 1, 0, 0.0, {3}, {300}};
-    run_batch<fi_half, 64, 1, 0>(R1, 1);
+    run_batch<fi_half, 64, 16, 0>(R1, 1);
     prob R2{0, 64, 2, 2, 1, -1, 0, 1, 0, 0.0, {3}, {300}};
-    run_batch<fi_half, 64, 1, 0>(R2, 1);
+    run_batch<fi_half, 64, 16, 0>(R2, 1);
     prob Pw{1, 64, 4, 1, 1, 50, 1, 16, 1, 0.0, {2, 17}, {400, 17}};
-    run_batch<fi_bf16, 64, 1, 1>(Pw, 1);
+    run_batch<fi_bf16, 64, 16, 1>(Pw, 1);
+    run_batch<fi_bf16, 64, 128, 1>(Pw, 1);  // two row tiles a warp, Q tile in shared memory
   }
   {
-    prob A{1, 128, 4, 1, 1, -1, 0, 1, 0, 0.0, {70}, {200}};  // q tile 128 (8 warps), group 4
-    run_single<fi_bf16, 128, 8, 0>(A);
-    prob Bq{0, 256, 2, 1, 1, -1, 0, 5, 1, 0.0, {9, 40}, {300, 45}};  // head_dim 256 (kv tile 32), split
-    run_batch<fi_half, 256, 4, 0>(Bq, 1);
+    prob A{1, 128, 4, 1, 1, -1, 0, 1, 0, 0.0, {70}, {200}};  // q tile 128 (two row tiles a warp), group 4
+    run_single<fi_bf16, 128, 128, 0>(A);
+    prob Bq{0, 256, 2, 1, 1, -1, 0, 5, 1, 0.0, {9, 40}, {300, 45}};  // head_dim 256 (Q tile in shared memory), split
+    run_batch<fi_half, 256, 64, 0>(Bq, 1);
+    prob Bs{1, 256, 3, 1, 1, -1, 1, 1, 0, 0.0, {6}, {75}};  // head_dim 256, one warp, kv tile 32, RoPE
+    run_single<fi_bf16, 256, 16, 1>(Bs);
   }
   fprintf(stderr, "%d failures (%ld scheduler rounds)\n", fails, emu::rounds);
   // One line for tests/run_tests.sh; each case's error is on stderr above.
