@@ -115,8 +115,15 @@ test-asan:
 	ASAN_OPTIONS=use_sigaltstack=0:detect_leaks=1 LSAN_OPTIONS=suppressions=$(CURDIR)/tests/lsan.supp \
 	  FI_TEST_COMPILE_SAMPLE=7 $(MAKE) BUILD=build-asan SAN=1 test
 
+# The wgmma prefill kernel outside the runtime (a development harness; see its header).
+$(BUILD)/tests/wgmma_attn: tests/gpu/wgmma_attn.c tests/gpu/wgmma_host.h
+	@mkdir -p $(dir $@)
+	$(CC) -O2 -std=c11 -D_DEFAULT_SOURCE -Itests/gpu -Itools -Ikernels -o $@ $< -ldl -lm
+
+# Prefill runs twice: as chosen (wgmma on an H100/H200) and on mma.sync alone.
 gpu-test: all $(GPU_BINS) $(BUILD)/tests/probe_store
 	FI_BUILD=$(BUILD) FT_LOGDIR=$(BUILD)/gpu-logs tests/run_tests.sh $(GPU_BINS)
+	FI_PREFILL_WGMMA=0 FI_BUILD=$(BUILD) FT_LOGDIR=$(BUILD)/gpu-logs-mma tests/run_tests.sh $(BUILD)/tests/gpu_prefill
 
 install: all
 	install -d $(DESTDIR)$(PREFIX)/lib $(DESTDIR)$(PREFIX)/include $(DESTDIR)$(PREFIX)/bin $(DESTDIR)$(PREFIX)/lib/pkgconfig

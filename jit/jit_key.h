@@ -51,6 +51,10 @@ typedef struct jit_op {
   /* Dynamic shared memory bytes every launch of key's kernel passes (raised past the
    * 48 KB default at module load); NULL: none. */
   unsigned (*dyn_smem)(const jit_key *key);
+  /* The arch key's kernels compile for on a device (or prewarm target) of arch `arch`,
+   * or NULL where the op has none (e.g. wgmma kernels: sm_90 -> sm_90a, nothing on
+   * sm_80). NULL hook: `arch` itself. */
+  const char *(*target_arch)(const char *arch);
 } jit_op;
 
 struct jit_key {

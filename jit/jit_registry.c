@@ -23,8 +23,11 @@ static const jit_op *const ops[] = {
     &jit_op_read_probe,
     &jit_op_single_prefill,
     &jit_op_batch_prefill,
+    &jit_op_single_prefill_sm90,
+    &jit_op_batch_prefill_sm90,
     &jit_op_prefill_merge,
     &jit_op_mma_probe,
+    &jit_op_wgmma_probe,
 };
 
 int jit_registry_count(void) { return (int)(sizeof ops / sizeof ops[0]); }

@@ -1,9 +1,11 @@
-/* ops_prefill.c: the prefill attention op families (single_prefill, batch_prefill), the
- * split-KV merge (prefill_merge) and the tensor-core probe (mma_probe): their keys, entry
- * wrappers and registered configurations (every key the selectors can return). */
+/* ops_prefill.c: the prefill attention op families (single_prefill, batch_prefill on
+ * mma.sync; single_prefill_sm90, batch_prefill_sm90 on wgmma), the split-KV merge
+ * (prefill_merge) and the tensor-core probe (mma_probe): their keys, entry wrappers and
+ * registered configurations (every key the selectors can return). */
 #include "ops_prefill.h"
 
 #include <stdio.h>
+#include <string.h>
 
 #include "jit_registry.h"
 #include "prefill_params.h"
@@ -23,7 +25,16 @@ int jit_prefill_kv_tile(int head_dim) {
   return 64;
 }
 
+int jit_prefill_is_wgmma(const jit_key *k) {
+  return k->op == &jit_op_single_prefill_sm90 || k->op == &jit_op_batch_prefill_sm90;
+}
+
+int jit_prefill_key_q_tile(const jit_key *k) {
+  return jit_prefill_is_wgmma(k) ? 64 * (int)k->v[PREFILL_WG_P_WARPGROUPS] : (int)k->v[PREFILL_P_Q_TILE];
+}
+
 unsigned jit_prefill_threads(const jit_key *k) {
+  if (jit_prefill_is_wgmma(k)) return 128u * (unsigned)k->v[PREFILL_WG_P_WARPGROUPS];
   return 32u * FI_PF_WARPS(k->v[PREFILL_P_HEAD_DIM], k->v[PREFILL_P_Q_TILE]);
 }
 
@@ -164,4 +175,116 @@ const jit_op jit_op_mma_probe = {
     .render_entry = render_probe,
     .config_count = count_probe,
     .config = config_probe,
+};
+
+/* ---- the wgmma kernels (sm_90a) ---- */
+
+void jit_prefill_wgmma_select(int single, int dtype, int head_dim, int q_tile, jit_key *out) {
+  out->op = single ? &jit_op_single_prefill_sm90 : &jit_op_batch_prefill_sm90;
+  for (int i = 0; i < JIT_MAX_PARAMS; i++) out->v[i] = 0;
+  out->v[PREFILL_WG_P_DTYPE] = dtype;
+  out->v[PREFILL_WG_P_HEAD_DIM] = head_dim;
+  out->v[PREFILL_WG_P_WARPGROUPS] = q_tile > 64 ? 2 : 1;
+  out->v[PREFILL_WG_P_KV_TILE] = 128;
+}
+
+/* wgmma exists on sm_90a alone: a Hopper device (sm_90) runs the sm_90a binary. */
+static const char *wg_arch(const char *arch) {
+  return strcmp(arch, "sm_90") == 0 || strcmp(arch, "sm_90a") == 0 ? "sm_90a" : NULL;
+}
+
+/* The Q tile, two stages of K and V, and the slack for 1024-byte alignment (the 128-byte
+ * swizzle is applied to absolute addresses): prefill_wgmma.cuh's smem_size. */
+static unsigned wg_smem(const jit_key *k) {
+  const int64_t *v = k->v;
+  return (unsigned)((v[PREFILL_WG_P_WARPGROUPS] * 64 * v[PREFILL_WG_P_HEAD_DIM] +
+                     4 * v[PREFILL_WG_P_KV_TILE] * v[PREFILL_WG_P_HEAD_DIM]) * 2 + 1024);
+}
+
+static int render_wg(const jit_key *k, const char *entry, char *buf, size_t n, int single) {
+  const int64_t *v = k->v;
+  /* OV = 1: a tile's softmax runs while the previous tile's P V is on the tensor cores. */
+  int w = snprintf(buf, n,
+                   "extern \"C\" __global__ void __launch_bounds__(%d, 1)\n"
+                   "%s(fi_prefill_kparams p) {\n"
+                   "  fi::wg::prefill_wgmma<%s, %d, %d, %d, %d, 1>(p);\n"
+                   "}\n",
+                   (int)v[PREFILL_WG_P_WARPGROUPS] * 128, entry, jit_dtype_cxx((int)v[PREFILL_WG_P_DTYPE]),
+                   (int)v[PREFILL_WG_P_HEAD_DIM], (int)v[PREFILL_WG_P_KV_TILE],
+                   (int)v[PREFILL_WG_P_WARPGROUPS], single);
+  return w < 0 || (size_t)w >= n ? -1 : w;
+}
+static int render_wg_single(const jit_key *k, const char *e, char *b, size_t n) { return render_wg(k, e, b, n, 1); }
+static int render_wg_batch(const jit_key *k, const char *e, char *b, size_t n) { return render_wg(k, e, b, n, 0); }
+
+/* dtype x head_dim (64, 128) x q tile (64, 128). */
+static int count_wg(void) { return 2 * 2 * 2; }
+static void config_wg(int single, int idx, jit_key *out) {
+  jit_prefill_wgmma_select(single, dtypes[idx % 2], (idx / 2) % 2 ? 128 : 64, (idx / 4) % 2 ? 128 : 64, out);
+}
+static void config_wg_single(int idx, jit_key *out) { config_wg(1, idx, out); }
+static void config_wg_batch(int idx, jit_key *out) { config_wg(0, idx, out); }
+
+#define PREFILL_WG_PARAMS                                                                \
+  {{"dtype", JIT_P_DTYPE}, {"head_dim", JIT_P_INT}, {"warpgroups", JIT_P_INT}, {"kv_tile", JIT_P_INT}}
+
+const jit_op jit_op_single_prefill_sm90 = {
+    .name = "single_prefill_sm90",
+    .template_name = "prefill_wgmma.cuh",
+    .nparams = 4,
+    .params = PREFILL_WG_PARAMS,
+    .render_entry = render_wg_single,
+    .config_count = count_wg,
+    .config = config_wg_single,
+    .dyn_smem = wg_smem,
+    .target_arch = wg_arch,
+};
+
+const jit_op jit_op_batch_prefill_sm90 = {
+    .name = "batch_prefill_sm90",
+    .template_name = "prefill_wgmma.cuh",
+    .nparams = 4,
+    .params = PREFILL_WG_PARAMS,
+    .render_entry = render_wg_batch,
+    .config_count = count_wg,
+    .config = config_wg_batch,
+    .dyn_smem = wg_smem,
+    .target_arch = wg_arch,
+};
+
+/* fi-bench's wgmma probe (sm_90a). */
+void jit_wgmma_probe_select(jit_key *out) {
+  out->op = &jit_op_wgmma_probe;
+  for (int i = 0; i < JIT_MAX_PARAMS; i++) out->v[i] = 0;
+  out->v[0] = WGMMA_PROBE_THREADS;
+}
+static int render_wg_probe(const jit_key *k, const char *entry, char *buf, size_t n) {
+  int w = snprintf(buf, n,
+                   "extern \"C\" __global__ void __launch_bounds__(%d, 1)\n"
+                   "%s(fi_mma_probe_params p) {\n"
+                   "  fi::wg::wgmma_probe(p);\n"
+                   "}\n",
+                   (int)k->v[0], entry);
+  return w < 0 || (size_t)w >= n ? -1 : w;
+}
+static int count_wg_probe(void) { return 1; }
+static void config_wg_probe(int idx, jit_key *out) {
+  (void)idx;
+  jit_wgmma_probe_select(out);
+}
+static unsigned wg_probe_smem(const jit_key *k) {
+  (void)k;
+  return 3 * 8192 + 1024;
+}
+
+const jit_op jit_op_wgmma_probe = {
+    .name = "wgmma_probe",
+    .template_name = "prefill_wgmma.cuh",
+    .nparams = 1,
+    .params = {{"threads", JIT_P_INT}},
+    .render_entry = render_wg_probe,
+    .config_count = count_wg_probe,
+    .config = config_wg_probe,
+    .dyn_smem = wg_probe_smem,
+    .target_arch = wg_arch,
 };

@@ -17,6 +17,14 @@ enum {
   PREFILL_P_ROPE      /* RoPE (Llama, non-interleaved halves) on q and k */
 };
 enum { PREFILL_MERGE_P_DTYPE, PREFILL_MERGE_P_HEAD_DIM };
+/* Parameters of single_prefill_sm90 and batch_prefill_sm90 (kernels/prefill_wgmma.cuh,
+ * compiled for sm_90a): no RoPE. */
+enum {
+  PREFILL_WG_P_DTYPE,      /* f16 or bf16 */
+  PREFILL_WG_P_HEAD_DIM,   /* 64, 128 */
+  PREFILL_WG_P_WARPGROUPS, /* 1 or 2: q tile 64 or 128 packed rows */
+  PREFILL_WG_P_KV_TILE     /* kv tokens a tile: 128 */
+};
 
 /* The q tile (rows: 16, 64 or 128) for a head_dim and the most packed rows (query tokens
  * x group) a request of the batch has. */
@@ -28,11 +36,19 @@ int jit_prefill_kv_tile(int head_dim);
 /* The key for a call: single (1) or batch (0) prefill with a q tile of q_tile rows. */
 void jit_prefill_select(int single, int dtype, int head_dim, int q_tile, int rope, jit_key *out);
 void jit_prefill_merge_select(int dtype, int head_dim, jit_key *out);
-/* Threads of a prefill key's block. */
+/* Threads of a prefill key's block (either kernel). */
 unsigned jit_prefill_threads(const jit_key *k);
+/* The wgmma kernel's key (Hopper): single (1) or batch (0), q tile 64 or 128 rows. */
+void jit_prefill_wgmma_select(int single, int dtype, int head_dim, int q_tile, jit_key *out);
+/* Whether a key is a wgmma one, and its q tile (rows) either way. */
+int jit_prefill_is_wgmma(const jit_key *k);
+int jit_prefill_key_q_tile(const jit_key *k);
 #define PREFILL_MERGE_THREADS 128
 /* fi-bench's tensor-core probe. */
 void jit_mma_probe_select(jit_key *out);
 #define MMA_PROBE_THREADS 256
+/* fi-bench's wgmma probe (Hopper). */
+void jit_wgmma_probe_select(jit_key *out);
+#define WGMMA_PROBE_THREADS 256
 
 #endif

@@ -1,8 +1,7 @@
 // prefill.cuh: prefill / append attention (many query tokens per request) on tensor cores,
 // the FlashAttention-2 recipe: mma.sync m16n8k16 with ldmatrix fragments from swizzled
-// shared memory, K and V tiles brought in by cp.async in two overlapped phases (the
-// next K tile loads during P V, this tile's V during Q K^T), online softmax in fp32 and
-// base 2. Also the merge of split-KV partials and fi-bench's tensor-core probe.
+// shared memory, K and V tiles brought in by cp.async in two stages (the next tile
+// loads while this one is computed), online softmax in fp32 and base 2. Also the merge of split-KV partials and fi-bench's tensor-core probe.
 //
 // A block is WARPS warps over one q tile of QT packed rows (row r of a request: token
 // r / group, query head hkv * group + r % group; prefill_params.h) and one KV head; warp w
@@ -147,10 +146,11 @@ FI_DEVICE void prefill(const fi_prefill_kparams &p) {
   static_assert(!QREG || QT <= 2 * KT, "a register-held Q tile is staged in the K and V buffers");
   static_assert(THREADS % CH == 0 || CH % THREADS == 0, "chunk mapping");
 
+  // Two stages of [K tile][V tile]; stage b's K at sK + 2 b KT D, its V KT D further.
   uint16_t *const sK = reinterpret_cast<uint16_t *>(fi_pf_smem) + (QREG ? 0 : QT * D);
   uint16_t *const sV = sK + KT * D;
   uint16_t *const sQ = QREG ? sK : reinterpret_cast<uint16_t *>(fi_pf_smem);
-  int64_t *const s_off = reinterpret_cast<int64_t *>(sV + KT * D);  // [2][KT] token offsets
+  int64_t *const s_off = reinterpret_cast<int64_t *>(sK + 4 * KT * D);  // [2][KT] token offsets
 
   const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5, g = lane >> 2, c = lane & 3;
   const int item = blockIdx.x, hkv = blockIdx.y, G = p.group;
@@ -229,8 +229,8 @@ FI_DEVICE void prefill(const fi_prefill_kparams &p) {
   const int blk_lo = p.window_left >= 0 && tq1 + off - p.window_left > kv_lo ? tq1 + off - p.window_left : kv_lo;
 
   // Token offsets: tile t's rows (tokens past kv_hi repeat the last one: finite values,
-  // masked out) go into s_off[t % 2] a tile ahead, so the loads of a tile never wait on
-  // a page-table read. Contiguous KV takes the same path (no read).
+  // masked out) go into s_off[t % 2] two tiles ahead, so the loads of a tile never wait
+  // on a page-table read. Contiguous KV takes the same path (no read).
   const T *kg = static_cast<const T *>(p.k) + (int64_t)hkv * p.kv_stride_head;
   const T *vg = static_cast<const T *>(p.v) + (int64_t)hkv * p.kv_stride_head;
   const bool paged = p.indices != nullptr;
@@ -272,34 +272,41 @@ FI_DEVICE void prefill(const fi_prefill_kparams &p) {
       for (int e = 0; e < 4; e++) o[mt][j][e] = 0.0f;
   }
 
+  // Tile t's K and V land in stage t % 2 while tile t - 1 is computed: one barrier a
+  // tile, and a whole tile of time for the loads.
   if (ntiles > 0) {
-    for (int i = tid; i < KT; i += THREADS) {
+    for (int i = tid; i < 2 * KT; i += THREADS) {  // the offsets of tiles 0 and 1
       const int j = tok_clamp(kv_lo + i);
       s_off[i] = tok_off(j, page_of(j));
     }
     __syncthreads();
     load_tile(sK, kg, 0);
+    load_tile(sV, vg, 0);
     cp_commit();
   }
   for (int t = 0; t < ntiles; t++) {
     const int j0 = kv_lo + t * KT, buf = t & 1;
-    const bool more = t + 1 < ntiles;
-    load_tile(sV, vg, buf);
-    cp_commit();
-    // The next tile's page ids: read now, used after this tile's S.
+    const bool more = t + 1 < ntiles, more2 = t + 2 < ntiles;
+    uint16_t *const cK = sK + buf * 2 * KT * D;
+    // The page ids of tile t + 2: read now, used after this tile's S.
     int32_t pg[NOFF];
 #pragma unroll
     for (int u = 0; u < NOFF; u++) {
       const int i = tid + u * THREADS;
-      pg[u] = more && i < KT ? page_of(tok_clamp(j0 + KT + i)) : 0;
+      pg[u] = more2 && i < KT ? page_of(tok_clamp(j0 + 2 * KT + i)) : 0;
     }
-    cp_wait<1>();  // K of this tile (and a shared Q tile)
-    __syncthreads();
+    cp_wait<0>();     // this tile's K and V (and a shared Q tile)
+    __syncthreads();  // ... seen by every warp, and every warp is done with tile t - 1
+    if (more) {
+      load_tile(sK + (buf ^ 1) * 2 * KT * D, kg, buf ^ 1);
+      load_tile(sV + (buf ^ 1) * 2 * KT * D, vg, buf ^ 1);
+    }
+    cp_commit();
     if (ROPE) {
       for (int i = tid; i < KT * (CH / 2); i += THREADS) {
         const int row = i / (CH / 2), ch = i % (CH / 2);
-        fi_vec<uint32_t, 4> &x = *reinterpret_cast<fi_vec<uint32_t, 4> *>(sK + swz<D>(row, ch));
-        fi_vec<uint32_t, 4> &y = *reinterpret_cast<fi_vec<uint32_t, 4> *>(sK + swz<D>(row, ch + CH / 2));
+        fi_vec<uint32_t, 4> &x = *reinterpret_cast<fi_vec<uint32_t, 4> *>(cK + swz<D>(row, ch));
+        fi_vec<uint32_t, 4> &y = *reinterpret_cast<fi_vec<uint32_t, 4> *>(cK + swz<D>(row, ch + CH / 2));
         uint32_t xs[4], ys[4];
 #pragma unroll
         for (int w = 0; w < 4; w++) {
@@ -316,7 +323,8 @@ FI_DEVICE void prefill(const fi_prefill_kparams &p) {
       __syncthreads();
     }
 
-    uint32_t qrow = qrow0, krow = krow0, vrow = vrow0, xa[4], xb[4];
+    const uint32_t stage = (uint32_t)buf * (4u * KT * D);  // bytes
+    uint32_t qrow = qrow0, krow = krow0 + stage, vrow = vrow0 + stage, xa[4], xb[4];
     opaque(qrow);
     opaque(krow);
     opaque(vrow);
@@ -358,7 +366,7 @@ FI_DEVICE void prefill(const fi_prefill_kparams &p) {
 #if FI_CUDA
         ldsm4_at(krow + xb[ks & 3] + (uint32_t)(2 * D * 16 * n2 + 128 * (ks >> 2)), kb);
 #else
-        ldsm4(sK, swz<D>(16 * n2 + (lane & 7) + ((lane >> 4) << 3), 2 * ks + ((lane >> 3) & 1)), kb);
+        ldsm4(cK, swz<D>(16 * n2 + (lane & 7) + ((lane >> 4) << 3), 2 * ks + ((lane >> 3) & 1)), kb);
 #endif
 #pragma unroll
         for (int mt = 0; mt < MT; mt++) {
@@ -429,19 +437,15 @@ FI_DEVICE void prefill(const fi_prefill_kparams &p) {
         pa[mt][kk][3] = W::pack(s[mt][2 * kk + 1][2], s[mt][2 * kk + 1][3]);
       }
     }
-    if (more) {
+    // Tile t + 2's offsets into the table this tile's loads used (read when they were
+    // issued, before the barrier above); the next tile's barrier publishes them.
+    if (more2) {
 #pragma unroll
       for (int u = 0; u < NOFF; u++) {
         const int i = tid + u * THREADS;
-        if (i < KT) s_off[(buf ^ 1) * KT + i] = tok_off(tok_clamp(j0 + KT + i), pg[u]);
+        if (i < KT) s_off[buf * KT + i] = tok_off(tok_clamp(j0 + 2 * KT + i), pg[u]);
       }
     }
-
-    __syncthreads();  // every warp is done with this K tile; the next offsets are visible
-    if (more) load_tile(sK, kg, buf ^ 1);
-    cp_commit();
-    cp_wait<1>();  // V of this tile
-    __syncthreads();
 
     // O += P V: each V fragment feeds the warp's MT row tiles
 #pragma unroll
@@ -452,7 +456,7 @@ FI_DEVICE void prefill(const fi_prefill_kparams &p) {
 #if FI_CUDA
         ldsm4t_at(vrow + xa[n2 & 3] + (uint32_t)(2 * D * 16 * kk + 128 * (n2 >> 2)), vb);
 #else
-        ldsm4t(sV, swz<D>(16 * kk + (lane & 7) + (((lane >> 3) & 1) << 3), 2 * n2 + (lane >> 4)), vb);
+        ldsm4t(cK + KT * D, swz<D>(16 * kk + (lane & 7) + (((lane >> 3) & 1) << 3), 2 * n2 + (lane >> 4)), vb);
 #endif
 #pragma unroll
         for (int mt = 0; mt < MT; mt++) {
@@ -461,7 +465,6 @@ FI_DEVICE void prefill(const fi_prefill_kparams &p) {
         }
       }
     }
-    __syncthreads();  // every warp is done with this V tile
   }
   cp_wait<0>();
 

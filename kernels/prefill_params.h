@@ -31,14 +31,15 @@
  * (QT = 16 MT WARPS), kv tiles of KT tokens; QREG: the warp keeps its Q fragments in
  * registers (else it reloads them from a shared Q tile at every kv tile, which two row
  * tiles per warp make cheap: each K/V fragment then feeds two mma instead of one). Shared
- * memory: the Q tile unless QREG, one K and one V tile, and two KT-entry tables of the
- * tiles' token offsets (the page-table lookups of the next tile, made a tile ahead). */
+ * memory: the Q tile unless QREG, two stages of a K and a V tile (the next tile loads
+ * while this one is computed), and two KT-entry tables of the tiles' token offsets (the
+ * page-table lookups, made two tiles ahead). At most 96 KB: two blocks fit on an SM. */
 #define FI_PF_WARPS(D, QT) ((QT) == 16 ? 1 : 4)
 #define FI_PF_MT(D, QT) ((QT) / (16 * FI_PF_WARPS(D, QT)))
-#define FI_PF_KT(D, QT) ((D) <= 128 || (QT) > 16 ? 64 : 32)
+#define FI_PF_KT(D, QT) ((D) <= 128 ? 64 : 32)
 #define FI_PF_QREG(D, QT) (FI_PF_MT(D, QT) == 1 && (D) <= 128)
 #define FI_PF_SMEM(D, QT)                                                                   \
-  ((FI_PF_QREG(D, QT) ? 0 : (QT) * (D) * 2) + 2 * FI_PF_KT(D, QT) * (D) * 2 +               \
+  ((FI_PF_QREG(D, QT) ? 0 : (QT) * (D) * 2) + 4 * FI_PF_KT(D, QT) * (D) * 2 +               \
    2 * FI_PF_KT(D, QT) * 8)
 
 /* Rows a partial slot holds (the largest q tile): partial row ((slot * H_kv + hkv) *

@@ -28,7 +28,8 @@ FI_API int fi_admin_arch_supported(const char *arch);
 typedef enum fi_prewarm_result {
   FI_PREWARM_COMPILED = 0, /* compiled now and stored */
   FI_PREWARM_CACHED = 1,   /* already in the cache: nothing done */
-  FI_PREWARM_WAITED = 2    /* another thread or process compiled it meanwhile */
+  FI_PREWARM_WAITED = 2,   /* another thread or process compiled it meanwhile */
+  FI_PREWARM_SKIPPED = 3   /* the op has no kernel for this arch (wgmma kernels off Hopper) */
 } fi_prewarm_result;
 
 /** Ensures configuration idx of op is compiled for arch and stored in the
@@ -141,6 +142,12 @@ FI_API fi_status fi_admin_read_probe(fi_runtime *rt, const DLTensor *buf, int gr
  * does (2 * 16 * 8 * 16 an mma); the tensor-core roofline of prefill. */
 FI_API fi_status fi_admin_mma_probe(fi_runtime *rt, DLDevice device, int grid, int iters,
                                     void *stream, double *flops);
+
+/** The same with wgmma (Hopper: sm_90 devices): bf16 m64n128k16 from shared memory, 256
+ * threads a block, iters rounds of 4 wgmma a warpgroup of 2 * 64 * 128 * 16 FLOPs; the
+ * roofline of the wgmma prefill. FI_ERR_UNSUPPORTED on other GPUs. */
+FI_API fi_status fi_admin_wgmma_probe(fi_runtime *rt, DLDevice device, int grid, int iters,
+                                      void *stream, double *flops);
 
 #ifdef __cplusplus
 }

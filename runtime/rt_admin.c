@@ -50,6 +50,11 @@ FI_API fi_status fi_admin_prewarm(fi_runtime *rt, const char *op, int idx, const
                    arch ? arch : "(null)");
   jit_key k;
   o->config(idx, &k);
+  if (o->target_arch && !o->target_arch(arch)) {
+    if (result) *result = FI_PREWARM_SKIPPED;
+    if (compile_ms) *compile_ms = 0;
+    return FI_OK;
+  }
   return rt_binary_ensure(rt, &k, arch, 1, result, compile_ms, NULL);
 }
 

@@ -227,6 +227,11 @@ static void backoff(int *step_us) {
 
 fi_status rt_binary_ensure(fi_runtime *rt, const jit_key *key, const char *arch, int exact_compiler,
                            fi_prewarm_result *result, double *compile_ms, cache_record *rec) {
+  if (key->op->target_arch) {
+    const char *a = key->op->target_arch(arch);
+    if (!a) return rt_fail(FI_ERR_UNSUPPORTED, "op %s has no kernel for %s", key->op->name, arch);
+    arch = a;
+  }
   const jit_compiler *cc = jit_compiler_for_arch(arch);
   if (!cc) return rt_fail(FI_ERR_UNSUPPORTED, "arch %s: no compiler targets it", arch);
   char canon[512];

@@ -115,6 +115,32 @@ static int q_tile_for(int D, int64_t rows) {
   return jit_prefill_q_tile(D, rows);
 }
 
+/* The kernel of a call, into key; returns its q tile. On a Hopper device (sm_90) the
+ * wgmma kernel (prefill_wgmma.cuh) takes head_dim 64 and 128 without RoPE once a request
+ * has more than 16 packed rows; everything else runs on mma.sync (prefill.cuh), which
+ * every NVIDIA GPU from sm_80 and AMD's run. FI_PREFILL_WGMMA=0 forces mma.sync, as does
+ * FI_PREFILL_QTILE (its tuning override). Read at every call, so that a test or a
+ * benchmark can compare the two. */
+static int pick_kernel(fi_runtime *rt, int devtype, int device, int single, int dt, int D,
+                       int64_t rows, int rope, jit_key *key) {
+  const char *e = getenv("FI_PREFILL_WGMMA"), *qe = getenv("FI_PREFILL_QTILE");
+  const int allow = !(e && strcmp(e, "0") == 0) && !(qe && *qe);
+  if (rt && allow && !rope && (D == 64 || D == 128) && rows > 16) { /* rt: NULL when planning offline (tests) */
+    const rt_device_i *be;
+    void *state;
+    char arch[32], err[128];
+    if (rt_backend(rt, devtype, &be, &state) == FI_OK && be == &rt_device_cuda &&
+        be->arch(state, device, arch, sizeof arch, err, sizeof err) == 0 && strcmp(arch, "sm_90") == 0) {
+      const int qt = rows <= 64 ? 64 : 128;
+      jit_prefill_wgmma_select(single, dt, D, qt, key);
+      return qt;
+    }
+  }
+  const int qt = q_tile_for(D, rows);
+  jit_prefill_select(single, dt, D, qt, rope, key);
+  return qt;
+}
+
 /* ---- single prefill ---- */
 
 FI_API fi_status fi_single_prefill(fi_runtime *rt, const DLTensor *q, const DLTensor *k,
@@ -189,9 +215,9 @@ FI_API fi_status fi_single_prefill(fi_runtime *rt, const DLTensor *q, const DLTe
   kp.page_size = 1;
   kp.q_len = (int32_t)Lq;
   kp.kv_len = (int32_t)Lkv;
-  const int qt = q_tile_for((int)D, Lq * group);
   jit_key key;
-  jit_prefill_select(1, qdt, (int)D, qt, p->attn.pos_encoding == FI_POS_ROPE_LLAMA, &key);
+  const int qt = pick_kernel(rt, q->device.device_type, q->device.device_id, 1, qdt, (int)D, Lq * group,
+                             p->attn.pos_encoding == FI_POS_ROPE_LLAMA, &key);
   return launch(rt, q->device.device_type, q->device.device_id, &key, (Lq * group + qt - 1) / qt, hkv,
                 jit_prefill_threads(&key), &kp, sizeof kp, stream);
 }
@@ -319,9 +345,9 @@ static fi_status plan_impl(fi_runtime *rt, const char *fn, const fi_batch_prefil
                    "%s: workspace has %lld bytes; %lld are needed (fi_batch_prefill_workspace_size)",
                    fn, (long long)ws_bytes, (long long)lay.bytes);
   }
-  const int qt = q_tile_for(D, graph ? (int64_t)info->max_qo_tokens * G : maxrows);
   jit_key key;
-  jit_prefill_select(0, dt, D, qt, p->attn.pos_encoding == FI_POS_ROPE_LLAMA, &key);
+  const int qt = pick_kernel(rt, devtype, device, 0, dt, D, graph ? (int64_t)info->max_qo_tokens * G : maxrows,
+                             p->attn.pos_encoding == FI_POS_ROPE_LLAMA, &key);
   fi_prefill_plan *pl = *plan;
   const int fresh = pl == NULL;
   if (!fresh &&
@@ -633,26 +659,41 @@ const int32_t *rt_prefill_plan_items(const fi_prefill_plan *pl, int64_t *n) {
   return pl->tab + FI_PREFILL_HDR_WORDS;
 }
 
-FI_API fi_status fi_admin_mma_probe(fi_runtime *rt, DLDevice device, int grid, int iters,
-                                    void *stream, double *flops) {
-  const char *fn = "fi_admin_mma_probe";
+static fi_status probe(fi_runtime *rt, DLDevice device, int grid, int iters, void *stream, double *flops,
+                       int wgmma) {
+  const char *fn = wgmma ? "fi_admin_wgmma_probe" : "fi_admin_mma_probe";
   fi_status st;
   if (!rt) return rt_fail(FI_ERR_INVALID_ARGUMENT, "%s: rt is NULL", fn);
   if (iters < 1) return rt_fail(FI_ERR_INVALID_ARGUMENT, "%s: iters is %d; >= 1 is needed", fn, iters);
   jit_key key;
-  jit_mma_probe_select(&key);
+  if (wgmma)
+    jit_wgmma_probe_select(&key);
+  else
+    jit_mma_probe_select(&key);
   const rt_device_i *be;
   void *state;
   if ((st = rt_backend(rt, device.device_type, &be, &state)) != FI_OK) return st;
   rt_kernel *k;
   if ((st = rt_kernel_get(rt, &key, be, device.device_id, &k)) != FI_OK) return st;
-  if (grid <= 0 && (st = rt_kernel_resident(rt, k, MMA_PROBE_THREADS, &grid)) != FI_OK) return st;
+  if (grid <= 0 && (st = rt_kernel_resident(rt, k, wgmma ? WGMMA_PROBE_THREADS : MMA_PROBE_THREADS, &grid)) != FI_OK) return st;
   fi_mma_probe_params p;
   memset(&p, 0, sizeof p);
   p.sink = NULL;
   p.iters = iters;
   p.never = NAN; /* no sum equals NaN: the store never happens, the work must */
-  if (flops) *flops = (double)grid * (MMA_PROBE_THREADS / 32) * (double)iters * 8.0 * (2.0 * 16 * 8 * 16);
-  rt_launch l = {{(unsigned)grid, 1, 1}, {MMA_PROBE_THREADS, 1, 1}, 0};
+  if (flops)
+    *flops = wgmma ? (double)grid * (WGMMA_PROBE_THREADS / 128) * (double)iters * 4.0 * (2.0 * 64 * 128 * 16)
+                   : (double)grid * (MMA_PROBE_THREADS / 32) * (double)iters * 8.0 * (2.0 * 16 * 8 * 16);
+  rt_launch l = {{(unsigned)grid, 1, 1}, {wgmma ? WGMMA_PROBE_THREADS : MMA_PROBE_THREADS, 1, 1}, 0};
   return rt_launch_kernel(rt, k, &l, stream, &p, sizeof p);
+}
+
+FI_API fi_status fi_admin_mma_probe(fi_runtime *rt, DLDevice device, int grid, int iters,
+                                    void *stream, double *flops) {
+  return probe(rt, device, grid, iters, stream, flops, 0);
+}
+
+FI_API fi_status fi_admin_wgmma_probe(fi_runtime *rt, DLDevice device, int grid, int iters,
+                                      void *stream, double *flops) {
+  return probe(rt, device, grid, iters, stream, flops, 1);
 }

@@ -267,6 +267,45 @@ FT_TEST(every_selected_key_is_registered) {
           ops[1]->config_count());
 }
 
+/* The wgmma kernels (Hopper): every key the runtime can pick is registered, distinct,
+ * compiled for sm_90a on an sm_90 device and for nothing off Hopper, with the q tile,
+ * threads and shared memory the launcher relies on. */
+FT_TEST(wgmma_keys_registered_and_hopper_only) {
+  const jit_op *ops[2] = {jit_registry_find("single_prefill_sm90"), jit_registry_find("batch_prefill_sm90")};
+  FT_REQUIRE(ops[0] && ops[1]);
+  const int dts[2] = {JIT_DT_F16, JIT_DT_BF16}, dims[2] = {64, 128}, tiles[2] = {64, 128};
+  for (int s = 0; s < 2; s++) {
+    FT_CHECK(ops[s]->target_arch && ops[s]->dyn_smem, "%s: no arch or shared memory hook", ops[s]->name);
+    if (!ops[s]->target_arch || !ops[s]->dyn_smem) continue;
+    FT_CHECK(ops[s]->target_arch("sm_90") && strcmp(ops[s]->target_arch("sm_90"), "sm_90a") == 0);
+    FT_CHECK(ops[s]->target_arch("sm_90a") && strcmp(ops[s]->target_arch("sm_90a"), "sm_90a") == 0);
+    FT_CHECK(!ops[s]->target_arch("sm_80") && !ops[s]->target_arch("sm_100") && !ops[s]->target_arch("gfx90a"));
+    for (int q = 0; q < 2; q++)
+      for (int d = 0; d < 2; d++)
+        for (int t = 0; t < 2; t++) {
+          jit_key k;
+          jit_prefill_wgmma_select(s == 0, dts[q], dims[d], tiles[t], &k);
+          FT_CHECK(k.op == ops[s] && jit_prefill_is_wgmma(&k));
+          FT_CHECK(jit_prefill_key_q_tile(&k) == tiles[t], "q tile %d for %d", jit_prefill_key_q_tile(&k), tiles[t]);
+          FT_CHECK(jit_prefill_threads(&k) == 2u * (unsigned)tiles[t], "threads %u", jit_prefill_threads(&k));
+          const unsigned sm = ops[s]->dyn_smem(&k);
+          FT_CHECK(sm > 48u * 1024 && sm <= 227u * 1024, "shared memory %u", sm);
+          int found = 0;
+          for (int i = 0; i < k.op->config_count(); i++) {
+            jit_key c;
+            k.op->config(i, &c);
+            found += memcmp(c.v, k.v, sizeof c.v) == 0;
+          }
+          FT_CHECK(found == 1, "%s dt=%d d=%d tile=%d registered %d times", k.op->name, dts[q], dims[d], tiles[t], found);
+        }
+    FT_CHECK(ops[s]->config_count() == 8, "%s: %d configurations", ops[s]->name, ops[s]->config_count());
+  }
+  /* An mma.sync key is not a wgmma one. */
+  jit_key m;
+  jit_prefill_select(0, JIT_DT_BF16, 128, 128, 0, &m);
+  FT_CHECK(!jit_prefill_is_wgmma(&m) && jit_prefill_key_q_tile(&m) == 128 && jit_prefill_threads(&m) == 128u);
+}
+
 /* ---- bad arguments ---- */
 
 typedef struct tens {

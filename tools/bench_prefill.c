@@ -18,24 +18,27 @@ static uint64_t brand(void) {
   return brng;
 }
 
-/* The mma.sync bf16 rate: resident blocks x 8 warps x iters x 8 mmas of 4096 FLOPs. */
-static double bench_mma(fi_runtime *rt) {
+typedef fi_status (*probe_fn)(fi_runtime *, DLDevice, int, int, void *, double *);
+
+/* A tensor-core rate: the mma.sync probe (resident blocks x 8 warps x iters x 8 mma of
+ * 4096 FLOPs) or the wgmma one (Hopper; x 2 warpgroups x 4 wgmma of 262144 FLOPs). 0 when
+ * the probe cannot run here. */
+static double bench_probe(fi_runtime *rt, probe_fn fn, int iters, const char *what, const char *jname) {
   DLDevice dev = {kDLCUDA, 0};
-  const int iters = 1 << 14;
   double flops = 0;
-  if (fi_admin_mma_probe(rt, dev, 0, iters, NULL, &flops) != FI_OK) {
-    fprintf(stderr, "mma probe: %s\n", fi_last_error());
+  if (fn(rt, dev, 0, iters, NULL, &flops) != FI_OK) {
+    printf("%s: not measured (%s)\n", what, fi_last_error());
     return 0;
   }
   CUevent e0, e1;
   CU_CHECK(&cu, cuEventCreate(&e0, 0));
   CU_CHECK(&cu, cuEventCreate(&e1, 0));
-  for (int i = 0; i < 2; i++) fi_admin_mma_probe(rt, dev, 0, iters, NULL, &flops);
+  for (int i = 0; i < 2; i++) fn(rt, dev, 0, iters, NULL, &flops);
   const int reps = quick ? 3 : 11;
   double v[16];
   for (int r = 0; r < reps; r++) {
     CU_CHECK(&cu, cuEventRecord(e0, NULL));
-    fi_admin_mma_probe(rt, dev, 0, iters, NULL, &flops);
+    fn(rt, dev, 0, iters, NULL, &flops);
     CU_CHECK(&cu, cuEventRecord(e1, NULL));
     CU_CHECK(&cu, cuEventSynchronize(e1));
     float ms;
@@ -43,8 +46,8 @@ static double bench_mma(fi_runtime *rt) {
     v[r] = ms;
   }
   const double ms = median(v, reps), tf = flops / (ms * 1e-3) / 1e12;
-  printf("mma.sync bf16 m16n8k16 (registers only): %.1f TFLOP/s (%.3g FLOPs in %.3f ms)\n", tf, flops, ms);
-  if (json) fprintf(json, "{\"bench\":\"mma_probe\",\"flops\":%.6g,\"ms\":%.5f,\"tflops\":%.3f}\n", flops, ms, tf);
+  printf("%s: %.1f TFLOP/s (%.3g FLOPs in %.3f ms)\n", what, tf, flops, ms);
+  if (json) fprintf(json, "{\"bench\":\"%s\",\"flops\":%.6g,\"ms\":%.5f,\"tflops\":%.3f}\n", jname, flops, ms, tf);
   return tf;
 }
 
@@ -53,19 +56,37 @@ typedef struct pcfg {
   int B, L, hq, hkv, D, causal;
 } pcfg;
 
-static double bench_one(fi_runtime *rt, const pcfg *c, double mma_tf) {
+/* n bytes of random bf16 in [-1, 1) at d: random rather than constant inputs, since the
+ * tensor cores draw more power (and the clock may drop) on toggling bits. */
+static void fill_random(CUdeviceptr d, size_t n) {
+  uint16_t *h = malloc(n);
+  if (!h) {
+    CU_CHECK(&cu, cuMemsetD8(d, 0x3c, n));
+    return;
+  }
+  for (size_t i = 0; i < n / 2; i++) {
+    const float f = (float)((int)(brand() & 0xffff) - 32768) / 32768.0f;
+    uint32_t u;
+    memcpy(&u, &f, 4);
+    h[i] = (uint16_t)(u >> 16); /* truncated to bf16 */
+  }
+  CU_CHECK(&cu, cuMemcpyHtoD(d, h, n));
+  free(h);
+}
+
+static double bench_one(fi_runtime *rt, const pcfg *c, double mma_tf, double wg_tf) {
   const int ps = 16, B = c->B, L = c->L, D = c->D;
   const int64_t ppr = (L + ps - 1) / ps, pool = (int64_t)B * ppr + 7;
   const int64_t page_bytes = (int64_t)ps * c->hkv * D * 2;
   CUdeviceptr kc, vc, q, out, ix, ws;
   CU_CHECK(&cu, cuMemAlloc(&kc, (size_t)(pool * page_bytes)));
   CU_CHECK(&cu, cuMemAlloc(&vc, (size_t)(pool * page_bytes)));
-  CU_CHECK(&cu, cuMemsetD8(kc, 0x3c, (size_t)(pool * page_bytes)));
-  CU_CHECK(&cu, cuMemsetD8(vc, 0x3c, (size_t)(pool * page_bytes)));
+  fill_random(kc, (size_t)(pool * page_bytes));
+  fill_random(vc, (size_t)(pool * page_bytes));
   const size_t qbytes = (size_t)B * L * c->hq * D * 2;
   CU_CHECK(&cu, cuMemAlloc(&q, qbytes));
   CU_CHECK(&cu, cuMemAlloc(&out, qbytes));
-  CU_CHECK(&cu, cuMemsetD8(q, 0x3c, qbytes));
+  fill_random(q, qbytes);
   int32_t *qo = malloc(sizeof(int32_t) * (size_t)(B + 1)), *kvp = malloc(sizeof(int32_t) * (size_t)(B + 1));
   int32_t *last = malloc(sizeof(int32_t) * (size_t)B), *perm = malloc(sizeof(int32_t) * (size_t)pool);
   qo[0] = kvp[0] = 0;
@@ -134,13 +155,15 @@ static double bench_one(fi_runtime *rt, const pcfg *c, double mma_tf) {
     tf = flops / (ms * 1e-3) / 1e12;
     char heads[32];
     snprintf(heads, sizeof heads, "%d/%d", c->hq, c->hkv);
-    printf("| %-14s | %3d | %5d | %6s | %3d | %-6s | %9.3f | %6.1f | %5.1f%% |\n", c->label, B, L, heads, D,
-           c->causal ? "causal" : "full", ms, tf, mma_tf > 0 ? 100.0 * tf / mma_tf : 0.0);
+    printf("| %-14s | %3d | %5d | %6s | %3d | %-6s | %9.3f | %6.1f | %5.1f%% | %5.1f%% |\n", c->label, B, L,
+           heads, D, c->causal ? "causal" : "full", ms, tf, mma_tf > 0 ? 100.0 * tf / mma_tf : 0.0,
+           wg_tf > 0 ? 100.0 * tf / wg_tf : 0.0);
     if (json)
       fprintf(json,
               "{\"bench\":\"prefill\",\"label\":\"%s\",\"batch\":%d,\"len\":%d,\"qo_heads\":%d,\"kv_heads\":%d,"
-              "\"head_dim\":%d,\"causal\":%d,\"ms\":%.5f,\"tflops\":%.3f,\"of_mma\":%.4f}\n",
-              c->label, B, L, c->hq, c->hkv, D, c->causal, ms, tf, mma_tf > 0 ? tf / mma_tf : 0.0);
+              "\"head_dim\":%d,\"causal\":%d,\"ms\":%.5f,\"tflops\":%.3f,\"of_mma\":%.4f,\"of_wgmma\":%.4f}\n",
+              c->label, B, L, c->hq, c->hkv, D, c->causal, ms, tf, mma_tf > 0 ? tf / mma_tf : 0.0,
+              wg_tf > 0 ? tf / wg_tf : 0.0);
   }
   fi_batch_prefill_plan_destroy(plan);
   CUdeviceptr fr[6] = {kc, vc, q, out, ix, ws};
@@ -151,7 +174,12 @@ static double bench_one(fi_runtime *rt, const pcfg *c, double mma_tf) {
 
 static void bench_prefill(fi_runtime *rt, double copy) {
   (void)copy;
-  const double tf = bench_mma(rt);
+  const double tf = bench_probe(rt, fi_admin_mma_probe, 1 << 14, "mma.sync bf16 m16n8k16 (registers only)", "mma_probe");
+  const double wg = bench_probe(rt, fi_admin_wgmma_probe, 1 << 13, "wgmma bf16 m64n128k16 (shared-memory operands)", "wgmma_probe");
+  const char *kernel = getenv("FI_PREFILL_WGMMA");
+  printf("kernel: %s\n", kernel && strcmp(kernel, "0") == 0
+                             ? "mma.sync everywhere (FI_PREFILL_WGMMA=0)"
+                             : "wgmma (sm_90a) for head_dim 64 and 128 on an sm_90 device, else mma.sync");
   static const pcfg cases[] = {
       {"target 380", 4, 8192, 32, 8, 128, 1},  {"target 400", 4, 8192, 32, 8, 128, 0},
       {"target 380", 4, 8192, 32, 32, 128, 1}, {"target 400", 4, 8192, 32, 32, 128, 0},
@@ -160,18 +188,20 @@ static void bench_prefill(fi_runtime *rt, double copy) {
       {"head_dim 256", 4, 8192, 32, 8, 256, 1}, {"head_dim 256", 4, 8192, 32, 8, 256, 0},
       {"short", 16, 512, 32, 8, 128, 1},       {"one request", 1, 16384, 32, 8, 128, 1},
   };
-  printf("\n| case | B | L | heads | D | mask | ms | TFLOP/s | of mma |\n|---|---|---|---|---|---|---|---|---|\n");
+  printf("\n| case | B | L | heads | D | mask | ms | TFLOP/s | of mma.sync | of wgmma |\n"
+         "|---|---|---|---|---|---|---|---|---|---|\n");
   for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
     if (quick && i >= 6) break;
-    bench_one(rt, &cases[i], tf);
+    bench_one(rt, &cases[i], tf, wg);
   }
 }
 
 const bench_section bench_prefill_section = {
     "prefill",
     "batch prefill over a paged KV cache (page 16, random page order, bf16) against the\n"
-    "mma.sync bf16 rate of a register-only probe: 32/8 and 32/32 heads, D=128, 4 x 8192\n"
-    "causal and not, 64 x 1024 causal; also D=64 and 256 (FLOPs 4 B H L^2 D, half causal)",
+    "tensor-core rates of two probes (mma.sync from registers; wgmma from shared memory,\n"
+    "Hopper): 32/8 and 32/32 heads, D=128, 4 x 8192 causal and not, 64 x 1024 causal;\n"
+    "also D=64 and 256 (FLOPs 4 B H L^2 D, half causal). FI_PREFILL_WGMMA=0: mma.sync only",
     1,
     bench_prefill,
 };

@@ -28,7 +28,7 @@ typedef struct prewarm_ctx {
   job *jobs;
   size_t njobs;
   atomic_size_t next, done;
-  atomic_int compiled, cached, waited, failed;
+  atomic_int compiled, cached, waited, failed, skipped;
   pthread_mutex_t out_mu; /* one writer at a time on stderr: bar and failures */
   int tty;
   double t0;
@@ -93,6 +93,8 @@ static void *prewarm_worker(void *user) {
       atomic_fetch_add(&c->cached, 1);
     } else if (res == FI_PREWARM_WAITED) {
       atomic_fetch_add(&c->waited, 1);
+    } else if (res == FI_PREWARM_SKIPPED) {
+      atomic_fetch_add(&c->skipped, 1);
     } else {
       atomic_fetch_add(&c->compiled, 1);
     }
@@ -153,10 +155,13 @@ int cmd_prewarm(fi_runtime *rt, const args *a) {
     fputc('\n', stderr);
   }
   int comp = atomic_load(&c.compiled), cach = atomic_load(&c.cached);
-  int wait = atomic_load(&c.waited), bad = atomic_load(&c.failed);
+  int wait = atomic_load(&c.waited), bad = atomic_load(&c.failed), skip = atomic_load(&c.skipped);
   if (a->json)
-    printf("{\"compiled\":%d,\"cached\":%d,\"waited\":%d,\"failed\":%d,\"seconds\":%.3f}\n", comp,
-           cach, wait, bad, secs);
+    printf("{\"compiled\":%d,\"cached\":%d,\"waited\":%d,\"failed\":%d,\"skipped\":%d,\"seconds\":%.3f}\n",
+           comp, cach, wait, bad, skip, secs);
+  else if (skip)
+    printf("compiled %d, cached %d, waited %d, failed %d, skipped %d (no kernel for the arch) in %.1f s\n",
+           comp, cach, wait, bad, skip, secs);
   else
     printf("compiled %d, cached %d, waited %d, failed %d in %.1f s\n", comp, cach, wait, bad, secs);
   free(th);

@@ -1,0 +1,621 @@
+// prefill_wgmma.cuh: prefill attention for Hopper (sm_90a) on wgmma.mma_async, the
+// FlashAttention-3 recipe simplified (no warp specialization, no TMA yet): a block is
+// NWG consumer warpgroups over 64 * NWG packed q rows (row r of a request: token r /
+// group, query head hkv * group + r % group; prefill_params.h) and one KV head.
+//   S = Q K^T: wgmma m64n{KT}k16, A = Q and B = K from shared-memory descriptors, both
+//     K-major (head_dim contiguous), 128-byte swizzle; one wgmma per 16 head dims.
+//   online softmax in fp32 and base 2 on S's accumulators (warp w of a warpgroup holds
+//     rows 16w .. 16w + 15: per n8 block rows lane / 4 and + 8, columns 2 (lane % 4), + 1).
+//   O += P V: wgmma m64n{D}k16, A = P from registers (S's accumulators rounded to 16-bit
+//     pairs: the mma.sync m16n8k16 A fragment), B = V [KT tokens][D] from a descriptor,
+//     MN-major for this product (imm-trans-b = 1), 128-byte swizzle.
+// All threads load: Q once, then K and V tiles double-buffered through cp.async (the
+// next tile loads while this one is computed). OV = 1 overlaps a tile's softmax with the
+// previous tile's P V (FA3's intra-warpgroup pipelining: S(t) and P V(t - 1) issued
+// together, wait_group 1, softmax, wait_group 0); OV = 0 runs the two products in order.
+// (Seen in the SASS of ptxas 13.0: it places OV's WARPGROUP.DEPBAR 0 part-way into the
+// softmax rather than after it, so the overlap is partial.) Shared memory is dynamic (above 48 KB:
+// the launcher opts in): [Q: NWG x 64 x D][K0][V0][K1][V1], 16-bit elements, at a 1024-byte
+// boundary.
+//
+// Shared-memory tiles: a [R][D] tile is D / 64 "atom columns" of [R][64] (128 bytes a
+// row), column a at byte a * R * 128; in each, row r at r * 128 and its 16-byte chunk c
+// at ((c ^ (r % 8)) * 16): the 128-byte swizzle (Swizzle<3,4,3>: address bits 4-6 ^=
+// bits 7-9), which the hardware applies to absolute addresses, hence the 1024-byte
+// alignment (base offset 0).
+//
+// Descriptors (PTX ISA "Matrix Descriptor Format"): start address >> 4 in bits 0-13,
+// leading-dimension byte offset (LBO) >> 4 in bits 16-29, stride-dimension byte offset
+// (SBO) >> 4 in bits 32-45, base offset in bits 49-51 (0), swizzle in bits 62-63 (1 =
+// 128B). The encodings are selected by FI_WG_KDESC (K-major Q and K tiles) and
+// FI_WG_VDESC (MN-major V tile); tests/gpu/wgmma_probe checks every candidate:
+//   FI_WG_KDESC 0: LBO 16 (unused for swizzled K-major; CUTLASS writes 1), SBO 1024 (8 rows
+//     of 128 bytes): cute make_gmma_desc, Major::K, B128 ((8,n),2):((8,SBO),1).
+//   FI_WG_KDESC 1: LBO = the atom-column stride, SBO 1024.   2: LBO 0, SBO 1024.
+//   FI_WG_KDESC 3: LBO 1024, SBO 16 (swapped; expected wrong).
+//   A k16 step moves the start address by 32 bytes inside an atom column (4 steps), then
+//   to the next atom column.
+//   FI_WG_VDESC 0: LBO = the atom-column stride (the next 64 N elements), SBO 1024 (the
+//     next 8 K rows): cute make_gmma_desc, Major::MN, swizzled: LBO = stride<0,1>, SBO =
+//     stride<1,1> of ((64,n),(8,k)).
+//   FI_WG_VDESC 1: swapped (LBO 1024, SBO = the atom-column stride).
+//   A k16 step (16 tokens) moves the start address by 16 rows = 2048 bytes.
+#pragma once
+#include "decode_mma.cuh"
+#include "prefill_params.h"
+
+#ifndef FI_WG_KDESC
+#define FI_WG_KDESC 0
+#endif
+#ifndef FI_WG_VDESC
+#define FI_WG_VDESC 0
+#endif
+
+namespace fi {
+namespace wg {
+
+FI_DEVICE uint64_t make_desc(uint32_t saddr, uint32_t lbo, uint32_t sbo) {
+  return (uint64_t)((saddr & 0x3ffffu) >> 4) | ((uint64_t)((lbo >> 4) & 0x3fffu) << 16) |
+         ((uint64_t)((sbo >> 4) & 0x3fffu) << 32) | ((uint64_t)1 << 62);
+}
+// K-major (Q, K) tile, 128-byte swizzle; colstride: bytes between atom columns.
+FI_DEVICE uint64_t kdesc(uint32_t saddr, uint32_t colstride, int mode) {
+  switch (mode) {
+    case 1: return make_desc(saddr, colstride, 1024);
+    case 2: return make_desc(saddr, 0, 1024);
+    case 3: return make_desc(saddr, 1024, 16);
+    default: return make_desc(saddr, 16, 1024);
+  }
+}
+// MN-major (V) tile, 128-byte swizzle.
+FI_DEVICE uint64_t vdesc(uint32_t saddr, uint32_t colstride, int mode) {
+  switch (mode) {
+    case 1: return make_desc(saddr, 1024, colstride);
+    default: return make_desc(saddr, colstride, 1024);
+  }
+}
+
+// Byte offset of 16-byte chunk ch of row r in an [R][D] 16-bit tile (layout above).
+FI_DEVICE uint32_t sw128(int r, int ch, int R) {
+  return (uint32_t)((ch >> 3) * R * 128 + r * 128 + (((ch & 7) ^ (r & 7)) << 4));
+}
+
+FI_DEVICE uint32_t smem_addr(const void *ptr) {
+  uint32_t r;
+  asm("{ .reg .u64 t; cvta.to.shared.u64 t, %1; cvt.u32.u64 %0, t; }" : "=r"(r) : "l"(ptr));
+  return r;
+}
+FI_DEVICE void cp_commit() { asm volatile("cp.async.commit_group;" ::: "memory"); }
+template <int N>
+FI_DEVICE void cp_wait() {
+  asm volatile("cp.async.wait_group %0;" ::"n"(N) : "memory");
+}
+FI_DEVICE void cp16(uint32_t saddr, const void *src) {
+  asm volatile("cp.async.cg.shared.global [%0], [%1], 16;" ::"r"(saddr), "l"(src) : "memory");
+}
+// Generic-proxy writes (cp.async, st.shared) made visible to wgmma's async-proxy reads;
+// each writing thread runs it before the barrier.
+FI_DEVICE void fence_proxy_async() { asm volatile("fence.proxy.async.shared::cta;" ::: "memory"); }
+FI_DEVICE void wg_fence() { asm volatile("wgmma.fence.sync.aligned;" ::: "memory"); }
+FI_DEVICE void wg_commit() { asm volatile("wgmma.commit_group.sync.aligned;" ::: "memory"); }
+template <int N>
+FI_DEVICE void wg_wait() {
+  asm volatile("wgmma.wait_group.sync.aligned %0;" ::"n"(N) : "memory");
+}
+// Pins accumulators in place around asynchronous wgmma (no reads hoisted above the wait).
+template <int N>
+FI_DEVICE void fence_regs(float (&d)[N]) {
+#pragma unroll
+  for (int i = 0; i < N; i++) asm volatile("" : "+f"(d[i])::"memory");
+}
+
+// wgmma wrappers: T the 16-bit input type, N the tile width.
+template <typename T, int N>
+struct mma;
+
+template <>
+struct mma<fi_bf16, 64> {
+  // D[64][64] += A[64][16] B[16][64], A and B from shared-memory descriptors (K-major).
+  static FI_DEVICE void ss(float (&d)[32], uint64_t da, uint64_t db, int scale_d) {
+    asm volatile(
+        "{\n.reg .pred p;\nsetp.ne.b32 p, %34, 0;\n"
+        "wgmma.mma_async.sync.aligned.m64n64k16.f32.bf16.bf16 "
+        "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31}, %32, %33, p, 1, 1, 0, 0;\n}\n"
+        : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]), "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]), "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]), "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31])
+        : "l"(da), "l"(db), "r"(scale_d));
+  }
+  // D[64][64] += A[64][16] B[16][64], A from registers (the mma.sync m16n8k16 A fragment
+  // of each warp's 16 rows), B from a descriptor, MN-major (imm-trans-b = 1).
+  static FI_DEVICE void rs_t(float (&d)[32], uint32_t a0, uint32_t a1, uint32_t a2, uint32_t a3, uint64_t db,
+                            int scale_d) {
+    asm volatile(
+        "{\n.reg .pred p;\nsetp.ne.b32 p, %37, 0;\n"
+        "wgmma.mma_async.sync.aligned.m64n64k16.f32.bf16.bf16 "
+        "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31}, {%32, %33, %34, %35}, %36, p, 1, 1, 1;\n}\n"
+        : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]), "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]), "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]), "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31])
+        : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "l"(db), "r"(scale_d));
+  }
+  // As rs_t with B K-major (imm-trans-b = 0): the layout probe's control.
+  static FI_DEVICE void rs(float (&d)[32], uint32_t a0, uint32_t a1, uint32_t a2, uint32_t a3, uint64_t db,
+                          int scale_d) {
+    asm volatile(
+        "{\n.reg .pred p;\nsetp.ne.b32 p, %37, 0;\n"
+        "wgmma.mma_async.sync.aligned.m64n64k16.f32.bf16.bf16 "
+        "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31}, {%32, %33, %34, %35}, %36, p, 1, 1, 0;\n}\n"
+        : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]), "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]), "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]), "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31])
+        : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "l"(db), "r"(scale_d));
+  }
+};
+
+template <>
+struct mma<fi_bf16, 128> {
+  // D[64][128] += A[64][16] B[16][128], A and B from shared-memory descriptors (K-major).
+  static FI_DEVICE void ss(float (&d)[64], uint64_t da, uint64_t db, int scale_d) {
+    asm volatile(
+        "{\n.reg .pred p;\nsetp.ne.b32 p, %66, 0;\n"
+        "wgmma.mma_async.sync.aligned.m64n128k16.f32.bf16.bf16 "
+        "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31, %32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47, %48, %49, %50, %51, %52, %53, %54, %55, %56, %57, %58, %59, %60, %61, %62, %63}, %64, %65, p, 1, 1, 0, 0;\n}\n"
+        : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]), "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]), "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]), "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31]), "+f"(d[32]), "+f"(d[33]), "+f"(d[34]), "+f"(d[35]), "+f"(d[36]), "+f"(d[37]), "+f"(d[38]), "+f"(d[39]), "+f"(d[40]), "+f"(d[41]), "+f"(d[42]), "+f"(d[43]), "+f"(d[44]), "+f"(d[45]), "+f"(d[46]), "+f"(d[47]), "+f"(d[48]), "+f"(d[49]), "+f"(d[50]), "+f"(d[51]), "+f"(d[52]), "+f"(d[53]), "+f"(d[54]), "+f"(d[55]), "+f"(d[56]), "+f"(d[57]), "+f"(d[58]), "+f"(d[59]), "+f"(d[60]), "+f"(d[61]), "+f"(d[62]), "+f"(d[63])
+        : "l"(da), "l"(db), "r"(scale_d));
+  }
+  // D[64][128] += A[64][16] B[16][128], A from registers (the mma.sync m16n8k16 A fragment
+  // of each warp's 16 rows), B from a descriptor, MN-major (imm-trans-b = 1).
+  static FI_DEVICE void rs_t(float (&d)[64], uint32_t a0, uint32_t a1, uint32_t a2, uint32_t a3, uint64_t db,
+                            int scale_d) {
+    asm volatile(
+        "{\n.reg .pred p;\nsetp.ne.b32 p, %69, 0;\n"
+        "wgmma.mma_async.sync.aligned.m64n128k16.f32.bf16.bf16 "
+        "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31, %32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47, %48, %49, %50, %51, %52, %53, %54, %55, %56, %57, %58, %59, %60, %61, %62, %63}, {%64, %65, %66, %67}, %68, p, 1, 1, 1;\n}\n"
+        : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]), "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]), "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]), "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31]), "+f"(d[32]), "+f"(d[33]), "+f"(d[34]), "+f"(d[35]), "+f"(d[36]), "+f"(d[37]), "+f"(d[38]), "+f"(d[39]), "+f"(d[40]), "+f"(d[41]), "+f"(d[42]), "+f"(d[43]), "+f"(d[44]), "+f"(d[45]), "+f"(d[46]), "+f"(d[47]), "+f"(d[48]), "+f"(d[49]), "+f"(d[50]), "+f"(d[51]), "+f"(d[52]), "+f"(d[53]), "+f"(d[54]), "+f"(d[55]), "+f"(d[56]), "+f"(d[57]), "+f"(d[58]), "+f"(d[59]), "+f"(d[60]), "+f"(d[61]), "+f"(d[62]), "+f"(d[63])
+        : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "l"(db), "r"(scale_d));
+  }
+  // As rs_t with B K-major (imm-trans-b = 0): the layout probe's control.
+  static FI_DEVICE void rs(float (&d)[64], uint32_t a0, uint32_t a1, uint32_t a2, uint32_t a3, uint64_t db,
+                          int scale_d) {
+    asm volatile(
+        "{\n.reg .pred p;\nsetp.ne.b32 p, %69, 0;\n"
+        "wgmma.mma_async.sync.aligned.m64n128k16.f32.bf16.bf16 "
+        "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31, %32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47, %48, %49, %50, %51, %52, %53, %54, %55, %56, %57, %58, %59, %60, %61, %62, %63}, {%64, %65, %66, %67}, %68, p, 1, 1, 0;\n}\n"
+        : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]), "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]), "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]), "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31]), "+f"(d[32]), "+f"(d[33]), "+f"(d[34]), "+f"(d[35]), "+f"(d[36]), "+f"(d[37]), "+f"(d[38]), "+f"(d[39]), "+f"(d[40]), "+f"(d[41]), "+f"(d[42]), "+f"(d[43]), "+f"(d[44]), "+f"(d[45]), "+f"(d[46]), "+f"(d[47]), "+f"(d[48]), "+f"(d[49]), "+f"(d[50]), "+f"(d[51]), "+f"(d[52]), "+f"(d[53]), "+f"(d[54]), "+f"(d[55]), "+f"(d[56]), "+f"(d[57]), "+f"(d[58]), "+f"(d[59]), "+f"(d[60]), "+f"(d[61]), "+f"(d[62]), "+f"(d[63])
+        : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "l"(db), "r"(scale_d));
+  }
+};
+
+template <>
+struct mma<fi_half, 64> {
+  // D[64][64] += A[64][16] B[16][64], A and B from shared-memory descriptors (K-major).
+  static FI_DEVICE void ss(float (&d)[32], uint64_t da, uint64_t db, int scale_d) {
+    asm volatile(
+        "{\n.reg .pred p;\nsetp.ne.b32 p, %34, 0;\n"
+        "wgmma.mma_async.sync.aligned.m64n64k16.f32.f16.f16 "
+        "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31}, %32, %33, p, 1, 1, 0, 0;\n}\n"
+        : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]), "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]), "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]), "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31])
+        : "l"(da), "l"(db), "r"(scale_d));
+  }
+  // D[64][64] += A[64][16] B[16][64], A from registers (the mma.sync m16n8k16 A fragment
+  // of each warp's 16 rows), B from a descriptor, MN-major (imm-trans-b = 1).
+  static FI_DEVICE void rs_t(float (&d)[32], uint32_t a0, uint32_t a1, uint32_t a2, uint32_t a3, uint64_t db,
+                            int scale_d) {
+    asm volatile(
+        "{\n.reg .pred p;\nsetp.ne.b32 p, %37, 0;\n"
+        "wgmma.mma_async.sync.aligned.m64n64k16.f32.f16.f16 "
+        "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31}, {%32, %33, %34, %35}, %36, p, 1, 1, 1;\n}\n"
+        : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]), "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]), "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]), "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31])
+        : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "l"(db), "r"(scale_d));
+  }
+  // As rs_t with B K-major (imm-trans-b = 0): the layout probe's control.
+  static FI_DEVICE void rs(float (&d)[32], uint32_t a0, uint32_t a1, uint32_t a2, uint32_t a3, uint64_t db,
+                          int scale_d) {
+    asm volatile(
+        "{\n.reg .pred p;\nsetp.ne.b32 p, %37, 0;\n"
+        "wgmma.mma_async.sync.aligned.m64n64k16.f32.f16.f16 "
+        "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31}, {%32, %33, %34, %35}, %36, p, 1, 1, 0;\n}\n"
+        : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]), "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]), "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]), "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31])
+        : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "l"(db), "r"(scale_d));
+  }
+};
+
+template <>
+struct mma<fi_half, 128> {
+  // D[64][128] += A[64][16] B[16][128], A and B from shared-memory descriptors (K-major).
+  static FI_DEVICE void ss(float (&d)[64], uint64_t da, uint64_t db, int scale_d) {
+    asm volatile(
+        "{\n.reg .pred p;\nsetp.ne.b32 p, %66, 0;\n"
+        "wgmma.mma_async.sync.aligned.m64n128k16.f32.f16.f16 "
+        "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31, %32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47, %48, %49, %50, %51, %52, %53, %54, %55, %56, %57, %58, %59, %60, %61, %62, %63}, %64, %65, p, 1, 1, 0, 0;\n}\n"
+        : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]), "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]), "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]), "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31]), "+f"(d[32]), "+f"(d[33]), "+f"(d[34]), "+f"(d[35]), "+f"(d[36]), "+f"(d[37]), "+f"(d[38]), "+f"(d[39]), "+f"(d[40]), "+f"(d[41]), "+f"(d[42]), "+f"(d[43]), "+f"(d[44]), "+f"(d[45]), "+f"(d[46]), "+f"(d[47]), "+f"(d[48]), "+f"(d[49]), "+f"(d[50]), "+f"(d[51]), "+f"(d[52]), "+f"(d[53]), "+f"(d[54]), "+f"(d[55]), "+f"(d[56]), "+f"(d[57]), "+f"(d[58]), "+f"(d[59]), "+f"(d[60]), "+f"(d[61]), "+f"(d[62]), "+f"(d[63])
+        : "l"(da), "l"(db), "r"(scale_d));
+  }
+  // D[64][128] += A[64][16] B[16][128], A from registers (the mma.sync m16n8k16 A fragment
+  // of each warp's 16 rows), B from a descriptor, MN-major (imm-trans-b = 1).
+  static FI_DEVICE void rs_t(float (&d)[64], uint32_t a0, uint32_t a1, uint32_t a2, uint32_t a3, uint64_t db,
+                            int scale_d) {
+    asm volatile(
+        "{\n.reg .pred p;\nsetp.ne.b32 p, %69, 0;\n"
+        "wgmma.mma_async.sync.aligned.m64n128k16.f32.f16.f16 "
+        "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31, %32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47, %48, %49, %50, %51, %52, %53, %54, %55, %56, %57, %58, %59, %60, %61, %62, %63}, {%64, %65, %66, %67}, %68, p, 1, 1, 1;\n}\n"
+        : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]), "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]), "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]), "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31]), "+f"(d[32]), "+f"(d[33]), "+f"(d[34]), "+f"(d[35]), "+f"(d[36]), "+f"(d[37]), "+f"(d[38]), "+f"(d[39]), "+f"(d[40]), "+f"(d[41]), "+f"(d[42]), "+f"(d[43]), "+f"(d[44]), "+f"(d[45]), "+f"(d[46]), "+f"(d[47]), "+f"(d[48]), "+f"(d[49]), "+f"(d[50]), "+f"(d[51]), "+f"(d[52]), "+f"(d[53]), "+f"(d[54]), "+f"(d[55]), "+f"(d[56]), "+f"(d[57]), "+f"(d[58]), "+f"(d[59]), "+f"(d[60]), "+f"(d[61]), "+f"(d[62]), "+f"(d[63])
+        : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "l"(db), "r"(scale_d));
+  }
+  // As rs_t with B K-major (imm-trans-b = 0): the layout probe's control.
+  static FI_DEVICE void rs(float (&d)[64], uint32_t a0, uint32_t a1, uint32_t a2, uint32_t a3, uint64_t db,
+                          int scale_d) {
+    asm volatile(
+        "{\n.reg .pred p;\nsetp.ne.b32 p, %69, 0;\n"
+        "wgmma.mma_async.sync.aligned.m64n128k16.f32.f16.f16 "
+        "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31, %32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47, %48, %49, %50, %51, %52, %53, %54, %55, %56, %57, %58, %59, %60, %61, %62, %63}, {%64, %65, %66, %67}, %68, p, 1, 1, 0;\n}\n"
+        : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]), "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]), "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]), "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31]), "+f"(d[32]), "+f"(d[33]), "+f"(d[34]), "+f"(d[35]), "+f"(d[36]), "+f"(d[37]), "+f"(d[38]), "+f"(d[39]), "+f"(d[40]), "+f"(d[41]), "+f"(d[42]), "+f"(d[43]), "+f"(d[44]), "+f"(d[45]), "+f"(d[46]), "+f"(d[47]), "+f"(d[48]), "+f"(d[49]), "+f"(d[50]), "+f"(d[51]), "+f"(d[52]), "+f"(d[53]), "+f"(d[54]), "+f"(d[55]), "+f"(d[56]), "+f"(d[57]), "+f"(d[58]), "+f"(d[59]), "+f"(d[60]), "+f"(d[61]), "+f"(d[62]), "+f"(d[63])
+        : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "l"(db), "r"(scale_d));
+  }
+};
+
+// The shared memory prefill_wgmma needs (bytes, with the 1024-byte alignment slack).
+template <int D, int KT, int NWG>
+struct smem_size {
+  static constexpr int value = (NWG * 64 * D + 4 * KT * D) * 2 + 1024;
+};
+
+// T: f16 or bf16; D: head_dim (64 or 128); KT: kv tokens a tile (64 or 128); NWG:
+// warpgroups (q tile 64 * NWG rows); SINGLE: one contiguous (or paged, p.indices) request,
+// no plan tables; OV: overlap each tile's softmax with the previous tile's P V (FA3's
+// intra-warpgroup pipelining) instead of running the two products in order. Launch:
+// NWG * 128 threads, grid (q tiles, H_kv), smem_size bytes of dynamic shared memory.
+// No RoPE (ROPE kernels stay on prefill.cuh).
+template <typename T, int D, int KT, int NWG, int SINGLE, int OV>
+FI_DEVICE void prefill_wgmma(const fi_prefill_kparams &p) {
+  typedef dec::w16<T> W;
+  using dec::neg_inf;
+  using dec::ex2;
+  using dec::shfl_xor;
+  constexpr int THREADS = NWG * 128, QT = 64 * NWG, CH = D / 8;
+  constexpr uint32_t QWG_BYTES = 64 * D * 2, Q_BYTES = NWG * QWG_BYTES, KV_BYTES = KT * D * 2;
+  static_assert(D == 64 || D == 128, "head_dim 64 or 128");
+  static_assert(KT == 64 || KT == 128, "kv tile 64 or 128");
+  static_assert(SINGLE || QT <= FI_PREFILL_SLOT_ROWS, "partial slots hold 128 rows");
+
+  extern __shared__ __align__(1024) uint8_t wg_smem[];
+  const uint32_t sbase = (smem_addr(wg_smem) + 1023u) & ~1023u;
+
+  const int tid = threadIdx.x, lane = tid & 31, wgi = tid >> 7, wwarp = (tid >> 5) & 3;
+  const int g = lane >> 2, c = lane & 3;
+  const int item = SINGLE && p.causal ? (int)(gridDim.x - 1 - blockIdx.x) : (int)blockIdx.x;
+  const int hkv = blockIdx.y, G = p.group;
+
+  // ---- the work item (as prefill.cuh) ----
+  int r0, rows, kv_lo, kv_hi, Lq, Lkv, chunk = 0, nchunks = 1, slot = 0;
+  int64_t q_start = 0, kv_base = 0;
+  if (SINGLE) {
+    Lq = p.q_len;
+    Lkv = p.kv_len;
+    r0 = item * QT;
+    rows = Lq * G - r0 < QT ? Lq * G - r0 : QT;
+    const int off = Lkv - Lq, tq0 = r0 / G, tq1 = (r0 + rows - 1) / G;
+    kv_lo = p.window_left >= 0 && tq0 + off - p.window_left > 0 ? tq0 + off - p.window_left : 0;
+    kv_hi = p.causal && tq1 + off + 1 < Lkv ? tq1 + off + 1 : Lkv;
+    if (kv_hi < kv_lo) kv_hi = kv_lo;
+  } else {
+    const int n = p.num_items >= 0 ? p.num_items : p.header[0];
+    if (item >= n) return;
+    const int32_t *ip = p.items + FI_PREFILL_ITEM_WORDS * item;
+    r0 = ip[1];
+    rows = ip[2];
+    kv_lo = ip[3];
+    kv_hi = ip[4];
+    chunk = ip[5] & 0xffff;
+    nchunks = ip[5] >> 16;
+    q_start = ip[6];
+    Lq = ip[7];
+    kv_base = ip[8];
+    Lkv = ip[9];
+    slot = ip[10];
+  }
+  const int off = Lkv - Lq;
+  const int rlast = r0 + rows - 1;
+
+  // ---- this warpgroup's rows and attended ranges ----
+  const int wr0 = r0 + 64 * wgi;
+  const bool wg_rows = wr0 <= rlast;  // warpgroup-uniform
+  const int wrl = wr0 + 63 < rlast ? wr0 + 63 : rlast;
+  const int wt0 = (wg_rows ? wr0 : rlast) / G, wt1 = wrl / G;
+  // every row of the warpgroup attends inside [wg_lo, wg_hi); all of them attend [in_lo, in_hi)
+  const int wg_hi = p.causal && wt1 + off + 1 < kv_hi ? wt1 + off + 1 : kv_hi;
+  const int wg_lo = p.window_left >= 0 && wt0 + off - p.window_left > kv_lo ? wt0 + off - p.window_left : kv_lo;
+  const int in_hi = p.causal && wt0 + off + 1 < kv_hi ? wt0 + off + 1 : kv_hi;
+  const int in_lo = p.window_left >= 0 && wt1 + off - p.window_left > kv_lo ? wt1 + off - p.window_left : kv_lo;
+  int lim_lo[2], lim_hi[2];
+#pragma unroll
+  for (int h = 0; h < 2; h++) {
+    const int r = wr0 + 16 * wwarp + g + 8 * h, tq = (r < rlast ? r : rlast) / G;
+    lim_hi[h] = p.causal && tq + off + 1 < kv_hi ? tq + off + 1 : kv_hi;
+    lim_lo[h] = p.window_left >= 0 && tq + off - p.window_left > kv_lo ? tq + off - p.window_left : kv_lo;
+  }
+
+  const T *qb = static_cast<const T *>(p.q);
+  const T *kg = static_cast<const T *>(p.k) + (int64_t)hkv * p.kv_stride_head;
+  const T *vg = static_cast<const T *>(p.v) + (int64_t)hkv * p.kv_stride_head;
+  auto kv_off = [&](int j) -> int64_t {
+    if (p.indices) {
+      const int pl = j / p.page_size;
+      return (int64_t)p.indices[kv_base + pl] * p.kv_stride_page + (int64_t)(j - pl * p.page_size) * p.kv_stride_slot;
+    }
+    return (kv_base + j) * p.kv_stride_slot;
+  };
+  // Tokens j0 .. j0 + KT - 1 of K (or V) into buffer b (rows past kv_hi repeat the last
+  // token: finite values, masked out).
+  auto load_kv = [&](int b, int j0, bool do_k, bool do_v) {
+    const uint32_t kd = sbase + Q_BYTES + (uint32_t)b * 2 * KV_BYTES, vd = kd + KV_BYTES;
+    for (int i = tid; i < KT * CH; i += THREADS) {
+      const int row = i / CH, ch = i % CH;
+      const int j = j0 + row < kv_hi - 1 ? j0 + row : kv_hi - 1;
+      const int64_t go = kv_off(j) + 8 * ch;
+      const uint32_t so = sw128(row, ch, KT);
+      if (do_k) cp16(kd + so, kg + go);
+      if (do_v) cp16(vd + so, vg + go);
+    }
+  };
+  auto kbuf = [&](int t) -> uint32_t { return sbase + Q_BYTES + (uint32_t)(t & 1) * 2 * KV_BYTES; };
+
+  float o[D / 2];
+  float m[2] = {neg_inf(), neg_inf()}, dsum[2] = {0.0f, 0.0f};
+#pragma unroll
+  for (int i = 0; i < D / 2; i++) o[i] = 0.0f;
+
+  const int ntiles = kv_hi > kv_lo ? (kv_hi - kv_lo + KT - 1) / KT : 0;
+  if (ntiles > 0) {
+    for (int i = tid; i < QT * CH; i += THREADS) {
+      const int row = i / CH, ch = i % CH;
+      const int r = r0 + row < rlast ? r0 + row : rlast;
+      const int tq = r / G, h = hkv * G + (r - tq * G);
+      cp16(sbase + (uint32_t)(row >> 6) * QWG_BYTES + sw128(row & 63, ch, 64),
+           qb + (q_start + tq) * p.q_stride_tok + (int64_t)h * p.q_stride_head + 8 * ch);
+    }
+    load_kv(0, kv_lo, true, !OV);  // OV: V tiles trail K tiles by one iteration
+    cp_commit();
+  }
+  const uint32_t qs = sbase + (uint32_t)wgi * QWG_BYTES;
+  // does this warpgroup attend anything in tile t (warpgroup-uniform)
+  auto active = [&](int t) -> bool {
+    const int j0 = kv_lo + t * KT;
+    return wg_rows && j0 < wg_hi && j0 + KT > wg_lo;
+  };
+
+  // S = Q K^T of tile t: issued and committed (one group), not waited for.
+  float s[KT / 2];
+  auto issue_s = [&](int t) {
+#pragma unroll
+    for (int kk = 0; kk < D / 16; kk++) {
+      const uint64_t da = kdesc(qs + (uint32_t)(kk >> 2) * (64 * 128) + (uint32_t)(kk & 3) * 32, 64 * 128, FI_WG_KDESC);
+      const uint64_t db = kdesc(kbuf(t) + (uint32_t)(kk >> 2) * (KT * 128) + (uint32_t)(kk & 3) * 32, KT * 128, FI_WG_KDESC);
+      mma<T, KT>::ss(s, da, db, kk > 0);  // scale-d 0 on the first step: S = 0 + ...
+    }
+    wg_commit();
+  };
+  // O += P V of tile t (P in pa): issued and committed (one group), not waited for.
+  uint32_t pa[KT / 16][4];
+  auto issue_pv = [&](int t) {
+    const uint32_t vs = kbuf(t) + KV_BYTES;
+#pragma unroll
+    for (int kk = 0; kk < KT / 16; kk++)
+      mma<T, D>::rs_t(o, pa[kk][0], pa[kk][1], pa[kk][2], pa[kk][3], vdesc(vs + (uint32_t)kk * 2048, KT * 128, FI_WG_VDESC), 1);
+    wg_commit();
+  };
+  // Online softmax (base 2) of tile t on s (in place: s becomes P, fp32); m and dsum
+  // updated, the factor O must be scaled by returned in alpha. O is not touched.
+  // BRANCHLESS: no soft cap, the mask always applied (selects, no branch: the overlapped
+  // path keeps a wgmma in flight across it, which ptxas serializes on a divergent branch).
+  // (BL is a literal at every call: folded once the lambda is inlined. A generic lambda
+  // would make it a type, but NVRTC takes those for host code without -default-device.)
+  auto softmax = [&](int t, float (&alpha)[2], const bool BL) {
+    const int j0 = kv_lo + t * KT;
+    const bool masked = BL || j0 < in_lo || j0 + KT > in_hi;
+#pragma unroll
+    for (int h = 0; h < 2; h++) {
+      // this row's attended columns of the tile, relative to the thread's column 2 c:
+      // column 8 nb + e (an immediate) is in iff lo <= 8 nb + e < hi
+      const int lo = lim_lo[h] - j0 - 2 * c, hi = lim_hi[h] - j0 - 2 * c;
+      float mx = neg_inf();
+#pragma unroll
+      for (int nb = 0; nb < KT / 8; nb++)
+#pragma unroll
+        for (int e = 0; e < 2; e++) {
+          float x = s[4 * nb + 2 * h + e];
+          if (!BL && p.cap_log2 != 0.0f)
+            x = p.cap_log2 * tanhf(x * p.cap_pre);
+          else
+            x *= p.scale_log2;
+          if (masked) x = 8 * nb + e < lo || 8 * nb + e >= hi ? neg_inf() : x;
+          s[4 * nb + 2 * h + e] = x;
+          mx = fmaxf(mx, x);
+        }
+      mx = fmaxf(mx, shfl_xor(mx, 1));
+      mx = fmaxf(mx, shfl_xor(mx, 2));
+      const float mn = fmaxf(m[h], mx), mu = mn == neg_inf() ? 0.0f : mn;
+      alpha[h] = ex2(m[h] - mu);
+      m[h] = mn;
+      float ps = 0.0f;
+#pragma unroll
+      for (int nb = 0; nb < KT / 8; nb++)
+#pragma unroll
+        for (int e = 0; e < 2; e++) {
+          const float pv = ex2(s[4 * nb + 2 * h + e] - mu);
+          s[4 * nb + 2 * h + e] = pv;
+          ps += pv;
+        }
+      dsum[h] = dsum[h] * alpha[h] + ps;
+    }
+  };
+  auto rescale_pack = [&](const float (&alpha)[2]) {
+#pragma unroll
+    for (int j = 0; j < D / 8; j++) {
+      o[4 * j + 0] *= alpha[0];
+      o[4 * j + 1] *= alpha[0];
+      o[4 * j + 2] *= alpha[1];
+      o[4 * j + 3] *= alpha[1];
+    }
+#pragma unroll
+    for (int kk = 0; kk < KT / 16; kk++) {
+      pa[kk][0] = W::pack(s[8 * kk + 0], s[8 * kk + 1]);
+      pa[kk][1] = W::pack(s[8 * kk + 2], s[8 * kk + 3]);
+      pa[kk][2] = W::pack(s[8 * kk + 4], s[8 * kk + 5]);
+      pa[kk][3] = W::pack(s[8 * kk + 6], s[8 * kk + 7]);
+    }
+  };
+
+  if (!OV) {
+    // In order: S(t), wait, softmax, O *= alpha, O += P V(t), wait. K and V of tile t + 1
+    // load during tile t.
+    for (int t = 0; t < ntiles; t++) {
+      cp_wait<0>();  // tile t (and Q)
+      fence_proxy_async();
+      __syncthreads();   // ... visible to all; every warpgroup is done with tile t - 1
+      if (t + 1 < ntiles) load_kv((t + 1) & 1, kv_lo + (t + 1) * KT, true, true);
+      cp_commit();
+      if (!active(t)) continue;
+      fence_regs(o);
+      wg_fence();
+      issue_s(t);
+      wg_wait<0>();
+      fence_regs(s);
+      float alpha[2];
+      softmax(t, alpha, false);
+      rescale_pack(alpha);
+      fence_regs(o);
+      wg_fence();
+      issue_pv(t);
+      wg_wait<0>();
+      fence_regs(o);
+    }
+  } else {
+    // Overlapped (FA3's intra-warpgroup pipelining): iteration t issues S(t) and then
+    // O += P V(t - 1), and runs tile t's softmax while P V(t - 1) is in flight; O is
+    // rescaled once P V(t - 1) has landed. K of tile t + 1 and V of tile t load during
+    // iteration t; iteration ntiles only finishes P V(ntiles - 1). The warpgroup's
+    // active tiles are [ta, tb): ta runs S alone, tb P V alone.
+    const int ta = wg_lo > kv_lo ? (wg_lo - kv_lo) / KT : 0;
+    int tb = wg_rows ? (wg_hi - kv_lo + KT - 1) / KT : 0;
+    if (tb > ntiles) tb = ntiles;
+    const bool bl_ok = p.cap_log2 == 0.0f;
+    for (int t = 0; t <= ntiles; t++) {
+      cp_wait<0>();  // K(t), V(t - 1) (and Q)
+      fence_proxy_async();
+      __syncthreads();   // ... visible to all; all of iteration t - 1's wgmma done
+      if (t + 1 < ntiles) load_kv((t + 1) & 1, kv_lo + (t + 1) * KT, true, false);
+      if (t < ntiles) load_kv(t & 1, kv_lo + t * KT, false, true);
+      cp_commit();
+      if (t < ta || t > tb || ta >= tb) continue;  // warpgroup-uniform
+      float alpha[2];
+      if (t == ta) {
+        fence_regs(o);
+        wg_fence();
+        issue_s(t);
+        wg_wait<0>();
+        fence_regs(s);
+        softmax(t, alpha, false);
+        rescale_pack(alpha);
+      } else if (t < tb && bl_ok) {
+        fence_regs(o);
+        fence_regs(s);
+        wg_fence();
+        issue_s(t);
+        issue_pv(t - 1);
+        wg_wait<1>();  // S(t); P V(t - 1) may still run
+        fence_regs(s);
+        softmax(t, alpha, true);
+        wg_wait<0>();
+        fence_regs(o);
+        rescale_pack(alpha);
+      } else if (t < tb) {  // soft cap: in order
+        fence_regs(o);
+        wg_fence();
+        issue_pv(t - 1);
+        wg_wait<0>();
+        fence_regs(o);
+        fence_regs(s);
+        wg_fence();
+        issue_s(t);
+        wg_wait<0>();
+        fence_regs(s);
+        softmax(t, alpha, false);
+        rescale_pack(alpha);
+      } else {
+        fence_regs(o);
+        wg_fence();
+        issue_pv(t - 1);
+        wg_wait<0>();
+        fence_regs(o);
+      }
+    }
+  }
+  cp_wait<0>();
+
+  // ---- out / lse, or this chunk's partial (as prefill.cuh) ----
+  const float LN2 = 0.6931471805599453f;
+#pragma unroll
+  for (int h = 0; h < 2; h++) {
+    dsum[h] += shfl_xor(dsum[h], 1);
+    dsum[h] += shfl_xor(dsum[h], 2);
+    const int rt = 64 * wgi + 16 * wwarp + g + 8 * h;  // row in the tile
+    if (rt >= rows) continue;
+    const int r = r0 + rt, tq = r / G, head = hkv * G + (r - tq * G);
+    const float ds = dsum[h], inv = ds > 0.0f ? p.v_scale / ds : 0.0f;
+    if (nchunks <= 1) {
+      T *orow = static_cast<T *>(p.out) + (q_start + tq) * p.out_stride_tok + (int64_t)head * p.out_stride_head;
+#pragma unroll
+      for (int j = 0; j < D / 8; j++)
+        *reinterpret_cast<uint32_t *>(orow + 8 * j + 2 * c) = W::pack(o[4 * j + 2 * h] * inv, o[4 * j + 2 * h + 1] * inv);
+      if (p.lse && c == 0)
+        p.lse[(q_start + tq) * p.lse_stride_tok + (int64_t)head * p.lse_stride_head] =
+            ds > 0.0f ? (m[h] + log2f(ds)) * LN2 : neg_inf();
+    } else {
+      const int64_t prow = ((int64_t)(slot + chunk) * p.num_kv_heads + hkv) * FI_PREFILL_SLOT_ROWS + rt;
+      float *po = p.partial_o + prow * D;
+#pragma unroll
+      for (int j = 0; j < D / 8; j++) {
+        fi_vec<float, 2> y;
+        y.v[0] = o[4 * j + 2 * h] * inv;
+        y.v[1] = o[4 * j + 2 * h + 1] * inv;
+        *reinterpret_cast<fi_vec<float, 2> *>(po + 8 * j + 2 * c) = y;
+      }
+      if (c == 0) p.partial_lse[prow] = ds > 0.0f ? m[h] + log2f(ds) : neg_inf();
+    }
+  }
+}
+
+// fi-bench's wgmma probe: each warpgroup issues iters rounds of four bf16 m64n128k16
+// wgmma (A [64][64] and B [128][64] in shared memory, zeros; two accumulators), at most
+// two rounds in flight: the tensor cores' rate with nothing else in the loop. 256
+// threads, WG_PROBE_SMEM bytes of dynamic shared memory.
+#define WG_PROBE_SMEM (3 * 8192 + 1024)
+FI_DEVICE void wgmma_probe(const fi_mma_probe_params &p) {
+  extern __shared__ __align__(1024) uint8_t wg_smem[];
+  const uint32_t base = smem_addr(wg_smem), sb = (base + 1023u) & ~1023u;
+  fi_vec<uint32_t, 4> *z = reinterpret_cast<fi_vec<uint32_t, 4> *>(wg_smem + (sb - base));
+  for (int i = threadIdx.x; i < 3 * 8192 / 16; i += blockDim.x) z[i].v[0] = z[i].v[1] = z[i].v[2] = z[i].v[3] = 0u;
+  fence_proxy_async();
+  __syncthreads();
+  float d0[64], d1[64];
+#pragma unroll
+  for (int i = 0; i < 64; i++) d0[i] = d1[i] = 0.0f;
+  const uint64_t da = kdesc(sb, 64 * 128, FI_WG_KDESC), db = kdesc(sb + 8192, 128 * 128, FI_WG_KDESC);
+  fence_regs(d0);
+  fence_regs(d1);
+  wg_fence();
+  for (int i = 0; i < p.iters; i++) {
+    mma<fi_bf16, 128>::ss(d0, da, db, 1);
+    mma<fi_bf16, 128>::ss(d1, da + 2, db + 2, 1);  // the next k16 step: 32 bytes on
+    mma<fi_bf16, 128>::ss(d0, da + 4, db + 4, 1);
+    mma<fi_bf16, 128>::ss(d1, da + 6, db + 6, 1);
+    wg_commit();
+    wg_wait<1>();
+  }
+  wg_wait<0>();
+  fence_regs(d0);
+  fence_regs(d1);
+  float sum = 0.0f;
+#pragma unroll
+  for (int i = 0; i < 64; i++) sum += d0[i] + d1[i];
+  if (sum == p.never) p.sink[0] = sum;
+}
+
+}  // namespace wg
+}  // namespace fi
