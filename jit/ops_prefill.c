@@ -193,12 +193,14 @@ static const char *wg_arch(const char *arch) {
   return strcmp(arch, "sm_90") == 0 || strcmp(arch, "sm_90a") == 0 ? "sm_90a" : NULL;
 }
 
-/* The Q tile, two stages of K and V, and the slack for 1024-byte alignment (the 128-byte
- * swizzle is applied to absolute addresses): prefill_wgmma.cuh's smem_size. */
+/* The Q tile, two stages of K and V, three token-offset tables, and the slack for
+ * 1024-byte alignment (the 128-byte swizzle is applied to absolute addresses):
+ * prefill_wgmma.cuh's smem_size. */
 static unsigned wg_smem(const jit_key *k) {
   const int64_t *v = k->v;
   return (unsigned)((v[PREFILL_WG_P_WARPGROUPS] * 64 * v[PREFILL_WG_P_HEAD_DIM] +
-                     4 * v[PREFILL_WG_P_KV_TILE] * v[PREFILL_WG_P_HEAD_DIM]) * 2 + 1024);
+                     4 * v[PREFILL_WG_P_KV_TILE] * v[PREFILL_WG_P_HEAD_DIM]) * 2 +
+                    3 * v[PREFILL_WG_P_KV_TILE] * 8 + 1024);
 }
 
 static int render_wg(const jit_key *k, const char *entry, char *buf, size_t n, int single) {

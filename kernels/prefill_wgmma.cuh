@@ -15,8 +15,8 @@
 // together, wait_group 1, softmax, wait_group 0); OV = 0 runs the two products in order.
 // (Seen in the SASS of ptxas 13.0: it places OV's WARPGROUP.DEPBAR 0 part-way into the
 // softmax rather than after it, so the overlap is partial.) Shared memory is dynamic (above 48 KB:
-// the launcher opts in): [Q: NWG x 64 x D][K0][V0][K1][V1], 16-bit elements, at a 1024-byte
-// boundary.
+// the launcher opts in): [Q: NWG x 64 x D][K0][V0][K1][V1], 16-bit elements, then three
+// tables of KT token offsets (int64), at a 1024-byte boundary.
 //
 // Shared-memory tiles: a [R][D] tile is D / 64 "atom columns" of [R][64] (128 bytes a
 // row), column a at byte a * R * 128; in each, row r at r * 128 and its 16-byte chunk c
@@ -252,7 +252,7 @@ struct mma<fi_half, 128> {
 // The shared memory prefill_wgmma needs (bytes, with the 1024-byte alignment slack).
 template <int D, int KT, int NWG>
 struct smem_size {
-  static constexpr int value = (NWG * 64 * D + 4 * KT * D) * 2 + 1024;
+  static constexpr int value = (NWG * 64 * D + 4 * KT * D) * 2 + 3 * KT * 8 + 1024;
 };
 
 // T: f16 or bf16; D: head_dim (64 or 128); KT: kv tokens a tile (64 or 128); NWG:
@@ -330,24 +330,44 @@ FI_DEVICE void prefill_wgmma(const fi_prefill_kparams &p) {
     lim_lo[h] = p.window_left >= 0 && tq + off - p.window_left > kv_lo ? tq + off - p.window_left : kv_lo;
   }
 
+  const int ntiles_ = kv_hi > kv_lo ? (kv_hi - kv_lo + KT - 1) / KT : 0;
   const T *qb = static_cast<const T *>(p.q);
   const T *kg = static_cast<const T *>(p.k) + (int64_t)hkv * p.kv_stride_head;
   const T *vg = static_cast<const T *>(p.v) + (int64_t)hkv * p.kv_stride_head;
-  auto kv_off = [&](int j) -> int64_t {
-    if (p.indices) {
-      const int pl = j / p.page_size;
-      return (int64_t)p.indices[kv_base + pl] * p.kv_stride_page + (int64_t)(j - pl * p.page_size) * p.kv_stride_slot;
-    }
+  // Token offsets of tile t's rows (tokens past kv_hi repeat the last one: finite values,
+  // masked out) in s_off[t % 3], written two tiles ahead from page ids read before the
+  // barrier, so no load of a tile waits on the page table (read per 16-byte chunk, with a
+  // division, it held paged K/V at ~180 TFLOP/s against 280 contiguous). Three tables:
+  // tile t's is read at iterations t - 1 and t (K, then V, when overlapped).
+  int64_t *const s_off =
+      reinterpret_cast<int64_t *>(wg_smem + (sbase - smem_addr(wg_smem)) + Q_BYTES + 4 * KV_BYTES);
+  const bool paged = p.indices != nullptr;
+  auto clampj = [&](int j) { return j < kv_hi - 1 ? j : kv_hi - 1; };
+  auto page_of = [&](int j) -> int32_t { return paged ? p.indices[kv_base + j / p.page_size] : 0; };
+  auto tok_off = [&](int j, int32_t page) -> int64_t {
+    if (paged) return (int64_t)page * p.kv_stride_page + (int64_t)(j % p.page_size) * p.kv_stride_slot;
     return (kv_base + j) * p.kv_stride_slot;
   };
-  // Tokens j0 .. j0 + KT - 1 of K (or V) into buffer b (rows past kv_hi repeat the last
-  // token: finite values, masked out).
-  auto load_kv = [&](int b, int j0, bool do_k, bool do_v) {
+  // Reads tile t + 2's page id of this thread's row (tid < KT) now; note_ahead() stores
+  // its offset after the barrier.
+  static_assert(KT <= THREADS, "one table row a thread");
+  int32_t pg_ahead = 0;
+  auto read_ahead = [&](int t) {
+    if (tid < KT && t + 2 < ntiles_) pg_ahead = page_of(clampj(kv_lo + (t + 2) * KT + tid));
+  };
+  auto note_ahead = [&](int t) {
+    if (tid < KT && t + 2 < ntiles_) {
+      const int j = clampj(kv_lo + (t + 2) * KT + tid);
+      s_off[((t + 2) % 3) * KT + tid] = tok_off(j, pg_ahead);
+    }
+  };
+  // Tile t of K (or V) into buffer b.
+  auto load_kv = [&](int b, int t, bool do_k, bool do_v) {
     const uint32_t kd = sbase + Q_BYTES + (uint32_t)b * 2 * KV_BYTES, vd = kd + KV_BYTES;
+    const int64_t *to = s_off + (t % 3) * KT;
     for (int i = tid; i < KT * CH; i += THREADS) {
       const int row = i / CH, ch = i % CH;
-      const int j = j0 + row < kv_hi - 1 ? j0 + row : kv_hi - 1;
-      const int64_t go = kv_off(j) + 8 * ch;
+      const int64_t go = to[row] + 8 * ch;
       const uint32_t so = sw128(row, ch, KT);
       if (do_k) cp16(kd + so, kg + go);
       if (do_v) cp16(vd + so, vg + go);
@@ -360,8 +380,13 @@ FI_DEVICE void prefill_wgmma(const fi_prefill_kparams &p) {
 #pragma unroll
   for (int i = 0; i < D / 2; i++) o[i] = 0.0f;
 
-  const int ntiles = kv_hi > kv_lo ? (kv_hi - kv_lo + KT - 1) / KT : 0;
+  const int ntiles = ntiles_;
   if (ntiles > 0) {
+    for (int i = tid; i < 2 * KT; i += THREADS) {  // the offsets of tiles 0 and 1
+      const int j = clampj(kv_lo + i);
+      s_off[i] = tok_off(j, page_of(j));
+    }
+    __syncthreads();
     for (int i = tid; i < QT * CH; i += THREADS) {
       const int row = i / CH, ch = i % CH;
       const int r = r0 + row < rlast ? r0 + row : rlast;
@@ -369,7 +394,7 @@ FI_DEVICE void prefill_wgmma(const fi_prefill_kparams &p) {
       cp16(sbase + (uint32_t)(row >> 6) * QWG_BYTES + sw128(row & 63, ch, 64),
            qb + (q_start + tq) * p.q_stride_tok + (int64_t)h * p.q_stride_head + 8 * ch);
     }
-    load_kv(0, kv_lo, true, !OV);  // OV: V tiles trail K tiles by one iteration
+    load_kv(0, 0, true, !OV);  // OV: V tiles trail K tiles by one iteration
     cp_commit();
   }
   const uint32_t qs = sbase + (uint32_t)wgi * QWG_BYTES;
@@ -465,11 +490,13 @@ FI_DEVICE void prefill_wgmma(const fi_prefill_kparams &p) {
     // In order: S(t), wait, softmax, O *= alpha, O += P V(t), wait. K and V of tile t + 1
     // load during tile t.
     for (int t = 0; t < ntiles; t++) {
+      read_ahead(t);
       cp_wait<0>();  // tile t (and Q)
       fence_proxy_async();
       __syncthreads();   // ... visible to all; every warpgroup is done with tile t - 1
-      if (t + 1 < ntiles) load_kv((t + 1) & 1, kv_lo + (t + 1) * KT, true, true);
+      if (t + 1 < ntiles) load_kv((t + 1) & 1, t + 1, true, true);
       cp_commit();
+      note_ahead(t);
       if (!active(t)) continue;
       fence_regs(o);
       wg_fence();
@@ -496,12 +523,14 @@ FI_DEVICE void prefill_wgmma(const fi_prefill_kparams &p) {
     if (tb > ntiles) tb = ntiles;
     const bool bl_ok = p.cap_log2 == 0.0f;
     for (int t = 0; t <= ntiles; t++) {
+      read_ahead(t);
       cp_wait<0>();  // K(t), V(t - 1) (and Q)
       fence_proxy_async();
       __syncthreads();   // ... visible to all; all of iteration t - 1's wgmma done
-      if (t + 1 < ntiles) load_kv((t + 1) & 1, kv_lo + (t + 1) * KT, true, false);
-      if (t < ntiles) load_kv(t & 1, kv_lo + t * KT, false, true);
+      if (t + 1 < ntiles) load_kv((t + 1) & 1, t + 1, true, false);
+      if (t < ntiles) load_kv(t & 1, t, false, true);
       cp_commit();
+      note_ahead(t);
       if (t < ta || t > tb || ta >= tb) continue;  // warpgroup-uniform
       float alpha[2];
       if (t == ta) {

@@ -23,7 +23,7 @@
 
 static int g_kt = 128, g_nwg = 2, g_kdesc = 0, g_vdesc = 0;
 
-static int smem_bytes(int D) { return (g_nwg * 64 * D + 4 * g_kt * D) * 2 + 1024; }
+static int smem_bytes(int D) { return (g_nwg * 64 * D + 4 * g_kt * D) * 2 + 3 * g_kt * 8 + 1024; }
 
 typedef struct {
   const char *name;
