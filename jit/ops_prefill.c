@@ -179,13 +179,13 @@ const jit_op jit_op_mma_probe = {
 
 /* ---- the wgmma kernels (sm_90a) ---- */
 
-void jit_prefill_wgmma_select(int single, int dtype, int head_dim, int q_tile, jit_key *out) {
+void jit_prefill_wgmma_select(int single, int dtype, int head_dim, int q_tile, int kv_tile, jit_key *out) {
   out->op = single ? &jit_op_single_prefill_sm90 : &jit_op_batch_prefill_sm90;
   for (int i = 0; i < JIT_MAX_PARAMS; i++) out->v[i] = 0;
   out->v[PREFILL_WG_P_DTYPE] = dtype;
   out->v[PREFILL_WG_P_HEAD_DIM] = head_dim;
   out->v[PREFILL_WG_P_WARPGROUPS] = q_tile > 64 ? 2 : 1;
-  out->v[PREFILL_WG_P_KV_TILE] = 128;
+  out->v[PREFILL_WG_P_KV_TILE] = kv_tile > 64 ? 128 : 64;
 }
 
 /* wgmma exists on sm_90a alone: a Hopper device (sm_90) runs the sm_90a binary. */
@@ -219,10 +219,11 @@ static int render_wg(const jit_key *k, const char *entry, char *buf, size_t n, i
 static int render_wg_single(const jit_key *k, const char *e, char *b, size_t n) { return render_wg(k, e, b, n, 1); }
 static int render_wg_batch(const jit_key *k, const char *e, char *b, size_t n) { return render_wg(k, e, b, n, 0); }
 
-/* dtype x head_dim (64, 128) x q tile (64, 128). */
-static int count_wg(void) { return 2 * 2 * 2; }
+/* dtype x head_dim (64, 128) x q tile (64, 128) x kv tile (64, 128). */
+static int count_wg(void) { return 2 * 2 * 2 * 2; }
 static void config_wg(int single, int idx, jit_key *out) {
-  jit_prefill_wgmma_select(single, dtypes[idx % 2], (idx / 2) % 2 ? 128 : 64, (idx / 4) % 2 ? 128 : 64, out);
+  jit_prefill_wgmma_select(single, dtypes[idx % 2], (idx / 2) % 2 ? 128 : 64, (idx / 4) % 2 ? 128 : 64,
+                           (idx / 8) % 2 ? 128 : 64, out);
 }
 static void config_wg_single(int idx, jit_key *out) { config_wg(1, idx, out); }
 static void config_wg_batch(int idx, jit_key *out) { config_wg(0, idx, out); }

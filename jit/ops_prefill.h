@@ -23,7 +23,7 @@ enum {
   PREFILL_WG_P_DTYPE,      /* f16 or bf16 */
   PREFILL_WG_P_HEAD_DIM,   /* 64, 128 */
   PREFILL_WG_P_WARPGROUPS, /* 1 or 2: q tile 64 or 128 packed rows */
-  PREFILL_WG_P_KV_TILE     /* kv tokens a tile: 128 */
+  PREFILL_WG_P_KV_TILE     /* kv tokens a tile: 64 or 128 */
 };
 
 /* The q tile (rows: 16, 64 or 128) for a head_dim and the most packed rows (query tokens
@@ -38,8 +38,9 @@ void jit_prefill_select(int single, int dtype, int head_dim, int q_tile, int rop
 void jit_prefill_merge_select(int dtype, int head_dim, jit_key *out);
 /* Threads of a prefill key's block (either kernel). */
 unsigned jit_prefill_threads(const jit_key *k);
-/* The wgmma kernel's key (Hopper): single (1) or batch (0), q tile 64 or 128 rows. */
-void jit_prefill_wgmma_select(int single, int dtype, int head_dim, int q_tile, jit_key *out);
+/* The wgmma kernel's key (Hopper): single (1) or batch (0), q tile 64 or 128 rows, kv
+ * tile 64 or 128 tokens. */
+void jit_prefill_wgmma_select(int single, int dtype, int head_dim, int q_tile, int kv_tile, jit_key *out);
 /* Whether a key is a wgmma one, and its q tile (rows) either way. */
 int jit_prefill_is_wgmma(const jit_key *k);
 int jit_prefill_key_q_tile(const jit_key *k);

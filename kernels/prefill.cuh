@@ -19,7 +19,7 @@
 // not fast.
 #pragma once
 #include "decode_mma.cuh"
-#include "prefill_params.h"
+#include "prefill_item.cuh"
 
 namespace fi {
 namespace pf {
@@ -156,36 +156,11 @@ FI_DEVICE void prefill(const fi_prefill_kparams &p) {
   const int item = blockIdx.x, hkv = blockIdx.y, G = p.group;
 
   // ---- the work item ----
-  int r0, rows, kv_lo, kv_hi, Lq, Lkv, chunk = 0, nchunks = 1, slot = 0;
-  int64_t q_start = 0, kv_base = 0;
-  if (SINGLE) {
-    Lq = p.q_len;
-    Lkv = p.kv_len;
-    r0 = item * QT;
-    rows = Lq * G - r0 < QT ? Lq * G - r0 : QT;
-    const int off = Lkv - Lq, tq0 = r0 / G, tq1 = (r0 + rows - 1) / G;
-    kv_lo = p.window_left >= 0 && tq0 + off - p.window_left > 0 ? tq0 + off - p.window_left : 0;
-    kv_hi = p.causal && tq1 + off + 1 < Lkv ? tq1 + off + 1 : Lkv;
-    if (kv_hi < kv_lo) kv_hi = kv_lo;
-  } else {
-    const int n = p.num_items >= 0 ? p.num_items : p.header[0];
-    if (item >= n) return;  // CUDA-graph mode: a grid for the largest plan
-    const int32_t *ip = p.items + FI_PREFILL_ITEM_WORDS * item;
-    const fi_vec<int32_t, 4> a = *reinterpret_cast<const fi_vec<int32_t, 4> *>(ip);
-    const fi_vec<int32_t, 4> b4 = *reinterpret_cast<const fi_vec<int32_t, 4> *>(ip + 4);
-    const fi_vec<int32_t, 4> c4 = *reinterpret_cast<const fi_vec<int32_t, 4> *>(ip + 8);
-    r0 = a.v[1];
-    rows = a.v[2];
-    kv_lo = a.v[3];
-    kv_hi = b4.v[0];
-    chunk = b4.v[1] & 0xffff;
-    nchunks = b4.v[1] >> 16;
-    q_start = b4.v[2];
-    Lq = b4.v[3];
-    kv_base = c4.v[0];
-    Lkv = c4.v[1];
-    slot = c4.v[2];
-  }
+  pf::work_item w;
+  if (!pf::load_item<SINGLE>(p, item, QT, w)) return;
+  const int r0 = w.r0, rows = w.rows, kv_lo = w.kv_lo, kv_hi = w.kv_hi, Lq = w.Lq, Lkv = w.Lkv;
+  const int chunk = w.chunk, nchunks = w.nchunks, slot = w.slot;
+  const int64_t q_start = w.q_start, kv_base = w.kv_base;
   const int off = Lkv - Lq;  // query token t sits at position t + off
   const int rlast = r0 + rows - 1;
   const int ntiles = kv_hi > kv_lo ? (kv_hi - kv_lo + KT - 1) / KT : 0;

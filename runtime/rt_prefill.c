@@ -119,8 +119,9 @@ static int q_tile_for(int D, int64_t rows) {
  * wgmma kernel (prefill_wgmma.cuh) takes head_dim 64 and 128 without RoPE once a request
  * has more than 16 packed rows; everything else runs on mma.sync (prefill.cuh), which
  * every NVIDIA GPU from sm_80 and AMD's run. FI_PREFILL_WGMMA=0 forces mma.sync, as does
- * FI_PREFILL_QTILE (its tuning override). Read at every call, so that a test or a
- * benchmark can compare the two. */
+ * FI_PREFILL_QTILE (its tuning override); FI_PREFILL_WG=<warpgroups>x<kv tile> (1x64,
+ * 2x128, ...) forces the wgmma kernel's shape. Read at every call, so that a test or a
+ * benchmark can compare them. */
 static int pick_kernel(fi_runtime *rt, int devtype, int device, int single, int dt, int D,
                        int64_t rows, int rope, jit_key *key) {
   const char *e = getenv("FI_PREFILL_WGMMA"), *qe = getenv("FI_PREFILL_QTILE");
@@ -131,8 +132,17 @@ static int pick_kernel(fi_runtime *rt, int devtype, int device, int single, int 
     char arch[32], err[128];
     if (rt_backend(rt, devtype, &be, &state) == FI_OK && be == &rt_device_cuda &&
         be->arch(state, device, arch, sizeof arch, err, sizeof err) == 0 && strcmp(arch, "sm_90") == 0) {
-      const int qt = rows <= 64 ? 64 : 128;
-      jit_prefill_wgmma_select(single, dt, D, qt, key);
+      /* One warpgroup and 64-token kv tiles for requests of at most 64 packed rows: forced
+       * onto 64 x 1024 causal on the H200 that shape ran at 171 TFLOP/s against 102 with
+       * 128-token tiles; two warpgroups and 128 tokens above (293 at 4 x 8192, against 264
+       * with 64-token tiles and 221 with one warpgroup). */
+      int qt = rows <= 64 ? 64 : 128, kt = rows <= 64 ? 64 : 128;
+      const char *w = getenv("FI_PREFILL_WG");
+      if (w && (w[0] == '1' || w[0] == '2') && w[1] == 'x') {
+        qt = 64 * (w[0] - '0');
+        kt = atoi(w + 2) == 64 ? 64 : 128;
+      }
+      jit_prefill_wgmma_select(single, dt, D, qt, kt, key);
       return qt;
     }
   }

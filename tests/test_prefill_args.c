@@ -273,7 +273,7 @@ FT_TEST(every_selected_key_is_registered) {
 FT_TEST(wgmma_keys_registered_and_hopper_only) {
   const jit_op *ops[2] = {jit_registry_find("single_prefill_sm90"), jit_registry_find("batch_prefill_sm90")};
   FT_REQUIRE(ops[0] && ops[1]);
-  const int dts[2] = {JIT_DT_F16, JIT_DT_BF16}, dims[2] = {64, 128}, tiles[2] = {64, 128};
+  const int dts[2] = {JIT_DT_F16, JIT_DT_BF16}, dims[2] = {64, 128}, tiles[2] = {64, 128}, kvt[2] = {64, 128};
   for (int s = 0; s < 2; s++) {
     FT_CHECK(ops[s]->target_arch && ops[s]->dyn_smem, "%s: no arch or shared memory hook", ops[s]->name);
     if (!ops[s]->target_arch || !ops[s]->dyn_smem) continue;
@@ -282,23 +282,29 @@ FT_TEST(wgmma_keys_registered_and_hopper_only) {
     FT_CHECK(!ops[s]->target_arch("sm_80") && !ops[s]->target_arch("sm_100") && !ops[s]->target_arch("gfx90a"));
     for (int q = 0; q < 2; q++)
       for (int d = 0; d < 2; d++)
-        for (int t = 0; t < 2; t++) {
+        for (int t = 0; t < 4; t++) {
           jit_key k;
-          jit_prefill_wgmma_select(s == 0, dts[q], dims[d], tiles[t], &k);
+          jit_prefill_wgmma_select(s == 0, dts[q], dims[d], tiles[t % 2], kvt[t / 2], &k);
+          FT_CHECK(k.v[PREFILL_WG_P_KV_TILE] == kvt[t / 2]);
           FT_CHECK(k.op == ops[s] && jit_prefill_is_wgmma(&k));
-          FT_CHECK(jit_prefill_key_q_tile(&k) == tiles[t], "q tile %d for %d", jit_prefill_key_q_tile(&k), tiles[t]);
-          FT_CHECK(jit_prefill_threads(&k) == 2u * (unsigned)tiles[t], "threads %u", jit_prefill_threads(&k));
+          FT_CHECK(jit_prefill_key_q_tile(&k) == tiles[t % 2], "q tile %d", jit_prefill_key_q_tile(&k));
+          FT_CHECK(jit_prefill_threads(&k) == 2u * (unsigned)tiles[t % 2], "threads %u", jit_prefill_threads(&k));
           const unsigned sm = ops[s]->dyn_smem(&k);
-          FT_CHECK(sm > 48u * 1024 && sm <= 227u * 1024, "shared memory %u", sm);
+          /* Q, two K/V stages, three offset tables and the 1024-byte alignment slack; the
+           * largest within an SM's 227 KB. */
+          const unsigned want = (unsigned)((tiles[t % 2] * dims[d] + 4 * kvt[t / 2] * dims[d]) * 2 +
+                                           3 * kvt[t / 2] * 8 + 1024);
+          FT_CHECK(sm == want && sm <= 227u * 1024, "shared memory %u, expected %u", sm, want);
           int found = 0;
           for (int i = 0; i < k.op->config_count(); i++) {
             jit_key c;
             k.op->config(i, &c);
             found += memcmp(c.v, k.v, sizeof c.v) == 0;
           }
-          FT_CHECK(found == 1, "%s dt=%d d=%d tile=%d registered %d times", k.op->name, dts[q], dims[d], tiles[t], found);
+          FT_CHECK(found == 1, "%s dt=%d d=%d tiles %d/%d registered %d times", k.op->name, dts[q], dims[d],
+                   tiles[t % 2], kvt[t / 2], found);
         }
-    FT_CHECK(ops[s]->config_count() == 8, "%s: %d configurations", ops[s]->name, ops[s]->config_count());
+    FT_CHECK(ops[s]->config_count() == 16, "%s: %d configurations", ops[s]->name, ops[s]->config_count());
   }
   /* An mma.sync key is not a wgmma one. */
   jit_key m;
