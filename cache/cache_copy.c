@@ -46,8 +46,7 @@ static int copy_rows(cache_store *from, cache_store *to, const char *op, const c
                      int64_t *copied, int64_t *skipped, char *err, size_t errlen) {
   sqlite3_stmt *sel = NULL, *has = NULL;
   int rc = sqlite3_prepare_v2(from->db,
-                              "SELECT " REC_COLS " FROM kernels"
-                              " WHERE (?1 IS NULL OR op = ?1) AND (?2 IS NULL OR arch = ?2)",
+                              "SELECT " REC_COLS " FROM kernels" CACHE_FILTER_SQL,
                               -1, &sel, NULL);
   if (rc == SQLITE_OK) rc = cache_bind_filter(sel, op, arch);
   if (rc != SQLITE_OK) {

@@ -47,8 +47,7 @@ int cache_store_delete(cache_store *s, const char *op, const char *arch, int64_t
                        char *err, size_t errlen) {
   const char *texts[2] = {op, arch};
   return delete_where(s, "delete",
-                      "DELETE FROM kernels"
-                      " WHERE (?1 IS NULL OR op = ?1) AND (?2 IS NULL OR arch = ?2)",
+                      "DELETE FROM kernels" CACHE_FILTER_SQL,
                       texts, 2, removed, err, errlen);
 }
 

@@ -74,8 +74,12 @@ void cache_stmt_done(sqlite3_stmt *st);
 /* The same for the store's own statements (ST_*), whose SQL cache_store.c holds. */
 sqlite3_stmt *cache_stmt(cache_store *s, int which, char *err, size_t errlen);
 
-/* Binds ?1 = op and ?2 = arch (NULL: any) of "(?1 IS NULL OR op = ?1) AND
- * (?2 IS NULL OR arch = ?2)"; returns the SQLite code. */
+/* The (op, arch) filter of ls, clear, export and import: ?1 the op, ?2 the arch, NULL
+ * for any. An arch also matches its architecture-specific variant (sm_90: sm_90a too),
+ * whose binaries run only on that arch's devices and are stored under the variant. */
+#define CACHE_FILTER_SQL " WHERE (?1 IS NULL OR op = ?1) AND (?2 IS NULL OR arch = ?2 OR arch = ?2 || 'a')"
+
+/* Binds ?1 = op and ?2 = arch (NULL: any) of CACHE_FILTER_SQL; returns the SQLite code. */
 int cache_bind_filter(sqlite3_stmt *st, const char *op, const char *arch);
 
 /* One row of one or two integers: a count, a PRAGMA. */

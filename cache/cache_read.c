@@ -311,8 +311,7 @@ int cache_store_list(cache_store *s, const char *op, const char *arch, cache_rec
   sqlite3_stmt *st = NULL;
   int ret = CACHE_OK;
   int rc = sqlite3_prepare_v2(s->db,
-                              "SELECT " REC_META_COLS " FROM kernels"
-                              " WHERE (?1 IS NULL OR op = ?1) AND (?2 IS NULL OR arch = ?2)"
+                              "SELECT " REC_META_COLS " FROM kernels" CACHE_FILTER_SQL
                               " ORDER BY op, key",
                               -1, &st, NULL);
   if (rc == SQLITE_OK) rc = cache_bind_filter(st, op, arch);

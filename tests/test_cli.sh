@@ -107,6 +107,15 @@ run ls --cache "$DB" --json
 check clear_kept_other_arch '[ "$(json "sum(e[\"arch\"]==\"sm_90\" for e in d), len(d)" <"$T/out")" = "$N $N" ]'
 run clear --cache "$DB"; check clear_all '[ $rc -eq 0 ] && grep -qx "removed $N" "$T/out"'
 run ls --cache "$DB" --json; check clear_all_empty '[ $rc -eq 0 ] && [ "$(tr -d " \n" <"$T/out")" = "[]" ]'
+# A wgmma op: compiled for sm_90a from an sm_90 target, skipped for sm_80; --arch sm_90
+# finds and clears the sm_90a entry.
+run prewarm --cache "$DB" --arch sm_90 --op wgmma_probe --json
+check prewarm_wgmma_sm90a '[ $rc -eq 0 ] && [ "$(last_json "d[\"compiled\"], d[\"skipped\"]")" = "1 0" ]'
+run prewarm --cache "$DB" --arch sm_80 --op wgmma_probe --json
+check prewarm_wgmma_skipped_sm80 '[ $rc -eq 0 ] && [ "$(last_json "d[\"compiled\"], d[\"skipped\"], d[\"failed\"]")" = "0 1 0" ]'
+run ls --cache "$DB" --arch sm_90 --json
+check ls_arch_matches_variant '[ $rc -eq 0 ] && [ "$(json "\",\".join(e[\"arch\"] for e in d)" <"$T/out")" = "sm_90a" ]'
+run clear --cache "$DB" --op wgmma_probe --arch sm_90; check clear_arch_matches_variant '[ $rc -eq 0 ] && grep -qx "removed 1" "$T/out"'
 
 # ---- cache paths ----
 run ls --json --cache "$T/a/b/c/k.db"; check cache_nested_dir_after '[ $rc -eq 0 ] && [ -f "$T/a/b/c/k.db" ]'

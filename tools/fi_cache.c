@@ -23,12 +23,15 @@ static const command commands[] = {
      "prewarm --arch ARCH[,ARCH...] [--op OP]... [-j N] [--json]",
      "compile kernels ahead of time, skipping what is cached",
      "Compile every registered configuration of the ops (all ops if none) for each\n"
-     "arch, skipping what is cached (in either layer). -j: worker threads (default:\n"
-     "online CPUs). --json: one summary object on the last line.\n"},
+     "arch, skipping what is cached (in either layer). An op whose kernels need\n"
+     "another GPU is skipped and counted (the wgmma ops: sm_90 only, compiled as\n"
+     "sm_90a). -j: worker threads (default: online CPUs). --json: one summary object\n"
+     "on the last line.\n"},
     {"ls", O_ARCH | O_OP | O_JSON, P_NONE, cmd_ls,
      "ls [--op OP] [--arch ARCH] [--json]", "list cache entries of both layers",
      "List cache entries, optionally filtered (--op and --arch take comma lists):\n"
-     "the system layer (FI_CACHE_SYSTEM_PATH, read-only) first, then the user cache.\n"},
+     "the system layer (FI_CACHE_SYSTEM_PATH, read-only) first, then the user cache.\n"
+     "An arch also matches its specific variant (sm_90: the sm_90a wgmma kernels).\n"},
     {"show", O_SOURCE, P_HASH, cmd_show,
      "show HASH_PREFIX [--source]", "print one entry in full",
      "Print every field of one entry (and its source).\n"},
@@ -65,7 +68,8 @@ static const command commands[] = {
      "1 if not.\n"},
     {"clear", O_ARCH | O_OP, P_NONE, cmd_clear,
      "clear [--op OP] [--arch ARCH]", "delete entries from the user cache",
-     "Delete matching entries (all if no filter; --op and --arch take comma lists).\n"},
+     "Delete matching entries (all if no filter; --op and --arch take comma lists;\n"
+     "an arch also matches its specific variant: sm_90 clears sm_90a entries too).\n"},
 };
 #define NCOMMANDS (sizeof commands / sizeof commands[0])
 
