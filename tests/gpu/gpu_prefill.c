@@ -12,6 +12,7 @@
 #include <string.h>
 #include <time.h>
 
+#include "fi_admin.h"
 #include "ft.h"
 #include "gpu_util.h"
 
@@ -410,6 +411,12 @@ static int run_case(const pcase *c) {
 
 static double tol_of(int dt) { return dt == 0 ? 3e-3 : 2e-2; }
 
+static int count_entry(const fi_cache_entry *e, void *user) {
+  (void)e;
+  ++*(int *)user;
+  return 0;
+}
+
 /* ---- the cases ---- */
 
 FT_TEST(single_prefill_every_dtype_dim_mask_layout) {
@@ -424,6 +431,21 @@ FT_TEST(single_prefill_every_dtype_dim_mask_layout) {
                      &lq[(dt + di + hnd) % 3], &lkv[(dt + di + hnd) % 3], 0, 0, tol_of(dt)};
           run_case(&c);
         }
+  /* Which kernel ran. With this process's own (in-memory) cache the wgmma binaries are
+   * there iff the device is an sm_90 and FI_PREFILL_WGMMA is not 0: the cases above have
+   * head_dim 64 and 128 without RoPE and more than 16 rows. A shared FI_TEST_CACHE holds
+   * whatever was prewarmed, so the check needs the in-memory one. */
+  if (!getenv("FI_TEST_CACHE")) {
+    int major = 0, minor = 0, n = 0;
+    FT_CHECK(cu.cuDeviceGetAttribute(&major, 75 /* COMPUTE_CAPABILITY_MAJOR */, 0) == 0 &&
+             cu.cuDeviceGetAttribute(&minor, 76 /* COMPUTE_CAPABILITY_MINOR */, 0) == 0);
+    const char *e = getenv("FI_PREFILL_WGMMA"), *q = getenv("FI_PREFILL_QTILE");
+    const int want = major == 9 && minor == 0 && !(e && strcmp(e, "0") == 0) && !(q && *q);
+    FT_CHECK(fi_admin_list(rt, "single_prefill_sm90", NULL, count_entry, &n) == FI_OK, "%s", fi_last_error());
+    FT_CHECK((n > 0) == want, "%d single_prefill_sm90 kernels compiled on sm_%d%d with FI_PREFILL_WGMMA %s",
+             n, major, minor, e ? e : "unset");
+    fprintf(stderr, "  kernels: %d wgmma (sm_%d%d, FI_PREFILL_WGMMA %s)\n", n, major, minor, e ? e : "unset");
+  }
 }
 
 FT_TEST(single_prefill_groups_tiles_and_options) {
