@@ -93,27 +93,19 @@ FI_DEVICE void ldsm4t(const uint16_t *s, int off, uint32_t (&r)[4]) {
 #endif
 }
 
-// The same two loads from a 32-bit shared address (CUDA only).
-FI_DEVICE void ldsm4_at(uint32_t addr, uint32_t (&r)[4]) {
 #if FI_CUDA
+// The same two loads from a 32-bit shared address (only the CUDA path calls them).
+FI_DEVICE void ldsm4_at(uint32_t addr, uint32_t (&r)[4]) {
   asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0, %1, %2, %3}, [%4];"
                : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
                : "r"(addr));
-#else
-  (void)addr;
-  r[0] = r[1] = r[2] = r[3] = 0u;
-#endif
 }
 FI_DEVICE void ldsm4t_at(uint32_t addr, uint32_t (&r)[4]) {
-#if FI_CUDA
   asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0, %1, %2, %3}, [%4];"
                : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
                : "r"(addr));
-#else
-  (void)addr;
-  r[0] = r[1] = r[2] = r[3] = 0u;
-#endif
 }
+#endif
 // Hides x's value from the optimizer: what is computed from it cannot be hoisted.
 FI_DEVICE void opaque(uint32_t &x) {
 #if FI_CUDA

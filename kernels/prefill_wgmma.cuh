@@ -28,7 +28,8 @@
 // leading-dimension byte offset (LBO) >> 4 in bits 16-29, stride-dimension byte offset
 // (SBO) >> 4 in bits 32-45, base offset in bits 49-51 (0), swizzle in bits 62-63 (1 =
 // 128B). The encodings are selected by FI_WG_KDESC (K-major Q and K tiles) and
-// FI_WG_VDESC (MN-major V tile); tests/gpu/wgmma_probe checks every candidate:
+// FI_WG_VDESC (MN-major V tile); the defaults (0) pass every GPU test, and the others are
+// kept for tests/gpu/wgmma_attn's --kdesc / --vdesc:
 //   FI_WG_KDESC 0: LBO 16 (unused for swizzled K-major; CUTLASS writes 1), SBO 1024 (8 rows
 //     of 128 bytes): cute make_gmma_desc, Major::K, B128 ((8,n),2):((8,SBO),1).
 //   FI_WG_KDESC 1: LBO = the atom-column stride, SBO 1024.   2: LBO 0, SBO 1024.
