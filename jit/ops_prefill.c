@@ -34,7 +34,8 @@ int jit_prefill_key_q_tile(const jit_key *k) {
 }
 
 unsigned jit_prefill_threads(const jit_key *k) {
-  if (jit_prefill_is_wgmma(k)) return 128u * (unsigned)k->v[PREFILL_WG_P_WARPGROUPS];
+  if (jit_prefill_is_wgmma(k))
+    return 128u * (unsigned)(k->v[PREFILL_WG_P_WARPGROUPS] + (k->v[PREFILL_WG_P_PRODUCER] > 0));
   return 32u * FI_PF_WARPS(k->v[PREFILL_P_HEAD_DIM], k->v[PREFILL_P_Q_TILE]);
 }
 
@@ -179,13 +180,15 @@ const jit_op jit_op_mma_probe = {
 
 /* ---- the wgmma kernels (sm_90a) ---- */
 
-void jit_prefill_wgmma_select(int single, int dtype, int head_dim, int q_tile, int kv_tile, jit_key *out) {
+void jit_prefill_wgmma_select(int single, int dtype, int head_dim, int q_tile, int kv_tile, int producer,
+                              jit_key *out) {
   out->op = single ? &jit_op_single_prefill_sm90 : &jit_op_batch_prefill_sm90;
   for (int i = 0; i < JIT_MAX_PARAMS; i++) out->v[i] = 0;
   out->v[PREFILL_WG_P_DTYPE] = dtype;
   out->v[PREFILL_WG_P_HEAD_DIM] = head_dim;
   out->v[PREFILL_WG_P_WARPGROUPS] = q_tile > 64 ? 2 : 1;
   out->v[PREFILL_WG_P_KV_TILE] = kv_tile > 64 ? 128 : 64;
+  out->v[PREFILL_WG_P_PRODUCER] = producer <= 0 ? 0 : producer == 1 || q_tile <= 64 ? 1 : 2;
 }
 
 /* wgmma exists on sm_90a alone: a Hopper device (sm_90) runs the sm_90a binary. */
@@ -193,48 +196,54 @@ static const char *wg_arch(const char *arch) {
   return strcmp(arch, "sm_90") == 0 || strcmp(arch, "sm_90a") == 0 ? "sm_90a" : NULL;
 }
 
-/* The Q tile, two stages of K and V, three token-offset tables, and the slack for
- * 1024-byte alignment (the 128-byte swizzle is applied to absolute addresses):
- * prefill_wgmma.cuh's smem_size. */
+/* The Q tile, two stages of K and V, three token-offset tables, 128 bytes of mbarriers,
+ * and the slack for 1024-byte alignment (the 128-byte swizzle is applied to absolute
+ * addresses): prefill_wgmma.cuh's smem_size. */
 static unsigned wg_smem(const jit_key *k) {
   const int64_t *v = k->v;
   return (unsigned)((v[PREFILL_WG_P_WARPGROUPS] * 64 * v[PREFILL_WG_P_HEAD_DIM] +
                      4 * v[PREFILL_WG_P_KV_TILE] * v[PREFILL_WG_P_HEAD_DIM]) * 2 +
-                    3 * v[PREFILL_WG_P_KV_TILE] * 8 + 1024);
+                    3 * v[PREFILL_WG_P_KV_TILE] * 8 + 128 + 1024);
 }
 
 static int render_wg(const jit_key *k, const char *entry, char *buf, size_t n, int single) {
   const int64_t *v = k->v;
-  /* OV = 1: a tile's softmax runs while the previous tile's P V is on the tensor cores. */
+  /* OV = 1: a tile's softmax runs while the previous tile's P V is on the tensor cores.
+   * One block an SM is also what setmaxnreg needs: ptxas moves registers between the
+   * producer and the consumers only from a known count at entry. */
   int w = snprintf(buf, n,
-                   "extern \"C\" __global__ void __launch_bounds__(%d, 1)\n"
+                   "extern \"C\" __global__ void __launch_bounds__(%u, 1)\n"
                    "%s(fi_prefill_kparams p) {\n"
-                   "  fi::wg::prefill_wgmma<%s, %d, %d, %d, %d, 1>(p);\n"
+                   "  fi::wg::prefill_wgmma<%s, %d, %d, %d, %d, 1, %d>(p);\n"
                    "}\n",
-                   (int)v[PREFILL_WG_P_WARPGROUPS] * 128, entry, jit_dtype_cxx((int)v[PREFILL_WG_P_DTYPE]),
+                   jit_prefill_threads(k), entry, jit_dtype_cxx((int)v[PREFILL_WG_P_DTYPE]),
                    (int)v[PREFILL_WG_P_HEAD_DIM], (int)v[PREFILL_WG_P_KV_TILE],
-                   (int)v[PREFILL_WG_P_WARPGROUPS], single);
+                   (int)v[PREFILL_WG_P_WARPGROUPS], single, (int)v[PREFILL_WG_P_PRODUCER]);
   return w < 0 || (size_t)w >= n ? -1 : w;
 }
 static int render_wg_single(const jit_key *k, const char *e, char *b, size_t n) { return render_wg(k, e, b, n, 1); }
 static int render_wg_batch(const jit_key *k, const char *e, char *b, size_t n) { return render_wg(k, e, b, n, 0); }
 
-/* dtype x head_dim (64, 128) x q tile (64, 128) x kv tile (64, 128). */
-static int count_wg(void) { return 2 * 2 * 2 * 2; }
+/* dtype x head_dim (64, 128) x kv tile (64, 128) x (q tile, producer): (64, 0), (64, 1),
+ * (128, 0), (128, 1), (128, 2). */
+static int count_wg(void) { return 2 * 2 * 2 * 5; }
 static void config_wg(int single, int idx, jit_key *out) {
-  jit_prefill_wgmma_select(single, dtypes[idx % 2], (idx / 2) % 2 ? 128 : 64, (idx / 4) % 2 ? 128 : 64,
-                           (idx / 8) % 2 ? 128 : 64, out);
+  static const int qp[5][2] = {{64, 0}, {64, 1}, {128, 0}, {128, 1}, {128, 2}};
+  const int *m = qp[idx / 8];
+  jit_prefill_wgmma_select(single, dtypes[idx % 2], (idx / 2) % 2 ? 128 : 64, m[0], (idx / 4) % 2 ? 128 : 64,
+                           m[1], out);
 }
 static void config_wg_single(int idx, jit_key *out) { config_wg(1, idx, out); }
 static void config_wg_batch(int idx, jit_key *out) { config_wg(0, idx, out); }
 
 #define PREFILL_WG_PARAMS                                                                \
-  {{"dtype", JIT_P_DTYPE}, {"head_dim", JIT_P_INT}, {"warpgroups", JIT_P_INT}, {"kv_tile", JIT_P_INT}}
+  {{"dtype", JIT_P_DTYPE}, {"head_dim", JIT_P_INT}, {"warpgroups", JIT_P_INT}, {"kv_tile", JIT_P_INT}, \
+   {"producer", JIT_P_INT}}
 
 const jit_op jit_op_single_prefill_sm90 = {
     .name = "single_prefill_sm90",
     .template_name = "prefill_wgmma.cuh",
-    .nparams = 4,
+    .nparams = 5,
     .params = PREFILL_WG_PARAMS,
     .render_entry = render_wg_single,
     .config_count = count_wg,
@@ -246,7 +255,7 @@ const jit_op jit_op_single_prefill_sm90 = {
 const jit_op jit_op_batch_prefill_sm90 = {
     .name = "batch_prefill_sm90",
     .template_name = "prefill_wgmma.cuh",
-    .nparams = 4,
+    .nparams = 5,
     .params = PREFILL_WG_PARAMS,
     .render_entry = render_wg_batch,
     .config_count = count_wg,

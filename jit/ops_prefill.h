@@ -23,7 +23,10 @@ enum {
   PREFILL_WG_P_DTYPE,      /* f16 or bf16 */
   PREFILL_WG_P_HEAD_DIM,   /* 64, 128 */
   PREFILL_WG_P_WARPGROUPS, /* 1 or 2: q tile 64 or 128 packed rows */
-  PREFILL_WG_P_KV_TILE     /* kv tokens a tile: 64 or 128 */
+  PREFILL_WG_P_KV_TILE,    /* kv tokens a tile: 64 or 128 */
+  PREFILL_WG_P_PRODUCER    /* 0: every thread loads; 1: a producer warpgroup does (warp
+                            * specialization); 2: and the two consumers ping-pong (q tile
+                            * 128 only) */
 };
 
 /* The q tile (rows: 16, 64 or 128) for a head_dim and the most packed rows (query tokens
@@ -39,8 +42,9 @@ void jit_prefill_merge_select(int dtype, int head_dim, jit_key *out);
 /* Threads of a prefill key's block (either kernel). */
 unsigned jit_prefill_threads(const jit_key *k);
 /* The wgmma kernel's key (Hopper): single (1) or batch (0), q tile 64 or 128 rows, kv
- * tile 64 or 128 tokens. */
-void jit_prefill_wgmma_select(int single, int dtype, int head_dim, int q_tile, int kv_tile, jit_key *out);
+ * tile 64 or 128 tokens, producer 0, 1 or 2 (PREFILL_WG_P_PRODUCER; 2 is 1 at q tile 64). */
+void jit_prefill_wgmma_select(int single, int dtype, int head_dim, int q_tile, int kv_tile, int producer,
+                              jit_key *out);
 /* Whether a key is a wgmma one, and its q tile (rows) either way. */
 int jit_prefill_is_wgmma(const jit_key *k);
 int jit_prefill_key_q_tile(const jit_key *k);

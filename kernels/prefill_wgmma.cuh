@@ -1,6 +1,6 @@
 // prefill_wgmma.cuh: prefill attention for Hopper (sm_90a) on wgmma.mma_async, the
-// FlashAttention-3 recipe simplified (no warp specialization, no TMA yet): a block is
-// NWG consumer warpgroups over 64 * NWG packed q rows (row r of a request: token r /
+// FlashAttention-3 recipe without TMA (paged K/V rows are gathered by cp.async): a block
+// is NWG consumer warpgroups over 64 * NWG packed q rows (row r of a request: token r /
 // group, query head hkv * group + r % group; prefill_params.h) and one KV head.
 //   S = Q K^T: wgmma m64n{KT}k16, A = Q and B = K from shared-memory descriptors, both
 //     K-major (head_dim contiguous), 128-byte swizzle; one wgmma per 16 head dims.
@@ -9,8 +9,10 @@
 //   O += P V: wgmma m64n{D}k16, A = P from registers (S's accumulators rounded to 16-bit
 //     pairs: the mma.sync m16n8k16 A fragment), B = V [KT tokens][D] from a descriptor,
 //     MN-major for this product (imm-trans-b = 1), 128-byte swizzle.
-// All threads load: Q once, then K and V tiles double-buffered through cp.async (the
-// next tile loads while this one is computed). OV = 1 overlaps a tile's softmax with the
+// WS 0: all threads load, Q once, then K and V tiles double-buffered through cp.async
+// (the next tile loads while this one is computed), a block barrier a tile. WS 1 and 2
+// (the default): a producer warpgroup loads, into the same two stages, on mbarriers
+// (prefill_wgmma's comment). OV = 1 overlaps a tile's softmax with the
 // previous tile's P V (FA3's intra-warpgroup pipelining: S(t) and P V(t - 1) issued
 // together, wait_group 1, softmax, wait_group 0); OV = 0 runs the two products in order.
 // (Seen in the SASS of ptxas 13.0: it places OV's WARPGROUP.DEPBAR 0 part-way into the
@@ -103,6 +105,37 @@ template <int N>
 FI_DEVICE void wg_wait() {
   asm volatile("wgmma.wait_group.sync.aligned %0;" ::"n"(N) : "memory");
 }
+// mbarriers (PTX "mbarrier"): the warp-specialized pipeline's full / empty signals.
+FI_DEVICE void mbar_init(uint32_t bar, int count) {
+  asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;" ::"r"(bar), "r"(count) : "memory");
+}
+FI_DEVICE void mbar_arrive(uint32_t bar) {
+  asm volatile("{ .reg .b64 st; mbarrier.arrive.shared::cta.b64 st, [%0]; }" ::"r"(bar) : "memory");
+}
+// Arrives once every cp.async this thread issued so far has landed (the count excludes it:
+// noinc).
+FI_DEVICE void mbar_arrive_cp(uint32_t bar) {
+  asm volatile("cp.async.mbarrier.arrive.noinc.shared::cta.b64 [%0];" ::"r"(bar) : "memory");
+}
+// Waits until the phase of the given parity has completed (a fresh barrier is in phase 0,
+// so parity 1 passes at once: the producer's first wait on an empty stage).
+FI_DEVICE void mbar_wait(uint32_t bar, int parity) {
+  uint32_t ok = 0;
+  do
+    asm volatile("{ .reg .pred p; mbarrier.try_wait.parity.shared::cta.b64 p, [%1], %2; selp.u32 %0, 1, 0, p; }"
+                 : "=r"(ok)
+                 : "r"(bar), "r"(parity)
+                 : "memory");
+  while (!ok);
+}
+template <int N>
+FI_DEVICE void reg_dealloc() {
+  asm volatile("setmaxnreg.dec.sync.aligned.u32 %0;" ::"n"(N));
+}
+template <int N>
+FI_DEVICE void reg_alloc() {
+  asm volatile("setmaxnreg.inc.sync.aligned.u32 %0;" ::"n"(N));
+}
 // Pins accumulators in place around asynchronous wgmma (no reads hoisted above the wait).
 template <int N>
 FI_DEVICE void fence_regs(float (&d)[N]) {
@@ -154,35 +187,44 @@ FI_WG_MMA(fi_half, "f16", 64, FI_WG_ACC32, FI_WG_OUT32, "%32, %33", "%34", "{%32
 FI_WG_MMA(fi_bf16, "bf16", 128, FI_WG_ACC64, FI_WG_OUT64, "%64, %65", "%66", "{%64, %65, %66, %67}, %68", "%69")
 FI_WG_MMA(fi_half, "f16", 128, FI_WG_ACC64, FI_WG_OUT64, "%64, %65", "%66", "{%64, %65, %66, %67}, %68", "%69")
 
-// The shared memory prefill_wgmma needs (bytes, with the 1024-byte alignment slack).
+// The shared memory prefill_wgmma needs (bytes: the tiles, three offset tables, 128 bytes
+// of mbarriers, the 1024-byte alignment slack).
 template <int D, int KT, int NWG>
 struct smem_size {
-  static constexpr int value = (NWG * 64 * D + 4 * KT * D) * 2 + 3 * KT * 8 + 1024;
+  static constexpr int value = (NWG * 64 * D + 4 * KT * D) * 2 + 3 * KT * 8 + 128 + 1024;
 };
 
 // T: f16 or bf16; D: head_dim (64 or 128); KT: kv tokens a tile (64 or 128); NWG:
 // warpgroups (q tile 64 * NWG rows); SINGLE: one contiguous (or paged, p.indices) request,
 // no plan tables; OV: overlap each tile's softmax with the previous tile's P V (FA3's
-// intra-warpgroup pipelining) instead of running the two products in order. Launch:
-// NWG * 128 threads, grid (q tiles, H_kv), smem_size bytes of dynamic shared memory.
-// No RoPE (ROPE kernels stay on prefill.cuh).
-template <typename T, int D, int KT, int NWG, int SINGLE, int OV>
+// intra-warpgroup pipelining) instead of running the two products in order; WS 1: one
+// more warpgroup, the producer, does every load (FA3's warp specialization; needs OV), and
+// the consumers wait on mbarriers instead of block-wide barriers; WS 2: also FA3's
+// ping-pong of two consumer warpgroups (named barriers make them take turns issuing their
+// wgmma, so one's softmax runs while the other's products are on the tensor cores).
+// Launch: (NWG + (WS > 0)) * 128 threads, grid (q tiles, H_kv), smem_size bytes of dynamic shared memory. No RoPE
+// (ROPE kernels stay on prefill.cuh).
+template <typename T, int D, int KT, int NWG, int SINGLE, int OV, int WS>
 FI_DEVICE void prefill_wgmma(const fi_prefill_kparams &p) {
+  constexpr bool PP = WS == 2 && NWG == 2;
   typedef dec::w16<T> W;
   using dec::neg_inf;
   using dec::ex2;
   using dec::shfl_xor;
-  constexpr int THREADS = NWG * 128, QT = 64 * NWG, CH = D / 8;
+  // THREADS: the threads that load (all, or the producer warpgroup alone)
+  constexpr int THREADS = WS ? 128 : NWG * 128, QT = 64 * NWG, CH = D / 8;
   constexpr uint32_t QWG_BYTES = 64 * D * 2, Q_BYTES = NWG * QWG_BYTES, KV_BYTES = KT * D * 2;
   static_assert(D == 64 || D == 128, "head_dim 64 or 128");
   static_assert(KT == 64 || KT == 128, "kv tile 64 or 128");
   static_assert(SINGLE || QT <= FI_PREFILL_SLOT_ROWS, "partial slots hold 128 rows");
+  static_assert(!WS || OV, "the producer feeds the overlapped loop");
 
   extern __shared__ __align__(1024) uint8_t wg_smem[];
   const uint32_t sbase = (smem_addr(wg_smem) + 1023u) & ~1023u;
 
   const int tid = threadIdx.x, lane = tid & 31, wgi = tid >> 7, wwarp = (tid >> 5) & 3;
   const int g = lane >> 2, c = lane & 3;
+  const int lt = WS ? tid - NWG * 128 : tid;  // index among the loading threads (producer: 0..127)
   const int item = SINGLE && p.causal ? (int)(gridDim.x - 1 - blockIdx.x) : (int)blockIdx.x;
   const int hkv = blockIdx.y, G = p.group;
 
@@ -236,19 +278,19 @@ FI_DEVICE void prefill_wgmma(const fi_prefill_kparams &p) {
   static_assert(KT <= THREADS, "one table row a thread");
   int32_t pg_ahead = 0;
   auto read_ahead = [&](int t) {
-    if (tid < KT && t + 2 < ntiles_) pg_ahead = page_of(clampj(kv_lo + (t + 2) * KT + tid));
+    if (lt < KT && t + 2 < ntiles_) pg_ahead = page_of(clampj(kv_lo + (t + 2) * KT + lt));
   };
   auto note_ahead = [&](int t) {
-    if (tid < KT && t + 2 < ntiles_) {
-      const int j = clampj(kv_lo + (t + 2) * KT + tid);
-      s_off[((t + 2) % 3) * KT + tid] = tok_off(j, pg_ahead);
+    if (lt < KT && t + 2 < ntiles_) {
+      const int j = clampj(kv_lo + (t + 2) * KT + lt);
+      s_off[((t + 2) % 3) * KT + lt] = tok_off(j, pg_ahead);
     }
   };
-  // Tile t of K (or V) into buffer b.
+  // Tile t of K (or V) into buffer b (its offsets in table t % 3), by every thread.
   auto load_kv = [&](int b, int t, bool do_k, bool do_v) {
     const uint32_t kd = sbase + Q_BYTES + (uint32_t)b * 2 * KV_BYTES, vd = kd + KV_BYTES;
     const int64_t *to = s_off + (t % 3) * KT;
-    for (int i = tid; i < KT * CH; i += THREADS) {
+    for (int i = lt; i < KT * CH; i += THREADS) {
       const int row = i / CH, ch = i % CH;
       const int64_t go = to[row] + 8 * ch;
       const uint32_t so = sw128(row, ch, KT);
@@ -257,29 +299,124 @@ FI_DEVICE void prefill_wgmma(const fi_prefill_kparams &p) {
     }
   };
   auto kbuf = [&](int t) -> uint32_t { return sbase + Q_BYTES + (uint32_t)(t & 1) * 2 * KV_BYTES; };
-
-  float o[D / 2];
-  float m[2] = {neg_inf(), neg_inf()}, dsum[2] = {0.0f, 0.0f};
-#pragma unroll
-  for (int i = 0; i < D / 2; i++) o[i] = 0.0f;
-
-  const int ntiles = ntiles_;
-  if (ntiles > 0) {
-    for (int i = tid; i < 2 * KT; i += THREADS) {  // the offsets of tiles 0 and 1
-      const int j = clampj(kv_lo + i);
-      s_off[i] = tok_off(j, page_of(j));
-    }
-    __syncthreads();
-    for (int i = tid; i < QT * CH; i += THREADS) {
+  auto load_q = [&]() {
+    for (int i = lt; i < QT * CH; i += THREADS) {
       const int row = i / CH, ch = i % CH;
       const int r = r0 + row < rlast ? r0 + row : rlast;
       const int tq = r / G, h = hkv * G + (r - tq * G);
       cp16(sbase + (uint32_t)(row >> 6) * QWG_BYTES + sw128(row & 63, ch, 64),
            qb + (q_start + tq) * p.q_stride_tok + (int64_t)h * p.q_stride_head + 8 * ch);
     }
+  };
+  const int ntiles = ntiles_;
+
+  // ---- warp specialization: mbarriers after the offset tables; the producer's loop ----
+  // bar_q: Q landed (128 producer arrivals); full_k/full_v(b): K / V of stage b landed
+  // (128); empty_k/empty_v(b): every consumer warp is done reading it (4 NWG).
+  const uint32_t bars = sbase + Q_BYTES + 4 * KV_BYTES + 3 * KT * 8;
+  const uint32_t bar_q = bars;
+  auto full_k = [&](int b) -> uint32_t { return bars + 8 + 8 * b; };
+  auto full_v = [&](int b) -> uint32_t { return bars + 24 + 8 * b; };
+  auto empty_k = [&](int b) -> uint32_t { return bars + 40 + 8 * b; };
+  auto empty_v = [&](int b) -> uint32_t { return bars + 56 + 8 * b; };
+  auto release = [&](uint32_t bar) {
+    __syncwarp();
+    if (lane == 0) mbar_arrive(bar);
+  };
+  // Ping-pong: warpgroup w issues after named barrier 2 + w, which the other one arrives
+  // at once it has issued its own (warpgroup 1 arrives first, so warpgroup 0 starts).
+  // (Immediate barrier ids: a register id makes ptxas reserve all sixteen.)
+  auto turn_wait = [&]() {
+    if (PP && wgi == 0) asm volatile("bar.sync 2, 256;" ::: "memory");
+    if (PP && wgi == 1) asm volatile("bar.sync 3, 256;" ::: "memory");
+  };
+  auto turn_pass = [&]() {
+    if (PP && wgi == 0) asm volatile("bar.arrive 3, 256;" ::: "memory");
+    if (PP && wgi == 1) asm volatile("bar.arrive 2, 256;" ::: "memory");
+  };
+  if (WS) {
+    if (tid == 0) {
+      mbar_init(bar_q, 128);
+      for (int b = 0; b < 2; b++) {
+        mbar_init(full_k(b), 128);
+        mbar_init(full_v(b), 128);
+        mbar_init(empty_k(b), 4 * NWG);
+        mbar_init(empty_v(b), 4 * NWG);
+      }
+      asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
+    }
+    __syncthreads();
+    if (wgi == NWG) {
+      // The producer: Q, then K(t) and V(t) into stage t % 2 once the consumers have
+      // released it (tile t - 2), each signalled by its cp.async landing. Thread lt copies
+      // rows lt / 2 (+ 64) of a tile, the 16-byte chunks 2 j + lt % 2 of each (a lane
+      // pair: one 32-byte sector), so a row's address is computed once a tile and each
+      // copy is an immediate offset from it; the swizzled column (row % 8 is the same for
+      // both rows) once a thread. The page ids of tile t + 1 are read while t loads.
+      // Registers to the consumers: 2 x 232 + 40 is the 3 x 168 of the launch bound (at 24
+      // the producer spilled; 232 holds the consumer's loop without spills).
+      if (NWG == 2) reg_dealloc<40>();
+      if (ntiles > 0) {
+        constexpr int RP = KT / 64;  // rows a thread a tile
+        load_q();
+        mbar_arrive_cp(bar_q);
+        const int half = lt & 1, rb = lt >> 1;
+        int32_t pg[RP];
+#pragma unroll
+        for (int q = 0; q < RP; q++) pg[q] = page_of(clampj(kv_lo + rb + 64 * q));
+        // chunk 2 j + half of row rb + 64 q: byte (2j + half) / 8 * KT * 128 + row * 128 +
+        // (((2j + half) % 8) ^ (rb % 8)) * 16 of the tile
+        auto copy_rows = [&](uint32_t dst, const T *src, const int64_t (&ro)[RP]) {
+#pragma unroll
+          for (int q = 0; q < RP; q++) {
+            const T *g = src + ro[q] + 8 * half;
+            const uint32_t d = dst + (uint32_t)(rb + 64 * q) * 128;
+#pragma unroll
+            for (int j = 0; j < CH / 2; j++) {
+              const int cc = 2 * j + half;
+              cp16(d + (uint32_t)((cc >> 3) * KT * 128) + (uint32_t)(((cc & 7) ^ (rb & 7)) << 4), g + 16 * j);
+            }
+          }
+        };
+        for (int t = 0; t < ntiles; t++) {
+          const int b = t & 1, par = ((t >> 1) & 1) ^ 1;
+          int64_t ro[RP];
+#pragma unroll
+          for (int q = 0; q < RP; q++) {
+            ro[q] = tok_off(clampj(kv_lo + t * KT + rb + 64 * q), pg[q]);
+            if (t + 1 < ntiles) pg[q] = page_of(clampj(kv_lo + (t + 1) * KT + rb + 64 * q));
+          }
+          const uint32_t kd = sbase + Q_BYTES + (uint32_t)b * 2 * KV_BYTES;
+          mbar_wait(empty_k(b), par);
+          copy_rows(kd, kg, ro);
+          mbar_arrive_cp(full_k(b));
+          mbar_wait(empty_v(b), par);
+          copy_rows(kd + KV_BYTES, vg, ro);
+          mbar_arrive_cp(full_v(b));
+        }
+        cp_wait<0>();
+      }
+      return;
+    }
+    if (NWG == 2) reg_alloc<232>();
+  }
+
+  float o[D / 2];
+  float m[2] = {neg_inf(), neg_inf()}, dsum[2] = {0.0f, 0.0f};
+#pragma unroll
+  for (int i = 0; i < D / 2; i++) o[i] = 0.0f;
+
+  if (!WS && ntiles > 0) {
+    for (int i = tid; i < 2 * KT; i += THREADS) {  // the offsets of tiles 0 and 1
+      const int j = clampj(kv_lo + i);
+      s_off[i] = tok_off(j, page_of(j));
+    }
+    __syncthreads();
+    load_q();
     load_kv(0, 0, true, !OV);  // OV: V tiles trail K tiles by one iteration
     cp_commit();
   }
+  if (WS && ntiles > 0) mbar_wait(bar_q, 0);
   const uint32_t qs = sbase + (uint32_t)wgi * QWG_BYTES;
   // does this warpgroup attend anything in tile t (warpgroup-uniform)
   auto active = [&](int t) -> bool {
@@ -309,47 +446,51 @@ FI_DEVICE void prefill_wgmma(const fi_prefill_kparams &p) {
   };
   // Online softmax (base 2) of tile t on s (in place: s becomes P, fp32); m and dsum
   // updated, the factor O must be scaled by returned in alpha. O is not touched.
-  // BRANCHLESS: no soft cap, the mask always applied (selects, no branch: the overlapped
-  // path keeps a wgmma in flight across it, which ptxas serializes on a divergent branch).
-  // (BL is a literal at every call: folded once the lambda is inlined. A generic lambda
-  // would make it a type, but NVRTC takes those for host code without -default-device.)
-  auto softmax = [&](int t, float (&alpha)[2], const bool BL) {
+  // MM: 0 no mask, 1 the mask on every column, 2 decided here (warpgroup-uniform); CAPOK:
+  // the soft cap may apply (checked here). With a wgmma in flight across it (the
+  // overlapped path) both must be literals deciding everything: ptxas serializes the
+  // in-flight wgmma on any branch. (Literals at every call, folded once the lambda is
+  // inlined; a generic lambda would make them types, but NVRTC takes those for host code
+  // without -default-device.) Without the cap, S stays unscaled: the max is taken on raw
+  // scores (sm_scale > 0) and the scale folds into the exponent's FFMA. Two partial maxima
+  // and sums a row halve the dependent chains.
+  auto softmax = [&](int t, float (&alpha)[2], const int MM, const bool CAPOK) {
     const int j0 = kv_lo + t * KT;
-    const bool masked = BL || j0 < in_lo || j0 + KT > in_hi;
+    const bool masked = MM == 1 || (MM == 2 && (j0 < in_lo || j0 + KT > in_hi));
+    const bool cap = CAPOK && p.cap_log2 != 0.0f;
+    const float sc = cap ? 1.0f : p.scale_log2;
 #pragma unroll
     for (int h = 0; h < 2; h++) {
       // this row's attended columns of the tile, relative to the thread's column 2 c:
       // column 8 nb + e (an immediate) is in iff lo <= 8 nb + e < hi
       const int lo = lim_lo[h] - j0 - 2 * c, hi = lim_hi[h] - j0 - 2 * c;
-      float mx = neg_inf();
+      float mx2[2] = {neg_inf(), neg_inf()};
 #pragma unroll
       for (int nb = 0; nb < KT / 8; nb++)
 #pragma unroll
         for (int e = 0; e < 2; e++) {
           float x = s[4 * nb + 2 * h + e];
-          if (!BL && p.cap_log2 != 0.0f)
-            x = p.cap_log2 * tanhf(x * p.cap_pre);
-          else
-            x *= p.scale_log2;
+          if (cap) x = p.cap_log2 * tanhf(x * p.cap_pre);
           if (masked) x = 8 * nb + e < lo || 8 * nb + e >= hi ? neg_inf() : x;
           s[4 * nb + 2 * h + e] = x;
-          mx = fmaxf(mx, x);
+          mx2[e] = fmaxf(mx2[e], x);
         }
+      float mx = fmaxf(mx2[0], mx2[1]);
       mx = fmaxf(mx, shfl_xor(mx, 1));
       mx = fmaxf(mx, shfl_xor(mx, 2));
-      const float mn = fmaxf(m[h], mx), mu = mn == neg_inf() ? 0.0f : mn;
+      const float mn = fmaxf(m[h], mx * sc), mu = mn == neg_inf() ? 0.0f : mn;
       alpha[h] = ex2(m[h] - mu);
       m[h] = mn;
-      float ps = 0.0f;
+      float ps[2] = {0.0f, 0.0f};
 #pragma unroll
       for (int nb = 0; nb < KT / 8; nb++)
 #pragma unroll
         for (int e = 0; e < 2; e++) {
-          const float pv = ex2(s[4 * nb + 2 * h + e] - mu);
+          const float pv = ex2(fmaf(s[4 * nb + 2 * h + e], sc, -mu));
           s[4 * nb + 2 * h + e] = pv;
-          ps += pv;
+          ps[e] += pv;
         }
-      dsum[h] = dsum[h] * alpha[h] + ps;
+      dsum[h] = dsum[h] * alpha[h] + (ps[0] + ps[1]);
     }
   };
   auto rescale_pack = [&](const float (&alpha)[2]) {
@@ -387,7 +528,7 @@ FI_DEVICE void prefill_wgmma(const fi_prefill_kparams &p) {
       wg_wait<0>();
       fence_regs(s);
       float alpha[2];
-      softmax(t, alpha, false);
+      softmax(t, alpha, 2, true);
       rescale_pack(alpha);
       fence_regs(o);
       wg_fence();
@@ -405,55 +546,91 @@ FI_DEVICE void prefill_wgmma(const fi_prefill_kparams &p) {
     int tb = wg_rows ? (wg_hi - kv_lo + KT - 1) / KT : 0;
     if (tb > ntiles) tb = ntiles;
     const bool bl_ok = p.cap_log2 == 0.0f;
+    if (PP && wgi == 1) turn_pass();
+    // WS: K(t) and V(t - 1) are waited for at the top, and each stage is released once
+    // the wgmma that read it has completed (at the top when this warpgroup skips it).
     for (int t = 0; t <= ntiles; t++) {
-      read_ahead(t);
-      cp_wait<0>();  // K(t), V(t - 1) (and Q)
-      fence_proxy_async();
-      __syncthreads();   // ... visible to all; all of iteration t - 1's wgmma done
-      if (t + 1 < ntiles) load_kv((t + 1) & 1, t + 1, true, false);
-      if (t < ntiles) load_kv(t & 1, t, false, true);
-      cp_commit();
-      note_ahead(t);
-      if (t < ta || t > tb || ta >= tb) continue;  // warpgroup-uniform
+      if (!WS) {
+        read_ahead(t);
+        cp_wait<0>();  // K(t), V(t - 1) (and Q)
+        fence_proxy_async();
+        __syncthreads();  // ... visible to all; all of iteration t - 1's wgmma done
+        if (t + 1 < ntiles) load_kv((t + 1) & 1, t + 1, true, false);
+        if (t < ntiles) load_kv(t & 1, t, false, true);
+        cp_commit();
+        note_ahead(t);
+      } else {
+        const bool act = ta < tb, useK = act && ta <= t && t < tb, useV = act && ta < t && t <= tb;
+        if (t < ntiles) mbar_wait(full_k(t & 1), (t >> 1) & 1);
+        if (t >= 1) mbar_wait(full_v((t - 1) & 1), ((t - 1) >> 1) & 1);
+        fence_proxy_async();  // the producer's cp.async writes, before wgmma reads them
+        if (t < ntiles && !useK) release(empty_k(t & 1));
+        if (t >= 1 && !useV) release(empty_v((t - 1) & 1));
+      }
+      if (t < ta || t > tb || ta >= tb) {  // warpgroup-uniform
+        turn_wait();
+        turn_pass();
+        continue;
+      }
       float alpha[2];
+      turn_wait();
       if (t == ta) {
         fence_regs(o);
         wg_fence();
         issue_s(t);
+        turn_pass();
         wg_wait<0>();
+        if (WS) release(empty_k(t & 1));
         fence_regs(s);
-        softmax(t, alpha, false);
+        softmax(t, alpha, 2, true);
         rescale_pack(alpha);
       } else if (t < tb && bl_ok) {
-        fence_regs(o);
-        fence_regs(s);
-        wg_fence();
-        issue_s(t);
-        issue_pv(t - 1);
-        wg_wait<1>();  // S(t); P V(t - 1) may still run
-        fence_regs(s);
-        softmax(t, alpha, true);
-        wg_wait<0>();
-        fence_regs(o);
+        // S(t) and P V(t - 1) in flight, then tile t's softmax while P V(t - 1) runs. The
+        // two copies differ in the mask, chosen here while no wgmma is in flight.
+        auto overlapped = [&](const int MM) {
+          fence_regs(o);
+          fence_regs(s);
+          wg_fence();
+          issue_s(t);
+          issue_pv(t - 1);
+          turn_pass();
+          wg_wait<1>();  // S(t); P V(t - 1) may still run
+          if (WS) release(empty_k(t & 1));
+          fence_regs(s);
+          softmax(t, alpha, MM, false);
+          wg_wait<0>();
+          if (WS) release(empty_v((t - 1) & 1));
+          fence_regs(o);
+        };
+        const int j0 = kv_lo + t * KT;
+        if (j0 < in_lo || j0 + KT > in_hi)
+          overlapped(1);
+        else
+          overlapped(0);
         rescale_pack(alpha);
       } else if (t < tb) {  // soft cap: in order
         fence_regs(o);
         wg_fence();
         issue_pv(t - 1);
         wg_wait<0>();
+        if (WS) release(empty_v((t - 1) & 1));
         fence_regs(o);
         fence_regs(s);
         wg_fence();
         issue_s(t);
         wg_wait<0>();
+        turn_pass();
+        if (WS) release(empty_k(t & 1));
         fence_regs(s);
-        softmax(t, alpha, false);
+        softmax(t, alpha, 2, true);
         rescale_pack(alpha);
       } else {
         fence_regs(o);
         wg_fence();
         issue_pv(t - 1);
+        turn_pass();
         wg_wait<0>();
+        if (WS) release(empty_v((t - 1) & 1));
         fence_regs(o);
       }
     }

@@ -120,7 +120,9 @@ static int q_tile_for(int D, int64_t rows) {
  * has more than 16 packed rows; everything else runs on mma.sync (prefill.cuh), which
  * every NVIDIA GPU from sm_80 and AMD's run. FI_PREFILL_WGMMA=0 forces mma.sync, as does
  * FI_PREFILL_QTILE (its tuning override); FI_PREFILL_WG=<warpgroups>x<kv tile> (1x64,
- * 2x128, ...) forces the wgmma kernel's shape. Read at every call, so that a test or a
+ * 2x128, ...) forces the wgmma kernel's shape, FI_PREFILL_WS=0 its every-thread-loads
+ * variant (no producer warpgroup), FI_PREFILL_WS=1 a producer without the ping-pong.
+ * Read at every call, so that a test or a
  * benchmark can compare them. */
 static int pick_kernel(fi_runtime *rt, int devtype, int device, int single, int dt, int D,
                        int64_t rows, int rope, jit_key *key) {
@@ -137,12 +139,14 @@ static int pick_kernel(fi_runtime *rt, int devtype, int device, int single, int 
        * 128-token tiles; two warpgroups and 128 tokens above (293 at 4 x 8192, against 264
        * with 64-token tiles and 221 with one warpgroup). */
       int qt = rows <= 64 ? 64 : 128, kt = rows <= 64 ? 64 : 128;
-      const char *w = getenv("FI_PREFILL_WG");
+      const char *w = getenv("FI_PREFILL_WG"), *ws = getenv("FI_PREFILL_WS");
       if (w && (w[0] == '1' || w[0] == '2') && w[1] == 'x') {
         qt = 64 * (w[0] - '0');
         kt = atoi(w + 2) == 64 ? 64 : 128;
       }
-      jit_prefill_wgmma_select(single, dt, D, qt, kt, key);
+      /* A producer warpgroup and ping-pong (FI_PREFILL_WS=0 or 1 turns them off). */
+      jit_prefill_wgmma_select(single, dt, D, qt, kt, ws && (ws[0] == '0' || ws[0] == '1') ? ws[0] - '0' : 2,
+                               key);
       return qt;
     }
   }

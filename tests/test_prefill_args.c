@@ -282,18 +282,22 @@ FT_TEST(wgmma_keys_registered_and_hopper_only) {
     FT_CHECK(!ops[s]->target_arch("sm_80") && !ops[s]->target_arch("sm_100") && !ops[s]->target_arch("gfx90a"));
     for (int q = 0; q < 2; q++)
       for (int d = 0; d < 2; d++)
-        for (int t = 0; t < 4; t++) {
+        for (int t = 0; t < 12; t++) {
           jit_key k;
-          jit_prefill_wgmma_select(s == 0, dts[q], dims[d], tiles[t % 2], kvt[t / 2], &k);
-          FT_CHECK(k.v[PREFILL_WG_P_KV_TILE] == kvt[t / 2]);
+          /* producer 2 (ping-pong) means 1 at q tile 64: one consumer warpgroup */
+          const int ws = t / 4, kws = ws == 2 && tiles[t % 2] == 64 ? 1 : ws;
+          jit_prefill_wgmma_select(s == 0, dts[q], dims[d], tiles[t % 2], kvt[t / 2 % 2], ws, &k);
+          FT_CHECK(k.v[PREFILL_WG_P_KV_TILE] == kvt[t / 2 % 2] && k.v[PREFILL_WG_P_PRODUCER] == kws);
           FT_CHECK(k.op == ops[s] && jit_prefill_is_wgmma(&k));
           FT_CHECK(jit_prefill_key_q_tile(&k) == tiles[t % 2], "q tile %d", jit_prefill_key_q_tile(&k));
-          FT_CHECK(jit_prefill_threads(&k) == 2u * (unsigned)tiles[t % 2], "threads %u", jit_prefill_threads(&k));
+          /* a warpgroup per 64 rows, and the producer's */
+          FT_CHECK(jit_prefill_threads(&k) == 2u * (unsigned)tiles[t % 2] + 128u * (unsigned)(ws > 0), "threads %u",
+                   jit_prefill_threads(&k));
           const unsigned sm = ops[s]->dyn_smem(&k);
-          /* Q, two K/V stages, three offset tables and the 1024-byte alignment slack; the
-           * largest within an SM's 227 KB. */
-          const unsigned want = (unsigned)((tiles[t % 2] * dims[d] + 4 * kvt[t / 2] * dims[d]) * 2 +
-                                           3 * kvt[t / 2] * 8 + 1024);
+          /* Q, two K/V stages, three offset tables, the mbarriers and the 1024-byte
+           * alignment slack; the largest within an SM's 227 KB. */
+          const unsigned want = (unsigned)((tiles[t % 2] * dims[d] + 4 * kvt[t / 2 % 2] * dims[d]) * 2 +
+                                           3 * kvt[t / 2 % 2] * 8 + 128 + 1024);
           FT_CHECK(sm == want && sm <= 227u * 1024, "shared memory %u, expected %u", sm, want);
           int found = 0;
           for (int i = 0; i < k.op->config_count(); i++) {
@@ -301,10 +305,10 @@ FT_TEST(wgmma_keys_registered_and_hopper_only) {
             k.op->config(i, &c);
             found += memcmp(c.v, k.v, sizeof c.v) == 0;
           }
-          FT_CHECK(found == 1, "%s dt=%d d=%d tiles %d/%d registered %d times", k.op->name, dts[q], dims[d],
-                   tiles[t % 2], kvt[t / 2], found);
+          FT_CHECK(found == 1, "%s dt=%d d=%d tiles %d/%d ws %d registered %d times", k.op->name, dts[q],
+                   dims[d], tiles[t % 2], kvt[t / 2 % 2], ws, found);
         }
-    FT_CHECK(ops[s]->config_count() == 16, "%s: %d configurations", ops[s]->name, ops[s]->config_count());
+    FT_CHECK(ops[s]->config_count() == 40, "%s: %d configurations", ops[s]->name, ops[s]->config_count());
   }
   /* An mma.sync key is not a wgmma one. */
   jit_key m;

@@ -23,7 +23,7 @@
 
 static int g_kt = 128, g_nwg = 2, g_kdesc = 0, g_vdesc = 0;
 
-static int smem_bytes(int D) { return (g_nwg * 64 * D + 4 * g_kt * D) * 2 + 3 * g_kt * 8 + 1024; }
+static int smem_bytes(int D) { return (g_nwg * 64 * D + 4 * g_kt * D) * 2 + 3 * g_kt * 8 + 128 + 1024; }
 
 typedef struct {
   const char *name;
@@ -279,7 +279,7 @@ int main(int argc, char **argv) {
       for (int D = 64; D <= 128; D += 64)
         n += snprintf(src + n, sizeof src - n,
                       "extern \"C\" __global__ void __launch_bounds__(%d, 1) wg_attn%s_%s_d%d(const fi_prefill_kparams p) "
-                      "{ fi::wg::prefill_wgmma<%s, %d, %d, %d, 1, %d>(p); }\n",
+                      "{ fi::wg::prefill_wgmma<%s, %d, %d, %d, 1, %d, 0>(p); }\n",
                       128 * g_nwg, ov ? "_ov" : "", ts[dt], D, tn[dt], D, g_kt, g_nwg, ov);
   char o1[64], o2[64];
   snprintf(o1, sizeof o1, "-DFI_WG_KDESC=%d", g_kdesc);
