@@ -189,6 +189,11 @@ void jit_prefill_wgmma_select(int single, int dtype, int head_dim, int q_tile, i
   out->v[PREFILL_WG_P_WARPGROUPS] = q_tile > 64 ? 2 : 1;
   out->v[PREFILL_WG_P_KV_TILE] = kv_tile > 64 ? 128 : 64;
   out->v[PREFILL_WG_P_PRODUCER] = producer <= 0 ? 0 : producer == 1 || q_tile <= 64 ? 1 : 2;
+  if (head_dim == 256) { /* one shape: its O takes 128 registers a thread, no room for a producer */
+    out->v[PREFILL_WG_P_WARPGROUPS] = 2;
+    out->v[PREFILL_WG_P_KV_TILE] = 64;
+    out->v[PREFILL_WG_P_PRODUCER] = 0;
+  }
 }
 
 /* wgmma exists on sm_90a alone: a Hopper device (sm_90) runs the sm_90a binary. */
@@ -209,14 +214,17 @@ static unsigned wg_smem(const jit_key *k) {
 static int render_wg(const jit_key *k, const char *entry, char *buf, size_t n, int single) {
   const int64_t *v = k->v;
   /* OV = 1: a tile's softmax runs while the previous tile's P V is on the tensor cores.
-   * One block an SM is also what setmaxnreg needs: ptxas moves registers between the
-   * producer and the consumers only from a known count at entry. */
+   * The blocks an SM are also what setmaxnreg needs: ptxas moves registers between the
+   * producer and the consumers only from a known count at entry. One consumer warpgroup
+   * and a producer: two blocks an SM (the kernel's setmaxnreg counts assume it). */
+  const unsigned threads = jit_prefill_threads(k);
   int w = snprintf(buf, n,
-                   "extern \"C\" __global__ void __launch_bounds__(%u, 1)\n"
+                   "extern \"C\" __global__ void __launch_bounds__(%u, %d)\n"
                    "%s(fi_prefill_kparams p) {\n"
                    "  fi::wg::prefill_wgmma<%s, %d, %d, %d, %d, 1, %d>(p);\n"
                    "}\n",
-                   jit_prefill_threads(k), entry, jit_dtype_cxx((int)v[PREFILL_WG_P_DTYPE]),
+                   threads, threads == 256 && v[PREFILL_WG_P_PRODUCER] ? 2 : 1, entry,
+                   jit_dtype_cxx((int)v[PREFILL_WG_P_DTYPE]),
                    (int)v[PREFILL_WG_P_HEAD_DIM], (int)v[PREFILL_WG_P_KV_TILE],
                    (int)v[PREFILL_WG_P_WARPGROUPS], single, (int)v[PREFILL_WG_P_PRODUCER]);
   return w < 0 || (size_t)w >= n ? -1 : w;
@@ -225,10 +233,15 @@ static int render_wg_single(const jit_key *k, const char *e, char *b, size_t n) 
 static int render_wg_batch(const jit_key *k, const char *e, char *b, size_t n) { return render_wg(k, e, b, n, 0); }
 
 /* dtype x head_dim (64, 128) x kv tile (64, 128) x (q tile, producer): (64, 0), (64, 1),
- * (128, 0), (128, 1), (128, 2). */
-static int count_wg(void) { return 2 * 2 * 2 * 5; }
+ * (128, 0), (128, 1), (128, 2); then head_dim 256 (q tile 128, kv tile 64, no producer)
+ * for each dtype. */
+static int count_wg(void) { return 2 * 2 * 2 * 5 + 2; }
 static void config_wg(int single, int idx, jit_key *out) {
   static const int qp[5][2] = {{64, 0}, {64, 1}, {128, 0}, {128, 1}, {128, 2}};
+  if (idx >= 40) {
+    jit_prefill_wgmma_select(single, dtypes[idx % 2], 256, 128, 64, 0, out);
+    return;
+  }
   const int *m = qp[idx / 8];
   jit_prefill_wgmma_select(single, dtypes[idx % 2], (idx / 2) % 2 ? 128 : 64, m[0], (idx / 4) % 2 ? 128 : 64,
                            m[1], out);

@@ -21,7 +21,7 @@ enum { PREFILL_MERGE_P_DTYPE, PREFILL_MERGE_P_HEAD_DIM };
  * compiled for sm_90a): no RoPE. */
 enum {
   PREFILL_WG_P_DTYPE,      /* f16 or bf16 */
-  PREFILL_WG_P_HEAD_DIM,   /* 64, 128 */
+  PREFILL_WG_P_HEAD_DIM,   /* 64, 128, 256 */
   PREFILL_WG_P_WARPGROUPS, /* 1 or 2: q tile 64 or 128 packed rows */
   PREFILL_WG_P_KV_TILE,    /* kv tokens a tile: 64 or 128 */
   PREFILL_WG_P_PRODUCER    /* 0: every thread loads; 1: a producer warpgroup does (warp
@@ -42,7 +42,8 @@ void jit_prefill_merge_select(int dtype, int head_dim, jit_key *out);
 /* Threads of a prefill key's block (either kernel). */
 unsigned jit_prefill_threads(const jit_key *k);
 /* The wgmma kernel's key (Hopper): single (1) or batch (0), q tile 64 or 128 rows, kv
- * tile 64 or 128 tokens, producer 0, 1 or 2 (PREFILL_WG_P_PRODUCER; 2 is 1 at q tile 64). */
+ * tile 64 or 128 tokens, producer 0, 1 or 2 (PREFILL_WG_P_PRODUCER; 2 is 1 at q tile 64).
+ * head_dim 256 has one shape: q tile 128, kv tile 64, no producer. */
 void jit_prefill_wgmma_select(int single, int dtype, int head_dim, int q_tile, int kv_tile, int producer,
                               jit_key *out);
 /* Whether a key is a wgmma one, and its q tile (rows) either way. */

@@ -186,6 +186,20 @@ FI_WG_MMA(fi_bf16, "bf16", 64, FI_WG_ACC32, FI_WG_OUT32, "%32, %33", "%34", "{%3
 FI_WG_MMA(fi_half, "f16", 64, FI_WG_ACC32, FI_WG_OUT32, "%32, %33", "%34", "{%32, %33, %34, %35}, %36", "%37")
 FI_WG_MMA(fi_bf16, "bf16", 128, FI_WG_ACC64, FI_WG_OUT64, "%64, %65", "%66", "{%64, %65, %66, %67}, %68", "%69")
 FI_WG_MMA(fi_half, "f16", 128, FI_WG_ACC64, FI_WG_OUT64, "%64, %65", "%66", "{%64, %65, %66, %67}, %68", "%69")
+#define FI_WG_ACC128 \
+  "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, " \
+  "%19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31, %32, %33, %34, %35, " \
+  "%36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47, %48, %49, %50, %51, %52, " \
+  "%53, %54, %55, %56, %57, %58, %59, %60, %61, %62, %63, %64, %65, %66, %67, %68, %69, " \
+  "%70, %71, %72, %73, %74, %75, %76, %77, %78, %79, %80, %81, %82, %83, %84, %85, %86, " \
+  "%87, %88, %89, %90, %91, %92, %93, %94, %95, %96, %97, %98, %99, %100, %101, %102, " \
+  "%103, %104, %105, %106, %107, %108, %109, %110, %111, %112, %113, %114, %115, %116, " \
+  "%117, %118, %119, %120, %121, %122, %123, %124, %125, %126, %127}"
+#define FI_WG_OUT128(d) FI_WG_OUT64(d), FI_WG_F8(d, 64), FI_WG_F8(d, 72), FI_WG_F8(d, 80), FI_WG_F8(d, 88), \
+  FI_WG_F8(d, 96), FI_WG_F8(d, 104), FI_WG_F8(d, 112), FI_WG_F8(d, 120)
+// head_dim 256's P V (m64n256k16).
+FI_WG_MMA(fi_bf16, "bf16", 256, FI_WG_ACC128, FI_WG_OUT128, "%128, %129", "%130", "{%128, %129, %130, %131}, %132", "%133")
+FI_WG_MMA(fi_half, "f16", 256, FI_WG_ACC128, FI_WG_OUT128, "%128, %129", "%130", "{%128, %129, %130, %131}, %132", "%133")
 
 // The shared memory prefill_wgmma needs (bytes: the tiles, three offset tables, 128 bytes
 // of mbarriers, the 1024-byte alignment slack).
@@ -214,8 +228,8 @@ FI_DEVICE void prefill_wgmma(const fi_prefill_kparams &p) {
   // THREADS: the threads that load (all, or the producer warpgroup alone)
   constexpr int THREADS = WS ? 128 : NWG * 128, QT = 64 * NWG, CH = D / 8;
   constexpr uint32_t QWG_BYTES = 64 * D * 2, Q_BYTES = NWG * QWG_BYTES, KV_BYTES = KT * D * 2;
-  static_assert(D == 64 || D == 128, "head_dim 64 or 128");
-  static_assert(KT == 64 || KT == 128, "kv tile 64 or 128");
+  static_assert(D == 64 || D == 128 || D == 256, "head_dim 64, 128 or 256");
+  static_assert(KT == 64 || (KT == 128 && D <= 128), "kv tile 64 or 128 (64 at head_dim 256)");
   static_assert(SINGLE || QT <= FI_PREFILL_SLOT_ROWS, "partial slots hold 128 rows");
   static_assert(!WS || OV, "the producer feeds the overlapped loop");
 
@@ -354,8 +368,9 @@ FI_DEVICE void prefill_wgmma(const fi_prefill_kparams &p) {
       // copy is an immediate offset from it; the swizzled column (row % 8 is the same for
       // both rows) once a thread. The page ids of tile t + 1 are read while t loads.
       // Registers to the consumers: 2 x 232 + 40 is the 3 x 168 of the launch bound (at 24
-      // the producer spilled; 232 holds the consumer's loop without spills).
-      if (NWG == 2) reg_dealloc<40>();
+      // the producer spilled; 232 holds the consumer's loop without spills); with one
+      // consumer, two blocks an SM: 216 + 40 is 2 x 128.
+      reg_dealloc<40>();
       if (ntiles > 0) {
         constexpr int RP = KT / 64;  // rows a thread a tile
         load_q();
@@ -398,7 +413,10 @@ FI_DEVICE void prefill_wgmma(const fi_prefill_kparams &p) {
       }
       return;
     }
-    if (NWG == 2) reg_alloc<232>();
+    if (NWG == 2)
+      reg_alloc<232>();
+    else
+      reg_alloc<216>();
   }
 
   float o[D / 2];

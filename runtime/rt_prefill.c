@@ -116,9 +116,9 @@ static int q_tile_for(int D, int64_t rows) {
 }
 
 /* The kernel of a call, into key; returns its q tile. On a Hopper device (sm_90) the
- * wgmma kernel (prefill_wgmma.cuh) takes head_dim 64 and 128 without RoPE once a request
- * has more than 16 packed rows; everything else runs on mma.sync (prefill.cuh), which
- * every NVIDIA GPU from sm_80 and AMD's run. FI_PREFILL_WGMMA=0 forces mma.sync, as does
+ * wgmma kernel (prefill_wgmma.cuh) takes head_dims 64, 128 and 256 without RoPE once a
+ * request has more than 16 packed rows; everything else runs on mma.sync (prefill.cuh),
+ * which every NVIDIA GPU from sm_80 and AMD's run. FI_PREFILL_WGMMA=0 forces mma.sync, as does
  * FI_PREFILL_QTILE (its tuning override); FI_PREFILL_WG=<warpgroups>x<kv tile> (1x64,
  * 2x128, ...) forces the wgmma kernel's shape, FI_PREFILL_WS=0 its every-thread-loads
  * variant (no producer warpgroup), FI_PREFILL_WS=1 a producer without the ping-pong.
@@ -128,7 +128,7 @@ static int pick_kernel(fi_runtime *rt, int devtype, int device, int single, int 
                        int64_t rows, int rope, jit_key *key) {
   const char *e = getenv("FI_PREFILL_WGMMA"), *qe = getenv("FI_PREFILL_QTILE");
   const int allow = !(e && strcmp(e, "0") == 0) && !(qe && *qe);
-  if (rt && allow && !rope && (D == 64 || D == 128) && rows > 16) { /* rt: NULL when planning offline (tests) */
+  if (rt && allow && !rope && (D == 64 || D == 128 || D == 256) && rows > 16) { /* rt: NULL when planning offline (tests) */
     const rt_device_i *be;
     void *state;
     char arch[32], err[128];

@@ -308,7 +308,23 @@ FT_TEST(wgmma_keys_registered_and_hopper_only) {
           FT_CHECK(found == 1, "%s dt=%d d=%d tiles %d/%d ws %d registered %d times", k.op->name, dts[q],
                    dims[d], tiles[t % 2], kvt[t / 2 % 2], ws, found);
         }
-    FT_CHECK(ops[s]->config_count() == 40, "%s: %d configurations", ops[s]->name, ops[s]->config_count());
+    /* head_dim 256: one shape whatever is asked (two warpgroups, 64-token tiles, no
+     * producer), registered once a dtype */
+    for (int q = 0; q < 2; q++) {
+      jit_key k;
+      jit_prefill_wgmma_select(s == 0, dts[q], 256, 64, 128, 2, &k);
+      FT_CHECK(k.v[PREFILL_WG_P_WARPGROUPS] == 2 && k.v[PREFILL_WG_P_KV_TILE] == 64 && k.v[PREFILL_WG_P_PRODUCER] == 0);
+      FT_CHECK(jit_prefill_threads(&k) == 256u && ops[s]->dyn_smem(&k) <= 227u * 1024, "threads %u smem %u",
+               jit_prefill_threads(&k), ops[s]->dyn_smem(&k));
+      int found = 0;
+      for (int i = 0; i < k.op->config_count(); i++) {
+        jit_key c;
+        k.op->config(i, &c);
+        found += memcmp(c.v, k.v, sizeof c.v) == 0;
+      }
+      FT_CHECK(found == 1, "%s head_dim 256 dt=%d registered %d times", k.op->name, dts[q], found);
+    }
+    FT_CHECK(ops[s]->config_count() == 42, "%s: %d configurations", ops[s]->name, ops[s]->config_count());
   }
   /* An mma.sync key is not a wgmma one. */
   jit_key m;
