@@ -134,11 +134,11 @@ static int pick_kernel(fi_runtime *rt, int devtype, int device, int single, int 
     char arch[32], err[128];
     if (rt_backend(rt, devtype, &be, &state) == FI_OK && be == &rt_device_cuda &&
         be->arch(state, device, arch, sizeof arch, err, sizeof err) == 0 && strcmp(arch, "sm_90") == 0) {
-      /* One warpgroup and 64-token kv tiles for requests of at most 64 packed rows: forced
-       * onto 64 x 1024 causal on the H200 that shape ran at 171 TFLOP/s against 102 with
-       * 128-token tiles; two warpgroups and 128 tokens above (293 at 4 x 8192, against 264
-       * with 64-token tiles and 221 with one warpgroup). */
-      int qt = rows <= 64 ? 64 : 128, kt = rows <= 64 ? 64 : 128;
+      /* One consumer warpgroup and 64-token kv tiles (two blocks an SM) for requests of at
+       * most 2048 packed rows: on the H200, 16 x 512 causal 32/8 (2048 rows) ran at 159
+       * TFLOP/s against 145 with two consumers and 128-token tiles, which win above (238
+       * against 221 at 64 x 1024, 424 against 271 at 4 x 8192). */
+      int qt = rows <= 2048 ? 64 : 128, kt = rows <= 2048 ? 64 : 128;
       const char *w = getenv("FI_PREFILL_WG"), *ws = getenv("FI_PREFILL_WS");
       if (w && (w[0] == '1' || w[0] == '2') && w[1] == 'x') {
         qt = 64 * (w[0] - '0');

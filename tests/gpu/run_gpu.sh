@@ -18,6 +18,9 @@ gpu_rc=${PIPESTATUS[0]}
 echo "== prefill on mma.sync alone (FI_PREFILL_WGMMA=0)"
 FI_PREFILL_WGMMA=0 FT_LOGDIR="$L" tests/run_tests.sh "$B"/tests/gpu_prefill 2>&1 | tee -a "$OUT/gpu-test.txt"
 [ "${PIPESTATUS[0]}" = 0 ] || gpu_rc=1
+echo "== prefill on the wgmma kernel's large shape (FI_PREFILL_WG=2x128: producer, ping-pong)"
+FI_PREFILL_WG=2x128 FT_LOGDIR="$L" tests/run_tests.sh "$B"/tests/gpu_prefill 2>&1 | tee -a "$OUT/gpu-test.txt"
+[ "${PIPESTATUS[0]}" = 0 ] || gpu_rc=1
 # Every case's measured error, kept with the results (few files come back).
 cat "$L"/*.err "$L"/*.out >> "$OUT/gpu-test.txt" 2>/dev/null
 rm -rf "$L"
