@@ -28,6 +28,14 @@
 // on the H200, before the warp aggregation and the finer first level were added too);
 // masses carry into a second 32-bit word. Every pass after the first re-reads the row, which the
 // first pass left in L2 (64 rows of 128256 floats: 33 MB of the H200's 60 MB).
+//
+// The first pass also records each tile's largest key; a later pass that only counts or
+// draws keys above some floor skips the tiles below it (the late rounds of a search, the
+// sampling pass after top-k or min-p: most tiles of a row hold none of the kept tokens).
+// Top-p sampling draws first and searches only when it must: KDRAW draws from the row (an
+// exact fixed-point inverse CDF), each accepted iff the mass above it is below the need,
+// the first accepted wins (rejection sampling; see topp_sample). Two passes instead of a
+// three-round search and a sampling pass.
 #pragma once
 #include "fi_params.h"
 #include "sampling_params.h"
@@ -46,6 +54,8 @@ typedef unsigned long long u64;
 constexpr int PIECES = 4;           // 4-element pieces per group
 constexpr int GROUP = 4 * PIECES;   // elements per group (one lane's share of a tile)
 constexpr int TILE = 128 * PIECES;  // elements per tile
+constexpr int TCAP = 1024;          // tiles per CTA whose largest key is recorded (skips)
+constexpr int KDRAW = 4;            // top-p candidates drawn before the exact search
 
 FI_DEVICE float neg_inf() { return bits_to_float(0xff800000u); }
 
@@ -72,6 +82,58 @@ FI_DEVICE u64 shfl_down(u64 v, int o) {
 }
 FI_DEVICE float shfl_xor(float v, int o) { return bits_to_float(shfl_xor32(float_to_bits(v), o)); }
 FI_DEVICE uint32_t shfl_xor(uint32_t v, int o) { return shfl_xor32(v, o); }
+
+// Within a logical warp of 32 lanes (half a wavefront on ROCm): lane src's v, and the
+// v of the lane o below (lanes below o get their own back).
+FI_DEVICE uint32_t shfl_idx32(uint32_t v, int src) {
+#if FI_CUDA
+  return __shfl_sync(0xffffffffu, v, src, 32);
+#else
+  return (uint32_t)__shfl((int)v, src, 32);
+#endif
+}
+FI_DEVICE uint32_t shfl_up32(uint32_t v, int o) {
+#if FI_CUDA
+  return __shfl_up_sync(0xffffffffu, v, o, 32);
+#else
+  return (uint32_t)__shfl_up((int)v, o, 32);
+#endif
+}
+FI_DEVICE u64 shfl_idx64(u64 v, int src) {
+  return (u64)shfl_idx32((uint32_t)v, src) | ((u64)shfl_idx32((uint32_t)(v >> 32), src) << 32);
+}
+// Sum over the 32 lanes (every lane gets it), and the inclusive prefix sum in lane order.
+FI_DEVICE u64 lw_sum(u64 v) {
+#pragma unroll
+  for (int o = 16; o > 0; o >>= 1) v += shfl_xor(v, o);
+  return v;
+}
+FI_DEVICE u64 lw_scan(u64 v, int lane) {
+#pragma unroll
+  for (int o = 1; o < 32; o <<= 1) {
+    const u64 x = (u64)shfl_up32((uint32_t)v, o) | ((u64)shfl_up32((uint32_t)(v >> 32), o) << 32);
+    if (lane >= o) v += x;
+  }
+  return v;
+}
+FI_DEVICE uint32_t lw_max(uint32_t v) {
+#pragma unroll
+  for (int o = 16; o > 0; o >>= 1) {
+    const uint32_t x = shfl_xor32(v, o);
+    v = x > v ? x : v;
+  }
+  return v;
+}
+// The lowest lane of the 32 whose flag is set (32: none).
+FI_DEVICE int lw_first(bool f, int lane) {
+  uint32_t m = f ? (uint32_t)lane : 32u;
+#pragma unroll
+  for (int o = 16; o > 0; o >>= 1) {
+    const uint32_t x = shfl_xor32(m, o);
+    m = x < m ? x : m;
+  }
+  return (int)m;
+}
 
 // Lanes of the warp holding the same v (sm_70 and newer; every lane must call it).
 FI_DEVICE uint32_t match_any(uint32_t v) {
@@ -103,6 +165,13 @@ FI_DEVICE V *remote(V *p, uint32_t rank) {
   (void)rank;
   return p;
 #endif
+}
+
+// A shared variable of CTA `rank` of a C-CTA cluster (this CTA's own when C is 1: no
+// cluster instruction runs in a launch without clusters).
+template <int C, typename V>
+FI_DEVICE V *at_rank(V *p, int rank) {
+  return C == 1 ? p : remote(p, (uint32_t)rank);
 }
 
 // ---- block reductions: every thread gets the result; deterministic order ----
@@ -237,6 +306,12 @@ struct RedSmem {
   u64 uslot[2];
   float fslot[2];
   float mslot[2], sslot[2];
+  // top-p by rejection: the cluster prefix of the CTA masses, the candidates (written by
+  // the CTA that drew each, into every CTA), and the masses above them.
+  u64 pslot, pres[2];
+  uint32_t ckey[KDRAW];
+  int32_t cidx[KDRAW];
+  u64 aw[32][KDRAW], aslot[KDRAW], ares[KDRAW];
 };
 
 // SEL: the threshold search. 0: radix select over fixed bit fields of the keys (12 + 12 +
@@ -249,15 +324,22 @@ struct Row {
   static constexpr bool LOGITS =
       OP == FI_SMP_SOFTMAX || OP == FI_SMP_TOPK_TOPP_LOGITS || OP == FI_SMP_TOPK_MASK;
   static constexpr int LW = THREADS / 32;  // logical warps (tiles in flight) per CTA
+  static_assert(LW >= KDRAW && LW <= 32, "one logical warp per top-p draw; RedSmem::aw");
 
   const fi_sampling_params &p;
   RedSmem &rs;
   SelSmem<THREADS, C> *sel;  // the selection ops only
+  // The largest key of each of the CTA's first TCAP tiles, written by the first pass over
+  // the row (NULL: the one-pass ops). A later pass that only counts keys >= some floor
+  // skips the tiles whose largest key is below it: at the end of a search (or for the
+  // handful of tokens a top-k or min-p set keeps) most tiles of a row hold none.
+  uint32_t *tkey;
+  bool have_tkeys_ = false;
   int row, rank, t0, t1, lw, lane;
   const T *in;
 
-  FI_DEVICE Row(const fi_sampling_params &pp, RedSmem &r, SelSmem<THREADS, C> *s)
-      : p(pp), rs(r), sel(s) {
+  FI_DEVICE Row(const fi_sampling_params &pp, RedSmem &r, SelSmem<THREADS, C> *s, uint32_t *tk)
+      : p(pp), rs(r), sel(s), tkey(tk) {
     row = (int)(blockIdx.x / C);
     rank = (int)(blockIdx.x % C);
     const int ntiles = (p.vocab + TILE - 1) / TILE;
@@ -268,13 +350,36 @@ struct Row {
     in = static_cast<const T *>(p.input) + (int64_t)row * p.in_stride;
   }
 
+  // f(tile, values) for the CTA's tiles that may hold a key >= floor (every tile on the
+  // first pass, which records the tile keys when there is room for them). A tile is a
+  // logical warp's, the same one in every pass.
   template <typename F>
-  FI_DEVICE void for_groups(F f) {
+  FI_DEVICE void for_groups_above(uint32_t floor, F f) {
+    const bool rec = tkey != nullptr && !have_tkeys_;
+    const bool skip = tkey != nullptr && have_tkeys_ && floor > 0u;
     for (int tile = t0 + lw; tile < t1; tile += LW) {
+      const int rel = tile - t0;
+      if (skip && rel < TCAP && tkey[rel] < floor) continue;
       float v[GROUP];
       load_group<T, VEC, LOGITS>(in, p.vocab, tile, lane, v);
+      if (rec && rel < TCAP) {
+        uint32_t m = 0u;
+#pragma unroll
+        for (int i = 0; i < GROUP; i++) {
+          const uint32_t k = key_of<LOGITS>(v[i]);
+          m = k > m ? k : m;
+        }
+        m = lw_max(m);
+        if (lane == 0) tkey[rel] = m;
+      }
       f(tile, v);
     }
+    // Every pass ends in a block barrier (a reduction) before the next one reads tkey.
+    if (rec) have_tkeys_ = true;
+  }
+  template <typename F>
+  FI_DEVICE void for_groups(F f) {
+    for_groups_above(0u, f);
   }
   FI_DEVICE int elem(int tile, int i) const {
     return tile * TILE + (i >> 2) * 128 + lane * 4 + (i & 3);
@@ -292,9 +397,9 @@ struct Row {
   }
 
   template <typename E, typename W>
-  FI_DEVICE float row_sum(E elig, W wfun) {
+  FI_DEVICE float row_sum(E elig, W wfun, uint32_t floor) {  // elig(x) implies key >= floor
     float s = 0.0f;
-    for_groups([&](int, float(&v)[GROUP]) {
+    for_groups_above(floor, [&](int, float(&v)[GROUP]) {
 #pragma unroll
       for (int i = 0; i < GROUP; i++) s += elig(v[i]) ? wfun(v[i]) : 0.0f;
     });
@@ -372,7 +477,9 @@ struct Row {
       const int pshift = round == 1 ? S0 : S1;
       for (int b = tid; b < nb; b += THREADS) sm.lo[b] = sm.hi[b] = 0u;
       __syncthreads();
-      for_groups([&](int, float(&v)[GROUP]) {
+      // The counted keys of this round are >= lower and start with prefix.
+      const uint32_t pfloor = round == 0 ? 0u : prefix << pshift;
+      for_groups_above(pfloor > lower ? pfloor : lower, [&](int, float(&v)[GROUP]) {
 #pragma unroll
         for (int i = 0; i < GROUP; i++) {
           const uint32_t k = key_of<LOGITS>(v[i]);
@@ -526,7 +633,7 @@ struct Row {
       const u64 width = (u64)1 << w;
       for (int b = tid; b < nb; b += THREADS) sm.lo[b] = sm.hi[b] = 0u;
       __syncthreads();
-      for_groups([&](int, float(&v)[GROUP]) {
+      for_groups_above(base > lower ? base : lower, [&](int, float(&v)[GROUP]) {
 #pragma unroll
         for (int i = 0; i < GROUP; i++) {
           const uint32_t k = key_of<LOGITS>(v[i]);
@@ -618,12 +725,13 @@ struct Row {
 
   // Sampling pass: each group's candidate, the row's minimum over the cluster, written
   // by rank 0. elig(x): the element may be drawn; wfun(x): its weight.
+  // elig(x) implies key >= floor (the tiles below it have no candidate).
   template <typename E, typename W>
-  FI_DEVICE void sample(E elig, W wfun) {
+  FI_DEVICE void sample(E elig, W wfun, uint32_t floor = 0u) {
     u64 best = ~0ull;
     const uint32_t k0 = (uint32_t)p.seed, k1 = (uint32_t)(p.seed >> 32);
     const uint32_t o0 = (uint32_t)p.offset, o1 = (uint32_t)(p.offset >> 32);
-    for_groups([&](int tile, float(&v)[GROUP]) {
+    for_groups_above(floor, [&](int tile, float(&v)[GROUP]) {
       // The weights are recomputed in the second walk (the same operations, so the same
       // values) rather than kept: 32 registers fewer.
       float S = 0.0f;
@@ -676,6 +784,212 @@ struct Row {
         store4<O, VEC>(orow, p.vocab, tile * TILE + j * 128 + lane * 4, y);
       }
     });
+  }
+
+  // ---- top-p sampling by rejection ----
+  // Draws from the row restricted to a set T containing the top-p set S are, when they
+  // fall in S, draws from S: so KDRAW independent draws from T are tested against S in
+  // order and the first inside wins. Each is inside with probability M(S) / M(T) >= top_p,
+  // so at top_p 0.9 all KDRAW miss once in 10^4 rows. A candidate c is in S iff the mass
+  // of the keys above it is below the need (the same fixed-point measure and need as
+  // topp_tau's search), so no threshold is searched for: one pass to draw (the masses of
+  // the tiles, then an exact integer inverse CDF over tiles, lanes and elements), one pass
+  // for the masses above the candidates. When all miss, the exact search runs over the keys
+  // above the largest miss and the row is sampled as before (fresh Philox counters).
+
+  // The weight of an element in the draw: its fixed-point mass (exact, order-independent,
+  // so the draw does not depend on the cluster size).
+  template <typename W>
+  FI_DEVICE u64 mass(float x, uint32_t lower, W wfun) const {
+    return key_of<LOGITS>(x) >= lower ? fx(wfun(x)) : 0ull;
+  }
+
+  // Candidate j of the draw at position t of this CTA's mass: the tile, then the lane, then
+  // the element (lane j-th logical warp does it); written into every CTA of the cluster.
+  template <typename W>
+  FI_DEVICE void locate(int j, u64 t, int nt, uint32_t lower, W wfun) {
+    SelSmem<THREADS, C> &sm = *sel;
+    int rel = -1;
+    u64 acc = 0;
+    for (int c0 = 0; c0 < nt; c0 += 32) {
+      const int b = c0 + lane;
+      const u64 x = b < nt ? ((u64)sm.hi[b] << 32) | sm.lo[b] : 0ull;
+      const u64 incl = lw_scan(x, lane);
+      const u64 ctot = shfl_idx64(incl, 31);
+      if (acc + ctot > t) {
+        const int f = lw_first(acc + incl > t, lane);
+        const u64 excl = shfl_idx64(incl - x, f);
+        rel = c0 + f;
+        t -= acc + excl;
+        break;
+      }
+      acc += ctot;
+    }
+    if (rel < 0) return;  // not reached: t is below this CTA's mass
+    const int tile = t0 + rel;
+    float v[GROUP];
+    load_group<T, VEC, LOGITS>(in, p.vocab, tile, lane, v);
+    u64 s = 0;
+#pragma unroll
+    for (int i = 0; i < GROUP; i++) s += mass(v[i], lower, wfun);
+    const u64 incl = lw_scan(s, lane);
+    const int f = lw_first(incl > t, lane);
+    if (lane != f) return;
+    u64 a = incl - s;
+    int pick = -1;
+#pragma unroll
+    for (int i = 0; i < GROUP; i++) {
+      a += mass(v[i], lower, wfun);
+      if (pick < 0 && a > t) pick = i;
+    }
+    if (pick < 0) return;
+    const int e = elem(tile, pick);
+    float xv = v[0];
+#pragma unroll
+    for (int i = 1; i < GROUP; i++)
+      if (i == pick) xv = v[i];
+    const uint32_t key = key_of<LOGITS>(xv);
+    for (int c = 0; c < C; c++) {
+      *at_rank<C>(&rs.ckey[j], c) = key;
+      *at_rank<C>(&rs.cidx[j], c) = e;
+    }
+  }
+
+  // Samples from the top-p set among the keys >= lower (weights wfun), as
+  // sample(key >= topp_tau(lower, wfun)) does, drawing by rejection first.
+  template <typename W>
+  FI_DEVICE void topp_sample(uint32_t lower, W wfun) {
+    auto ge = [lower](float x) { return key_of<LOGITS>(x) >= lower; };
+    const float tp = top_p();
+    const int nt = t1 - t0, tid = (int)threadIdx.x;
+    if (!(tp < 1.0f)) return sample(ge, wfun, lower);
+    if (nt > 4096) {  // the tile masses would not fit the histogram arrays: search first
+      const uint32_t tau = topp_tau(lower, wfun);
+      return sample([tau](float x) { return key_of<LOGITS>(x) >= tau; }, wfun, tau);
+    }
+    SelSmem<THREADS, C> &sm = *sel;
+    // Pass 1: the mass of every tile (0 for the skipped ones) and of the CTA.
+    for (int b = tid; b < nt; b += THREADS) sm.lo[b] = sm.hi[b] = 0u;
+    if (tid < KDRAW) rs.cidx[tid] = -1;
+    __syncthreads();
+    u64 mine = 0;
+    for_groups_above(lower, [&](int tile, float(&v)[GROUP]) {
+      u64 s = 0;
+#pragma unroll
+      for (int i = 0; i < GROUP; i++) s += mass(v[i], lower, wfun);
+      s = lw_sum(s);
+      if (lane == 0) {
+        sm.lo[tile - t0] = (uint32_t)s;
+        sm.hi[tile - t0] = (uint32_t)(s >> 32);
+        mine += s;
+      }
+    });
+    auto add = [](u64 a, u64 b) { return a + b; };
+    mine = block_reduce<THREADS>(mine, add, rs.u);
+    u64 before = 0, total = mine;
+    if (C > 1) {
+      if (tid == 0) rs.pslot = mine;
+      cluster_sync();
+      if (tid == 0) {
+        u64 b = 0, a = 0;
+        for (int c = 0; c < C; c++) {
+          const u64 x = *remote(&rs.pslot, (uint32_t)c);
+          if (c < rank) b += x;
+          a += x;
+        }
+        rs.pres[0] = b;
+        rs.pres[1] = a;
+      }
+      __syncthreads();
+      before = rs.pres[0];
+      total = rs.pres[1];
+    }
+    // No mass in fixed point (weights all below 2^-37): no threshold, as topp_tau.
+    if (total == 0) return sample(ge, wfun, lower);
+    const double xn = ceil((double)tp * (double)total);
+    const u64 need = xn < 1.0 ? 1ull : (xn > (double)total ? total : (u64)xn);
+    // The draws: uniform integers below the total, from Philox counters no group uses.
+    if (lw < KDRAW) {
+      const u4 r = philox(u4{0x80000000u | (uint32_t)(lw >> 1), (uint32_t)row, (uint32_t)p.offset,
+                             (uint32_t)(p.offset >> 32)},
+                          (uint32_t)p.seed, (uint32_t)(p.seed >> 32));
+      const u64 r64 = (lw & 1) ? ((u64)r.z << 32) | r.w : ((u64)r.x << 32) | r.y;
+      const u64 t = __umul64hi(r64, total);
+      if (t >= before && t - before < mine) locate(lw, t - before, nt, lower, wfun);
+    }
+    if (C > 1)
+      cluster_sync();
+    else
+      __syncthreads();
+    uint32_t ck[KDRAW], cmin = 0xffffffffu;
+    bool any = false;
+#pragma unroll
+    for (int j = 0; j < KDRAW; j++) {
+      const bool ok = rs.cidx[j] >= 0;
+      ck[j] = ok ? rs.ckey[j] : 0xffffffffu;
+      cmin = ok && ck[j] < cmin ? ck[j] : cmin;
+      any = any || ok;
+    }
+    uint32_t miss = lower;  // the largest candidate outside S
+    if (any) {
+      // Pass 2: the mass above each candidate (only keys above the smallest count).
+      u64 A[KDRAW];
+#pragma unroll
+      for (int j = 0; j < KDRAW; j++) A[j] = 0;
+      for_groups_above(cmin + 1u, [&](int, float(&v)[GROUP]) {
+#pragma unroll
+        for (int i = 0; i < GROUP; i++) {
+          const uint32_t k = key_of<LOGITS>(v[i]);
+          if (k > cmin) {
+            const u64 f = fx(wfun(v[i]));
+#pragma unroll
+            for (int j = 0; j < KDRAW; j++) A[j] += k > ck[j] ? f : 0ull;
+          }
+        }
+      });
+#pragma unroll
+      for (int j = 0; j < KDRAW; j++) A[j] = lw_sum(A[j]);
+      if (lane == 0)
+#pragma unroll
+        for (int j = 0; j < KDRAW; j++) rs.aw[lw][j] = A[j];
+      __syncthreads();
+      if (tid < KDRAW) {
+        u64 x = 0;
+        for (int w = 0; w < LW; w++) x += rs.aw[w][tid];
+        rs.aslot[tid] = x;
+      }
+      if (C > 1)
+        cluster_sync();
+      else
+        __syncthreads();
+      if (tid < KDRAW) {
+        u64 x = 0;
+        for (int c = 0; c < C; c++) x += *at_rank<C>(&rs.aslot[tid], c);
+        rs.ares[tid] = x;
+      }
+      __syncthreads();
+      for (int j = 0; j < KDRAW; j++) {
+        if (rs.cidx[j] < 0) continue;
+        if (rs.ares[j] < need) {  // in S: the first such draw is the sample
+          if (rank == 0 && tid == 0)
+            static_cast<int32_t *>(p.out)[(int64_t)row * p.out_stride] = rs.cidx[j];
+          return;
+        }
+        miss = ck[j] > miss ? ck[j] : miss;
+      }
+      miss += 1u;  // S lies above every miss (keys stay below 0xffffffff)
+    }
+    // Every draw missed: the exact threshold among the keys above the misses (S is there,
+    // and the need stays that of the mass above lower), then the row is sampled above it.
+    auto fixed = [need](u64) { return need; };
+    uint32_t tau;
+    if constexpr (SEL == 1) {
+      need_range();
+      tau = select_range<true>(miss, kmin_, kmax_, wfun, fixed);
+    } else {
+      tau = select<true>(miss, wfun, fixed);
+    }
+    sample([tau](float x) { return key_of<LOGITS>(x) >= tau; }, wfun, tau);
   }
 
   FI_DEVICE int top_k() const {
@@ -760,15 +1074,17 @@ struct Row {
       sample([](float) { return true; }, [](float x) { return prob_w(x); });
     } else if constexpr (OP == FI_SMP_TOPK) {
       const uint32_t tau = topk_tau();
-      sample([tau](float x) { return key_of<false>(x) >= tau; }, [](float x) { return prob_w(x); });
+      sample([tau](float x) { return key_of<false>(x) >= tau; }, [](float x) { return prob_w(x); },
+             tau);
     } else if constexpr (OP == FI_SMP_TOPP) {
-      const uint32_t tau = topp_tau(0u, [](float x) { return prob_w(x); });
-      sample([tau](float x) { return key_of<false>(x) >= tau; }, [](float x) { return prob_w(x); });
+      topp_sample(0u, [](float x) { return prob_w(x); });
     } else if constexpr (OP == FI_SMP_MINP) {
       float mp = min_p();
       mp = mp > 0.0f ? (mp < 1.0f ? mp : 1.0f) : 0.0f;  // NaN: 0
       const float thr = mp * row_max();
-      sample([thr](float x) { return prob_w(x) >= thr; }, [](float x) { return prob_w(x); });
+      // thr > 0: the eligible values are positive, so their keys are >= thr's bits.
+      sample([thr](float x) { return prob_w(x) >= thr; }, [](float x) { return prob_w(x); },
+             thr > 0.0f ? float_to_bits(thr) : 0u);
     } else if constexpr (OP == FI_SMP_TOPK_TOPP_LOGITS) {
       float m;
       if constexpr (SEL == 1) {  // the key range gives the largest logit too
@@ -779,9 +1095,7 @@ struct Row {
       }
       const float ninf = neg_inf();
       auto wl = [m, ninf](float x) { return x > ninf ? __expf(x - m) : 0.0f; };
-      const uint32_t tk = topk_tau();
-      const uint32_t tau = topp_tau(tk, wl);
-      sample([tau](float x) { return key_of<true>(x) >= tau; }, wl);
+      topp_sample(topk_tau(), wl);
     } else if constexpr (OP == FI_SMP_TOPK_RENORM || OP == FI_SMP_TOPP_RENORM) {
       uint32_t tau;
       if constexpr (OP == FI_SMP_TOPK_RENORM)
@@ -789,7 +1103,7 @@ struct Row {
       else
         tau = topp_tau(0u, [](float x) { return prob_w(x); });
       auto el = [tau](float x) { return key_of<false>(x) >= tau; };
-      const float s = row_sum(el, [](float x) { return prob_w(x); });
+      const float s = row_sum(el, [](float x) { return prob_w(x); }, tau);
       const float inv = s > 0.0f ? 1.0f / s : 0.0f;
       write<T>([&](float x) { return el(x) ? prob_w(x) * inv : 0.0f; });
     } else if constexpr (OP == FI_SMP_TOPK_MASK) {
@@ -804,12 +1118,17 @@ struct Row {
 template <int OP, typename T, int VEC, int THREADS, int C, int SEL>
 FI_DEVICE void sampling_op(const fi_sampling_params &p) {
   __shared__ RedSmem rs;
-  if constexpr (OP == FI_SMP_SOFTMAX || OP == FI_SMP_SAMPLE || OP == FI_SMP_MINP) {
-    Row<OP, T, VEC, THREADS, C, SEL> r(p, rs, nullptr);
+  if constexpr (OP == FI_SMP_SOFTMAX || OP == FI_SMP_SAMPLE) {
+    Row<OP, T, VEC, THREADS, C, SEL> r(p, rs, nullptr, nullptr);
+    r.run();
+  } else if constexpr (OP == FI_SMP_MINP) {
+    __shared__ uint32_t tkey[TCAP];
+    Row<OP, T, VEC, THREADS, C, SEL> r(p, rs, nullptr, tkey);
     r.run();
   } else {
     __shared__ SelSmem<THREADS, C> sel;
-    Row<OP, T, VEC, THREADS, C, SEL> r(p, rs, &sel);
+    __shared__ uint32_t tkey[TCAP];
+    Row<OP, T, VEC, THREADS, C, SEL> r(p, rs, &sel, tkey);
     r.run();
   }
 }

@@ -331,7 +331,7 @@ FI_API void fi_batch_decode_plan_destroy(fi_decode_plan *plan);
  * - Samples are int32 [batch] token indices. A row with no positive probability in its
  *   allowed set gives -1.
  * - Randomness: Philox4x32-10 keyed by seed, with a counter made of offset, the row and the
- *   position in the row. The same (seed, offset) on the same values gives the same draws,
+ *   position in the row (or a top-p draw's index). The same (seed, offset) on the same values gives the same draws,
  *   whatever the batch size or the device's SM count; a new offset gives fresh draws (an
  *   engine passes a new offset each step). No draw needs a synchronization or a workspace.
  * - Sets, with ties kept together (exact, value-based thresholds; no sort):
@@ -345,8 +345,13 @@ FI_API void fi_batch_decode_plan_destroy(fi_decode_plan *plan);
  *   min-p: the elements with p >= min_p x max(p) (a float32 product); min_p <= 0 (or NaN,
  *     in an array) keeps all, min_p > 1 acts as 1.
  * - The draw is exact for the renormalized distribution over the set: P(i) = p_i / sum of
- *   the set (up to float32 rounding of partial sums), not a rejection loop: every call ends
- *   in a fixed number of passes over the row. ---- */
+ *   the set (up to float32 rounding of partial sums), and every call ends in a bounded
+ *   number of passes over the row. With a top-p filter (top_p < 1) the row first makes 4
+ *   draws from the distribution before top-p (after top-k, from logits), weighted by the
+ *   fixed-point masses above (so a probability below 2^-37 is not drawn there), and the
+ *   first that lies in the top-p set is the sample: rejection sampling with at most 4
+ *   tries, each inside with probability >= top_p. When all 4 miss, the set's threshold is
+ *   searched and the row sampled from the set as above. ---- */
 
 /** softmax(logits / temperature) into out, float32 [batch, vocab] (out may be logits
  * itself when logits is float32). temperature_arr (float32 [batch], positive) or the scalar

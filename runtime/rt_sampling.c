@@ -178,9 +178,10 @@ static int pick_cluster(const rt_device_i *be, void *state, int device, int64_t 
 /* The threshold search of the top-k / top-p kernels (SEL of kernels/sampling.cuh): by
  * default the key-range one (1) for the ops with a top-k filter and the radix one (0) for
  * top-p alone: at 64 x 128256 float32 (H200) top-k 50 sampling took 50 us against 117,
- * top-k + top-p 102 against 149, the top-k mask 57 against 68, while top-p 0.9 took 101
- * against 83. FI_SAMPLING_SELECT=range or radix forces one; read at every call (tens of
- * ns) so that a benchmark or test can compare both. */
+ * top-k + top-p 61 against 88, the top-k mask 57 against 68, while top-p 0.9 renorm took
+ * 109 against 90. Top-p sampling searches only when its draws all miss the set (rarely at
+ * p 0.9), so both searches time it alike (35 us). FI_SAMPLING_SELECT=range or radix forces
+ * one; read at every call (tens of ns) so that a benchmark or test can compare both. */
 static int select_variant(int op) {
   const char *e = getenv("FI_SAMPLING_SELECT");
   if (e && strcmp(e, "range") == 0) return 1;
