@@ -94,10 +94,10 @@ $(BUILD)/tests/gpu_%: tests/gpu/gpu_%.c tests/gpu/gpu_util.h tests/ft.h $(BUILD)
 	$(CC) $(CPPFLAGS) $(CFLAGS) -Itests -Itools $< $(BUILD)/obj/tests/ft_main.o -o $@ $(LDFLAGS) \
 	  -L$(BUILD) -l:libfi_runtime.so -Wl,-rpath,'$$ORIGIN/..' -lsqlite3 -ldl -lpthread -lm
 
-$(BUILD)/tests/%: tests/%.cc $(KERNELS) $(BUILD)/obj/runtime/rt_prefill_plan.o
+$(BUILD)/tests/%: tests/%.cc $(KERNELS) $(BUILD)/obj/runtime/rt_prefill_plan.o $(BUILD)/obj/runtime/rt_decode_plan.o
 	@mkdir -p $(dir $@)
 	$(CXX) -std=c++17 -O2 -D_GNU_SOURCE -Ikernels -Iruntime -Ijit -Icache $< \
-	  $(BUILD)/obj/runtime/rt_prefill_plan.o -o $@ -lm
+	  $(BUILD)/obj/runtime/rt_prefill_plan.o $(BUILD)/obj/runtime/rt_decode_plan.o -o $@ -lm
 
 # Not a test: times the steps of opening the cache on the GPU machine.
 $(BUILD)/tests/probe_store: tests/gpu/probe_store.c $(BUILD)/libfi_internal.a

@@ -18,7 +18,7 @@ static const int dims[] = {64, 128, 256};
 #define NDIMS 3
 
 void jit_decode_select(int single, int dtype_q, int dtype_kv, int head_dim, int group, int rope,
-                       jit_key *out) {
+                       int warps, jit_key *out) {
   out->op = single ? &jit_op_single_decode : &jit_op_batch_decode;
   for (int i = 0; i < JIT_MAX_PARAMS; i++) out->v[i] = 0;
   const int rows = group <= 8 ? 8 : 16;
@@ -26,7 +26,7 @@ void jit_decode_select(int single, int dtype_q, int dtype_kv, int head_dim, int 
   out->v[DECODE_P_DTYPE_KV] = dtype_kv;
   out->v[DECODE_P_HEAD_DIM] = head_dim;
   out->v[DECODE_P_ROWS] = rows;
-  out->v[DECODE_P_WARPS] = FI_DECODE_WARPS;
+  out->v[DECODE_P_WARPS] = warps > 0 ? warps : DECODE_WARPS_SPLIT;
   /* Two register buffers of K and V fit beside the accumulators up to head_dim 128
    * with 8 rows; beyond, one buffer (the next K loads while this V is used). */
   out->v[DECODE_P_PIPELINE] = head_dim <= 128 && rows == 8 ? 1 : 0;
@@ -56,12 +56,20 @@ static int render(const jit_key *k, const char *entry, char *buf, size_t n, int 
 static int render_single(const jit_key *k, const char *e, char *b, size_t n) { return render(k, e, b, n, 1); }
 static int render_batch(const jit_key *k, const char *e, char *b, size_t n) { return render(k, e, b, n, 0); }
 
-/* Every dtype pair, head_dim, row count (group <= 8 or <= 16) and RoPE switch. */
-static int count(void) { return NPAIRS * NDIMS * 2 * 2; }
+/* Every dtype pair, head_dim, row count (group <= 8 or <= 16) and RoPE switch; batch
+ * decode with every block size a plan picks: 1, 2 and 4 warps over a 16-bit cache (the
+ * first two pairs), 4 over fp8. */
+#define PER_PAIR (NDIMS * 2 * 2)
+static int count_single(void) { return NPAIRS * PER_PAIR; }
+static int count_batch(void) { return count_single() + 2 * 2 * PER_PAIR; }
 static void config(int single, int idx, jit_key *out) {
-  const int rope = idx % 2, group = (idx / 2) % 2 ? 16 : 8, dim = dims[(idx / 4) % NDIMS],
-            pair = idx / (4 * NDIMS);
-  jit_decode_select(single, pairs[pair].q, pairs[pair].kv, dim, group, rope, out);
+  const int rope = idx % 2, group = (idx / 2) % 2 ? 16 : 8, dim = dims[(idx / 4) % NDIMS];
+  int pair = idx / PER_PAIR, warps = DECODE_WARPS_SPLIT;
+  if (pair >= NPAIRS) { /* the 16-bit pairs again with 2 warps, then with 1 */
+    warps = pair - NPAIRS < 2 ? DECODE_WARPS_WIDE : DECODE_WARPS_ONE;
+    pair = (pair - NPAIRS) % 2;
+  }
+  jit_decode_select(single, pairs[pair].q, pairs[pair].kv, dim, group, rope, warps, out);
 }
 static void config_single(int idx, jit_key *out) { config(1, idx, out); }
 static void config_batch(int idx, jit_key *out) { config(0, idx, out); }
@@ -77,7 +85,7 @@ const jit_op jit_op_single_decode = {
     .nparams = 7,
     .params = DECODE_PARAMS,
     .render_entry = render_single,
-    .config_count = count,
+    .config_count = count_single,
     .config = config_single,
 };
 
@@ -87,7 +95,7 @@ const jit_op jit_op_batch_decode = {
     .nparams = 7,
     .params = DECODE_PARAMS,
     .render_entry = render_batch,
-    .config_count = count,
+    .config_count = count_batch,
     .config = config_batch,
 };
 

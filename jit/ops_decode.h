@@ -16,9 +16,14 @@ enum {
   DECODE_P_ROPE      /* RoPE (Llama, non-interleaved halves) on q and k */
 };
 
-/* The key for a call: single (1) or batch (0) decode. */
+/* The key for a call: single (1) or batch (0) decode, with warps warps a block
+ * (0: DECODE_WARPS_SPLIT). A batch plan over a 16-bit cache picks 1, 2 or 4
+ * (rt_decode_pick_warps); over an fp8 cache, 4. */
 void jit_decode_select(int single, int dtype_q, int dtype_kv, int head_dim, int group, int rope,
-                       jit_key *out);
+                       int warps, jit_key *out);
+#define DECODE_WARPS_SPLIT 4
+#define DECODE_WARPS_WIDE 2
+#define DECODE_WARPS_ONE 1
 /* The plan upload kernel's key, and its block size. */
 void jit_decode_upload_select(jit_key *out);
 #define DECODE_UPLOAD_THREADS 256

@@ -3,19 +3,22 @@
 // by the last block of each (request, KV head), and the plan-table upload kernel.
 //
 // A block is WARPS warps over one work item (request, token range) and one KV
-// head; its warps take 16-token steps in turn, each with its own online softmax, merged
-// through shared memory at the end. Each warp loads K and V straight from global memory
-// into registers in the layouts the mma fragments need, so nothing is staged in shared
-// memory and every load is 16 bytes (8 for fp8):
+// head; its warps take 16-token steps (32 with an fp8 cache) in turn, each with its own
+// online softmax, merged through shared memory at the end. Each warp loads K and V
+// straight from global memory into registers in the layouts the mma fragments need, so
+// nothing is staged in shared memory and every load is 16 bytes (8 for V of an fp8
+// cache at head_dim 64):
 //   S = Q K^T: A = Q [16 rows = the group's heads, padded][16 dims], B = K^T [16 dims][8 tokens].
 //     Lane (g, c) = (lane / 4, lane % 4) loads 16-byte chunks c + 4i of tokens g and 8 + g;
-//     a chunk's words are exactly the B fragment of two k-steps, and q's chunk the A
-//     fragment (dims are summed over, so any order used alike for q and K works).
+//     a chunk's words (once widened, for fp8) are exactly the B fragments of two k-steps
+//     (four for fp8), and q's chunk the A fragments (dims are summed over, so any order
+//     used alike for q and K works).
 //   O^T += V^T P^T: A = V^T [16 dims][16 tokens], B = P^T [16 tokens][8 heads].
 //     P^T's fragment is S's accumulator as it stands; lane (g, c) loads chunks g + 8s of
-//     tokens 2c, 2c+1, 8+2c, 9+2c and pairs the tokens of a dim with one prmt each.
-// Softmax is in fp32 and base 2; fp8 is widened in registers with integer ops (e4m3 as
-// its value / 256, the 256 folded into the scales), so the path is the same on sm_80.
+//     tokens 2c, 2c+1, 8+2c, 9+2c and pairs the tokens of a dim with one prmt a word.
+// Softmax is in fp32 and base 2. fp8 is widened to f16 in registers: e4m3 with the
+// hardware conversion on sm_89 and later, elsewhere (sm_80, ROCm) with integer ops as
+// its value / 256 (the 256 folded into the scales); e5m2 is an f16's top byte.
 // On ROCm the mma is emulated with lane shuffles: correct, not fast.
 #pragma once
 #include "decode_params.h"
@@ -32,21 +35,28 @@ struct tok_loc {
 // QT: q/out dtype; KVT: cache dtype; D: head_dim; GM: rows of the group (8 or 16);
 // PF: 1 loads the whole next step while this one computes (two register buffers),
 // 0 loads the next step's K while this step's V is used (one buffer); ROPE: RoPE on
-// q and k; SINGLE: one contiguous request, no plan tables; WARPS: warps per block.
+// q and k; SINGLE: one contiguous request, no plan tables; WARPS: warps per block (1, 2,
+// 4 or 8).
 template <typename QT, typename KVT, int D, int GM, int PF, int ROPE, int SINGLE, int WARPS>
 FI_DEVICE void decode(const fi_decode_params &p) {
   typedef typename mma_type<QT, KVT>::type MT;
   typedef w16<MT> W;
   typedef kv<KVT> KV;
   constexpr int THREADS = WARPS * 32;
-  constexpr int NQ = D / 32;  // q/K chunks per lane and token
-  constexpr int NV = D / 64;  // V chunks per lane and token
+  constexpr int FP8 = KV::FP8;
   constexpr int H8 = GM / 8;  // row halves: 1 (group <= 8) or 2
-  constexpr int RW = KV::RW;
+  // K: 16-byte loads of KC dims (8, or 16 of fp8), NQ of them per lane and token, each
+  // KW mma words once widened. V: loads of VN words (16 bytes, or 8 for fp8 at
+  // head_dim 64 so that the 8 lane rows still cover the dims) of VC dims, NV per lane
+  // and token, each feeding VW mma tiles.
+  constexpr int KC = FP8 ? 16 : 8, KW = KC / 2, NQ = D / (4 * KC);
+  constexpr int VN = FP8 && D == 64 ? 2 : 4, VC = FP8 ? 4 * VN : 2 * VN, VW = VC / 2, NV = D / (8 * VC);
+  static_assert(NQ >= 1 && NV >= 1 && NV * VW == D / 16, "fragment tiling");
   // 16-token sub-steps a step loads at once: fp8 takes two, so a warp keeps as many
   // bytes in flight as with a 16-bit cache.
-  constexpr int SUB = RW == 2 ? 2 : 1, STEP = 16 * SUB;
+  constexpr int SUB = FP8 ? 2 : 1, STEP = 16 * SUB;
   static_assert(D == 64 || D == 128 || D == 256, "head_dim 64, 128 or 256");
+  static_assert(WARPS == 1 || WARPS == 2 || WARPS == 4 || WARPS == 8, "1, 2, 4 or 8 warps");
 
   __shared__ float s_o[GM][D + 2];  // + 2: rows apart in the banks, dims kept in pairs
   __shared__ float s_m[WARPS][GM], s_d[WARPS][GM];
@@ -55,6 +65,10 @@ FI_DEVICE void decode(const fi_decode_params &p) {
 
   const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5, g = lane >> 2, c = lane & 3;
   const int item = blockIdx.x, hkv = blockIdx.y, G = p.group;
+  // An e4m3 cache widened exactly (hardware conversion) instead of as value / 256.
+  float wide = 1.0f;
+  if constexpr (same<KVT, fi_e4m3>::value) wide = KV::E4M3_WIDE;
+  const float scale_log2 = p.scale_log2 * wide, cap_pre = p.cap_pre * wide, v_scale = p.v_scale * wide;
 
   // ---- the work item ----
   int b = 0, lo, hi, chunk = 0, nchunks = 1, kv_len;
@@ -79,39 +93,67 @@ FI_DEVICE void decode(const fi_decode_params &p) {
     kv_len = it2.v[1];
   }
 
-  // ---- q: the A fragments (rows g and g + 8 of the group), RoPE'd at kv_len - 1 ----
-  uint32_t qf[H8][NQ][4];
+  // ---- q: the A fragments (rows g and g + 8 of the group), RoPE'd at kv_len - 1;
+  // chunk i of a lane is dims KC (c + 4i) .. + KC, as K's. Warp 0 loads q here, and once
+  // the first K/V loads are out builds the fragments and leaves each mma's four words
+  // side by side in shared memory (zeros in the rows past the group), where one 16-byte
+  // load gives the register tuple the mma takes: in registers they would be copied into
+  // place before every mma. ----
+  constexpr int NA = NQ * KW / 2;  // A tuples a lane uses per 8 tokens
+  __shared__ fi_vec<uint32_t, 4> s_q[NA][32];
+  fi_vec<uint32_t, 4> qraw[H8][NQ][KW / 4];
+  if (warp == 0) {
 #pragma unroll
-  for (int h = 0; h < H8; h++) {
-    const int r = 8 * h + g;
-    if (r < G) {
+    for (int h = 0; h < H8; h++) {
+      const int r = 8 * h + g;
       const QT *qr = static_cast<const QT *>(p.q) + (int64_t)b * p.q_stride[0] +
-                     (int64_t)(hkv * G + r) * p.q_stride[1];
+                     (int64_t)(hkv * G + (r < G ? r : 0)) * p.q_stride[1];
 #pragma unroll
-      for (int i = 0; i < NQ; i++) {
-        const fi_vec<uint32_t, 4> x = *reinterpret_cast<const fi_vec<uint32_t, 4> *>(qr + 8 * (c + 4 * i));
+      for (int i = 0; i < NQ; i++)
 #pragma unroll
-        for (int w = 0; w < 4; w++) {
-          if constexpr (same<QT, MT>::value) {
-            qf[h][i][w] = x.v[w];
-          } else {
-            typedef w16<QT> WQ;
-            qf[h][i][w] = W::pack(WQ::lo(x.v[w]), WQ::hi(x.v[w]));
+        for (int x8 = 0; x8 < KW / 4; x8++)
+          qraw[h][i][x8] = *reinterpret_cast<const fi_vec<uint32_t, 4> *>(qr + KC * (c + 4 * i) + 8 * x8);
+    }
+  }
+  auto publish_q = [&]() {
+    uint32_t qf[H8][NQ][KW];
+#pragma unroll
+    for (int h = 0; h < H8; h++) {
+      const int r = 8 * h + g;
+#pragma unroll
+      for (int i = 0; i < NQ; i++)
+#pragma unroll
+        for (int x8 = 0; x8 < KW / 4; x8++)
+#pragma unroll
+          for (int w = 0; w < 4; w++) {
+            const uint32_t x = qraw[h][i][x8].v[w];
+            if (r >= G) {
+              qf[h][i][4 * x8 + w] = 0u;
+            } else if constexpr (same<QT, MT>::value) {
+              qf[h][i][4 * x8 + w] = x;
+            } else {
+              typedef w16<QT> WQ;
+              qf[h][i][4 * x8 + w] = W::pack(WQ::lo(x), WQ::hi(x));
+            }
           }
-        }
-      }
-      if (ROPE) {
+      if (ROPE && r < G) {
 #pragma unroll
         for (int i = 0; i < NQ / 2; i++)
           rope_pair<MT>(qf[h][i], qf[h][i + NQ / 2], (float)(kv_len - 1), p.rope_freq, c + 4 * i);
       }
-    } else {
-#pragma unroll
-      for (int i = 0; i < NQ; i++)
-#pragma unroll
-        for (int w = 0; w < 4; w++) qf[h][i][w] = 0u;
     }
-  }
+#pragma unroll
+    for (int i = 0; i < NQ; i++)
+#pragma unroll
+      for (int h2 = 0; h2 < KW / 2; h2++) {
+        fi_vec<uint32_t, 4> t;
+        t.v[0] = qf[0][i][2 * h2];
+        t.v[1] = H8 > 1 ? qf[H8 - 1][i][2 * h2] : 0u;
+        t.v[2] = qf[0][i][2 * h2 + 1];
+        t.v[3] = H8 > 1 ? qf[H8 - 1][i][2 * h2 + 1] : 0u;
+        s_q[i * (KW / 2) + h2][lane] = t;
+      }
+  };
 
   const KVT *kb = static_cast<const KVT *>(p.k) + (int64_t)hkv * p.kv_stride_head;
   const KVT *vb = static_cast<const KVT *>(p.v) + (int64_t)hkv * p.kv_stride_head;
@@ -131,7 +173,7 @@ FI_DEVICE void decode(const fi_decode_params &p) {
   const int nst = hi > lo ? (hi - lo + STEP - 1) / STEP : 0;
   const int j16 = lane & (STEP - 1);
 
-  // This lane's token of step k (token lo + 16k + lane % 16, clamped into the range:
+  // This lane's token of step k (token lo + STEP k + lane % STEP, clamped into the range:
   // loads stay in bounds, the softmax masks what is past hi).
   auto locate = [&](int k) -> tok_loc {
     tok_loc t;
@@ -151,67 +193,83 @@ FI_DEVICE void decode(const fi_decode_params &p) {
     return (int64_t)t.page * p.kv_stride_page + (int64_t)t.slot * p.kv_stride_slot;
   };
   // Per sub-step u: K of tokens g and 8 + g, V of tokens 2c, 2c+1, 8+2c, 9+2c.
-  auto load_k = [&](int64_t off, uint32_t (&kr)[SUB][2][NQ][RW]) {
+  auto load_k = [&](int64_t off, uint32_t (&kr)[SUB][2][NQ][4]) {
 #pragma unroll
     for (int u = 0; u < SUB; u++)
 #pragma unroll
       for (int t = 0; t < 2; t++) {
         const KVT *row = kb + shfl64(off, 16 * u + 8 * t + g);
 #pragma unroll
-        for (int i = 0; i < NQ; i++) KV::load(row + 8 * (c + 4 * i), kr[u][t][i]);
+        for (int i = 0; i < NQ; i++) ldg_nc<4>(row + KC * (c + 4 * i), kr[u][t][i]);
       }
   };
-  auto load_v = [&](int64_t off, uint32_t (&vr)[SUB][4][NV][RW]) {
+  auto load_v = [&](int64_t off, uint32_t (&vr)[SUB][4][NV][VN]) {
 #pragma unroll
     for (int u = 0; u < SUB; u++)
 #pragma unroll
       for (int t = 0; t < 4; t++) {
         const KVT *row = vb + shfl64(off, 16 * u + 2 * c + (t & 1) + 8 * (t >> 1));
 #pragma unroll
-        for (int s = 0; s < NV; s++) KV::load(row + 8 * (g + 8 * s), vr[u][t][s]);
+        for (int s = 0; s < NV; s++) ldg_nc<VN>(row + VC * (g + 8 * s), vr[u][t][s]);
       }
   };
 
-  // S = q K^T of sub-step u of step k, online softmax, P^T fragments in pb.
-  auto qk_softmax = [&](int k, int u, const uint32_t (&kr)[2][NQ][RW], uint32_t (&pb)[H8][2]) {
-    float sc[2][4];
+  // S = q K^T of every sub-step of step k, one online-softmax update for all of them,
+  // P^T fragments in pb.
+  auto qk_softmax = [&](int k, const uint32_t (&kr)[SUB][2][NQ][4], uint32_t (&pb)[SUB][H8][2]) {
+    float sc[SUB][2][4];
 #pragma unroll
-    for (int t = 0; t < 2; t++) {
-      uint32_t kw[NQ][4];
+    for (int u = 0; u < SUB; u++)
 #pragma unroll
-      for (int i = 0; i < NQ; i++) KV::widen(kr[t][i], kw[i]);
-      if (ROPE) {
-        const float pos = (float)(lo + STEP * k + 16 * u + 8 * t + g);
+      for (int t = 0; t < 2; t++) {
+        uint32_t kw[NQ][KW];
 #pragma unroll
-        for (int i = 0; i < NQ / 2; i++) rope_pair<MT>(kw[i], kw[i + NQ / 2], pos, p.rope_freq, c + 4 * i);
+        for (int i = 0; i < NQ; i++) {
+          if constexpr (FP8) {
+#pragma unroll
+            for (int j = 0; j < 4; j++) KV::cvt2(kr[u][t][i][j], kw[i][2 * j], kw[i][2 * j + 1]);
+          } else {
+#pragma unroll
+            for (int j = 0; j < 4; j++) kw[i][j] = kr[u][t][i][j];
+          }
+        }
+        if (ROPE) {
+          const float pos = (float)(lo + STEP * k + 16 * u + 8 * t + g);
+#pragma unroll
+          for (int i = 0; i < NQ / 2; i++) rope_pair<MT>(kw[i], kw[i + NQ / 2], pos, p.rope_freq, c + 4 * i);
+        }
+#pragma unroll
+        for (int e = 0; e < 4; e++) sc[u][t][e] = 0.0f;
+#pragma unroll
+        for (int i = 0; i < NQ; i++)
+#pragma unroll
+          for (int h2 = 0; h2 < KW / 2; h2++) {
+            const fi_vec<uint32_t, 4> a = s_q[i * (KW / 2) + h2][lane];
+            mma<MT>(sc[u][t], a.v[0], a.v[1], a.v[2], a.v[3], kw[i][2 * h2], kw[i][2 * h2 + 1]);
+          }
       }
-#pragma unroll
-      for (int e = 0; e < 4; e++) sc[t][e] = 0.0f;
-#pragma unroll
-      for (int i = 0; i < NQ; i++)
-#pragma unroll
-        for (int h2 = 0; h2 < 2; h2++)
-          mma<MT>(sc[t], qf[0][i][2 * h2], H8 > 1 ? qf[H8 - 1][i][2 * h2] : 0u, qf[0][i][2 * h2 + 1],
-                  H8 > 1 ? qf[H8 - 1][i][2 * h2 + 1] : 0u, kw[i][2 * h2], kw[i][2 * h2 + 1]);
-    }
-    const int tok0 = lo + STEP * k + 16 * u + 2 * c;
+    // Only a step that reaches past hi has tokens to mask.
+    const int tok0 = lo + STEP * k + 2 * c;
+    const bool tail = lo + STEP * (k + 1) > hi;
     float alpha[H8];
 #pragma unroll
     for (int h = 0; h < H8; h++) {
       float mx = neg_inf();
 #pragma unroll
-      for (int t = 0; t < 2; t++)
+      for (int u = 0; u < SUB; u++)
 #pragma unroll
-        for (int e = 0; e < 2; e++) {
-          float s = sc[t][2 * h + e];
-          if (p.cap_log2 != 0.0f)
-            s = p.cap_log2 * tanhf(s * p.cap_pre);
-          else
-            s *= p.scale_log2;
-          if (tok0 + 8 * t + e >= hi) s = neg_inf();
-          sc[t][2 * h + e] = s;
-          mx = fmaxf(mx, s);
-        }
+        for (int t = 0; t < 2; t++)
+#pragma unroll
+          for (int e = 0; e < 2; e++) {
+            float s = sc[u][t][2 * h + e];
+            if (p.cap_log2 != 0.0f)
+              s = p.cap_log2 * tanhf(s * cap_pre);
+            else
+              s *= scale_log2;
+            if (tail && tok0 + 16 * u + 8 * t + e >= hi) s = neg_inf();
+            sc[u][t][2 * h + e] = s;
+            mx = fmaxf(mx, s);
+          }
       mx = fmaxf(mx, shfl_xor(mx, 1));
       mx = fmaxf(mx, shfl_xor(mx, 2));
       const float mn = fmaxf(m[h], mx);
@@ -220,16 +278,21 @@ FI_DEVICE void decode(const fi_decode_params &p) {
       m[h] = mn;
       float ps = 0.0f;
 #pragma unroll
-      for (int t = 0; t < 2; t++)
+      for (int u = 0; u < SUB; u++)
 #pragma unroll
-        for (int e = 0; e < 2; e++) {
-          const float pv = ex2(sc[t][2 * h + e] - mu);
-          sc[t][2 * h + e] = pv;
-          ps += pv;
-        }
+        for (int t = 0; t < 2; t++)
+#pragma unroll
+          for (int e = 0; e < 2; e++) {
+            const float pv = ex2(sc[u][t][2 * h + e] - mu);
+            sc[u][t][2 * h + e] = pv;
+            ps += pv;
+          }
       dsum[h] = dsum[h] * alpha[h] + ps;
-      pb[h][0] = W::pack(sc[0][2 * h], sc[0][2 * h + 1]);
-      pb[h][1] = W::pack(sc[1][2 * h], sc[1][2 * h + 1]);
+#pragma unroll
+      for (int u = 0; u < SUB; u++) {
+        pb[u][h][0] = W::pack(sc[u][0][2 * h], sc[u][0][2 * h + 1]);
+        pb[u][h][1] = W::pack(sc[u][1][2 * h], sc[u][1][2 * h + 1]);
+      }
     }
     // O^T's columns are heads 2c and 2c + 1 (of each half): their rows' factors.
 #pragma unroll
@@ -244,18 +307,35 @@ FI_DEVICE void decode(const fi_decode_params &p) {
       }
     }
   };
-  auto pv = [&](const uint32_t (&vr)[4][NV][RW], const uint32_t (&pb)[H8][2]) {
+  // O^T += V^T P^T of one sub-step. Tile VW s + i holds dims (rows) VC (g + 8 s) + 2 i
+  // and + 1. A 16-bit cache pairs the two tokens of a column with one prmt per word;
+  // fp8 pairs the raw bytes first (dims 4j, 4j+1 and 4j+2, 4j+3 of both tokens) and
+  // widens the pairs.
+  auto pv = [&](const uint32_t (&vr)[4][NV][VN], const uint32_t (&pb)[H8][2]) {
 #pragma unroll
     for (int s = 0; s < NV; s++) {
-      uint32_t vw[4][4];
+      if constexpr (FP8) {
 #pragma unroll
-      for (int t = 0; t < 4; t++) KV::widen(vr[t][s], vw[t]);
+        for (int j = 0; j < VN; j++) {
+          uint32_t a[2][4];  // tiles 2j and 2j + 1
+          KV::cvt2(prmt(vr[0][s][j], vr[1][s][j], 0x5140u), a[0][0], a[0][1]);
+          KV::cvt2(prmt(vr[0][s][j], vr[1][s][j], 0x7362u), a[1][0], a[1][1]);
+          KV::cvt2(prmt(vr[2][s][j], vr[3][s][j], 0x5140u), a[0][2], a[0][3]);
+          KV::cvt2(prmt(vr[2][s][j], vr[3][s][j], 0x7362u), a[1][2], a[1][3]);
 #pragma unroll
-      for (int i = 0; i < 4; i++) {
-        const uint32_t a0 = prmt(vw[0][i], vw[1][i], 0x5410u), a1 = prmt(vw[0][i], vw[1][i], 0x7632u);
-        const uint32_t a2 = prmt(vw[2][i], vw[3][i], 0x5410u), a3 = prmt(vw[2][i], vw[3][i], 0x7632u);
+          for (int x = 0; x < 2; x++)
 #pragma unroll
-        for (int h = 0; h < H8; h++) mma<MT>(o[h][4 * s + i], a0, a1, a2, a3, pb[h][0], pb[h][1]);
+            for (int h = 0; h < H8; h++)
+              mma<MT>(o[h][VW * s + 2 * j + x], a[x][0], a[x][1], a[x][2], a[x][3], pb[h][0], pb[h][1]);
+        }
+      } else {
+#pragma unroll
+        for (int i = 0; i < VN; i++) {
+          const uint32_t a0 = prmt(vr[0][s][i], vr[1][s][i], 0x5410u), a1 = prmt(vr[0][s][i], vr[1][s][i], 0x7632u);
+          const uint32_t a2 = prmt(vr[2][s][i], vr[3][s][i], 0x5410u), a3 = prmt(vr[2][s][i], vr[3][s][i], 0x7632u);
+#pragma unroll
+          for (int h = 0; h < H8; h++) mma<MT>(o[h][VW * s + i], a0, a1, a2, a3, pb[h][0], pb[h][1]);
+        }
       }
     }
   };
@@ -277,27 +357,30 @@ FI_DEVICE void decode(const fi_decode_params &p) {
     }
   };
 
-  // Both halves of a step: S, softmax, then P V.
-  auto compute = [&](int k, const uint32_t (&kr)[SUB][2][NQ][RW], const uint32_t (&vr)[SUB][4][NV][RW]) {
+  // A whole step: S and the softmax, then P V.
+  auto compute = [&](int k, const uint32_t (&kr)[SUB][2][NQ][4], const uint32_t (&vr)[SUB][4][NV][VN]) {
+    uint32_t pb[SUB][H8][2];
+    qk_softmax(k, kr, pb);
 #pragma unroll
-    for (int u = 0; u < SUB; u++) {
-      uint32_t pb[H8][2];
-      qk_softmax(k, u, kr[u], pb);
-      pv(vr[u], pb);
-    }
+    for (int u = 0; u < SUB; u++) pv(vr[u], pb[u]);
   };
 
-  // ---- the main loop: this warp's steps warp, warp + WARPS, ... ----
-  if (warp < nst) {
-    const int k0 = warp;
-    tok_loc next = locate(k0 + WARPS);
-    if (PF) {
-      uint32_t ka[SUB][2][NQ][RW], va[SUB][4][NV][RW], kb2[SUB][2][NQ][RW], vb2[SUB][4][NV][RW];
-      {
-        const int64_t off = offset(locate(k0));
-        load_k(off, ka);
-        load_v(off, va);
-      }
+  // ---- the main loop: this warp's steps warp, warp + WARPS, ... Each warp issues its
+  // first page-index and K/V loads before warp 0 publishes q and the barrier, so the
+  // q load's latency overlaps theirs instead of coming before them. ----
+  const int k0 = warp;
+  const bool busy = warp < nst;
+  tok_loc next = locate(k0 + WARPS);
+  if (PF) {
+    uint32_t ka[SUB][2][NQ][4], va[SUB][4][NV][VN], kb2[SUB][2][NQ][4], vb2[SUB][4][NV][VN];
+    if (busy) {
+      const int64_t off = offset(locate(k0));
+      load_k(off, ka);
+      load_v(off, va);
+    }
+    if (warp == 0) publish_q();
+    __syncthreads();  // s_q
+    if (busy) {
       for (int i = 2; i <= pfd; i++) prefetch(k0 + i * WARPS);
       const int ahead = (1 + pfd) * WARPS;
       int k = k0;
@@ -323,24 +406,29 @@ FI_DEVICE void decode(const fi_decode_params &p) {
         k += WARPS;
         if (k >= nst) break;
       }
-    } else {
-      uint32_t kr[SUB][2][NQ][RW], vr[SUB][4][NV][RW];
-      int64_t off = offset(locate(k0));
+    }
+  } else {
+    uint32_t kr[SUB][2][NQ][4], vr[SUB][4][NV][VN];
+    int64_t off = 0;
+    if (busy) {
+      off = offset(locate(k0));
       load_k(off, kr);
+    }
+    if (warp == 0) publish_q();
+    __syncthreads();  // s_q
+    if (busy) {
       for (int i = 1; i < pfd; i++) prefetch(k0 + i * WARPS);
       for (int k = k0; k < nst; k += WARPS) {
         load_v(off, vr);
         const int64_t offn = offset(next);
         next = locate(k + 2 * WARPS);
         if (pfd > 0) prefetch(k + pfd * WARPS);
+        uint32_t pb[SUB][H8][2];
+        qk_softmax(k, kr, pb);
+        // The next step's K once this step's K is used.
+        if (k + WARPS < nst) load_k(offn, kr);
 #pragma unroll
-        for (int u = 0; u < SUB; u++) {
-          uint32_t pb[H8][2];
-          qk_softmax(k, u, kr[u], pb);
-          // The next step's K once this step's last K is used.
-          if (u == SUB - 1 && k + WARPS < nst) load_k(offn, kr);
-          pv(vr[u], pb);
-        }
+        for (int u = 0; u < SUB; u++) pv(vr[u], pb[u]);
         off = offn;
       }
     }
@@ -383,9 +471,9 @@ FI_DEVICE void decode(const fi_decode_params &p) {
 #pragma unroll
         for (int s = 0; s < NV; s++)
 #pragma unroll
-          for (int i = 0; i < 4; i++) {
-            const int dim = 8 * (g + 8 * s) + 2 * i;
-            const float *oj = o[h][4 * s + i];
+          for (int i = 0; i < VW; i++) {
+            const int dim = VC * (g + 8 * s) + 2 * i;
+            const float *oj = o[h][VW * s + i];
 #pragma unroll
             for (int e = 0; e < 2; e++) {
               const int r = 8 * h + 2 * c + e;
@@ -407,7 +495,7 @@ FI_DEVICE void decode(const fi_decode_params &p) {
     // The whole request: out and lse directly.
     for (int u = tid; u < G * (D / 8); u += THREADS) {
       const int r = u / (D / 8), d8 = (u - r * (D / 8)) * 8;
-      const float ds = s_fs[r], inv = ds > 0.0f ? p.v_scale / ds : 0.0f;
+      const float ds = s_fs[r], inv = ds > 0.0f ? v_scale / ds : 0.0f;
       fi_vec<QT, 8> y;
 #pragma unroll
       for (int e = 0; e < 8; e++) y.v[e] = fi_from_float<QT>(s_o[r][d8 + e] * inv);
@@ -429,7 +517,7 @@ FI_DEVICE void decode(const fi_decode_params &p) {
     float *po = p.partial_o + ((int64_t)item * hq + head0) * D;
     for (int u = tid; u < G * (D / 4); u += THREADS) {
       const int r = u / (D / 4), d4 = (u - r * (D / 4)) * 4;
-      const float ds = s_fs[r], inv = ds > 0.0f ? p.v_scale / ds : 0.0f;
+      const float ds = s_fs[r], inv = ds > 0.0f ? v_scale / ds : 0.0f;
       fi_vec<float, 4> y;
 #pragma unroll
       for (int e = 0; e < 4; e++) y.v[e] = s_o[r][d4 + e] * inv;
@@ -449,8 +537,10 @@ FI_DEVICE void decode(const fi_decode_params &p) {
   __threadfence();
   if (tid == 0) *counter = 0;  // ready for the next run
   const int first = item - chunk;
-  // One pass over the chunks per (row, 8 dims) with a running maximum; when the block
+  // Per (row, 8 dims) unit, the chunks in batches of MB: a batch's loads all go out
+  // before any is used (one L2 round trip a batch, not one a chunk). When the block
   // has threads to spare, Q threads share a unit's chunks and combine through shared memory.
+  constexpr int MB = 8;
   const int U = G * (D / 8), Q = U < THREADS ? THREADS / U : 1;
   __shared__ float s_pm[THREADS], s_ps[THREADS], s_pa[THREADS][9];
   for (int u0 = 0; u0 < U; u0 += THREADS) {
@@ -461,20 +551,34 @@ FI_DEVICE void decode(const fi_decode_params &p) {
 #pragma unroll
     for (int e = 0; e < 8; e++) acc[e] = 0.0f;
     if (active) {
-#pragma unroll 8
-      for (int i = q; i < nchunks; i += Q) {
-        const int64_t row = (int64_t)(first + i) * hq + head0 + r;
-        const float l = ldcg(p.partial_lse + row);
-        float x0[4], x1[4];
-        ldcg4(p.partial_o + row * D + d8, x0);
-        ldcg4(p.partial_o + row * D + d8 + 4, x1);
-        const float mn = fmaxf(mx, l), mu = mn == neg_inf() ? 0.0f : mn;
-        const float a = ex2(mx - mu), w = ex2(l - mu);
-        sw = sw * a + w;
+      for (int i0 = q; i0 < nchunks; i0 += MB * Q) {
+        float l[MB], x[MB][8];
 #pragma unroll
-        for (int e = 0; e < 4; e++) {
-          acc[e] = acc[e] * a + w * x0[e];
-          acc[4 + e] = acc[4 + e] * a + w * x1[e];
+        for (int j = 0; j < MB; j++) {
+          const int i = i0 + j * Q;
+          if (i < nchunks) {
+            const int64_t row = (int64_t)(first + i) * hq + head0 + r;
+            l[j] = ldcg(p.partial_lse + row);
+            ldcg8(p.partial_o + row * D + d8, x[j]);
+          } else {
+            l[j] = neg_inf();
+#pragma unroll
+            for (int e = 0; e < 8; e++) x[j][e] = 0.0f;
+          }
+        }
+        float mn = mx;
+#pragma unroll
+        for (int j = 0; j < MB; j++) mn = fmaxf(mn, l[j]);
+        const float mu = mn == neg_inf() ? 0.0f : mn, a = ex2(mx - mu);
+        sw *= a;
+#pragma unroll
+        for (int e = 0; e < 8; e++) acc[e] *= a;
+#pragma unroll
+        for (int j = 0; j < MB; j++) {
+          const float w = ex2(l[j] - mu);
+          sw += w;
+#pragma unroll
+          for (int e = 0; e < 8; e++) acc[e] = fmaf(w, x[j][e], acc[e]);
         }
         mx = mn;
       }
@@ -531,13 +635,13 @@ FI_DEVICE void read_probe(const fi_read_probe_params &p) {
   for (; i + 3 * step < p.n; i += 4 * step) {
     uint32_t r[4][4];
 #pragma unroll
-    for (int u = 0; u < 4; u++) kv16<fi_half>::load(reinterpret_cast<const fi_half *>(v + i + u * step), r[u]);
+    for (int u = 0; u < 4; u++) ldg_nc<4>(v + i + u * step, r[u]);
 #pragma unroll
     for (int u = 0; u < 4; u++) acc ^= r[u][0] ^ r[u][1] ^ r[u][2] ^ r[u][3];
   }
   for (; i < p.n; i += step) {
     uint32_t r[4];
-    kv16<fi_half>::load(reinterpret_cast<const fi_half *>(v + i), r);
+    ldg_nc<4>(v + i, r);
     acc ^= r[0] ^ r[1] ^ r[2] ^ r[3];
   }
   if (acc == p.never) p.sink[0] = acc;

@@ -1,6 +1,7 @@
 // decode_mma.cuh: what decode.cuh builds on: lane shuffles, byte permutes, the mma.sync
-// m16n8k16 tile (emulated with shuffles on ROCm), 16-bit pairs, K/V chunk loads with fp8
-// widening in registers, L1-bypassing and L2-prefetch accesses, and RoPE on chunk pairs.
+// m16n8k16 tile (emulated with shuffles on ROCm), 16-bit pairs, K/V loads and the fp8
+// widening (hardware e4m3 conversion on sm_89+), L1-bypassing and L2-prefetch accesses,
+// and RoPE on chunk pairs.
 #pragma once
 
 namespace fi {
@@ -87,13 +88,16 @@ FI_DEVICE float ldcg(const float *p) {
   return *(volatile const float *)p;
 #endif
 }
-FI_DEVICE void ldcg4(const float *p, float (&r)[4]) {
+FI_DEVICE void ldcg8(const float *p, float (&r)[8]) {
 #if FI_CUDA
   asm volatile("ld.global.cg.v4.f32 {%0, %1, %2, %3}, [%4];"
                : "=f"(r[0]), "=f"(r[1]), "=f"(r[2]), "=f"(r[3])
                : "l"(p));
+  asm volatile("ld.global.cg.v4.f32 {%0, %1, %2, %3}, [%4];"
+               : "=f"(r[4]), "=f"(r[5]), "=f"(r[6]), "=f"(r[7])
+               : "l"(p + 4));
 #else
-  for (int i = 0; i < 4; i++) r[i] = ((volatile const float *)p)[i];
+  for (int i = 0; i < 8; i++) r[i] = ((volatile const float *)p)[i];
 #endif
 }
 
@@ -175,62 +179,65 @@ FI_DEVICE void mma(float (&d)[4], uint32_t a0, uint32_t a1, uint32_t a2, uint32_
 #endif
 }
 
-// ---- KV element access: a chunk is 8 consecutive dims of one token ----
-template <typename KVT>
-struct kv;
-template <typename T16>
-struct kv16 {
-  static constexpr int RW = 4;  // raw words a chunk takes
-  static constexpr int E4M3 = 0;
-  static FI_DEVICE void load(const T16 *p, uint32_t (&r)[4]) {
+// ---- KV element access ----
+// Raw loads of N 32-bit words (N = 2: 8 bytes, N = 4: 16 bytes) that bypass L1: the
+// cache is read once.
+template <int N>
+FI_DEVICE void ldg_nc(const void *p, uint32_t (&r)[N]) {
+  static_assert(N == 2 || N == 4, "8- or 16-byte loads");
 #if FI_CUDA
+  if constexpr (N == 4) {
     asm volatile("ld.global.nc.L1::no_allocate.v4.u32 {%0, %1, %2, %3}, [%4];"
                  : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
                  : "l"(p));
-#else
-    const fi_vec<uint32_t, 4> x = *reinterpret_cast<const fi_vec<uint32_t, 4> *>(p);
-    for (int i = 0; i < 4; i++) r[i] = x.v[i];
-#endif
+  } else {
+    asm volatile("ld.global.nc.L1::no_allocate.v2.u32 {%0, %1}, [%2];" : "=r"(r[0]), "=r"(r[1]) : "l"(p));
   }
-  static FI_DEVICE void widen(const uint32_t (&r)[4], uint32_t (&o)[4]) {
-    for (int i = 0; i < 4; i++) o[i] = r[i];
+#else
+  const fi_vec<uint32_t, N> x = *reinterpret_cast<const fi_vec<uint32_t, N> *>(p);
+  for (int i = 0; i < N; i++) r[i] = x.v[i];
+#endif
+}
+
+// What the kernel needs of the cache's element type: FP8 (1: a byte an element, widened
+// to f16 in registers) and cvt2, which widens 4 fp8 bytes to two f16 pairs (bytes 0, 1
+// to the first word, 2, 3 to the second; the lower byte in the lower half).
+template <typename KVT>
+struct kv {
+  static constexpr int FP8 = 0;
+};
+// e5m2 is the top byte of an f16.
+template <>
+struct kv<fi_e5m2> {
+  static constexpr int FP8 = 1;
+  static FI_DEVICE void cvt2(uint32_t w, uint32_t &lo, uint32_t &hi) {
+    lo = prmt(w, 0u, 0x1404u);
+    hi = prmt(w, 0u, 0x3424u);
   }
 };
+// e4m3: one cvt per pair on sm_89 and later (the exact value); elsewhere integer ops
+// that give the value / 256 (the byte in the high half, exponent and mantissa moved
+// down a bit). E4M3_WIDE says which: the kernel multiplies its scales by it.
 template <>
-struct kv<fi_half> : kv16<fi_half> {};
-template <>
-struct kv<fi_bf16> : kv16<fi_bf16> {};
-template <typename T8, int IS_E4M3>
-struct kv8 {
-  static constexpr int RW = 2;
-  static constexpr int E4M3 = IS_E4M3;
-  static FI_DEVICE void load(const T8 *p, uint32_t (&r)[2]) {
-#if FI_CUDA
-    asm volatile("ld.global.nc.L1::no_allocate.v2.u32 {%0, %1}, [%2];"
-                 : "=r"(r[0]), "=r"(r[1])
-                 : "l"(p));
+struct kv<fi_e4m3> {
+  static constexpr int FP8 = 1;
+#if FI_FP8_HW
+  static constexpr float E4M3_WIDE = 1.0f / 256.0f;  // the host's scales assume value / 256
+  static FI_DEVICE void cvt2(uint32_t w, uint32_t &lo, uint32_t &hi) {
+    asm("{.reg .b16 l, h;\n\tmov.b32 {l, h}, %2;\n\tcvt.rn.f16x2.e4m3x2 %0, l;\n\t"
+        "cvt.rn.f16x2.e4m3x2 %1, h;}"
+        : "=r"(lo), "=r"(hi)
+        : "r"(w));
+  }
 #else
-    const fi_vec<uint32_t, 2> x = *reinterpret_cast<const fi_vec<uint32_t, 2> *>(p);
-    r[0] = x.v[0];
-    r[1] = x.v[1];
+  static constexpr float E4M3_WIDE = 1.0f;
+  static FI_DEVICE uint32_t down(uint32_t x) { return (x & 0x80008000u) | ((x >> 1) & 0x3f803f80u); }
+  static FI_DEVICE void cvt2(uint32_t w, uint32_t &lo, uint32_t &hi) {
+    lo = down(prmt(w, 0u, 0x1404u));
+    hi = down(prmt(w, 0u, 0x3424u));
+  }
 #endif
-  }
-  // Each byte to the high byte of a 16-bit lane: e5m2 is then an f16; e4m3 becomes
-  // an f16 of its value / 256 once the exponent and mantissa move down one bit.
-  static FI_DEVICE uint32_t cvt(uint32_t x) {
-    return IS_E4M3 ? (x & 0x80008000u) | ((x >> 1) & 0x3f803f80u) : x;
-  }
-  static FI_DEVICE void widen(const uint32_t (&r)[2], uint32_t (&o)[4]) {
-    o[0] = cvt(prmt(r[0], 0u, 0x1404u));
-    o[1] = cvt(prmt(r[0], 0u, 0x3424u));
-    o[2] = cvt(prmt(r[1], 0u, 0x1404u));
-    o[3] = cvt(prmt(r[1], 0u, 0x3424u));
-  }
 };
-template <>
-struct kv<fi_e4m3> : kv8<fi_e4m3, 1> {};
-template <>
-struct kv<fi_e5m2> : kv8<fi_e5m2, 0> {};
 
 // Starts moving bytes (a multiple of 16, 16-byte aligned) of global memory into L2: on
 // sm_90 one bulk prefetch unless `lines`, else one prefetch per 128-byte line; nothing
@@ -252,16 +259,16 @@ FI_DEVICE void prefetch_l2(const void *ptr, uint32_t bytes, bool lines) {
 #endif
 }
 
-// Rotates a pair of chunks (dims x = 8 * cx + e and y = x + D / 2) by pos * freq.
-template <typename MT>
-FI_DEVICE void rope_pair(uint32_t (&x)[4], uint32_t (&y)[4], float pos, const float *freq, int cx) {
+// Rotates a pair of chunks of NW words (dims x = 2 NW cx + e and y = x + D / 2) by pos * freq.
+template <typename MT, int NW>
+FI_DEVICE void rope_pair(uint32_t (&x)[NW], uint32_t (&y)[NW], float pos, const float *freq, int cx) {
   typedef w16<MT> W;
 #pragma unroll
-  for (int w = 0; w < 4; w++) {
+  for (int w = 0; w < NW; w++) {
     float xs[2] = {W::lo(x[w]), W::hi(x[w])}, ys[2] = {W::lo(y[w]), W::hi(y[w])};
 #pragma unroll
     for (int e = 0; e < 2; e++) {
-      const float f = freq[8 * cx + 2 * w + e];
+      const float f = freq[2 * NW * cx + 2 * w + e];
       // The angle's rounding error, exact from the fma, corrects sin and cos.
       const float a = pos * f, da = fmaf(pos, f, -a);
       float s, co;

@@ -11,10 +11,6 @@
 
 /* Most head_dim / 2 RoPE frequencies carried in the parameters. */
 #define FI_DECODE_MAX_FREQ 128
-/* Warps of a decode block, and tokens one warp step covers. */
-#define FI_DECODE_WARPS 4
-#define FI_DECODE_STEP 16
-
 /* The plan's tables in the workspace (int32 words from its start):
  *   header [FI_DECODE_HDR_WORDS]: [0] items, [1] batch, [2] kv_chunk_pages, [3] split (0/1)
  *   items  [capacity][8]: request b, first token, end token, chunk | chunks << 16,

@@ -121,7 +121,7 @@ FI_API fi_status fi_single_decode(fi_runtime *rt, const DLTensor *q, const DLTen
   kp.kv_len = (int32_t)L;
   kp.single_lo = p->window_left >= 0 && L - 1 - p->window_left > 0 ? (int32_t)(L - 1 - p->window_left) : 0;
   jit_key key;
-  jit_decode_select(1, qdt, kvdt, (int)D, kp.group, p->pos_encoding == FI_POS_ROPE_LLAMA, &key);
+  jit_decode_select(1, qdt, kvdt, (int)D, kp.group, p->pos_encoding == FI_POS_ROPE_LLAMA, 0, &key);
   return rt_dec_launch(rt, q->device.device_type, q->device.device_id, &key, 1, (unsigned)hkv,
                 32u * (unsigned)key.v[DECODE_P_WARPS], &kp, sizeof kp, stream);
 }
@@ -232,24 +232,15 @@ FI_API fi_status fi_batch_decode_plan(fi_runtime *rt, const fi_batch_decode_info
     return rt_fail(FI_ERR_INVALID_ARGUMENT,
                    "%s: workspace has %lld bytes; %lld are needed (fi_batch_decode_workspace_size)",
                    fn, (long long)ws_bytes, (long long)lay.bytes);
+  /* The block size: over a 16-bit cache the 2-warp kernel's residency decides it (a
+   * CUDA-graph plan decides by max_batch, so re-plans keep the captured kernel); an
+   * fp8 cache takes 4 warps (B = 64, L = 4096, 32/8 on the H200: 3.39 TB/s with 4,
+   * 3.23 with 2). Then the blocks resident at once: the split target. */
+  const int fp8 = kvdt == JIT_DT_E4M3 || kvdt == JIT_DT_E5M2;
   jit_key key;
   jit_decode_select(0, qdt, kvdt, info->head_dim, info->num_qo_heads / info->num_kv_heads,
-                    p->pos_encoding == FI_POS_ROPE_LLAMA, &key);
-  rt_dec_tune_key(&key);
-  if (!fresh) {
-    /* A re-plan keeps everything a captured graph baked in. */
-    if (pl->graph != graph || (graph && pl->max_batch != info->max_batch) ||
-        pl->num_qo_heads != info->num_qo_heads || pl->num_kv_heads != info->num_kv_heads ||
-        pl->head_dim != info->head_dim || pl->page_size != info->page_size || pl->q_dt != qdt ||
-        pl->kv_dt != kvdt || memcmp(&pl->params, p, sizeof *p) != 0 || pl->ws != rt_data(workspace) ||
-        memcmp(pl->key.v, key.v, sizeof key.v) != 0)
-      return rt_fail(FI_ERR_INVALID_ARGUMENT,
-                     "%s: a re-plan must keep the plan's heads, head_dim, page_size, dtypes, "
-                     "parameters, max_batch and workspace; make a new plan instead",
-                     fn);
-  }
-
-  /* Blocks resident at once: the split target. */
+                    p->pos_encoding == FI_POS_ROPE_LLAMA, fp8 ? DECODE_WARPS_SPLIT : DECODE_WARPS_WIDE, &key);
+  const int forced = rt_dec_tune_key(&key);
   const rt_device_i *be;
   void *state;
   if ((st = rt_backend(rt, workspace->device.device_type, &be, &state)) != FI_OK) return st;
@@ -257,6 +248,25 @@ FI_API fi_status fi_batch_decode_plan(fi_runtime *rt, const fi_batch_decode_info
   if ((st = rt_kernel_get(rt, &key, be, workspace->device.device_id, &k)) != FI_OK) return st;
   int resident;
   if ((st = rt_kernel_resident(rt, k, 32 * (int)key.v[DECODE_P_WARPS], &resident)) != FI_OK) return st;
+  const int warps = rt_decode_pick_warps(maxb, info->num_kv_heads, resident);
+  if (!forced && !fp8 && warps != DECODE_WARPS_WIDE) {
+    key.v[DECODE_P_WARPS] = warps;
+    if ((st = rt_kernel_get(rt, &key, be, workspace->device.device_id, &k)) != FI_OK) return st;
+    if ((st = rt_kernel_resident(rt, k, 32 * (int)key.v[DECODE_P_WARPS], &resident)) != FI_OK) return st;
+  }
+  if (!fresh) {
+    /* A re-plan keeps everything a captured graph baked in. */
+    if (pl->graph != graph || (graph && pl->max_batch != info->max_batch) ||
+        pl->num_qo_heads != info->num_qo_heads || pl->num_kv_heads != info->num_kv_heads ||
+        pl->head_dim != info->head_dim || pl->page_size != info->page_size || pl->q_dt != qdt ||
+        pl->kv_dt != kvdt || memcmp(&pl->params, p, sizeof *p) != 0 || pl->ws != rt_data(workspace) ||
+        (graph && memcmp(pl->key.v, key.v, sizeof key.v) != 0))
+      return rt_fail(FI_ERR_INVALID_ARGUMENT,
+                     "%s: a re-plan must keep the plan's heads, head_dim, page_size, dtypes, "
+                     "parameters, max_batch and workspace (and in CUDA-graph mode the tuning "
+                     "overrides); make a new plan instead",
+                     fn);
+  }
   if (resident > sms * RT_DECODE_MAX_BLOCKS_PER_SM) resident = sms * RT_DECODE_MAX_BLOCKS_PER_SM;
   int64_t target = rt_decode_target_items(resident, info->num_kv_heads);
   /* FI_DECODE_SPLIT scales the split target (tuning; 1 by default): below 1 fewer,
@@ -451,7 +461,12 @@ int rt_decode_plan_offline(const fi_batch_decode_info *info, const fi_attention_
                                       pl->lay.capacity, &pl->chunk_pages);
   free(items);
   jit_decode_select(0, qdt, kvdt, info->head_dim, info->num_qo_heads / info->num_kv_heads,
-                    p->pos_encoding == FI_POS_ROPE_LLAMA, &pl->key);
+                    p->pos_encoding == FI_POS_ROPE_LLAMA,
+                    kvdt == JIT_DT_E4M3 || kvdt == JIT_DT_E5M2
+                        ? DECODE_WARPS_SPLIT
+                        : rt_decode_pick_warps(pl->graph ? info->max_batch : info->batch,
+                                               info->num_kv_heads, 2 * (int64_t)resident),
+                    &pl->key);
   pl->devtype = devtype;
   pl->device = 0;
   pl->num_qo_heads = info->num_qo_heads;

@@ -15,6 +15,14 @@ typedef struct rt_decode_layout {
 /* Blocks of the decode kernel that run at once on a device of sms SMs, at most. */
 #define RT_DECODE_MAX_BLOCKS_PER_SM 4
 
+/* Warps a batch-decode block over a 16-bit cache gets, from the blocks the requests
+ * alone make (one per request and KV head) against resident_wide, how many 2-warp
+ * blocks fit on the device at once: DECODE_WARPS_ONE (1) when they fill nearly a wave
+ * of 1-warp blocks (2 x resident_wide; 15/16 of it), else DECODE_WARPS_WIDE (2) when
+ * they fill a wave of 4-warp blocks (resident_wide / 2), else DECODE_WARPS_SPLIT (4),
+ * and the planner splits the requests. (An fp8 cache always takes 4: ops_decode.h.) */
+int rt_decode_pick_warps(int64_t requests, int num_kv_heads, int64_t resident_wide);
+
 /* Items the split planner aims at: one wave of `slots` blocks over num_kv_heads heads. */
 int64_t rt_decode_target_items(int64_t slots, int num_kv_heads);
 

@@ -91,11 +91,20 @@ int rt_dec_prefetch_steps(void) {
 }
 
 /* Tuning overrides of the block shape, for fi-bench's comparisons: FI_DECODE_WARPS
- * (2, 4 or 8 warps a block) and FI_DECODE_PIPELINE (0 or 1; see ops_decode.h). */
-void rt_dec_tune_key(jit_key *key) {
+ * (1, 2, 4 or 8 warps a block, instead of the plan's choice) and FI_DECODE_PIPELINE
+ * (0 or 1; see ops_decode.h). Returns 1 when the warps are forced. */
+int rt_dec_tune_key(jit_key *key) {
   const char *w = getenv("FI_DECODE_WARPS"), *pp = getenv("FI_DECODE_PIPELINE");
-  if (w && (atoi(w) == 2 || atoi(w) == 4 || atoi(w) == 8)) key->v[DECODE_P_WARPS] = atoi(w);
+  int forced = 0;
+  if (w && *w) {
+    const int n = atoi(w);
+    if (n == 1 || n == 2 || n == 4 || n == 8) {
+      key->v[DECODE_P_WARPS] = n;
+      forced = 1;
+    }
+  }
   if (pp && (atoi(pp) == 0 || atoi(pp) == 1) && *pp) key->v[DECODE_P_PIPELINE] = atoi(pp);
+  return forced;
 }
 
 /* The kernel's scale, soft cap and RoPE fields. */

@@ -19,9 +19,9 @@ fi_status rt_dec_check_common(const char *fn, int hq, int hkv, int D, int qdt, i
                               DLDataType qd, DLDataType kvd, const fi_attention_params *p);
 
 /* Tuning overrides from the environment (README): the L2 prefetch distance, and the
- * block shape in the key. */
+ * block shape in the key (returns 1 when it forces the warps). */
 int rt_dec_prefetch_steps(void);
-void rt_dec_tune_key(jit_key *key);
+int rt_dec_tune_key(jit_key *key);
 
 /* The kernel's scale, soft cap, value scale and RoPE fields. */
 void rt_dec_fill_scalars(fi_decode_params *k, const fi_attention_params *p, int D, int kvdt);

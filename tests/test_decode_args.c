@@ -147,6 +147,23 @@ FT_TEST(planner_splits_small_batches_only) {
            "edge lengths: %lld items", (long long)n);
 }
 
+/* One-warp blocks when a request per block nearly fills a wave of them (H200: 132 SMs,
+ * eight an SM), two-warp blocks when it fills a wave of four-warp ones, four-warp
+ * blocks (and a split) otherwise. */
+FT_TEST(planner_picks_block_size_by_waves) {
+  const int64_t wide = 132 * 4;
+  FT_CHECK(rt_decode_pick_warps(128, 8, wide) == DECODE_WARPS_ONE);   /* 1024 of 1056 */
+  FT_CHECK(rt_decode_pick_warps(64, 32, wide) == DECODE_WARPS_ONE);
+  FT_CHECK(rt_decode_pick_warps(256, 8, wide) == DECODE_WARPS_ONE);
+  FT_CHECK(rt_decode_pick_warps(120, 8, wide) == DECODE_WARPS_WIDE);  /* 960 < 990 */
+  FT_CHECK(rt_decode_pick_warps(64, 8, wide) == DECODE_WARPS_WIDE);   /* 512 blocks */
+  FT_CHECK(rt_decode_pick_warps(33, 8, wide) == DECODE_WARPS_WIDE);   /* 264: a 4-warp wave */
+  FT_CHECK(rt_decode_pick_warps(32, 8, wide) == DECODE_WARPS_SPLIT);
+  FT_CHECK(rt_decode_pick_warps(16, 8, wide) == DECODE_WARPS_SPLIT);
+  FT_CHECK(rt_decode_pick_warps(1, 8, wide) == DECODE_WARPS_SPLIT);
+  FT_CHECK(rt_decode_pick_warps(0, 8, wide) == DECODE_WARPS_SPLIT);
+}
+
 FT_TEST(planner_refuses_bad_page_tables) {
   char err[256];
   int32_t ip[3] = {0, 4, 2}, lp[2] = {3, 3};
@@ -167,14 +184,19 @@ FT_TEST(every_selected_key_is_registered) {
   const int qs[2] = {JIT_DT_F16, JIT_DT_BF16}, kvs[3] = {0, JIT_DT_E4M3, JIT_DT_E5M2};
   const int dims[3] = {64, 128, 256};
   int checked = 0;
-  for (int s = 0; s < 2; s++)
+  /* Single decode with the default block; batch decode with every block a plan picks
+   * (1, 2 or 4 warps over a 16-bit cache, 4 over fp8). */
+  const int warps[4] = {0, DECODE_WARPS_SPLIT, DECODE_WARPS_WIDE, DECODE_WARPS_ONE};
+  for (int s = 0; s < 4; s++)
     for (int q = 0; q < 2; q++)
       for (int kv = 0; kv < 3; kv++)
         for (int d = 0; d < 3; d++)
           for (int g = 1; g <= 16; g++)
             for (int rope = 0; rope < 2; rope++) {
               jit_key k;
-              jit_decode_select(s == 0, qs[q], kvs[kv] ? kvs[kv] : qs[q], dims[d], g, rope, &k);
+              const int w = warps[s];
+              if (kvs[kv] && s > 1) continue;
+              jit_decode_select(s == 0, qs[q], kvs[kv] ? kvs[kv] : qs[q], dims[d], g, rope, w, &k);
               int found = 0;
               for (int i = 0; i < k.op->config_count() && !found; i++) {
                 jit_key r;

@@ -3,9 +3,11 @@
 // shuffles) on the host, one block at a time with every thread a cooperative context,
 // against a float64 reference: the tile loop, the masks, the swizzle and fragment lane
 // maps, the online softmax, the item tables of the real planner, split-KV partials and
-// their merge kernel; and L_q = 1 against decode's kernel (kernels/decode.cuh, emulated
-// the same way). Not the CUDA inline-assembly paths (cp.async, ldmatrix, mma.sync
-// PTX): those run only on the GPU (tests/gpu/gpu_prefill.c).
+// their merge kernel; L_q = 1 against decode's kernel (kernels/decode.cuh, emulated
+// the same way); and batch decode through its real planner with every cache type's
+// load and widening layout (fp8 widened the portable way), 1, 2 and 4 warps, split or
+// not. Not the CUDA inline-assembly paths (cp.async, ldmatrix, mma.sync PTX, the
+// hardware e4m3 conversion): those run only on the GPU (tests/gpu/gpu_prefill.c, gpu_decode.c).
 //
 // Built and run by `make test` (not by `make test-asan`: the emulated threads switch
 // stacks with ucontext); alone: make build/tests/test_prefill_emu && build/tests/test_prefill_emu
@@ -17,6 +19,7 @@
 #include <ucontext.h>
 
 #include <functional>
+#include <type_traits>
 #include <vector>
 
 // ---- the device environment, emulated ----
@@ -146,6 +149,7 @@ alignas(128) static unsigned char fi_pf_smem[1 << 17];
 #include "decode.cuh"
 
 extern "C" {
+#include "rt_decode.h"
 #include "rt_prefill.h"
 }
 
@@ -426,7 +430,7 @@ static void prefill_vs_decode(int bf, int hq, int hkv, int L, int window, double
   std::fill(d.out.begin(), d.out.end(), 0xffff);
   std::fill(d.lse.begin(), d.lse.end(), NAN);
   constexpr int GM = 8;  // group <= 8
-  emu::launch(1, hkv, 32 * FI_DECODE_WARPS, [&] { fi::dec::decode<T, T, D, GM, 1, ROPE, 1, FI_DECODE_WARPS>(dp); });
+  emu::launch(1, hkv, 32 * 4, [&] { fi::dec::decode<T, T, D, GM, 1, ROPE, 1, 4>(dp); });
   check(P, d, "L_q=1 decode");
   double num = 0, den = 0, lmax = 0;
   for (int64_t i = 0; i < (int64_t)hq * D; i++) {
@@ -442,7 +446,123 @@ static void prefill_vs_decode(int bf, int hq, int hkv, int L, int window, double
   fails += !ok;
 }
 
+// ---- batch decode ----
+// fp8 codes: the nearest of the 256 (NaN and infinities left out), as a double.
+static double fp8_decode(int e4m3, uint8_t c) {
+  const int s = c >> 7;
+  double v;
+  if (e4m3) {
+    const int e = (c >> 3) & 15, m = c & 7;
+    if (e == 15 && m == 7) return NAN;
+    v = e ? ldexp(1.0 + m / 8.0, e - 7) : ldexp(m / 8.0, -6);
+  } else {
+    const int e = (c >> 2) & 31, m = c & 3;
+    if (e == 31) return NAN;
+    v = e ? ldexp(1.0 + m / 4.0, e - 15) : ldexp(m / 4.0, -14);
+  }
+  return s ? -v : v;
+}
+static uint8_t fp8_encode(int e4m3, double x) {
+  int best = 0;
+  double bd = INFINITY;
+  for (int c = 0; c < 256; c++) {
+    const double v = fp8_decode(e4m3, (uint8_t)c);
+    if (v == v && fabs(v - x) < bd) bd = fabs(v - x), best = c;
+  }
+  return (uint8_t)best;
+}
+template <typename T>
+struct fp8_of {
+  static constexpr int is = 0, e4m3 = 0;
+};
+template <>
+struct fp8_of<fi_e4m3> {
+  static constexpr int is = 1, e4m3 = 1;
+};
+template <>
+struct fp8_of<fi_e5m2> {
+  static constexpr int is = 1, e4m3 = 0;
+};
+
+// One batch (a query token per request, lengths lens, paged NHD cache of page ps in
+// random page order) through rt_decode_partition (split when asked: a large target)
+// and the kernel, against the float64 reference.
+template <typename QT, typename KVT, int D, int GM, int PF, int ROPE, int WARPS>
+static void decode_batch(int hq, int hkv, int ps, std::vector<int> lens, int window, double cap, int split) {
+  const int bf = sizeof(QT) == 2 && fp8_of<QT>::is == 0 && !std::is_same<QT, fi_half>::value;
+  const int F8 = fp8_of<KVT>::is, E4 = fp8_of<KVT>::e4m3, B = (int)lens.size(), G = hq / hkv;
+  prob P{bf, D, hq, hkv, 1, window, ROPE, ps, 1, cap, std::vector<int>(B, 1), lens};
+  data d;
+  build(P, d);
+  // An fp8 cache: the 16-bit values rounded to fp8, the reference on the rounded values.
+  std::vector<uint8_t> k8, v8;
+  if (F8) {
+    k8.resize(d.k.size()), v8.resize(d.v.size());
+    for (size_t i = 0; i < d.k.size(); i++) k8[i] = fp8_encode(E4, from_bits(d.k[i], bf));
+    for (size_t i = 0; i < d.v.size(); i++) v8[i] = fp8_encode(E4, from_bits(d.v[i], bf));
+    for (auto &x : d.kd) x = fp8_decode(E4, fp8_encode(E4, x));
+    for (auto &x : d.vd) x = fp8_decode(E4, fp8_encode(E4, x));
+  }
+  std::vector<int32_t> indptr(B + 1), last(B);
+  for (int b = 0; b <= B; b++) indptr[b] = d.kvp[b];
+  for (int b = 0; b < B; b++) last[b] = d.last[b];
+  std::vector<int32_t> items(FI_DECODE_ITEM_WORDS * 4096);
+  int chunk = 0;
+  const int64_t n = rt_decode_partition(B, indptr.data(), last.data(), ps, window, split ? 1000 : 1,
+                                        items.data(), 4096, &chunk);
+  std::vector<int32_t> counters((size_t)B * hkv, 0);
+  std::vector<float> po((size_t)(n + 1) * hq * D), pl((size_t)(n + 1) * hq);
+  fi_decode_params dp;
+  memset(&dp, 0, sizeof dp);
+  const double LOG2E = 1.4426950408889634, sm = 1.0 / sqrt((double)D), wide = E4 ? 256.0 : 1.0;
+  dp.scale_log2 = (float)(sm * wide * LOG2E);
+  if (cap > 0) dp.cap_pre = (float)(sm * wide / cap), dp.cap_log2 = (float)(cap * LOG2E);
+  dp.v_scale = (float)wide;
+  for (int i = 0; i < D / 2; i++) dp.rope_freq[i] = (float)(1.0 / pow(1e4, 2.0 * i / D));
+  dp.q = d.q.data(), dp.out = d.out.data(), dp.lse = d.lse.data();
+  dp.k = F8 ? (const void *)k8.data() : (const void *)d.k.data();
+  dp.v = F8 ? (const void *)v8.data() : (const void *)d.v.data();
+  dp.q_stride[0] = dp.out_stride[0] = (int64_t)hq * D, dp.q_stride[1] = dp.out_stride[1] = D;
+  dp.lse_stride[0] = hq, dp.lse_stride[1] = 1;
+  dp.kv_stride_page = (int64_t)ps * hkv * D, dp.kv_stride_slot = (int64_t)hkv * D, dp.kv_stride_head = D;
+  dp.indptr = indptr.data(), dp.indices = d.indices.data(), dp.last_page_len = last.data();
+  dp.items = items.data(), dp.counters = counters.data(), dp.partial_o = po.data(), dp.partial_lse = pl.data();
+  dp.num_items = (int32_t)n, dp.num_kv_heads = hkv, dp.group = G, dp.page_size = ps;
+  emu::launch((unsigned)n, hkv, 32 * WARPS, [&] { fi::dec::decode<QT, KVT, D, GM, PF, ROPE, 0, WARPS>(dp); });
+  char what[96];
+  snprintf(what, sizeof what, "decode %s%s w%d n=%lld", F8 ? (E4 ? "e4m3 " : "e5m2 ") : "", chunk && n > B ? "split" : "",
+           WARPS, (long long)n);
+  check(P, d, what);
+  for (int x : counters)
+    if (x != 0) {
+      fprintf(stderr, "FAIL decode: a merge counter left at %d\n", x);
+      fails++;
+      break;
+    }
+  if (split && !(n > B)) {
+    fprintf(stderr, "FAIL decode: expected a split\n");
+    fails++;
+  }
+}
+
 int main() {
+  // Batch decode: 16-bit caches with 1, 2 and 4 warps, split or not; fp8 (16-byte K and
+  // V loads, two 16-token sub-steps a step; 8-byte V loads at head_dim 64); 16 rows
+  // (group > 8); one buffer (PF = 0); RoPE, window and soft cap; group 1 (the merge's
+  // shared partial sums).
+  decode_batch<fi_bf16, fi_bf16, 128, 8, 1, 0, 2>(8, 2, 16, {300, 1, 0, 47}, -1, 0.0, 0);
+  decode_batch<fi_bf16, fi_bf16, 128, 8, 1, 0, 1>(8, 2, 16, {300, 1, 0, 47}, -1, 0.0, 1);
+  decode_batch<fi_half, fi_half, 128, 8, 1, 0, 4>(8, 2, 7, {333, 170}, -1, 0.0, 1);
+  decode_batch<fi_half, fi_e4m3, 128, 8, 1, 0, 2>(8, 1, 16, {300, 33}, -1, 0.0, 1);
+  decode_batch<fi_bf16, fi_e4m3, 128, 8, 1, 0, 1>(8, 1, 5, {150, 31}, -1, 0.0, 0);
+  decode_batch<fi_half, fi_e4m3, 64, 8, 1, 0, 2>(6, 2, 3, {280, 17}, -1, 0.0, 1);
+  decode_batch<fi_bf16, fi_e5m2, 64, 8, 1, 0, 4>(3, 1, 16, {90}, -1, 0.0, 0);
+  decode_batch<fi_half, fi_e5m2, 256, 16, 0, 0, 2>(16, 1, 8, {270, 40}, -1, 0.0, 1);
+  decode_batch<fi_bf16, fi_bf16, 256, 16, 0, 0, 2>(12, 1, 16, {100}, -1, 0.0, 0);
+  decode_batch<fi_half, fi_e4m3, 128, 8, 1, 1, 2>(4, 2, 16, {260}, 150, 20.0, 1);
+  decode_batch<fi_bf16, fi_bf16, 64, 8, 1, 1, 4>(2, 2, 1, {290, 3}, -1, 0.0, 1);
+
+
   prefill_vs_decode<fi_bf16, 64, 0>(1, 8, 2, 300, -1, 0.0);
   prefill_vs_decode<fi_half, 64, 1>(0, 4, 1, 200, 50, 0.0);
   prefill_vs_decode<fi_bf16, 128, 1>(1, 6, 2, 150, -1, 10.0);

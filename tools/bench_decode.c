@@ -204,15 +204,17 @@ static void bench_decode(fi_runtime *rt, double copy) {
          "|---|---|---|---|---|---|---|---|---|---|\n");
   for (size_t i = 0; i < sizeof targets / sizeof targets[0]; i++) bench_one(rt, &targets[i], rd);
   /* Tuning comparisons, each through its environment override (read at plan time):
-   * FI_DECODE_PREFETCH (L2 prefetch steps ahead; negative: per-line prefetches),
-   * FI_DECODE_WARPS (warps a block), FI_DECODE_PIPELINE (register double buffer). */
+   * FI_DECODE_WARPS (warps a block instead of the plan's choice), FI_DECODE_SPLIT (the
+   * split target scaled), FI_DECODE_PIPELINE (register double buffer), FI_DECODE_PREFETCH
+   * (L2 prefetch steps ahead; negative: per-line prefetches). Indices into targets. */
   static const struct {
     const char *var, *val;
     int pick[5];
   } tunes[] = {
-      {"FI_DECODE_PREFETCH", "2", {0, 6, 7, 8, -1}},  {"FI_DECODE_PREFETCH", "-2", {0, 6, 7, 8, -1}},
-      {"FI_DECODE_PREFETCH", "-4", {0, 6, 7, 8, -1}}, {"FI_DECODE_WARPS", "2", {0, 6, 7, 8, 2}},
-      {"FI_DECODE_WARPS", "8", {0, 6, 7, 8, 2}},      {"FI_DECODE_PIPELINE", "0", {0, 6, 7, 8, -1}},
+      {"FI_DECODE_WARPS", "4", {0, 4, 6, 8, -1}},   {"FI_DECODE_WARPS", "1", {0, 4, 6, 8, -1}},
+      {"FI_DECODE_WARPS", "2", {2, 7, -1}},         {"FI_DECODE_SPLIT", "2", {2, 7, -1}},
+      {"FI_DECODE_SPLIT", "0.5", {7, -1}},          {"FI_DECODE_PIPELINE", "0", {6, 8, -1}},
+      {"FI_DECODE_PREFETCH", "-2", {0, 6, 7, 8, -1}},
   };
   for (size_t t = 0; t < sizeof tunes / sizeof tunes[0]; t++) {
     if (getenv(tunes[t].var)) continue;
@@ -226,6 +228,8 @@ static void bench_decode(fi_runtime *rt, double copy) {
     }
     unsetenv(tunes[t].var);
   }
+  const char *sw = getenv("FI_BENCH_DECODE_SWEEP");
+  if (sw && !strcmp(sw, "0")) return;
   /* The sweep: batch, length, group (1, 4, 8 over 8 KV heads), both layouts; at most
    * 8 GiB of cache a configuration. */
   static const int Bs[] = {1, 4, 16, 64, 256}, Ls[] = {512, 2048, 8192, 32768}, gs[] = {1, 4, 8};
@@ -243,8 +247,9 @@ static void bench_decode(fi_runtime *rt, double copy) {
 const bench_section bench_decode_section = {
     "decode",
     "batch decode over a paged KV cache (page 16, random page order, bf16, D=128) against\n"
-    "the read bandwidth of a streaming 16-byte-load kernel; the issue's targets, then a\n"
-    "sweep of batch, length, group and layout",
+    "the read bandwidth of a streaming 16-byte-load kernel; the issue's targets, tuning\n"
+    "overrides on some of them, then a sweep of batch, length, group and layout\n"
+    "(FI_BENCH_DECODE_SWEEP=0 leaves the sweep out)",
     1,
     bench_decode,
 };
