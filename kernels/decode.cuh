@@ -94,52 +94,46 @@ FI_DEVICE void decode(const fi_decode_params &p) {
   }
 
   // ---- q: the A fragments (rows g and g + 8 of the group), RoPE'd at kv_len - 1;
-  // chunk i of a lane is dims KC (c + 4i) .. + KC, as K's. Warp 0 loads q here, and once
-  // the first K/V loads are out builds the fragments and leaves each mma's four words
-  // side by side in shared memory (zeros in the rows past the group), where one 16-byte
-  // load gives the register tuple the mma takes: in registers they would be copied into
-  // place before every mma. ----
+  // chunk i of a lane is dims KC (c + 4i) .. + KC, as K's. Warp 0 builds them and leaves
+  // each mma's four words side by side in shared memory (zeros in the rows past the
+  // group), where one 16-byte load gives the register tuple the mma takes: in registers
+  // they would be copied into place before every mma. ----
   constexpr int NA = NQ * KW / 2;  // A tuples a lane uses per 8 tokens
   __shared__ fi_vec<uint32_t, 4> s_q[NA][32];
-  fi_vec<uint32_t, 4> qraw[H8][NQ][KW / 4];
   if (warp == 0) {
-#pragma unroll
-    for (int h = 0; h < H8; h++) {
-      const int r = 8 * h + g;
-      const QT *qr = static_cast<const QT *>(p.q) + (int64_t)b * p.q_stride[0] +
-                     (int64_t)(hkv * G + (r < G ? r : 0)) * p.q_stride[1];
-#pragma unroll
-      for (int i = 0; i < NQ; i++)
-#pragma unroll
-        for (int x8 = 0; x8 < KW / 4; x8++)
-          qraw[h][i][x8] = *reinterpret_cast<const fi_vec<uint32_t, 4> *>(qr + KC * (c + 4 * i) + 8 * x8);
-    }
-  }
-  auto publish_q = [&]() {
     uint32_t qf[H8][NQ][KW];
 #pragma unroll
     for (int h = 0; h < H8; h++) {
       const int r = 8 * h + g;
+      if (r < G) {
+        const QT *qr = static_cast<const QT *>(p.q) + (int64_t)b * p.q_stride[0] +
+                       (int64_t)(hkv * G + r) * p.q_stride[1];
 #pragma unroll
-      for (int i = 0; i < NQ; i++)
+        for (int i = 0; i < NQ; i++)
 #pragma unroll
-        for (int x8 = 0; x8 < KW / 4; x8++)
+          for (int x8 = 0; x8 < KW / 4; x8++) {
+            const fi_vec<uint32_t, 4> x =
+                *reinterpret_cast<const fi_vec<uint32_t, 4> *>(qr + KC * (c + 4 * i) + 8 * x8);
 #pragma unroll
-          for (int w = 0; w < 4; w++) {
-            const uint32_t x = qraw[h][i][x8].v[w];
-            if (r >= G) {
-              qf[h][i][4 * x8 + w] = 0u;
-            } else if constexpr (same<QT, MT>::value) {
-              qf[h][i][4 * x8 + w] = x;
-            } else {
-              typedef w16<QT> WQ;
-              qf[h][i][4 * x8 + w] = W::pack(WQ::lo(x), WQ::hi(x));
+            for (int w = 0; w < 4; w++) {
+              if constexpr (same<QT, MT>::value) {
+                qf[h][i][4 * x8 + w] = x.v[w];
+              } else {
+                typedef w16<QT> WQ;
+                qf[h][i][4 * x8 + w] = W::pack(WQ::lo(x.v[w]), WQ::hi(x.v[w]));
+              }
             }
           }
-      if (ROPE && r < G) {
+        if (ROPE) {
 #pragma unroll
-        for (int i = 0; i < NQ / 2; i++)
-          rope_pair<MT>(qf[h][i], qf[h][i + NQ / 2], (float)(kv_len - 1), p.rope_freq, c + 4 * i);
+          for (int i = 0; i < NQ / 2; i++)
+            rope_pair<MT>(qf[h][i], qf[h][i + NQ / 2], (float)(kv_len - 1), p.rope_freq, c + 4 * i);
+        }
+      } else {
+#pragma unroll
+        for (int i = 0; i < NQ; i++)
+#pragma unroll
+          for (int w = 0; w < KW; w++) qf[h][i][w] = 0u;
       }
     }
 #pragma unroll
@@ -153,7 +147,7 @@ FI_DEVICE void decode(const fi_decode_params &p) {
         t.v[3] = H8 > 1 ? qf[H8 - 1][i][2 * h2 + 1] : 0u;
         s_q[i * (KW / 2) + h2][lane] = t;
       }
-  };
+  }
 
   const KVT *kb = static_cast<const KVT *>(p.k) + (int64_t)hkv * p.kv_stride_head;
   const KVT *vb = static_cast<const KVT *>(p.v) + (int64_t)hkv * p.kv_stride_head;
@@ -365,22 +359,19 @@ FI_DEVICE void decode(const fi_decode_params &p) {
     for (int u = 0; u < SUB; u++) pv(vr[u], pb[u]);
   };
 
-  // ---- the main loop: this warp's steps warp, warp + WARPS, ... Each warp issues its
-  // first page-index and K/V loads before warp 0 publishes q and the barrier, so the
-  // q load's latency overlaps theirs instead of coming before them. ----
-  const int k0 = warp;
-  const bool busy = warp < nst;
-  tok_loc next = locate(k0 + WARPS);
-  if (PF) {
-    uint32_t ka[SUB][2][NQ][4], va[SUB][4][NV][VN], kb2[SUB][2][NQ][4], vb2[SUB][4][NV][VN];
-    if (busy) {
-      const int64_t off = offset(locate(k0));
-      load_k(off, ka);
-      load_v(off, va);
-    }
-    if (warp == 0) publish_q();
-    __syncthreads();  // s_q
-    if (busy) {
+  __syncthreads();  // s_q
+
+  // ---- the main loop: this warp's steps warp, warp + WARPS, ... ----
+  if (warp < nst) {
+    const int k0 = warp;
+    tok_loc next = locate(k0 + WARPS);
+    if (PF) {
+      uint32_t ka[SUB][2][NQ][4], va[SUB][4][NV][VN], kb2[SUB][2][NQ][4], vb2[SUB][4][NV][VN];
+      {
+        const int64_t off = offset(locate(k0));
+        load_k(off, ka);
+        load_v(off, va);
+      }
       for (int i = 2; i <= pfd; i++) prefetch(k0 + i * WARPS);
       const int ahead = (1 + pfd) * WARPS;
       int k = k0;
@@ -406,17 +397,10 @@ FI_DEVICE void decode(const fi_decode_params &p) {
         k += WARPS;
         if (k >= nst) break;
       }
-    }
-  } else {
-    uint32_t kr[SUB][2][NQ][4], vr[SUB][4][NV][VN];
-    int64_t off = 0;
-    if (busy) {
-      off = offset(locate(k0));
+    } else {
+      uint32_t kr[SUB][2][NQ][4], vr[SUB][4][NV][VN];
+      int64_t off = offset(locate(k0));
       load_k(off, kr);
-    }
-    if (warp == 0) publish_q();
-    __syncthreads();  // s_q
-    if (busy) {
       for (int i = 1; i < pfd; i++) prefetch(k0 + i * WARPS);
       for (int k = k0; k < nst; k += WARPS) {
         load_v(off, vr);
