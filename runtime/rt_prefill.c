@@ -115,15 +115,15 @@ static int q_tile_for(int D, int64_t rows) {
   return jit_prefill_q_tile(D, rows);
 }
 
-/* The kernel of a call, into key; returns its q tile. On a Hopper device (sm_90) the
+/* The kernel of a call, into key; returns its q tile, read from the key (the wgmma key
+ * may override the asked shape, as head_dim 256 does). On a Hopper device (sm_90) the
  * wgmma kernel (prefill_wgmma.cuh) takes head_dims 64, 128 and 256 without RoPE once a
  * request has more than 16 packed rows; everything else runs on mma.sync (prefill.cuh),
  * which every NVIDIA GPU from sm_80 and AMD's run. FI_PREFILL_WGMMA=0 forces mma.sync, as does
  * FI_PREFILL_QTILE (its tuning override); FI_PREFILL_WG=<warpgroups>x<kv tile> (1x64,
  * 2x128, ...) forces the wgmma kernel's shape, FI_PREFILL_WS=0 its every-thread-loads
  * variant (no producer warpgroup), FI_PREFILL_WS=1 a producer without the ping-pong.
- * Read at every call, so that a test or a
- * benchmark can compare them. */
+ * Read at every call, so that a test or a benchmark can compare them. */
 static int pick_kernel(fi_runtime *rt, int devtype, int device, int single, int dt, int D,
                        int64_t rows, int rope, jit_key *key) {
   const char *e = getenv("FI_PREFILL_WGMMA"), *qe = getenv("FI_PREFILL_QTILE");
@@ -147,12 +147,11 @@ static int pick_kernel(fi_runtime *rt, int devtype, int device, int single, int 
       /* A producer warpgroup and ping-pong (FI_PREFILL_WS=0 or 1 turns them off). */
       jit_prefill_wgmma_select(single, dt, D, qt, kt, ws && (ws[0] == '0' || ws[0] == '1') ? ws[0] - '0' : 2,
                                key);
-      return qt;
+      return jit_prefill_key_q_tile(key);
     }
   }
-  const int qt = q_tile_for(D, rows);
-  jit_prefill_select(single, dt, D, qt, rope, key);
-  return qt;
+  jit_prefill_select(single, dt, D, q_tile_for(D, rows), rope, key);
+  return jit_prefill_key_q_tile(key);
 }
 
 /* ---- single prefill ---- */

@@ -217,6 +217,17 @@ FT_TEST(planner_refuses_bad_batches) {
 
 /* ---- keys ---- */
 
+/* How many of its op's registered configurations equal the key. */
+static int times_registered(const jit_key *k) {
+  int n = 0;
+  for (int i = 0; i < k->op->config_count(); i++) {
+    jit_key c;
+    k->op->config(i, &c);
+    n += memcmp(c.v, k->v, sizeof c.v) == 0 && c.op == k->op;
+  }
+  return n;
+}
+
 FT_TEST(every_selected_key_is_registered) {
   const jit_op *ops[2] = {jit_registry_find("single_prefill"), jit_registry_find("batch_prefill")};
   FT_REQUIRE(ops[0] && ops[1] && jit_registry_find("prefill_merge") && jit_registry_find("mma_probe"));
@@ -233,26 +244,14 @@ FT_TEST(every_selected_key_is_registered) {
             FT_CHECK(qt == 16 || qt == 64 || qt == 128);
             FT_CHECK(qt <= 2 * jit_prefill_kv_tile(dims[d]), "q tile %d over the staging buffer", qt);
             jit_prefill_select(s == 0, dts[q], dims[d], qt, rope, &k);
-            int found = 0;
-            for (int i = 0; i < k.op->config_count() && !found; i++) {
-              jit_key c;
-              k.op->config(i, &c);
-              found = memcmp(c.v, k.v, sizeof c.v) == 0 && c.op == k.op;
-            }
-            FT_CHECK(found, "%s dt=%d d=%d q_tile=%d rope=%d not registered", k.op->name, dts[q], dims[d], qt, rope);
+            FT_CHECK(times_registered(&k) > 0, "%s dt=%d d=%d q_tile=%d rope=%d not registered", k.op->name, dts[q], dims[d], qt, rope);
             checked++;
           }
   for (int q = 0; q < 2; q++)
     for (int d = 0; d < 3; d++) {
       jit_key k;
       jit_prefill_merge_select(dts[q], dims[d], &k);
-      int found = 0;
-      for (int i = 0; i < k.op->config_count() && !found; i++) {
-        jit_key c;
-        k.op->config(i, &c);
-        found = memcmp(c.v, k.v, sizeof c.v) == 0;
-      }
-      FT_CHECK(found, "prefill_merge dt=%d d=%d not registered", dts[q], dims[d]);
+      FT_CHECK(times_registered(&k) > 0, "prefill_merge dt=%d d=%d not registered", dts[q], dims[d]);
     }
   /* Every registered configuration is distinct (no duplicate compile in prewarm). */
   for (int o = 0; o < 2; o++)
@@ -299,12 +298,7 @@ FT_TEST(wgmma_keys_registered_and_hopper_only) {
           const unsigned want = (unsigned)((tiles[t % 2] * dims[d] + 4 * kvt[t / 2 % 2] * dims[d]) * 2 +
                                            3 * kvt[t / 2 % 2] * 8 + 128 + 1024);
           FT_CHECK(sm == want && sm <= 227u * 1024, "shared memory %u, expected %u", sm, want);
-          int found = 0;
-          for (int i = 0; i < k.op->config_count(); i++) {
-            jit_key c;
-            k.op->config(i, &c);
-            found += memcmp(c.v, k.v, sizeof c.v) == 0;
-          }
+          const int found = times_registered(&k);
           FT_CHECK(found == 1, "%s dt=%d d=%d tiles %d/%d ws %d registered %d times", k.op->name, dts[q],
                    dims[d], tiles[t % 2], kvt[t / 2 % 2], ws, found);
         }
@@ -316,12 +310,7 @@ FT_TEST(wgmma_keys_registered_and_hopper_only) {
       FT_CHECK(k.v[PREFILL_WG_P_WARPGROUPS] == 2 && k.v[PREFILL_WG_P_KV_TILE] == 64 && k.v[PREFILL_WG_P_PRODUCER] == 0);
       FT_CHECK(jit_prefill_threads(&k) == 256u && ops[s]->dyn_smem(&k) <= 227u * 1024, "threads %u smem %u",
                jit_prefill_threads(&k), ops[s]->dyn_smem(&k));
-      int found = 0;
-      for (int i = 0; i < k.op->config_count(); i++) {
-        jit_key c;
-        k.op->config(i, &c);
-        found += memcmp(c.v, k.v, sizeof c.v) == 0;
-      }
+      const int found = times_registered(&k);
       FT_CHECK(found == 1, "%s head_dim 256 dt=%d registered %d times", k.op->name, dts[q], found);
     }
     FT_CHECK(ops[s]->config_count() == 42, "%s: %d configurations", ops[s]->name, ops[s]->config_count());
