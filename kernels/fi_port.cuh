@@ -197,16 +197,23 @@ FI_DEVICE void fi_store(T *p, const fi_vec<T, N> &x) {
 }
 
 // Streaming variants for data touched once: loads skip L1 (the row is not
-// read again by this SM), stores are marked evict-first in L2.
-template <typename T, int N>
+// read again by this SM), stores are marked evict-first in L2. NC: through
+// the read-only path, for data no thread writes during the kernel; without
+// it the load suits a thread that later overwrites what it read (in place).
+template <typename T, int N, bool NC = true>
 FI_DEVICE fi_vec<T, N> fi_load_stream(const T *p) {
 #if FI_CUDA
   if (sizeof(T) * N == 16) {
     fi_vec<T, N> r;
     uint32_t *u = reinterpret_cast<uint32_t *>(&r);
-    asm volatile("ld.global.nc.L1::no_allocate.v4.u32 {%0, %1, %2, %3}, [%4];"
-                 : "=r"(u[0]), "=r"(u[1]), "=r"(u[2]), "=r"(u[3])
-                 : "l"(p));
+    if (NC)
+      asm volatile("ld.global.nc.L1::no_allocate.v4.u32 {%0, %1, %2, %3}, [%4];"
+                   : "=r"(u[0]), "=r"(u[1]), "=r"(u[2]), "=r"(u[3])
+                   : "l"(p));
+    else
+      asm volatile("ld.global.L1::no_allocate.v4.u32 {%0, %1, %2, %3}, [%4];"
+                   : "=r"(u[0]), "=r"(u[1]), "=r"(u[2]), "=r"(u[3])
+                   : "l"(p));
     return r;
   }
 #endif

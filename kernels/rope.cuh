@@ -30,65 +30,64 @@ FI_DEVICE void rope(const fi_rope_params &p) {
     for (int i = threadIdx.x; i < half; i += THREADS) sfreq[i] = p.inv_freq[i];
     __syncthreads();
   }
-  const uint32_t lanes = (uint32_t)p.lanes, groups = (uint32_t)p.head_groups;
-  const uint32_t total = (uint32_t)p.nnz * groups * lanes;  // the host keeps it < 2^31
+  const uint32_t groups = (uint32_t)p.head_groups, rot = (uint32_t)p.rot_lanes;
+  const uint32_t tail = (uint32_t)p.lanes - rot;
   const int heads = p.heads_q + p.heads_k;
   const P *pos_ids = static_cast<const P *>(p.pos_ids);
-  for (uint32_t w = blockIdx.x * THREADS + threadIdx.x; w < total; w += gridDim.x * THREADS) {
-    const uint32_t lane = w % lanes, tg = w / lanes;
+  // Row of head h0 + j of a token, h clamped into range (the last group may
+  // be short). Computed where used instead of held in 8 64-bit pointers
+  // across the loads: with those, an in-place branch with its own loads and
+  // the tail in the same loop, the kernel took 128 registers, 2 blocks an SM.
+  auto src = [&](int tok, int h0, int j) -> const T * {
+    const int h = h0 + j < heads ? h0 + j : heads - 1;
+    return h < p.heads_q
+               ? static_cast<const T *>(p.q) + tok * p.q_stride[0] + h * p.q_stride[1]
+               : static_cast<const T *>(p.k) + tok * p.k_stride[0] + (h - p.heads_q) * p.k_stride[1];
+  };
+  auto dst = [&](int tok, int h0, int j) -> T * {
+    const int h = h0 + j < heads ? h0 + j : heads - 1;
+    return h < p.heads_q
+               ? static_cast<T *>(p.q_out) + tok * p.qo_stride[0] + h * p.qo_stride[1]
+               : static_cast<T *>(p.k_out) + tok * p.ko_stride[0] + (h - p.heads_q) * p.ko_stride[1];
+  };
+  // The non-rotary tail (out of place only), its own loop so that its
+  // registers do not add to the rotation's: copies of VEC elements.
+  const uint32_t total_tail = (uint32_t)p.nnz * groups * tail;  // the host keeps these < 2^31
+#pragma unroll 1
+  for (uint32_t w = blockIdx.x * THREADS + threadIdx.x; w < total_tail; w += gridDim.x * THREADS) {
+    const uint32_t lane = w % tail, tg = w / tail;
     const int g = (int)(tg % groups), tok = (int)(tg / groups);
-    const int h0 = g * HB;
-    const T *src[HB];
-    T *dst[HB];
+    const int h0 = g * HB, nh = heads - h0 < HB ? heads - h0 : HB;
+    const int col = p.rotary_dim + (int)lane * VEC;
+    fi_vec<T, VEC> x[HB];
 #pragma unroll
-    for (int j = 0; j < HB; j++) {
-      const int h = h0 + j < heads ? h0 + j : heads - 1;
-      if (h < p.heads_q) {
-        src[j] = static_cast<const T *>(p.q) + tok * p.q_stride[0] + h * p.q_stride[1];
-        dst[j] = static_cast<T *>(p.q_out) + tok * p.qo_stride[0] + h * p.qo_stride[1];
-      } else {
-        const int hk = h - p.heads_q;
-        src[j] = static_cast<const T *>(p.k) + tok * p.k_stride[0] + hk * p.k_stride[1];
-        dst[j] = static_cast<T *>(p.k_out) + tok * p.ko_stride[0] + hk * p.ko_stride[1];
-      }
-    }
-    const int nh = heads - h0 < HB ? heads - h0 : HB;
-    if ((int)lane >= p.rot_lanes) {
-      // The non-rotary tail, out of place only: a copy of VEC elements.
-      const int col = p.rotary_dim + ((int)lane - p.rot_lanes) * VEC;
-      fi_vec<T, VEC> x[HB];
+    for (int j = 0; j < HB; j++)
+      if (j < nh) x[j] = fi_load_stream<T, VEC, false>(src(tok, h0, j) + col);
 #pragma unroll
-      for (int j = 0; j < HB; j++)
-        if (j < nh) x[j] = fi_load_stream<T, VEC>(src[j] + col);
-#pragma unroll
-      for (int j = 0; j < HB; j++)
-        if (j < nh) fi_store_stream<T, VEC>(dst[j] + col, x[j]);
-      continue;
-    }
+    for (int j = 0; j < HB; j++)
+      if (j < nh) fi_store_stream<T, VEC>(dst(tok, h0, j) + col, x[j]);
+  }
+  const uint32_t total = (uint32_t)p.nnz * groups * rot;
+#pragma unroll 1
+  for (uint32_t w = blockIdx.x * THREADS + threadIdx.x; w < total; w += gridDim.x * THREADS) {
+    const uint32_t lane = w % rot, tg = w / rot;
+    const int g = (int)(tg % groups), tok = (int)(tg / groups);
+    const int h0 = g * HB, nh = heads - h0 < HB ? heads - h0 : HB;
     // Columns: a = first element of the unit, b = its partners' (non-interleaved).
     const int a = (int)lane * NU;
     const int b = a + half;
     const int i0 = INTERLEAVE ? a / 2 : a;  // first pair index
     fi_vec<T, VEC> xa[HB][NS], xb[HB][INTERLEAVE ? 1 : NS];
-    // In place, a thread writes what it has read: .nc loads are for data
-    // that stays read-only for the whole kernel, so plain loads then.
-    if (p.in_place) {
+    // One load for both in place and out of place (a thread writes only
+    // what it has read, so the coherent path is right for either): two
+    // branches, .nc and plain, cost 27 registers.
 #pragma unroll
-      for (int j = 0; j < HB; j++)
-        if (j < nh) {
+    for (int j = 0; j < HB; j++)
+      if (j < nh) {
 #pragma unroll
-          for (int s = 0; s < NS; s++) xa[j][s] = fi_load<T, VEC>(src[j] + a + s * VEC);
-          if (!INTERLEAVE) xb[j][0] = fi_load<T, VEC>(src[j] + b);
-        }
-    } else {
-#pragma unroll
-      for (int j = 0; j < HB; j++)
-        if (j < nh) {
-#pragma unroll
-          for (int s = 0; s < NS; s++) xa[j][s] = fi_load_stream<T, VEC>(src[j] + a + s * VEC);
-          if (!INTERLEAVE) xb[j][0] = fi_load_stream<T, VEC>(src[j] + b);
-        }
-    }
+        for (int s = 0; s < NS; s++) xa[j][s] = fi_load_stream<T, VEC, false>(src(tok, h0, j) + a + s * VEC);
+        if (!INTERLEAVE) xb[j][0] = fi_load_stream<T, VEC, false>(src(tok, h0, j) + b);
+      }
     float c[NP], sn[NP];
     const int64_t pos = (int64_t)pos_ids[tok];
     if (CACHE) {
@@ -130,7 +129,7 @@ FI_DEVICE void rope(const fi_rope_params &p) {
           y[e1 / VEC].v[e1 % VEC] = fi_from_float<T>(x1 * c[i] + x0 * sn[i]);
         }
 #pragma unroll
-        for (int s = 0; s < NS; s++) fi_store_stream<T, VEC>(dst[j] + a + s * VEC, y[s]);
+        for (int s = 0; s < NS; s++) fi_store_stream<T, VEC>(dst(tok, h0, j) + a + s * VEC, y[s]);
       } else {
         fi_vec<T, VEC> ya, yb;
 #pragma unroll
@@ -139,8 +138,8 @@ FI_DEVICE void rope(const fi_rope_params &p) {
           ya.v[i] = fi_from_float<T>(x0 * c[i] - x1 * sn[i]);
           yb.v[i] = fi_from_float<T>(x1 * c[i] + x0 * sn[i]);
         }
-        fi_store_stream<T, VEC>(dst[j] + a, ya);
-        fi_store_stream<T, VEC>(dst[j] + b, yb);
+        fi_store_stream<T, VEC>(dst(tok, h0, j) + a, ya);
+        fi_store_stream<T, VEC>(dst(tok, h0, j) + b, yb);
       }
     }
   }

@@ -269,10 +269,11 @@ static fi_status rope(fi_runtime *rt, const char *fn, const DLTensor *q, const D
   rt_kernel *kern;
   if ((st = rt_kernel_get(rt, &key, be, q->device.device_id, &kern)) != FI_OK) return st;
   const int threads = (int)key.v[ROPE_P_THREADS];
-  int resident;
-  if ((st = rt_kernel_resident(rt, kern, threads, &resident)) != FI_OK) return st;
-  int64_t grid = (total + threads - 1) / threads;
-  if (grid > resident) grid = resident;
+  /* A block per THREADS work items (the host keeps them < 2^31, so the grid
+   * fits): capped at the resident blocks, each walking about 5 items
+   * (16384 tokens x 40 heads), the kernel measured 87% of copy out of place
+   * in bf16, against 90% this way. */
+  const int64_t grid = (total + threads - 1) / threads;
   rt_launch l = {{(unsigned)grid, 1, 1}, {(unsigned)threads, 1, 1}, 0};
   return rt_launch_kernel(rt, kern, &l, stream, &p, sizeof p);
 }
