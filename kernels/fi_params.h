@@ -117,8 +117,6 @@ typedef struct fi_append_paged_kv_params {
   int32_t page_size;
   float k_inv_scale;
   float v_inv_scale;
-  int32_t ldg_indices; /* measuring: 1 reads the index arrays through the read-only path */
-  int32_t pad_;
 } fi_append_paged_kv_params;
 
 /* batch_indices[i] and positions[i] of the nnz appended tokens of `batch`

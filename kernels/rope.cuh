@@ -40,15 +40,13 @@ FI_DEVICE void rope(const fi_rope_params &p) {
   // the tail in the same loop, the kernel took 128 registers, 2 blocks an SM.
   auto src = [&](int tok, int h0, int j) -> const T * {
     const int h = h0 + j < heads ? h0 + j : heads - 1;
-    return h < p.heads_q
-               ? static_cast<const T *>(p.q) + tok * p.q_stride[0] + h * p.q_stride[1]
-               : static_cast<const T *>(p.k) + tok * p.k_stride[0] + (h - p.heads_q) * p.k_stride[1];
+    if (h < p.heads_q) return static_cast<const T *>(p.q) + tok * p.q_stride[0] + h * p.q_stride[1];
+    return static_cast<const T *>(p.k) + tok * p.k_stride[0] + (h - p.heads_q) * p.k_stride[1];
   };
   auto dst = [&](int tok, int h0, int j) -> T * {
     const int h = h0 + j < heads ? h0 + j : heads - 1;
-    return h < p.heads_q
-               ? static_cast<T *>(p.q_out) + tok * p.qo_stride[0] + h * p.qo_stride[1]
-               : static_cast<T *>(p.k_out) + tok * p.ko_stride[0] + (h - p.heads_q) * p.ko_stride[1];
+    if (h < p.heads_q) return static_cast<T *>(p.q_out) + tok * p.qo_stride[0] + h * p.qo_stride[1];
+    return static_cast<T *>(p.k_out) + tok * p.ko_stride[0] + (h - p.heads_q) * p.ko_stride[1];
   };
   // The non-rotary tail (out of place only), its own loop so that its
   // registers do not add to the rotation's: copies of VEC elements.
@@ -84,9 +82,10 @@ FI_DEVICE void rope(const fi_rope_params &p) {
 #pragma unroll
     for (int j = 0; j < HB; j++)
       if (j < nh) {
+        const T *row = src(tok, h0, j);
 #pragma unroll
-        for (int s = 0; s < NS; s++) xa[j][s] = fi_load_stream<T, VEC, false>(src(tok, h0, j) + a + s * VEC);
-        if (!INTERLEAVE) xb[j][0] = fi_load_stream<T, VEC, false>(src(tok, h0, j) + b);
+        for (int s = 0; s < NS; s++) xa[j][s] = fi_load_stream<T, VEC, false>(row + a + s * VEC);
+        if (!INTERLEAVE) xb[j][0] = fi_load_stream<T, VEC, false>(row + b);
       }
     float c[NP], sn[NP];
     const int64_t pos = (int64_t)pos_ids[tok];

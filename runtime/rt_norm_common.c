@@ -2,7 +2,6 @@
  * kernels take their block size at launch (rmsnorm variants and layernorm). */
 #include <math.h>
 #include <stdint.h>
-#include <stdlib.h>
 
 #include "jit_registry.h"
 #include "ops_norm.h"
@@ -88,12 +87,9 @@ fi_status rt_norm_launch(fi_runtime *rt, rt_norm_call *c, void *stream) {
   const int warp = be == &rt_device_hip ? 64 : 32;
   jit_key key;
   int threads;
-  if (c->op == &jit_op_layernorm) {
+  if (c->op == &jit_op_layernorm)
     jit_layernorm_select(c->dtype, c->wdtype, c->vec, c->p.hidden, warp, &key, &threads);
-    /* FI_LAYERNORM_HINT=0 (measuring): plain loads and stores for the rows. */
-    const char *h = getenv("FI_LAYERNORM_HINT");
-    if (h && h[0] == '0') key.v[LAYERNORM_P_HINT] = 0;
-  } else
+  else
     jit_norm_select(c->op, c->dtype, c->vec, c->p.hidden, warp, &key, &threads);
   rt_kernel *k;
   if ((st = rt_kernel_get(rt, &key, be, c->device, &k)) != FI_OK) return st;
@@ -111,9 +107,6 @@ fi_status rt_norm_launch(fi_runtime *rt, rt_norm_call *c, void *stream) {
    * prefetch: more resident warps only queue more rows behind the barrier.
    * At most 1024 threads an SM (4 blocks of 256 at 8192 x 8192 bf16). */
   if (c->op == &jit_op_layernorm && warps_per_sm > 1024 / warp) warps_per_sm = 1024 / warp;
-  /* FI_NORM_SM_THREADS (measuring): another cap of threads an SM, every op here. */
-  const char *e = getenv("FI_NORM_SM_THREADS");
-  if (e && atoi(e) >= warp) warps_per_sm = atoi(e) / warp;
   const int per_block = threads / warp;
   int64_t blocks = (int64_t)sms * (warps_per_sm / per_block > 0 ? warps_per_sm / per_block : 1);
   if (blocks > c->p.rows) blocks = c->p.rows;
