@@ -247,7 +247,8 @@ FI_DEVICE void prefill_wgmma(const fi_prefill_kparams &p) {
   const int G = p.group;
 
   // ---- warp specialization: mbarriers after the offset tables ----
-  // bar_q(i): Q buffer i landed (128 producer arrivals); full_k/full_v(b): K / V of stage b
+  // bar_q(i): Q buffer i landed and its unit published (128 producer arrivals and
+  // thread 0's for slot_u[i]); full_k/full_v(b): K / V of stage b
   // landed (128); empty_k/empty_v(b), empty_q(i): every consumer warp is done reading it
   // (4 NWG). Stages and Q buffers alternate over the block's whole sequence of tiles and
   // of work units, so the phases carry from one unit to the next.
@@ -276,7 +277,7 @@ FI_DEVICE void prefill_wgmma(const fi_prefill_kparams &p) {
   if (WS) {
     if (tid == 0) {
       for (int b = 0; b < 2; b++) {
-        mbar_init(bar_q(b), 128);
+        mbar_init(bar_q(b), 129);
         mbar_init(full_k(b), 128);
         mbar_init(full_v(b), 128);
         mbar_init(empty_k(b), 4 * NWG);
@@ -288,24 +289,42 @@ FI_DEVICE void prefill_wgmma(const fi_prefill_kparams &p) {
     __syncthreads();
   }
 
-  // The work units: one (blockIdx) or, on a linear grid, every gridDim.x-th. tbase: the
-  // tiles of the block's units before this one, qn: its units with tiles (the Q buffers).
-  // run_unit(u, prod) does unit u as the producer (prod) or as a consumer; false: no unit
-  // (CUDA-graph mode's spare blocks). prod is a literal at each call, so each role's loop
-  // holds only its own code (setmaxnreg gives the two different register budgets).
+  // The work units: one (blockIdx), or on a linear grid the (item, KV head) pairs, unit u
+  // = item u % items of head u / items (the order a (items, heads) grid starts its
+  // blocks in, which keeps one head's K / V shared in L2). A block's first unit is its
+  // blockIdx.x; then, with a producer, the next unit is taken from the plan header's
+  // counter (dynamic: the blocks that finish first take more, as the hardware's block
+  // scheduler would) or is this one + gridDim.x (header[6] 0: static). The producer's
+  // thread 0 takes it and publishes it in slot[i] with Q buffer i (bar_q(i) counts its
+  // extra arrival): the consumers read it there; a unit >= units ends the loop. The last
+  // block to finish resets the counters for the next launch. Without a producer every
+  // thread steps by gridDim.x. tbase: the tiles of the block's units before this one,
+  // qn: its units so far (the Q buffers). run_unit(u, prod) does unit u as the producer
+  // (prod) or as a consumer; false: no unit (CUDA-graph mode's spare blocks). prod is a
+  // literal at each call, so each role's loop holds only its own code (setmaxnreg gives
+  // the two different register budgets).
   const bool lin = !SINGLE && gridDim.y == 1;
   const int H = p.num_kv_heads > 0 ? p.num_kv_heads : 1;
-  const int units = lin ? (p.num_items >= 0 ? p.num_items : p.header[0]) * H : 1;
+  const int nit = lin ? (p.num_items >= 0 ? p.num_items : p.header[0]) : 1, units = lin ? nit * H : 1;
+  const bool dyn = WS && lin && p.header[6] != 0;
   const int u0 = lin ? (int)blockIdx.x : 0, ustep = lin ? (int)gridDim.x : 1;
+  int32_t *const slot_u = reinterpret_cast<int32_t *>(wg_smem + (bars - smem_addr(wg_smem)) + 96);
   int tbase = 0, qn = 0;
   auto run_unit = [&](int u, const bool prod) -> bool {
-    const int item = lin ? u / H : SINGLE && p.causal ? (int)(gridDim.x - 1 - blockIdx.x) : (int)blockIdx.x;
-    const int hkv = lin ? u - (u / H) * H : (int)blockIdx.y;
+    const int item = lin ? u % nit : SINGLE && p.causal ? (int)(gridDim.x - 1 - blockIdx.x) : (int)blockIdx.x;
+    const int hkv = lin ? u / nit : (int)blockIdx.y;
+    const int qi = WS ? qn & 1 : 0;
     if (!WS && u != u0) __syncthreads();  // every warp is done with the last unit's tiles
 
     // ---- the work item ----
     pf::work_item w;
-    if (!pf::load_item<SINGLE>(p, item, QT, w)) return false;
+    if (!pf::load_item<SINGLE>(p, item, QT, w)) {
+      if (prod) {  // the consumers wait for this unit's Q: an empty one
+        mbar_arrive(bar_q(qi));
+        if (lt == 0) mbar_arrive(bar_q(qi));
+      }
+      return false;
+    }
     const int r0 = w.r0, rows = w.rows, kv_lo = w.kv_lo, kv_hi = w.kv_hi, Lq = w.Lq, Lkv = w.Lkv;
     const int chunk = w.chunk, nchunks = w.nchunks, slot = w.slot;
     const int64_t q_start = w.q_start, kv_base = w.kv_base;
@@ -375,7 +394,7 @@ FI_DEVICE void prefill_wgmma(const fi_prefill_kparams &p) {
     };
     // WS: the stage of the unit's tile t continues the block's sequence (tbase); without a
     // producer every unit starts at stage 0.
-    const int tb0 = WS ? tbase : 0, qi = WS ? qn & 1 : 0;
+    const int tb0 = WS ? tbase : 0;
     auto stg = [&](int t) -> int { return (tb0 + t) & 1; };
     auto par = [&](int t) -> int { return ((tb0 + t) >> 1) & 1; };
     auto kbuf = [&](int t) -> uint32_t { return sbase + QREG + (uint32_t)stg(t) * 2 * KV_BYTES; };
@@ -400,10 +419,14 @@ FI_DEVICE void prefill_wgmma(const fi_prefill_kparams &p) {
       // copy is an immediate offset from it; the swizzled column (row % 8 is the same for
       // both rows) once a thread. The page ids of tile t + 1 are read while t loads.
       if (ntiles > 0) {
-        constexpr int RP = KT / 64;  // rows a thread a tile
-        mbar_wait(empty_q(qi), ((qn >> 1) & 1) ^ 1);
         load_q();
         mbar_arrive_cp(bar_q(qi));
+      } else {
+        mbar_arrive(bar_q(qi));
+      }
+      if (lt == 0) mbar_arrive(bar_q(qi));  // slot_u[qi], written before it
+      if (ntiles > 0) {
+        constexpr int RP = KT / 64;  // rows a thread a tile
         const int half = lt & 1, rb = lt >> 1;
         int32_t pg[RP];
 #pragma unroll
@@ -440,7 +463,6 @@ FI_DEVICE void prefill_wgmma(const fi_prefill_kparams &p) {
         }
       }
       tbase += ntiles;
-      qn += ntiles > 0;
       return true;
     }
 
@@ -459,7 +481,6 @@ FI_DEVICE void prefill_wgmma(const fi_prefill_kparams &p) {
       load_kv(0, 0, true, !OV);  // OV: V tiles trail K tiles by one iteration
       cp_commit();
     }
-    if (WS && ntiles > 0) mbar_wait(bar_q(qi), (qn >> 1) & 1);
     const uint32_t qs = sbase + (uint32_t)qi * Q_BYTES + (uint32_t)wgi * QWG_BYTES;
     // does this warpgroup attend anything in tile t (warpgroup-uniform)
     auto active = [&](int t) -> bool {
@@ -680,7 +701,7 @@ FI_DEVICE void prefill_wgmma(const fi_prefill_kparams &p) {
     cp_wait<0>();
     // Every wgmma of the unit has completed: its Q buffer is free for the producer (the
     // unit after next), which loads while this epilogue stores.
-    if (WS && ntiles > 0) release(empty_q(qi));
+    if (WS) release(empty_q(qi));
 
     // ---- out / lse, or this chunk's partial (as prefill.cuh) ----
     const float LN2 = 0.6931471805599453f;
@@ -714,7 +735,6 @@ FI_DEVICE void prefill_wgmma(const fi_prefill_kparams &p) {
       }
     }
     tbase += ntiles;
-    qn += ntiles > 0;
     return true;
   };  // run_unit
 
@@ -724,8 +744,31 @@ FI_DEVICE void prefill_wgmma(const fi_prefill_kparams &p) {
     // over units spilled 12-36 bytes; 224 and 208 still hold the consumers' loops without
     // spills: ptxas -v of every shape.)
     reg_dealloc<(NWG == 2 ? 56 : 48)>();
-    for (int u = u0; u < units; u += ustep)
+    int32_t *const ctr = const_cast<int32_t *>(p.header) + 4;  // [4] next unit, [5] blocks done
+    for (int u = u0;; qn++) {
+      const int qi = qn & 1;
+      mbar_wait(empty_q(qi), ((qn >> 1) & 1) ^ 1);
+      if (lt == 0) slot_u[qi] = u;
+      if (u >= units) {  // the end, for the consumers
+        mbar_arrive(bar_q(qi));
+        if (lt == 0) mbar_arrive(bar_q(qi));
+        break;
+      }
       if (!run_unit(u, true)) break;
+      if (!dyn) {
+        u += ustep;
+        continue;
+      }
+      // thread 0 takes the next unit; the producer warpgroup's named barrier 1 shares it
+      if (lt == 0) slot_u[2] = ustep + atomicAdd(ctr, 1);
+      asm volatile("bar.sync 1, 128;" ::: "memory");
+      u = slot_u[2];
+      asm volatile("bar.sync 1, 128;" ::: "memory");  // read by all before the next write
+    }
+    if (dyn && lt == 0 && atomicAdd(ctr + 1, 1) == ustep - 1) {  // every block is past its last take
+      atomicExch(ctr, 0);
+      atomicExch(ctr + 1, 0);
+    }
     cp_wait<0>();
     return;
   }
@@ -736,8 +779,14 @@ FI_DEVICE void prefill_wgmma(const fi_prefill_kparams &p) {
       reg_alloc<208>();
   }
   if (PP && wgi == 1) turn_pass();
-  for (int u = u0; u < units; u += ustep)
-    if (!run_unit(u, false)) break;
+  for (int u = u0;; qn++) {
+    if (WS) {
+      mbar_wait(bar_q(qn & 1), (qn >> 1) & 1);
+      u = *reinterpret_cast<volatile int32_t *>(slot_u + (qn & 1));
+    }
+    if (u >= units || !run_unit(u, false)) break;
+    if (!WS) u += ustep;
+  }
 }
 
 // fi-bench's wgmma probe: each warpgroup issues iters rounds of four bf16 m64n128k16

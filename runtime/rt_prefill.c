@@ -406,6 +406,9 @@ static fi_status plan_impl(fi_runtime *rt, const char *fn, const fi_batch_prefil
   tab[1] = B;
   tab[2] = qt;
   tab[3] = (int32_t)(chunk > INT32_MAX ? INT32_MAX : chunk);
+  /* the persistent grid's units from the counter (tab[4], tab[5]: 0), below */
+  const char *ps = getenv("FI_PREFILL_PERSIST");
+  tab[6] = !(ps && ps[0] == 's');
   if (rt && (st = upload(rt, devtype, device, (int32_t *)ws, tab,
                          FI_PREFILL_HDR_WORDS + n * FI_PREFILL_ITEM_WORDS, stream)) != FI_OK) {
     free(tab);
@@ -440,8 +443,11 @@ static fi_status plan_impl(fi_runtime *rt, const char *fn, const fi_batch_prefil
   /* A persistent grid (one wave of blocks looping over the (item, KV head) units) where the
    * kernel has a producer: it loads the next unit's Q and first tiles while the consumers
    * finish this one, where a fresh block would start cold (short items: 64 x 1024 has 4.5
-   * kv tiles an item). FI_PREFILL_PERSIST=0 turns it off (tuning), FI_PREFILL_PERSIST=<n>
-   * caps the grid at n blocks (tests: many units a block). */
+   * kv tiles an item). The blocks take units from a counter in the header (dynamic: with
+   * a block's units fixed instead, items of unequal length left blocks idle: 64 x 1024
+   * 32/32 fell from 221 to 200 TFLOP/s). FI_PREFILL_PERSIST=0 turns it off (tuning),
+   * =s fixes each block's units (unit b + k x grid), =<n> caps the grid at n blocks
+   * (tests: many units a block). */
   const char *pe = getenv("FI_PREFILL_PERSIST");
   const int64_t bps = pe && strcmp(pe, "0") == 0 ? 0 : jit_prefill_persistent_blocks(&key);
   const int64_t units = pl->grid * info->num_kv_heads, cap = pe && atoi(pe) > 0 ? atoi(pe) : (int64_t)sms * bps;
