@@ -33,6 +33,16 @@ int jit_prefill_key_q_tile(const jit_key *k) {
   return jit_prefill_is_wgmma(k) ? 64 * (int)k->v[PREFILL_WG_P_WARPGROUPS] : (int)k->v[PREFILL_P_Q_TILE];
 }
 
+static unsigned wg_smem(const jit_key *k);
+int jit_prefill_persistent_blocks(const jit_key *k) {
+  if (k->op != &jit_op_batch_prefill_sm90 || k->v[PREFILL_WG_P_PRODUCER] <= 0) return 0;
+  /* render_wg's launch bounds, then what an SM's 228 KB of shared memory holds (1 KB a
+   * block reserved): one consumer with 128-token tiles at head_dim 128 fits once. */
+  int b = k->v[PREFILL_WG_P_WARPGROUPS] == 1 ? 2 : 1;
+  while (b > 1 && (unsigned)b * (wg_smem(k) + 1024u) > 228u * 1024) b--;
+  return b;
+}
+
 unsigned jit_prefill_threads(const jit_key *k) {
   if (jit_prefill_is_wgmma(k))
     return 128u * (unsigned)(k->v[PREFILL_WG_P_WARPGROUPS] + (k->v[PREFILL_WG_P_PRODUCER] > 0));
@@ -201,12 +211,13 @@ static const char *wg_arch(const char *arch) {
   return strcmp(arch, "sm_90") == 0 || strcmp(arch, "sm_90a") == 0 ? "sm_90a" : NULL;
 }
 
-/* The Q tile, two stages of K and V, three token-offset tables, 128 bytes of mbarriers,
- * and the slack for 1024-byte alignment (the 128-byte swizzle is applied to absolute
- * addresses): prefill_wgmma.cuh's smem_size. */
+/* The Q tile (two with a producer: the next unit's loads while this one finishes), two
+ * stages of K and V, three token-offset tables, 128 bytes of mbarriers, and the slack for
+ * 1024-byte alignment (the 128-byte swizzle is applied to absolute addresses):
+ * prefill_wgmma.cuh's smem_size. */
 static unsigned wg_smem(const jit_key *k) {
   const int64_t *v = k->v;
-  return (unsigned)((v[PREFILL_WG_P_WARPGROUPS] * 64 * v[PREFILL_WG_P_HEAD_DIM] +
+  return (unsigned)(((v[PREFILL_WG_P_PRODUCER] > 0 ? 2 : 1) * v[PREFILL_WG_P_WARPGROUPS] * 64 * v[PREFILL_WG_P_HEAD_DIM] +
                      4 * v[PREFILL_WG_P_KV_TILE] * v[PREFILL_WG_P_HEAD_DIM]) * 2 +
                     3 * v[PREFILL_WG_P_KV_TILE] * 8 + 128 + 1024);
 }

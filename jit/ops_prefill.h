@@ -49,6 +49,9 @@ void jit_prefill_wgmma_select(int single, int dtype, int head_dim, int q_tile, i
 /* Whether a key is a wgmma one, and its q tile (rows) either way. */
 int jit_prefill_is_wgmma(const jit_key *k);
 int jit_prefill_key_q_tile(const jit_key *k);
+/* Blocks an SM of a batch key that can run on a persistent grid (a wave of blocks, each
+ * looping over work units: the wgmma kernel with a producer), 0 for the others. */
+int jit_prefill_persistent_blocks(const jit_key *k);
 #define PREFILL_MERGE_THREADS 128
 /* fi-bench's tensor-core probe. */
 void jit_mma_probe_select(jit_key *out);

@@ -203,9 +203,9 @@ FI_WG_MMA(fi_half, "f16", 256, FI_WG_ACC128, FI_WG_OUT128, "%128, %129", "%130",
 
 // The shared memory prefill_wgmma needs (bytes: the tiles, three offset tables, 128 bytes
 // of mbarriers, the 1024-byte alignment slack).
-template <int D, int KT, int NWG>
+template <int D, int KT, int NWG, int WS>
 struct smem_size {
-  static constexpr int value = (NWG * 64 * D + 4 * KT * D) * 2 + 3 * KT * 8 + 128 + 1024;
+  static constexpr int value = ((WS ? 2 : 1) * NWG * 64 * D + 4 * KT * D) * 2 + 3 * KT * 8 + 128 + 1024;
 };
 
 // T: f16 or bf16; D: head_dim (64 or 128); KT: kv tokens a tile (64 or 128); NWG:
@@ -216,8 +216,12 @@ struct smem_size {
 // the consumers wait on mbarriers instead of block-wide barriers; WS 2: also FA3's
 // ping-pong of two consumer warpgroups (named barriers make them take turns issuing their
 // wgmma, so one's softmax runs while the other's products are on the tensor cores).
-// Launch: (NWG + (WS > 0)) * 128 threads, grid (q tiles, H_kv), smem_size bytes of dynamic shared memory. No RoPE
-// (ROPE kernels stay on prefill.cuh).
+// Launch: (NWG + (WS > 0)) * 128 threads, smem_size bytes of dynamic shared memory, grid
+// (q tiles, H_kv) or, batch only, (any, 1): then block b takes the work units b, b +
+// gridDim.x, ... of the (item, KV head) pairs, the head fastest (a persistent grid of a
+// wave: with a producer, the next unit's Q and first K / V tiles load while the consumers
+// finish this one, which short items need; two Q buffers for it). No RoPE (ROPE kernels
+// stay on prefill.cuh).
 template <typename T, int D, int KT, int NWG, int SINGLE, int OV, int WS>
 FI_DEVICE void prefill_wgmma(const fi_prefill_kparams &p) {
   constexpr bool PP = WS == 2 && NWG == 2;
@@ -228,6 +232,7 @@ FI_DEVICE void prefill_wgmma(const fi_prefill_kparams &p) {
   // THREADS: the threads that load (all, or the producer warpgroup alone)
   constexpr int THREADS = WS ? 128 : NWG * 128, QT = 64 * NWG, CH = D / 8;
   constexpr uint32_t QWG_BYTES = 64 * D * 2, Q_BYTES = NWG * QWG_BYTES, KV_BYTES = KT * D * 2;
+  constexpr uint32_t QREG = (WS ? 2 : 1) * Q_BYTES;  // the Q buffers (two with a producer)
   static_assert(D == 64 || D == 128 || D == 256, "head_dim 64, 128 or 256");
   static_assert(KT == 64 || (KT == 128 && D <= 128), "kv tile 64 or 128 (64 at head_dim 256)");
   static_assert(SINGLE || QT <= FI_PREFILL_SLOT_ROWS, "partial slots hold 128 rows");
@@ -239,100 +244,21 @@ FI_DEVICE void prefill_wgmma(const fi_prefill_kparams &p) {
   const int tid = threadIdx.x, lane = tid & 31, wgi = tid >> 7, wwarp = (tid >> 5) & 3;
   const int g = lane >> 2, c = lane & 3;
   const int lt = WS ? tid - NWG * 128 : tid;  // index among the loading threads (producer: 0..127)
-  const int item = SINGLE && p.causal ? (int)(gridDim.x - 1 - blockIdx.x) : (int)blockIdx.x;
-  const int hkv = blockIdx.y, G = p.group;
+  const int G = p.group;
 
-  // ---- the work item ----
-  pf::work_item w;
-  if (!pf::load_item<SINGLE>(p, item, QT, w)) return;
-  const int r0 = w.r0, rows = w.rows, kv_lo = w.kv_lo, kv_hi = w.kv_hi, Lq = w.Lq, Lkv = w.Lkv;
-  const int chunk = w.chunk, nchunks = w.nchunks, slot = w.slot;
-  const int64_t q_start = w.q_start, kv_base = w.kv_base;
-  const int off = Lkv - Lq;
-  const int rlast = r0 + rows - 1;
-
-  // ---- this warpgroup's rows and attended ranges ----
-  const int wr0 = r0 + 64 * wgi;
-  const bool wg_rows = wr0 <= rlast;  // warpgroup-uniform
-  const int wrl = wr0 + 63 < rlast ? wr0 + 63 : rlast;
-  const int wt0 = (wg_rows ? wr0 : rlast) / G, wt1 = wrl / G;
-  // every row of the warpgroup attends inside [wg_lo, wg_hi); all of them attend [in_lo, in_hi)
-  const int wg_hi = p.causal && wt1 + off + 1 < kv_hi ? wt1 + off + 1 : kv_hi;
-  const int wg_lo = p.window_left >= 0 && wt0 + off - p.window_left > kv_lo ? wt0 + off - p.window_left : kv_lo;
-  const int in_hi = p.causal && wt0 + off + 1 < kv_hi ? wt0 + off + 1 : kv_hi;
-  const int in_lo = p.window_left >= 0 && wt1 + off - p.window_left > kv_lo ? wt1 + off - p.window_left : kv_lo;
-  int lim_lo[2], lim_hi[2];
-#pragma unroll
-  for (int h = 0; h < 2; h++) {
-    const int r = wr0 + 16 * wwarp + g + 8 * h, tq = (r < rlast ? r : rlast) / G;
-    lim_hi[h] = p.causal && tq + off + 1 < kv_hi ? tq + off + 1 : kv_hi;
-    lim_lo[h] = p.window_left >= 0 && tq + off - p.window_left > kv_lo ? tq + off - p.window_left : kv_lo;
-  }
-
-  const int ntiles_ = kv_hi > kv_lo ? (kv_hi - kv_lo + KT - 1) / KT : 0;
-  const T *qb = static_cast<const T *>(p.q);
-  const T *kg = static_cast<const T *>(p.k) + (int64_t)hkv * p.kv_stride_head;
-  const T *vg = static_cast<const T *>(p.v) + (int64_t)hkv * p.kv_stride_head;
-  // Token offsets of tile t's rows (tokens past kv_hi repeat the last one: finite values,
-  // masked out) in s_off[t % 3], written two tiles ahead from page ids read before the
-  // barrier, so no load of a tile waits on the page table (read per 16-byte chunk, with a
-  // division, it held paged K/V at ~180 TFLOP/s against 280 contiguous). Three tables:
-  // tile t's is read at iterations t - 1 and t (K, then V, when overlapped).
-  int64_t *const s_off =
-      reinterpret_cast<int64_t *>(wg_smem + (sbase - smem_addr(wg_smem)) + Q_BYTES + 4 * KV_BYTES);
-  const bool paged = p.indices != nullptr;
-  auto clampj = [&](int j) { return j < kv_hi - 1 ? j : kv_hi - 1; };
-  auto page_of = [&](int j) -> int32_t { return paged ? p.indices[kv_base + j / p.page_size] : 0; };
-  auto tok_off = [&](int j, int32_t page) -> int64_t {
-    if (paged) return (int64_t)page * p.kv_stride_page + (int64_t)(j % p.page_size) * p.kv_stride_slot;
-    return (kv_base + j) * p.kv_stride_slot;
-  };
-  // Reads tile t + 2's page id of this thread's row (tid < KT) now; note_ahead() stores
-  // its offset after the barrier.
-  static_assert(KT <= THREADS, "one table row a thread");
-  int32_t pg_ahead = 0;
-  auto read_ahead = [&](int t) {
-    if (lt < KT && t + 2 < ntiles_) pg_ahead = page_of(clampj(kv_lo + (t + 2) * KT + lt));
-  };
-  auto note_ahead = [&](int t) {
-    if (lt < KT && t + 2 < ntiles_) {
-      const int j = clampj(kv_lo + (t + 2) * KT + lt);
-      s_off[((t + 2) % 3) * KT + lt] = tok_off(j, pg_ahead);
-    }
-  };
-  // Tile t of K (or V) into buffer b (its offsets in table t % 3), by every thread.
-  auto load_kv = [&](int b, int t, bool do_k, bool do_v) {
-    const uint32_t kd = sbase + Q_BYTES + (uint32_t)b * 2 * KV_BYTES, vd = kd + KV_BYTES;
-    const int64_t *to = s_off + (t % 3) * KT;
-    for (int i = lt; i < KT * CH; i += THREADS) {
-      const int row = i / CH, ch = i % CH;
-      const int64_t go = to[row] + 8 * ch;
-      const uint32_t so = sw128(row, ch, KT);
-      if (do_k) cp16(kd + so, kg + go);
-      if (do_v) cp16(vd + so, vg + go);
-    }
-  };
-  auto kbuf = [&](int t) -> uint32_t { return sbase + Q_BYTES + (uint32_t)(t & 1) * 2 * KV_BYTES; };
-  auto load_q = [&]() {
-    for (int i = lt; i < QT * CH; i += THREADS) {
-      const int row = i / CH, ch = i % CH;
-      const int r = r0 + row < rlast ? r0 + row : rlast;
-      const int tq = r / G, h = hkv * G + (r - tq * G);
-      cp16(sbase + (uint32_t)(row >> 6) * QWG_BYTES + sw128(row & 63, ch, 64),
-           qb + (q_start + tq) * p.q_stride_tok + (int64_t)h * p.q_stride_head + 8 * ch);
-    }
-  };
-  const int ntiles = ntiles_;
-
-  // ---- warp specialization: mbarriers after the offset tables; the producer's loop ----
-  // bar_q: Q landed (128 producer arrivals); full_k/full_v(b): K / V of stage b landed
-  // (128); empty_k/empty_v(b): every consumer warp is done reading it (4 NWG).
-  const uint32_t bars = sbase + Q_BYTES + 4 * KV_BYTES + 3 * KT * 8;
-  const uint32_t bar_q = bars;
-  auto full_k = [&](int b) -> uint32_t { return bars + 8 + 8 * b; };
-  auto full_v = [&](int b) -> uint32_t { return bars + 24 + 8 * b; };
-  auto empty_k = [&](int b) -> uint32_t { return bars + 40 + 8 * b; };
-  auto empty_v = [&](int b) -> uint32_t { return bars + 56 + 8 * b; };
+  // ---- warp specialization: mbarriers after the offset tables ----
+  // bar_q(i): Q buffer i landed and its unit published (128 producer arrivals and
+  // thread 0's for slot_u[i]); full_k/full_v(b): K / V of stage b
+  // landed (128); empty_k/empty_v(b), empty_q(i): every consumer warp is done reading it
+  // (4 NWG). Stages and Q buffers alternate over the block's whole sequence of tiles and
+  // of work units, so the phases carry from one unit to the next.
+  const uint32_t bars = sbase + QREG + 4 * KV_BYTES + 3 * KT * 8;
+  auto bar_q = [&](int i) -> uint32_t { return bars + 8 * i; };
+  auto full_k = [&](int b) -> uint32_t { return bars + 16 + 8 * b; };
+  auto full_v = [&](int b) -> uint32_t { return bars + 32 + 8 * b; };
+  auto empty_k = [&](int b) -> uint32_t { return bars + 48 + 8 * b; };
+  auto empty_v = [&](int b) -> uint32_t { return bars + 64 + 8 * b; };
+  auto empty_q = [&](int i) -> uint32_t { return bars + 80 + 8 * i; };
   auto release = [&](uint32_t bar) {
     __syncwarp();
     if (lane == 0) mbar_arrive(bar);
@@ -350,31 +276,157 @@ FI_DEVICE void prefill_wgmma(const fi_prefill_kparams &p) {
   };
   if (WS) {
     if (tid == 0) {
-      mbar_init(bar_q, 128);
       for (int b = 0; b < 2; b++) {
+        mbar_init(bar_q(b), 129);
         mbar_init(full_k(b), 128);
         mbar_init(full_v(b), 128);
         mbar_init(empty_k(b), 4 * NWG);
         mbar_init(empty_v(b), 4 * NWG);
+        mbar_init(empty_q(b), 4 * NWG);
       }
       asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
     }
     __syncthreads();
-    if (wgi == NWG) {
-      // The producer: Q, then K(t) and V(t) into stage t % 2 once the consumers have
-      // released it (tile t - 2), each signalled by its cp.async landing. Thread lt copies
+  }
+
+  // The work units: one (blockIdx), or on a linear grid the (item, KV head) pairs, unit u
+  // = item u % items of head u / items (the order a (items, heads) grid starts its
+  // blocks in, which keeps one head's K / V shared in L2). A block's first unit is its
+  // blockIdx.x; then, with a producer, the next unit is taken from the plan header's
+  // counter (dynamic: the blocks that finish first take more, as the hardware's block
+  // scheduler would) or is this one + gridDim.x (header[6] 0: static). The producer's
+  // thread 0 takes it and publishes it in slot[i] with Q buffer i (bar_q(i) counts its
+  // extra arrival): the consumers read it there; a unit >= units ends the loop. The last
+  // block to finish resets the counters for the next launch. Without a producer every
+  // thread steps by gridDim.x. tbase: the tiles of the block's units before this one,
+  // qn: its units so far (the Q buffers). run_unit(u, prod) does unit u as the producer
+  // (prod) or as a consumer; false: no unit (CUDA-graph mode's spare blocks). prod is a
+  // literal at each call, so each role's loop holds only its own code (setmaxnreg gives
+  // the two different register budgets).
+  const bool lin = !SINGLE && gridDim.y == 1;
+  const int H = p.num_kv_heads > 0 ? p.num_kv_heads : 1;
+  const int nit = lin ? (p.num_items >= 0 ? p.num_items : p.header[0]) : 1, units = lin ? nit * H : 1;
+  const bool dyn = WS && lin && p.header[6] != 0;
+  const int u0 = lin ? (int)blockIdx.x : 0, ustep = lin ? (int)gridDim.x : 1;
+  int32_t *const slot_u = reinterpret_cast<int32_t *>(wg_smem + (bars - smem_addr(wg_smem)) + 96);
+  int tbase = 0, qn = 0;
+  auto run_unit = [&](int u, const bool prod) -> bool {
+    const int item = lin ? u % nit : SINGLE && p.causal ? (int)(gridDim.x - 1 - blockIdx.x) : (int)blockIdx.x;
+    const int hkv = lin ? u / nit : (int)blockIdx.y;
+    const int qi = WS ? qn & 1 : 0;
+    if (!WS && u != u0) __syncthreads();  // every warp is done with the last unit's tiles
+
+    // ---- the work item ----
+    pf::work_item w;
+    if (!pf::load_item<SINGLE>(p, item, QT, w)) {
+      if (prod) {  // the consumers wait for this unit's Q: an empty one
+        mbar_arrive(bar_q(qi));
+        if (lt == 0) mbar_arrive(bar_q(qi));
+      }
+      return false;
+    }
+    const int r0 = w.r0, rows = w.rows, kv_lo = w.kv_lo, kv_hi = w.kv_hi, Lq = w.Lq, Lkv = w.Lkv;
+    const int chunk = w.chunk, nchunks = w.nchunks, slot = w.slot;
+    const int64_t q_start = w.q_start, kv_base = w.kv_base;
+    const int off = Lkv - Lq;
+    const int rlast = r0 + rows - 1;
+
+    // ---- this warpgroup's rows and attended ranges ----
+    const int wr0 = r0 + 64 * wgi;
+    const bool wg_rows = wr0 <= rlast;  // warpgroup-uniform
+    const int wrl = wr0 + 63 < rlast ? wr0 + 63 : rlast;
+    const int wt0 = (wg_rows ? wr0 : rlast) / G, wt1 = wrl / G;
+    // every row of the warpgroup attends inside [wg_lo, wg_hi); all of them attend [in_lo, in_hi)
+    const int wg_hi = p.causal && wt1 + off + 1 < kv_hi ? wt1 + off + 1 : kv_hi;
+    const int wg_lo = p.window_left >= 0 && wt0 + off - p.window_left > kv_lo ? wt0 + off - p.window_left : kv_lo;
+    const int in_hi = p.causal && wt0 + off + 1 < kv_hi ? wt0 + off + 1 : kv_hi;
+    const int in_lo = p.window_left >= 0 && wt1 + off - p.window_left > kv_lo ? wt1 + off - p.window_left : kv_lo;
+    int lim_lo[2], lim_hi[2];
+#pragma unroll
+    for (int h = 0; h < 2; h++) {
+      const int r = wr0 + 16 * wwarp + g + 8 * h, tq = (r < rlast ? r : rlast) / G;
+      lim_hi[h] = p.causal && tq + off + 1 < kv_hi ? tq + off + 1 : kv_hi;
+      lim_lo[h] = p.window_left >= 0 && tq + off - p.window_left > kv_lo ? tq + off - p.window_left : kv_lo;
+    }
+
+    const int ntiles_ = kv_hi > kv_lo ? (kv_hi - kv_lo + KT - 1) / KT : 0;
+    const T *qb = static_cast<const T *>(p.q);
+    const T *kg = static_cast<const T *>(p.k) + (int64_t)hkv * p.kv_stride_head;
+    const T *vg = static_cast<const T *>(p.v) + (int64_t)hkv * p.kv_stride_head;
+    // Token offsets of tile t's rows (tokens past kv_hi repeat the last one: finite values,
+    // masked out) in s_off[t % 3], written two tiles ahead from page ids read before the
+    // barrier, so no load of a tile waits on the page table (read per 16-byte chunk, with a
+    // division, it held paged K/V at ~180 TFLOP/s against 280 contiguous). Three tables:
+    // tile t's is read at iterations t - 1 and t (K, then V, when overlapped).
+    int64_t *const s_off =
+        reinterpret_cast<int64_t *>(wg_smem + (sbase - smem_addr(wg_smem)) + QREG + 4 * KV_BYTES);
+    const bool paged = p.indices != nullptr;
+    auto clampj = [&](int j) { return j < kv_hi - 1 ? j : kv_hi - 1; };
+    auto page_of = [&](int j) -> int32_t { return paged ? p.indices[kv_base + j / p.page_size] : 0; };
+    auto tok_off = [&](int j, int32_t page) -> int64_t {
+      if (paged) return (int64_t)page * p.kv_stride_page + (int64_t)(j % p.page_size) * p.kv_stride_slot;
+      return (kv_base + j) * p.kv_stride_slot;
+    };
+    // Reads tile t + 2's page id of this thread's row (tid < KT) now; note_ahead() stores
+    // its offset after the barrier.
+    static_assert(KT <= THREADS, "one table row a thread");
+    int32_t pg_ahead = 0;
+    auto read_ahead = [&](int t) {
+      if (lt < KT && t + 2 < ntiles_) pg_ahead = page_of(clampj(kv_lo + (t + 2) * KT + lt));
+    };
+    auto note_ahead = [&](int t) {
+      if (lt < KT && t + 2 < ntiles_) {
+        const int j = clampj(kv_lo + (t + 2) * KT + lt);
+        s_off[((t + 2) % 3) * KT + lt] = tok_off(j, pg_ahead);
+      }
+    };
+    // Tile t of K (or V) into buffer b (its offsets in table t % 3), by every thread.
+    auto load_kv = [&](int b, int t, bool do_k, bool do_v) {
+      const uint32_t kd = sbase + QREG + (uint32_t)b * 2 * KV_BYTES, vd = kd + KV_BYTES;
+      const int64_t *to = s_off + (t % 3) * KT;
+      for (int i = lt; i < KT * CH; i += THREADS) {
+        const int row = i / CH, ch = i % CH;
+        const int64_t go = to[row] + 8 * ch;
+        const uint32_t so = sw128(row, ch, KT);
+        if (do_k) cp16(kd + so, kg + go);
+        if (do_v) cp16(vd + so, vg + go);
+      }
+    };
+    // WS: the stage of the unit's tile t continues the block's sequence (tbase); without a
+    // producer every unit starts at stage 0.
+    const int tb0 = WS ? tbase : 0;
+    auto stg = [&](int t) -> int { return (tb0 + t) & 1; };
+    auto par = [&](int t) -> int { return ((tb0 + t) >> 1) & 1; };
+    auto kbuf = [&](int t) -> uint32_t { return sbase + QREG + (uint32_t)stg(t) * 2 * KV_BYTES; };
+    auto load_q = [&]() {
+      for (int i = lt; i < QT * CH; i += THREADS) {
+        const int row = i / CH, ch = i % CH;
+        const int r = r0 + row < rlast ? r0 + row : rlast;
+        const int tq = r / G, h = hkv * G + (r - tq * G);
+        cp16(sbase + (uint32_t)qi * Q_BYTES + (uint32_t)(row >> 6) * QWG_BYTES + sw128(row & 63, ch, 64),
+             qb + (q_start + tq) * p.q_stride_tok + (int64_t)h * p.q_stride_head + 8 * ch);
+      }
+    };
+    const int ntiles = ntiles_;
+
+    // ---- the producer's part ----
+    if (prod) {
+      // The producer: Q (once the consumers have released its buffer, two units back),
+      // then K(t) and V(t) into their stage once the consumers have released it (two
+      // tiles back), each signalled by its cp.async landing. Thread lt copies
       // rows lt / 2 (+ 64) of a tile, the 16-byte chunks 2 j + lt % 2 of each (a lane
       // pair: one 32-byte sector), so a row's address is computed once a tile and each
       // copy is an immediate offset from it; the swizzled column (row % 8 is the same for
       // both rows) once a thread. The page ids of tile t + 1 are read while t loads.
-      // Registers to the consumers: 2 x 232 + 40 is the 3 x 168 of the launch bound (at 24
-      // the producer spilled; 232 holds the consumer's loop without spills); with one
-      // consumer, two blocks an SM: 216 + 40 is 2 x 128.
-      reg_dealloc<40>();
+      if (ntiles > 0) {
+        load_q();
+        mbar_arrive_cp(bar_q(qi));
+      } else {
+        mbar_arrive(bar_q(qi));
+      }
+      if (lt == 0) mbar_arrive(bar_q(qi));  // slot_u[qi], written before it
       if (ntiles > 0) {
         constexpr int RP = KT / 64;  // rows a thread a tile
-        load_q();
-        mbar_arrive_cp(bar_q);
         const int half = lt & 1, rb = lt >> 1;
         int32_t pg[RP];
 #pragma unroll
@@ -394,297 +446,346 @@ FI_DEVICE void prefill_wgmma(const fi_prefill_kparams &p) {
           }
         };
         for (int t = 0; t < ntiles; t++) {
-          const int b = t & 1, par = ((t >> 1) & 1) ^ 1;
+          const int b = stg(t), ep = par(t) ^ 1;
           int64_t ro[RP];
 #pragma unroll
           for (int q = 0; q < RP; q++) {
             ro[q] = tok_off(clampj(kv_lo + t * KT + rb + 64 * q), pg[q]);
             if (t + 1 < ntiles) pg[q] = page_of(clampj(kv_lo + (t + 1) * KT + rb + 64 * q));
           }
-          const uint32_t kd = sbase + Q_BYTES + (uint32_t)b * 2 * KV_BYTES;
-          mbar_wait(empty_k(b), par);
+          const uint32_t kd = sbase + QREG + (uint32_t)b * 2 * KV_BYTES;
+          mbar_wait(empty_k(b), ep);
           copy_rows(kd, kg, ro);
           mbar_arrive_cp(full_k(b));
-          mbar_wait(empty_v(b), par);
+          mbar_wait(empty_v(b), ep);
           copy_rows(kd + KV_BYTES, vg, ro);
           mbar_arrive_cp(full_v(b));
         }
-        cp_wait<0>();
       }
-      return;
+      tbase += ntiles;
+      return true;
     }
-    if (NWG == 2)
-      reg_alloc<232>();
-    else
-      reg_alloc<216>();
-  }
 
-  float o[D / 2];
-  float m[2] = {neg_inf(), neg_inf()}, dsum[2] = {0.0f, 0.0f};
+    float o[D / 2];
+    float m[2] = {neg_inf(), neg_inf()}, dsum[2] = {0.0f, 0.0f};
 #pragma unroll
-  for (int i = 0; i < D / 2; i++) o[i] = 0.0f;
+    for (int i = 0; i < D / 2; i++) o[i] = 0.0f;
 
-  if (!WS && ntiles > 0) {
-    for (int i = tid; i < 2 * KT; i += THREADS) {  // the offsets of tiles 0 and 1
-      const int j = clampj(kv_lo + i);
-      s_off[i] = tok_off(j, page_of(j));
-    }
-    __syncthreads();
-    load_q();
-    load_kv(0, 0, true, !OV);  // OV: V tiles trail K tiles by one iteration
-    cp_commit();
-  }
-  if (WS && ntiles > 0) mbar_wait(bar_q, 0);
-  const uint32_t qs = sbase + (uint32_t)wgi * QWG_BYTES;
-  // does this warpgroup attend anything in tile t (warpgroup-uniform)
-  auto active = [&](int t) -> bool {
-    const int j0 = kv_lo + t * KT;
-    return wg_rows && j0 < wg_hi && j0 + KT > wg_lo;
-  };
-
-  // S = Q K^T of tile t: issued and committed (one group), not waited for.
-  float s[KT / 2];
-  auto issue_s = [&](int t) {
-#pragma unroll
-    for (int kk = 0; kk < D / 16; kk++) {
-      const uint64_t da = kdesc(qs + (uint32_t)(kk >> 2) * (64 * 128) + (uint32_t)(kk & 3) * 32, 64 * 128, FI_WG_KDESC);
-      const uint64_t db = kdesc(kbuf(t) + (uint32_t)(kk >> 2) * (KT * 128) + (uint32_t)(kk & 3) * 32, KT * 128, FI_WG_KDESC);
-      mma<T, KT>::ss(s, da, db, kk > 0);  // scale-d 0 on the first step: S = 0 + ...
-    }
-    wg_commit();
-  };
-  // O += P V of tile t (P in pa): issued and committed (one group), not waited for.
-  uint32_t pa[KT / 16][4];
-  auto issue_pv = [&](int t) {
-    const uint32_t vs = kbuf(t) + KV_BYTES;
-#pragma unroll
-    for (int kk = 0; kk < KT / 16; kk++)
-      mma<T, D>::rs_t(o, pa[kk][0], pa[kk][1], pa[kk][2], pa[kk][3], vdesc(vs + (uint32_t)kk * 2048, KT * 128, FI_WG_VDESC), 1);
-    wg_commit();
-  };
-  // Online softmax (base 2) of tile t on s (in place: s becomes P, fp32); m and dsum
-  // updated, the factor O must be scaled by returned in alpha. O is not touched.
-  // MM: 0 no mask, 1 the mask on every column, 2 decided here (warpgroup-uniform); CAPOK:
-  // the soft cap may apply (checked here). With a wgmma in flight across it (the
-  // overlapped path) both must be literals deciding everything: ptxas serializes the
-  // in-flight wgmma on any branch. (Literals at every call, folded once the lambda is
-  // inlined; a generic lambda would make them types, but NVRTC takes those for host code
-  // without -default-device.) Without the cap, S stays unscaled: the max is taken on raw
-  // scores (sm_scale > 0) and the scale folds into the exponent's FFMA. Two partial maxima
-  // and sums a row halve the dependent chains.
-  auto softmax = [&](int t, float (&alpha)[2], const int MM, const bool CAPOK) {
-    const int j0 = kv_lo + t * KT;
-    const bool masked = MM == 1 || (MM == 2 && (j0 < in_lo || j0 + KT > in_hi));
-    const bool cap = CAPOK && p.cap_log2 != 0.0f;
-    const float sc = cap ? 1.0f : p.scale_log2;
-#pragma unroll
-    for (int h = 0; h < 2; h++) {
-      // this row's attended columns of the tile, relative to the thread's column 2 c:
-      // column 8 nb + e (an immediate) is in iff lo <= 8 nb + e < hi
-      const int lo = lim_lo[h] - j0 - 2 * c, hi = lim_hi[h] - j0 - 2 * c;
-      float mx2[2] = {neg_inf(), neg_inf()};
-#pragma unroll
-      for (int nb = 0; nb < KT / 8; nb++)
-#pragma unroll
-        for (int e = 0; e < 2; e++) {
-          float x = s[4 * nb + 2 * h + e];
-          if (cap) x = p.cap_log2 * tanhf(x * p.cap_pre);
-          if (masked) x = 8 * nb + e < lo || 8 * nb + e >= hi ? neg_inf() : x;
-          s[4 * nb + 2 * h + e] = x;
-          mx2[e] = fmaxf(mx2[e], x);
-        }
-      float mx = fmaxf(mx2[0], mx2[1]);
-      mx = fmaxf(mx, shfl_xor(mx, 1));
-      mx = fmaxf(mx, shfl_xor(mx, 2));
-      const float mn = fmaxf(m[h], mx * sc), mu = mn == neg_inf() ? 0.0f : mn;
-      alpha[h] = ex2(m[h] - mu);
-      m[h] = mn;
-      float ps[2] = {0.0f, 0.0f};
-#pragma unroll
-      for (int nb = 0; nb < KT / 8; nb++)
-#pragma unroll
-        for (int e = 0; e < 2; e++) {
-          const float pv = ex2(fmaf(s[4 * nb + 2 * h + e], sc, -mu));
-          s[4 * nb + 2 * h + e] = pv;
-          ps[e] += pv;
-        }
-      dsum[h] = dsum[h] * alpha[h] + (ps[0] + ps[1]);
-    }
-  };
-  auto rescale_pack = [&](const float (&alpha)[2]) {
-#pragma unroll
-    for (int j = 0; j < D / 8; j++) {
-      o[4 * j + 0] *= alpha[0];
-      o[4 * j + 1] *= alpha[0];
-      o[4 * j + 2] *= alpha[1];
-      o[4 * j + 3] *= alpha[1];
-    }
-#pragma unroll
-    for (int kk = 0; kk < KT / 16; kk++) {
-      pa[kk][0] = W::pack(s[8 * kk + 0], s[8 * kk + 1]);
-      pa[kk][1] = W::pack(s[8 * kk + 2], s[8 * kk + 3]);
-      pa[kk][2] = W::pack(s[8 * kk + 4], s[8 * kk + 5]);
-      pa[kk][3] = W::pack(s[8 * kk + 6], s[8 * kk + 7]);
-    }
-  };
-
-  if (!OV) {
-    // In order: S(t), wait, softmax, O *= alpha, O += P V(t), wait. K and V of tile t + 1
-    // load during tile t.
-    for (int t = 0; t < ntiles; t++) {
-      read_ahead(t);
-      cp_wait<0>();  // tile t (and Q)
-      fence_proxy_async();
-      __syncthreads();   // ... visible to all; every warpgroup is done with tile t - 1
-      if (t + 1 < ntiles) load_kv((t + 1) & 1, t + 1, true, true);
+    if (!WS && ntiles > 0) {
+      for (int i = tid; i < 2 * KT; i += THREADS) {  // the offsets of tiles 0 and 1
+        const int j = clampj(kv_lo + i);
+        s_off[i] = tok_off(j, page_of(j));
+      }
+      __syncthreads();
+      load_q();
+      load_kv(0, 0, true, !OV);  // OV: V tiles trail K tiles by one iteration
       cp_commit();
-      note_ahead(t);
-      if (!active(t)) continue;
-      fence_regs(o);
-      wg_fence();
-      issue_s(t);
-      wg_wait<0>();
-      fence_regs(s);
-      float alpha[2];
-      softmax(t, alpha, 2, true);
-      rescale_pack(alpha);
-      fence_regs(o);
-      wg_fence();
-      issue_pv(t);
-      wg_wait<0>();
-      fence_regs(o);
     }
-  } else {
-    // Overlapped (FA3's intra-warpgroup pipelining): iteration t issues S(t) and then
-    // O += P V(t - 1), and runs tile t's softmax while P V(t - 1) is in flight; O is
-    // rescaled once P V(t - 1) has landed. K of tile t + 1 and V of tile t load during
-    // iteration t; iteration ntiles only finishes P V(ntiles - 1). The warpgroup's
-    // active tiles are [ta, tb): ta runs S alone, tb P V alone.
-    const int ta = wg_lo > kv_lo ? (wg_lo - kv_lo) / KT : 0;
-    int tb = wg_rows ? (wg_hi - kv_lo + KT - 1) / KT : 0;
-    if (tb > ntiles) tb = ntiles;
-    const bool bl_ok = p.cap_log2 == 0.0f;
-    if (PP && wgi == 1) turn_pass();
-    // WS: K(t) and V(t - 1) are waited for at the top, and each stage is released once
-    // the wgmma that read it has completed (at the top when this warpgroup skips it).
-    for (int t = 0; t <= ntiles; t++) {
-      if (!WS) {
+    const uint32_t qs = sbase + (uint32_t)qi * Q_BYTES + (uint32_t)wgi * QWG_BYTES;
+    // does this warpgroup attend anything in tile t (warpgroup-uniform)
+    auto active = [&](int t) -> bool {
+      const int j0 = kv_lo + t * KT;
+      return wg_rows && j0 < wg_hi && j0 + KT > wg_lo;
+    };
+
+    // S = Q K^T of tile t: issued and committed (one group), not waited for.
+    float s[KT / 2];
+    auto issue_s = [&](int t) {
+#pragma unroll
+      for (int kk = 0; kk < D / 16; kk++) {
+        const uint64_t da = kdesc(qs + (uint32_t)(kk >> 2) * (64 * 128) + (uint32_t)(kk & 3) * 32, 64 * 128, FI_WG_KDESC);
+        const uint64_t db = kdesc(kbuf(t) + (uint32_t)(kk >> 2) * (KT * 128) + (uint32_t)(kk & 3) * 32, KT * 128, FI_WG_KDESC);
+        mma<T, KT>::ss(s, da, db, kk > 0);  // scale-d 0 on the first step: S = 0 + ...
+      }
+      wg_commit();
+    };
+    // O += P V of tile t (P in pa): issued and committed (one group), not waited for.
+    uint32_t pa[KT / 16][4];
+    auto issue_pv = [&](int t) {
+      const uint32_t vs = kbuf(t) + KV_BYTES;
+#pragma unroll
+      for (int kk = 0; kk < KT / 16; kk++)
+        mma<T, D>::rs_t(o, pa[kk][0], pa[kk][1], pa[kk][2], pa[kk][3], vdesc(vs + (uint32_t)kk * 2048, KT * 128, FI_WG_VDESC), 1);
+      wg_commit();
+    };
+    // Online softmax (base 2) of tile t on s (in place: s becomes P, fp32); m and dsum
+    // updated, the factor O must be scaled by returned in alpha. O is not touched.
+    // MM: 0 no mask, 1 the mask on every column, 2 decided here (warpgroup-uniform); CAPOK:
+    // the soft cap may apply (checked here). With a wgmma in flight across it (the
+    // overlapped path) both must be literals deciding everything: ptxas serializes the
+    // in-flight wgmma on any branch. (Literals at every call, folded once the lambda is
+    // inlined; a generic lambda would make them types, but NVRTC takes those for host code
+    // without -default-device.) Without the cap, S stays unscaled: the max is taken on raw
+    // scores (sm_scale > 0) and the scale folds into the exponent's FFMA. Two partial maxima
+    // and sums a row halve the dependent chains.
+    auto softmax = [&](int t, float (&alpha)[2], const int MM, const bool CAPOK) {
+      const int j0 = kv_lo + t * KT;
+      const bool masked = MM == 1 || (MM == 2 && (j0 < in_lo || j0 + KT > in_hi));
+      const bool cap = CAPOK && p.cap_log2 != 0.0f;
+      const float sc = cap ? 1.0f : p.scale_log2;
+#pragma unroll
+      for (int h = 0; h < 2; h++) {
+        // this row's attended columns of the tile, relative to the thread's column 2 c:
+        // column 8 nb + e (an immediate) is in iff lo <= 8 nb + e < hi
+        const int lo = lim_lo[h] - j0 - 2 * c, hi = lim_hi[h] - j0 - 2 * c;
+        float mx2[2] = {neg_inf(), neg_inf()};
+#pragma unroll
+        for (int nb = 0; nb < KT / 8; nb++)
+#pragma unroll
+          for (int e = 0; e < 2; e++) {
+            float x = s[4 * nb + 2 * h + e];
+            if (cap) x = p.cap_log2 * tanhf(x * p.cap_pre);
+            if (masked) x = 8 * nb + e < lo || 8 * nb + e >= hi ? neg_inf() : x;
+            s[4 * nb + 2 * h + e] = x;
+            mx2[e] = fmaxf(mx2[e], x);
+          }
+        float mx = fmaxf(mx2[0], mx2[1]);
+        mx = fmaxf(mx, shfl_xor(mx, 1));
+        mx = fmaxf(mx, shfl_xor(mx, 2));
+        const float mn = fmaxf(m[h], mx * sc), mu = mn == neg_inf() ? 0.0f : mn;
+        alpha[h] = ex2(m[h] - mu);
+        m[h] = mn;
+        float ps[2] = {0.0f, 0.0f};
+#pragma unroll
+        for (int nb = 0; nb < KT / 8; nb++)
+#pragma unroll
+          for (int e = 0; e < 2; e++) {
+            const float pv = ex2(fmaf(s[4 * nb + 2 * h + e], sc, -mu));
+            s[4 * nb + 2 * h + e] = pv;
+            ps[e] += pv;
+          }
+        dsum[h] = dsum[h] * alpha[h] + (ps[0] + ps[1]);
+      }
+    };
+    auto rescale_pack = [&](const float (&alpha)[2]) {
+#pragma unroll
+      for (int j = 0; j < D / 8; j++) {
+        o[4 * j + 0] *= alpha[0];
+        o[4 * j + 1] *= alpha[0];
+        o[4 * j + 2] *= alpha[1];
+        o[4 * j + 3] *= alpha[1];
+      }
+#pragma unroll
+      for (int kk = 0; kk < KT / 16; kk++) {
+        pa[kk][0] = W::pack(s[8 * kk + 0], s[8 * kk + 1]);
+        pa[kk][1] = W::pack(s[8 * kk + 2], s[8 * kk + 3]);
+        pa[kk][2] = W::pack(s[8 * kk + 4], s[8 * kk + 5]);
+        pa[kk][3] = W::pack(s[8 * kk + 6], s[8 * kk + 7]);
+      }
+    };
+
+    if (!OV) {
+      // In order: S(t), wait, softmax, O *= alpha, O += P V(t), wait. K and V of tile t + 1
+      // load during tile t.
+      for (int t = 0; t < ntiles; t++) {
         read_ahead(t);
-        cp_wait<0>();  // K(t), V(t - 1) (and Q)
+        cp_wait<0>();  // tile t (and Q)
         fence_proxy_async();
-        __syncthreads();  // ... visible to all; all of iteration t - 1's wgmma done
-        if (t + 1 < ntiles) load_kv((t + 1) & 1, t + 1, true, false);
-        if (t < ntiles) load_kv(t & 1, t, false, true);
+        __syncthreads();   // ... visible to all; every warpgroup is done with tile t - 1
+        if (t + 1 < ntiles) load_kv((t + 1) & 1, t + 1, true, true);
         cp_commit();
         note_ahead(t);
-      } else {
-        const bool act = ta < tb, useK = act && ta <= t && t < tb, useV = act && ta < t && t <= tb;
-        if (t < ntiles) mbar_wait(full_k(t & 1), (t >> 1) & 1);
-        if (t >= 1) mbar_wait(full_v((t - 1) & 1), ((t - 1) >> 1) & 1);
-        fence_proxy_async();  // the producer's cp.async writes, before wgmma reads them
-        if (t < ntiles && !useK) release(empty_k(t & 1));
-        if (t >= 1 && !useV) release(empty_v((t - 1) & 1));
-      }
-      if (t < ta || t > tb || ta >= tb) {  // warpgroup-uniform
-        turn_wait();
-        turn_pass();
-        continue;
-      }
-      float alpha[2];
-      turn_wait();
-      if (t == ta) {
+        if (!active(t)) continue;
         fence_regs(o);
         wg_fence();
         issue_s(t);
-        turn_pass();
         wg_wait<0>();
-        if (WS) release(empty_k(t & 1));
         fence_regs(s);
+        float alpha[2];
         softmax(t, alpha, 2, true);
         rescale_pack(alpha);
-      } else if (t < tb && bl_ok) {
-        // S(t) and P V(t - 1) in flight, then tile t's softmax while P V(t - 1) runs. The
-        // two copies differ in the mask, chosen here while no wgmma is in flight.
-        auto overlapped = [&](const int MM) {
+        fence_regs(o);
+        wg_fence();
+        issue_pv(t);
+        wg_wait<0>();
+        fence_regs(o);
+      }
+    } else {
+      // Overlapped (FA3's intra-warpgroup pipelining): iteration t issues S(t) and then
+      // O += P V(t - 1), and runs tile t's softmax while P V(t - 1) is in flight; O is
+      // rescaled once P V(t - 1) has landed. K of tile t + 1 and V of tile t load during
+      // iteration t; iteration ntiles only finishes P V(ntiles - 1). The warpgroup's
+      // active tiles are [ta, tb): ta runs S alone, tb P V alone.
+      const int ta = wg_lo > kv_lo ? (wg_lo - kv_lo) / KT : 0;
+      int tb = wg_rows ? (wg_hi - kv_lo + KT - 1) / KT : 0;
+      if (tb > ntiles) tb = ntiles;
+      const bool bl_ok = p.cap_log2 == 0.0f;
+      // WS: K(t) and V(t - 1) are waited for at the top, and each stage is released once
+      // the wgmma that read it has completed (at the top when this warpgroup skips it).
+      for (int t = 0; t <= ntiles; t++) {
+        if (!WS) {
+          read_ahead(t);
+          cp_wait<0>();  // K(t), V(t - 1) (and Q)
+          fence_proxy_async();
+          __syncthreads();  // ... visible to all; all of iteration t - 1's wgmma done
+          if (t + 1 < ntiles) load_kv((t + 1) & 1, t + 1, true, false);
+          if (t < ntiles) load_kv(t & 1, t, false, true);
+          cp_commit();
+          note_ahead(t);
+        } else {
+          const bool act = ta < tb, useK = act && ta <= t && t < tb, useV = act && ta < t && t <= tb;
+          if (t < ntiles) mbar_wait(full_k(stg(t)), par(t));
+          if (t >= 1) mbar_wait(full_v(stg(t - 1)), par(t - 1));
+          fence_proxy_async();  // the producer's cp.async writes, before wgmma reads them
+          if (t < ntiles && !useK) release(empty_k(stg(t)));
+          if (t >= 1 && !useV) release(empty_v(stg(t - 1)));
+        }
+        if (t < ta || t > tb || ta >= tb) {  // warpgroup-uniform
+          turn_wait();
+          turn_pass();
+          continue;
+        }
+        float alpha[2];
+        turn_wait();
+        if (t == ta) {
+          fence_regs(o);
+          wg_fence();
+          issue_s(t);
+          turn_pass();
+          wg_wait<0>();
+          if (WS) release(empty_k(stg(t)));
+          fence_regs(s);
+          softmax(t, alpha, 2, true);
+          rescale_pack(alpha);
+        } else if (t < tb && bl_ok) {
+          // S(t) and P V(t - 1) in flight, then tile t's softmax while P V(t - 1) runs. The
+          // two copies differ in the mask, chosen here while no wgmma is in flight.
+          auto overlapped = [&](const int MM) {
+            fence_regs(o);
+            fence_regs(s);
+            wg_fence();
+            issue_s(t);
+            issue_pv(t - 1);
+            turn_pass();
+            wg_wait<1>();  // S(t); P V(t - 1) may still run
+            if (WS) release(empty_k(stg(t)));
+            fence_regs(s);
+            softmax(t, alpha, MM, false);
+            wg_wait<0>();
+            if (WS) release(empty_v(stg(t - 1)));
+            fence_regs(o);
+          };
+          const int j0 = kv_lo + t * KT;
+          if (j0 < in_lo || j0 + KT > in_hi)
+            overlapped(1);
+          else
+            overlapped(0);
+          rescale_pack(alpha);
+        } else if (t < tb) {  // soft cap: in order
+          fence_regs(o);
+          wg_fence();
+          issue_pv(t - 1);
+          wg_wait<0>();
+          if (WS) release(empty_v(stg(t - 1)));
           fence_regs(o);
           fence_regs(s);
           wg_fence();
           issue_s(t);
+          wg_wait<0>();
+          turn_pass();
+          if (WS) release(empty_k(stg(t)));
+          fence_regs(s);
+          softmax(t, alpha, 2, true);
+          rescale_pack(alpha);
+        } else {
+          fence_regs(o);
+          wg_fence();
           issue_pv(t - 1);
           turn_pass();
-          wg_wait<1>();  // S(t); P V(t - 1) may still run
-          if (WS) release(empty_k(t & 1));
-          fence_regs(s);
-          softmax(t, alpha, MM, false);
           wg_wait<0>();
-          if (WS) release(empty_v((t - 1) & 1));
+          if (WS) release(empty_v(stg(t - 1)));
           fence_regs(o);
-        };
-        const int j0 = kv_lo + t * KT;
-        if (j0 < in_lo || j0 + KT > in_hi)
-          overlapped(1);
-        else
-          overlapped(0);
-        rescale_pack(alpha);
-      } else if (t < tb) {  // soft cap: in order
-        fence_regs(o);
-        wg_fence();
-        issue_pv(t - 1);
-        wg_wait<0>();
-        if (WS) release(empty_v((t - 1) & 1));
-        fence_regs(o);
-        fence_regs(s);
-        wg_fence();
-        issue_s(t);
-        wg_wait<0>();
-        turn_pass();
-        if (WS) release(empty_k(t & 1));
-        fence_regs(s);
-        softmax(t, alpha, 2, true);
-        rescale_pack(alpha);
-      } else {
-        fence_regs(o);
-        wg_fence();
-        issue_pv(t - 1);
-        turn_pass();
-        wg_wait<0>();
-        if (WS) release(empty_v((t - 1) & 1));
-        fence_regs(o);
+        }
       }
     }
-  }
-  cp_wait<0>();
+    cp_wait<0>();
+    // Every wgmma of the unit has completed: its Q buffer is free for the producer (the
+    // unit after next), which loads while this epilogue stores.
+    if (WS) release(empty_q(qi));
 
-  // ---- out / lse, or this chunk's partial (as prefill.cuh) ----
-  const float LN2 = 0.6931471805599453f;
+    // ---- out / lse, or this chunk's partial (as prefill.cuh) ----
+    const float LN2 = 0.6931471805599453f;
 #pragma unroll
-  for (int h = 0; h < 2; h++) {
-    dsum[h] += shfl_xor(dsum[h], 1);
-    dsum[h] += shfl_xor(dsum[h], 2);
-    const int rt = 64 * wgi + 16 * wwarp + g + 8 * h;  // row in the tile
-    if (rt >= rows) continue;
-    const int r = r0 + rt, tq = r / G, head = hkv * G + (r - tq * G);
-    const float ds = dsum[h], inv = ds > 0.0f ? p.v_scale / ds : 0.0f;
-    if (nchunks <= 1) {
-      T *orow = static_cast<T *>(p.out) + (q_start + tq) * p.out_stride_tok + (int64_t)head * p.out_stride_head;
+    for (int h = 0; h < 2; h++) {
+      dsum[h] += shfl_xor(dsum[h], 1);
+      dsum[h] += shfl_xor(dsum[h], 2);
+      const int rt = 64 * wgi + 16 * wwarp + g + 8 * h;  // row in the tile
+      if (rt >= rows) continue;
+      const int r = r0 + rt, tq = r / G, head = hkv * G + (r - tq * G);
+      const float ds = dsum[h], inv = ds > 0.0f ? p.v_scale / ds : 0.0f;
+      if (nchunks <= 1) {
+        T *orow = static_cast<T *>(p.out) + (q_start + tq) * p.out_stride_tok + (int64_t)head * p.out_stride_head;
 #pragma unroll
-      for (int j = 0; j < D / 8; j++)
-        *reinterpret_cast<uint32_t *>(orow + 8 * j + 2 * c) = W::pack(o[4 * j + 2 * h] * inv, o[4 * j + 2 * h + 1] * inv);
-      if (p.lse && c == 0)
-        p.lse[(q_start + tq) * p.lse_stride_tok + (int64_t)head * p.lse_stride_head] =
-            ds > 0.0f ? (m[h] + log2f(ds)) * LN2 : neg_inf();
-    } else {
-      const int64_t prow = ((int64_t)(slot + chunk) * p.num_kv_heads + hkv) * FI_PREFILL_SLOT_ROWS + rt;
-      float *po = p.partial_o + prow * D;
+        for (int j = 0; j < D / 8; j++)
+          *reinterpret_cast<uint32_t *>(orow + 8 * j + 2 * c) = W::pack(o[4 * j + 2 * h] * inv, o[4 * j + 2 * h + 1] * inv);
+        if (p.lse && c == 0)
+          p.lse[(q_start + tq) * p.lse_stride_tok + (int64_t)head * p.lse_stride_head] =
+              ds > 0.0f ? (m[h] + log2f(ds)) * LN2 : neg_inf();
+      } else {
+        const int64_t prow = ((int64_t)(slot + chunk) * p.num_kv_heads + hkv) * FI_PREFILL_SLOT_ROWS + rt;
+        float *po = p.partial_o + prow * D;
 #pragma unroll
-      for (int j = 0; j < D / 8; j++) {
-        fi_vec<float, 2> y;
-        y.v[0] = o[4 * j + 2 * h] * inv;
-        y.v[1] = o[4 * j + 2 * h + 1] * inv;
-        *reinterpret_cast<fi_vec<float, 2> *>(po + 8 * j + 2 * c) = y;
+        for (int j = 0; j < D / 8; j++) {
+          fi_vec<float, 2> y;
+          y.v[0] = o[4 * j + 2 * h] * inv;
+          y.v[1] = o[4 * j + 2 * h + 1] * inv;
+          *reinterpret_cast<fi_vec<float, 2> *>(po + 8 * j + 2 * c) = y;
+        }
+        if (c == 0) p.partial_lse[prow] = ds > 0.0f ? m[h] + log2f(ds) : neg_inf();
       }
-      if (c == 0) p.partial_lse[prow] = ds > 0.0f ? m[h] + log2f(ds) : neg_inf();
     }
+    tbase += ntiles;
+    return true;
+  };  // run_unit
+
+  if (WS && wgi == NWG) {
+    // Registers to the consumers: 2 x 224 + 56 is the 3 x 168 of the launch bound; with
+    // one consumer, two blocks an SM: 208 + 48 is 2 x 128. (At 40 the producer's loop
+    // over units spilled 12-36 bytes; 224 and 208 still hold the consumers' loops without
+    // spills: ptxas -v of every shape.)
+    reg_dealloc<(NWG == 2 ? 56 : 48)>();
+    int32_t *const ctr = const_cast<int32_t *>(p.header) + 4;  // [4] next unit, [5] blocks done
+    for (int u = u0;; qn++) {
+      const int qi = qn & 1;
+      mbar_wait(empty_q(qi), ((qn >> 1) & 1) ^ 1);
+      if (lt == 0) slot_u[qi] = u;
+      if (u >= units) {  // the end, for the consumers
+        mbar_arrive(bar_q(qi));
+        if (lt == 0) mbar_arrive(bar_q(qi));
+        break;
+      }
+      if (!run_unit(u, true)) break;
+      if (!dyn) {
+        u += ustep;
+        continue;
+      }
+      // thread 0 takes the next unit; the producer warpgroup's named barrier 1 shares it
+      if (lt == 0) slot_u[2] = ustep + atomicAdd(ctr, 1);
+      asm volatile("bar.sync 1, 128;" ::: "memory");
+      u = slot_u[2];
+      asm volatile("bar.sync 1, 128;" ::: "memory");  // read by all before the next write
+    }
+    if (dyn && lt == 0 && atomicAdd(ctr + 1, 1) == ustep - 1) {  // every block is past its last take
+      atomicExch(ctr, 0);
+      atomicExch(ctr + 1, 0);
+    }
+    cp_wait<0>();
+    return;
+  }
+  if (WS) {
+    if (NWG == 2)
+      reg_alloc<224>();
+    else
+      reg_alloc<208>();
+  }
+  if (PP && wgi == 1) turn_pass();
+  for (int u = u0;; qn++) {
+    if (WS) {
+      mbar_wait(bar_q(qn & 1), (qn >> 1) & 1);
+      u = *reinterpret_cast<volatile int32_t *>(slot_u + (qn & 1));
+    }
+    if (u >= units || !run_unit(u, false)) break;
+    if (!WS) u += ustep;
   }
 }
 

@@ -24,6 +24,7 @@ struct fi_prefill_plan {
   int batch, max_batch, max_qo_tokens;
   int num_qo_heads, num_kv_heads, head_dim, page_size, dt, q_tile;
   int64_t num_items, grid, chunk, slots_used;
+  int64_t pgrid;    /* > 0: the kernel's persistent grid (pgrid x 1 blocks over grid x heads units) */
   int64_t qo_rows;  /* qo_indptr[B]: rows q and out need */
   int64_t kv_rows;  /* ragged: kv_indptr[B] (rows of k and v); paged: entries of kv_indices */
   fi_prefill_params params;
@@ -405,6 +406,9 @@ static fi_status plan_impl(fi_runtime *rt, const char *fn, const fi_batch_prefil
   tab[1] = B;
   tab[2] = qt;
   tab[3] = (int32_t)(chunk > INT32_MAX ? INT32_MAX : chunk);
+  /* the persistent grid's units from the counter (tab[4], tab[5]: 0), below */
+  const char *ps = getenv("FI_PREFILL_PERSIST");
+  tab[6] = !(ps && ps[0] == 's');
   if (rt && (st = upload(rt, devtype, device, (int32_t *)ws, tab,
                          FI_PREFILL_HDR_WORDS + n * FI_PREFILL_ITEM_WORDS, stream)) != FI_OK) {
     free(tab);
@@ -436,6 +440,18 @@ static fi_status plan_impl(fi_runtime *rt, const char *fn, const fi_batch_prefil
   pl->q_tile = qt;
   pl->num_items = n;
   pl->grid = graph ? lay.capacity : n;
+  /* A persistent grid (one wave of blocks looping over the (item, KV head) units) where the
+   * kernel has a producer: it loads the next unit's Q and first tiles while the consumers
+   * finish this one, where a fresh block would start cold (short items: 64 x 1024 has 4.5
+   * kv tiles an item). The blocks take units from a counter in the header (dynamic: with
+   * a block's units fixed instead, items of unequal length left blocks idle: 64 x 1024
+   * 32/32 fell from 221 to 200 TFLOP/s). FI_PREFILL_PERSIST=0 turns it off (tuning),
+   * =s fixes each block's units (unit b + k x grid), =<n> caps the grid at n blocks
+   * (tests: many units a block). */
+  const char *pe = getenv("FI_PREFILL_PERSIST");
+  const int64_t bps = pe && strcmp(pe, "0") == 0 ? 0 : jit_prefill_persistent_blocks(&key);
+  const int64_t units = pl->grid * info->num_kv_heads, cap = pe && atoi(pe) > 0 ? atoi(pe) : (int64_t)sms * bps;
+  pl->pgrid = bps > 0 && units > 0 ? (units < cap ? units : cap) : 0;
   pl->chunk = chunk;
   pl->slots_used = slots;
   pl->qo_rows = B > 0 ? info->qo_indptr[B] : 0;
@@ -529,8 +545,8 @@ static fi_status run_launch(fi_runtime *rt, const fi_prefill_plan *pl, fi_prefil
   kp->group = pl->num_qo_heads / pl->num_kv_heads;
   kp->split = pl->slots_used > 0;
   if (pl->grid == 0) return FI_OK;
-  fi_status st = launch(rt, pl->devtype, pl->device, &pl->key, pl->grid, pl->num_kv_heads,
-                        jit_prefill_threads(&pl->key), kp, sizeof *kp, stream);
+  fi_status st = launch(rt, pl->devtype, pl->device, &pl->key, pl->pgrid > 0 ? pl->pgrid : pl->grid,
+                        pl->pgrid > 0 ? 1 : pl->num_kv_heads, jit_prefill_threads(&pl->key), kp, sizeof *kp, stream);
   if (st != FI_OK || (!pl->graph && pl->slots_used == 0)) return st;
   fi_prefill_merge_params mp;
   memset(&mp, 0, sizeof mp);

@@ -293,11 +293,17 @@ FT_TEST(wgmma_keys_registered_and_hopper_only) {
           FT_CHECK(jit_prefill_threads(&k) == 2u * (unsigned)tiles[t % 2] + 128u * (unsigned)(ws > 0), "threads %u",
                    jit_prefill_threads(&k));
           const unsigned sm = ops[s]->dyn_smem(&k);
-          /* Q, two K/V stages, three offset tables, the mbarriers and the 1024-byte
-           * alignment slack; the largest within an SM's 227 KB. */
-          const unsigned want = (unsigned)((tiles[t % 2] * dims[d] + 4 * kvt[t / 2 % 2] * dims[d]) * 2 +
+          /* Q (two buffers with a producer: the persistent grid's next unit), two K/V
+           * stages, three offset tables, the mbarriers and the 1024-byte alignment slack;
+           * the largest within an SM's 227 KB, and two blocks of one consumer and a
+           * producer within its 228 KB (1 KB a block reserved). */
+          const unsigned want = (unsigned)(((ws > 0 ? 2 : 1) * tiles[t % 2] * dims[d] + 4 * kvt[t / 2 % 2] * dims[d]) * 2 +
                                            3 * kvt[t / 2 % 2] * 8 + 128 + 1024);
           FT_CHECK(sm == want && sm <= 227u * 1024, "shared memory %u, expected %u", sm, want);
+          const int pb = jit_prefill_persistent_blocks(&k);
+          FT_CHECK(s == 1 && ws > 0 ? pb >= 1 && pb <= (tiles[t % 2] == 64 ? 2 : 1) && pb * (sm + 1024u) <= 228u * 1024
+                                    : pb == 0, "%d persistent blocks of %u bytes", pb, sm);
+          FT_CHECK(pb != 1 || tiles[t % 2] == 128 || 2 * (sm + 1024u) > 228u * 1024, "one block of %u bytes", sm);
           const int found = times_registered(&k);
           FT_CHECK(found == 1, "%s dt=%d d=%d tiles %d/%d ws %d registered %d times", k.op->name, dts[q],
                    dims[d], tiles[t % 2], kvt[t / 2 % 2], ws, found);
