@@ -21,6 +21,9 @@ FI_PREFILL_WGMMA=0 FT_LOGDIR="$L" tests/run_tests.sh "$B"/tests/gpu_prefill 2>&1
 echo "== prefill on the wgmma kernel's large shape (FI_PREFILL_WG=2x128: producer, ping-pong)"
 FI_PREFILL_WG=2x128 FT_LOGDIR="$L" tests/run_tests.sh "$B"/tests/gpu_prefill 2>&1 | tee -a "$OUT/gpu-test.txt"
 [ "${PIPESTATUS[0]}" = 0 ] || gpu_rc=1
+echo "== prefill on a 3-block persistent grid (FI_PREFILL_PERSIST=3: many work units a block)"
+FI_PREFILL_PERSIST=3 FT_LOGDIR="$L" tests/run_tests.sh "$B"/tests/gpu_prefill 2>&1 | tee -a "$OUT/gpu-test.txt"
+[ "${PIPESTATUS[0]}" = 0 ] || gpu_rc=1
 # Every case's measured error, kept with the results (few files come back).
 cat "$L"/*.err "$L"/*.out >> "$OUT/gpu-test.txt" 2>/dev/null
 rm -rf "$L"
