@@ -35,7 +35,9 @@
 // Top-p sampling draws first and searches only when it must: KDRAW draws from the row (an
 // exact fixed-point inverse CDF), each accepted iff the mass above it is below the need,
 // the first accepted wins (rejection sampling; see topp_sample). Two passes instead of a
-// three-round search and a sampling pass.
+// three-round search and a sampling pass; the second sums the masses above the candidates
+// in float with a rounding bound and falls back to exact sums only when the bound cannot
+// decide (topp_float_test).
 #pragma once
 #include "fi_params.h"
 #include "sampling_params.h"
@@ -312,6 +314,7 @@ struct RedSmem {
   uint32_t ckey[KDRAW];
   int32_t cidx[KDRAW];
   u64 aw[32][KDRAW], aslot[KDRAW], ares[KDRAW];
+  float af[32][KDRAW], afslot[KDRAW], afres[KDRAW];  // the same in float (topp_float_test)
 };
 
 // SEL: the threshold search. 0: radix select over fixed bit fields of the keys (12 + 12 +
@@ -855,6 +858,101 @@ struct Row {
     }
   }
 
+  // A[j]: this thread's sum of conv(weight) over its keys above candidate j (pass 2 of
+  // top-p; only keys above the smallest candidate count).
+  template <typename V, typename W, typename F>
+  FI_DEVICE void cand_above(const uint32_t (&ck)[KDRAW], uint32_t cmin, W wfun, F conv,
+                            V (&A)[KDRAW]) {
+#pragma unroll
+    for (int j = 0; j < KDRAW; j++) A[j] = 0;
+    for_groups_above(cmin + 1u, [&](int, float(&v)[GROUP]) {
+#pragma unroll
+      for (int i = 0; i < GROUP; i++) {
+        const uint32_t k = key_of<LOGITS>(v[i]);
+        if (k > cmin) {
+          const V f = conv(wfun(v[i]));
+#pragma unroll
+          for (int j = 0; j < KDRAW; j++) A[j] += k > ck[j] ? f : V(0);
+        }
+      }
+    });
+  }
+
+  // The candidates' sums A (per thread) added over the row into res, in every CTA: the lane
+  // tree, the warps in order, the CTAs in rank order (the same float sums in every CTA).
+  template <typename V>
+  FI_DEVICE void cand_sum(V (&A)[KDRAW], V (&wv)[32][KDRAW], V (&slot)[KDRAW], V (&res)[KDRAW]) {
+    const int tid = (int)threadIdx.x;
+#pragma unroll
+    for (int j = 0; j < KDRAW; j++)
+#pragma unroll
+      for (int o = 16; o > 0; o >>= 1) A[j] += shfl_xor(A[j], o);
+    if (lane == 0)
+#pragma unroll
+      for (int j = 0; j < KDRAW; j++) wv[lw][j] = A[j];
+    __syncthreads();
+    if (tid < KDRAW) {
+      V x = 0;
+      for (int w = 0; w < LW; w++) x += wv[w][tid];
+      slot[tid] = x;
+    }
+    if (C > 1)
+      cluster_sync();
+    else
+      __syncthreads();
+    if (tid < KDRAW) {
+      V x = 0;
+      for (int c = 0; c < C; c++) x += *at_rank<C>(&slot[tid], c);
+      res[tid] = x;
+    }
+    __syncthreads();
+  }
+
+  // Writes -1 as the sample (the timing variants that stop early).
+  FI_DEVICE void stop() {
+    if (rank == 0 && threadIdx.x == 0) static_cast<int32_t *>(p.out)[(int64_t)row * p.out_stride] = -1;
+  }
+
+  // The membership test of the candidates with float sums: per element a compare and a
+  // float add per candidate, where the exact test converts to 64-bit fixed point (a
+  // quarter-rate conversion) and adds in two 32-bit halves. The float sum F of the weights
+  // above a candidate bounds the exact fixed-point mass X: summing nonnegative terms through
+  // at most d additions errs by at most g S (g = 2 d 2^-24 >= d u / (1 - d u)), and each
+  // element's fixed point differs from w 2^36 by at most half a unit. A candidate is decided
+  // only when the whole interval for X lies on one side of the need; otherwise (or when F
+  // is not small and finite) the answer is -2 and the exact pass decides. Every CTA of the
+  // cluster adds the same values in the same order, so all take the same branch.
+  // Returns the token of the first candidate inside S, -1 when every drawn candidate is
+  // outside (miss: the largest of them), -2 when undecided.
+  template <typename W>
+  FI_DEVICE int topp_float_test(const uint32_t (&ck)[KDRAW], uint32_t cmin, u64 need, W wfun,
+                                uint32_t &miss) {
+    float A[KDRAW];
+    cand_above(ck, cmin, wfun, [](float w) { return w; }, A);
+    cand_sum(A, rs.af, rs.afslot, rs.afres);
+    // d: the additions a term goes through (a lane's elements, the lane tree, the warps, the
+    // cluster), counted from the largest CTA share of the row.
+    const int ntiles = (p.vocab + TILE - 1) / TILE;
+    const double d = 16.0 * (double)(((ntiles + C - 1) / C + LW - 1) / LW) + 5 + LW + C + 1;
+    const double u = d * 5.9604644775390625e-8;
+    if (u >= 0.25) return -2;
+    const double g = 2.0 * u + 1e-12, slack = 0.5 * (double)p.vocab + 16.0;
+    const double dn = (double)need, nlo = dn * (1.0 - 0x1p-50) - 1.0,
+                 nhi = dn * (1.0 + 0x1p-50) + 1.0;
+    uint32_t m = miss;
+    for (int j = 0; j < KDRAW; j++) {
+      if (rs.cidx[j] < 0) continue;
+      const double F = (double)rs.afres[j];
+      if (!(F <= 1048576.0)) return -2;  // inf, NaN or large: terms may pass fixed point's range
+      const double xs = F * 68719476736.0;
+      if (xs * (1.0 + 2.0 * g) + slack < nlo) return rs.cidx[j];  // X < need: in S
+      if (!(xs * (1.0 - g) - slack >= nhi)) return -2;            // not surely X >= need
+      m = ck[j] > m ? ck[j] : m;
+    }
+    miss = m;
+    return -1;
+  }
+
   // Samples from the top-p set among the keys >= lower (weights wfun), as
   // sample(key >= topp_tau(lower, wfun)) does, drawing by rejection first.
   template <typename W>
@@ -906,6 +1004,7 @@ struct Row {
     }
     // No mass in fixed point (weights all below 2^-37): no threshold, as topp_tau.
     if (total == 0) return sample(ge, wfun, lower);
+    if (p.topp_variant == FI_SMP_TOPP_STOP1) return stop();  // timing of the phases only
     const double xn = ceil((double)tp * (double)total);
     const u64 need = xn < 1.0 ? 1ull : (xn > (double)total ? total : (u64)xn);
     // The draws: uniform integers below the total, from Philox counters no group uses.
@@ -921,6 +1020,7 @@ struct Row {
       cluster_sync();
     else
       __syncthreads();
+    if (p.topp_variant == FI_SMP_TOPP_STOP2) return stop();  // timing of the phases only
     uint32_t ck[KDRAW], cmin = 0xffffffffu;
     bool any = false;
 #pragma unroll
@@ -931,43 +1031,21 @@ struct Row {
       any = any || ok;
     }
     uint32_t miss = lower;  // the largest candidate outside S
-    if (any) {
-      // Pass 2: the mass above each candidate (only keys above the smallest count).
+    // Pass 2 in float first: decides every candidate but those whose mass above lies within
+    // its rounding bound of the need (about 1e-5 of them); then the exact pass.
+    const int fv = any && p.topp_variant == FI_SMP_TOPP_FLOAT
+                       ? topp_float_test(ck, cmin, need, wfun, miss)
+                       : -2;
+    if (fv >= 0) {
+      if (rank == 0 && tid == 0) static_cast<int32_t *>(p.out)[(int64_t)row * p.out_stride] = fv;
+      return;
+    }
+    if (fv == -1) miss += 1u;  // every candidate decided outside S
+    if (any && fv == -2) {
+      // Pass 2, exact: the mass above each candidate (only keys above the smallest count).
       u64 A[KDRAW];
-#pragma unroll
-      for (int j = 0; j < KDRAW; j++) A[j] = 0;
-      for_groups_above(cmin + 1u, [&](int, float(&v)[GROUP]) {
-#pragma unroll
-        for (int i = 0; i < GROUP; i++) {
-          const uint32_t k = key_of<LOGITS>(v[i]);
-          if (k > cmin) {
-            const u64 f = fx(wfun(v[i]));
-#pragma unroll
-            for (int j = 0; j < KDRAW; j++) A[j] += k > ck[j] ? f : 0ull;
-          }
-        }
-      });
-#pragma unroll
-      for (int j = 0; j < KDRAW; j++) A[j] = lw_sum(A[j]);
-      if (lane == 0)
-#pragma unroll
-        for (int j = 0; j < KDRAW; j++) rs.aw[lw][j] = A[j];
-      __syncthreads();
-      if (tid < KDRAW) {
-        u64 x = 0;
-        for (int w = 0; w < LW; w++) x += rs.aw[w][tid];
-        rs.aslot[tid] = x;
-      }
-      if (C > 1)
-        cluster_sync();
-      else
-        __syncthreads();
-      if (tid < KDRAW) {
-        u64 x = 0;
-        for (int c = 0; c < C; c++) x += *at_rank<C>(&rs.aslot[tid], c);
-        rs.ares[tid] = x;
-      }
-      __syncthreads();
+      cand_above(ck, cmin, wfun, [](float w) { return fx(w); }, A);
+      cand_sum(A, rs.aw, rs.aslot, rs.ares);
       for (int j = 0; j < KDRAW; j++) {
         if (rs.cidx[j] < 0) continue;
         if (rs.ares[j] < need) {  // in S: the first such draw is the sample

@@ -20,6 +20,9 @@ enum {
   FI_SMP_OP_COUNT = 9
 };
 
+/* fi_sampling_params.topp_variant */
+enum { FI_SMP_TOPP_FLOAT = 0, FI_SMP_TOPP_EXACT = 1, FI_SMP_TOPP_STOP1 = 2, FI_SMP_TOPP_STOP2 = 3 };
+
 /* input [batch, vocab] (unit column stride, row stride in elements). out:
  * int32 samples [batch] (element stride out_stride) for the sampling ops, else a
  * [batch, vocab] tensor (row stride out_stride). The per-row parameter arrays are
@@ -42,7 +45,10 @@ typedef struct fi_sampling_params {
   int32_t top_k; /* <= 0 or >= vocab: no top-k filter */
   float top_p;   /* >= 1 (or NaN): no top-p filter */
   float min_p;   /* also softmax's temperature */
-  int32_t pad_;
+  /* Top-p membership test (FI_SMP_TOPP_*): float sums with an exact fallback (0), the exact
+   * 64-bit sums only (1); 2 and 3 stop after the first pass / the draws and write -1, to
+   * time the phases (benchmarks only). */
+  int32_t topp_variant;
 } fi_sampling_params;
 
 #endif /* FI_SAMPLING_PARAMS_H */

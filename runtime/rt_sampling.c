@@ -180,7 +180,7 @@ static int pick_cluster(const rt_device_i *be, void *state, int device, int64_t 
  * top-p alone: at 64 x 128256 float32 (H200) top-k 50 sampling took 50 us against 117,
  * top-k + top-p 61 against 88, the top-k mask 57 against 68, while top-p 0.9 renorm took
  * 109 against 90. Top-p sampling searches only when its draws all miss the set (rarely at
- * p 0.9), so both searches time it alike (35 us). FI_SAMPLING_SELECT=range or radix forces
+ * p 0.9), so both searches time it alike (32 us). FI_SAMPLING_SELECT=range or radix forces
  * one; read at every call (tens of ns) so that a benchmark or test can compare both. */
 static int select_variant(int op) {
   const char *e = getenv("FI_SAMPLING_SELECT");
@@ -188,6 +188,18 @@ static int select_variant(int op) {
   if (e && strcmp(e, "radix") == 0) return 0;
   return op == FI_SMP_TOPK || op == FI_SMP_TOPK_TOPP_LOGITS || op == FI_SMP_TOPK_RENORM ||
          op == FI_SMP_TOPK_MASK;
+}
+
+/* The membership test of top-p sampling (fi_sampling_params.topp_variant): float sums with
+ * an exact fallback by default; FI_SAMPLING_TOPP=exact forces the exact 64-bit sums, and
+ * stop1 / stop2 end the kernel after its first pass / its draws, writing -1 instead of a
+ * sample (to time the phases; benchmarks only). Read at every call, as select_variant. */
+static int topp_variant(void) {
+  const char *e = getenv("FI_SAMPLING_TOPP");
+  if (e && strcmp(e, "exact") == 0) return FI_SMP_TOPP_EXACT;
+  if (e && strcmp(e, "stop1") == 0) return FI_SMP_TOPP_STOP1;
+  if (e && strcmp(e, "stop2") == 0) return FI_SMP_TOPP_STOP2;
+  return FI_SMP_TOPP_FLOAT;
 }
 
 /* Chooses the kernel (vec from in's and out2d's alignment) and launches it. */
@@ -213,6 +225,7 @@ static fi_status launch(fi_runtime *rt, smp_call *c, int op, const DLTensor *out
   if (st != FI_OK) return st;
   const int cl = pick_cluster(be, state, c->device, c->batch);
   jit_sampling_select(op, dt, vec, cl, select_variant(op), &c->key);
+  if (op == FI_SMP_TOPP || op == FI_SMP_TOPK_TOPP_LOGITS) c->p.topp_variant = topp_variant();
   rt_kernel *k;
   if ((st = rt_kernel_get(rt, &c->key, be, c->device, &k)) != FI_OK) return st;
   rt_launch l = {{(unsigned)(c->batch * cl), 1, 1}, {SMP_THREADS, 1, 1}, 0};
