@@ -122,12 +122,14 @@ $(BUILD)/tests/wgmma_attn: tests/gpu/wgmma_attn.c tests/gpu/wgmma_host.h
 
 # Prefill runs four times: as chosen (wgmma on an H100/H200; the tests' requests are
 # short enough for its one-consumer shape), on its two-consumer shape, with the persistent
-# grid capped at 3 blocks (so each block loops over many work units), and on mma.sync alone.
+# grid capped at 3 blocks (so each block loops over many work units), and on mma.sync alone;
+# sampling also with top-p's exact membership test (FI_SAMPLING_TOPP=exact).
 gpu-test: all $(GPU_BINS) $(BUILD)/tests/probe_store
 	FI_BUILD=$(BUILD) FT_LOGDIR=$(BUILD)/gpu-logs tests/run_tests.sh $(GPU_BINS)
 	FI_PREFILL_WG=2x128 FI_BUILD=$(BUILD) FT_LOGDIR=$(BUILD)/gpu-logs-wg tests/run_tests.sh $(BUILD)/tests/gpu_prefill
 	FI_PREFILL_PERSIST=3 FI_BUILD=$(BUILD) FT_LOGDIR=$(BUILD)/gpu-logs-persist tests/run_tests.sh $(BUILD)/tests/gpu_prefill
 	FI_PREFILL_WGMMA=0 FI_BUILD=$(BUILD) FT_LOGDIR=$(BUILD)/gpu-logs-mma tests/run_tests.sh $(BUILD)/tests/gpu_prefill
+	FI_SAMPLING_TOPP=exact FI_BUILD=$(BUILD) FT_LOGDIR=$(BUILD)/gpu-logs-topp tests/run_tests.sh $(BUILD)/tests/gpu_sampling
 
 install: all
 	install -d $(DESTDIR)$(PREFIX)/lib $(DESTDIR)$(PREFIX)/include $(DESTDIR)$(PREFIX)/bin $(DESTDIR)$(PREFIX)/lib/pkgconfig

@@ -908,11 +908,6 @@ struct Row {
     __syncthreads();
   }
 
-  // Writes -1 as the sample (the timing variants that stop early).
-  FI_DEVICE void stop() {
-    if (rank == 0 && threadIdx.x == 0) static_cast<int32_t *>(p.out)[(int64_t)row * p.out_stride] = -1;
-  }
-
   // The membership test of the candidates with float sums: per element a compare and a
   // float add per candidate, where the exact test converts to 64-bit fixed point (a
   // quarter-rate conversion) and adds in two 32-bit halves. The float sum F of the weights
@@ -1004,7 +999,6 @@ struct Row {
     }
     // No mass in fixed point (weights all below 2^-37): no threshold, as topp_tau.
     if (total == 0) return sample(ge, wfun, lower);
-    if (p.topp_variant == FI_SMP_TOPP_STOP1) return stop();  // timing of the phases only
     const double xn = ceil((double)tp * (double)total);
     const u64 need = xn < 1.0 ? 1ull : (xn > (double)total ? total : (u64)xn);
     // The draws: uniform integers below the total, from Philox counters no group uses.
@@ -1020,7 +1014,6 @@ struct Row {
       cluster_sync();
     else
       __syncthreads();
-    if (p.topp_variant == FI_SMP_TOPP_STOP2) return stop();  // timing of the phases only
     uint32_t ck[KDRAW], cmin = 0xffffffffu;
     bool any = false;
 #pragma unroll

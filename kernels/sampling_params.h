@@ -21,7 +21,7 @@ enum {
 };
 
 /* fi_sampling_params.topp_variant */
-enum { FI_SMP_TOPP_FLOAT = 0, FI_SMP_TOPP_EXACT = 1, FI_SMP_TOPP_STOP1 = 2, FI_SMP_TOPP_STOP2 = 3 };
+enum { FI_SMP_TOPP_FLOAT = 0, FI_SMP_TOPP_EXACT = 1 };
 
 /* input [batch, vocab] (unit column stride, row stride in elements). out:
  * int32 samples [batch] (element stride out_stride) for the sampling ops, else a

@@ -191,14 +191,11 @@ static int select_variant(int op) {
 }
 
 /* The membership test of top-p sampling (fi_sampling_params.topp_variant): float sums with
- * an exact fallback by default; FI_SAMPLING_TOPP=exact forces the exact 64-bit sums, and
- * stop1 / stop2 end the kernel after its first pass / its draws, writing -1 instead of a
- * sample (to time the phases; benchmarks only). Read at every call, as select_variant. */
+ * an exact fallback by default; FI_SAMPLING_TOPP=exact forces the exact 64-bit sums (make
+ * gpu-test runs gpu_sampling both ways). Read at every call, as select_variant. */
 static int topp_variant(void) {
   const char *e = getenv("FI_SAMPLING_TOPP");
   if (e && strcmp(e, "exact") == 0) return FI_SMP_TOPP_EXACT;
-  if (e && strcmp(e, "stop1") == 0) return FI_SMP_TOPP_STOP1;
-  if (e && strcmp(e, "stop2") == 0) return FI_SMP_TOPP_STOP2;
   return FI_SMP_TOPP_FLOAT;
 }
 

@@ -24,6 +24,9 @@ FI_PREFILL_WG=2x128 FT_LOGDIR="$L" tests/run_tests.sh "$B"/tests/gpu_prefill 2>&
 echo "== prefill on a 3-block persistent grid (FI_PREFILL_PERSIST=3: many work units a block)"
 FI_PREFILL_PERSIST=3 FT_LOGDIR="$L" tests/run_tests.sh "$B"/tests/gpu_prefill 2>&1 | tee -a "$OUT/gpu-test.txt"
 [ "${PIPESTATUS[0]}" = 0 ] || gpu_rc=1
+echo "== sampling with top-p's exact membership test (FI_SAMPLING_TOPP=exact)"
+FI_SAMPLING_TOPP=exact FT_LOGDIR="$L" tests/run_tests.sh "$B"/tests/gpu_sampling 2>&1 | tee -a "$OUT/gpu-test.txt"
+[ "${PIPESTATUS[0]}" = 0 ] || gpu_rc=1
 # Every case's measured error, kept with the results (few files come back).
 cat "$L"/*.err "$L"/*.out >> "$OUT/gpu-test.txt" 2>/dev/null
 rm -rf "$L"
