@@ -310,29 +310,6 @@ FI_DEVICE void prefill_wgmma(const fi_prefill_kparams &p) {
   const int u0 = lin ? (int)blockIdx.x : 0, ustep = lin ? (int)gridDim.x : 1;
   int32_t *const slot_u = reinterpret_cast<int32_t *>(wg_smem + (bars - smem_addr(wg_smem)) + 96);
   int tbase = 0, qn = 0;
-  // Unit chaining (header[7] != 0, with a producer on the linear grid): a consumer's last
-  // iteration of a unit (P V alone) also issues the next unit's S(0) (its Q buffer and
-  // first K tile are loaded during this unit), so a block's units run as one tile stream
-  // and the pipeline does not drain at each unit boundary (64 x 1024: 4.5 tiles a unit).
-  // pre: 0 none; else iteration 0 of this unit was done in the last unit's last
-  // iteration (its waits, releases and turn), and 2: S(0) is in s (this warpgroup attends
-  // tile 0). The consumers' accumulators live out here so S(0) survives the epilogue.
-  const bool chain = WS && lin && p.header[7] != 0;
-  int pre = 0;
-  float o[D / 2], m[2], dsum[2], s[KT / 2];
-  uint32_t pa[KT / 16][4];
-  // The range [lo, hi) of kv positions consumer warpgroup k's rows of item w attend (causal,
-  // window), and the first / last of its query tokens; false: the warpgroup has no rows.
-  auto wg_range = [&](const pf::work_item &w, int k, int &lo, int &hi, int &t0, int &t1) -> bool {
-    const int rlast = w.r0 + w.rows - 1, wr0 = w.r0 + 64 * k, off = w.Lkv - w.Lq;
-    const bool any = wr0 <= rlast;  // warpgroup-uniform
-    const int wrl = wr0 + 63 < rlast ? wr0 + 63 : rlast;
-    t0 = (any ? wr0 : rlast) / G;
-    t1 = wrl / G;
-    hi = p.causal && t1 + off + 1 < w.kv_hi ? t1 + off + 1 : w.kv_hi;
-    lo = p.window_left >= 0 && t0 + off - p.window_left > w.kv_lo ? t0 + off - p.window_left : w.kv_lo;
-    return any;
-  };
   auto run_unit = [&](int u, const bool prod) -> bool {
     const int item = lin ? u % nit : SINGLE && p.causal ? (int)(gridDim.x - 1 - blockIdx.x) : (int)blockIdx.x;
     const int hkv = lin ? u / nit : (int)blockIdx.y;
@@ -343,7 +320,6 @@ FI_DEVICE void prefill_wgmma(const fi_prefill_kparams &p) {
     pf::work_item w;
     if (!pf::load_item<SINGLE>(p, item, QT, w)) {
       if (prod) {  // the consumers wait for this unit's Q: an empty one
-        if (lt == 0) slot_u[3 + qi] = 0;
         mbar_arrive(bar_q(qi));
         if (lt == 0) mbar_arrive(bar_q(qi));
       }
@@ -357,9 +333,12 @@ FI_DEVICE void prefill_wgmma(const fi_prefill_kparams &p) {
 
     // ---- this warpgroup's rows and attended ranges ----
     const int wr0 = r0 + 64 * wgi;
+    const bool wg_rows = wr0 <= rlast;  // warpgroup-uniform
+    const int wrl = wr0 + 63 < rlast ? wr0 + 63 : rlast;
+    const int wt0 = (wg_rows ? wr0 : rlast) / G, wt1 = wrl / G;
     // every row of the warpgroup attends inside [wg_lo, wg_hi); all of them attend [in_lo, in_hi)
-    int wg_lo, wg_hi, wt0, wt1;
-    const bool wg_rows = wg_range(w, wgi, wg_lo, wg_hi, wt0, wt1);
+    const int wg_hi = p.causal && wt1 + off + 1 < kv_hi ? wt1 + off + 1 : kv_hi;
+    const int wg_lo = p.window_left >= 0 && wt0 + off - p.window_left > kv_lo ? wt0 + off - p.window_left : kv_lo;
     const int in_hi = p.causal && wt0 + off + 1 < kv_hi ? wt0 + off + 1 : kv_hi;
     const int in_lo = p.window_left >= 0 && wt1 + off - p.window_left > kv_lo ? wt1 + off - p.window_left : kv_lo;
     int lim_lo[2], lim_hi[2];
@@ -445,17 +424,7 @@ FI_DEVICE void prefill_wgmma(const fi_prefill_kparams &p) {
       } else {
         mbar_arrive(bar_q(qi));
       }
-      if (lt == 0) {
-        // for the consumers' chaining: bit 0 the unit has kv tiles, bit 1 + k consumer
-        // warpgroup k attends its tile 0
-        int fl = ntiles > 0;
-        for (int k = 0; k < NWG; k++) {
-          int lo, hi, a0, a1;
-          if (ntiles > 0 && wg_range(w, k, lo, hi, a0, a1) && kv_lo < hi && kv_lo + KT > lo) fl |= 2 << k;
-        }
-        slot_u[3 + qi] = fl;
-        mbar_arrive(bar_q(qi));  // slot_u[qi] and [3 + qi], written before it
-      }
+      if (lt == 0) mbar_arrive(bar_q(qi));  // slot_u[qi], written before it
       if (ntiles > 0) {
         constexpr int RP = KT / 64;  // rows a thread a tile
         const int half = lt & 1, rb = lt >> 1;
@@ -497,8 +466,8 @@ FI_DEVICE void prefill_wgmma(const fi_prefill_kparams &p) {
       return true;
     }
 
-    m[0] = m[1] = neg_inf();
-    dsum[0] = dsum[1] = 0.0f;
+    float o[D / 2];
+    float m[2] = {neg_inf(), neg_inf()}, dsum[2] = {0.0f, 0.0f};
 #pragma unroll
     for (int i = 0; i < D / 2; i++) o[i] = 0.0f;
 
@@ -519,19 +488,19 @@ FI_DEVICE void prefill_wgmma(const fi_prefill_kparams &p) {
       return wg_rows && j0 < wg_hi && j0 + KT > wg_lo;
     };
 
-    // S = Q K^T from this warpgroup's Q at qa and the K tile at ka: issued and committed
-    // (one group), not waited for. issue_s(t): tile t of this unit.
-    auto issue_s_at = [&](uint32_t qa, uint32_t ka) {
+    // S = Q K^T of tile t: issued and committed (one group), not waited for.
+    float s[KT / 2];
+    auto issue_s = [&](int t) {
 #pragma unroll
       for (int kk = 0; kk < D / 16; kk++) {
-        const uint64_t da = kdesc(qa + (uint32_t)(kk >> 2) * (64 * 128) + (uint32_t)(kk & 3) * 32, 64 * 128, FI_WG_KDESC);
-        const uint64_t db = kdesc(ka + (uint32_t)(kk >> 2) * (KT * 128) + (uint32_t)(kk & 3) * 32, KT * 128, FI_WG_KDESC);
+        const uint64_t da = kdesc(qs + (uint32_t)(kk >> 2) * (64 * 128) + (uint32_t)(kk & 3) * 32, 64 * 128, FI_WG_KDESC);
+        const uint64_t db = kdesc(kbuf(t) + (uint32_t)(kk >> 2) * (KT * 128) + (uint32_t)(kk & 3) * 32, KT * 128, FI_WG_KDESC);
         mma<T, KT>::ss(s, da, db, kk > 0);  // scale-d 0 on the first step: S = 0 + ...
       }
       wg_commit();
     };
-    auto issue_s = [&](int t) { issue_s_at(qs, kbuf(t)); };
     // O += P V of tile t (P in pa): issued and committed (one group), not waited for.
+    uint32_t pa[KT / 16][4];
     auto issue_pv = [&](int t) {
       const uint32_t vs = kbuf(t) + KV_BYTES;
 #pragma unroll
@@ -605,15 +574,6 @@ FI_DEVICE void prefill_wgmma(const fi_prefill_kparams &p) {
       }
     };
 
-    // The overlapped loop's active tiles of this warpgroup: [ta_, tb_).
-    const int ta_ = wg_lo > kv_lo ? (wg_lo - kv_lo) / KT : 0;
-    const int tb_ = wg_rows ? ((wg_hi - kv_lo + KT - 1) / KT < ntiles ? (wg_hi - kv_lo + KT - 1) / KT : ntiles) : 0;
-    // Chaining: the last iteration also does the next unit's iteration 0 (after the
-    // loop), if there is a next unit with kv tiles (block-uniform, so both warpgroups take
-    // the same turns); nx: 0 no, 1 yes (its tile 0 unattended by this warpgroup), 2 yes
-    // with its S(0); its Q in buffer qi1, its K(0) in stage tn = tb0 + ntiles.
-    int nx = 0;
-    const int qn1 = qn + 1, qi1 = qn1 & 1, tn = tb0 + ntiles;
     if (!OV) {
       // In order: S(t), wait, softmax, O *= alpha, O += P V(t), wait. K and V of tile t + 1
       // load during tile t.
@@ -646,32 +606,13 @@ FI_DEVICE void prefill_wgmma(const fi_prefill_kparams &p) {
       // rescaled once P V(t - 1) has landed. K of tile t + 1 and V of tile t load during
       // iteration t; iteration ntiles only finishes P V(ntiles - 1). The warpgroup's
       // active tiles are [ta, tb): ta runs S alone, tb P V alone.
-      const int ta = ta_, tb = tb_;
+      const int ta = wg_lo > kv_lo ? (wg_lo - kv_lo) / KT : 0;
+      int tb = wg_rows ? (wg_hi - kv_lo + KT - 1) / KT : 0;
+      if (tb > ntiles) tb = ntiles;
       const bool bl_ok = p.cap_log2 == 0.0f;
       // WS: K(t) and V(t - 1) are waited for at the top, and each stage is released once
       // the wgmma that read it has completed (at the top when this warpgroup skips it).
-      // Chained (pre): iteration 0 ran in the last unit's last iteration; with S(0) in s
-      // (pre 2) its softmax remains, done here with this unit's fresh m, dsum and O.
-      int t0 = 0;
-      if (WS && pre) {
-        if (pre == 2) {
-          float alpha[2];
-          softmax(0, alpha, 2, true);
-          rescale_pack(alpha);
-        }
-        pre = 0;
-        t0 = 1;
-      }
-      for (int t = t0; t <= ntiles; t++) {
-        if (WS && chain && t == ntiles) {
-          mbar_wait(bar_q(qi1), (qn1 >> 1) & 1);
-          const int un = *reinterpret_cast<volatile int32_t *>(slot_u + qi1);
-          const int fl = *reinterpret_cast<volatile int32_t *>(slot_u + 3 + qi1);
-          if (un < units && (fl & 1)) {
-            nx = fl & (2 << wgi) ? 2 : 1;
-            break;
-          }
-        }
+      for (int t = 0; t <= ntiles; t++) {
         if (!WS) {
           read_ahead(t);
           cp_wait<0>();  // K(t), V(t - 1) (and Q)
@@ -756,50 +697,6 @@ FI_DEVICE void prefill_wgmma(const fi_prefill_kparams &p) {
           fence_regs(o);
         }
       }
-    }
-    if (WS && nx) {  // the merged iteration: P V(ntiles - 1) of this unit, S(0) of the next
-      const bool useV = ta_ < tb_ && tb_ == ntiles;
-      if (ntiles >= 1) mbar_wait(full_v(stg(ntiles - 1)), par(ntiles - 1));
-      mbar_wait(full_k(tn & 1), (tn >> 1) & 1);
-      fence_proxy_async();
-      if (ntiles >= 1 && !useV) release(empty_v(stg(ntiles - 1)));
-      if (nx == 1) release(empty_k(tn & 1));
-      const uint32_t qa = sbase + (uint32_t)qi1 * Q_BYTES + (uint32_t)wgi * QWG_BYTES,
-                     ka = sbase + QREG + (uint32_t)(tn & 1) * 2 * KV_BYTES;
-      turn_wait();
-      // straight-line code for each case: no branch with a wgmma in flight
-      if (useV && nx == 2) {
-        fence_regs(o);
-        fence_regs(s);
-        wg_fence();
-        issue_pv(ntiles - 1);
-        issue_s_at(qa, ka);
-        turn_pass();
-        wg_wait<0>();
-        release(empty_v(stg(ntiles - 1)));
-        release(empty_k(tn & 1));
-        fence_regs(o);
-        fence_regs(s);
-      } else if (useV) {
-        fence_regs(o);
-        wg_fence();
-        issue_pv(ntiles - 1);
-        turn_pass();
-        wg_wait<0>();
-        release(empty_v(stg(ntiles - 1)));
-        fence_regs(o);
-      } else if (nx == 2) {
-        fence_regs(s);
-        wg_fence();
-        issue_s_at(qa, ka);
-        turn_pass();
-        wg_wait<0>();
-        release(empty_k(tn & 1));
-        fence_regs(s);
-      } else {
-        turn_pass();
-      }
-      pre = nx;
     }
     cp_wait<0>();
     // Every wgmma of the unit has completed: its Q buffer is free for the producer (the

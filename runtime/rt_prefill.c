@@ -409,10 +409,6 @@ static fi_status plan_impl(fi_runtime *rt, const char *fn, const fi_batch_prefil
   /* the persistent grid's units from the counter (tab[4], tab[5]: 0), below */
   const char *ps = getenv("FI_PREFILL_PERSIST");
   tab[6] = !(ps && ps[0] == 's');
-  /* the consumers chain a block's units (the next unit's first S issued with this one's
-   * last P V: prefill_wgmma.cuh); FI_PREFILL_CHAIN=0 drains the pipeline at each unit */
-  const char *pc = getenv("FI_PREFILL_CHAIN");
-  tab[7] = !(pc && strcmp(pc, "0") == 0);
   if (rt && (st = upload(rt, devtype, device, (int32_t *)ws, tab,
                          FI_PREFILL_HDR_WORDS + n * FI_PREFILL_ITEM_WORDS, stream)) != FI_OK) {
     free(tab);
