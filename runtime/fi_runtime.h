@@ -440,7 +440,10 @@ FI_API fi_status fi_single_prefill(fi_runtime *rt, const DLTensor *q, const DLTe
  * long KV ranges across blocks when the batch cannot fill the device (partials merged by
  * LSE in a second kernel) and writes its tables into the caller's workspace on the stream;
  * run only launches. A plan is a host object owned by the caller; it keeps the
- * workspace's address, which must outlive it. */
+ * workspace's address, which must outlive it. On sm_90 the run's blocks also take their
+ * work from a counter in the workspace (a persistent grid; the last block resets it): two
+ * runs of one plan, or of plans sharing a workspace, must not overlap in time (order them
+ * on one stream or with events). */
 typedef struct fi_prefill_plan fi_prefill_plan;
 
 typedef struct fi_batch_prefill_info {
