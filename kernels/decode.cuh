@@ -93,6 +93,28 @@ FI_DEVICE void decode(const fi_decode_params &p) {
     kv_len = it2.v[1];
   }
 
+  const int nst = hi > lo ? (hi - lo + STEP - 1) / STEP : 0;
+  const int j16 = lane & (STEP - 1);
+
+  // This lane's token of step k (token lo + STEP k + lane % STEP, clamped into the range:
+  // loads stay in bounds, the softmax masks what is past hi).
+  auto locate = [&](int k) -> tok_loc {
+    tok_loc t;
+    int tok = lo + STEP * k + j16;
+    if (tok > hi - 1) tok = hi - 1;
+    if (SINGLE) {
+      t.page = 0;
+      t.slot = tok;
+    } else {
+      const int pl = tok / p.page_size;
+      t.slot = tok - pl * p.page_size;
+      t.page = k < nst ? p.indices[page_base + pl] : 0;
+    }
+    return t;
+  };
+  auto offset = [&](tok_loc t) -> int64_t {
+    return (int64_t)t.page * p.kv_stride_page + (int64_t)t.slot * p.kv_stride_slot;
+  };
   // ---- q: the A fragments (rows g and g + 8 of the group), RoPE'd at kv_len - 1;
   // chunk i of a lane is dims KC (c + 4i) .. + KC, as K's. Warp 0 builds them and leaves
   // each mma's four words side by side in shared memory (zeros in the rows past the
@@ -149,6 +171,48 @@ FI_DEVICE void decode(const fi_decode_params &p) {
       }
   }
 
+  // This warp's first step's page lookup goes out before the barrier that publishes q
+  // (warps 1.. at once, beside warp 0's q load), not after it.
+  const int k0 = warp;
+  const tok_loc loc0 = locate(k0);
+
+  // The item's first |head_prefetch| tokens into L2 at the start (tuning; off by
+  // default): the whole head of the item is requested from DRAM at once, where the
+  // register loads alone keep two steps a warp in flight.
+  auto head_pf = [&](int t0, int nt) {
+    const int want = p.head_prefetch < 0 ? -p.head_prefetch : p.head_prefetch;
+    const int end = hi - lo < want ? hi : lo + want;
+    constexpr uint32_t ROW = D * sizeof(KVT);
+    constexpr int PU = 4;  // tokens a thread looks up before it prefetches any
+    const KVT *kh = static_cast<const KVT *>(p.k) + (int64_t)hkv * p.kv_stride_head;
+    const KVT *vh = static_cast<const KVT *>(p.v) + (int64_t)hkv * p.kv_stride_head;
+    for (int t = lo + t0; t < end; t += PU * nt) {
+      tok_loc l[PU];
+#pragma unroll
+      for (int u = 0; u < PU; u++) {
+        const int tok = t + u * nt < end ? t + u * nt : end - 1;
+        if (SINGLE) {
+          l[u].page = 0;
+          l[u].slot = tok;
+        } else {
+          const int pl = tok / p.page_size;
+          l[u].slot = tok - pl * p.page_size;
+          l[u].page = p.indices[page_base + pl];
+        }
+      }
+#pragma unroll
+      for (int u = 0; u < PU; u++)
+        if (t + u * nt < end) {
+          const int64_t off = offset(l[u]);
+          prefetch_l2(kh + off, ROW, p.head_prefetch < 0);
+          prefetch_l2(vh + off, ROW, p.head_prefetch < 0);
+        }
+    }
+  };
+  if (p.head_prefetch != 0 && (WARPS == 1 || warp > 0))  // warp 0 is late: it built q
+    head_pf(WARPS > 1 ? tid - 32 : tid, WARPS > 1 ? THREADS - 32 : THREADS);
+
+
   const KVT *kb = static_cast<const KVT *>(p.k) + (int64_t)hkv * p.kv_stride_head;
   const KVT *vb = static_cast<const KVT *>(p.v) + (int64_t)hkv * p.kv_stride_head;
 
@@ -164,28 +228,6 @@ FI_DEVICE void decode(const fi_decode_params &p) {
       for (int e = 0; e < 4; e++) o[h][j][e] = 0.0f;
   }
 
-  const int nst = hi > lo ? (hi - lo + STEP - 1) / STEP : 0;
-  const int j16 = lane & (STEP - 1);
-
-  // This lane's token of step k (token lo + STEP k + lane % STEP, clamped into the range:
-  // loads stay in bounds, the softmax masks what is past hi).
-  auto locate = [&](int k) -> tok_loc {
-    tok_loc t;
-    int tok = lo + STEP * k + j16;
-    if (tok > hi - 1) tok = hi - 1;
-    if (SINGLE) {
-      t.page = 0;
-      t.slot = tok;
-    } else {
-      const int pl = tok / p.page_size;
-      t.slot = tok - pl * p.page_size;
-      t.page = k < nst ? p.indices[page_base + pl] : 0;
-    }
-    return t;
-  };
-  auto offset = [&](tok_loc t) -> int64_t {
-    return (int64_t)t.page * p.kv_stride_page + (int64_t)t.slot * p.kv_stride_slot;
-  };
   // Per sub-step u: K of tokens g and 8 + g, V of tokens 2c, 2c+1, 8+2c, 9+2c.
   auto load_k = [&](int64_t off, uint32_t (&kr)[SUB][2][NQ][4]) {
 #pragma unroll
@@ -363,12 +405,11 @@ FI_DEVICE void decode(const fi_decode_params &p) {
 
   // ---- the main loop: this warp's steps warp, warp + WARPS, ... ----
   if (warp < nst) {
-    const int k0 = warp;
     tok_loc next = locate(k0 + WARPS);
     if (PF) {
       uint32_t ka[SUB][2][NQ][4], va[SUB][4][NV][VN], kb2[SUB][2][NQ][4], vb2[SUB][4][NV][VN];
       {
-        const int64_t off = offset(locate(k0));
+        const int64_t off = offset(loc0);
         load_k(off, ka);
         load_v(off, va);
       }
@@ -399,7 +440,7 @@ FI_DEVICE void decode(const fi_decode_params &p) {
       }
     } else {
       uint32_t kr[SUB][2][NQ][4], vr[SUB][4][NV][VN];
-      int64_t off = offset(locate(k0));
+      int64_t off = offset(loc0);
       load_k(off, kr);
       for (int i = 1; i < pfd; i++) prefetch(k0 + i * WARPS);
       for (int k = k0; k < nst; k += WARPS) {
@@ -522,9 +563,10 @@ FI_DEVICE void decode(const fi_decode_params &p) {
   if (tid == 0) *counter = 0;  // ready for the next run
   const int first = item - chunk;
   // Per (row, 8 dims) unit, the chunks in batches of MB: a batch's loads all go out
-  // before any is used (one L2 round trip a batch, not one a chunk). When the block
+  // before any is used (one L2 round trip a batch, not one a chunk; 16: B = 1's 32
+  // chunks in one round trip on the two threads a unit of 4-warp blocks). When the block
   // has threads to spare, Q threads share a unit's chunks and combine through shared memory.
-  constexpr int MB = 8;
+  constexpr int MB = 16;
   const int U = G * (D / 8), Q = U < THREADS ? THREADS / U : 1;
   __shared__ float s_pm[THREADS], s_ps[THREADS], s_pa[THREADS][9];
   for (int u0 = 0; u0 < U; u0 += THREADS) {

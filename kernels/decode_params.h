@@ -52,7 +52,8 @@ typedef struct fi_decode_params {
   int32_t kv_len;           /* single decode: L */
   int32_t single_lo;        /* single decode: first attended token (sliding window) */
   int32_t prefetch;         /* steps the L2 prefetch runs ahead of the register loads (0: off) */
-  int32_t pad_;
+  int32_t head_prefetch;    /* tokens of the item prefetched into L2 at the block's start
+                               (0: off; < 0: the same with per-line prefetches) */
   float scale_log2;         /* logit scale to base 2 (no soft cap): sm_scale * k_scale * log2(e) */
   float cap_pre;            /* soft cap: t = qk * cap_pre; logit = cap_log2 * tanh(t) */
   float cap_log2;           /* 0: no soft cap */

@@ -90,6 +90,13 @@ int rt_dec_prefetch_steps(void) {
   return v < -8 ? -8 : v > 8 ? 8 : v;
 }
 
+int rt_dec_head_prefetch(void) {
+  const char *e = getenv("FI_DECODE_HEAD_PREFETCH");
+  if (!e || !*e) return 0;
+  const int v = atoi(e);
+  return v < -65536 ? -65536 : v > 65536 ? 65536 : v;
+}
+
 /* Tuning overrides of the block shape, for fi-bench's comparisons: FI_DECODE_WARPS
  * (1, 2, 4 or 8 warps a block, instead of the plan's choice) and FI_DECODE_PIPELINE
  * (0 or 1; see ops_decode.h). Returns 1 when the warps are forced. */

@@ -21,6 +21,9 @@ fi_status rt_dec_check_common(const char *fn, int hq, int hkv, int D, int qdt, i
 /* Tuning overrides from the environment (README): the L2 prefetch distance, and the
  * block shape in the key (returns 1 when it forces the warps). */
 int rt_dec_prefetch_steps(void);
+/* FI_DECODE_HEAD_PREFETCH: tokens of each work item prefetched into L2 at the block's
+ * start (0, the default: off; negative: per-line prefetches). */
+int rt_dec_head_prefetch(void);
 int rt_dec_tune_key(jit_key *key);
 
 /* The kernel's scale, soft cap, value scale and RoPE fields. */

@@ -486,9 +486,11 @@ struct fp8_of<fi_e5m2> {
 
 // One batch (a query token per request, lengths lens, paged NHD cache of page ps in
 // random page order) through rt_decode_partition (split when asked: a large target)
-// and the kernel, against the float64 reference.
+// and the kernel, against the float64 reference. head_pf: the kernel's head_prefetch
+// (tokens an item prefetches at its start; a no-op here but its page lookups run).
 template <typename QT, typename KVT, int D, int GM, int PF, int ROPE, int WARPS>
-static void decode_batch(int hq, int hkv, int ps, std::vector<int> lens, int window, double cap, int split) {
+static void decode_batch(int hq, int hkv, int ps, std::vector<int> lens, int window, double cap, int split,
+                         int head_pf = 0) {
   const int bf = sizeof(QT) == 2 && fp8_of<QT>::is == 0 && !std::is_same<QT, fi_half>::value;
   const int F8 = fp8_of<KVT>::is, E4 = fp8_of<KVT>::e4m3, B = (int)lens.size(), G = hq / hkv;
   prob P{bf, D, hq, hkv, 1, window, ROPE, ps, 1, cap, std::vector<int>(B, 1), lens};
@@ -528,6 +530,7 @@ static void decode_batch(int hq, int hkv, int ps, std::vector<int> lens, int win
   dp.indptr = indptr.data(), dp.indices = d.indices.data(), dp.last_page_len = last.data();
   dp.items = items.data(), dp.counters = counters.data(), dp.partial_o = po.data(), dp.partial_lse = pl.data();
   dp.num_items = (int32_t)n, dp.num_kv_heads = hkv, dp.group = G, dp.page_size = ps;
+  dp.head_prefetch = head_pf;
   emu::launch((unsigned)n, hkv, 32 * WARPS, [&] { fi::dec::decode<QT, KVT, D, GM, PF, ROPE, 0, WARPS>(dp); });
   char what[96];
   snprintf(what, sizeof what, "decode %s%s w%d n=%lld", F8 ? (E4 ? "e4m3 " : "e5m2 ") : "", chunk && n > B ? "split" : "",
@@ -561,6 +564,11 @@ int main() {
   decode_batch<fi_bf16, fi_bf16, 256, 16, 0, 0, 2>(12, 1, 16, {100}, -1, 0.0, 0);
   decode_batch<fi_half, fi_e4m3, 128, 8, 1, 1, 2>(4, 2, 16, {260}, 150, 20.0, 1);
   decode_batch<fi_bf16, fi_bf16, 64, 8, 1, 1, 4>(2, 2, 1, {290, 3}, -1, 0.0, 1);
+  // More than 16 chunks a request (the merge's batches of 16 loads, two threads a unit),
+  // with the head prefetch over whole items and over part of them, lines or bulk.
+  decode_batch<fi_bf16, fi_bf16, 128, 8, 1, 0, 4>(16, 4, 16, {4200, 40}, -1, 0.0, 1, 256);
+  decode_batch<fi_half, fi_half, 64, 8, 1, 0, 1>(4, 2, 16, {2500, 7, 0}, 1000, 0.0, 1, -64);
+  decode_batch<fi_half, fi_e4m3, 128, 8, 1, 1, 4>(8, 2, 16, {2300}, -1, 0.0, 1, -4096);
 
 
   prefill_vs_decode<fi_bf16, 64, 0>(1, 8, 2, 300, -1, 0.0);

@@ -206,7 +206,8 @@ static void bench_decode(fi_runtime *rt, double copy) {
   /* Tuning comparisons, each through its environment override (read at plan time):
    * FI_DECODE_WARPS (warps a block instead of the plan's choice), FI_DECODE_SPLIT (the
    * split target scaled), FI_DECODE_PIPELINE (register double buffer), FI_DECODE_PREFETCH
-   * (L2 prefetch steps ahead; negative: per-line prefetches). Indices into targets. */
+   * (L2 prefetch steps ahead; negative: per-line prefetches), FI_DECODE_HEAD_PREFETCH
+   * (tokens of each item prefetched into L2 at the block's start). Indices into targets. */
   static const struct {
     const char *var, *val;
     int pick[5];
@@ -214,7 +215,7 @@ static void bench_decode(fi_runtime *rt, double copy) {
       {"FI_DECODE_WARPS", "4", {0, 4, 6, 8, -1}},   {"FI_DECODE_WARPS", "1", {0, 4, 6, 8, -1}},
       {"FI_DECODE_WARPS", "2", {2, 7, -1}},         {"FI_DECODE_SPLIT", "2", {2, 7, -1}},
       {"FI_DECODE_SPLIT", "0.5", {7, -1}},          {"FI_DECODE_PIPELINE", "0", {6, 8, -1}},
-      {"FI_DECODE_PREFETCH", "-2", {0, 6, 7, 8, -1}},
+      {"FI_DECODE_PREFETCH", "-2", {0, 6, 7, 8, -1}},   {"FI_DECODE_HEAD_PREFETCH", "256", {7, -1}},
   };
   for (size_t t = 0; t < sizeof tunes / sizeof tunes[0]; t++) {
     if (getenv(tunes[t].var)) continue;

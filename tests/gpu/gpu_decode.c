@@ -675,7 +675,8 @@ FT_TEST(decode_tuning_variants) {
   static const struct {
     const char *var, *val;
   } v[] = {{"FI_DECODE_WARPS", "2"},     {"FI_DECODE_WARPS", "8"},     {"FI_DECODE_PIPELINE", "0"},
-           {"FI_DECODE_PREFETCH", "2"},  {"FI_DECODE_PREFETCH", "-2"}, {"FI_DECODE_SPLIT", "3"}};
+           {"FI_DECODE_PREFETCH", "2"},  {"FI_DECODE_PREFETCH", "-2"}, {"FI_DECODE_SPLIT", "3"},
+           {"FI_DECODE_HEAD_PREFETCH", "-100000"}};
   for (size_t i = 0; i < sizeof v / sizeof v[0]; i++) {
     setenv(v[i].var, v[i].val, 1);
     char name[3][64];
