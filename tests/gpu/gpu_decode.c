@@ -756,6 +756,10 @@ FT_TEST(decode_cuda_graph_replay_after_replan) {
     }
     CU_CHECK(&cu, cuMemsetD8(d.out, 0xff, d.out_bytes));
     CU_CHECK(&cu, cuMemsetD8(d.lse, 0xff, (size_t)MAXB * c.hq * 4));
+    /* The poison goes out on the legacy stream, which the non-blocking s does not wait
+     * for: without this the replay could write before the memset lands (seen once as
+     * outputs "never written" on a loaded GPU). */
+    CU_CHECK(&cu, cuCtxSynchronize());
     FT_CHECK(gr.launch(ge, s) == 0);
     CU_CHECK(&cu, cuStreamSynchronize(s));
     CU_CHECK(&cu, cuMemcpyDtoH(out, d.out, d.out_bytes));

@@ -171,6 +171,7 @@ static presult run_case(const pcase *pc, CUstream stream) {
   CU_CHECK(&cu, cuMemcpyHtoD(didx, perm, sizeof(int32_t) * (size_t)pages));
   CU_CHECK(&cu, cuMemcpyHtoD(diptr, kv_indptr, sizeof(int32_t) * (size_t)(B + 1)));
   CU_CHECK(&cu, cuMemcpyHtoD(dlast, last, sizeof(int32_t) * (size_t)B));
+  CU_CHECK(&cu, cuCtxSynchronize()); /* the memset above is on the legacy stream: done before a non-blocking run */
 
   int64_t sa[3] = {nnz, H, D}, sta[3] = {ts, hs, 1};
   DLTensor tk = g_tensor(dk, 0, pc->in_dt, 3, sa, sta), tv = g_tensor(dv, 0, pc->in_dt, 3, sa, sta);
@@ -394,6 +395,7 @@ static void check_bip(int B, int max_new, int empty_every, CUstream stream) {
   CU_CHECK(&cu, cuMemcpyHtoD(dseq, seq, sizeof(int32_t) * (size_t)B));
   CU_CHECK(&cu, cuMemsetD8(dbi, 0xff, sizeof(int32_t) * (size_t)(nnz + 1)));
   CU_CHECK(&cu, cuMemsetD8(dpos, 0xff, sizeof(int32_t) * (size_t)(nnz + 1)));
+  CU_CHECK(&cu, cuCtxSynchronize()); /* the poison is on the legacy stream; a non-blocking one does not wait */
   int64_t s1[1] = {B + 1}, sb[1] = {B}, sn[1] = {nnz};
   const DLDataType i32 = {kDLInt, 32, 1};
   DLTensor tip = g_tensor(dip, 0, 0, 1, s1, NULL), tseq = g_tensor(dseq, 0, 0, 1, sb, NULL);

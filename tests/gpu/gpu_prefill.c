@@ -712,6 +712,7 @@ FT_TEST(cuda_graph_replays_after_replans) {
                             : fi_batch_prefill_paged_plan(rt, &ib, &p, &d.tw, s, &plan);
       FT_CHECK(st == FI_OK, "re-plan B=%d: %s", B, fi_last_error());
       CU_CHECK(&cu, cuMemsetD8(d.out, 0xff, (size_t)(h.nq * c.hq * c.D) * 2));
+      CU_CHECK(&cu, cuCtxSynchronize()); /* the poison is on the legacy stream; s does not wait for it */
       FT_REQUIRE(gr.launch(ge, s) == 0);
       CU_CHECK(&cu, cuStreamSynchronize(s));
       double *ro = malloc(sizeof(double) * (size_t)(hb.nq * c.hq * c.D + 8)),
