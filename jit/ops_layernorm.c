@@ -1,8 +1,6 @@
 /* ops_layernorm.c: the layernorm op's key (dtype of rows, of gamma and beta), entry
  * wrapper and registered configurations (every key jit_layernorm_select can return). */
 #include <stdio.h>
-#include <stdlib.h>
-#include <string.h>
 
 #include "jit_registry.h"
 #include "ops_norm.h"
@@ -22,13 +20,6 @@ static const struct {
 } shapes[] = {{1, 4}, {1, 8}, {1, 0}, {0, 0}};
 #define NSHAPES ((int)(sizeof shapes / sizeof shapes[0]))
 
-/* Then the two register shapes with 2 rows per block iteration
- * (FI_NORM_ROWS=2) for the 16-bit rows (the first 4 pairs): 8 more. float32
- * rows are left out: ptxas spills their 2 x 4 vectors (64 registers, 4
- * bytes of stack at 512 threads). */
-#define NPAIRS16 4
-static int rows2_ok(int dtype) { return dtype != JIT_DT_F32; }
-
 /* gamma and beta are read from L1 every row: kept in registers (as floats,
  * the way the compiler hoists their conversions) they cost a block an SM
  * and measured slower in every case (69% against 80% at 8192 x 8192
@@ -38,7 +29,7 @@ static int wreg(int wdtype, int vec, int chunks) {
   return 0;
 }
 
-static void make_key(int dtype, int wdtype, int vec, int chunks, int rows, jit_key *out) {
+static void make_key(int dtype, int wdtype, int vec, int chunks, jit_key *out) {
   out->op = &jit_op_layernorm;
   for (int i = 0; i < JIT_MAX_PARAMS; i++) out->v[i] = 0;
   out->v[LAYERNORM_P_DTYPE] = dtype;
@@ -47,16 +38,10 @@ static void make_key(int dtype, int wdtype, int vec, int chunks, int rows, jit_k
   out->v[LAYERNORM_P_CHUNKS] = chunks;
   out->v[LAYERNORM_P_WREG] = wreg(wdtype, vec, chunks);
   out->v[LAYERNORM_P_HINT] = 1;
-  out->v[LAYERNORM_P_ROWS] = rows;
 }
 
-int jit_norm_rows_env(void) {
-  const char *e = getenv("FI_NORM_ROWS");
-  return e && strcmp(e, "2") == 0 ? 2 : 1;
-}
-
-void jit_layernorm_select(int dtype, int wdtype, int vec, int hidden, int warp, int rows,
-                          jit_key *out, int *threads) {
+void jit_layernorm_select(int dtype, int wdtype, int vec, int hidden, int warp, jit_key *out,
+                          int *threads) {
   const int full = 16 / jit_dtype_bytes(dtype), wide = vec >= full, v = wide ? full : 1;
   const int nv = hidden / v;
   int c = 0;
@@ -67,42 +52,36 @@ void jit_layernorm_select(int dtype, int wdtype, int vec, int hidden, int warp, 
   const int per = c ? (nv + c - 1) / c : nv;
   int t = (per + warp - 1) / warp * warp;
   *threads = t > JIT_NORM_MAX_THREADS ? JIT_NORM_MAX_THREADS : t;
-  make_key(dtype, wdtype, v, c, c && rows == 2 && rows2_ok(dtype) ? 2 : 1, out);
+  make_key(dtype, wdtype, v, c, out);
 }
 
 static int render(const jit_key *k, const char *entry, char *buf, size_t n) {
   int w = snprintf(buf, n,
                    "extern \"C\" __global__ void __launch_bounds__(%d)\n"
                    "%s(fi_norm_params p) {\n"
-                   "  fi::layernorm<%s, %s, %d, %d, %d, %d, %d>(p);\n"
+                   "  fi::layernorm<%s, %s, %d, %d, %d, %d>(p);\n"
                    "}\n",
                    JIT_NORM_MAX_THREADS, entry, jit_dtype_cxx((int)k->v[LAYERNORM_P_DTYPE]),
                    jit_dtype_cxx((int)k->v[LAYERNORM_P_WDTYPE]), (int)k->v[LAYERNORM_P_VEC],
                    (int)k->v[LAYERNORM_P_CHUNKS], (int)k->v[LAYERNORM_P_WREG],
-                   (int)k->v[LAYERNORM_P_HINT], (int)k->v[LAYERNORM_P_ROWS]);
+                   (int)k->v[LAYERNORM_P_HINT]);
   return w < 0 || (size_t)w >= n ? -1 : w;
 }
 
-static int count(void) { return NPAIRS * NSHAPES + NPAIRS16 * 2; }
+static int count(void) { return NPAIRS * NSHAPES; }
 
 static void config(int idx, jit_key *out) {
-  if (idx >= NPAIRS * NSHAPES) { /* rows 2: chunks 4 and 8, 16-byte accesses */
-    const int p = (idx - NPAIRS * NSHAPES) / 2, chunks = (idx - NPAIRS * NSHAPES) % 2 ? 8 : 4;
-    make_key(pairs[p].dtype, pairs[p].wdtype, 16 / jit_dtype_bytes(pairs[p].dtype), chunks, 2, out);
-    return;
-  }
   const int p = idx / NSHAPES, s = idx % NSHAPES;
   const int full = 16 / jit_dtype_bytes(pairs[p].dtype);
-  make_key(pairs[p].dtype, pairs[p].wdtype, shapes[s].wide ? full : 1, shapes[s].chunks, 1, out);
+  make_key(pairs[p].dtype, pairs[p].wdtype, shapes[s].wide ? full : 1, shapes[s].chunks, out);
 }
 
 const jit_op jit_op_layernorm = {
     .name = "layernorm",
     .template_name = "layernorm.cuh",
-    .nparams = 7,
+    .nparams = 6,
     .params = {{"dtype", JIT_P_DTYPE}, {"wdtype", JIT_P_DTYPE}, {"vec", JIT_P_INT},
-               {"chunks", JIT_P_INT}, {"wreg", JIT_P_INT}, {"hint", JIT_P_INT},
-               {"rows", JIT_P_INT}},
+               {"chunks", JIT_P_INT}, {"wreg", JIT_P_INT}, {"hint", JIT_P_INT}},
     .render_entry = render,
     .config_count = count,
     .config = config,

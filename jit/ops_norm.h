@@ -34,8 +34,7 @@ enum {
   LAYERNORM_P_VEC,
   LAYERNORM_P_CHUNKS,
   LAYERNORM_P_WREG,
-  LAYERNORM_P_HINT,
-  LAYERNORM_P_ROWS /* rows per block iteration sharing one reduction: 1, or 2 (see select) */
+  LAYERNORM_P_HINT
 };
 
 /* The key of op (jit_op_fused_add_rmsnorm, jit_op_gemma_rmsnorm or
@@ -45,16 +44,8 @@ enum {
 void jit_norm_select(const jit_op *op, int dtype, int vec, int hidden, int warp, jit_key *out,
                      int *threads);
 
-/* The same for layernorm, gamma and beta of dtype wdtype. rows is the rows
- * per block iteration asked for: 2 is honoured only where a 16-bit row sits
- * in registers (16-byte accesses, 4 or 8 vectors a thread), else 1 is used.
- * The runtime passes jit_norm_rows_env(). */
-void jit_layernorm_select(int dtype, int wdtype, int vec, int hidden, int warp, int rows,
-                          jit_key *out, int *threads);
-
-/* FI_NORM_ROWS, read at each call (tuning, for fi-bench): 2 makes layernorm
- * load and reduce two rows per block iteration; unset or anything else, 1
- * (the default until an H200 run shows 2 faster). */
-int jit_norm_rows_env(void);
+/* The same for layernorm, gamma and beta of dtype wdtype. */
+void jit_layernorm_select(int dtype, int wdtype, int vec, int hidden, int warp, jit_key *out,
+                          int *threads);
 
 #endif

@@ -88,8 +88,7 @@ fi_status rt_norm_launch(fi_runtime *rt, rt_norm_call *c, void *stream) {
   jit_key key;
   int threads;
   if (c->op == &jit_op_layernorm)
-    jit_layernorm_select(c->dtype, c->wdtype, c->vec, c->p.hidden, warp, jit_norm_rows_env(),
-                         &key, &threads);
+    jit_layernorm_select(c->dtype, c->wdtype, c->vec, c->p.hidden, warp, &key, &threads);
   else
     jit_norm_select(c->op, c->dtype, c->vec, c->p.hidden, warp, &key, &threads);
   rt_kernel *k;

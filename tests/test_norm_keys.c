@@ -48,33 +48,21 @@ FT_TEST(norm_canonical_strings_golden) {
   jit_norm_select(&jit_op_fused_add_rmsnorm, JIT_DT_BF16, 2, 4098, 32, &k, &threads);
   FT_CHECK(k.v[NORM_P_VEC] == 1 && k.v[NORM_P_CHUNKS] == 0, "vec %lld chunks %lld",
            (long long)k.v[NORM_P_VEC], (long long)k.v[NORM_P_CHUNKS]);
-  jit_layernorm_select(JIT_DT_BF16, JIT_DT_F32, 8, 8192, 32, 1, &k, &threads);
+  jit_layernorm_select(JIT_DT_BF16, JIT_DT_F32, 8, 8192, 32, &k, &threads);
   canon(&k, c, sizeof c);
-  FT_CHECK(strcmp(c, "op=layernorm;dtype=bf16;wdtype=f32;vec=8;chunks=4;wreg=0;hint=1;rows=1") == 0, "%s", c);
+  FT_CHECK(strcmp(c, "op=layernorm;dtype=bf16;wdtype=f32;vec=8;chunks=4;wreg=0;hint=1") == 0, "%s", c);
   FT_CHECK(threads == 256, "layernorm 8192: %d threads", threads);
-  jit_layernorm_select(JIT_DT_F16, JIT_DT_F16, 8, 4096, 64, 1, &k, &threads);
+  jit_layernorm_select(JIT_DT_F16, JIT_DT_F16, 8, 4096, 64, &k, &threads);
   canon(&k, c, sizeof c);
-  FT_CHECK(strcmp(c, "op=layernorm;dtype=f16;wdtype=f16;vec=8;chunks=4;wreg=0;hint=1;rows=1") == 0, "%s", c);
+  FT_CHECK(strcmp(c, "op=layernorm;dtype=f16;wdtype=f16;vec=8;chunks=4;wreg=0;hint=1") == 0, "%s", c);
   FT_CHECK(threads == 128, "4096 on a 64-wide warp: %d threads", threads);
-  jit_layernorm_select(JIT_DT_BF16, JIT_DT_BF16, 8, 20000, 32, 1, &k, &threads);
+  jit_layernorm_select(JIT_DT_BF16, JIT_DT_BF16, 8, 20000, 32, &k, &threads);
   FT_CHECK(k.v[LAYERNORM_P_CHUNKS] == 8 && threads == 320, "20000: chunks %lld, %d threads",
            (long long)k.v[LAYERNORM_P_CHUNKS], threads);
-  jit_layernorm_select(JIT_DT_F32, JIT_DT_F32, 4, 100000, 32, 1, &k, &threads);
+  jit_layernorm_select(JIT_DT_F32, JIT_DT_F32, 4, 100000, 32, &k, &threads);
   canon(&k, c, sizeof c);
-  FT_CHECK(strcmp(c, "op=layernorm;dtype=f32;wdtype=f32;vec=4;chunks=0;wreg=0;hint=1;rows=1") == 0, "%s", c);
+  FT_CHECK(strcmp(c, "op=layernorm;dtype=f32;wdtype=f32;vec=4;chunks=0;wreg=0;hint=1") == 0, "%s", c);
   FT_CHECK(threads == 512, "100000: %d threads", threads);
-  /* Two rows an iteration (FI_NORM_ROWS=2): same block, rows in the key;
-   * float32 rows, two passes and single elements ignore it. */
-  jit_layernorm_select(JIT_DT_BF16, JIT_DT_BF16, 8, 8192, 32, 2, &k, &threads);
-  canon(&k, c, sizeof c);
-  FT_CHECK(strcmp(c, "op=layernorm;dtype=bf16;wdtype=bf16;vec=8;chunks=4;wreg=0;hint=1;rows=2") == 0, "%s", c);
-  FT_CHECK(threads == 256, "layernorm 8192 rows 2: %d threads", threads);
-  jit_layernorm_select(JIT_DT_F32, JIT_DT_F32, 4, 100000, 32, 2, &k, &threads);
-  FT_CHECK(k.v[LAYERNORM_P_ROWS] == 1, "two passes with rows %lld", (long long)k.v[LAYERNORM_P_ROWS]);
-  jit_layernorm_select(JIT_DT_F32, JIT_DT_F32, 4, 8192, 32, 2, &k, &threads);
-  FT_CHECK(k.v[LAYERNORM_P_ROWS] == 1, "float32 rows with rows %lld", (long long)k.v[LAYERNORM_P_ROWS]);
-  jit_layernorm_select(JIT_DT_BF16, JIT_DT_BF16, 1, 8191, 32, 2, &k, &threads);
-  FT_CHECK(k.v[LAYERNORM_P_ROWS] == 1, "single elements with rows %lld", (long long)k.v[LAYERNORM_P_ROWS]);
 }
 
 /* Computed independently with Python:
@@ -113,10 +101,10 @@ FT_TEST(norm_render) {
   FT_REQUIRE(jit_render(&k, "e", &src, err, sizeof err) == 0, "%s", err);
   FT_CHECK(strstr(src, "fi::rmsnorm_ext<float, 4, 2, 1, 1, 0, 1>(p);") != NULL, "%s", src);
   free(src);
-  jit_layernorm_select(JIT_DT_BF16, JIT_DT_F32, 8, 8192, 32, 1, &k, &threads);
+  jit_layernorm_select(JIT_DT_BF16, JIT_DT_F32, 8, 8192, 32, &k, &threads);
   FT_REQUIRE(jit_render(&k, "fi_layernorm_42", &src, err, sizeof err) == 0, "%s", err);
   FT_CHECK(strstr(src, "fi_layernorm_42(fi_norm_params p)") != NULL, "%s", src);
-  FT_CHECK(strstr(src, "fi::layernorm<fi_bf16, float, 8, 4, 0, 1, 1>(p);") != NULL, "%s", src);
+  FT_CHECK(strstr(src, "fi::layernorm<fi_bf16, float, 8, 4, 0, 1>(p);") != NULL, "%s", src);
   FT_CHECK(strstr(src, "#include \"layernorm.cuh\"") != NULL, "%s", src);
   free(src);
 }
@@ -137,12 +125,12 @@ FT_TEST(norm_ops_registered_and_small) {
     FT_CHECK(jit_registry_find(my_ops[i]->name) == my_ops[i], "%s not registered", my_ops[i]->name);
     total += my_ops[i]->config_count();
   }
-  FT_CHECK(total == 64, "%d configurations", total);
+  FT_CHECK(total == 56, "%d configurations", total);
 }
 
 FT_TEST(norm_parse_round_trip_and_distinct) {
   init_ops();
-  uint64_t seen[80][2];
+  uint64_t seen[64][2];
   int n = 0;
   for (int o = 0; o < 4; o++)
     for (int i = 0; i < my_ops[o]->config_count(); i++) {
@@ -153,7 +141,7 @@ FT_TEST(norm_parse_round_trip_and_distinct) {
       FT_CHECK(jit_key_parse(c, &back) == 0 && back.op == my_ops[o], "parse of %s", c);
       canon(&back, c2, sizeof c2);
       FT_CHECK(strcmp(c, c2) == 0, "%s != %s", c, c2);
-      FT_REQUIRE(n < 80);
+      FT_REQUIRE(n < 64);
       jit_key_fast(&k, &seen[n][0], &seen[n][1]);
       for (int j = 0; j < n; j++)
         FT_CHECK(seen[n][0] != seen[j][0] || seen[n][1] != seen[j][1], "%s collides with config %d", c, j);
@@ -178,12 +166,11 @@ static int registered(const jit_op *op, const jit_key *k) {
 
 /* Every key the runtime can pick is registered (else prewarm misses it), and
  * the block it picks is whole warps, at most 512, and covers the row. */
-static int check_selection(const jit_op *op, int dtype, int wdtype, int vec, int hidden, int warp,
-                           int rows) {
+static int check_selection(const jit_op *op, int dtype, int wdtype, int vec, int hidden, int warp) {
   jit_key k;
   int threads;
   if (op == &jit_op_layernorm)
-    jit_layernorm_select(dtype, wdtype, vec, hidden, warp, rows, &k, &threads);
+    jit_layernorm_select(dtype, wdtype, vec, hidden, warp, &k, &threads);
   else
     jit_norm_select(op, dtype, vec, hidden, warp, &k, &threads);
   int ok = registered(op, &k);
@@ -205,11 +192,9 @@ FT_TEST(norm_selection_is_always_registered) {
   for (int o = 0; o < 4 && bad < 5; o++)
     for (int d = 0; d < 3; d++)
       for (int w = 0; w < (o == 3 && d < 2 ? 2 : 1); w++) /* layernorm: gamma as input, or f32 */
-        for (int rows = 1; rows <= (o == 3 ? 2 : 1); rows++) /* layernorm: FI_NORM_ROWS */
-          for (int vec = 1; vec <= (dts[d] == JIT_DT_F32 ? 4 : 8); vec *= 2)
-            for (int warp = 32; warp <= 64; warp *= 2)
-              for (int h = vec; h <= 140000 && bad < 5; h += (h < 20000 ? vec : 97 * vec))
-                bad += !check_selection(my_ops[o], dts[d], w ? JIT_DT_F32 : dts[d], vec, h, warp,
-                                        rows);
+        for (int vec = 1; vec <= (dts[d] == JIT_DT_F32 ? 4 : 8); vec *= 2)
+          for (int warp = 32; warp <= 64; warp *= 2)
+            for (int h = vec; h <= 140000 && bad < 5; h += (h < 20000 ? vec : 97 * vec))
+              bad += !check_selection(my_ops[o], dts[d], w ? JIT_DT_F32 : dts[d], vec, h, warp);
   FT_CHECK(bad == 0, "%d selections wrong", bad);
 }

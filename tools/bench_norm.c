@@ -120,10 +120,9 @@ static fi_status nb_call(fi_runtime *rt, int op, nb_set *s, DLTensor *w, DLTenso
   }
 }
 
-/* wdt: layernorm's gamma/beta dtype (else the input's); tag: the tuning
- * override set around the call, printed after the op's name (or NULL). */
+/* wdt: layernorm's gamma/beta dtype (else the input's). */
 static void bench_norm_one(fi_runtime *rt, int op, int dt, int wdt, int64_t rows, int64_t hidden,
-                           double copy, const char *tag) {
+                           double copy) {
   static const char *const names[4] = {"fused_add_rmsnorm", "gemma_fused_add_rmsnorm",
                                        "gemma_rmsnorm", "layernorm"};
   const size_t es = dt == 2 ? 4 : 2, wes = wdt == 2 ? 4 : 2, tbytes = (size_t)(rows * hidden) * es;
@@ -172,15 +171,14 @@ static void bench_norm_one(fi_runtime *rt, int op, int dt, int wdt, int64_t rows
     }
     double ms = median(t, reps);
     double tbs = bytes / (ms * 1e-3) / 1e12;
-    printf("| %s%s%s | %-8s | %6lld x %-6lld | %8.1f | %5.2f | %5.1f%% |\n", names[op],
-           tag ? " " : "", tag ? tag : "", dts, (long long)rows, (long long)hidden, ms * 1e3, tbs,
-           100.0 * tbs / copy);
+    printf("| %s | %-8s | %6lld x %-6lld | %8.1f | %5.2f | %5.1f%% |\n", names[op], dts,
+           (long long)rows, (long long)hidden, ms * 1e3, tbs, 100.0 * tbs / copy);
     if (json)
       fprintf(json,
               "{\"bench\":\"%s\",\"dtype\":\"%s\",\"wdtype\":\"%s\",\"rows\":%lld,\"hidden\":%lld,"
-              "\"us\":%.3f,\"tbs\":%.4f,\"of_copy\":%.4f,\"tune\":\"%s\"}\n",
+              "\"us\":%.3f,\"tbs\":%.4f,\"of_copy\":%.4f}\n",
               names[op], dtname(dt), dtname(wdt), (long long)rows, (long long)hidden, ms * 1e3,
-              tbs, tbs / copy, tag ? tag : "");
+              tbs, tbs / copy);
   }
   for (int s = 0; s < sets; s++) {
     CU_CHECK(&cu, cuMemFree(set[s].a));
@@ -212,20 +210,7 @@ static void bench_norms(fi_runtime *rt, double copy) {
   printf("\n| op | dtype | tokens x hidden | us | TB/s | of copy |\n|---|---|---|---|---|---|\n");
   for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++)
     bench_norm_one(rt, cases[i].op, cases[i].dt, cases[i].wdt, cases[i].rows, cases[i].hidden,
-                   copy, NULL);
-  /* Layernorm with two rows per block iteration (FI_NORM_ROWS=2, read at
-   * each call), beside the rows above in the same run: the default changes
-   * only if these beat them. Skipped when the caller set the variable. */
-  if (getenv("FI_NORM_ROWS")) return;
-  static const struct {
-    int dt, wdt;
-    int64_t rows, hidden;
-  } rows2[] = {{1, 1, 8192, 8192}, {1, 2, 8192, 8192}, {1, 1, 16384, 4096}, {1, 2, 16384, 4096}};
-  setenv("FI_NORM_ROWS", "2", 1);
-  for (size_t i = 0; i < sizeof rows2 / sizeof rows2[0]; i++)
-    bench_norm_one(rt, NB_LAYERNORM, rows2[i].dt, rows2[i].wdt, rows2[i].rows, rows2[i].hidden,
-                   copy, "ROWS=2");
-  unsetenv("FI_NORM_ROWS");
+                   copy);
 }
 
 /* The configurations around the chosen one at 8192 x 8192, for tuning:

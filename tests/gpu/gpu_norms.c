@@ -328,40 +328,6 @@ FT_TEST(layernorm_offset_rows) {
   }
 }
 
-/* Two rows per block iteration (FI_NORM_ROWS=2, read at each call): the
- * register shapes (4 and 8 vectors a thread), one row, odd counts past the
- * grid and between it and twice it (the last pair half empty), in place,
- * rows far from zero mean; float32 and narrow rows, which ignore it, for
- * contrast. */
-FT_TEST(layernorm_two_rows) {
-  FT_REQUIRE(setup() == 0, "CUDA or runtime set-up failed");
-  const char *prev = getenv("FI_NORM_ROWS");
-  FT_REQUIRE(prev == NULL, "FI_NORM_ROWS is set (%s): unset it to run this test", prev);
-  setenv("FI_NORM_ROWS", "2", 1);
-  static const int64_t rows[] = {1, 2, 3, 33, 601, 1001};
-  for (int dt = 0; dt < 3; dt++) {
-    /* chunks 4 (128 to 512 threads), then chunks 8 */
-    const int64_t hs[3] = {4096, 8192, dt == 2 ? 12288 : 20000};
-    for (int w = 0; w < (dt == 2 ? 1 : 2); w++) {
-      const int wdt = w ? 2 : dt;
-      for (int h = 0; h < 3; h++)
-        for (size_t r = 0; r < sizeof rows / sizeof rows[0]; r++)
-          if (rows[r] * hs[h] <= 1001 * 8192)
-            check((ncase){.op = OP_LAYERNORM, .dt = dt, .wdt = wdt, .rows = rows[r], .hidden = hs[h]});
-      check((ncase){.op = OP_LAYERNORM, .dt = dt, .wdt = wdt, .rows = 1001, .hidden = 8192,
-                    .in_place = 1});
-      check((ncase){.op = OP_LAYERNORM, .dt = dt, .wdt = wdt, .rows = 77, .hidden = 4096,
-                    .in_stride = 4096 + 8, .in_place = 1});
-      check((ncase){.op = OP_LAYERNORM, .dt = dt, .wdt = wdt, .rows = 601, .hidden = 4096,
-                    .in_stride = 2 * 4096, .aux_stride = 4096 + 16});
-      check((ncase){.op = OP_LAYERNORM, .dt = dt, .wdt = wdt, .rows = 333, .hidden = 8192,
-                    .mean = dt == 2 ? 16.0 : 64.0});
-      check((ncase){.op = OP_LAYERNORM, .dt = dt, .wdt = wdt, .rows = 9, .hidden = 8191});
-    }
-  }
-  unsetenv("FI_NORM_ROWS");
-}
-
 FT_TEST(norms_zero_rows_launch_nothing) {
   FT_REQUIRE(setup() == 0, "CUDA or runtime set-up failed");
   CUdeviceptr d;
