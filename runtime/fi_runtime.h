@@ -443,7 +443,8 @@ FI_API fi_status fi_single_prefill(fi_runtime *rt, const DLTensor *q, const DLTe
  * workspace's address, which must outlive it. On sm_90 the run's blocks also take their
  * work from a counter in the workspace (a persistent grid; the last block resets it): two
  * runs of one plan, or of plans sharing a workspace, must not overlap in time (order them
- * on one stream or with events). */
+ * on one stream or with events), nor may a re-plan into that workspace overlap a run; after
+ * a run that failed on the device, plan again before the next run. */
 typedef struct fi_prefill_plan fi_prefill_plan;
 
 typedef struct fi_batch_prefill_info {
