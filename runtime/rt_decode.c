@@ -232,10 +232,10 @@ FI_API fi_status fi_batch_decode_plan(fi_runtime *rt, const fi_batch_decode_info
     return rt_fail(FI_ERR_INVALID_ARGUMENT,
                    "%s: workspace has %lld bytes; %lld are needed (fi_batch_decode_workspace_size)",
                    fn, (long long)ws_bytes, (long long)lay.bytes);
-  /* The block size: over a 16-bit cache the 2-warp kernel's residency decides it (a
-   * CUDA-graph plan decides by max_batch, so re-plans keep the captured kernel); an
-   * fp8 cache takes 4 warps (B = 64, L = 4096, 32/8 on the H200: 3.39 TB/s with 4,
-   * 3.23 with 2). Then the blocks resident at once: the split target. */
+  /* The block size (rt_decode_pick_warps): over a 16-bit cache the 2-warp kernel's
+   * residency decides it (a CUDA-graph plan decides by max_batch, so re-plans keep the
+   * captured kernel); fp8 has only the 4-warp one. Then the blocks resident at once: the
+   * split target. */
   const int fp8 = kvdt == JIT_DT_E4M3 || kvdt == JIT_DT_E5M2;
   jit_key key;
   jit_decode_select(0, qdt, kvdt, info->head_dim, info->num_qo_heads / info->num_kv_heads,
@@ -248,8 +248,8 @@ FI_API fi_status fi_batch_decode_plan(fi_runtime *rt, const fi_batch_decode_info
   if ((st = rt_kernel_get(rt, &key, be, workspace->device.device_id, &k)) != FI_OK) return st;
   int resident;
   if ((st = rt_kernel_resident(rt, k, 32 * (int)key.v[DECODE_P_WARPS], &resident)) != FI_OK) return st;
-  const int warps = rt_decode_pick_warps(maxb, info->num_kv_heads, resident);
-  if (!forced && !fp8 && warps != DECODE_WARPS_WIDE) {
+  const int warps = rt_decode_pick_warps(kvdt, maxb, info->num_kv_heads, resident);
+  if (!forced && warps != key.v[DECODE_P_WARPS]) {
     key.v[DECODE_P_WARPS] = warps;
     if ((st = rt_kernel_get(rt, &key, be, workspace->device.device_id, &k)) != FI_OK) return st;
     if ((st = rt_kernel_resident(rt, k, 32 * (int)key.v[DECODE_P_WARPS], &resident)) != FI_OK) return st;
@@ -463,10 +463,8 @@ int rt_decode_plan_offline(const fi_batch_decode_info *info, const fi_attention_
   free(items);
   jit_decode_select(0, qdt, kvdt, info->head_dim, info->num_qo_heads / info->num_kv_heads,
                     p->pos_encoding == FI_POS_ROPE_LLAMA,
-                    kvdt == JIT_DT_E4M3 || kvdt == JIT_DT_E5M2
-                        ? DECODE_WARPS_SPLIT
-                        : rt_decode_pick_warps(pl->graph ? info->max_batch : info->batch,
-                                               info->num_kv_heads, 2 * (int64_t)resident),
+                    rt_decode_pick_warps(kvdt, pl->graph ? info->max_batch : info->batch,
+                                         info->num_kv_heads, 2 * (int64_t)resident),
                     &pl->key);
   pl->devtype = devtype;
   pl->device = 0;

@@ -407,8 +407,8 @@ static fi_status plan_impl(fi_runtime *rt, const char *fn, const fi_batch_prefil
   tab[2] = qt;
   tab[3] = (int32_t)(chunk > INT32_MAX ? INT32_MAX : chunk);
   /* the persistent grid's units from the counter (tab[4], tab[5]: 0), below */
-  const char *ps = getenv("FI_PREFILL_PERSIST");
-  tab[6] = !(ps && ps[0] == 's');
+  const char *pe = getenv("FI_PREFILL_PERSIST");
+  tab[6] = !(pe && pe[0] == 's');
   if (rt && (st = upload(rt, devtype, device, (int32_t *)ws, tab,
                          FI_PREFILL_HDR_WORDS + n * FI_PREFILL_ITEM_WORDS, stream)) != FI_OK) {
     free(tab);
@@ -448,7 +448,6 @@ static fi_status plan_impl(fi_runtime *rt, const char *fn, const fi_batch_prefil
    * 32/32 fell from 221 to 200 TFLOP/s). FI_PREFILL_PERSIST=0 turns it off (tuning),
    * =s fixes each block's units (unit b + k x grid), =<n> caps the grid at n blocks
    * (tests: many units a block). */
-  const char *pe = getenv("FI_PREFILL_PERSIST");
   const int64_t bps = pe && strcmp(pe, "0") == 0 ? 0 : jit_prefill_persistent_blocks(&key);
   const int64_t units = pl->grid * info->num_kv_heads, cap = pe && atoi(pe) > 0 ? atoi(pe) : (int64_t)sms * bps;
   pl->pgrid = bps > 0 && units > 0 ? (units < cap ? units : cap) : 0;

@@ -152,16 +152,19 @@ FT_TEST(planner_splits_small_batches_only) {
  * blocks (and a split) otherwise. */
 FT_TEST(planner_picks_block_size_by_waves) {
   const int64_t wide = 132 * 4;
-  FT_CHECK(rt_decode_pick_warps(128, 8, wide) == DECODE_WARPS_ONE);   /* 1024 of 1056 */
-  FT_CHECK(rt_decode_pick_warps(64, 32, wide) == DECODE_WARPS_ONE);
-  FT_CHECK(rt_decode_pick_warps(256, 8, wide) == DECODE_WARPS_ONE);
-  FT_CHECK(rt_decode_pick_warps(120, 8, wide) == DECODE_WARPS_WIDE);  /* 960 < 990 */
-  FT_CHECK(rt_decode_pick_warps(64, 8, wide) == DECODE_WARPS_WIDE);   /* 512 blocks */
-  FT_CHECK(rt_decode_pick_warps(33, 8, wide) == DECODE_WARPS_WIDE);   /* 264: a 4-warp wave */
-  FT_CHECK(rt_decode_pick_warps(32, 8, wide) == DECODE_WARPS_SPLIT);
-  FT_CHECK(rt_decode_pick_warps(16, 8, wide) == DECODE_WARPS_SPLIT);
-  FT_CHECK(rt_decode_pick_warps(1, 8, wide) == DECODE_WARPS_SPLIT);
-  FT_CHECK(rt_decode_pick_warps(0, 8, wide) == DECODE_WARPS_SPLIT);
+  FT_CHECK(rt_decode_pick_warps(JIT_DT_BF16, 128, 8, wide) == DECODE_WARPS_ONE);   /* 1024 of 1056 */
+  FT_CHECK(rt_decode_pick_warps(JIT_DT_BF16, 64, 32, wide) == DECODE_WARPS_ONE);
+  FT_CHECK(rt_decode_pick_warps(JIT_DT_BF16, 256, 8, wide) == DECODE_WARPS_ONE);
+  FT_CHECK(rt_decode_pick_warps(JIT_DT_BF16, 120, 8, wide) == DECODE_WARPS_WIDE);  /* 960 < 990 */
+  FT_CHECK(rt_decode_pick_warps(JIT_DT_BF16, 64, 8, wide) == DECODE_WARPS_WIDE);   /* 512 blocks */
+  FT_CHECK(rt_decode_pick_warps(JIT_DT_BF16, 33, 8, wide) == DECODE_WARPS_WIDE);   /* 264: a 4-warp wave */
+  FT_CHECK(rt_decode_pick_warps(JIT_DT_BF16, 32, 8, wide) == DECODE_WARPS_SPLIT);
+  FT_CHECK(rt_decode_pick_warps(JIT_DT_BF16, 16, 8, wide) == DECODE_WARPS_SPLIT);
+  FT_CHECK(rt_decode_pick_warps(JIT_DT_BF16, 1, 8, wide) == DECODE_WARPS_SPLIT);
+  FT_CHECK(rt_decode_pick_warps(JIT_DT_BF16, 0, 8, wide) == DECODE_WARPS_SPLIT);
+  /* an fp8 cache: 4 warps whatever the batch */
+  FT_CHECK(rt_decode_pick_warps(JIT_DT_E4M3, 128, 8, wide) == DECODE_WARPS_SPLIT);
+  FT_CHECK(rt_decode_pick_warps(JIT_DT_E5M2, 64, 8, wide) == DECODE_WARPS_SPLIT);
 }
 
 FT_TEST(planner_refuses_bad_page_tables) {
