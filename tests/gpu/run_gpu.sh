@@ -10,23 +10,22 @@ nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.mem,temperature.gpu 
   > "$OUT/gpu.txt" 2>&1
 git log -1 --format='commit %H %s' >> "$OUT/gpu.txt" 2>/dev/null
 
+# One test binary again under a tuning override: variant TITLE VAR=VALUE BINARY.
+variant() {
+  echo "== $1 ($2)"
+  env "$2" FT_LOGDIR="$L" tests/run_tests.sh "$B/tests/$3" 2>&1 | tee -a "$OUT/gpu-test.txt"
+  [ "${PIPESTATUS[0]}" = 0 ] || gpu_rc=1
+}
+
 main() {
 echo "== GPU tests"
 L=$(mktemp -d)
 FT_LOGDIR="$L" tests/run_tests.sh "$B"/tests/gpu_* 2>&1 | tee "$OUT/gpu-test.txt"
 gpu_rc=${PIPESTATUS[0]}
-echo "== prefill on mma.sync alone (FI_PREFILL_WGMMA=0)"
-FI_PREFILL_WGMMA=0 FT_LOGDIR="$L" tests/run_tests.sh "$B"/tests/gpu_prefill 2>&1 | tee -a "$OUT/gpu-test.txt"
-[ "${PIPESTATUS[0]}" = 0 ] || gpu_rc=1
-echo "== prefill on the wgmma kernel's large shape (FI_PREFILL_WG=2x128: producer, ping-pong)"
-FI_PREFILL_WG=2x128 FT_LOGDIR="$L" tests/run_tests.sh "$B"/tests/gpu_prefill 2>&1 | tee -a "$OUT/gpu-test.txt"
-[ "${PIPESTATUS[0]}" = 0 ] || gpu_rc=1
-echo "== prefill on a 3-block persistent grid (FI_PREFILL_PERSIST=3: many work units a block)"
-FI_PREFILL_PERSIST=3 FT_LOGDIR="$L" tests/run_tests.sh "$B"/tests/gpu_prefill 2>&1 | tee -a "$OUT/gpu-test.txt"
-[ "${PIPESTATUS[0]}" = 0 ] || gpu_rc=1
-echo "== sampling with top-p's exact membership test (FI_SAMPLING_TOPP=exact)"
-FI_SAMPLING_TOPP=exact FT_LOGDIR="$L" tests/run_tests.sh "$B"/tests/gpu_sampling 2>&1 | tee -a "$OUT/gpu-test.txt"
-[ "${PIPESTATUS[0]}" = 0 ] || gpu_rc=1
+variant "prefill on mma.sync alone" FI_PREFILL_WGMMA=0 gpu_prefill
+variant "prefill on the wgmma kernel's large shape (producer, ping-pong)" FI_PREFILL_WG=2x128 gpu_prefill
+variant "prefill on a 3-block persistent grid (many work units a block)" FI_PREFILL_PERSIST=3 gpu_prefill
+variant "sampling with top-p's exact membership test" FI_SAMPLING_TOPP=exact gpu_sampling
 # Every case's measured error, kept with the results (few files come back).
 cat "$L"/*.err "$L"/*.out >> "$OUT/gpu-test.txt" 2>/dev/null
 rm -rf "$L"
