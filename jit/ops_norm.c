@@ -172,7 +172,10 @@ static int is_gemma(const jit_op *op) {
  * rmsnorm: past that it would crowd out the prefetched next row. */
 static int norm_wreg(const jit_op *op, int dtype, int vec, int chunks) {
   const int row_bytes = chunks * vec * jit_dtype_bytes(dtype) * (is_residual(op) ? 2 : 1);
-  return chunks > 0 && row_bytes <= ROW_BYTES_PER_THREAD / 2;
+  /* From 4 vectors on a block does one row (rt_norm_launch): nothing to keep
+   * the weight for, and held as floats it cost bf16 gemma_rmsnorm at 8192 a
+   * block an SM (85.5% of copy against 89.5% before the block-per-row change). */
+  return chunks > 0 && chunks < 4 && row_bytes <= ROW_BYTES_PER_THREAD / 2;
 }
 
 static void norm_key(const jit_op *op, int dtype, int vec, int chunks, jit_key *out) {
@@ -185,14 +188,21 @@ static void norm_key(const jit_op *op, int dtype, int vec, int chunks, jit_key *
   out->v[NORM_P_HINT] = 1;
 }
 
-/* Two vectors per thread, as measured best for rmsnorm (512 x 2 at 8192
- * bf16), with the block trimmed to the row (a multiple of the warp) instead
- * of rounded up to a power of two: hidden 5120 runs 320 threads, all busy.
- * Rows past 512 x 2 vectors take 4 per thread, then two passes. */
+/* Four vectors per thread where that leaves a block of at least two warps:
+ * rt_norm_launch then runs one block per row (no prefetch). That measured
+ * 1.5-6 points of copy above 2 prefetching vectors on resident blocks at
+ * every hidden size from 2048 to 16384 (bf16: 8192 x 8192 gemma 88.7%
+ * against 87.0%, fused_add 93.4% against 91.6%). Shorter rows keep two
+ * vectors on resident blocks (at hidden 128 a block of 32 threads per row
+ * ran at a third of the speed), longer ones take two passes. The block is
+ * trimmed to the row (a multiple of the warp), not rounded up to a power
+ * of two: hidden 5120 runs 160 threads, all busy. */
 static int norm_shape(int wide, int vec, int hidden, int warp, int *chunks) {
   const int nv = hidden / vec;
   int c = 0;
-  if (wide && nv <= 2 * JIT_NORM_MAX_THREADS)
+  if (wide && nv <= 4 * JIT_NORM_MAX_THREADS && (nv + 3) / 4 >= 2 * warp)
+    c = 4;
+  else if (wide && nv <= 2 * JIT_NORM_MAX_THREADS)
     c = 2;
   else if (wide && nv <= 4 * JIT_NORM_MAX_THREADS)
     c = 4;

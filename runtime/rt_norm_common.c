@@ -93,7 +93,19 @@ fi_status rt_norm_launch(fi_runtime *rt, rt_norm_call *c, void *stream) {
     jit_norm_select(c->op, c->dtype, c->vec, c->p.hidden, warp, &key, &threads);
   rt_kernel *k;
   if ((st = rt_kernel_get(rt, &key, be, c->device, &k)) != FI_OK) return st;
-  /* A persistent grid: as many blocks as are resident at once. The block
+  /* Kernels that hold a row in registers with 4 or more vectors a thread
+   * (and no prefetch) run one block per row when the block has at least two
+   * warps: the hardware starts a new block as each one ends, and the rows in
+   * flight stay a compact window of memory. On the H200 (fi-bench norms,
+   * same run) layernorm 8192 x 8192 bf16 went from 86.5% of copy to 92.5%,
+   * 16384 x 4096 from 83.1% to 92.5%; gemma_rmsnorm 89.5% -> 93.1%,
+   * fused_add_rmsnorm 93.6% -> 95.5%, at 8192 x 5120 83.7% -> 94.1%. */
+  const int chunks = (int)key.v[c->op == &jit_op_layernorm ? LAYERNORM_P_CHUNKS : NORM_P_CHUNKS];
+  if (chunks >= 4 && threads >= 2 * warp) {
+    const rt_launch l = {{(unsigned)c->p.rows, 1, 1}, {(unsigned)threads, 1, 1}, 0};
+    return rt_launch_kernel(rt, k, &l, stream, &c->p, sizeof c->p);
+  }
+  /* Otherwise a persistent grid: as many blocks as are resident at once. The block
    * size varies with the row, but rt_kernel_resident keeps one figure per
    * kernel: it is asked for blocks of 2 warps, which gives the warps an SM
    * holds (registers are allocated by the warp), then shared out in blocks
