@@ -25,13 +25,14 @@ struct page_cvt<T, T> {
 // The work is nnz * heads rows of head_dim elements, walked as vectors like
 // act_and_mul: a block takes tiles of THREADS * CHUNKS vectors (consecutive
 // threads, consecutive addresses of one row or the next), the grid strides
-// by gridDim.x tiles, and every chunk keeps its (row, col) and adds the
-// stride to it. For each chunk a thread issues its K and V loads, then
-// reads the token's batch index, position and page: every thread of the
-// row reads the same words, one transaction a warp (L1 broadcast) rather
-// than a shuffle, so rows need not align with warps. All loads of a step are
-// issued before any store: 2 * CHUNKS data loads in flight. 16-byte accesses
-// take 2 chunks; narrower ones more, to keep ~32 bytes of input a thread in flight.
+// by gridDim.x tiles (the host launches a block per tile for 16-bit caches,
+// so most threads take one step), and every chunk keeps its (row, col) and
+// adds the stride to it. A thread issues the K and V loads of all its
+// chunks, then reads each token's batch index, position and page: every
+// thread of the row reads the same words, one transaction a warp (L1
+// broadcast) rather than a shuffle, so rows need not align with warps.
+// 2 * CHUNKS data loads in flight; 16-byte accesses take 2 chunks, narrower
+// ones more, to keep ~32 bytes of input a thread in flight.
 template <typename TI, typename TC, int LAYOUT, int VEC, int THREADS>
 FI_DEVICE void append_paged_kv(const fi_append_paged_kv_params &p) {
   constexpr int ACCESS = VEC * (int)sizeof(TI);
@@ -62,32 +63,37 @@ FI_DEVICE void append_paged_kv(const fi_append_paged_kv_params &p) {
   // Rows fit 31 bits, so row + step_rows + 1 cannot wrap.
   while (row[0] < rows) {
     fi_vec<TI, VEC> k[CHUNKS], v[CHUNKS];
-    int64_t kdst[CHUNKS], vdst[CHUNKS];
+    uint32_t tok[CHUNKS], head[CHUNKS];
+    // Every chunk's data loads first, then each chunk's page lookup and
+    // stores (the lookups no longer sit between one chunk's loads and the
+    // next's).
+#pragma unroll
+    for (int c = 0; c < CHUNKS; c++) {
+      tok[c] = row[c] / heads;
+      head[c] = row[c] % heads;
+      if (row[c] < rows) {
+        const int64_t e = (int64_t)col[c] * VEC;
+        k[c] = fi_load_stream<TI, VEC>(ak + (int64_t)tok[c] * p.ak_stride[0] +
+                                       (int64_t)head[c] * p.ak_stride[1] + e);
+        v[c] = fi_load_stream<TI, VEC>(av + (int64_t)tok[c] * p.av_stride[0] +
+                                       (int64_t)head[c] * p.av_stride[1] + e);
+      }
+    }
 #pragma unroll
     for (int c = 0; c < CHUNKS; c++) {
       if (row[c] < rows) {
-        const uint32_t t = row[c] / heads, h = row[c] % heads;
+        const uint32_t t = tok[c], h = head[c];
         const int64_t e = (int64_t)col[c] * VEC;
-        // The data loads first: they do not wait for the index chain below.
-        k[c] = fi_load_stream<TI, VEC>(ak + (int64_t)t * p.ak_stride[0] +
-                                       (int64_t)h * p.ak_stride[1] + e);
-        v[c] = fi_load_stream<TI, VEC>(av + (int64_t)t * p.av_stride[0] +
-                                       (int64_t)h * p.av_stride[1] + e);
         const int32_t b = p.batch_indices[(int64_t)t * p.bi_stride];
         const uint32_t pos = (uint32_t)p.positions[(int64_t)t * p.pos_stride];
         const int32_t page = p.kv_indices[(int64_t)(p.kv_indptr[(int64_t)b * p.indptr_stride] +
                                                     (int32_t)(pos / page_size)) *
                                           p.indices_stride];
         const uint32_t slot = pos % page_size;
-        kdst[c] =
+        const int64_t kdst =
             (int64_t)page * p.kc_stride[0] + (int64_t)slot * slot_s_k + (int64_t)h * head_s_k + e;
-        vdst[c] =
+        const int64_t vdst =
             (int64_t)page * p.vc_stride[0] + (int64_t)slot * slot_s_v + (int64_t)h * head_s_v + e;
-      }
-    }
-#pragma unroll
-    for (int c = 0; c < CHUNKS; c++) {
-      if (row[c] < rows) {
         fi_vec<TC, VEC> ko, vo;
 #pragma unroll
         for (int i = 0; i < VEC; i++) {
@@ -98,8 +104,8 @@ FI_DEVICE void append_paged_kv(const fi_append_paged_kv_params &p) {
         // reads the cache right after) measured 72.8% of copy at 8192
         // tokens against 76.0%; evict-first lines still sit in L2 until
         // something needs the room, so a small decode append keeps them.
-        fi_store_stream<TC, VEC>(kc + kdst[c], ko);
-        fi_store_stream<TC, VEC>(vc + vdst[c], vo);
+        fi_store_stream<TC, VEC>(kc + kdst, ko);
+        fi_store_stream<TC, VEC>(vc + vdst, vo);
       }
     }
 #pragma unroll
