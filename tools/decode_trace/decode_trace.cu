@@ -18,8 +18,9 @@
 #include <algorithm>
 #include <cmath>
 #include <cuda_runtime.h>
+#include <unistd.h>
 using namespace fi::dec;
-#define CK(x) do { cudaError_t e_ = (x); if (e_ != cudaSuccess) { printf("CUDA %s at %d: %s\n", #x, __LINE__, cudaGetErrorString(e_)); exit(1); } } while (0)
+#define CK(x) do { cudaError_t e_ = (x); if (e_ != cudaSuccess) { printf("CUDA %s at %d: %s\n", #x, __LINE__, cudaGetErrorString(e_)); fflush(stdout); _exit(1); } } while (0)
 
 template <int W, int PF, int TRC>
 __global__ void __launch_bounds__(W * 32) kdec(fi_decode_params p) {
