@@ -89,6 +89,14 @@ $(BUILD)/obj/tests/ft_main.o: tests/ft_main.c tests/ft.h
 $(BUILD)/tests/%: tests/%.c tests/ft.h $(BUILD)/obj/tests/ft_main.o $(BUILD)/libfi_internal.a
 	@mkdir -p $(dir $@)
 	$(CC) $(CPPFLAGS) $(CFLAGS) -Itests $< $(BUILD)/obj/tests/ft_main.o $(BUILD)/libfi_internal.a -o $@ $(LDFLAGS) $(LIBS)
+# The decode phase trace (tools/decode_trace; nvcc, not part of all): B = 1 variants and a
+# per-phase clock trace of a patched copy of kernels/decode.cuh. Run it on the GPU machine.
+NVCC ?= /usr/local/cuda/bin/nvcc
+$(BUILD)/decode-trace: tools/decode_trace/decode_trace.cu tools/decode_trace/patch_trace.py kernels/decode.cuh kernels/decode_mma.cuh kernels/decode_params.h kernels/fi_port.cuh
+	@mkdir -p $(BUILD)/decode_trace
+	python3 tools/decode_trace/patch_trace.py kernels/decode.cuh $(BUILD)/decode_trace/decode.cuh
+	$(NVCC) -std=c++17 -O3 -arch=sm_90a -I$(BUILD)/decode_trace -Ikernels $< -o $@
+
 $(BUILD)/tests/gpu_%: tests/gpu/gpu_%.c tests/gpu/gpu_util.h tests/ft.h $(BUILD)/obj/tests/ft_main.o $(BUILD)/libfi_runtime.so
 	@mkdir -p $(dir $@)
 	$(CC) $(CPPFLAGS) $(CFLAGS) -Itests -Itools $< $(BUILD)/obj/tests/ft_main.o -o $@ $(LDFLAGS) \

@@ -202,6 +202,53 @@ static void bench_decode(fi_runtime *rt, double copy) {
   };
   printf("\n| case | B | L | heads | layout | kv | us | TB/s | of read | host us/call |\n"
          "|---|---|---|---|---|---|---|---|---|---|\n");
+  /* FI_BENCH_DECODE_PICK="6,7": only those targets (indices into targets), with
+   * FI_BENCH_DECODE_VARIANTS="A=1;A=2,B=3" run in turn against the default ("" first) on
+   * each, FI_BENCH_DECODE_REPEAT times (interleaved: an A/B within one process); no
+   * tuning rows and no sweep. */
+  const char *pick = getenv("FI_BENCH_DECODE_PICK");
+  if (pick && *pick) {
+    const int ntargets = (int)(sizeof targets / sizeof targets[0]);
+    const char *rv = getenv("FI_BENCH_DECODE_REPEAT"), *vs = getenv("FI_BENCH_DECODE_VARIANTS");
+    const int repeat = rv && atoi(rv) > 0 ? atoi(rv) : 1;
+    char vbuf[1024];
+    snprintf(vbuf, sizeof vbuf, vs && *vs ? ";;%s" : ";", vs ? vs : "");
+    for (int r = 0; r < repeat; r++)
+      for (const char *pi = pick; *pi;) {
+        const int ti = atoi(pi);
+        while (*pi && *pi != ',') pi++;
+        if (*pi == ',') pi++;
+        if (ti < 0 || ti >= ntargets) continue;
+        for (const char *v = vbuf; v;) {
+          const char *end = strchr(v + 1, ';');
+          char one[256];
+          const size_t len = (size_t)((end ? end : v + strlen(v)) - (v + 1));
+          if (len >= sizeof one) break;
+          memcpy(one, v + 1, len);
+          one[len] = 0;
+          /* set the variant's VAR=VAL pairs (comma separated), run, unset them */
+          char names[8][64];
+          int nn = 0;
+          for (char *tok = strtok(one, ","); tok && nn < 8; tok = strtok(NULL, ",")) {
+            char *eq = strchr(tok, '=');
+            if (!eq || eq - tok >= 64) continue;
+            memcpy(names[nn], tok, (size_t)(eq - tok));
+            names[nn][eq - tok] = 0;
+            setenv(names[nn++], eq + 1, 1);
+          }
+          dcfg c = targets[ti];
+          char label[256];
+          memcpy(one, v + 1, len);
+          one[len] = 0;
+          snprintf(label, sizeof label, "%s", len ? one : "default");
+          c.label = label;
+          bench_one(rt, &c, rd);
+          for (int k = 0; k < nn; k++) unsetenv(names[k]);
+          v = end;
+        }
+      }
+    return;
+  }
   for (size_t i = 0; i < sizeof targets / sizeof targets[0]; i++) bench_one(rt, &targets[i], rd);
   /* Tuning comparisons, each through its environment override (read at plan time):
    * FI_DECODE_WARPS (warps a block instead of the plan's choice), FI_DECODE_SPLIT (the

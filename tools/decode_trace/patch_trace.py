@@ -1,0 +1,99 @@
+#!/usr/bin/env python3
+"""patch_trace.py IN OUT: writes a copy of kernels/decode.cuh with a per-phase clock trace
+and three experiment switches, for tools/decode_trace/decode_trace.cu (nvcc, not NVRTC).
+The kernel template gets one more parameter, TRC (bits): 1 trace (lane 0 of every warp
+stores %clock64 at each phase, %globaltimer at the block's start and end), 2 PDL (the
+block triggers its dependents and waits for the previous grid first), 4 no merge (a
+split block returns after its partial: the merge's cost bound), 8 the chunk counter as
+one acq_rel atomic instead of fence + atomic + fence. TRC = 0 is the kernel as it is.
+Every anchor must match exactly once: a change of decode.cuh that moves one fails here."""
+import sys
+
+src, dst = sys.argv[1], sys.argv[2]
+s = open(src).read()
+
+
+def rep(a, b):
+    global s
+    n = s.count(a)
+    if n != 1:
+        sys.exit("patch_trace.py: anchor found %d times (1 needed):\n%s" % (n, a))
+    s = s.replace(a, b)
+
+
+rep("template <typename QT, typename KVT, int D, int GM, int PF, int ROPE, int SINGLE, int WARPS>\n"
+    "FI_DEVICE void decode(",
+    "template <typename QT, typename KVT, int D, int GM, int PF, int ROPE, int SINGLE, int WARPS, int TRC>\n"
+    "FI_DEVICE void decode(")
+rep("struct tok_loc {\n  int32_t page, slot;\n};", r'''struct tok_loc {
+  int32_t page, slot;
+};
+// ---- trace (tools/decode_trace) ----
+__device__ unsigned long long *g_tr;  // [block][warp][NSL]
+#define NSL 16
+FI_DEVICE unsigned long long gclk() { unsigned long long t; asm volatile("mov.u64 %0, %%clock64;" : "=l"(t)); return t; }
+FI_DEVICE unsigned long long gtim() { unsigned long long t; asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t)); return t; }
+// Makes the next clock read wait for x (a load's result).
+FI_DEVICE void dep(uint32_t &sink, uint32_t x) { asm volatile("xor.b32 %0, %0, %1;" : "+r"(sink) : "r"(x)); }
+#define TR_AT(slot) (((int64_t)(blockIdx.y * gridDim.x + blockIdx.x) * WARPS + warp) * NSL + (slot))
+#define TRS(slot) do { if ((TRC & 1) && lane == 0) g_tr[TR_AT(slot)] = gclk(); } while (0)
+#define TRG(slot) do { if ((TRC & 1) && lane == 0) g_tr[TR_AT(slot)] = gtim(); } while (0)''')
+rep("  const int item = blockIdx.x, hkv = blockIdx.y, G = p.group;\n",
+    r'''  const int item = blockIdx.x, hkv = blockIdx.y, G = p.group;
+  uint32_t sink = 0;
+  if (TRC & 2) { asm volatile("griddepcontrol.launch_dependents;"); asm volatile("griddepcontrol.wait;" ::: "memory"); }
+  TRG(0);
+  if ((TRC & 1) && lane == 0) { uint32_t sm; asm volatile("mov.u32 %0, %%smid;" : "=r"(sm)); g_tr[TR_AT(12)] = sm; }
+  TRS(1);
+''')
+rep("    kv_len = it2.v[1];\n  }\n",
+    "    kv_len = it2.v[1];\n  }\n"
+    "  if (TRC & 1) { dep(sink, (uint32_t)hi); dep(sink, (uint32_t)page_base); }\n  TRS(2);\n")
+rep("  const tok_loc loc0 = locate(k0);\n",
+    "  const tok_loc loc0 = locate(k0);\n  if (TRC & 1) dep(sink, (uint32_t)loc0.page);\n  TRS(3);\n")
+rep("  __syncthreads();  // s_q\n", "  __syncthreads();  // s_q\n  TRS(4);\n")
+rep("        compute(k, ka, va);\n        k += WARPS;",
+    "        compute(k, ka, va);\n"
+    "        if ((TRC & 1) && k == k0) { dep(sink, __float_as_uint(o[0][0][0])); TRS(5); }\n"
+    "        k += WARPS;")
+rep("  // ---- merge the warps: each adds its rescaled O^T in turn (no atomics) ----\n",
+    "  if (TRC & 1) dep(sink, __float_as_uint(o[0][0][0]));\n  TRS(6);\n"
+    "  // ---- merge the warps: each adds its rescaled O^T in turn (no atomics) ----\n")
+rep("  const float LN2 = 0.6931471805599453f;", "  TRS(7);\n  const float LN2 = 0.6931471805599453f;")
+rep('''  __threadfence();
+  __syncthreads();
+  int32_t *counter = p.counters + (int64_t)b * p.num_kv_heads + hkv;
+  if (tid == 0) s_last = atomicAdd(counter, 1) == nchunks - 1;
+  __syncthreads();
+  if (!s_last) return;
+  __threadfence();''', r'''  if (TRC & 4) return;
+  if (!(TRC & 8)) __threadfence();
+  __syncthreads();
+  TRS(8);
+  int32_t *counter = p.counters + (int64_t)b * p.num_kv_heads + hkv;
+  if (TRC & 8) {
+    if (tid == 0) {
+      int old;
+      asm volatile("atom.acq_rel.gpu.global.add.s32 %0, [%1], 1;" : "=r"(old) : "l"(counter) : "memory");
+      s_last = old == nchunks - 1;
+    }
+  } else {
+    if (tid == 0) s_last = atomicAdd(counter, 1) == nchunks - 1;
+  }
+  __syncthreads();
+  TRS(9);
+  TRG(11);
+  if ((TRC & 1) && lane == 0) g_tr[TR_AT(13)] = sink;
+  if (!s_last) return;
+  if (!(TRC & 8)) __threadfence();''')
+rep('''            sw > 0.0f ? (mx + log2f(sw)) * LN2 : neg_inf();
+    }
+  }
+}''', '''            sw > 0.0f ? (mx + log2f(sw)) * LN2 : neg_inf();
+    }
+  }
+  if (TRC & 1) __syncthreads();
+  TRS(10);
+  TRG(14);
+}''')
+open(dst, "w").write(s)
