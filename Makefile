@@ -97,6 +97,12 @@ $(BUILD)/decode-trace: tools/decode_trace/decode_trace.cu tools/decode_trace/pat
 	python3 tools/decode_trace/patch_trace.py kernels/decode.cuh $(BUILD)/decode_trace/decode.cuh
 	$(NVCC) -std=c++17 -O3 -arch=sm_90a -I$(BUILD)/decode_trace -Ikernels $< -o $@
 
+# The memory microbenchmark (tools/membench; nvcc, not part of all): copy, norm and append
+# access patterns against cudaMemcpy. Run it on the GPU machine.
+$(BUILD)/membench: tools/membench/membench.cu kernels/layernorm.cuh kernels/rmsnorm.cuh kernels/page.cuh kernels/fi_params.h kernels/fi_port.cuh
+	@mkdir -p $(BUILD)
+	$(NVCC) -std=c++17 -O3 -arch=sm_90 -Ikernels $< -o $@
+
 $(BUILD)/tests/gpu_%: tests/gpu/gpu_%.c tests/gpu/gpu_util.h tests/ft.h $(BUILD)/obj/tests/ft_main.o $(BUILD)/libfi_runtime.so
 	@mkdir -p $(dir $@)
 	$(CC) $(CPPFLAGS) $(CFLAGS) -Itests -Itools $< $(BUILD)/obj/tests/ft_main.o -o $@ $(LDFLAGS) \
