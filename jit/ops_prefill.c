@@ -199,6 +199,9 @@ void jit_prefill_wgmma_select(int single, int dtype, int head_dim, int q_tile, i
   out->v[PREFILL_WG_P_WARPGROUPS] = q_tile > 64 ? 2 : 1;
   out->v[PREFILL_WG_P_KV_TILE] = kv_tile > 64 ? 128 : 64;
   out->v[PREFILL_WG_P_PRODUCER] = producer <= 0 ? 0 : producer == 1 || q_tile <= 64 ? 1 : 2;
+  /* three consumers (q tile 192): head_dim 64 with a producer only (152 registers a
+   * consumer); else two */
+  if (q_tile > 128 && head_dim == 64 && producer > 0) out->v[PREFILL_WG_P_WARPGROUPS] = 3;
   if (head_dim == 256) { /* one shape: its O takes 128 registers a thread, no room for a producer */
     out->v[PREFILL_WG_P_WARPGROUPS] = 2;
     out->v[PREFILL_WG_P_KV_TILE] = 64;
@@ -246,9 +249,15 @@ static int render_wg_batch(const jit_key *k, const char *e, char *b, size_t n) {
 /* dtype x head_dim (64, 128) x kv tile (64, 128) x (q tile, producer): (64, 0), (64, 1),
  * (128, 0), (128, 1), (128, 2); then head_dim 256 (q tile 128, kv tile 64, no producer)
  * for each dtype. */
-static int count_wg(void) { return 2 * 2 * 2 * 5 + 2; }
+/* Then head_dim 64's three consumers (q tile 192): dtype x kv tile x producer (1, 2). */
+static int count_wg(void) { return 2 * 2 * 2 * 5 + 2 + 8; }
 static void config_wg(int single, int idx, jit_key *out) {
   static const int qp[5][2] = {{64, 0}, {64, 1}, {128, 0}, {128, 1}, {128, 2}};
+  if (idx >= 42) {
+    idx -= 42;
+    jit_prefill_wgmma_select(single, dtypes[idx % 2], 64, 192, (idx / 2) % 2 ? 128 : 64, 1 + idx / 4, out);
+    return;
+  }
   if (idx >= 40) {
     jit_prefill_wgmma_select(single, dtypes[idx % 2], 256, 128, 64, 0, out);
     return;

@@ -22,11 +22,11 @@ enum { PREFILL_MERGE_P_DTYPE, PREFILL_MERGE_P_HEAD_DIM };
 enum {
   PREFILL_WG_P_DTYPE,      /* f16 or bf16 */
   PREFILL_WG_P_HEAD_DIM,   /* 64, 128, 256 */
-  PREFILL_WG_P_WARPGROUPS, /* 1 or 2: q tile 64 or 128 packed rows */
+  PREFILL_WG_P_WARPGROUPS, /* 1, 2 or 3: q tile 64, 128 or 192 packed rows (3: head_dim 64) */
   PREFILL_WG_P_KV_TILE,    /* kv tokens a tile: 64 or 128 */
   PREFILL_WG_P_PRODUCER    /* 0: every thread loads; 1: a producer warpgroup does (warp
-                            * specialization); 2: and the two consumers ping-pong (q tile
-                            * 128 only) */
+                            * specialization); 2: and the consumers ping-pong (q tile
+                            * 128 or 192) */
 };
 
 /* The q tile (rows: 16, 64 or 128) for a head_dim and the most packed rows (query tokens

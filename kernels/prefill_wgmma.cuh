@@ -47,6 +47,12 @@
 #include "decode_mma.cuh"
 #include "prefill_item.cuh"
 
+// Three consumers' setmaxnreg split (3 x 152 + 56 = 4 x 128): at 152 ptxas 13.0 spills 120
+// bytes a consumer with 128-token tiles (none at 168, none with 64-token tiles).
+#ifndef FI_WG3_PROD
+#define FI_WG3_PROD 56
+#define FI_WG3_CONS 152
+#endif
 #ifndef FI_WG_KDESC
 #define FI_WG_KDESC 0
 #endif
@@ -208,8 +214,9 @@ struct smem_size {
   static constexpr int value = ((WS ? 2 : 1) * NWG * 64 * D + 4 * KT * D) * 2 + 3 * KT * 8 + 128 + 1024;
 };
 
-// T: f16 or bf16; D: head_dim (64 or 128); KT: kv tokens a tile (64 or 128); NWG:
-// warpgroups (q tile 64 * NWG rows); SINGLE: one contiguous (or paged, p.indices) request,
+// T: f16 or bf16; D: head_dim (64, 128 or 256); KT: kv tokens a tile (64 or 128); NWG:
+// consumer warpgroups (q tile 64 * NWG rows; 3 at head_dim 64 only, with a producer: more
+// softmax in flight where the products are half as long as at 128, FA3's hdim-64 shape); SINGLE: one contiguous (or paged, p.indices) request,
 // no plan tables; OV: overlap each tile's softmax with the previous tile's P V (FA3's
 // intra-warpgroup pipelining) instead of running the two products in order; WS 1: one
 // more warpgroup, the producer, does every load (FA3's warp specialization; needs OV), and
@@ -224,7 +231,8 @@ struct smem_size {
 // stay on prefill.cuh).
 template <typename T, int D, int KT, int NWG, int SINGLE, int OV, int WS>
 FI_DEVICE void prefill_wgmma(const fi_prefill_kparams &p) {
-  constexpr bool PP = WS == 2 && NWG == 2;
+  // ping-pong: 2 consumers take turns; 3 (head_dim 64) a round robin, as FA3's hdim-64 shape
+  constexpr bool PP = WS == 2 && NWG >= 2;
   typedef dec::w16<T> W;
   using dec::neg_inf;
   using dec::ex2;
@@ -235,7 +243,8 @@ FI_DEVICE void prefill_wgmma(const fi_prefill_kparams &p) {
   constexpr uint32_t QREG = (WS ? 2 : 1) * Q_BYTES;  // the Q buffers (two with a producer)
   static_assert(D == 64 || D == 128 || D == 256, "head_dim 64, 128 or 256");
   static_assert(KT == 64 || (KT == 128 && D <= 128), "kv tile 64 or 128 (64 at head_dim 256)");
-  static_assert(SINGLE || QT <= FI_PREFILL_SLOT_ROWS, "partial slots hold 128 rows");
+  static_assert(SINGLE || QT <= FI_PREFILL_SLOT_ROWS, "partial slots hold 192 rows");
+  static_assert(NWG <= 2 || (D == 64 && WS), "three consumers: head_dim 64 with a producer (152 registers a consumer)");
   static_assert(!WS || OV, "the producer feeds the overlapped loop");
 
   extern __shared__ __align__(1024) uint8_t wg_smem[];
@@ -263,16 +272,20 @@ FI_DEVICE void prefill_wgmma(const fi_prefill_kparams &p) {
     __syncwarp();
     if (lane == 0) mbar_arrive(bar);
   };
-  // Ping-pong: warpgroup w issues after named barrier 2 + w, which the other one arrives
-  // at once it has issued its own (warpgroup 1 arrives first, so warpgroup 0 starts).
+  // Ping-pong: warpgroup w issues after named barrier 2 + w, which the previous one (w - 1
+  // mod NWG) arrives at once it has issued its own (the last warpgroup arrives first, so
+  // warpgroup 0 starts; with three, a round robin 0, 1, 2, 0, ...).
   // (Immediate barrier ids: a register id makes ptxas reserve all sixteen.)
   auto turn_wait = [&]() {
     if (PP && wgi == 0) asm volatile("bar.sync 2, 256;" ::: "memory");
     if (PP && wgi == 1) asm volatile("bar.sync 3, 256;" ::: "memory");
+    if (PP && NWG == 3 && wgi == 2) asm volatile("bar.sync 4, 256;" ::: "memory");
   };
   auto turn_pass = [&]() {
     if (PP && wgi == 0) asm volatile("bar.arrive 3, 256;" ::: "memory");
-    if (PP && wgi == 1) asm volatile("bar.arrive 2, 256;" ::: "memory");
+    if (PP && NWG == 2 && wgi == 1) asm volatile("bar.arrive 2, 256;" ::: "memory");
+    if (PP && NWG == 3 && wgi == 1) asm volatile("bar.arrive 4, 256;" ::: "memory");
+    if (PP && NWG == 3 && wgi == 2) asm volatile("bar.arrive 2, 256;" ::: "memory");
   };
   if (WS) {
     if (tid == 0) {
@@ -740,10 +753,11 @@ FI_DEVICE void prefill_wgmma(const fi_prefill_kparams &p) {
 
   if (WS && wgi == NWG) {
     // Registers to the consumers: 2 x 224 + 56 is the 3 x 168 of the launch bound; with
-    // one consumer, two blocks an SM: 208 + 48 is 2 x 128. (At 40 the producer's loop
-    // over units spilled 12-36 bytes; 224 and 208 still hold the consumers' loops without
-    // spills: ptxas -v of every shape.)
-    reg_dealloc<(NWG == 2 ? 56 : 48)>();
+    // one consumer, two blocks an SM: 208 + 48 is 2 x 128; three consumers (head_dim 64):
+    // 3 x 152 + 56 is 4 x 128. (At 40 the producer's loop over units spilled 12-36 bytes;
+    // 224, 208 and 152 still hold the consumers' loops without spills: ptxas -v of every
+    // shape.)
+    reg_dealloc<(NWG == 3 ? FI_WG3_PROD : NWG == 2 ? 56 : 48)>();
     int32_t *const ctr = const_cast<int32_t *>(p.header) + 4;  // [4] next unit, [5] blocks done
     for (int u = u0;; qn++) {
       const int qi = qn & 1;
@@ -773,12 +787,14 @@ FI_DEVICE void prefill_wgmma(const fi_prefill_kparams &p) {
     return;
   }
   if (WS) {
-    if (NWG == 2)
+    if (NWG == 3)
+      reg_alloc<FI_WG3_CONS>();
+    else if (NWG == 2)
       reg_alloc<224>();
     else
       reg_alloc<208>();
   }
-  if (PP && wgi == 1) turn_pass();
+  if (PP && wgi == NWG - 1) turn_pass();
   for (int u = u0;; qn++) {
     if (WS) {
       mbar_wait(bar_q(qn & 1), (qn >> 1) & 1);
