@@ -17,7 +17,7 @@
 // together, wait_group 1, softmax, wait_group 0); OV = 0 runs the two products in order.
 // (Seen in the SASS of ptxas 13.0: it places OV's WARPGROUP.DEPBAR 0 part-way into the
 // softmax rather than after it, so the overlap is partial.) Shared memory is dynamic (above 48 KB:
-// the launcher opts in): [Q: NWG x 64 x D][K0][V0][K1][V1], 16-bit elements, then three
+// the launcher opts in): [Q: NWG x 64 x D][K0][V0][K1][V1] (NS stages: up to [K3][V3]), 16-bit elements, then three
 // tables of KT token offsets (int64), at a 1024-byte boundary.
 //
 // Shared-memory tiles: a [R][D] tile is D / 64 "atom columns" of [R][64] (128 bytes a
@@ -209,9 +209,9 @@ FI_WG_MMA(fi_half, "f16", 256, FI_WG_ACC128, FI_WG_OUT128, "%128, %129", "%130",
 
 // The shared memory prefill_wgmma needs (bytes: the tiles, three offset tables, 128 bytes
 // of mbarriers, the 1024-byte alignment slack).
-template <int D, int KT, int NWG, int WS>
+template <int D, int KT, int NWG, int WS, int NS = 2>
 struct smem_size {
-  static constexpr int value = ((WS ? 2 : 1) * NWG * 64 * D + 4 * KT * D) * 2 + 3 * KT * 8 + 128 + 1024;
+  static constexpr int value = ((WS ? 2 : 1) * NWG * 64 * D + 2 * NS * KT * D) * 2 + 3 * KT * 8 + 64 + 32 * NS + 1024;
 };
 
 // T: f16 or bf16; D: head_dim (64, 128 or 256); KT: kv tokens a tile (64 or 128); NWG:
@@ -229,7 +229,9 @@ struct smem_size {
 // wave: with a producer, the next unit's Q and first K / V tiles load while the consumers
 // finish this one, which short items need; two Q buffers for it). No RoPE (ROPE kernels
 // stay on prefill.cuh).
-template <typename T, int D, int KT, int NWG, int SINGLE, int OV, int WS>
+// NS: K / V stages (2; more with a producer where shared memory allows: the producer runs
+// up to NS - 1 tiles ahead).
+template <typename T, int D, int KT, int NWG, int SINGLE, int OV, int WS, int NS = 2>
 FI_DEVICE void prefill_wgmma(const fi_prefill_kparams &p) {
   // ping-pong: 2 consumers take turns; 3 (head_dim 64) a round robin, as FA3's hdim-64 shape
   constexpr bool PP = WS == 2 && NWG >= 2;
@@ -246,6 +248,7 @@ FI_DEVICE void prefill_wgmma(const fi_prefill_kparams &p) {
   static_assert(SINGLE || QT <= FI_PREFILL_SLOT_ROWS, "partial slots hold 192 rows");
   static_assert(NWG <= 2 || (D == 64 && WS), "three consumers: head_dim 64 with a producer (152 registers a consumer)");
   static_assert(!WS || OV, "the producer feeds the overlapped loop");
+  static_assert(NS == 2 || (WS && NS >= 2 && NS <= 4), "more than two stages need the producer");
 
   extern __shared__ __align__(1024) uint8_t wg_smem[];
   const uint32_t sbase = (smem_addr(wg_smem) + 1023u) & ~1023u;
@@ -261,13 +264,13 @@ FI_DEVICE void prefill_wgmma(const fi_prefill_kparams &p) {
   // landed (128); empty_k/empty_v(b), empty_q(i): every consumer warp is done reading it
   // (4 NWG). Stages and Q buffers alternate over the block's whole sequence of tiles and
   // of work units, so the phases carry from one unit to the next.
-  const uint32_t bars = sbase + QREG + 4 * KV_BYTES + 3 * KT * 8;
+  const uint32_t bars = sbase + QREG + 2 * NS * KV_BYTES + 3 * KT * 8;
   auto bar_q = [&](int i) -> uint32_t { return bars + 8 * i; };
   auto full_k = [&](int b) -> uint32_t { return bars + 16 + 8 * b; };
-  auto full_v = [&](int b) -> uint32_t { return bars + 32 + 8 * b; };
-  auto empty_k = [&](int b) -> uint32_t { return bars + 48 + 8 * b; };
-  auto empty_v = [&](int b) -> uint32_t { return bars + 64 + 8 * b; };
-  auto empty_q = [&](int i) -> uint32_t { return bars + 80 + 8 * i; };
+  auto full_v = [&](int b) -> uint32_t { return bars + 16 + 8 * NS + 8 * b; };
+  auto empty_k = [&](int b) -> uint32_t { return bars + 16 + 16 * NS + 8 * b; };
+  auto empty_v = [&](int b) -> uint32_t { return bars + 16 + 24 * NS + 8 * b; };
+  auto empty_q = [&](int i) -> uint32_t { return bars + 16 + 32 * NS + 8 * i; };
   auto release = [&](uint32_t bar) {
     __syncwarp();
     if (lane == 0) mbar_arrive(bar);
@@ -291,11 +294,13 @@ FI_DEVICE void prefill_wgmma(const fi_prefill_kparams &p) {
     if (tid == 0) {
       for (int b = 0; b < 2; b++) {
         mbar_init(bar_q(b), 129);
+        mbar_init(empty_q(b), 4 * NWG);
+      }
+      for (int b = 0; b < NS; b++) {
         mbar_init(full_k(b), 128);
         mbar_init(full_v(b), 128);
         mbar_init(empty_k(b), 4 * NWG);
         mbar_init(empty_v(b), 4 * NWG);
-        mbar_init(empty_q(b), 4 * NWG);
       }
       asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
     }
@@ -321,7 +326,7 @@ FI_DEVICE void prefill_wgmma(const fi_prefill_kparams &p) {
   const int nit = lin ? (p.num_items >= 0 ? p.num_items : p.header[0]) : 1, units = lin ? nit * H : 1;
   const bool dyn = WS && lin && p.header[6] != 0;
   const int u0 = lin ? (int)blockIdx.x : 0, ustep = lin ? (int)gridDim.x : 1;
-  int32_t *const slot_u = reinterpret_cast<int32_t *>(wg_smem + (bars - smem_addr(wg_smem)) + 96);
+  int32_t *const slot_u = reinterpret_cast<int32_t *>(wg_smem + (bars - smem_addr(wg_smem)) + 32 + 32 * NS);
   int tbase = 0, qn = 0;
   auto run_unit = [&](int u, const bool prod) -> bool {
     const int item = lin ? u % nit : SINGLE && p.causal ? (int)(gridDim.x - 1 - blockIdx.x) : (int)blockIdx.x;
@@ -372,7 +377,7 @@ FI_DEVICE void prefill_wgmma(const fi_prefill_kparams &p) {
     // division, it held paged K/V at ~180 TFLOP/s against 280 contiguous). Three tables:
     // tile t's is read at iterations t - 1 and t (K, then V, when overlapped).
     int64_t *const s_off =
-        reinterpret_cast<int64_t *>(wg_smem + (sbase - smem_addr(wg_smem)) + QREG + 4 * KV_BYTES);
+        reinterpret_cast<int64_t *>(wg_smem + (sbase - smem_addr(wg_smem)) + QREG + 2 * NS * KV_BYTES);
     const bool paged = p.indices != nullptr;
     auto clampj = [&](int j) { return j < kv_hi - 1 ? j : kv_hi - 1; };
     auto page_of = [&](int j) -> int32_t { return paged ? p.indices[kv_base + j / p.page_size] : 0; };
@@ -408,8 +413,8 @@ FI_DEVICE void prefill_wgmma(const fi_prefill_kparams &p) {
     // WS: the stage of the unit's tile t continues the block's sequence (tbase); without a
     // producer every unit starts at stage 0.
     const int tb0 = WS ? tbase : 0;
-    auto stg = [&](int t) -> int { return (tb0 + t) & 1; };
-    auto par = [&](int t) -> int { return ((tb0 + t) >> 1) & 1; };
+    auto stg = [&](int t) -> int { return NS == 2 ? (tb0 + t) & 1 : (tb0 + t) % NS; };
+    auto par = [&](int t) -> int { return ((tb0 + t) / NS) & 1; };
     auto kbuf = [&](int t) -> uint32_t { return sbase + QREG + (uint32_t)stg(t) * 2 * KV_BYTES; };
     auto load_q = [&]() {
       for (int i = lt; i < QT * CH; i += THREADS) {
