@@ -199,11 +199,29 @@ void jit_prefill_wgmma_select(int single, int dtype, int head_dim, int q_tile, i
   out->v[PREFILL_WG_P_WARPGROUPS] = q_tile > 64 ? 2 : 1;
   out->v[PREFILL_WG_P_KV_TILE] = kv_tile > 64 ? 128 : 64;
   out->v[PREFILL_WG_P_PRODUCER] = producer <= 0 ? 0 : producer == 1 || q_tile <= 64 ? 1 : 2;
+  /* three consumers (q tile 192): head_dim 64 with a producer only (152 registers a
+   * consumer); else two */
+  if (q_tile > 128 && head_dim == 64 && producer > 0) out->v[PREFILL_WG_P_WARPGROUPS] = 3;
+  out->v[PREFILL_WG_P_STAGES] = 2;
   if (head_dim == 256) { /* one shape: its O takes 128 registers a thread, no room for a producer */
     out->v[PREFILL_WG_P_WARPGROUPS] = 2;
     out->v[PREFILL_WG_P_KV_TILE] = 64;
     out->v[PREFILL_WG_P_PRODUCER] = 0;
   }
+}
+
+/* Four K / V stages (the producer up to three tiles ahead) where registered: head_dim 64
+ * with two consumers and 128-token tiles, or three consumers; head_dim 128 with two
+ * consumers and 64-token tiles (each 192 KB or less). Else the key keeps two. */
+static int wg_four_ok(const int64_t *v) {
+  if (v[PREFILL_WG_P_PRODUCER] <= 0) return 0;
+  if (v[PREFILL_WG_P_HEAD_DIM] == 64)
+    return v[PREFILL_WG_P_WARPGROUPS] == 3 || (v[PREFILL_WG_P_WARPGROUPS] == 2 && v[PREFILL_WG_P_KV_TILE] == 128 && v[PREFILL_WG_P_PRODUCER] == 2);
+  return v[PREFILL_WG_P_HEAD_DIM] == 128 && v[PREFILL_WG_P_WARPGROUPS] == 2 && v[PREFILL_WG_P_KV_TILE] == 64 &&
+         v[PREFILL_WG_P_PRODUCER] == 2;
+}
+void jit_prefill_wgmma_stages(jit_key *k, int stages) {
+  if (stages == 4 && wg_four_ok(k->v)) k->v[PREFILL_WG_P_STAGES] = 4;
 }
 
 /* wgmma exists on sm_90a alone: a Hopper device (sm_90) runs the sm_90a binary. */
@@ -218,8 +236,8 @@ static const char *wg_arch(const char *arch) {
 static unsigned wg_smem(const jit_key *k) {
   const int64_t *v = k->v;
   return (unsigned)(((v[PREFILL_WG_P_PRODUCER] > 0 ? 2 : 1) * v[PREFILL_WG_P_WARPGROUPS] * 64 * v[PREFILL_WG_P_HEAD_DIM] +
-                     4 * v[PREFILL_WG_P_KV_TILE] * v[PREFILL_WG_P_HEAD_DIM]) * 2 +
-                    3 * v[PREFILL_WG_P_KV_TILE] * 8 + 128 + 1024);
+                     2 * v[PREFILL_WG_P_STAGES] * v[PREFILL_WG_P_KV_TILE] * v[PREFILL_WG_P_HEAD_DIM]) * 2 +
+                    3 * v[PREFILL_WG_P_KV_TILE] * 8 + 64 + 32 * v[PREFILL_WG_P_STAGES] + 1024);
 }
 
 static int render_wg(const jit_key *k, const char *entry, char *buf, size_t n, int single) {
@@ -232,12 +250,13 @@ static int render_wg(const jit_key *k, const char *entry, char *buf, size_t n, i
   int w = snprintf(buf, n,
                    "extern \"C\" __global__ void __launch_bounds__(%u, %d)\n"
                    "%s(fi_prefill_kparams p) {\n"
-                   "  fi::wg::prefill_wgmma<%s, %d, %d, %d, %d, 1, %d>(p);\n"
+                   "  fi::wg::prefill_wgmma<%s, %d, %d, %d, %d, 1, %d, %d>(p);\n"
                    "}\n",
                    threads, threads == 256 && v[PREFILL_WG_P_PRODUCER] ? 2 : 1, entry,
                    jit_dtype_cxx((int)v[PREFILL_WG_P_DTYPE]),
                    (int)v[PREFILL_WG_P_HEAD_DIM], (int)v[PREFILL_WG_P_KV_TILE],
-                   (int)v[PREFILL_WG_P_WARPGROUPS], single, (int)v[PREFILL_WG_P_PRODUCER]);
+                   (int)v[PREFILL_WG_P_WARPGROUPS], single, (int)v[PREFILL_WG_P_PRODUCER],
+                   (int)v[PREFILL_WG_P_STAGES]);
   return w < 0 || (size_t)w >= n ? -1 : w;
 }
 static int render_wg_single(const jit_key *k, const char *e, char *b, size_t n) { return render_wg(k, e, b, n, 1); }
@@ -246,9 +265,26 @@ static int render_wg_batch(const jit_key *k, const char *e, char *b, size_t n) {
 /* dtype x head_dim (64, 128) x kv tile (64, 128) x (q tile, producer): (64, 0), (64, 1),
  * (128, 0), (128, 1), (128, 2); then head_dim 256 (q tile 128, kv tile 64, no producer)
  * for each dtype. */
-static int count_wg(void) { return 2 * 2 * 2 * 5 + 2; }
+/* Then head_dim 64's three consumers (q tile 192): dtype x kv tile x producer (1, 2). */
+/* Then four stages (FI_PREFILL_STAGES=4): each dtype x (head_dim, q tile, kv tile,
+ * producer) of wg_four_ok: (64, 192, 64, 2), (64, 192, 128, 1), (64, 128, 128, 2),
+ * (128, 128, 64, 2). */
+static int count_wg(void) { return 2 * 2 * 2 * 5 + 2 + 8 + 8; }
 static void config_wg(int single, int idx, jit_key *out) {
   static const int qp[5][2] = {{64, 0}, {64, 1}, {128, 0}, {128, 1}, {128, 2}};
+  if (idx >= 50) {
+    static const int f[4][4] = {{64, 192, 64, 2}, {64, 192, 128, 1}, {64, 128, 128, 2}, {128, 128, 64, 2}};
+    idx -= 50;
+    const int *c = f[idx / 2];
+    jit_prefill_wgmma_select(single, dtypes[idx % 2], c[0], c[1], c[2], c[3], out);
+    jit_prefill_wgmma_stages(out, 4);
+    return;
+  }
+  if (idx >= 42) {
+    idx -= 42;
+    jit_prefill_wgmma_select(single, dtypes[idx % 2], 64, 192, (idx / 2) % 2 ? 128 : 64, 1 + idx / 4, out);
+    return;
+  }
   if (idx >= 40) {
     jit_prefill_wgmma_select(single, dtypes[idx % 2], 256, 128, 64, 0, out);
     return;
@@ -262,12 +298,12 @@ static void config_wg_batch(int idx, jit_key *out) { config_wg(0, idx, out); }
 
 #define PREFILL_WG_PARAMS                                                                \
   {{"dtype", JIT_P_DTYPE}, {"head_dim", JIT_P_INT}, {"warpgroups", JIT_P_INT}, {"kv_tile", JIT_P_INT}, \
-   {"producer", JIT_P_INT}}
+   {"producer", JIT_P_INT}, {"stages", JIT_P_INT}}
 
 const jit_op jit_op_single_prefill_sm90 = {
     .name = "single_prefill_sm90",
     .template_name = "prefill_wgmma.cuh",
-    .nparams = 5,
+    .nparams = 6,
     .params = PREFILL_WG_PARAMS,
     .render_entry = render_wg_single,
     .config_count = count_wg,
@@ -279,7 +315,7 @@ const jit_op jit_op_single_prefill_sm90 = {
 const jit_op jit_op_batch_prefill_sm90 = {
     .name = "batch_prefill_sm90",
     .template_name = "prefill_wgmma.cuh",
-    .nparams = 5,
+    .nparams = 6,
     .params = PREFILL_WG_PARAMS,
     .render_entry = render_wg_batch,
     .config_count = count_wg,

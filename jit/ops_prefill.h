@@ -22,11 +22,12 @@ enum { PREFILL_MERGE_P_DTYPE, PREFILL_MERGE_P_HEAD_DIM };
 enum {
   PREFILL_WG_P_DTYPE,      /* f16 or bf16 */
   PREFILL_WG_P_HEAD_DIM,   /* 64, 128, 256 */
-  PREFILL_WG_P_WARPGROUPS, /* 1 or 2: q tile 64 or 128 packed rows */
+  PREFILL_WG_P_WARPGROUPS, /* 1, 2 or 3: q tile 64, 128 or 192 packed rows (3: head_dim 64) */
   PREFILL_WG_P_KV_TILE,    /* kv tokens a tile: 64 or 128 */
-  PREFILL_WG_P_PRODUCER    /* 0: every thread loads; 1: a producer warpgroup does (warp
-                            * specialization); 2: and the two consumers ping-pong (q tile
-                            * 128 only) */
+  PREFILL_WG_P_PRODUCER,   /* 0: every thread loads; 1: a producer warpgroup does (warp
+                            * specialization); 2: and the consumers ping-pong (q tile
+                            * 128 or 192) */
+  PREFILL_WG_P_STAGES      /* K / V stages: 2, or 4 (jit_prefill_wgmma_stages) */
 };
 
 /* The q tile (rows: 16, 64 or 128) for a head_dim and the most packed rows (query tokens
@@ -44,6 +45,8 @@ unsigned jit_prefill_threads(const jit_key *k);
 /* The wgmma kernel's key (Hopper): single (1) or batch (0), q tile 64 or 128 rows, kv
  * tile 64 or 128 tokens, producer 0, 1 or 2 (PREFILL_WG_P_PRODUCER; 2 is 1 at q tile 64).
  * head_dim 256 has one shape: q tile 128, kv tile 64, no producer. */
+/* Four K / V stages on the key where registered (else it keeps two). */
+void jit_prefill_wgmma_stages(jit_key *k, int stages);
 void jit_prefill_wgmma_select(int single, int dtype, int head_dim, int q_tile, int kv_tile, int producer,
                               jit_key *out);
 /* Whether a key is a wgmma one, and its q tile (rows) either way. */

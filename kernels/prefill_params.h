@@ -46,7 +46,7 @@
 
 /* Rows a partial slot holds (the largest q tile): partial row ((slot * H_kv + hkv) *
  * FI_PREFILL_SLOT_ROWS + row in the tile). */
-#define FI_PREFILL_SLOT_ROWS 128
+#define FI_PREFILL_SLOT_ROWS 192
 
 /* out[t, h] = softmax(scale * q[t, h] . K^T + mask) V for query token t of a request,
  * query head h reading KV head h / group. The mask: kv token j is attended iff

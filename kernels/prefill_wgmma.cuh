@@ -17,7 +17,7 @@
 // together, wait_group 1, softmax, wait_group 0); OV = 0 runs the two products in order.
 // (Seen in the SASS of ptxas 13.0: it places OV's WARPGROUP.DEPBAR 0 part-way into the
 // softmax rather than after it, so the overlap is partial.) Shared memory is dynamic (above 48 KB:
-// the launcher opts in): [Q: NWG x 64 x D][K0][V0][K1][V1], 16-bit elements, then three
+// the launcher opts in): [Q: NWG x 64 x D][K0][V0][K1][V1] (NS stages: up to [K3][V3]), 16-bit elements, then three
 // tables of KT token offsets (int64), at a 1024-byte boundary.
 //
 // Shared-memory tiles: a [R][D] tile is D / 64 "atom columns" of [R][64] (128 bytes a
@@ -47,6 +47,12 @@
 #include "decode_mma.cuh"
 #include "prefill_item.cuh"
 
+// Three consumers' setmaxnreg split (3 x 152 + 56 = 4 x 128): at 152 ptxas 13.0 spills 120
+// bytes a consumer with 128-token tiles (none at 168, none with 64-token tiles).
+#ifndef FI_WG3_PROD
+#define FI_WG3_PROD 56
+#define FI_WG3_CONS 152
+#endif
 #ifndef FI_WG_KDESC
 #define FI_WG_KDESC 0
 #endif
@@ -203,13 +209,14 @@ FI_WG_MMA(fi_half, "f16", 256, FI_WG_ACC128, FI_WG_OUT128, "%128, %129", "%130",
 
 // The shared memory prefill_wgmma needs (bytes: the tiles, three offset tables, 128 bytes
 // of mbarriers, the 1024-byte alignment slack).
-template <int D, int KT, int NWG, int WS>
+template <int D, int KT, int NWG, int WS, int NS = 2>
 struct smem_size {
-  static constexpr int value = ((WS ? 2 : 1) * NWG * 64 * D + 4 * KT * D) * 2 + 3 * KT * 8 + 128 + 1024;
+  static constexpr int value = ((WS ? 2 : 1) * NWG * 64 * D + 2 * NS * KT * D) * 2 + 3 * KT * 8 + 64 + 32 * NS + 1024;
 };
 
-// T: f16 or bf16; D: head_dim (64 or 128); KT: kv tokens a tile (64 or 128); NWG:
-// warpgroups (q tile 64 * NWG rows); SINGLE: one contiguous (or paged, p.indices) request,
+// T: f16 or bf16; D: head_dim (64, 128 or 256); KT: kv tokens a tile (64 or 128); NWG:
+// consumer warpgroups (q tile 64 * NWG rows; 3 at head_dim 64 only, with a producer: more
+// softmax in flight where the products are half as long as at 128, FA3's hdim-64 shape); SINGLE: one contiguous (or paged, p.indices) request,
 // no plan tables; OV: overlap each tile's softmax with the previous tile's P V (FA3's
 // intra-warpgroup pipelining) instead of running the two products in order; WS 1: one
 // more warpgroup, the producer, does every load (FA3's warp specialization; needs OV), and
@@ -222,9 +229,12 @@ struct smem_size {
 // wave: with a producer, the next unit's Q and first K / V tiles load while the consumers
 // finish this one, which short items need; two Q buffers for it). No RoPE (ROPE kernels
 // stay on prefill.cuh).
-template <typename T, int D, int KT, int NWG, int SINGLE, int OV, int WS>
+// NS: K / V stages (2; more with a producer where shared memory allows: the producer runs
+// up to NS - 1 tiles ahead).
+template <typename T, int D, int KT, int NWG, int SINGLE, int OV, int WS, int NS = 2>
 FI_DEVICE void prefill_wgmma(const fi_prefill_kparams &p) {
-  constexpr bool PP = WS == 2 && NWG == 2;
+  // ping-pong: 2 consumers take turns; 3 (head_dim 64) a round robin, as FA3's hdim-64 shape
+  constexpr bool PP = WS == 2 && NWG >= 2;
   typedef dec::w16<T> W;
   using dec::neg_inf;
   using dec::ex2;
@@ -235,8 +245,10 @@ FI_DEVICE void prefill_wgmma(const fi_prefill_kparams &p) {
   constexpr uint32_t QREG = (WS ? 2 : 1) * Q_BYTES;  // the Q buffers (two with a producer)
   static_assert(D == 64 || D == 128 || D == 256, "head_dim 64, 128 or 256");
   static_assert(KT == 64 || (KT == 128 && D <= 128), "kv tile 64 or 128 (64 at head_dim 256)");
-  static_assert(SINGLE || QT <= FI_PREFILL_SLOT_ROWS, "partial slots hold 128 rows");
+  static_assert(SINGLE || QT <= FI_PREFILL_SLOT_ROWS, "partial slots hold 192 rows");
+  static_assert(NWG <= 2 || (D == 64 && WS), "three consumers: head_dim 64 with a producer (152 registers a consumer)");
   static_assert(!WS || OV, "the producer feeds the overlapped loop");
+  static_assert(NS == 2 || (WS && NS >= 2 && NS <= 4), "more than two stages need the producer");
 
   extern __shared__ __align__(1024) uint8_t wg_smem[];
   const uint32_t sbase = (smem_addr(wg_smem) + 1023u) & ~1023u;
@@ -252,37 +264,43 @@ FI_DEVICE void prefill_wgmma(const fi_prefill_kparams &p) {
   // landed (128); empty_k/empty_v(b), empty_q(i): every consumer warp is done reading it
   // (4 NWG). Stages and Q buffers alternate over the block's whole sequence of tiles and
   // of work units, so the phases carry from one unit to the next.
-  const uint32_t bars = sbase + QREG + 4 * KV_BYTES + 3 * KT * 8;
+  const uint32_t bars = sbase + QREG + 2 * NS * KV_BYTES + 3 * KT * 8;
   auto bar_q = [&](int i) -> uint32_t { return bars + 8 * i; };
   auto full_k = [&](int b) -> uint32_t { return bars + 16 + 8 * b; };
-  auto full_v = [&](int b) -> uint32_t { return bars + 32 + 8 * b; };
-  auto empty_k = [&](int b) -> uint32_t { return bars + 48 + 8 * b; };
-  auto empty_v = [&](int b) -> uint32_t { return bars + 64 + 8 * b; };
-  auto empty_q = [&](int i) -> uint32_t { return bars + 80 + 8 * i; };
+  auto full_v = [&](int b) -> uint32_t { return bars + 16 + 8 * NS + 8 * b; };
+  auto empty_k = [&](int b) -> uint32_t { return bars + 16 + 16 * NS + 8 * b; };
+  auto empty_v = [&](int b) -> uint32_t { return bars + 16 + 24 * NS + 8 * b; };
+  auto empty_q = [&](int i) -> uint32_t { return bars + 16 + 32 * NS + 8 * i; };
   auto release = [&](uint32_t bar) {
     __syncwarp();
     if (lane == 0) mbar_arrive(bar);
   };
-  // Ping-pong: warpgroup w issues after named barrier 2 + w, which the other one arrives
-  // at once it has issued its own (warpgroup 1 arrives first, so warpgroup 0 starts).
+  // Ping-pong: warpgroup w issues after named barrier 2 + w, which the previous one (w - 1
+  // mod NWG) arrives at once it has issued its own (the last warpgroup arrives first, so
+  // warpgroup 0 starts; with three, a round robin 0, 1, 2, 0, ...).
   // (Immediate barrier ids: a register id makes ptxas reserve all sixteen.)
   auto turn_wait = [&]() {
     if (PP && wgi == 0) asm volatile("bar.sync 2, 256;" ::: "memory");
     if (PP && wgi == 1) asm volatile("bar.sync 3, 256;" ::: "memory");
+    if (PP && NWG == 3 && wgi == 2) asm volatile("bar.sync 4, 256;" ::: "memory");
   };
   auto turn_pass = [&]() {
     if (PP && wgi == 0) asm volatile("bar.arrive 3, 256;" ::: "memory");
-    if (PP && wgi == 1) asm volatile("bar.arrive 2, 256;" ::: "memory");
+    if (PP && NWG == 2 && wgi == 1) asm volatile("bar.arrive 2, 256;" ::: "memory");
+    if (PP && NWG == 3 && wgi == 1) asm volatile("bar.arrive 4, 256;" ::: "memory");
+    if (PP && NWG == 3 && wgi == 2) asm volatile("bar.arrive 2, 256;" ::: "memory");
   };
   if (WS) {
     if (tid == 0) {
       for (int b = 0; b < 2; b++) {
         mbar_init(bar_q(b), 129);
+        mbar_init(empty_q(b), 4 * NWG);
+      }
+      for (int b = 0; b < NS; b++) {
         mbar_init(full_k(b), 128);
         mbar_init(full_v(b), 128);
         mbar_init(empty_k(b), 4 * NWG);
         mbar_init(empty_v(b), 4 * NWG);
-        mbar_init(empty_q(b), 4 * NWG);
       }
       asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
     }
@@ -308,7 +326,7 @@ FI_DEVICE void prefill_wgmma(const fi_prefill_kparams &p) {
   const int nit = lin ? (p.num_items >= 0 ? p.num_items : p.header[0]) : 1, units = lin ? nit * H : 1;
   const bool dyn = WS && lin && p.header[6] != 0;
   const int u0 = lin ? (int)blockIdx.x : 0, ustep = lin ? (int)gridDim.x : 1;
-  int32_t *const slot_u = reinterpret_cast<int32_t *>(wg_smem + (bars - smem_addr(wg_smem)) + 96);
+  int32_t *const slot_u = reinterpret_cast<int32_t *>(wg_smem + (bars - smem_addr(wg_smem)) + 32 + 32 * NS);
   int tbase = 0, qn = 0;
   auto run_unit = [&](int u, const bool prod) -> bool {
     const int item = lin ? u % nit : SINGLE && p.causal ? (int)(gridDim.x - 1 - blockIdx.x) : (int)blockIdx.x;
@@ -359,7 +377,7 @@ FI_DEVICE void prefill_wgmma(const fi_prefill_kparams &p) {
     // division, it held paged K/V at ~180 TFLOP/s against 280 contiguous). Three tables:
     // tile t's is read at iterations t - 1 and t (K, then V, when overlapped).
     int64_t *const s_off =
-        reinterpret_cast<int64_t *>(wg_smem + (sbase - smem_addr(wg_smem)) + QREG + 4 * KV_BYTES);
+        reinterpret_cast<int64_t *>(wg_smem + (sbase - smem_addr(wg_smem)) + QREG + 2 * NS * KV_BYTES);
     const bool paged = p.indices != nullptr;
     auto clampj = [&](int j) { return j < kv_hi - 1 ? j : kv_hi - 1; };
     auto page_of = [&](int j) -> int32_t { return paged ? p.indices[kv_base + j / p.page_size] : 0; };
@@ -395,8 +413,8 @@ FI_DEVICE void prefill_wgmma(const fi_prefill_kparams &p) {
     // WS: the stage of the unit's tile t continues the block's sequence (tbase); without a
     // producer every unit starts at stage 0.
     const int tb0 = WS ? tbase : 0;
-    auto stg = [&](int t) -> int { return (tb0 + t) & 1; };
-    auto par = [&](int t) -> int { return ((tb0 + t) >> 1) & 1; };
+    auto stg = [&](int t) -> int { return NS == 2 ? (tb0 + t) & 1 : (tb0 + t) % NS; };
+    auto par = [&](int t) -> int { return ((tb0 + t) / NS) & 1; };
     auto kbuf = [&](int t) -> uint32_t { return sbase + QREG + (uint32_t)stg(t) * 2 * KV_BYTES; };
     auto load_q = [&]() {
       for (int i = lt; i < QT * CH; i += THREADS) {
@@ -740,10 +758,11 @@ FI_DEVICE void prefill_wgmma(const fi_prefill_kparams &p) {
 
   if (WS && wgi == NWG) {
     // Registers to the consumers: 2 x 224 + 56 is the 3 x 168 of the launch bound; with
-    // one consumer, two blocks an SM: 208 + 48 is 2 x 128. (At 40 the producer's loop
-    // over units spilled 12-36 bytes; 224 and 208 still hold the consumers' loops without
-    // spills: ptxas -v of every shape.)
-    reg_dealloc<(NWG == 2 ? 56 : 48)>();
+    // one consumer, two blocks an SM: 208 + 48 is 2 x 128; three consumers (head_dim 64):
+    // 3 x 152 + 56 is 4 x 128. (At 40 the producer's loop over units spilled 12-36 bytes;
+    // 224, 208 and 152 still hold the consumers' loops without spills: ptxas -v of every
+    // shape.)
+    reg_dealloc<(NWG == 3 ? FI_WG3_PROD : NWG == 2 ? 56 : 48)>();
     int32_t *const ctr = const_cast<int32_t *>(p.header) + 4;  // [4] next unit, [5] blocks done
     for (int u = u0;; qn++) {
       const int qi = qn & 1;
@@ -773,12 +792,14 @@ FI_DEVICE void prefill_wgmma(const fi_prefill_kparams &p) {
     return;
   }
   if (WS) {
-    if (NWG == 2)
+    if (NWG == 3)
+      reg_alloc<FI_WG3_CONS>();
+    else if (NWG == 2)
       reg_alloc<224>();
     else
       reg_alloc<208>();
   }
-  if (PP && wgi == 1) turn_pass();
+  if (PP && wgi == NWG - 1) turn_pass();
   for (int u = u0;; qn++) {
     if (WS) {
       mbar_wait(bar_q(qn & 1), (qn >> 1) & 1);

@@ -122,7 +122,7 @@ static int q_tile_for(int D, int64_t rows) {
  * request has more than 16 packed rows; everything else runs on mma.sync (prefill.cuh),
  * which every NVIDIA GPU from sm_80 and AMD's run. FI_PREFILL_WGMMA=0 forces mma.sync, as does
  * FI_PREFILL_QTILE (its tuning override); FI_PREFILL_WG=<warpgroups>x<kv tile> (1x64,
- * 2x128, ...) forces the wgmma kernel's shape, FI_PREFILL_WS=0 its every-thread-loads
+ * 2x128, 3x128: head_dim 64 only, else 2, ...) forces the wgmma kernel's shape, FI_PREFILL_WS=0 its every-thread-loads
  * variant (no producer warpgroup), FI_PREFILL_WS=1 a producer without the ping-pong.
  * Read at every call, so that a test or a benchmark can compare them. */
 static int pick_kernel(fi_runtime *rt, int devtype, int device, int single, int dt, int D,
@@ -140,14 +140,22 @@ static int pick_kernel(fi_runtime *rt, int devtype, int device, int single, int 
        * TFLOP/s against 145 with two consumers and 128-token tiles, which win above (238
        * against 221 at 64 x 1024, 424 against 271 at 4 x 8192). */
       int qt = rows <= 2048 ? 64 : 128, kt = rows <= 2048 ? 64 : 128;
+      /* head_dim 64 above 2048 rows: three consumers (q tile 192) and 64-token tiles, with
+       * the ping-pong of three: on the H200, 4 x 8192 32/8 311.0 / 323.7 TFLOP/s causal /
+       * full against 296.9 / 314.6 with two consumers and 128-token tiles (BENCHMARKS.md,
+       * sixth session, h6pre). */
+      if (D == 64 && rows > 2048) qt = 192, kt = 64;
       const char *w = getenv("FI_PREFILL_WG"), *ws = getenv("FI_PREFILL_WS");
-      if (w && (w[0] == '1' || w[0] == '2') && w[1] == 'x') {
+      if (w && (w[0] == '1' || w[0] == '2' || w[0] == '3') && w[1] == 'x') {
         qt = 64 * (w[0] - '0');
         kt = atoi(w + 2) == 64 ? 64 : 128;
       }
       /* A producer warpgroup and ping-pong (FI_PREFILL_WS=0 or 1 turns them off). */
       jit_prefill_wgmma_select(single, dt, D, qt, kt, ws && (ws[0] == '0' || ws[0] == '1') ? ws[0] - '0' : 2,
                                key);
+      /* FI_PREFILL_STAGES=4: four K / V stages where registered (tuning) */
+      const char *se = getenv("FI_PREFILL_STAGES");
+      if (se && atoi(se) == 4) jit_prefill_wgmma_stages(key, 4);
       return jit_prefill_key_q_tile(key);
     }
   }

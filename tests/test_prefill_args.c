@@ -319,7 +319,35 @@ FT_TEST(wgmma_keys_registered_and_hopper_only) {
       const int found = times_registered(&k);
       FT_CHECK(found == 1, "%s head_dim 256 dt=%d registered %d times", k.op->name, dts[q], found);
     }
-    FT_CHECK(ops[s]->config_count() == 42, "%s: %d configurations", ops[s]->name, ops[s]->config_count());
+    /* head_dim 64's three consumers (q tile 192, a producer), registered once each; other
+     * head_dims, or no producer, get two */
+    for (int q = 0; q < 2; q++)
+      for (int t = 0; t < 4; t++) {
+        jit_key k;
+        jit_prefill_wgmma_select(s == 0, dts[q], 64, 192, kvt[t % 2], 1 + t / 2, &k);
+        FT_CHECK(k.v[PREFILL_WG_P_WARPGROUPS] == 3 && jit_prefill_key_q_tile(&k) == 192 &&
+                 jit_prefill_threads(&k) == 512u && k.v[PREFILL_WG_P_PRODUCER] == 1 + t / 2);
+        FT_CHECK(ops[s]->dyn_smem(&k) == (unsigned)((2 * 192 * 64 + 4 * kvt[t % 2] * 64) * 2 + 3 * kvt[t % 2] * 8 + 128 + 1024));
+        FT_CHECK(jit_prefill_persistent_blocks(&k) == (s == 1 ? 1 : 0));
+        FT_CHECK(times_registered(&k) == 1, "three consumers dt=%d kv %d ws %d", dts[q], kvt[t % 2], 1 + t / 2);
+        jit_prefill_wgmma_select(s == 0, dts[q], 128, 192, kvt[t % 2], 1 + t / 2, &k);
+        FT_CHECK(k.v[PREFILL_WG_P_WARPGROUPS] == 2);
+        jit_prefill_wgmma_select(s == 0, dts[q], 64, 192, kvt[t % 2], 0, &k);
+        FT_CHECK(k.v[PREFILL_WG_P_WARPGROUPS] == 2);
+      }
+    /* four stages: registered where wg_four_ok allows, two kept elsewhere */
+    for (int q = 0; q < 2; q++) {
+      static const int f[5][5] = {{64, 192, 64, 2, 4}, {64, 192, 128, 1, 4}, {64, 128, 128, 2, 4}, {128, 128, 64, 2, 4},
+                                  {128, 128, 128, 2, 2}};
+      for (int i = 0; i < 5; i++) {
+        jit_key k;
+        jit_prefill_wgmma_select(s == 0, dts[q], f[i][0], f[i][1], f[i][2], f[i][3], &k);
+        jit_prefill_wgmma_stages(&k, 4);
+        FT_CHECK(k.v[PREFILL_WG_P_STAGES] == f[i][4], "stages %d", (int)k.v[PREFILL_WG_P_STAGES]);
+        FT_CHECK(times_registered(&k) == 1 && ops[s]->dyn_smem(&k) <= 227u * 1024);
+      }
+    }
+    FT_CHECK(ops[s]->config_count() == 58, "%s: %d configurations", ops[s]->name, ops[s]->config_count());
   }
   /* An mma.sync key is not a wgmma one. */
   jit_key m;

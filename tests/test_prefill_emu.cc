@@ -373,7 +373,7 @@ static void run_batch(const prob &P, int split) {
     fails++;
     return;
   }
-  std::vector<float> po((size_t)(slots + 1) * P.hkv * 128 * D), pl((size_t)(slots + 1) * P.hkv * 128);
+  std::vector<float> po((size_t)(slots + 1) * P.hkv * FI_PREFILL_SLOT_ROWS * D), pl((size_t)(slots + 1) * P.hkv * FI_PREFILL_SLOT_ROWS);
   k.q = d.q.data(), k.out = d.out.data(), k.lse = d.lse.data(), k.k = d.k.data(), k.v = d.v.data();
   k.indices = P.paged ? d.indices.data() : nullptr;
   k.items = items.data();
@@ -390,7 +390,7 @@ static void run_batch(const prob &P, int split) {
   memset(&m, 0, sizeof m);
   m.out = d.out.data(), m.lse = d.lse.data(), m.items = items.data(), m.partial_o = po.data(), m.partial_lse = pl.data();
   m.out_stride_tok = k.out_stride_tok, m.out_stride_head = D, m.lse_stride_tok = P.hq, m.lse_stride_head = 1;
-  m.num_items = (int32_t)n, m.num_kv_heads = P.hkv, m.group = G, m.q_tile = 128;
+  m.num_items = (int32_t)n, m.num_kv_heads = P.hkv, m.group = G, m.q_tile = FI_PREFILL_SLOT_ROWS;
   emu::launch((unsigned)n, P.hkv, 128, [&] { fi::pf::prefill_merge<T, D>(m); });
   char what[64];
   snprintf(what, sizeof what, "%s%s n=%lld", P.paged ? "paged" : "ragged", chunk ? " split" : "", (long long)n);

@@ -190,9 +190,19 @@ static void bench_prefill(fi_runtime *rt, double copy) {
   };
   printf("\n| case | B | L | heads | D | mask | ms | TFLOP/s | of mma.sync | of wgmma |\n"
          "|---|---|---|---|---|---|---|---|---|---|\n");
+  /* FI_BENCH_PREFILL_D=<head_dim>: only that head_dim's cases (A/B runs of a tuning knob), */
+  const char *de = getenv("FI_BENCH_PREFILL_D");
+  const int only_d = de && *de ? atoi(de) : 0;
+  const char *be = getenv("FI_BENCH_PREFILL_B"); /* and/or only that batch size's */
+  const int only_b = be && *be ? atoi(be) : 0;
+  fflush(stdout);
   for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
     if (quick && i >= 6) break;
+    if (only_d > 0 && cases[i].D != only_d) continue;
+    if (only_b > 0 && cases[i].B != only_b) continue;
     bench_one(rt, &cases[i], tf, wg);
+    fflush(stdout); /* a case that hangs is the one after the last line printed */
+    if (json) fflush(json);
   }
 }
 

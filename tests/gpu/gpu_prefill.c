@@ -522,6 +522,11 @@ FT_TEST(batch_prefill_split_kv) {
     }
   pcase wc = {"split-KV window", M_PAGED, 1, 64, 4, 4, 0, 16, 1, 5000, 0, 0, 0, 2, lq, lkv, 0, 0, 2e-2};
   run_case(&wc);
+  /* Split tiles of more than 128 packed rows (160: the q tile 192 of FI_PREFILL_WG=3x128 at
+   * head_dim 64; partial slots hold 192 rows). */
+  static const int lq4[2] = {40, 3}, lkv4[2] = {20000, 9000};
+  pcase w4 = {"split-KV 160 rows", M_PAGED, 1, 64, 8, 2, 0, 16, 1, -1, 0, 0, 0, 2, lq4, lkv4, 0, 0, 2e-2};
+  run_case(&w4);
 }
 
 /* L_q = 1 over a paged cache: prefill equals batch decode on the same data. */
