@@ -165,6 +165,7 @@ static void reference(const pcase *c, const hbatch *h, double *out, double *lse)
   for (int b = 0; b < h->B; b++)
     if (h->lkv[b] > maxkv) maxkv = h->lkv[b];
   double *s = malloc(sizeof(double) * (size_t)maxkv), *qr = malloc(sizeof(double) * (size_t)D);
+  double *acc = malloc(sizeof(double) * (size_t)D);
   double *kr = malloc(sizeof(double) * (size_t)maxkv * H * D);
   for (int b = 0; b < h->B; b++) {
     const int lq = h->lq[b], lkv = h->lkv[b];
@@ -193,18 +194,24 @@ static void reference(const pcase *c, const hbatch *h, double *out, double *lse)
           s[j] = x;
           if (x > m) m = x;
         }
+        /* P once a KV token, then O row by row of V (the sums in the same order as a
+         * column at a time, with an exp a column: 5x the test's CPU time at 20000 tokens) */
         double den = 0;
-        for (int64_t j = lo; j < hi; j++) den += exp(s[j] - m);
-        for (int d = 0; d < D; d++) {
-          double acc = 0;
-          for (int64_t j = lo; j < hi; j++) acc += exp(s[j] - m) * vb[(j * H + k) * D + d];
-          out[row * D + d] = hi > lo ? acc / den : 0.0;
+        for (int64_t j = lo; j < hi; j++) {
+          s[j] = exp(s[j] - m);
+          den += s[j];
         }
+        for (int d = 0; d < D; d++) acc[d] = 0;
+        for (int64_t j = lo; j < hi; j++) {
+          const double pj = s[j], *vj = vb + (j * H + k) * D;
+          for (int d = 0; d < D; d++) acc[d] += pj * vj[d];
+        }
+        for (int d = 0; d < D; d++) out[row * D + d] = hi > lo ? acc[d] / den : 0.0;
         lse[row] = hi > lo ? m + log(den) : -INFINITY;
       }
     }
   }
-  free(s), free(qr), free(kr);
+  free(s), free(qr), free(kr), free(acc);
 }
 
 /* ---- comparisons ---- */
