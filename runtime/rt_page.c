@@ -337,7 +337,8 @@ static fi_status launch_page(fi_runtime *rt, page_call *c, void *stream) {
   if ((st = rt_kernel_get(rt, &c->key, be, c->device, &k)) != FI_OK) return st;
   const int threads = (int)c->key.v[PAGE_P_THREADS];
   const int access = (int)c->key.v[PAGE_P_VEC] * jit_dtype_bytes((int)c->key.v[PAGE_P_IN_DTYPE]);
-  const int chunks = access >= 16 ? 2 : 32 / access > 16 ? 16 : 32 / access;
+  const int cache_16bit = jit_dtype_bytes((int)c->key.v[PAGE_P_CACHE_DTYPE]) == 2;
+  const int chunks = access >= 16 ? (cache_16bit ? 1 : 2) : 32 / access > 16 ? 16 : 32 / access;
   const int64_t tile = (int64_t)threads * chunks;
   int resident;
   if ((st = rt_kernel_resident(rt, k, threads, &resident)) != FI_OK) return st;
@@ -348,7 +349,6 @@ static fi_status launch_page(fi_runtime *rt, page_call *c, void *stream) {
    * cache (8-byte stores, plain) keeps the cap: uncapped it went from 17.1
    * to 17.4-18.3 us. The kernel's 32-bit tile index caps the grid at 2^30
    * vectors; threads loop past that. */
-  const int cache_16bit = jit_dtype_bytes((int)c->key.v[PAGE_P_CACHE_DTYPE]) == 2;
   if (!cache_16bit && grid > resident) grid = resident;
   if (grid * tile > ((int64_t)1 << 30)) grid = ((int64_t)1 << 30) / tile;
   if (grid < 1) grid = 1;
