@@ -228,6 +228,7 @@ FT_TEST(rejected_binary_is_rebuilt) {
   fi_options o;
   fi_options_init(&o);
   o.cache_path = path;
+  o.system_cache_path = "";  // the repair is the user file's: no system layer serving the kernel
   o.log_level = 1;
   fi_runtime *a;
   FT_REQUIRE(fi_runtime_create(&o, &a) == FI_OK);
