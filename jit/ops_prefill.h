@@ -42,13 +42,14 @@ void jit_prefill_select(int single, int dtype, int head_dim, int q_tile, int rop
 void jit_prefill_merge_select(int dtype, int head_dim, jit_key *out);
 /* Threads of a prefill key's block (either kernel). */
 unsigned jit_prefill_threads(const jit_key *k);
-/* The wgmma kernel's key (Hopper): single (1) or batch (0), q tile 64 or 128 rows, kv
- * tile 64 or 128 tokens, producer 0, 1 or 2 (PREFILL_WG_P_PRODUCER; 2 is 1 at q tile 64).
- * head_dim 256 has one shape: q tile 128, kv tile 64, no producer. */
-/* Four K / V stages on the key where registered (else it keeps two). */
-void jit_prefill_wgmma_stages(jit_key *k, int stages);
+/* The wgmma kernel's key (Hopper): single (1) or batch (0), q tile 64, 128 or 192 rows
+ * (192: head_dim 64 with a producer), kv tile 64 or 128 tokens, producer 0, 1 or 2
+ * (PREFILL_WG_P_PRODUCER; 2 is 1 at q tile 64), two K / V stages. head_dim 256 has one
+ * shape: q tile 128, kv tile 64, no producer. */
 void jit_prefill_wgmma_select(int single, int dtype, int head_dim, int q_tile, int kv_tile, int producer,
                               jit_key *out);
+/* Four K / V stages on the key where registered (else it keeps two). */
+void jit_prefill_wgmma_stages(jit_key *k, int stages);
 /* Whether a key is a wgmma one, and its q tile (rows) either way. */
 int jit_prefill_is_wgmma(const jit_key *k);
 int jit_prefill_key_q_tile(const jit_key *k);

@@ -207,8 +207,8 @@ FI_WG_MMA(fi_half, "f16", 128, FI_WG_ACC64, FI_WG_OUT64, "%64, %65", "%66", "{%6
 FI_WG_MMA(fi_bf16, "bf16", 256, FI_WG_ACC128, FI_WG_OUT128, "%128, %129", "%130", "{%128, %129, %130, %131}, %132", "%133")
 FI_WG_MMA(fi_half, "f16", 256, FI_WG_ACC128, FI_WG_OUT128, "%128, %129", "%130", "{%128, %129, %130, %131}, %132", "%133")
 
-// The shared memory prefill_wgmma needs (bytes: the tiles, three offset tables, 128 bytes
-// of mbarriers, the 1024-byte alignment slack).
+// The shared memory prefill_wgmma needs (bytes: the tiles, three offset tables, the
+// mbarriers and the unit slot (64 + 32 NS), the 1024-byte alignment slack).
 template <int D, int KT, int NWG, int WS, int NS = 2>
 struct smem_size {
   static constexpr int value = ((WS ? 2 : 1) * NWG * 64 * D + 2 * NS * KT * D) * 2 + 3 * KT * 8 + 64 + 32 * NS + 1024;

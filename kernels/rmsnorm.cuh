@@ -257,7 +257,7 @@ FI_DEVICE void rmsnorm_impl(const P &p) {
       }
       if constexpr (PREFETCH) {
 #pragma unroll
-        for (int c = 0; c < C; c++) x[c] = xn[PREFETCH ? c : 0];
+        for (int c = 0; c < C; c++) x[c] = xn[c];
       }
     }
   } else {
