@@ -55,6 +55,7 @@ static int render(const jit_key *k, const char *entry, char *buf, size_t n) {
   int w = snprintf(buf, n,
                    "extern \"C\" __global__ void __launch_bounds__(%d)\n"
                    "%s(fi_act_params p) {\n"
+                   "  fi_pdl_enter();\n"
                    "  fi::act_and_mul<%d, %s, %d, %d, %d>(p);\n"
                    "}\n",
                    (int)k->v[ACT_P_THREADS], entry, (int)k->v[ACT_P_ACT],

@@ -129,6 +129,7 @@ static int render_one(const jit_key *k, const char *entry, char *buf, size_t n) 
   int w = snprintf(buf, n,
                    "extern \"C\" __global__ void __launch_bounds__(%d)\n"
                    "%s(fi_merge_state_params p) {\n"
+                   "  fi_pdl_enter();\n"
                    "  fi::merge_state<%s, %d, %d, %d, %d, %d, %d>(p);\n"
                    "}\n",
                    (int)v[CASCADE_P_THREADS], entry, jit_dtype_cxx((int)v[CASCADE_P_DTYPE]),
@@ -142,6 +143,7 @@ static int render_many(const jit_key *k, const char *entry, char *buf, size_t n)
   int w = snprintf(buf, n,
                    "extern \"C\" __global__ void __launch_bounds__(%d)\n"
                    "%s(fi_merge_states_params p) {\n"
+                   "  fi_pdl_enter();\n"
                    "  fi::merge_states<%s, %d, %d, %d, %d, %d, %d, %d>(p);\n"
                    "}\n",
                    (int)v[CASCADE_P_THREADS], entry, jit_dtype_cxx((int)v[CASCADE_P_DTYPE]),

@@ -45,6 +45,7 @@ static int render(const jit_key *k, const char *entry, char *buf, size_t n, int 
   int w = snprintf(buf, n,
                    "extern \"C\" __global__ void __launch_bounds__(%d)\n"
                    "%s(fi_decode_params p) {\n"
+                   "  fi_pdl_enter();\n"
                    "  fi::dec::decode<%s, %s, %d, %d, %d, %d, %d, %d>(p);\n"
                    "}\n",
                    threads, entry, jit_dtype_cxx((int)v[DECODE_P_DTYPE_Q]),
@@ -103,6 +104,7 @@ static int render_upload(const jit_key *k, const char *entry, char *buf, size_t 
   int w = snprintf(buf, n,
                    "extern \"C\" __global__ void __launch_bounds__(%d)\n"
                    "%s(fi_decode_upload_params p) {\n"
+                   "  fi_pdl_enter();\n"
                    "  fi::dec::decode_upload(p);\n"
                    "}\n",
                    (int)k->v[0], entry);
@@ -133,6 +135,7 @@ static int render_probe(const jit_key *k, const char *entry, char *buf, size_t n
   int w = snprintf(buf, n,
                    "extern \"C\" __global__ void __launch_bounds__(%d)\n"
                    "%s(fi_read_probe_params p) {\n"
+                   "  fi_pdl_enter();\n"
                    "  fi::dec::read_probe(p);\n"
                    "}\n",
                    (int)k->v[0], entry);

@@ -62,6 +62,7 @@ static int render(const jit_key *k, const char *entry, char *buf, size_t n) {
   int w = snprintf(buf, n,
                    "extern \"C\" __global__ void __launch_bounds__(%d)\n"
                    "%s(fi_norm_params p) {\n"
+                   "  fi_pdl_enter();\n"
                    "  fi::layernorm<%s, %s, %d, %d, %d, %d>(p);\n"
                    "}\n",
                    JIT_NORM_MAX_THREADS, entry, jit_dtype_cxx((int)k->v[LAYERNORM_P_DTYPE]),

@@ -99,6 +99,7 @@ static int render(const jit_key *k, const char *entry, char *buf, size_t n) {
   int w = snprintf(buf, n,
                    "extern \"C\" __global__ void __launch_bounds__(%s)\n"
                    "%s(fi_rmsnorm_params p) {\n"
+                   "  fi_pdl_enter();\n"
                    "  fi::rmsnorm<%s, %d, %d, %d, %d, %d>(p);\n"
                    "}\n",
                    bounds, entry, jit_dtype_cxx((int)k->v[RMSNORM_P_DTYPE]),
@@ -228,6 +229,7 @@ static int norm_render(const jit_key *k, const char *entry, char *buf, size_t n)
   int w = snprintf(buf, n,
                    "extern \"C\" __global__ void __launch_bounds__(%d)\n"
                    "%s(fi_norm_params p) {\n"
+                   "  fi_pdl_enter();\n"
                    "  fi::rmsnorm_ext<%s, %d, %d, %d, %d, %d, %d>(p);\n"
                    "}\n",
                    JIT_NORM_MAX_THREADS, entry, jit_dtype_cxx((int)k->v[NORM_P_DTYPE]),

@@ -54,6 +54,7 @@ static int render_append(const jit_key *k, const char *entry, char *buf, size_t 
   int w = snprintf(buf, n,
                    "extern \"C\" __global__ void __launch_bounds__(%d)\n"
                    "%s(fi_append_paged_kv_params p) {\n"
+                   "  fi_pdl_enter();\n"
                    "  fi::append_paged_kv<%s, %s, %d, %d, %d>(p);\n"
                    "}\n",
                    (int)k->v[PAGE_P_THREADS], entry, jit_dtype_cxx((int)k->v[PAGE_P_IN_DTYPE]),
@@ -88,6 +89,7 @@ static int render_bip(const jit_key *k, const char *entry, char *buf, size_t n) 
   int w = snprintf(buf, n,
                    "extern \"C\" __global__ void __launch_bounds__(%d)\n"
                    "%s(fi_batch_indices_positions_params p) {\n"
+                   "  fi_pdl_enter();\n"
                    "  fi::batch_indices_positions<%d>(p);\n"
                    "}\n",
                    (int)k->v[BIP_P_THREADS], entry, (int)k->v[BIP_P_THREADS]);

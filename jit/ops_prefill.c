@@ -70,6 +70,7 @@ static int render(const jit_key *k, const char *entry, char *buf, size_t n, int 
   int w = snprintf(buf, n,
                    "extern \"C\" __global__ void __launch_bounds__(%u, %d)\n"
                    "%s(fi_prefill_kparams p) {\n"
+                   "  fi_pdl_enter();\n"
                    "  fi::pf::prefill<%s, %d, %d, %d, %d>(p);\n"
                    "}\n",
                    threads, threads >= 128 ? 2 : 1, entry, jit_dtype_cxx((int)v[PREFILL_P_DTYPE]),
@@ -136,6 +137,7 @@ static int render_merge(const jit_key *k, const char *entry, char *buf, size_t n
   int w = snprintf(buf, n,
                    "extern \"C\" __global__ void __launch_bounds__(%d)\n"
                    "%s(fi_prefill_merge_params p) {\n"
+                   "  fi_pdl_enter();\n"
                    "  fi::pf::prefill_merge<%s, %d>(p);\n"
                    "}\n",
                    PREFILL_MERGE_THREADS, entry, jit_dtype_cxx((int)k->v[PREFILL_MERGE_P_DTYPE]),
@@ -166,6 +168,7 @@ static int render_probe(const jit_key *k, const char *entry, char *buf, size_t n
   int w = snprintf(buf, n,
                    "extern \"C\" __global__ void __launch_bounds__(%d)\n"
                    "%s(fi_mma_probe_params p) {\n"
+                   "  fi_pdl_enter();\n"
                    "  fi::pf::mma_probe(p);\n"
                    "}\n",
                    (int)k->v[0], entry);
@@ -250,6 +253,7 @@ static int render_wg(const jit_key *k, const char *entry, char *buf, size_t n, i
   int w = snprintf(buf, n,
                    "extern \"C\" __global__ void __launch_bounds__(%u, %d)\n"
                    "%s(fi_prefill_kparams p) {\n"
+                   "  fi_pdl_enter();\n"
                    "  fi::wg::prefill_wgmma<%s, %d, %d, %d, %d, 1, %d, %d>(p);\n"
                    "}\n",
                    threads, threads == 256 && v[PREFILL_WG_P_PRODUCER] ? 2 : 1, entry,
@@ -334,6 +338,7 @@ static int render_wg_probe(const jit_key *k, const char *entry, char *buf, size_
   int w = snprintf(buf, n,
                    "extern \"C\" __global__ void __launch_bounds__(%d, 1)\n"
                    "%s(fi_mma_probe_params p) {\n"
+                   "  fi_pdl_enter();\n"
                    "  fi::wg::wgmma_probe(p);\n"
                    "}\n",
                    (int)k->v[0], entry);

@@ -42,6 +42,7 @@ static int render(const jit_key *k, const char *entry, char *buf, size_t n) {
   int w = snprintf(buf, n,
                    "extern \"C\" __global__ void __launch_bounds__(%d)\n"
                    "%s(fi_rope_params p) {\n"
+                   "  fi_pdl_enter();\n"
                    "  fi::rope<%s, %s, %d, %d, %d, %d>(p);\n"
                    "}\n",
                    (int)k->v[ROPE_P_THREADS], entry, jit_dtype_cxx((int)k->v[ROPE_P_DTYPE]),

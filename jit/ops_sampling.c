@@ -57,6 +57,7 @@ static int render(const jit_key *k, const char *entry, char *buf, size_t n) {
     w = snprintf(buf, n,
                  "extern \"C\" __global__ void __launch_bounds__(%d, 4)\n"
                  "%s(fi_sampling_params p) {\n"
+                 "  fi_pdl_enter();\n"
                  "  fi::smp::sampling_op<%d, %s, %d, %d, 1, %d>(p);\n"
                  "}\n",
                  threads, entry, op, t, vec, threads, sel);
@@ -66,11 +67,13 @@ static int render(const jit_key *k, const char *entry, char *buf, size_t n) {
         "#if FI_SMP_CLUSTER\n"
         "extern \"C\" __global__ void __cluster_dims__(%d, 1, 1) __launch_bounds__(%d, 4)\n"
         "%s(fi_sampling_params p) {\n"
+        "  fi_pdl_enter();\n"
         "  fi::smp::sampling_op<%d, %s, %d, %d, %d, %d>(p);\n"
         "}\n"
         "#else\n"
         "extern \"C\" __global__ void __launch_bounds__(%d, 4)\n"
         "%s(fi_sampling_params p) {\n"
+        "  fi_pdl_enter();\n"
         "  fi::smp::no_clusters();\n"
         "}\n"
         "#endif\n",

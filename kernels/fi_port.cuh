@@ -33,6 +33,19 @@ FI_DEVICE uint32_t float_to_bits(float f) { return (uint32_t)__float_as_int(f); 
 
 }  // namespace fi
 
+// Every kernel's first statement. The runtime launches with programmatic
+// dependent launch on sm_90 and later, so this grid may start while the
+// previous one in the stream is still running: wait for it to finish (and its
+// writes to be visible) before any load or store, then let the next grid's
+// blocks be scheduled as ours drain. Without that launch attribute (older
+// GPUs, ROCm, FI_PDL=0) both are no-ops.
+FI_DEVICE void fi_pdl_enter() {
+#if FI_CUDA && defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  asm volatile("griddepcontrol.wait;" ::: "memory");
+  asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
+#endif
+}
+
 // ---- 16-bit floats: plain storage structs, arithmetic is always in float ----
 struct fi_half {
   uint16_t bits;

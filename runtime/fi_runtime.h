@@ -24,7 +24,14 @@ extern "C" {
  *   runtime keeps no pointer to them after a call returns.
  * - Strings returned by the library (fi_status_string, fi_version,
  *   fi_last_error) belong to the library; fi_last_error's text is valid until
- *   the next failing call on the same thread. */
+ *   the next failing call on the same thread.
+ * Launches, once for the whole API: on sm_90 and later every kernel is
+ * launched with programmatic dependent launch allowed. Its blocks may be
+ * scheduled while the previous kernel in the stream finishes, but each one
+ * waits for that kernel to complete (and its writes to be visible) before it
+ * reads or writes memory, so stream order holds as with a plain launch; it
+ * saves about 1 us between two of the runtime's kernels. FI_PDL=0 in the
+ * environment (read when the runtime first uses the driver) turns it off. */
 
 /** Every public function returns one of these; FI_OK is zero. */
 typedef enum fi_status {

@@ -1,5 +1,6 @@
 /* gpu_rmsnorm.c: fi_rmsnorm on the GPU against a float64 CPU reference, on
  * fresh random inputs with the output poisoned first, across dtypes, sizes, strides and aliasing. */
+#include <math.h>
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
@@ -148,6 +149,86 @@ FT_TEST(rmsnorm_large_rows_many_tokens) {
   FT_REQUIRE(setup() == 0, "CUDA or runtime set-up failed");
   check(1, 8192, 8192, 8192, 8192, 0, 0, NULL);
   check(0, 20000, 128, 128, 128, 0, 0, NULL);
+}
+
+/* A kernel that reads what the previous kernel's last blocks wrote, with no
+ * sync between them: on sm_90 the runtime launches with programmatic
+ * dependent launch, so the second kernel's blocks are scheduled while the
+ * first one's last wave still runs, and only its entry wait keeps the order.
+ * Each round poisons b (NaN), normalizes a [4096 rows] into b, then the last
+ * 64 rows of b into c[round]; a read of b before the first kernel wrote it
+ * shows as NaN or a wrong value. */
+FT_TEST(dependent_launches_keep_stream_order) {
+  FT_REQUIRE(setup() == 0, "CUDA or runtime set-up failed");
+  enum { ROUNDS = 24, TAIL = 64 };
+  const int64_t rows = 4096, hidden = 8192, n = rows * hidden, nt = TAIL * hidden;
+  float *h = malloc(sizeof(float) * (size_t)n), *hw = malloc(sizeof(float) * 2 * (size_t)hidden);
+  float *hc = malloc(sizeof(float) * (size_t)(ROUNDS * nt));
+  double *ref = malloc(sizeof(double) * (size_t)nt);
+  FT_REQUIRE(h && hw && hc && ref, "out of host memory");
+  for (int64_t i = 0; i < n; i++) h[i] = (float)(g_normal(&seed) * 2.0);
+  for (int64_t i = 0; i < 2 * hidden; i++) hw[i] = (float)(0.5 + g_uniform(&seed));
+  CUdeviceptr da, db, dc, dw;
+  CU_CHECK(&cu, cuMemAlloc(&da, sizeof(float) * (size_t)n));
+  CU_CHECK(&cu, cuMemAlloc(&db, sizeof(float) * (size_t)n));
+  CU_CHECK(&cu, cuMemAlloc(&dc, sizeof(float) * (size_t)(ROUNDS * nt)));
+  CU_CHECK(&cu, cuMemAlloc(&dw, sizeof(float) * 2 * (size_t)hidden));
+  CU_CHECK(&cu, cuMemcpyHtoD(da, h, sizeof(float) * (size_t)n));
+  CU_CHECK(&cu, cuMemcpyHtoD(dw, hw, sizeof(float) * 2 * (size_t)hidden));
+  CU_CHECK(&cu, cuMemsetD8(dc, 0xff, sizeof(float) * (size_t)(ROUNDS * nt)));
+  int64_t sx[2] = {rows, hidden}, st[2] = {TAIL, hidden}, sw[1] = {hidden};
+  DLTensor ta = g_tensor(da, 0, 2, 2, sx, NULL), tb = g_tensor(db, 0, 2, 2, sx, NULL);
+  DLTensor tail = g_tensor(db, (int64_t)sizeof(float) * (n - nt), 2, 2, st, NULL);
+  DLTensor tw0 = g_tensor(dw, 0, 2, 1, sw, NULL);
+  DLTensor tw1 = g_tensor(dw, (int64_t)sizeof(float) * hidden, 2, 1, sw, NULL);
+  fi_status s = FI_OK;
+  for (int r = 0; r < ROUNDS && s == FI_OK; r++) {
+    CU_CHECK(&cu, cuMemsetD8(db, 0xff, sizeof(float) * (size_t)n)); /* ordered on the legacy stream */
+    DLTensor tc = g_tensor(dc, (int64_t)sizeof(float) * r * nt, 2, 2, st, NULL);
+    s = fi_rmsnorm(rt, &ta, &tw0, 1e-6, &tb, NULL);
+    if (s == FI_OK) s = fi_rmsnorm(rt, &tail, &tw1, 1e-6, &tc, NULL);
+  }
+  FT_CHECK(s == FI_OK, "fi_rmsnorm: %s", fi_last_error());
+  CU_CHECK(&cu, cuCtxSynchronize());
+  CU_CHECK(&cu, cuMemcpyDtoH(hc, dc, sizeof(float) * (size_t)(ROUNDS * nt)));
+  /* Both steps in float64, rounding to float32 in between as the GPU stores. */
+  for (int64_t t = 0; t < TAIL; t++) {
+    const float *x = h + (rows - TAIL + t) * hidden;
+    double ss = 0, ss2 = 0;
+    for (int64_t c = 0; c < hidden; c++) ss += (double)x[c] * x[c];
+    const double inv = 1.0 / sqrt(ss / (double)hidden + 1e-6);
+    for (int64_t c = 0; c < hidden; c++) {
+      ref[t * hidden + c] = (float)(x[c] * inv * hw[c]);
+      ss2 += ref[t * hidden + c] * ref[t * hidden + c];
+    }
+    const double inv2 = 1.0 / sqrt(ss2 / (double)hidden + 1e-6);
+    for (int64_t c = 0; c < hidden; c++) ref[t * hidden + c] *= inv2 * hw[hidden + c];
+  }
+  int bad_rounds = 0;
+  double worst = 0;
+  for (int r = 0; r < ROUNDS; r++) {
+    double num = 0, den = 0;
+    for (int64_t i = 0; i < nt; i++) {
+      const double g = hc[(int64_t)r * nt + i];
+      num += (g - ref[i]) * (g - ref[i]);
+      den += ref[i] * ref[i];
+    }
+    const double e = sqrt(num / den);
+    if (!(e < 1e-5)) bad_rounds++;
+    if (!(e <= worst)) worst = e;
+  }
+  fprintf(stderr, "  %d rounds of rmsnorm then rmsnorm of its last %d rows: %d wrong, worst err %.3g\n",
+          ROUNDS, TAIL, bad_rounds, worst);
+  FT_CHECK(bad_rounds == 0, "%d of %d rounds read the first kernel's output early (worst err %.3g)",
+           bad_rounds, ROUNDS, worst);
+  CU_CHECK(&cu, cuMemFree(da));
+  CU_CHECK(&cu, cuMemFree(db));
+  CU_CHECK(&cu, cuMemFree(dc));
+  CU_CHECK(&cu, cuMemFree(dw));
+  free(h);
+  free(hw);
+  free(hc);
+  free(ref);
 }
 
 FT_TEST(rmsnorm_zero_tokens_launches_nothing) {

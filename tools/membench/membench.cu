@@ -47,6 +47,30 @@ __global__ void __launch_bounds__(256) copy_two(const uint4 *a, uint4 *b, const 
   st_stream(d + i, y);
 }
 
+// The same with the runtime's kernel entry (launched with programmatic dependent launch).
+__global__ void __launch_bounds__(256) copy_two_pdl(const uint4 *a, uint4 *b, const uint4 *c,
+                                                    uint4 *d, size_t n) {
+  fi_pdl_enter();
+  const size_t i = (size_t)blockIdx.x * 256 + threadIdx.x;
+  if (i >= n) return;
+  const uint4 x = ld_stream(a + i), y = ld_stream(c + i);
+  st_stream(b + i, x);
+  st_stream(d + i, y);
+}
+// A launch with the programmatic-stream-serialization attribute, as the runtime makes on sm_90.
+template <typename... KA, typename... A>
+static void launch_pdl(void (*k)(KA...), int grid, int block, A &&...args) {
+  cudaLaunchConfig_t c = {};
+  c.gridDim = dim3(grid);
+  c.blockDim = dim3(block);
+  cudaLaunchAttribute at[1];
+  at[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
+  at[0].val.programmaticStreamSerializationAllowed = 1;
+  c.attrs = at;
+  c.numAttrs = 1;
+  CK(cudaLaunchKernelEx(&c, k, static_cast<A &&>(args)...));
+}
+
 // ---- the norms' kernels as the runtime renders them ----
 __global__ void __launch_bounds__(512) ln_c4(fi_norm_params p) { fi::layernorm<fi_bf16, fi_bf16, 8, 4, 0, 1>(p); }
 __global__ void __launch_bounds__(512) ln_c8(fi_norm_params p) { fi::layernorm<fi_bf16, fi_bf16, 8, 8, 0, 1>(p); }
@@ -57,6 +81,7 @@ __global__ void __launch_bounds__(512) fadd_c4(fi_norm_params p) { fi::rmsnorm_e
 
 // ---- append variants (bf16 into a bf16 NHD cache, dense [nnz, heads, D] input) ----
 __global__ void __launch_bounds__(256) app_kernel(fi_append_paged_kv_params p) {
+  fi_pdl_enter();
   fi::append_paged_kv<fi_bf16, fi_bf16, 0, 8, 256>(p);
 }
 // MODE 0: the page lookup a thread; 1: one precomputed offset a token (offs).
@@ -267,11 +292,14 @@ static void sec_append(int sms) {
   row("page.cuh's kernel, resident blocks looping", time_us([&](int s) { app_kernel<<<sms * occ, 256>>>(P(s)); }, SETS), bytes);
   // page.cuh takes one vector of K and V a thread into a 16-bit cache (a tile of 256).
   row("page.cuh's kernel, a block per tile", time_us([&](int s) { app_kernel<<<(work + 255) / 256, 256>>>(P(s)); }, SETS), bytes);
+  row("page.cuh's kernel, a block per tile, PDL launch", time_us([&](int s) { launch_pdl(app_kernel, (work + 255) / 256, 256, P(s)); }, SETS), bytes);
   row("page.cuh's kernel, half those blocks (two steps a thread)", time_us([&](int s) { app_kernel<<<(work + 511) / 512, 256>>>(P(s)); }, SETS), bytes);
   row("one vector of K and V a thread, page lookup", time_us([&](int s) { app_flat<0><<<work / 256, 256>>>(P(s), nullptr); }, SETS), bytes);
   row("one vector of K and V a thread, offset table", time_us([&](int s) { app_flat<1><<<work / 256, 256>>>(P(s), offs + (size_t)s * nnz); }, SETS), bytes);
   row("K and V copied contiguously (two streams, one kernel)", time_us([&](int s) {
         copy_two<<<(int)(ib / 16 / 256), 256>>>((const uint4 *)ak[s], (uint4 *)(kc + s * ib), (const uint4 *)av[s], (uint4 *)(vc + s * ib), ib / 16); }, SETS), 4.0 * ib);
+  row("K and V copied contiguously, PDL launch", time_us([&](int s) {
+        launch_pdl(copy_two_pdl, (int)(ib / 16 / 256), 256, (const uint4 *)ak[s], (uint4 *)(kc + s * ib), (const uint4 *)av[s], (uint4 *)(vc + s * ib), ib / 16); }, SETS), 4.0 * ib);
   for (int T : {4, 8, 16}) {
     auto k = T == 4 ? app_bulk<4> : T == 8 ? app_bulk<8> : app_bulk<16>;
     const int smem = 2 * T * heads * hd * 2;
