@@ -417,6 +417,14 @@ static fi_status plan_impl(fi_runtime *rt, const char *fn, const fi_batch_prefil
   /* the persistent grid's units from the counter (tab[4], tab[5]: 0), below */
   const char *pe = getenv("FI_PREFILL_PERSIST");
   tab[6] = !(pe && pe[0] == 's');
+  /* the consumers chain a block's units (the next unit's first S issued with this one's
+   * last P V: prefill_wgmma.cuh); FI_PREFILL_CHAIN=1 turns it on (tuning) */
+  const char *pc = getenv("FI_PREFILL_CHAIN");
+  tab[7] = pc && strcmp(pc, "1") == 0;
+  /* FI_PREFILL_ITEMSMEM=1: the consumers read each unit's work item from the producer's
+   * copy in shared memory (tuning) */
+  const char *pi = getenv("FI_PREFILL_ITEMSMEM");
+  tab[8] = pi && strcmp(pi, "1") == 0;
   if (rt && (st = upload(rt, devtype, device, (int32_t *)ws, tab,
                          FI_PREFILL_HDR_WORDS + n * FI_PREFILL_ITEM_WORDS, stream)) != FI_OK) {
     free(tab);

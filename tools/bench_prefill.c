@@ -153,6 +153,27 @@ static double bench_one(fi_runtime *rt, const pcfg *c, double mma_tf, double wg_
     }
     const double ms = median(t, reps);
     tf = flops / (ms * 1e-3) / 1e12;
+    /* FI_BENCH_PREFILL_HASH=1: a hash of the output's bytes (and its sum), so that two
+     * processes with different tuning knobs can show bitwise-equal results at this scale */
+    const char *he = getenv("FI_BENCH_PREFILL_HASH");
+    if (he && *he && *he != '0') {
+      uint16_t *ho = malloc(qbytes);
+      if (ho) {
+        CU_CHECK(&cu, cuMemcpyDtoH(ho, out, qbytes));
+        uint64_t hsh = 1469598103934665603ull;
+        double sum = 0;
+        for (size_t i = 0; i < qbytes / 2; i++) {
+          hsh = (hsh ^ ho[i]) * 1099511628211ull;
+          uint32_t u = (uint32_t)ho[i] << 16;
+          float f;
+          memcpy(&f, &u, 4);
+          sum += f;
+        }
+        printf("hash %s %dx%d %d/%d D=%d %s: %016llx sum %.9e\n", c->label, B, L, c->hq, c->hkv, D,
+               c->causal ? "causal" : "full", (unsigned long long)hsh, sum);
+        free(ho);
+      }
+    }
     char heads[32];
     snprintf(heads, sizeof heads, "%d/%d", c->hq, c->hkv);
     printf("| %-14s | %3d | %5d | %6s | %3d | %-6s | %9.3f | %6.1f | %5.1f%% | %5.1f%% |\n", c->label, B, L,
