@@ -884,6 +884,9 @@ FI_DEVICE void prefill_wgmma(const fi_prefill_kparams &p) {
     // shape.)
     reg_dealloc<(NWG == 3 ? FI_WG3_PROD : NWG == 2 ? 56 : 48)>();
     int32_t *const ctr = const_cast<int32_t *>(p.header) + 4;  // [4] next unit, [5] blocks done
+    // header[9] != 0: thread 0 takes the next unit from the counter before this unit's
+    // loads (the atomic's round trip hidden behind them) instead of after
+    const bool ahead = dyn && p.header[9] != 0;
     for (int u = u0;; qn++) {
       const int qi = qn & 1;
       mbar_wait(empty_q(qi), ((qn >> 1) & 1) ^ 1);
@@ -893,13 +896,15 @@ FI_DEVICE void prefill_wgmma(const fi_prefill_kparams &p) {
         if (lt == 0) mbar_arrive(bar_q(qi));
         break;
       }
+      int un = 0;
+      if (ahead && lt == 0) un = ustep + atomicAdd(ctr, 1);
       if (!run_unit(u, true)) break;
       if (!dyn) {
         u += ustep;
         continue;
       }
       // thread 0 takes the next unit; the producer warpgroup's named barrier 1 shares it
-      if (lt == 0) slot_u[2] = ustep + atomicAdd(ctr, 1);
+      if (lt == 0) slot_u[2] = ahead ? un : ustep + atomicAdd(ctr, 1);
       asm volatile("bar.sync 1, 128;" ::: "memory");
       u = slot_u[2];
       asm volatile("bar.sync 1, 128;" ::: "memory");  // read by all before the next write

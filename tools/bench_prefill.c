@@ -262,6 +262,20 @@ static void bench_prefill(fi_runtime *rt, double copy) {
     fflush(stdout); /* a case that hangs is the one after the last line printed */
     if (json) fflush(json);
   }
+  /* FI_BENCH_PREFILL_EXTRA="B,L,H_qo,H_kv,D,causal;...": more cases (after the filtered
+   * ones, not filtered themselves) */
+  const char *xe = getenv("FI_BENCH_PREFILL_EXTRA");
+  char xbuf[512], *xs = NULL;
+  snprintf(xbuf, sizeof xbuf, "%s", xe ? xe : "");
+  for (char *x = strtok_r(xbuf, ";", &xs); x; x = strtok_r(NULL, ";", &xs)) {
+    pcfg c = {"extra", 0, 0, 0, 0, 0, 0};
+    if (sscanf(x, "%d,%d,%d,%d,%d,%d", &c.B, &c.L, &c.hq, &c.hkv, &c.D, &c.causal) != 6 || c.B < 1 || c.L < 1 ||
+        c.hkv < 1 || c.hq % c.hkv)
+      continue;
+    bench_one(rt, &c, tf, wg);
+    fflush(stdout);
+    if (json) fflush(json);
+  }
 }
 
 const bench_section bench_prefill_section = {
