@@ -230,15 +230,14 @@ static const char *wg_arch(const char *arch) {
 }
 
 /* The Q tile (two with a producer: the next unit's loads while this one finishes), two
- * stages of K and V, three token-offset tables, the mbarriers and unit slots, two work
- * items (128 bytes), and the slack for
+ * stages of K and V, three token-offset tables, 128 bytes of mbarriers, and the slack for
  * 1024-byte alignment (the 128-byte swizzle is applied to absolute addresses):
  * prefill_wgmma.cuh's smem_size. */
 static unsigned wg_smem(const jit_key *k) {
   const int64_t *v = k->v;
   return (unsigned)(((v[PREFILL_WG_P_PRODUCER] > 0 ? 2 : 1) * v[PREFILL_WG_P_WARPGROUPS] * 64 * v[PREFILL_WG_P_HEAD_DIM] +
                      2 * v[PREFILL_WG_P_STAGES] * v[PREFILL_WG_P_KV_TILE] * v[PREFILL_WG_P_HEAD_DIM]) * 2 +
-                    3 * v[PREFILL_WG_P_KV_TILE] * 8 + 64 + 32 * v[PREFILL_WG_P_STAGES] + 128 + 1024);
+                    3 * v[PREFILL_WG_P_KV_TILE] * 8 + 64 + 32 * v[PREFILL_WG_P_STAGES] + 1024);
 }
 
 static int render_wg(const jit_key *k, const char *entry, char *buf, size_t n, int single) {

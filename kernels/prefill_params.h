@@ -18,9 +18,7 @@
 /* The plan's tables in the workspace (int32 words from its start):
  *   header [FI_PREFILL_HDR_WORDS]: [0] items, [1] batch, [2] q tile rows, [3] kv chunk tokens,
  *     [4] the persistent grid's next work unit and [5] its blocks done (0 between
- *     launches: the kernel's last block resets them), [6] 1: units taken from [4],
- *     [7] 1: the consumers chain a block's units, [8] 1: they read the work items from
- *     the producer's copy in shared memory (prefill_wgmma.cuh)
+ *     launches: the kernel's last block resets them), [6] 1: units taken from [4]
  *   items  [capacity][FI_PREFILL_ITEM_WORDS]:
  *     [0] request b, [1] first packed row r0, [2] rows (<= q tile), [3] kv_lo, [4] kv_hi,
  *     [5] chunk | chunks << 16, [6] q_start (qo_indptr[b]), [7] L_q,

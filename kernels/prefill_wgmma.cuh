@@ -208,11 +208,10 @@ FI_WG_MMA(fi_bf16, "bf16", 256, FI_WG_ACC128, FI_WG_OUT128, "%128, %129", "%130"
 FI_WG_MMA(fi_half, "f16", 256, FI_WG_ACC128, FI_WG_OUT128, "%128, %129", "%130", "{%128, %129, %130, %131}, %132", "%133")
 
 // The shared memory prefill_wgmma needs (bytes: the tiles, three offset tables, the
-// mbarriers and the unit slot (64 + 32 NS), two work items (128), the 1024-byte alignment
-// slack).
+// mbarriers and the unit slot (64 + 32 NS), the 1024-byte alignment slack).
 template <int D, int KT, int NWG, int WS, int NS = 2>
 struct smem_size {
-  static constexpr int value = ((WS ? 2 : 1) * NWG * 64 * D + 2 * NS * KT * D) * 2 + 3 * KT * 8 + 64 + 32 * NS + 128 + 1024;
+  static constexpr int value = ((WS ? 2 : 1) * NWG * 64 * D + 2 * NS * KT * D) * 2 + 3 * KT * 8 + 64 + 32 * NS + 1024;
 };
 
 // T: f16 or bf16; D: head_dim (64, 128 or 256); KT: kv tokens a tile (64 or 128); NWG:
@@ -328,36 +327,7 @@ FI_DEVICE void prefill_wgmma(const fi_prefill_kparams &p) {
   const bool dyn = WS && lin && p.header[6] != 0;
   const int u0 = lin ? (int)blockIdx.x : 0, ustep = lin ? (int)gridDim.x : 1;
   int32_t *const slot_u = reinterpret_cast<int32_t *>(wg_smem + (bars - smem_addr(wg_smem)) + 32 + 32 * NS);
-  // item_s[16 i .. 16 i + 11]: the work item of Q buffer i's unit, written by the producer
-  // with slot_u[i] (header[8] != 0: the consumers read it there instead of from the plan
-  // in global memory, a dependent load at each unit's start)
-  int32_t *const item_s = slot_u + 8;
-  const bool item_sm = WS && lin && p.header[8] != 0;
   int tbase = 0, qn = 0;
-  // Unit chaining (header[7] != 0, with a producer on the linear grid): a consumer's last
-  // iteration of a unit (P V alone) also issues the next unit's S(0) (its Q buffer and
-  // first K tile are loaded during this unit), so a block's units run as one tile stream
-  // and the pipeline does not drain at each unit boundary (64 x 1024: 4.5 tiles a unit,
-  // 5.5 turns a warpgroup without). pre: 0 none; else iteration 0 of this unit was done
-  // in the last unit's last iteration (its waits, releases and turn), and 2: S(0) is in s
-  // (this warpgroup attends tile 0). The consumers' accumulators live out here so S(0)
-  // survives the last unit's epilogue. (After helper 21's 7fadc33, with NS stages.)
-  const bool chain = WS && lin && p.header[7] != 0;
-  int pre = 0;
-  float o[D / 2], m[2], dsum[2], s[KT / 2];
-  uint32_t pa[KT / 16][4];
-  // The kv range [lo, hi) consumer warpgroup k's rows of item w attend (causal, window),
-  // and its first / last query tokens t0, t1; false: the warpgroup has no rows.
-  auto wg_range = [&](const pf::work_item &w, int k, int &lo, int &hi, int &t0, int &t1) -> bool {
-    const int rl = w.r0 + w.rows - 1, wr = w.r0 + 64 * k, of = w.Lkv - w.Lq;
-    const bool any = wr <= rl;  // warpgroup-uniform
-    const int wrl_ = wr + 63 < rl ? wr + 63 : rl;
-    t0 = (any ? wr : rl) / G;
-    t1 = wrl_ / G;
-    hi = p.causal && t1 + of + 1 < w.kv_hi ? t1 + of + 1 : w.kv_hi;
-    lo = p.window_left >= 0 && t0 + of - p.window_left > w.kv_lo ? t0 + of - p.window_left : w.kv_lo;
-    return any;
-  };
   auto run_unit = [&](int u, const bool prod) -> bool {
     const int item = lin ? u % nit : SINGLE && p.causal ? (int)(gridDim.x - 1 - blockIdx.x) : (int)blockIdx.x;
     const int hkv = lin ? u / nit : (int)blockIdx.y;
@@ -366,22 +336,8 @@ FI_DEVICE void prefill_wgmma(const fi_prefill_kparams &p) {
 
     // ---- the work item ----
     pf::work_item w;
-    if (!prod && item_sm) {  // lin: item < items, so the producer's load succeeded
-      const int32_t *is = item_s + 16 * qi;  // as pf::load_item reads the plan's words
-      w.r0 = is[1];
-      w.rows = is[2];
-      w.kv_lo = is[3];
-      w.kv_hi = is[4];
-      w.chunk = is[5] & 0xffff;
-      w.nchunks = is[5] >> 16;
-      w.q_start = is[6];
-      w.Lq = is[7];
-      w.kv_base = is[8];
-      w.Lkv = is[9];
-      w.slot = is[10];
-    } else if (!pf::load_item<SINGLE>(p, item, QT, w)) {
+    if (!pf::load_item<SINGLE>(p, item, QT, w)) {
       if (prod) {  // the consumers wait for this unit's Q: an empty one
-        if (lt == 0) slot_u[3 + qi] = 0;
         mbar_arrive(bar_q(qi));
         if (lt == 0) mbar_arrive(bar_q(qi));
       }
@@ -395,9 +351,12 @@ FI_DEVICE void prefill_wgmma(const fi_prefill_kparams &p) {
 
     // ---- this warpgroup's rows and attended ranges ----
     const int wr0 = r0 + 64 * wgi;
+    const bool wg_rows = wr0 <= rlast;  // warpgroup-uniform
+    const int wrl = wr0 + 63 < rlast ? wr0 + 63 : rlast;
+    const int wt0 = (wg_rows ? wr0 : rlast) / G, wt1 = wrl / G;
     // every row of the warpgroup attends inside [wg_lo, wg_hi); all of them attend [in_lo, in_hi)
-    int wg_lo, wg_hi, wt0, wt1;
-    const bool wg_rows = wg_range(w, wgi, wg_lo, wg_hi, wt0, wt1);  // warpgroup-uniform
+    const int wg_hi = p.causal && wt1 + off + 1 < kv_hi ? wt1 + off + 1 : kv_hi;
+    const int wg_lo = p.window_left >= 0 && wt0 + off - p.window_left > kv_lo ? wt0 + off - p.window_left : kv_lo;
     const int in_hi = p.causal && wt0 + off + 1 < kv_hi ? wt0 + off + 1 : kv_hi;
     const int in_lo = p.window_left >= 0 && wt1 + off - p.window_left > kv_lo ? wt1 + off - p.window_left : kv_lo;
     int lim_lo[2], lim_hi[2];
@@ -477,22 +436,13 @@ FI_DEVICE void prefill_wgmma(const fi_prefill_kparams &p) {
       // pair: one 32-byte sector), so a row's address is computed once a tile and each
       // copy is an immediate offset from it; the swizzled column (row % 8 is the same for
       // both rows) once a thread. The page ids of tile t + 1 are read while t loads.
-      // the item's 12 words into item_s[qi] (lin), landing with Q
-      if (item_sm && lt < 3)
-        cp16(smem_addr(item_s + 16 * qi) + 16 * lt, p.items + FI_PREFILL_ITEM_WORDS * item + 4 * lt);
-      if (ntiles > 0) load_q();
-      mbar_arrive_cp(bar_q(qi));
-      if (lt == 0) {
-        // for the consumers' chaining: bit 0 the unit has kv tiles, bit 1 + k consumer
-        // warpgroup k attends its tile 0
-        int fl = ntiles > 0;
-        for (int k = 0; k < NWG; k++) {
-          int lo, hi, a0, a1;
-          if (ntiles > 0 && wg_range(w, k, lo, hi, a0, a1) && kv_lo < hi && kv_lo + KT > lo) fl |= 2 << k;
-        }
-        slot_u[3 + qi] = fl;
-        mbar_arrive(bar_q(qi));  // slot_u[qi] and [3 + qi], written before it
+      if (ntiles > 0) {
+        load_q();
+        mbar_arrive_cp(bar_q(qi));
+      } else {
+        mbar_arrive(bar_q(qi));
       }
+      if (lt == 0) mbar_arrive(bar_q(qi));  // slot_u[qi], written before it
       if (ntiles > 0) {
         constexpr int RP = KT / 64;  // rows a thread a tile
         const int half = lt & 1, rb = lt >> 1;
@@ -534,8 +484,8 @@ FI_DEVICE void prefill_wgmma(const fi_prefill_kparams &p) {
       return true;
     }
 
-    m[0] = m[1] = neg_inf();
-    dsum[0] = dsum[1] = 0.0f;
+    float o[D / 2];
+    float m[2] = {neg_inf(), neg_inf()}, dsum[2] = {0.0f, 0.0f};
 #pragma unroll
     for (int i = 0; i < D / 2; i++) o[i] = 0.0f;
 
@@ -556,19 +506,19 @@ FI_DEVICE void prefill_wgmma(const fi_prefill_kparams &p) {
       return wg_rows && j0 < wg_hi && j0 + KT > wg_lo;
     };
 
-    // S = Q K^T from this warpgroup's Q at qa and the K tile at ka: issued and committed
-    // (one group), not waited for. issue_s(t): tile t of this unit.
-    auto issue_s_at = [&](uint32_t qa, uint32_t ka) {
+    // S = Q K^T of tile t: issued and committed (one group), not waited for.
+    float s[KT / 2];
+    auto issue_s = [&](int t) {
 #pragma unroll
       for (int kk = 0; kk < D / 16; kk++) {
-        const uint64_t da = kdesc(qa + (uint32_t)(kk >> 2) * (64 * 128) + (uint32_t)(kk & 3) * 32, 64 * 128, FI_WG_KDESC);
-        const uint64_t db = kdesc(ka + (uint32_t)(kk >> 2) * (KT * 128) + (uint32_t)(kk & 3) * 32, KT * 128, FI_WG_KDESC);
+        const uint64_t da = kdesc(qs + (uint32_t)(kk >> 2) * (64 * 128) + (uint32_t)(kk & 3) * 32, 64 * 128, FI_WG_KDESC);
+        const uint64_t db = kdesc(kbuf(t) + (uint32_t)(kk >> 2) * (KT * 128) + (uint32_t)(kk & 3) * 32, KT * 128, FI_WG_KDESC);
         mma<T, KT>::ss(s, da, db, kk > 0);  // scale-d 0 on the first step: S = 0 + ...
       }
       wg_commit();
     };
-    auto issue_s = [&](int t) { issue_s_at(qs, kbuf(t)); };
     // O += P V of tile t (P in pa): issued and committed (one group), not waited for.
+    uint32_t pa[KT / 16][4];
     auto issue_pv = [&](int t) {
       const uint32_t vs = kbuf(t) + KV_BYTES;
 #pragma unroll
@@ -678,36 +628,9 @@ FI_DEVICE void prefill_wgmma(const fi_prefill_kparams &p) {
       int tb = wg_rows ? (wg_hi - kv_lo + KT - 1) / KT : 0;
       if (tb > ntiles) tb = ntiles;
       const bool bl_ok = p.cap_log2 == 0.0f;
-      // Chaining: the last iteration also does the next unit's iteration 0 (after the loop)
-      // if there is a next unit with kv tiles (block-uniform, so every warpgroup takes the
-      // same turns); nx: 0 no, 1 yes (its tile 0 unattended by this warpgroup), 2 yes with
-      // its S(0); its Q in buffer qi1, its K(0) in this unit's stage ntiles.
-      int nx = 0;
-      const int qn1 = qn + 1, qi1 = qn1 & 1;
-      // Chained (pre): iteration 0 ran in the last unit's last iteration; with S(0) in s
-      // (pre 2) its softmax remains, done here on this unit's fresh m, dsum and O.
-      int t0 = 0;
-      if (WS && pre) {
-        if (pre == 2) {
-          float alpha[2];
-          softmax(0, alpha, 2, true);
-          rescale_pack(alpha);
-        }
-        pre = 0;
-        t0 = 1;
-      }
       // WS: K(t) and V(t - 1) are waited for at the top, and each stage is released once
       // the wgmma that read it has completed (at the top when this warpgroup skips it).
-      for (int t = t0; t <= ntiles; t++) {
-        if (chain && t == ntiles) {
-          mbar_wait(bar_q(qi1), (qn1 >> 1) & 1);
-          const int un = *reinterpret_cast<volatile int32_t *>(slot_u + qi1);
-          const int fl = *reinterpret_cast<volatile int32_t *>(slot_u + 3 + qi1);
-          if (un < units && (fl & 1)) {
-            nx = fl & (2 << wgi) ? 2 : 1;
-            break;
-          }
-        }
+      for (int t = 0; t <= ntiles; t++) {
         if (!WS) {
           read_ahead(t);
           cp_wait<0>();  // K(t), V(t - 1) (and Q)
@@ -792,49 +715,6 @@ FI_DEVICE void prefill_wgmma(const fi_prefill_kparams &p) {
           fence_regs(o);
         }
       }
-      if (nx) {  // the merged iteration: P V(ntiles - 1) of this unit, S(0) of the next
-        const bool useV = ta < tb && tb == ntiles;
-        if (ntiles >= 1) mbar_wait(full_v(stg(ntiles - 1)), par(ntiles - 1));
-        mbar_wait(full_k(stg(ntiles)), par(ntiles));
-        fence_proxy_async();
-        if (ntiles >= 1 && !useV) release(empty_v(stg(ntiles - 1)));
-        if (nx == 1) release(empty_k(stg(ntiles)));
-        const uint32_t qa = sbase + (uint32_t)qi1 * Q_BYTES + (uint32_t)wgi * QWG_BYTES, ka = kbuf(ntiles);
-        turn_wait();
-        // straight-line code for each case: no branch with a wgmma in flight
-        if (useV && nx == 2) {
-          fence_regs(o);
-          fence_regs(s);
-          wg_fence();
-          issue_pv(ntiles - 1);
-          issue_s_at(qa, ka);
-          turn_pass();
-          wg_wait<0>();
-          release(empty_v(stg(ntiles - 1)));
-          release(empty_k(stg(ntiles)));
-          fence_regs(o);
-          fence_regs(s);
-        } else if (useV) {
-          fence_regs(o);
-          wg_fence();
-          issue_pv(ntiles - 1);
-          turn_pass();
-          wg_wait<0>();
-          release(empty_v(stg(ntiles - 1)));
-          fence_regs(o);
-        } else if (nx == 2) {
-          fence_regs(s);
-          wg_fence();
-          issue_s_at(qa, ka);
-          turn_pass();
-          wg_wait<0>();
-          release(empty_k(stg(ntiles)));
-          fence_regs(s);
-        } else {
-          turn_pass();
-        }
-        pre = nx;
-      }
     }
     cp_wait<0>();
     // Every wgmma of the unit has completed: its Q buffer is free for the producer (the
@@ -884,9 +764,6 @@ FI_DEVICE void prefill_wgmma(const fi_prefill_kparams &p) {
     // shape.)
     reg_dealloc<(NWG == 3 ? FI_WG3_PROD : NWG == 2 ? 56 : 48)>();
     int32_t *const ctr = const_cast<int32_t *>(p.header) + 4;  // [4] next unit, [5] blocks done
-    // header[9] != 0: thread 0 takes the next unit from the counter before this unit's
-    // loads (the atomic's round trip hidden behind them) instead of after
-    const bool ahead = dyn && p.header[9] != 0;
     for (int u = u0;; qn++) {
       const int qi = qn & 1;
       mbar_wait(empty_q(qi), ((qn >> 1) & 1) ^ 1);
@@ -896,15 +773,13 @@ FI_DEVICE void prefill_wgmma(const fi_prefill_kparams &p) {
         if (lt == 0) mbar_arrive(bar_q(qi));
         break;
       }
-      int un = 0;
-      if (ahead && lt == 0) un = ustep + atomicAdd(ctr, 1);
       if (!run_unit(u, true)) break;
       if (!dyn) {
         u += ustep;
         continue;
       }
       // thread 0 takes the next unit; the producer warpgroup's named barrier 1 shares it
-      if (lt == 0) slot_u[2] = ahead ? un : ustep + atomicAdd(ctr, 1);
+      if (lt == 0) slot_u[2] = ustep + atomicAdd(ctr, 1);
       asm volatile("bar.sync 1, 128;" ::: "memory");
       u = slot_u[2];
       asm volatile("bar.sync 1, 128;" ::: "memory");  // read by all before the next write

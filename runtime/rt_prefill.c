@@ -139,18 +139,20 @@ static int pick_kernel(fi_runtime *rt, int devtype, int device, int single, int 
        * most 2048 packed rows: on the H200, 16 x 512 causal 32/8 (2048 rows) ran at 159
        * TFLOP/s against 145 with two consumers and 128-token tiles, which win above (238
        * against 221 at 64 x 1024, 424 against 271 at 4 x 8192). (Batch prefill at head_dim
-       * 128 with 1024-2048 rows now takes two consumers with four stages: below.) */
+       * 128 with 512-2048 rows now takes two consumers with four stages: below.) */
       int qt = rows <= 2048 ? 64 : 128, kt = rows <= 2048 ? 64 : 128;
       /* head_dim 64 above 2048 rows: three consumers (q tile 192) and 64-token tiles, with
        * the ping-pong of three: on the H200, 4 x 8192 32/8 311.0 / 323.7 TFLOP/s causal /
        * full against 296.9 / 314.6 with two consumers and 128-token tiles (BENCHMARKS.md,
        * sixth session, h6pre). */
       if (D == 64 && rows > 2048) qt = 192, kt = 64;
-      /* Batch prefill at head_dim 128 with 1024-2048 rows: two consumers, 64-token tiles and four stages: on
-       * the H200 64 x 1024 32/32 (1024 rows) 255.0 TFLOP/s against 230.6 with one
-       * consumer, 16 x 512 32/8 (2048 rows) 171.4 against 150.5 (BENCHMARKS.md, seventh
-       * session, h7pre). */
-      const int four = !single && D == 128 && rows >= 1024 && rows <= 2048;
+      /* Batch prefill at head_dim 128 with 512-2048 rows: two consumers, 64-token tiles
+       * and four stages: on the H200, causal, 8-23% over one consumer at 512 (64 x 128
+       * 32/8, 32 x 512 32/32), 1024 (32 x 256 32/8, 64 x 1024 32/32) and 2048 rows (16 x
+       * 512 32/8, 16 x 2048 32/32), e.g. 64 x 1024 32/32 252.0 TFLOP/s against 228.7; at
+       * 4096 rows level with two consumers and 128-token tiles, which stay (BENCHMARKS.md,
+       * seventh session, h7pre). */
+      const int four = !single && D == 128 && rows >= 512 && rows <= 2048;
       if (four) qt = 128, kt = 64;
       const char *w = getenv("FI_PREFILL_WG"), *ws = getenv("FI_PREFILL_WS");
       if (w && (w[0] == '1' || w[0] == '2' || w[0] == '3') && w[1] == 'x') {
@@ -424,18 +426,6 @@ static fi_status plan_impl(fi_runtime *rt, const char *fn, const fi_batch_prefil
   /* the persistent grid's units from the counter (tab[4], tab[5]: 0), below */
   const char *pe = getenv("FI_PREFILL_PERSIST");
   tab[6] = !(pe && pe[0] == 's');
-  /* the consumers chain a block's units (the next unit's first S issued with this one's
-   * last P V: prefill_wgmma.cuh); FI_PREFILL_CHAIN=1 turns it on (tuning) */
-  const char *pc = getenv("FI_PREFILL_CHAIN");
-  tab[7] = pc && strcmp(pc, "1") == 0;
-  /* FI_PREFILL_ITEMSMEM=1: the consumers read each unit's work item from the producer's
-   * copy in shared memory (tuning) */
-  const char *pi = getenv("FI_PREFILL_ITEMSMEM");
-  tab[8] = pi && strcmp(pi, "1") == 0;
-  /* FI_PREFILL_LOOKAHEAD=1: the producer takes its next unit before this unit's loads
-   * (tuning) */
-  const char *pl_ = getenv("FI_PREFILL_LOOKAHEAD");
-  tab[9] = pl_ && strcmp(pl_, "1") == 0;
   if (rt && (st = upload(rt, devtype, device, (int32_t *)ws, tab,
                          FI_PREFILL_HDR_WORDS + n * FI_PREFILL_ITEM_WORDS, stream)) != FI_OK) {
     free(tab);

@@ -294,12 +294,11 @@ FT_TEST(wgmma_keys_registered_and_hopper_only) {
                    jit_prefill_threads(&k));
           const unsigned sm = ops[s]->dyn_smem(&k);
           /* Q (two buffers with a producer: the persistent grid's next unit), two K/V
-           * stages, three offset tables, the mbarriers and unit slots (128), two work
-           * items (128) and the 1024-byte alignment slack;
+           * stages, three offset tables, the mbarriers and the 1024-byte alignment slack;
            * the largest within an SM's 227 KB, and two blocks of one consumer and a
            * producer within its 228 KB (1 KB a block reserved). */
           const unsigned want = (unsigned)(((ws > 0 ? 2 : 1) * tiles[t % 2] * dims[d] + 4 * kvt[t / 2 % 2] * dims[d]) * 2 +
-                                           3 * kvt[t / 2 % 2] * 8 + 128 + 128 + 1024);
+                                           3 * kvt[t / 2 % 2] * 8 + 128 + 1024);
           FT_CHECK(sm == want && sm <= 227u * 1024, "shared memory %u, expected %u", sm, want);
           const int pb = jit_prefill_persistent_blocks(&k);
           FT_CHECK(s == 1 && ws > 0 ? pb >= 1 && pb <= (tiles[t % 2] == 64 ? 2 : 1) && pb * (sm + 1024u) <= 228u * 1024
@@ -328,7 +327,7 @@ FT_TEST(wgmma_keys_registered_and_hopper_only) {
         jit_prefill_wgmma_select(s == 0, dts[q], 64, 192, kvt[t % 2], 1 + t / 2, &k);
         FT_CHECK(k.v[PREFILL_WG_P_WARPGROUPS] == 3 && jit_prefill_key_q_tile(&k) == 192 &&
                  jit_prefill_threads(&k) == 512u && k.v[PREFILL_WG_P_PRODUCER] == 1 + t / 2);
-        FT_CHECK(ops[s]->dyn_smem(&k) == (unsigned)((2 * 192 * 64 + 4 * kvt[t % 2] * 64) * 2 + 3 * kvt[t % 2] * 8 + 128 + 128 + 1024));
+        FT_CHECK(ops[s]->dyn_smem(&k) == (unsigned)((2 * 192 * 64 + 4 * kvt[t % 2] * 64) * 2 + 3 * kvt[t % 2] * 8 + 128 + 1024));
         FT_CHECK(jit_prefill_persistent_blocks(&k) == (s == 1 ? 1 : 0));
         FT_CHECK(times_registered(&k) == 1, "three consumers dt=%d kv %d ws %d", dts[q], kvt[t % 2], 1 + t / 2);
         jit_prefill_wgmma_select(s == 0, dts[q], 128, 192, kvt[t % 2], 1 + t / 2, &k);
