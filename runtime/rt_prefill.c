@@ -138,13 +138,22 @@ static int pick_kernel(fi_runtime *rt, int devtype, int device, int single, int 
       /* One consumer warpgroup and 64-token kv tiles (two blocks an SM) for requests of at
        * most 2048 packed rows: on the H200, 16 x 512 causal 32/8 (2048 rows) ran at 159
        * TFLOP/s against 145 with two consumers and 128-token tiles, which win above (238
-       * against 221 at 64 x 1024, 424 against 271 at 4 x 8192). */
+       * against 221 at 64 x 1024, 424 against 271 at 4 x 8192). (Batch prefill at head_dim
+       * 128 with 512-2048 rows now takes two consumers with four stages: below.) */
       int qt = rows <= 2048 ? 64 : 128, kt = rows <= 2048 ? 64 : 128;
       /* head_dim 64 above 2048 rows: three consumers (q tile 192) and 64-token tiles, with
        * the ping-pong of three: on the H200, 4 x 8192 32/8 311.0 / 323.7 TFLOP/s causal /
        * full against 296.9 / 314.6 with two consumers and 128-token tiles (BENCHMARKS.md,
        * sixth session, h6pre). */
       if (D == 64 && rows > 2048) qt = 192, kt = 64;
+      /* Batch prefill at head_dim 128 with 512-2048 rows: two consumers, 64-token tiles
+       * and four stages: on the H200, causal, 8-23% over one consumer at 512 (64 x 128
+       * 32/8, 32 x 512 32/32), 1024 (32 x 256 32/8, 64 x 1024 32/32) and 2048 rows (16 x
+       * 512 32/8, 16 x 2048 32/32), e.g. 64 x 1024 32/32 252.0 TFLOP/s against 228.7; at
+       * 4096 rows level with two consumers and 128-token tiles, which stay (BENCHMARKS.md,
+       * seventh session, h7pre). */
+      const int four = !single && D == 128 && rows >= 512 && rows <= 2048;
+      if (four) qt = 128, kt = 64;
       const char *w = getenv("FI_PREFILL_WG"), *ws = getenv("FI_PREFILL_WS");
       if (w && (w[0] == '1' || w[0] == '2' || w[0] == '3') && w[1] == 'x') {
         qt = 64 * (w[0] - '0');
@@ -155,7 +164,7 @@ static int pick_kernel(fi_runtime *rt, int devtype, int device, int single, int 
                                key);
       /* FI_PREFILL_STAGES=4: four K / V stages where registered (tuning) */
       const char *se = getenv("FI_PREFILL_STAGES");
-      if (se && atoi(se) == 4) jit_prefill_wgmma_stages(key, 4);
+      if ((se && atoi(se) == 4) || (four && !(w && *w) && !(se && *se))) jit_prefill_wgmma_stages(key, 4);
       return jit_prefill_key_q_tile(key);
     }
   }

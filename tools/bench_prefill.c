@@ -129,12 +129,44 @@ static double bench_one(fi_runtime *rt, const pcfg *c, double mma_tf, double wg_
   fi_prefill_params p;
   fi_prefill_params_init(&p);
   p.causal = c->causal;
-  fi_prefill_plan *plan = NULL;
-  if (st == FI_OK) st = fi_batch_prefill_paged_plan(rt, &in, &p, &tw, NULL, &plan);
-  if (st == FI_OK) st = fi_batch_prefill_paged_run(rt, plan, &tq, &tk, &tv, &tix, FI_KV_LAYOUT_NHD, &to, NULL, NULL);
-  if (st != FI_OK) {
-    fprintf(stderr, "prefill %s: %s\n", c->label, fi_last_error());
-  } else {
+  /* FI_BENCH_PREFILL_VARIANTS="V1;V2;...": each case once per variant, on the same inputs,
+   * one after the other in this process; a variant is "-" (as set outside) or
+   * "NAME=VALUE,NAME=VALUE" set with setenv around its plan (the knobs are read at plan
+   * time) and unset after. Each variant's output is compared with the first's (bitwise:
+   * equal elements, and the largest difference), so a tuning knob that must not change
+   * the result shows it at the benchmark's scale. */
+  const char *ve = getenv("FI_BENCH_PREFILL_VARIANTS");
+  char vbuf[1024];
+  snprintf(vbuf, sizeof vbuf, "%s", ve && *ve ? ve : "-");
+  uint16_t *first = NULL, *cur = NULL;
+  char *vsave = NULL;
+  int vi = 0;
+  for (char *var = strtok_r(vbuf, ";", &vsave); var; var = strtok_r(NULL, ";", &vsave), vi++) {
+    char names[8][64];
+    int nn = 0;
+    if (strcmp(var, "-") != 0) {
+      char tmp[512], *ks = NULL;
+      snprintf(tmp, sizeof tmp, "%s", var);
+      for (char *kv = strtok_r(tmp, ",", &ks); kv && nn < 8; kv = strtok_r(NULL, ",", &ks)) {
+        char *eq = strchr(kv, '=');
+        if (!eq) continue;
+        *eq = 0;
+        snprintf(names[nn++], 64, "%s", kv);
+        setenv(kv, eq + 1, 1);
+      }
+    }
+    fi_prefill_plan *plan = NULL;
+    st = FI_OK;
+    if (wsb == 0) st = FI_ERR_INVALID_ARGUMENT;
+    if (st == FI_OK) st = fi_batch_prefill_paged_plan(rt, &in, &p, &tw, NULL, &plan);
+    if (st == FI_OK) CU_CHECK(&cu, cuMemsetD8(out, 0xff, qbytes));
+    if (st == FI_OK) st = fi_batch_prefill_paged_run(rt, plan, &tq, &tk, &tv, &tix, FI_KV_LAYOUT_NHD, &to, NULL, NULL);
+    for (int i = 0; i < nn; i++) unsetenv(names[i]);
+    if (st != FI_OK) {
+      fprintf(stderr, "prefill %s [%s]: %s\n", c->label, var, fi_last_error());
+      fi_batch_prefill_plan_destroy(plan);
+      continue;
+    }
     CU_CHECK(&cu, cuCtxSynchronize());
     CUevent e0, e1;
     CU_CHECK(&cu, cuEventCreate(&e0, 0));
@@ -153,19 +185,45 @@ static double bench_one(fi_runtime *rt, const pcfg *c, double mma_tf, double wg_
     }
     const double ms = median(t, reps);
     tf = flops / (ms * 1e-3) / 1e12;
-    char heads[32];
+    char heads[32], cmp[96] = "";
     snprintf(heads, sizeof heads, "%d/%d", c->hq, c->hkv);
-    printf("| %-14s | %3d | %5d | %6s | %3d | %-6s | %9.3f | %6.1f | %5.1f%% | %5.1f%% |\n", c->label, B, L,
+    if (ve && *ve) {
+      uint16_t **dst = vi == 0 ? &first : &cur;
+      if (!*dst) *dst = malloc(qbytes);
+      if (*dst) {
+        CU_CHECK(&cu, cuMemcpyDtoH(*dst, out, qbytes));
+        if (vi > 0 && first) {
+          size_t ndiff = 0;
+          float mx = 0;
+          for (size_t i = 0; i < qbytes / 2; i++)
+            if (cur[i] != first[i]) {
+              uint32_t a = (uint32_t)cur[i] << 16, b = (uint32_t)first[i] << 16;
+              float fa, fb;
+              memcpy(&fa, &a, 4);
+              memcpy(&fb, &b, 4);
+              const float d = fabsf(fa - fb);
+              if (!(d <= mx)) mx = d; /* NaN counts */
+              ndiff++;
+            }
+          snprintf(cmp, sizeof cmp, " vs first: %zu of %zu differ, max %.3g", ndiff, qbytes / 2, mx);
+        }
+      }
+    }
+    printf("| %-14s | %3d | %5d | %6s | %3d | %-6s | %9.3f | %6.1f | %5.1f%% | %5.1f%% |%s%s%s\n", c->label, B, L,
            heads, D, c->causal ? "causal" : "full", ms, tf, mma_tf > 0 ? 100.0 * tf / mma_tf : 0.0,
-           wg_tf > 0 ? 100.0 * tf / wg_tf : 0.0);
+           wg_tf > 0 ? 100.0 * tf / wg_tf : 0.0, ve && *ve ? " " : "", ve && *ve ? var : "", cmp);
     if (json)
       fprintf(json,
               "{\"bench\":\"prefill\",\"label\":\"%s\",\"batch\":%d,\"len\":%d,\"qo_heads\":%d,\"kv_heads\":%d,"
-              "\"head_dim\":%d,\"causal\":%d,\"ms\":%.5f,\"tflops\":%.3f,\"of_mma\":%.4f,\"of_wgmma\":%.4f}\n",
+              "\"head_dim\":%d,\"causal\":%d,\"ms\":%.5f,\"tflops\":%.3f,\"of_mma\":%.4f,\"of_wgmma\":%.4f,"
+              "\"variant\":\"%s\"}\n",
               c->label, B, L, c->hq, c->hkv, D, c->causal, ms, tf, mma_tf > 0 ? tf / mma_tf : 0.0,
-              wg_tf > 0 ? tf / wg_tf : 0.0);
+              wg_tf > 0 ? tf / wg_tf : 0.0, var);
+    fflush(stdout);
+    fi_batch_prefill_plan_destroy(plan);
   }
-  fi_batch_prefill_plan_destroy(plan);
+  free(first);
+  free(cur);
   CUdeviceptr fr[6] = {kc, vc, q, out, ix, ws};
   for (int i = 0; i < 6; i++) CU_CHECK(&cu, cuMemFree(fr[i]));
   free(qo), free(kvp), free(last), free(perm);
@@ -202,6 +260,20 @@ static void bench_prefill(fi_runtime *rt, double copy) {
     if (only_b > 0 && cases[i].B != only_b) continue;
     bench_one(rt, &cases[i], tf, wg);
     fflush(stdout); /* a case that hangs is the one after the last line printed */
+    if (json) fflush(json);
+  }
+  /* FI_BENCH_PREFILL_EXTRA="B,L,H_qo,H_kv,D,causal;...": more cases (after the filtered
+   * ones, not filtered themselves) */
+  const char *xe = getenv("FI_BENCH_PREFILL_EXTRA");
+  char xbuf[512], *xs = NULL;
+  snprintf(xbuf, sizeof xbuf, "%s", xe ? xe : "");
+  for (char *x = strtok_r(xbuf, ";", &xs); x; x = strtok_r(NULL, ";", &xs)) {
+    pcfg c = {"extra", 0, 0, 0, 0, 0, 0};
+    if (sscanf(x, "%d,%d,%d,%d,%d,%d", &c.B, &c.L, &c.hq, &c.hkv, &c.D, &c.causal) != 6 || c.B < 1 || c.L < 1 ||
+        c.hkv < 1 || c.hq % c.hkv)
+      continue;
+    bench_one(rt, &c, tf, wg);
+    fflush(stdout);
     if (json) fflush(json);
   }
 }
