@@ -232,14 +232,12 @@ FI_API fi_status fi_batch_decode_plan(fi_runtime *rt, const fi_batch_decode_info
     return rt_fail(FI_ERR_INVALID_ARGUMENT,
                    "%s: workspace has %lld bytes; %lld are needed (fi_batch_decode_workspace_size)",
                    fn, (long long)ws_bytes, (long long)lay.bytes);
-  /* The block size (rt_decode_pick_warps): over a 16-bit cache the 2-warp kernel's
-   * residency decides it (a CUDA-graph plan decides by max_batch, so re-plans keep the
-   * captured kernel); fp8 has only the 4-warp one. Then the blocks resident at once: the
-   * split target. */
-  const int fp8 = kvdt == JIT_DT_E4M3 || kvdt == JIT_DT_E5M2;
+  /* The block size (rt_decode_pick_warps): the 2-warp kernel's residency decides it (a
+   * CUDA-graph plan decides by max_batch, so re-plans keep the captured kernel). Then
+   * the blocks resident at once: the split target. */
   jit_key key;
   jit_decode_select(0, qdt, kvdt, info->head_dim, info->num_qo_heads / info->num_kv_heads,
-                    p->pos_encoding == FI_POS_ROPE_LLAMA, fp8 ? DECODE_WARPS_SPLIT : DECODE_WARPS_WIDE, &key);
+                    p->pos_encoding == FI_POS_ROPE_LLAMA, DECODE_WARPS_WIDE, &key);
   const int forced = rt_dec_tune_key(&key);
   const rt_device_i *be;
   void *state;

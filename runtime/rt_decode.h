@@ -20,8 +20,8 @@ typedef struct rt_decode_layout {
  * blocks fit on the device at once: DECODE_WARPS_ONE (1) when they fill nearly a wave
  * of 1-warp blocks (2 x resident_wide; 15/16 of it), else DECODE_WARPS_WIDE (2) when
  * they fill a wave of 4-warp blocks (resident_wide / 2), else DECODE_WARPS_SPLIT (4),
- * and the planner splits the requests. An fp8 cache (kv_dtype JIT_DT_E4M3 or _E5M2) always
- * takes 4 (B = 64, L = 4096, 32/8 on the H200: 3.39 TB/s with 4 warps, 3.23 with 2). */
+ * and the planner splits the requests. An fp8 cache (kv_dtype JIT_DT_E4M3 or _E5M2) has
+ * no 1-warp kernel: 2 or 4 by the same rule. */
 int rt_decode_pick_warps(int kv_dtype, int64_t requests, int num_kv_heads, int64_t resident_wide);
 
 /* Items the split planner aims at: one wave of `slots` blocks over num_kv_heads heads. */
