@@ -24,6 +24,12 @@ typedef struct rt_decode_layout {
  * no 1-warp kernel: 2 or 4 by the same rule. */
 int rt_decode_pick_warps(int kv_dtype, int64_t requests, int num_kv_heads, int64_t resident_wide);
 
+/* KV heads a batch-decode block reads: 2 (a pair of adjacent heads, 256 bytes a token
+ * instead of 128) for an fp8 cache at head_dim 128 with a group of at most 4, an even
+ * num_kv_heads and no RoPE (kernels/decode.cuh); else 1. FI_DECODE_KV_PAIR=0 (tuning)
+ * makes it 1. */
+int rt_decode_kv_pair(int kv_dtype, int head_dim, int num_qo_heads, int num_kv_heads, int rope);
+
 /* Items the split planner aims at: one wave of `slots` blocks over num_kv_heads heads. */
 int64_t rt_decode_target_items(int64_t slots, int num_kv_heads);
 

@@ -1,6 +1,7 @@
 /* rt_decode_plan.c: the batch decode planner: how the requests' KV tokens are cut into
  * work items (split-KV when the batch cannot fill the device) and where the tables go. */
 #include <stdio.h>
+#include <stdlib.h>
 
 #include "decode_params.h"
 #include "ops_decode.h"
@@ -24,6 +25,14 @@ int rt_decode_pick_warps(int kv_dtype, int64_t requests, int num_kv_heads, int64
   const int64_t blocks = requests * (num_kv_heads > 0 ? num_kv_heads : 1);
   if (!fp8 && blocks * 16 >= 2 * resident_wide * 15) return DECODE_WARPS_ONE;
   return blocks * 2 >= resident_wide ? DECODE_WARPS_WIDE : DECODE_WARPS_SPLIT;
+}
+
+int rt_decode_kv_pair(int kv_dtype, int head_dim, int num_qo_heads, int num_kv_heads, int rope) {
+  const char *e = getenv("FI_DECODE_KV_PAIR");
+  if (e && *e && atoi(e) == 0) return 1;
+  const int fp8 = kv_dtype == JIT_DT_E4M3 || kv_dtype == JIT_DT_E5M2;
+  if (!fp8 || head_dim != 128 || rope || num_kv_heads < 2 || num_kv_heads % 2) return 1;
+  return num_qo_heads / num_kv_heads <= 4 ? 2 : 1;
 }
 
 int64_t rt_decode_target_items(int64_t slots, int num_kv_heads) {
