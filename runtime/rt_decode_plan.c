@@ -11,6 +11,9 @@
  * merge of its warps and of the chunks) outweigh what it reads. */
 #define MIN_CHUNK_TOKENS 128
 
+/* KV head pairs by default (rt_decode_kv_pair): off until measured on the GPU. */
+#define DECODE_KV_PAIR_DEFAULT 0
+
 static int64_t align256(int64_t x) { return (x + 255) & ~(int64_t)255; }
 
 /* Smaller blocks make finer waves: measured on the H200 (bf16, D = 128, 32/8, page 16),
@@ -29,7 +32,8 @@ int rt_decode_pick_warps(int kv_dtype, int64_t requests, int num_kv_heads, int64
 
 int rt_decode_kv_pair(int kv_dtype, int head_dim, int num_qo_heads, int num_kv_heads, int rope) {
   const char *e = getenv("FI_DECODE_KV_PAIR");
-  if (e && *e && atoi(e) == 0) return 1;
+  const int on = e && *e ? atoi(e) != 0 : DECODE_KV_PAIR_DEFAULT;
+  if (!on) return 1;
   const int fp8 = kv_dtype == JIT_DT_E4M3 || kv_dtype == JIT_DT_E5M2;
   if (!fp8 || head_dim != 128 || rope || num_kv_heads < 2 || num_kv_heads % 2) return 1;
   return num_qo_heads / num_kv_heads <= 4 ? 2 : 1;
