@@ -97,6 +97,14 @@ $(BUILD)/decode-trace: tools/decode_trace/decode_trace.cu tools/decode_trace/pat
 	python3 tools/decode_trace/patch_trace.py kernels/decode.cuh $(BUILD)/decode_trace/decode.cuh
 	$(NVCC) -std=c++17 -O3 -arch=sm_90a -I$(BUILD)/decode_trace -Ikernels $< -o $@
 
+# The fp8 decode microbenchmark (tools/decode_fp8; nvcc, not part of all): kernel variants
+# at B = 64, L = 4096 from a copy of kernels/decode.cuh that patch_variants.py extends.
+# Run it on the GPU machine.
+$(BUILD)/decode-fp8-bench: tools/decode_fp8/fp8_bench.cu tools/decode_fp8/patch_variants.py kernels/decode.cuh kernels/decode_mma.cuh kernels/decode_params.h kernels/fi_port.cuh
+	@mkdir -p $(BUILD)/decode_fp8
+	python3 tools/decode_fp8/patch_variants.py kernels/decode.cuh $(BUILD)/decode_fp8/decode.cuh
+	$(NVCC) -std=c++17 -O3 -arch=sm_90a -I$(BUILD)/decode_fp8 -Ikernels $< -o $@
+
 # The memory microbenchmark (tools/membench; nvcc, not part of all): copy, norm and append
 # access patterns against cudaMemcpy. Run it on the GPU machine.
 $(BUILD)/membench: tools/membench/membench.cu kernels/layernorm.cuh kernels/rmsnorm.cuh kernels/page.cuh kernels/fi_params.h kernels/fi_port.cuh

@@ -18,7 +18,7 @@ enum {
 
 /* The key for a call: single (1) or batch (0) decode, with warps warps a block
  * (0: DECODE_WARPS_SPLIT). A batch plan over a 16-bit cache picks 1, 2 or 4
- * (rt_decode_pick_warps); over an fp8 cache, 4. */
+ * (rt_decode_pick_warps); over an fp8 cache, 2 or 4. */
 void jit_decode_select(int single, int dtype_q, int dtype_kv, int head_dim, int group, int rope,
                        int warps, jit_key *out);
 #define DECODE_WARPS_SPLIT 4

@@ -19,6 +19,13 @@
 // Softmax is in fp32 and base 2. fp8 is widened to f16 in registers: e4m3 with the
 // hardware conversion on sm_89 and later, elsewhere (sm_80, ROCm) with integer ops as
 // its value / 256 (the 256 folded into the scales); e5m2 is an f16's top byte.
+// KV head pairs (p.kv_heads_per_block = 2: fp8, head_dim 128, group <= 4, no RoPE, the
+// heads adjacent: kv_stride_head = head_dim): a block takes two KV heads as one head of
+// 256 dims whose q rows are block diagonal (rows 0..G-1 the first head's q in dims
+// 0..127 and zeros, rows G..2G-1 zeros and the second head's q), so S needs nothing
+// else; P V adds each head's V tiles, with P masked to that head's rows, into the same
+// accumulators. A token's row is then 256 contiguous bytes, as with a 16-bit cache,
+// not 128, at the same math per byte.
 // On ROCm the mma is emulated with lane shuffles: correct, not fast.
 #pragma once
 #include "decode_params.h"
@@ -36,9 +43,9 @@ struct tok_loc {
 // PF: 1 loads the whole next step while this one computes (two register buffers),
 // 0 loads the next step's K while this step's V is used (one buffer); ROPE: RoPE on
 // q and k; SINGLE: one contiguous request, no plan tables; WARPS: warps per block (1, 2,
-// 4 or 8).
-template <typename QT, typename KVT, int D, int GM, int PF, int ROPE, int SINGLE, int WARPS>
-FI_DEVICE void decode(const fi_decode_params &p) {
+// 4 or 8); HP: KV heads a block (1, or 2: see above).
+template <typename QT, typename KVT, int D, int GM, int PF, int ROPE, int SINGLE, int WARPS, int HP>
+FI_DEVICE void decode_heads(const fi_decode_params &p) {
   typedef typename mma_type<QT, KVT>::type MT;
   typedef w16<MT> W;
   typedef kv<KVT> KV;
@@ -49,12 +56,18 @@ FI_DEVICE void decode(const fi_decode_params &p) {
   // KW mma words once widened. V: loads of VN words (16 bytes, or 8 for fp8 at
   // head_dim 64 so that the 8 lane rows still cover the dims) of VC dims, NV per lane
   // and token, each feeding VW mma tiles.
-  constexpr int KC = FP8 ? 16 : 8, KW = KC / 2, NQ = D / (4 * KC);
-  constexpr int VN = FP8 && D == 64 ? 2 : 4, VC = FP8 ? 4 * VN : 2 * VN, VW = VC / 2, NV = D / (8 * VC);
-  static_assert(NQ >= 1 && NV >= 1 && NV * VW == D / 16, "fragment tiling");
-  // 16-token sub-steps a step loads at once: fp8 takes two, so a warp keeps as many
-  // bytes in flight as with a 16-bit cache.
-  constexpr int SUB = FP8 ? 2 : 1, STEP = 16 * SUB;
+  // DE: the dims of a token the block reads (HP heads side by side); NQH, NVH: the K
+  // and V loads of one head.
+  constexpr int DE = D * HP;
+  constexpr int KC = FP8 ? 16 : 8, KW = KC / 2, NQ = DE / (4 * KC);
+  constexpr int VN = FP8 && D == 64 ? 2 : 4, VC = FP8 ? 4 * VN : 2 * VN, VW = VC / 2, NV = DE / (8 * VC);
+  constexpr int NQH = NQ / HP, NVH = NV / HP;
+  static_assert(NQ >= 1 && NV >= 1 && NV * VW == DE / 16, "fragment tiling");
+  static_assert(HP == 1 || (FP8 && D == 128 && GM == 8 && !ROPE && NQH * HP == NQ && NVH * HP == NV),
+                "KV head pairs: fp8, head_dim 128, group <= 4, no RoPE");
+  // 16-token sub-steps a step loads at once: fp8 takes two (one with head pairs), so a
+  // warp keeps as many bytes in flight as with a 16-bit cache.
+  constexpr int SUB = FP8 && HP == 1 ? 2 : 1, STEP = 16 * SUB;
   static_assert(D == 64 || D == 128 || D == 256, "head_dim 64, 128 or 256");
   static_assert(WARPS == 1 || WARPS == 2 || WARPS == 4 || WARPS == 8, "1, 2, 4 or 8 warps");
 
@@ -64,7 +77,8 @@ FI_DEVICE void decode(const fi_decode_params &p) {
   __shared__ int s_last;
 
   const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5, g = lane >> 2, c = lane & 3;
-  const int item = blockIdx.x, hkv = blockIdx.y, G = p.group;
+  // hkv: the block's (first) KV head; GE: its rows (q heads hkv G .. hkv G + GE - 1).
+  const int item = blockIdx.x, hkv = blockIdx.y * HP, G = p.group, GE = G * HP;
   // An e4m3 cache widened exactly (hardware conversion) instead of as value / 256.
   float wide = 1.0f;
   if constexpr (same<KVT, fi_e4m3>::value) wide = KV::E4M3_WIDE;
@@ -127,15 +141,20 @@ FI_DEVICE void decode(const fi_decode_params &p) {
 #pragma unroll
     for (int h = 0; h < H8; h++) {
       const int r = 8 * h + g;
-      if (r < G) {
+      if (r < GE) {
         const QT *qr = static_cast<const QT *>(p.q) + (int64_t)b * p.q_stride[0] +
                        (int64_t)(hkv * G + r) * p.q_stride[1];
 #pragma unroll
         for (int i = 0; i < NQ; i++)
 #pragma unroll
           for (int x8 = 0; x8 < KW / 4; x8++) {
-            const fi_vec<uint32_t, 4> x =
-                *reinterpret_cast<const fi_vec<uint32_t, 4> *>(qr + KC * (c + 4 * i) + 8 * x8);
+            fi_vec<uint32_t, 4> x;
+            if (HP == 1 || i / NQH == r / G) {  // a head pair: zeros in the other head's dims
+              x = *reinterpret_cast<const fi_vec<uint32_t, 4> *>(qr + KC * (c + 4 * (i % NQH)) + 8 * x8);
+            } else {
+#pragma unroll
+              for (int w = 0; w < 4; w++) x.v[w] = 0u;
+            }
 #pragma unroll
             for (int w = 0; w < 4; w++) {
               if constexpr (same<QT, MT>::value) {
@@ -167,6 +186,10 @@ FI_DEVICE void decode(const fi_decode_params &p) {
         t.v[1] = H8 > 1 ? qf[H8 - 1][i][2 * h2] : 0u;
         t.v[2] = qf[0][i][2 * h2 + 1];
         t.v[3] = H8 > 1 ? qf[H8 - 1][i][2 * h2 + 1] : 0u;
+        if (HP > 1) {  // one row half: its two words first (see qk_softmax)
+          t.v[1] = t.v[2];
+          t.v[2] = 0u;
+        }
         s_q[i * (KW / 2) + h2][lane] = t;
       }
   }
@@ -182,7 +205,7 @@ FI_DEVICE void decode(const fi_decode_params &p) {
   auto head_pf = [&](int t0, int nt) {
     const int want = p.head_prefetch < 0 ? -p.head_prefetch : p.head_prefetch;
     const int end = hi - lo < want ? hi : lo + want;
-    constexpr uint32_t ROW = D * sizeof(KVT);
+    constexpr uint32_t ROW = DE * sizeof(KVT);
     constexpr int PU = 4;  // tokens a thread looks up before it prefetches any
     const KVT *kh = static_cast<const KVT *>(p.k) + (int64_t)hkv * p.kv_stride_head;
     const KVT *vh = static_cast<const KVT *>(p.v) + (int64_t)hkv * p.kv_stride_head;
@@ -258,6 +281,27 @@ FI_DEVICE void decode(const fi_decode_params &p) {
     for (int u = 0; u < SUB; u++)
 #pragma unroll
       for (int t = 0; t < 2; t++) {
+        if constexpr (HP > 1) {
+          // Head pairs: each chunk widened just before its mmas (all at once would hold
+          // twice the widened words of one head).
+#pragma unroll
+          for (int e = 0; e < 4; e++) sc[u][t][e] = 0.0f;
+#pragma unroll
+          for (int i = 0; i < NQ; i++) {
+            uint32_t kw[KW];
+#pragma unroll
+            for (int j = 0; j < 4; j++) KV::cvt2(kr[u][t][i][j], kw[2 * j], kw[2 * j + 1]);
+            // The tuple's two words from shared memory at each use: held in registers
+            // across the loop (as the compiler does with one head's) they would spill.
+#pragma unroll
+            for (int h2 = 0; h2 < KW / 2; h2++) {
+              uint32_t a0, a2;
+              lds2_volatile(&s_q[i * (KW / 2) + h2][lane], a0, a2);
+              mma<MT>(sc[u][t], a0, 0u, a2, 0u, kw[2 * h2], kw[2 * h2 + 1]);
+            }
+          }
+          continue;
+        }
         uint32_t kw[NQ][KW];
 #pragma unroll
         for (int i = 0; i < NQ; i++) {
@@ -346,10 +390,19 @@ FI_DEVICE void decode(const fi_decode_params &p) {
   // O^T += V^T P^T of one sub-step. Tile VW s + i holds dims (rows) VC (g + 8 s) + 2 i
   // and + 1. A 16-bit cache pairs the two tokens of a column with one prmt per word;
   // fp8 pairs the raw bytes first (dims 4j, 4j+1 and 4j+2, 4j+3 of both tokens) and
-  // widens the pairs.
-  auto pv = [&](const uint32_t (&vr)[4][NV][VN], const uint32_t (&pb)[H8][2]) {
+  // widens the pairs. Head pairs: V chunk s is head s / NVH's, into tile VW (s % NVH) + i,
+  // with P^T's columns (this lane's: row 8 h + g) of the other head's rows zeroed.
+  int rhead[H8];
+#pragma unroll
+  for (int h = 0; h < H8; h++) rhead[h] = HP > 1 ? (8 * h + g) / G : 0;
+  auto pv = [&](const uint32_t (&vr)[4][NV][VN], const uint32_t (&pb_all)[H8][2]) {
 #pragma unroll
     for (int s = 0; s < NV; s++) {
+      uint32_t pb[H8][2];
+#pragma unroll
+      for (int h = 0; h < H8; h++)
+#pragma unroll
+        for (int e = 0; e < 2; e++) pb[h][e] = HP == 1 || rhead[h] == s / NVH ? pb_all[h][e] : 0u;
       if constexpr (FP8) {
 #pragma unroll
         for (int j = 0; j < VN; j++) {
@@ -362,7 +415,7 @@ FI_DEVICE void decode(const fi_decode_params &p) {
           for (int x = 0; x < 2; x++)
 #pragma unroll
             for (int h = 0; h < H8; h++)
-              mma<MT>(o[h][VW * s + 2 * j + x], a[x][0], a[x][1], a[x][2], a[x][3], pb[h][0], pb[h][1]);
+              mma<MT>(o[h][VW * (s % NVH) + 2 * j + x], a[x][0], a[x][1], a[x][2], a[x][3], pb[h][0], pb[h][1]);
         }
       } else {
 #pragma unroll
@@ -370,7 +423,7 @@ FI_DEVICE void decode(const fi_decode_params &p) {
           const uint32_t a0 = prmt(vr[0][s][i], vr[1][s][i], 0x5410u), a1 = prmt(vr[0][s][i], vr[1][s][i], 0x7632u);
           const uint32_t a2 = prmt(vr[2][s][i], vr[3][s][i], 0x5410u), a3 = prmt(vr[2][s][i], vr[3][s][i], 0x7632u);
 #pragma unroll
-          for (int h = 0; h < H8; h++) mma<MT>(o[h][VW * s + i], a0, a1, a2, a3, pb[h][0], pb[h][1]);
+          for (int h = 0; h < H8; h++) mma<MT>(o[h][VW * (s % NVH) + i], a0, a1, a2, a3, pb[h][0], pb[h][1]);
         }
       }
     }
@@ -384,7 +437,7 @@ FI_DEVICE void decode(const fi_decode_params &p) {
   auto prefetch = [&](int k) {
     if (k >= nst) return;
     const int64_t off = offset(locate(k));
-    constexpr uint32_t ROW = D * sizeof(KVT);
+    constexpr uint32_t ROW = DE * sizeof(KVT);
     if (SUB == 1) {
       prefetch_l2((lane < 16 ? kb : vb) + off, ROW, pf_lines);
     } else {
@@ -494,7 +547,7 @@ FI_DEVICE void decode(const fi_decode_params &p) {
 #pragma unroll
       for (int h = 0; h < H8; h++)
 #pragma unroll
-        for (int s = 0; s < NV; s++)
+        for (int s = 0; s < NVH; s++)
 #pragma unroll
           for (int i = 0; i < VW; i++) {
             const int dim = VC * (g + 8 * s) + 2 * i;
@@ -502,7 +555,7 @@ FI_DEVICE void decode(const fi_decode_params &p) {
 #pragma unroll
             for (int e = 0; e < 2; e++) {
               const int r = 8 * h + 2 * c + e;
-              if (r < G) {
+              if (r < GE) {
                 float *dst = &s_o[r][dim];
                 const float x0 = oj[e] * wgt[h][e], x1 = oj[2 + e] * wgt[h][e];
                 dst[0] = w ? dst[0] + x0 : x0;
@@ -518,7 +571,7 @@ FI_DEVICE void decode(const fi_decode_params &p) {
   const int head0 = hkv * G;
   if (nchunks <= 1) {
     // The whole request: out and lse directly.
-    for (int u = tid; u < G * (D / 8); u += THREADS) {
+    for (int u = tid; u < GE * (D / 8); u += THREADS) {
       const int r = u / (D / 8), d8 = (u - r * (D / 8)) * 8;
       const float ds = s_fs[r], inv = ds > 0.0f ? v_scale / ds : 0.0f;
       fi_vec<QT, 8> y;
@@ -527,7 +580,7 @@ FI_DEVICE void decode(const fi_decode_params &p) {
       QT *orow = static_cast<QT *>(p.out) + (int64_t)b * p.out_stride[0] + (int64_t)(head0 + r) * p.out_stride[1];
       *reinterpret_cast<fi_vec<QT, 8> *>(orow + d8) = y;
     }
-    if (p.lse && tid < G) {
+    if (p.lse && tid < GE) {
       const float ds = s_fs[tid];
       p.lse[(int64_t)b * p.lse_stride[0] + (int64_t)(head0 + tid) * p.lse_stride[1]] =
           ds > 0.0f ? (s_fm[tid] + log2f(ds)) * LN2 : neg_inf();
@@ -540,7 +593,7 @@ FI_DEVICE void decode(const fi_decode_params &p) {
   const int64_t hq = (int64_t)p.num_kv_heads * G;  // H_qo
   {
     float *po = p.partial_o + ((int64_t)item * hq + head0) * D;
-    for (int u = tid; u < G * (D / 4); u += THREADS) {
+    for (int u = tid; u < GE * (D / 4); u += THREADS) {
       const int r = u / (D / 4), d4 = (u - r * (D / 4)) * 4;
       const float ds = s_fs[r], inv = ds > 0.0f ? v_scale / ds : 0.0f;
       fi_vec<float, 4> y;
@@ -548,7 +601,7 @@ FI_DEVICE void decode(const fi_decode_params &p) {
       for (int e = 0; e < 4; e++) y.v[e] = s_o[r][d4 + e] * inv;
       *reinterpret_cast<fi_vec<float, 4> *>(po + (int64_t)r * D + d4) = y;
     }
-    if (tid < G) {
+    if (tid < GE) {
       const float ds = s_fs[tid];
       p.partial_lse[(int64_t)item * hq + head0 + tid] = ds > 0.0f ? s_fm[tid] + log2f(ds) : neg_inf();
     }
@@ -567,7 +620,7 @@ FI_DEVICE void decode(const fi_decode_params &p) {
   // chunks in one round trip on the two threads a unit of 4-warp blocks). When the block
   // has threads to spare, Q threads share a unit's chunks and combine through shared memory.
   constexpr int MB = 16;
-  const int U = G * (D / 8), Q = U < THREADS ? THREADS / U : 1;
+  const int U = GE * (D / 8), Q = U < THREADS ? THREADS / U : 1;
   __shared__ float s_pm[THREADS], s_ps[THREADS], s_pa[THREADS][9];
   for (int u0 = 0; u0 < U; u0 += THREADS) {
     const int uq = u0 + (Q > 1 ? tid % U : tid), q = Q > 1 ? tid / U : 0;
@@ -643,6 +696,18 @@ FI_DEVICE void decode(const fi_decode_params &p) {
             sw > 0.0f ? (mx + log2f(sw)) * LN2 : neg_inf();
     }
   }
+}
+
+// The kernel: KV head pairs where the plan asks for them and the cache allows them.
+template <typename QT, typename KVT, int D, int GM, int PF, int ROPE, int SINGLE, int WARPS>
+FI_DEVICE void decode(const fi_decode_params &p) {
+  if constexpr (kv<KVT>::FP8 && D == 128 && GM == 8 && !ROPE && !SINGLE) {
+    if (p.kv_heads_per_block == 2) {
+      decode_heads<QT, KVT, D, GM, PF, ROPE, SINGLE, WARPS, 2>(p);
+      return;
+    }
+  }
+  decode_heads<QT, KVT, D, GM, PF, ROPE, SINGLE, WARPS, 1>(p);
 }
 
 // Plan upload: the tables ride in the launch parameters.

@@ -101,6 +101,17 @@ FI_DEVICE void ldcg8(const float *p, float (&r)[8]) {
 #endif
 }
 
+// Two words at p (8-byte aligned) read at this point of the program: never hoisted out
+// of a loop nor merged with another read.
+FI_DEVICE void lds2_volatile(const void *p, uint32_t &a, uint32_t &b) {
+#if FI_CUDA
+  asm volatile("ld.v2.u32 {%0, %1}, [%2];" : "=r"(a), "=r"(b) : "l"(p));
+#else
+  a = ((volatile const uint32_t *)p)[0];
+  b = ((volatile const uint32_t *)p)[1];
+#endif
+}
+
 FI_DEVICE float ex2(float x) {
 #if FI_CUDA
   float r;

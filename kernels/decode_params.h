@@ -7,7 +7,7 @@
 #include "fi_params.h"
 
 /* Bump when a struct below changes layout (the template hash changes too). */
-#define FI_DECODE_ABI_VERSION 2
+#define FI_DECODE_ABI_VERSION 3
 
 /* Most head_dim / 2 RoPE frequencies carried in the parameters. */
 #define FI_DECODE_MAX_FREQ 128
@@ -54,6 +54,10 @@ typedef struct fi_decode_params {
   int32_t prefetch;         /* steps the L2 prefetch runs ahead of the register loads (0: off) */
   int32_t head_prefetch;    /* tokens of the item prefetched into L2 at the block's start
                                (0: off; < 0: the same with per-line prefetches) */
+  int32_t kv_heads_per_block; /* 2: a block reads KV heads 2 y and 2 y + 1 (grid y = H_kv / 2;
+                               fp8 batch decode, head_dim 128, group <= 4, no RoPE,
+                               kv_stride_head = head_dim); else 1 */
+  int32_t pad_;
   float scale_log2;         /* logit scale to base 2 (no soft cap): sm_scale * k_scale * log2(e) */
   float cap_pre;            /* soft cap: t = qk * cap_pre; logit = cap_log2 * tanh(t) */
   float cap_log2;           /* 0: no soft cap */

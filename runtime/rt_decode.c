@@ -25,6 +25,7 @@ struct fi_decode_plan {
   int num_qo_heads, num_kv_heads, head_dim, page_size, q_dt, kv_dt;
   int64_t num_items, grid;
   int split, chunk_pages;
+  int kv_pair; /* 2: blocks of two adjacent KV heads when the cache's heads are adjacent */
   fi_attention_params params;
   char *ws;          /* workspace start (device address) */
   int64_t ws_bytes;
@@ -232,14 +233,16 @@ FI_API fi_status fi_batch_decode_plan(fi_runtime *rt, const fi_batch_decode_info
     return rt_fail(FI_ERR_INVALID_ARGUMENT,
                    "%s: workspace has %lld bytes; %lld are needed (fi_batch_decode_workspace_size)",
                    fn, (long long)ws_bytes, (long long)lay.bytes);
-  /* The block size (rt_decode_pick_warps): over a 16-bit cache the 2-warp kernel's
-   * residency decides it (a CUDA-graph plan decides by max_batch, so re-plans keep the
-   * captured kernel); fp8 has only the 4-warp one. Then the blocks resident at once: the
-   * split target. */
-  const int fp8 = kvdt == JIT_DT_E4M3 || kvdt == JIT_DT_E5M2;
+  /* KV head pairs (rt_decode_kv_pair): a block per request and pair of KV heads. */
+  const int pair = rt_decode_kv_pair(kvdt, info->head_dim, info->num_qo_heads, info->num_kv_heads,
+                                     p->pos_encoding == FI_POS_ROPE_LLAMA);
+  const int block_heads = info->num_kv_heads / pair;
+  /* The block size (rt_decode_pick_warps): the 2-warp kernel's residency decides it (a
+   * CUDA-graph plan decides by max_batch, so re-plans keep the captured kernel). Then
+   * the blocks resident at once: the split target. */
   jit_key key;
   jit_decode_select(0, qdt, kvdt, info->head_dim, info->num_qo_heads / info->num_kv_heads,
-                    p->pos_encoding == FI_POS_ROPE_LLAMA, fp8 ? DECODE_WARPS_SPLIT : DECODE_WARPS_WIDE, &key);
+                    p->pos_encoding == FI_POS_ROPE_LLAMA, DECODE_WARPS_WIDE, &key);
   const int forced = rt_dec_tune_key(&key);
   const rt_device_i *be;
   void *state;
@@ -248,7 +251,7 @@ FI_API fi_status fi_batch_decode_plan(fi_runtime *rt, const fi_batch_decode_info
   if ((st = rt_kernel_get(rt, &key, be, workspace->device.device_id, &k)) != FI_OK) return st;
   int resident;
   if ((st = rt_kernel_resident(rt, k, 32 * (int)key.v[DECODE_P_WARPS], &resident)) != FI_OK) return st;
-  const int warps = rt_decode_pick_warps(kvdt, maxb, info->num_kv_heads, resident);
+  const int warps = rt_decode_pick_warps(kvdt, maxb, block_heads, resident);
   if (!forced && warps != key.v[DECODE_P_WARPS]) {
     key.v[DECODE_P_WARPS] = warps;
     if ((st = rt_kernel_get(rt, &key, be, workspace->device.device_id, &k)) != FI_OK) return st;
@@ -268,7 +271,7 @@ FI_API fi_status fi_batch_decode_plan(fi_runtime *rt, const fi_batch_decode_info
                      fn);
   }
   if (resident > sms * RT_DECODE_MAX_BLOCKS_PER_SM) resident = sms * RT_DECODE_MAX_BLOCKS_PER_SM;
-  int64_t target = rt_decode_target_items(resident, info->num_kv_heads);
+  int64_t target = rt_decode_target_items(resident, block_heads);
   /* FI_DECODE_SPLIT scales the split target (tuning; 1 by default): below 1 fewer,
    * longer chunks, above 1 more chunks than one wave of blocks. */
   const char *sf = getenv("FI_DECODE_SPLIT");
@@ -313,6 +316,7 @@ FI_API fi_status fi_batch_decode_plan(fi_runtime *rt, const fi_batch_decode_info
   pl->lay = lay;
   pl->num_items = n;
   pl->chunk_pages = chunk;
+  pl->kv_pair = pair;
   pl->split = n > B;
   pl->grid = graph ? lay.capacity : n;
   memset(&pl->scalars, 0, sizeof pl->scalars);
@@ -436,8 +440,12 @@ FI_API fi_status fi_batch_decode_run(fi_runtime *rt, const fi_decode_plan *pl,
   kp.num_kv_heads = (int32_t)hkv;
   kp.group = (int32_t)(hq / hkv);
   kp.page_size = pl->page_size;
-  return rt_dec_launch(rt, pl->devtype, pl->device, &pl->key, (unsigned)pl->grid, (unsigned)hkv,
-                32u * (unsigned)pl->key.v[DECODE_P_WARPS], &kp, sizeof kp, stream);
+  /* Head pairs need the two heads' rows side by side (NHD; HND at page_size 1); else a
+   * block a head, in the same plan. */
+  kp.kv_heads_per_block = pl->kv_pair == 2 && kp.kv_stride_head == D ? 2 : 1;
+  return rt_dec_launch(rt, pl->devtype, pl->device, &pl->key, (unsigned)pl->grid,
+                       (unsigned)(hkv / kp.kv_heads_per_block), 32u * (unsigned)pl->key.v[DECODE_P_WARPS],
+                       &kp, sizeof kp, stream);
 }
 
 int rt_decode_plan_offline(const fi_batch_decode_info *info, const fi_attention_params *p,

@@ -20,9 +20,15 @@ typedef struct rt_decode_layout {
  * blocks fit on the device at once: DECODE_WARPS_ONE (1) when they fill nearly a wave
  * of 1-warp blocks (2 x resident_wide; 15/16 of it), else DECODE_WARPS_WIDE (2) when
  * they fill a wave of 4-warp blocks (resident_wide / 2), else DECODE_WARPS_SPLIT (4),
- * and the planner splits the requests. An fp8 cache (kv_dtype JIT_DT_E4M3 or _E5M2) always
- * takes 4 (B = 64, L = 4096, 32/8 on the H200: 3.39 TB/s with 4 warps, 3.23 with 2). */
+ * and the planner splits the requests. An fp8 cache (kv_dtype JIT_DT_E4M3 or _E5M2) has
+ * no 1-warp kernel: 2 or 4 by the same rule. */
 int rt_decode_pick_warps(int kv_dtype, int64_t requests, int num_kv_heads, int64_t resident_wide);
+
+/* KV heads a batch-decode block reads: 2 (a pair of adjacent heads, 256 bytes a token
+ * instead of 128) for an fp8 cache at head_dim 128 with a group of at most 4, an even
+ * num_kv_heads and no RoPE (kernels/decode.cuh), when FI_DECODE_KV_PAIR=1 (tuning;
+ * off by default, 0 turns it off); else 1. */
+int rt_decode_kv_pair(int kv_dtype, int head_dim, int num_qo_heads, int num_kv_heads, int rope);
 
 /* Items the split planner aims at: one wave of `slots` blocks over num_kv_heads heads. */
 int64_t rt_decode_target_items(int64_t slots, int num_kv_heads);

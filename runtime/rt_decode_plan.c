@@ -1,6 +1,7 @@
 /* rt_decode_plan.c: the batch decode planner: how the requests' KV tokens are cut into
  * work items (split-KV when the batch cannot fill the device) and where the tables go. */
 #include <stdio.h>
+#include <stdlib.h>
 
 #include "decode_params.h"
 #include "ops_decode.h"
@@ -10,17 +11,32 @@
  * merge of its warps and of the chunks) outweigh what it reads. */
 #define MIN_CHUNK_TOKENS 128
 
+/* KV head pairs by default (rt_decode_kv_pair): off until measured on the GPU. */
+#define DECODE_KV_PAIR_DEFAULT 0
+
 static int64_t align256(int64_t x) { return (x + 255) & ~(int64_t)255; }
 
 /* Smaller blocks make finer waves: measured on the H200 (bf16, D = 128, 32/8, page 16),
  * B = 64, L = 4096 (512 blocks) 3.96 TB/s with 4 warps, 4.07 with 2, 2.91 with 1 (half
  * the device idle); B = 128, L = 1024 (1024 blocks) 3.10, 3.42, 3.54. A split request's
- * partials and merge grow with its chunk count, so split plans keep the large blocks. */
+ * partials and merge grow with its chunk count, so split plans keep the large blocks.
+ * An fp8 cache has no 1-warp kernel: 2 warps once the blocks fill a wave of 4-warp ones
+ * (e4m3, B = 64, L = 4096: 3.61 TB/s with 2 warps, 3.42 with 4: one wave of blocks
+ * instead of two, each block's start paid once). */
 int rt_decode_pick_warps(int kv_dtype, int64_t requests, int num_kv_heads, int64_t resident_wide) {
-  if (kv_dtype == JIT_DT_E4M3 || kv_dtype == JIT_DT_E5M2) return DECODE_WARPS_SPLIT;
+  const int fp8 = kv_dtype == JIT_DT_E4M3 || kv_dtype == JIT_DT_E5M2;
   const int64_t blocks = requests * (num_kv_heads > 0 ? num_kv_heads : 1);
-  if (blocks * 16 >= 2 * resident_wide * 15) return DECODE_WARPS_ONE;
+  if (!fp8 && blocks * 16 >= 2 * resident_wide * 15) return DECODE_WARPS_ONE;
   return blocks * 2 >= resident_wide ? DECODE_WARPS_WIDE : DECODE_WARPS_SPLIT;
+}
+
+int rt_decode_kv_pair(int kv_dtype, int head_dim, int num_qo_heads, int num_kv_heads, int rope) {
+  const char *e = getenv("FI_DECODE_KV_PAIR");
+  const int on = e && *e ? atoi(e) != 0 : DECODE_KV_PAIR_DEFAULT;
+  if (!on) return 1;
+  const int fp8 = kv_dtype == JIT_DT_E4M3 || kv_dtype == JIT_DT_E5M2;
+  if (!fp8 || head_dim != 128 || rope || num_kv_heads < 2 || num_kv_heads % 2) return 1;
+  return num_qo_heads / num_kv_heads <= 4 ? 2 : 1;
 }
 
 int64_t rt_decode_target_items(int64_t slots, int num_kv_heads) {

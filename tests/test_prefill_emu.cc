@@ -488,9 +488,10 @@ struct fp8_of<fi_e5m2> {
 // random page order) through rt_decode_partition (split when asked: a large target)
 // and the kernel, against the float64 reference. head_pf: the kernel's head_prefetch
 // (tokens an item prefetches at its start; a no-op here but its page lookups run).
+// hp: KV heads a block (2: head pairs, the grid's y halved).
 template <typename QT, typename KVT, int D, int GM, int PF, int ROPE, int WARPS>
 static void decode_batch(int hq, int hkv, int ps, std::vector<int> lens, int window, double cap, int split,
-                         int head_pf = 0) {
+                         int head_pf = 0, int hp = 1) {
   const int bf = sizeof(QT) == 2 && fp8_of<QT>::is == 0 && !std::is_same<QT, fi_half>::value;
   const int F8 = fp8_of<KVT>::is, E4 = fp8_of<KVT>::e4m3, B = (int)lens.size(), G = hq / hkv;
   prob P{bf, D, hq, hkv, 1, window, ROPE, ps, 1, cap, std::vector<int>(B, 1), lens};
@@ -531,10 +532,11 @@ static void decode_batch(int hq, int hkv, int ps, std::vector<int> lens, int win
   dp.items = items.data(), dp.counters = counters.data(), dp.partial_o = po.data(), dp.partial_lse = pl.data();
   dp.num_items = (int32_t)n, dp.num_kv_heads = hkv, dp.group = G, dp.page_size = ps;
   dp.head_prefetch = head_pf;
-  emu::launch((unsigned)n, hkv, 32 * WARPS, [&] { fi::dec::decode<QT, KVT, D, GM, PF, ROPE, 0, WARPS>(dp); });
+  dp.kv_heads_per_block = hp;
+  emu::launch((unsigned)n, hkv / hp, 32 * WARPS, [&] { fi::dec::decode<QT, KVT, D, GM, PF, ROPE, 0, WARPS>(dp); });
   char what[96];
-  snprintf(what, sizeof what, "decode %s%s w%d n=%lld", F8 ? (E4 ? "e4m3 " : "e5m2 ") : "", chunk && n > B ? "split" : "",
-           WARPS, (long long)n);
+  snprintf(what, sizeof what, "decode %s%s w%d n=%lld%s", F8 ? (E4 ? "e4m3 " : "e5m2 ") : "", chunk && n > B ? "split" : "",
+           WARPS, (long long)n, hp > 1 ? " head pairs" : "");
   check(P, d, what);
   for (int x : counters)
     if (x != 0) {
@@ -569,6 +571,12 @@ int main() {
   decode_batch<fi_bf16, fi_bf16, 128, 8, 1, 0, 4>(16, 4, 16, {4200, 40}, -1, 0.0, 1, 256);
   decode_batch<fi_half, fi_half, 64, 8, 1, 0, 1>(4, 2, 16, {2500, 7, 0}, 1000, 0.0, 1, -64);
   decode_batch<fi_half, fi_e4m3, 128, 8, 1, 1, 4>(8, 2, 16, {2300}, -1, 0.0, 1, -4096);
+  // KV head pairs (fp8, head_dim 128, group <= 4): groups 4, 2, 3, 1; split or not; an
+  // empty request; window and soft cap; one buffer; the head prefetch.
+  decode_batch<fi_half, fi_e4m3, 128, 8, 1, 0, 4>(8, 2, 16, {300, 33}, -1, 0.0, 1, 0, 2);
+  decode_batch<fi_bf16, fi_e4m3, 128, 8, 1, 0, 2>(8, 4, 16, {150, 31, 0}, -1, 0.0, 0, 0, 2);
+  decode_batch<fi_bf16, fi_e5m2, 128, 8, 1, 0, 2>(12, 4, 5, {290, 17}, 100, 30.0, 0, 0, 2);
+  decode_batch<fi_half, fi_e4m3, 128, 8, 0, 0, 4>(4, 4, 16, {200}, -1, 0.0, 1, 64, 2);
 
 
   prefill_vs_decode<fi_bf16, 64, 0>(1, 8, 2, 300, -1, 0.0);

@@ -607,6 +607,23 @@ FT_TEST(decode_e4m3_bf16_scales) {
   c.v_scale = 2.0;
   run_case(&c);
 }
+/* KV head pairs (FI_DECODE_KV_PAIR=1; an fp8 cache at head_dim 128, group <= 4,
+ * adjacent heads): groups 4, 2 and 1, a page of 5; HND plans them too but runs a block a
+ * head (the heads' rows are not adjacent there). */
+FT_TEST(decode_fp8_kv_head_pairs) {
+  setenv("FI_DECODE_KV_PAIR", "1", 1);
+  dcase c = base("e4m3 bf16 32/8 pairs", T_BF16, T_E4M3, 128, 32, 8, 16, 0, 4, 2500);
+  c.k_scale = 0.5;
+  run_case(&c);
+  c = base("e5m2 f16 32/16 pairs", T_F16, T_E5M2, 128, 32, 16, 16, 0, 5, 3000);
+  run_case(&c);
+  c = base("e4m3 f16 8/8 ps5 pairs", T_F16, T_E4M3, 128, 8, 8, 5, 0, 6, 700);
+  c.v_scale = 0.5;
+  run_case(&c);
+  c = base("e4m3 bf16 12/4 HND", T_BF16, T_E4M3, 128, 12, 4, 16, 1, 3, 1000);
+  run_case(&c);
+  unsetenv("FI_DECODE_KV_PAIR");
+}
 FT_TEST(decode_e5m2_f16_d256_hnd) {
   dcase c = base("e5m2 f16 D256 8/2 ps8 HND", T_F16, T_E5M2, 256, 8, 2, 8, 1, 3, 900);
   c.k_scale = 0.25;

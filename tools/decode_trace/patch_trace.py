@@ -21,10 +21,18 @@ def rep(a, b):
     s = s.replace(a, b)
 
 
+rep("template <typename QT, typename KVT, int D, int GM, int PF, int ROPE, int SINGLE, int WARPS, int HP>\n"
+    "FI_DEVICE void decode_heads(",
+    "template <typename QT, typename KVT, int D, int GM, int PF, int ROPE, int SINGLE, int WARPS, int HP, int TRC>\n"
+    "FI_DEVICE void decode_heads(")
 rep("template <typename QT, typename KVT, int D, int GM, int PF, int ROPE, int SINGLE, int WARPS>\n"
     "FI_DEVICE void decode(",
     "template <typename QT, typename KVT, int D, int GM, int PF, int ROPE, int SINGLE, int WARPS, int TRC>\n"
     "FI_DEVICE void decode(")
+rep("      decode_heads<QT, KVT, D, GM, PF, ROPE, SINGLE, WARPS, 2>(p);",
+    "      decode_heads<QT, KVT, D, GM, PF, ROPE, SINGLE, WARPS, 2, TRC>(p);")
+rep("  decode_heads<QT, KVT, D, GM, PF, ROPE, SINGLE, WARPS, 1>(p);",
+    "  decode_heads<QT, KVT, D, GM, PF, ROPE, SINGLE, WARPS, 1, TRC>(p);")
 rep("struct tok_loc {\n  int32_t page, slot;\n};", r'''struct tok_loc {
   int32_t page, slot;
 };
@@ -38,8 +46,8 @@ FI_DEVICE void dep(uint32_t &sink, uint32_t x) { asm volatile("xor.b32 %0, %0, %
 #define TR_AT(slot) (((int64_t)(blockIdx.y * gridDim.x + blockIdx.x) * WARPS + warp) * NSL + (slot))
 #define TRS(slot) do { if ((TRC & 1) && lane == 0) g_tr[TR_AT(slot)] = gclk(); } while (0)
 #define TRG(slot) do { if ((TRC & 1) && lane == 0) g_tr[TR_AT(slot)] = gtim(); } while (0)''')
-rep("  const int item = blockIdx.x, hkv = blockIdx.y, G = p.group;\n",
-    r'''  const int item = blockIdx.x, hkv = blockIdx.y, G = p.group;
+rep("  const int item = blockIdx.x, hkv = blockIdx.y * HP, G = p.group, GE = G * HP;\n",
+    r'''  const int item = blockIdx.x, hkv = blockIdx.y * HP, G = p.group, GE = G * HP;
   uint32_t sink = 0;
   if (TRC & 2) { asm volatile("griddepcontrol.launch_dependents;"); asm volatile("griddepcontrol.wait;" ::: "memory"); }
   TRG(0);

@@ -1,0 +1,120 @@
+#!/usr/bin/env python3
+"""patch_variants.py IN OUT: writes a copy of kernels/decode.cuh for tools/decode_fp8/fp8_bench.cu
+(nvcc, not NVRTC) whose kernel template takes one more parameter, X (bits): 1 request-major
+block order (the heads of a request in consecutive blocks), 2 loads only (K and V xor-ed,
+no math: the bound of the access pattern), 4 e4m3 "widened" by byte moves only (wrong
+values: the conversion's cost), 8 e4m3 widened by the integer path (value / 256) instead
+of the hardware cvt, 16 the next-but-one step's K loaded right after this step's S (PF = 1).
+X = 0 is the kernel as it is. Every anchor must match exactly once."""
+import sys
+s=open(sys.argv[1]).read()
+def rep(a,b,cnt=1):
+    global s
+    n=s.count(a)
+    assert n==cnt,(a,n)
+    s=s.replace(a,b)
+rep("template <typename QT, typename KVT, int D, int GM, int PF, int ROPE, int SINGLE, int WARPS, int HP>\nFI_DEVICE void decode_heads(",
+    "template <typename QT, typename KVT, int D, int GM, int PF, int ROPE, int SINGLE, int WARPS, int HP, int X>\nFI_DEVICE void decode_heads(")
+rep("template <typename QT, typename KVT, int D, int GM, int PF, int ROPE, int SINGLE, int WARPS>\nFI_DEVICE void decode(",
+    "template <typename QT, typename KVT, int D, int GM, int PF, int ROPE, int SINGLE, int WARPS, int X = 0>\nFI_DEVICE void decode(")
+rep("      decode_heads<QT, KVT, D, GM, PF, ROPE, SINGLE, WARPS, 2>(p);", "      decode_heads<QT, KVT, D, GM, PF, ROPE, SINGLE, WARPS, 2, X>(p);")
+rep("  decode_heads<QT, KVT, D, GM, PF, ROPE, SINGLE, WARPS, 1>(p);", "  decode_heads<QT, KVT, D, GM, PF, ROPE, SINGLE, WARPS, 1, X>(p);")
+# conversion variants
+rep("  if constexpr (same<KVT, fi_e4m3>::value) wide = KV::E4M3_WIDE;",
+    "  if constexpr (same<KVT, fi_e4m3>::value) wide = (X & 8) ? 1.0f : KV::E4M3_WIDE;")
+rep("  const int item = blockIdx.x, hkv = blockIdx.y * HP, G = p.group, GE = G * HP;",
+    "  const int lin_ = blockIdx.x + blockIdx.y * gridDim.x;\n"
+    "  const int item = (X & 1) ? lin_ / (int)gridDim.y : blockIdx.x, hkv = ((X & 1) ? lin_ % (int)gridDim.y : blockIdx.y) * HP, G = p.group, GE = G * HP;")
+s=s.replace("KV::cvt2(", "cvt2x<KVT, X>(")
+# helper
+rep("// Page lookup of one token", '''template <typename KVT, int X>
+FI_DEVICE void cvt2x(uint32_t w, uint32_t &lo, uint32_t &hi) {
+  if constexpr ((X & 4) != 0) {
+    kv<fi_e5m2>::cvt2(w, lo, hi);
+  } else if constexpr ((X & 8) != 0) {
+    lo = ((prmt(w, 0u, 0x1404u)) & 0x80008000u) | ((prmt(w, 0u, 0x1404u) >> 1) & 0x3f803f80u);
+    hi = ((prmt(w, 0u, 0x3424u)) & 0x80008000u) | ((prmt(w, 0u, 0x3424u) >> 1) & 0x3f803f80u);
+  } else {
+    kv<KVT>::cvt2(w, lo, hi);
+  }
+}
+// Page lookup of one token''')
+# loads-only variant
+rep('''  auto compute = [&](int k, const uint32_t (&kr)[SUB][2][NQ][4], const uint32_t (&vr)[SUB][4][NV][VN]) {
+    uint32_t pb[SUB][H8][2];''','''  uint32_t xacc = 0;
+  auto compute = [&](int k, const uint32_t (&kr)[SUB][2][NQ][4], const uint32_t (&vr)[SUB][4][NV][VN]) {
+    if constexpr ((X & 2) != 0) {
+#pragma unroll
+      for (int u = 0; u < SUB; u++) {
+#pragma unroll
+        for (int t = 0; t < 2; t++)
+#pragma unroll
+          for (int i = 0; i < NQ; i++)
+#pragma unroll
+            for (int j = 0; j < 4; j++) xacc ^= kr[u][t][i][j];
+#pragma unroll
+        for (int t = 0; t < 4; t++)
+#pragma unroll
+          for (int i = 0; i < NV; i++)
+#pragma unroll
+            for (int j = 0; j < VN; j++) xacc ^= vr[u][t][i][j];
+      }
+      return;
+    }
+    uint32_t pb[SUB][H8][2];''')
+rep('''  // ---- merge the warps: each adds its rescaled O^T in turn (no atomics) ----''','''  if ((X & 2) && xacc == 0x9e3779b9u) o[0][0][0] = 1.0f;
+  // ---- merge the warps: each adds its rescaled O^T in turn (no atomics) ----''')
+# early-K variant (X & 16), PF == 1 only
+rep('''    if (PF) {
+      uint32_t ka[SUB][2][NQ][4], va[SUB][4][NV][VN], kb2[SUB][2][NQ][4], vb2[SUB][4][NV][VN];''','''    if (PF && (X & 16)) {
+      uint32_t ka[SUB][2][NQ][4], va[SUB][4][NV][VN], kb2[SUB][2][NQ][4], vb2[SUB][4][NV][VN];
+      {
+        const int64_t off = offset(loc0);
+        load_k(off, ka);
+        load_v(off, va);
+      }
+      if (k0 + WARPS < nst) {
+        const int64_t off = offset(next);
+        load_k(off, kb2);
+        load_v(off, vb2);
+      }
+      next = locate(k0 + 2 * WARPS);
+      for (int i = 3; i <= pfd + 1; i++) prefetch(k0 + i * WARPS);
+      int k = k0;
+      for (;;) {
+        {
+          uint32_t pb[SUB][H8][2];
+          qk_softmax(k, ka, pb);
+          const bool more = k + 2 * WARPS < nst;
+          const int64_t off = offset(next);
+          if (more) load_k(off, ka);
+#pragma unroll
+          for (int u = 0; u < SUB; u++) pv(va[u], pb[u]);
+          if (more) {
+            load_v(off, va);
+            next = locate(k + 3 * WARPS);
+            if (pfd > 0) prefetch(k + (2 + pfd) * WARPS);
+          }
+        }
+        k += WARPS;
+        if (k >= nst) break;
+        {
+          uint32_t pb[SUB][H8][2];
+          qk_softmax(k, kb2, pb);
+          const bool more = k + 2 * WARPS < nst;
+          const int64_t off = offset(next);
+          if (more) load_k(off, kb2);
+#pragma unroll
+          for (int u = 0; u < SUB; u++) pv(vb2[u], pb[u]);
+          if (more) {
+            load_v(off, vb2);
+            next = locate(k + 3 * WARPS);
+            if (pfd > 0) prefetch(k + (2 + pfd) * WARPS);
+          }
+        }
+        k += WARPS;
+        if (k >= nst) break;
+      }
+    } else if (PF) {
+      uint32_t ka[SUB][2][NQ][4], va[SUB][4][NV][VN], kb2[SUB][2][NQ][4], vb2[SUB][4][NV][VN];''')
+open(sys.argv[2],'w').write(s)
