@@ -607,7 +607,7 @@ FT_TEST(decode_e4m3_bf16_scales) {
   c.v_scale = 2.0;
   run_case(&c);
 }
-/* KV head pairs (FI_DECODE_KV_PAIR=1; an fp8 cache at head_dim 128, group <= 4,
+/* KV head pairs (the default, forced with FI_DECODE_KV_PAIR=1; an fp8 cache at head_dim 128, group <= 4,
  * adjacent heads): groups 4, 2 and 1, a page of 5; HND plans them too but runs a block a
  * head (the heads' rows are not adjacent there). */
 FT_TEST(decode_fp8_kv_head_pairs) {
@@ -621,6 +621,11 @@ FT_TEST(decode_fp8_kv_head_pairs) {
   c.v_scale = 0.5;
   run_case(&c);
   c = base("e4m3 bf16 12/4 HND", T_BF16, T_E4M3, 128, 12, 4, 16, 1, 3, 1000);
+  run_case(&c);
+  /* Pairs are the default; the block-a-head kernel they replace stays reachable. */
+  setenv("FI_DECODE_KV_PAIR", "0", 1);
+  c = base("e4m3 bf16 32/8 a head a block", T_BF16, T_E4M3, 128, 32, 8, 16, 0, 4, 2500);
+  c.k_scale = 0.5;
   run_case(&c);
   unsetenv("FI_DECODE_KV_PAIR");
 }
