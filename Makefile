@@ -142,8 +142,9 @@ $(BUILD)/tests/wgmma_attn: tests/gpu/wgmma_attn.c tests/gpu/wgmma_host.h
 	@mkdir -p $(dir $@)
 	$(CC) -O2 -std=c11 -D_DEFAULT_SOURCE -Itests/gpu -Itools -Ikernels -o $@ $< -ldl -lm
 
-# Prefill runs four times: as chosen (wgmma on an H100/H200; the tests' requests are
-# short enough for its one-consumer shape), on its two-consumer shape, with the persistent
+# Prefill runs four times: as chosen (wgmma on an H100/H200; most of the tests' requests
+# are short enough for its one-consumer shape, batch ones at head_dim 128 with 512-2048
+# packed rows take two consumers with four stages), on its 2x128 shape, with the persistent
 # grid capped at 3 blocks (so each block loops over many work units), and on mma.sync alone;
 # sampling also with top-p's exact membership test (FI_SAMPLING_TOPP=exact).
 gpu-test: all $(GPU_BINS) $(BUILD)/tests/probe_store

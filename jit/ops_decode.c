@@ -57,16 +57,17 @@ static int render(const jit_key *k, const char *entry, char *buf, size_t n, int 
 static int render_single(const jit_key *k, const char *e, char *b, size_t n) { return render(k, e, b, n, 1); }
 static int render_batch(const jit_key *k, const char *e, char *b, size_t n) { return render(k, e, b, n, 0); }
 
-/* Every dtype pair, head_dim, row count (group <= 8 or <= 16) and RoPE switch; batch
- * decode with every block size a plan picks: 1, 2 and 4 warps over a 16-bit cache (the
- * first two pairs), 2 and 4 over fp8. */
+/* Every (q, KV) dtype pair, head_dim, row count (group <= 8 or <= 16) and RoPE switch;
+ * batch decode with every block size a plan picks: 1, 2 and 4 warps over a 16-bit cache
+ * (the first two pairs), 2 and 4 over fp8. KV head pairs are no key: the fp8 kernels at
+ * head_dim 128 take them by p.kv_heads_per_block. */
 #define PER_PAIR (NDIMS * 2 * 2)
 static int count_single(void) { return NPAIRS * PER_PAIR; }
 static int count_batch(void) { return count_single() + (2 * 2 + NPAIRS - 2) * PER_PAIR; }
 static void config(int single, int idx, jit_key *out) {
   const int rope = idx % 2, group = (idx / 2) % 2 ? 16 : 8, dim = dims[(idx / 4) % NDIMS];
   int pair = idx / PER_PAIR, warps = DECODE_WARPS_SPLIT;
-  if (pair >= NPAIRS) { /* the 16-bit pairs again with 2 warps, then with 1; the fp8 pairs with 2 */
+  if (pair >= NPAIRS) { /* the 16-bit dtype pairs again with 2 warps, then with 1; the fp8 ones with 2 */
     const int e = pair - NPAIRS;
     warps = e < 2 || e >= 4 ? DECODE_WARPS_WIDE : DECODE_WARPS_ONE;
     pair = e < 4 ? e % 2 : e - 2;

@@ -270,7 +270,8 @@ static int render_wg_batch(const jit_key *k, const char *e, char *b, size_t n) {
  * (128, 0), (128, 1), (128, 2); then head_dim 256 (q tile 128, kv tile 64, no producer)
  * for each dtype. */
 /* Then head_dim 64's three consumers (q tile 192): dtype x kv tile x producer (1, 2). */
-/* Then four stages (FI_PREFILL_STAGES=4): each dtype x (head_dim, q tile, kv tile,
+/* Then four stages (FI_PREFILL_STAGES=4; (128, 128, 64, 2) is also batch prefill's default
+ * at 512-2048 packed rows, rt_prefill.c): each dtype x (head_dim, q tile, kv tile,
  * producer) of wg_four_ok: (64, 192, 64, 2), (64, 192, 128, 1), (64, 128, 128, 2),
  * (128, 128, 64, 2). */
 static int count_wg(void) { return 2 * 2 * 2 * 5 + 2 + 8 + 8; }

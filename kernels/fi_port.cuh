@@ -37,8 +37,10 @@ FI_DEVICE uint32_t float_to_bits(float f) { return (uint32_t)__float_as_int(f); 
 // dependent launch on sm_90 and later, so this grid may start while the
 // previous one in the stream is still running: wait for it to finish (and its
 // writes to be visible) before any load or store, then let the next grid's
-// blocks be scheduled as ours drain. Without that launch attribute (older
-// GPUs, ROCm, FI_PDL=0) both are no-ops.
+// blocks be scheduled as ours drain. Before sm_90 and on ROCm both compile to
+// nothing; on sm_90 launched without the attribute (FI_PDL=0) the wait returns
+// at once, and the trigger still lets a next kernel that was launched with it
+// (the caller's) start early: fi_runtime.h says it must wait.
 FI_DEVICE void fi_pdl_enter() {
 #if FI_CUDA && defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
   asm volatile("griddepcontrol.wait;" ::: "memory");

@@ -30,8 +30,14 @@ extern "C" {
  * scheduled while the previous kernel in the stream finishes, but each one
  * waits for that kernel to complete (and its writes to be visible) before it
  * reads or writes memory, so stream order holds as with a plain launch; it
- * saves about 1 us between two of the runtime's kernels. FI_PDL=0 in the
- * environment (read when the runtime first uses the driver) turns it off. */
+ * saves about 1 us between two of the runtime's kernels. Each kernel also
+ * lets its dependents start at entry: a kernel of yours launched right after
+ * one of ours with programmatic stream serialization allowed may start before
+ * ours finishes, so it must call cudaGridDependencySynchronize (griddepcontrol.
+ * wait) before it reads what ours wrote (FI_PDL=0 does not change that);
+ * plain launches are unaffected. FI_PDL=0 in the environment (read once per
+ * fi_runtime, when it first uses the driver) launches ours without the
+ * attribute. */
 
 /** Every public function returns one of these; FI_OK is zero. */
 typedef enum fi_status {

@@ -1,6 +1,7 @@
 /* rt_device_cuda.c: the CUDA driver backend: libcuda.so.1 dlopen'ed at first use,
  * each device's primary context (the one PyTorch uses), modules, and the launch. */
 #include <pthread.h>
+#include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -39,6 +40,16 @@ typedef struct cu_launch_config {
   cu_launch_attr *attrs;
   unsigned nattrs;
 } cu_launch_config;
+/* cuda.h's sizes and offsets on LP64 (CUlaunchAttribute 72 bytes, value at 8;
+ * CUlaunchConfig 56, hStream at 32): a layout that drifted would hand the driver a
+ * garbled configuration, not a compile error. */
+#define CU_LP64 (sizeof(void *) == 8)
+_Static_assert(!CU_LP64 || (sizeof(cu_launch_attr) == 72 && offsetof(cu_launch_attr, v) == 8),
+               "CUlaunchAttribute");
+_Static_assert(!CU_LP64 || (sizeof(cu_launch_config) == 56 && offsetof(cu_launch_config, stream) == 32 &&
+                            offsetof(cu_launch_config, attrs) == 40 &&
+                            offsetof(cu_launch_config, nattrs) == 48),
+               "CUlaunchConfig");
 
 /* Every driver entry point the runtime calls, resolved once per process
  * (the driver is process-wide); tests swap entries with rt_cuda_fault. */
@@ -261,8 +272,11 @@ static int occupancy(void *state, int dev, void *fn, int threads, unsigned dyn_s
  * drains its last wave (every kernel's entry waits for the previous grid with
  * griddepcontrol.wait before touching memory, fi_pdl_enter in fi_port.cuh, so
  * results are the same). Between two of our kernels that hides ~1 us of
- * launch gap; after anyone else's kernel it changes nothing. FI_PDL=0 turns
- * it off. */
+ * launch gap; after a kernel that does not trigger early (griddepcontrol.
+ * launch_dependents) it changes nothing. Ours trigger at entry, so a kernel
+ * the caller launches after ours with the same attribute may start early too
+ * and must wait (cudaGridDependencySynchronize) before reading our output.
+ * FI_PDL=0 turns it off. */
 static int launch(void *state, int dev, void *fn, const rt_launch *l, void *stream, void *params,
                   size_t bytes, char *err, size_t errlen) {
   (void)bytes;

@@ -169,6 +169,30 @@ FT_TEST(planner_picks_block_size_by_waves) {
   FT_CHECK(rt_decode_pick_warps(JIT_DT_E4M3, 16, 8, wide) == DECODE_WARPS_SPLIT);
 }
 
+/* KV head pairs only where kernels/decode.cuh's decode() takes them (fp8, head_dim 128,
+ * 8-row kernel, no RoPE): a pair planned elsewhere would run the one-head path on half
+ * the grid and leave half the heads unwritten. Group <= 4 keeps a pair's rows within 8. */
+FT_TEST(planner_pairs_kv_heads_only_where_the_kernel_can) {
+  unsetenv("FI_DECODE_KV_PAIR");
+  FT_CHECK(rt_decode_kv_pair(JIT_DT_E4M3, 128, 32, 8, 0) == 2); /* the default: on */
+  FT_CHECK(rt_decode_kv_pair(JIT_DT_E5M2, 128, 8, 8, 0) == 2);
+  FT_CHECK(rt_decode_kv_pair(JIT_DT_E4M3, 128, 2, 2, 0) == 2);
+  FT_CHECK(rt_decode_kv_pair(JIT_DT_BF16, 128, 32, 8, 0) == 1);  /* 16-bit cache */
+  FT_CHECK(rt_decode_kv_pair(JIT_DT_F16, 128, 32, 8, 0) == 1);
+  FT_CHECK(rt_decode_kv_pair(JIT_DT_E4M3, 64, 32, 8, 0) == 1);   /* head_dim */
+  FT_CHECK(rt_decode_kv_pair(JIT_DT_E4M3, 256, 32, 8, 0) == 1);
+  FT_CHECK(rt_decode_kv_pair(JIT_DT_E4M3, 128, 32, 8, 1) == 1);  /* RoPE */
+  FT_CHECK(rt_decode_kv_pair(JIT_DT_E4M3, 128, 40, 8, 0) == 1);  /* group 5 */
+  FT_CHECK(rt_decode_kv_pair(JIT_DT_E4M3, 128, 12, 3, 0) == 1);  /* odd H_kv */
+  FT_CHECK(rt_decode_kv_pair(JIT_DT_E4M3, 128, 4, 1, 0) == 1);   /* one KV head */
+  setenv("FI_DECODE_KV_PAIR", "0", 1);
+  FT_CHECK(rt_decode_kv_pair(JIT_DT_E4M3, 128, 32, 8, 0) == 1);
+  setenv("FI_DECODE_KV_PAIR", "1", 1);
+  FT_CHECK(rt_decode_kv_pair(JIT_DT_E4M3, 128, 32, 8, 0) == 2);
+  FT_CHECK(rt_decode_kv_pair(JIT_DT_E4M3, 128, 32, 8, 1) == 1);
+  unsetenv("FI_DECODE_KV_PAIR");
+}
+
 FT_TEST(planner_refuses_bad_page_tables) {
   char err[256];
   int32_t ip[3] = {0, 4, 2}, lp[2] = {3, 3};

@@ -143,6 +143,37 @@ FT_TEST(render_has_entry_and_includes) {
   free(src);
 }
 
+/* The runtime launches with programmatic dependent launch on sm_90: a kernel's blocks may
+ * start while the previous kernel in the stream still runs, so every entry of every
+ * registered configuration must open with fi_pdl_enter() (its griddepcontrol.wait) before
+ * any load or store. A new op's wrapper without it would read stale data only on Hopper. */
+FT_TEST(every_kernel_entry_waits_for_the_previous_grid) {
+  int entries = 0, bad = 0;
+  for (int o = 0; o < jit_registry_count(); o++) {
+    const jit_op *op = jit_registry_get(o);
+    for (int i = 0; i < op->config_count(); i++) {
+      jit_key k;
+      op->config(i, &k);
+      char *src = NULL, err[256];
+      if (jit_render(&k, "fi_entry", &src, err, sizeof err) != 0) {
+        FT_CHECK(0, "%s config %d: %s", op->name, i, err);
+        bad++;
+        continue;
+      }
+      for (const char *g = strstr(src, "__global__"); g; g = strstr(g + 1, "__global__")) {
+        static const char want[] = "{\n  fi_pdl_enter();\n";
+        const char *body = strchr(g, '{');
+        entries++;
+        if (!body || strncmp(body, want, sizeof want - 1) != 0) {
+          if (bad++ < 5) FT_CHECK(0, "%s config %d: an entry does not open with fi_pdl_enter():\n%s", op->name, i, g);
+        }
+      }
+      free(src);
+    }
+  }
+  FT_CHECK(entries > 0 && bad == 0, "%d of %d entries without fi_pdl_enter()", bad, entries);
+}
+
 FT_TEST(templates_embedded_and_hashed) {
   FT_CHECK(jit_template_find("fi_port.cuh") != NULL);
   FT_CHECK(jit_template_find("rmsnorm.cuh") != NULL);

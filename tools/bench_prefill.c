@@ -270,8 +270,10 @@ static void bench_prefill(fi_runtime *rt, double copy) {
   for (char *x = strtok_r(xbuf, ";", &xs); x; x = strtok_r(NULL, ";", &xs)) {
     pcfg c = {"extra", 0, 0, 0, 0, 0, 0};
     if (sscanf(x, "%d,%d,%d,%d,%d,%d", &c.B, &c.L, &c.hq, &c.hkv, &c.D, &c.causal) != 6 || c.B < 1 || c.L < 1 ||
-        c.hkv < 1 || c.hq % c.hkv)
+        c.hkv < 1 || c.hq < c.hkv || c.hq % c.hkv || (c.D != 64 && c.D != 128 && c.D != 256)) {
+      fprintf(stderr, "FI_BENCH_PREFILL_EXTRA: skipping \"%s\" (B,L,H_qo,H_kv,D,causal; D 64, 128 or 256)\n", x);
       continue;
+    }
     bench_one(rt, &c, tf, wg);
     fflush(stdout);
     if (json) fflush(json);
