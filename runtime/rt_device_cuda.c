@@ -284,9 +284,10 @@ static int launch(void *state, int dev, void *fn, const rt_launch *l, void *stre
   int pushed;
   if (enter(s, dev, &pushed, err, errlen) != 0) return -1;
   void *args[1] = {params};
-  CUresult r;
-  const char *what;
-  if (s->pdl && s->cc[dev] >= 90 && api.cuLaunchKernelEx) {
+  CUresult r = 0;
+  int tried = 0; /* the attribute was asked for */
+  const char *what = "cuLaunchKernel";
+  if (__atomic_load_n(&s->pdl, __ATOMIC_RELAXED) && s->cc[dev] >= 90 && api.cuLaunchKernelEx) {
     cu_launch_attr attr;
     memset(&attr, 0, sizeof attr);
     attr.id = CU_LAUNCH_ATTRIBUTE_PROGRAMMATIC_STREAM_SERIALIZATION;
@@ -297,12 +298,17 @@ static int launch(void *state, int dev, void *fn, const rt_launch *l, void *stre
                                 stream,
                                 &attr,
                                 1};
-    what = "cuLaunchKernelEx";
+    tried = 1;
     r = api.cuLaunchKernelEx(&c, fn, args, NULL);
-  } else {
-    what = "cuLaunchKernel";
+    if (r == 0) what = NULL;
+  }
+  if (what) {
+    /* No attribute asked for, or a driver that refused it (one that cannot record it
+     * in a graph capture, say): a plain launch. If that goes through where the
+     * attribute's did not, the runtime stops asking for it. */
     r = api.cuLaunchKernel(fn, l->grid[0], l->grid[1], l->grid[2], l->block[0], l->block[1],
                            l->block[2], l->shared_bytes, stream, args, NULL);
+    if (r == 0 && tried) __atomic_store_n(&s->pdl, 0, __ATOMIC_RELAXED);
   }
   leave(pushed);
   if (r != 0) {
