@@ -18,6 +18,8 @@
 
 static int64_t align256(int64_t x) { return (x + 255) & ~(int64_t)255; }
 
+static int is_fp8(int kv_dtype) { return kv_dtype == JIT_DT_E4M3 || kv_dtype == JIT_DT_E5M2; }
+
 /* Smaller blocks make finer waves: measured on the H200 (bf16, D = 128, 32/8, page 16),
  * B = 64, L = 4096 (512 blocks) 3.96 TB/s with 4 warps, 4.07 with 2, 2.91 with 1 (half
  * the device idle); B = 128, L = 1024 (1024 blocks) 3.10, 3.42, 3.54. A split request's
@@ -26,9 +28,8 @@ static int64_t align256(int64_t x) { return (x + 255) & ~(int64_t)255; }
  * (e4m3, B = 64, L = 4096: 3.61 TB/s with 2 warps, 3.42 with 4: one wave of blocks
  * instead of two, each block's start paid once). */
 int rt_decode_pick_warps(int kv_dtype, int64_t requests, int num_kv_heads, int64_t resident_wide) {
-  const int fp8 = kv_dtype == JIT_DT_E4M3 || kv_dtype == JIT_DT_E5M2;
   const int64_t blocks = requests * (num_kv_heads > 0 ? num_kv_heads : 1);
-  if (!fp8 && blocks * 16 >= 2 * resident_wide * 15) return DECODE_WARPS_ONE;
+  if (!is_fp8(kv_dtype) && blocks * 16 >= 2 * resident_wide * 15) return DECODE_WARPS_ONE;
   return blocks * 2 >= resident_wide ? DECODE_WARPS_WIDE : DECODE_WARPS_SPLIT;
 }
 
@@ -36,8 +37,7 @@ int rt_decode_kv_pair(int kv_dtype, int head_dim, int num_qo_heads, int num_kv_h
   const char *e = getenv("FI_DECODE_KV_PAIR");
   const int on = e && *e ? atoi(e) != 0 : DECODE_KV_PAIR_DEFAULT;
   if (!on) return 1;
-  const int fp8 = kv_dtype == JIT_DT_E4M3 || kv_dtype == JIT_DT_E5M2;
-  if (!fp8 || head_dim != 128 || rope || num_kv_heads < 2 || num_kv_heads % 2) return 1;
+  if (!is_fp8(kv_dtype) || head_dim != 128 || rope || num_kv_heads < 2 || num_kv_heads % 2) return 1;
   return num_qo_heads / num_kv_heads <= 4 ? 2 : 1;
 }
 

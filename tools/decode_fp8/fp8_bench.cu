@@ -8,6 +8,7 @@
 // kernels are untouched. Usage: decode-fp8-bench (on the GPU machine).
 #include "fi_port.cuh"
 #include "decode.cuh"
+#include "cuda_bench.cuh"
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
@@ -17,7 +18,6 @@
 #include <cuda_runtime.h>
 #include <unistd.h>
 using namespace fi::dec;
-#define CK(x) do { cudaError_t e_ = (x); if (e_ != cudaSuccess) { printf("CUDA %s at %d: %s\n", #x, __LINE__, cudaGetErrorString(e_)); fflush(stdout); _exit(1); } } while (0)
 
 template <typename KVT, int W, int PF, int X>
 __global__ void __launch_bounds__(W * 32) kdec(fi_decode_params p) {
@@ -72,7 +72,6 @@ typedef void (*kfn)(fi_decode_params);
 // mode 0: page sets rotated; 1: every request on the same 32 pages (L2-resident: the math's
 // bound); 2: KV head pairs (p.kv_heads_per_block = 2, grid y halved). pf: p.prefetch.
 struct V { const char *name; kfn f; int W, mode; int pf = 0; };
-cudaEvent_t e0, e1;
 static double time_var(const V &v, int fp8, int batch) {
   fi_decode_params p = base_params(fp8);
   p.prefetch = v.pf;
@@ -82,18 +81,7 @@ static double time_var(const V &v, int fp8, int batch) {
     p.indices = v.mode == 1 ? dixl2 : dix[i % SETS];
     v.f<<<grid, blk>>>(p);
   };
-  for (int i = 0; i < 6; i++) launch(i);
-  CK(cudaDeviceSynchronize()); CK(cudaGetLastError());
-  std::vector<double> ts;
-  for (int r = 0; r < 7; r++) {
-    CK(cudaEventRecord(e0));
-    for (int i = 0; i < batch; i++) launch(r * batch + i);
-    CK(cudaEventRecord(e1)); CK(cudaEventSynchronize(e1));
-    float ms; CK(cudaEventElapsedTime(&ms, e0, e1)); ts.push_back(ms * 1e3 / batch);
-  }
-  CK(cudaGetLastError());
-  std::sort(ts.begin(), ts.end());
-  return ts[3];
+  return median_launch_us(launch, 6, 7, batch);
 }
 // error vs CPU reference over requests 0, 37, 63 (all heads), set 0
 static double check(int fp8, kfn f, int W, int pairs = 0) {
@@ -141,7 +129,6 @@ static double check(int fp8, kfn f, int W, int pairs = 0) {
 int main(int argc, char **argv) {
   setvbuf(stdout, NULL, _IONBF, 0);
   CK(cudaSetDevice(0));
-  CK(cudaEventCreate(&e0)); CK(cudaEventCreate(&e1));
   int clk; cudaDeviceGetAttribute(&clk, cudaDevAttrClockRate, 0); printf("clock %d kHz\n", clk);
   CK(cudaMalloc(&dsink, 4));
   // roofline probe: 1 GiB
@@ -150,10 +137,8 @@ int main(int argc, char **argv) {
     const int64_t n = (1ll << 30) / 16; uint4 *a; CK(cudaMalloc(&a, n * 16)); CK(cudaMemset(a, 1, n * 16));
     int nb; CK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&nb, kprobe, 256, 0));
     int sms; cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, 0);
-    for (int i = 0; i < 3; i++) kprobe<<<sms * nb, 256>>>(a, n, dsink);
-    std::vector<double> ts;
-    for (int r = 0; r < 15; r++) { CK(cudaEventRecord(e0)); kprobe<<<sms * nb, 256>>>(a, n, dsink); CK(cudaEventRecord(e1)); CK(cudaEventSynchronize(e1)); float ms; cudaEventElapsedTime(&ms, e0, e1); ts.push_back(ms); }
-    std::sort(ts.begin(), ts.end()); rd = (n * 16.0) / (ts[7] * 1e-3) / 1e12;
+    const double us = median_launch_us([&](int) { kprobe<<<sms * nb, 256>>>(a, n, dsink); }, 3, 15, 1);
+    rd = (n * 16.0) / (us * 1e-6) / 1e12;
     printf("read roofline: %.3f TB/s\n", rd);
     CK(cudaFree(a));
   }

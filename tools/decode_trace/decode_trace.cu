@@ -11,6 +11,7 @@
 // counter, 12 SM id, 13 sink, 14 globaltimer at the merge's end).
 #include "fi_port.cuh"
 #include "decode.cuh"
+#include "cuda_bench.cuh"
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
@@ -20,7 +21,6 @@
 #include <cuda_runtime.h>
 #include <unistd.h>
 using namespace fi::dec;
-#define CK(x) do { cudaError_t e_ = (x); if (e_ != cudaSuccess) { printf("CUDA %s at %d: %s\n", #x, __LINE__, cudaGetErrorString(e_)); fflush(stdout); _exit(1); } } while (0)
 
 template <int W, int PF, int TRC>
 __global__ void __launch_bounds__(W * 32) kdec(fi_decode_params p) {
@@ -91,7 +91,6 @@ static int make_items(int chunk_pages) {  // uploads header+items, returns n
 }
 typedef void (*kfn)(fi_decode_params);
 struct V { const char *name; kfn f; int W, chunk, mode; };  // mode 0 rotate sets, 1 same set (L2), 2 contiguous pages, 3 read kernel, 4 empty
-cudaEvent_t e0, e1;
 static double time_var(const V &v, int batch, int *nitems) {
   int n = make_items(v.chunk); *nitems = n;
   fi_decode_params p = base_params(); p.num_items = n;
@@ -101,26 +100,11 @@ static double time_var(const V &v, int batch, int *nitems) {
     p.indices = dix[s];
     if (v.mode == 3) kread<<<grid, 256>>>(p, dsink);
     else if (v.mode == 4) kempty<<<grid, blk>>>(p);
-    else if (v.mode == 5) {
-      cudaLaunchConfig_t cfg = {}; cfg.gridDim = grid; cfg.blockDim = blk; cfg.dynamicSmemBytes = 0; cfg.stream = 0;
-      cudaLaunchAttribute at[1]; at[0].id = cudaLaunchAttributeProgrammaticStreamSerialization; at[0].val.programmaticStreamSerializationAllowed = 1;
-      cfg.attrs = at; cfg.numAttrs = 1;
-      CK(cudaLaunchKernelEx(&cfg, v.f, p));
-    } else v.f<<<grid, blk>>>(p);
+    else if (v.mode == 5) launch_pdl(v.f, grid, blk, p);
+    else v.f<<<grid, blk>>>(p);
     CK(cudaGetLastError());
   };
-  for (int i = 0; i < 10; i++) launch(i);
-  CK(cudaDeviceSynchronize());
-  std::vector<double> ts;
-  for (int r = 0; r < 9; r++) {
-    CK(cudaEventRecord(e0));
-    for (int i = 0; i < batch; i++) launch(r * batch + i);
-    CK(cudaEventRecord(e1)); CK(cudaEventSynchronize(e1));
-    float ms; CK(cudaEventElapsedTime(&ms, e0, e1)); ts.push_back(ms * 1e3 / batch);
-  }
-  CK(cudaGetLastError());
-  std::sort(ts.begin(), ts.end());
-  return ts[4];
+  return median_launch_us(launch, 10, 9, batch);
 }
 static double check(int) {  // output vs CPU reference for set 0 (after a run of a variant)
   std::vector<uint16_t> o(HQ * D), q(HQ * D);
@@ -161,7 +145,6 @@ static double check(int) {  // output vs CPU reference for set 0 (after a run of
 int main(int argc, char **argv) {
   setvbuf(stdout, NULL, _IONBF, 0);  // what ran is printed even if a later step fails
   CK(cudaSetDevice(0));
-  CK(cudaEventCreate(&e0)); CK(cudaEventCreate(&e1));
   CK(cudaMalloc(&dk, POOL * PAGE_EL * 2)); CK(cudaMalloc(&dv, POOL * PAGE_EL * 2));
   CK(cudaMalloc(&dq, HQ * D * 2)); CK(cudaMalloc(&dout, HQ * D * 2));
   kfill<<<1024, 256>>>(dk, POOL * PAGE_EL, 1); kfill<<<1024, 256>>>(dv, POOL * PAGE_EL, 2); kfill<<<1, 256>>>(dq, HQ * D, 3);

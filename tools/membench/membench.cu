@@ -5,20 +5,13 @@
 #include "fi_port.cuh"
 #include "layernorm.cuh"
 #include "page.cuh"
+#include "cuda_bench.cuh"
 #include <algorithm>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
 #include <vector>
 
-#define CK(x)                                                                            \
-  do {                                                                                   \
-    cudaError_t e_ = (x);                                                                \
-    if (e_ != cudaSuccess) {                                                             \
-      printf("CUDA %s at line %d: %s\n", #x, __LINE__, cudaGetErrorString(e_));          \
-      exit(1);                                                                           \
-    }                                                                                    \
-  } while (0)
 
 // ---- copies: a grid-stride loop on a given grid, or one 16-byte vector a thread ----
 FI_DEVICE uint4 ld_stream(const uint4 *p) {
@@ -56,19 +49,6 @@ __global__ void __launch_bounds__(256) copy_two_pdl(const uint4 *a, uint4 *b, co
   const uint4 x = ld_stream(a + i), y = ld_stream(c + i);
   st_stream(b + i, x);
   st_stream(d + i, y);
-}
-// A launch with the programmatic-stream-serialization attribute, as the runtime makes on sm_90.
-template <typename... KA, typename... A>
-static void launch_pdl(void (*k)(KA...), int grid, int block, A &&...args) {
-  cudaLaunchConfig_t c = {};
-  c.gridDim = dim3(grid);
-  c.blockDim = dim3(block);
-  cudaLaunchAttribute at[1];
-  at[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
-  at[0].val.programmaticStreamSerializationAllowed = 1;
-  c.attrs = at;
-  c.numAttrs = 1;
-  CK(cudaLaunchKernelEx(&c, k, static_cast<A &&>(args)...));
 }
 
 // ---- the norms' kernels as the runtime renders them ----
@@ -151,26 +131,11 @@ __global__ void __launch_bounds__(64) app_bulk(fi_append_paged_kv_params p) {
 }
 
 // ---- harness ----
-static cudaEvent_t ev0, ev1;
 static double copy_tbs;
+// The median of 9 batches of 20 launches rotating over `sets` input sets.
 template <typename F>
 static double time_us(F launch, int sets) {
-  for (int i = 0; i < 3; i++) launch(i % sets);
-  CK(cudaGetLastError());
-  CK(cudaDeviceSynchronize());
-  std::vector<double> t;
-  for (int r = 0; r < 9; r++) {
-    CK(cudaEventRecord(ev0));
-    for (int i = 0; i < 20; i++) launch((r * 20 + i) % sets);
-    CK(cudaEventRecord(ev1));
-    CK(cudaEventSynchronize(ev1));
-    float ms;
-    CK(cudaEventElapsedTime(&ms, ev0, ev1));
-    t.push_back(ms / 20);
-  }
-  CK(cudaGetLastError());
-  std::sort(t.begin(), t.end());
-  return t[4] * 1e3;
+  return median_launch_us([&](int i) { launch(i % sets); }, 3, 9, 20);
 }
 static void row(const char *name, double us, double bytes) {
   const double tbs = bytes / us / 1e6;
@@ -337,7 +302,6 @@ int main(int argc, char **argv) {
       return 2;
     }
   }
-  CK(cudaEventCreate(&ev0)); CK(cudaEventCreate(&ev1));
   int sms;
   CK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, 0));
   const size_t G = (size_t)1 << 30;
