@@ -35,7 +35,7 @@ __global__ void __launch_bounds__(256) kprobe(const uint4 *v, int64_t n, unsigne
   for (; i + 3 * step < n; i += 4 * step) {
     uint32_t r[4][4];
 #pragma unroll
-    for (int u = 0; u < 4; u++) ldgx<X, 4>(v + i + u * step, r[u]);
+    for (int u = 0; u < 4; u++) ldgx<X, 4>(v + i + u * step, r[u], 0, false);
 #pragma unroll
     for (int u = 0; u < 4; u++) acc ^= r[u][0] ^ r[u][1] ^ r[u][2] ^ r[u][3];
   }
@@ -201,11 +201,12 @@ static void pass(int fp8, int b, int l, double rd) {
       {"W4 KV head pairs, pages in order", kdec<fi_e4m3, 4, 1, 0>, 4, 5},
       {"W2 a head a block", kdec<fi_e4m3, 2, 1, 0>, 2, 0},
       {"W2 a head a block, L2::256B", kdec<fi_e4m3, 2, 1, 32>, 2, 0},
+      {"W4 KV head pairs, evict-first", kdec<fi_e4m3, 4, 1, 256>, 4, 2},
       {"W4 KV head pairs (again)", kdec<fi_e4m3, 4, 1, 0>, 4, 2},
     };
   } else {
     vars = {
-      {"W2 (the plan's block at B=64)", kdec<fi_bf16, 2, 1, 0>, 2, 0},
+      {"W2 (the plan's block at B=64; 16-bit caches evict-first)", kdec<fi_bf16, 2, 1, 0>, 2, 0},
       {"W2 L2::256B", kdec<fi_bf16, 2, 1, 32>, 2, 0},
       {"W2 L2::128B", kdec<fi_bf16, 2, 1, 64>, 2, 0},
       {"W2 loads only", kdec<fi_bf16, 2, 1, 2>, 2, 0},
@@ -213,6 +214,8 @@ static void pass(int fp8, int b, int l, double rd) {
       {"W2 loads only, K in whole lines", kdec<fi_bf16, 2, 1, 130>, 2, 0},
       {"W2 K in whole lines (wrong values)", kdec<fi_bf16, 2, 1, 128>, 2, 0},
       {"W1 loads only", kdec<fi_bf16, 1, 1, 2>, 1, 0},
+      {"W1 plain loads (no evict-first: the kernel until the eighth session)", kdec<fi_bf16, 1, 1, 512>, 1, 0},
+      {"W2 plain loads (no evict-first)", kdec<fi_bf16, 2, 1, 512>, 2, 0},
       {"W1 loads only, K in whole lines", kdec<fi_bf16, 1, 1, 130>, 1, 0},
       {"W2 pages in order", kdec<fi_bf16, 2, 1, 0>, 2, 3},
       {"W2 loads only, pages in order", kdec<fi_bf16, 2, 1, 2>, 2, 3},
@@ -225,6 +228,8 @@ static void pass(int fp8, int b, int l, double rd) {
       {"W2 L2-resident", kdec<fi_bf16, 2, 1, 0>, 2, 1},
       {"W2 (again)", kdec<fi_bf16, 2, 1, 0>, 2, 0},
       {"W1 (again)", kdec<fi_bf16, 1, 1, 0>, 1, 0},
+      {"W1 plain loads (again)", kdec<fi_bf16, 1, 1, 512>, 1, 0},
+      {"W2 plain loads (again)", kdec<fi_bf16, 2, 1, 512>, 2, 0},
       {"W2 L2::256B (again)", kdec<fi_bf16, 2, 1, 32>, 2, 0},
     };
   }

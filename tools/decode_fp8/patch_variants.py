@@ -5,8 +5,8 @@ block order (the heads of a request in consecutive blocks), 2 loads only (K and 
 no math: the bound of the access pattern), 4 e4m3 "widened" by byte moves only (wrong
 values: the conversion's cost), 8 e4m3 widened by the integer path (value / 256) instead
 of the hardware cvt, 16 the next-but-one step's K loaded right after this step's S (PF = 1),
-32 the K / V loads with the L2::256B hint (on a miss the L2 fetches the whole 256-byte
-block), 64 with L2::128B, 128 K loaded in whole 128-byte lines (see below).
+32 / 64 / 256 / 512 the K / V loads with an L2 hint or policy, or none (see below), 128 K
+loaded in whole 128-byte lines (see below).
 X = 0 is the kernel as it is. Every anchor must match exactly once."""
 import sys
 s=open(sys.argv[1]).read()
@@ -28,29 +28,39 @@ rep("  const int item = blockIdx.x, hkv = blockIdx.y * HP, G = p.group, GE = G *
     "  const int lin_ = blockIdx.x + blockIdx.y * gridDim.x;\n"
     "  const int item = (X & 1) ? lin_ / (int)gridDim.y : blockIdx.x, hkv = ((X & 1) ? lin_ % (int)gridDim.y : blockIdx.y) * HP, G = p.group, GE = G * HP;")
 s=s.replace("KV::cvt2(", "cvt2x<KVT, X>(")
-# L2 sector-promotion hints on the K / V loads (X & 32: L2::256B, X & 64: L2::128B)
-rep("ldg_nc<4>(row + KC", "ldgx<X, 4>(row + KC")
+# The K / V loads (the kernel's ldkv): X & 32 with the L2::256B hint (on a miss the L2
+# fetches the whole 256-byte block), 64 with L2::128B, 256 evict-first in L2 whatever the
+# cache, 512 plain (no evict-first: the kernel before the eighth session), else as the
+# kernel does (evict-first for 16-bit caches).
+rep("      ldg_nc(ptr, r);\n", "      ldgx<X>(ptr, r, 0, false);\n")
+rep("      ldg_nc_ef(ptr, r, kv_pol);\n", "      ldgx<X>(ptr, r, kv_pol, true);\n")
 # K in whole 128-byte lines (X & 128, 16-bit caches: the loads-only bound of that pattern;
 # with the math the values are wrong): lane (g, c) loads chunk g + 8 (i & 1) of token
 # 8 t + 4 (i >> 1) + c, so an instruction covers 4 rows x 128 bytes instead of 8 x 64.
-rep("        const KVT *row = kb + shfl64(off, 16 * u + 8 * t + g);\n#pragma unroll\n        for (int i = 0; i < NQ; i++) ldgx<X, 4>(row + KC * (c + 4 * i), kr[u][t][i]);",
+rep("        const KVT *row = kb + shfl64(off, 16 * u + 8 * t + g);\n#pragma unroll\n        for (int i = 0; i < NQ; i++) ldkv(row + KC * (c + 4 * i), kr[u][t][i]);",
     "        const KVT *row = kb + shfl64(off, 16 * u + 8 * t + g);\n"
     "        const KVT *rl0 = kb + shfl64(off, 16 * u + 8 * t + c), *rl1 = kb + shfl64(off, 16 * u + 8 * t + 4 + c);\n"
     "#pragma unroll\n        for (int i = 0; i < NQ; i++) {\n"
-    "          if constexpr ((X & 128) != 0 && NQ == 4) ldgx<X, 4>((i >> 1 ? rl1 : rl0) + KC * (g + 8 * (i & 1)), kr[u][t][i]);\n"
-    "          else ldgx<X, 4>(row + KC * (c + 4 * i), kr[u][t][i]);\n        }")
-rep("ldg_nc<VN>(row + VC", "ldgx<X, VN>(row + VC")
+    "          if constexpr ((X & 128) != 0 && NQ == 4) ldkv((i >> 1 ? rl1 : rl0) + KC * (g + 8 * (i & 1)), kr[u][t][i]);\n"
+    "          else ldkv(row + KC * (c + 4 * i), kr[u][t][i]);\n        }")
 # helper
 rep("// Page lookup of one token", '''template <int X, int N>
-FI_DEVICE void ldgx(const void *p, uint32_t (&r)[N]) {
+FI_DEVICE void ldgx(const void *p, uint32_t (&r)[N], uint64_t pol, bool ef) {
   if constexpr ((X & 32) != 0 && N == 4) {
     asm volatile("ld.global.nc.L1::no_allocate.L2::256B.v4.u32 {%0, %1, %2, %3}, [%4];"
                  : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3]) : "l"(p));
   } else if constexpr ((X & 64) != 0 && N == 4) {
     asm volatile("ld.global.nc.L1::no_allocate.L2::128B.v4.u32 {%0, %1, %2, %3}, [%4];"
                  : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3]) : "l"(p));
-  } else {
+  } else if constexpr ((X & 256) != 0) {
+    ldg_nc_ef<N>(p, r, l2_evict_first());
+  } else if constexpr ((X & 512) != 0) {
     ldg_nc<N>(p, r);
+  } else {
+    if (ef)
+      ldg_nc_ef<N>(p, r, pol);
+    else
+      ldg_nc<N>(p, r);
   }
 }
 template <typename KVT, int X>
