@@ -254,12 +254,6 @@ FI_DEVICE void decode_heads(const fi_decode_params &p) {
   // Per sub-step u: K of tokens g and 8 + g, V of tokens 2c, 2c+1, 8+2c, 9+2c. A 16-bit
   // cache is read evict-first in L2 (decode_mma.cuh says why; fp8 plainly).
   const uint64_t kv_pol = FP8 ? 0 : l2_evict_first();
-  auto ldkv = [&](const KVT *ptr, auto &r) {
-    if constexpr (FP8)
-      ldg_nc(ptr, r);
-    else
-      ldg_nc_ef(ptr, r, kv_pol);
-  };
   auto load_k = [&](int64_t off, uint32_t (&kr)[SUB][2][NQ][4]) {
 #pragma unroll
     for (int u = 0; u < SUB; u++)
@@ -267,7 +261,7 @@ FI_DEVICE void decode_heads(const fi_decode_params &p) {
       for (int t = 0; t < 2; t++) {
         const KVT *row = kb + shfl64(off, 16 * u + 8 * t + g);
 #pragma unroll
-        for (int i = 0; i < NQ; i++) ldkv(row + KC * (c + 4 * i), kr[u][t][i]);
+        for (int i = 0; i < NQ; i++) ldg_kv<!FP8>(row + KC * (c + 4 * i), kr[u][t][i], kv_pol);
       }
   };
   auto load_v = [&](int64_t off, uint32_t (&vr)[SUB][4][NV][VN]) {
@@ -277,7 +271,7 @@ FI_DEVICE void decode_heads(const fi_decode_params &p) {
       for (int t = 0; t < 4; t++) {
         const KVT *row = vb + shfl64(off, 16 * u + 2 * c + (t & 1) + 8 * (t >> 1));
 #pragma unroll
-        for (int s = 0; s < NV; s++) ldkv(row + VC * (g + 8 * s), vr[u][t][s]);
+        for (int s = 0; s < NV; s++) ldg_kv<!FP8>(row + VC * (g + 8 * s), vr[u][t][s], kv_pol);
       }
   };
 

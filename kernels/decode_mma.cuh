@@ -241,6 +241,15 @@ FI_DEVICE void ldg_nc_ef(const void *p, uint32_t (&r)[N], uint64_t pol) {
 #endif
 }
 
+// A KV load: evict-first under pol (EF), else plain.
+template <bool EF, int N>
+FI_DEVICE void ldg_kv(const void *p, uint32_t (&r)[N], uint64_t pol) {
+  if constexpr (EF)
+    ldg_nc_ef<N>(p, r, pol);
+  else
+    ldg_nc<N>(p, r);
+}
+
 // What the kernel needs of the cache's element type: FP8 (1: a byte an element, widened
 // to f16 in registers) and cvt2, which widens 4 fp8 bytes to two f16 pairs (bytes 0, 1
 // to the first word, 2, 3 to the second; the lower byte in the lower half).

@@ -35,7 +35,7 @@ __global__ void __launch_bounds__(256) kprobe(const uint4 *v, int64_t n, unsigne
   for (; i + 3 * step < n; i += 4 * step) {
     uint32_t r[4][4];
 #pragma unroll
-    for (int u = 0; u < 4; u++) ldgx<X, 4>(v + i + u * step, r[u], 0, false);
+    for (int u = 0; u < 4; u++) ldgx<X, false, 4>(v + i + u * step, r[u], 0);
 #pragma unroll
     for (int u = 0; u < 4; u++) acc ^= r[u][0] ^ r[u][1] ^ r[u][2] ^ r[u][3];
   }

@@ -32,20 +32,19 @@ s=s.replace("KV::cvt2(", "cvt2x<KVT, X>(")
 # fetches the whole 256-byte block), 64 with L2::128B, 256 evict-first in L2 whatever the
 # cache, 512 plain (no evict-first: the kernel before the eighth session), else as the
 # kernel does (evict-first for 16-bit caches).
-rep("      ldg_nc(ptr, r);\n", "      ldgx<X>(ptr, r, 0, false);\n")
-rep("      ldg_nc_ef(ptr, r, kv_pol);\n", "      ldgx<X>(ptr, r, kv_pol, true);\n")
+s=s.replace("ldg_kv<!FP8>(", "ldgx<X, !FP8>(")
 # K in whole 128-byte lines (X & 128, 16-bit caches: the loads-only bound of that pattern;
 # with the math the values are wrong): lane (g, c) loads chunk g + 8 (i & 1) of token
 # 8 t + 4 (i >> 1) + c, so an instruction covers 4 rows x 128 bytes instead of 8 x 64.
-rep("        const KVT *row = kb + shfl64(off, 16 * u + 8 * t + g);\n#pragma unroll\n        for (int i = 0; i < NQ; i++) ldkv(row + KC * (c + 4 * i), kr[u][t][i]);",
+rep("        const KVT *row = kb + shfl64(off, 16 * u + 8 * t + g);\n#pragma unroll\n        for (int i = 0; i < NQ; i++) ldgx<X, !FP8>(row + KC * (c + 4 * i), kr[u][t][i], kv_pol);",
     "        const KVT *row = kb + shfl64(off, 16 * u + 8 * t + g);\n"
     "        const KVT *rl0 = kb + shfl64(off, 16 * u + 8 * t + c), *rl1 = kb + shfl64(off, 16 * u + 8 * t + 4 + c);\n"
     "#pragma unroll\n        for (int i = 0; i < NQ; i++) {\n"
-    "          if constexpr ((X & 128) != 0 && NQ == 4) ldkv((i >> 1 ? rl1 : rl0) + KC * (g + 8 * (i & 1)), kr[u][t][i]);\n"
-    "          else ldkv(row + KC * (c + 4 * i), kr[u][t][i]);\n        }")
+    "          if constexpr ((X & 128) != 0 && NQ == 4) ldgx<X, !FP8>((i >> 1 ? rl1 : rl0) + KC * (g + 8 * (i & 1)), kr[u][t][i], kv_pol);\n"
+    "          else ldgx<X, !FP8>(row + KC * (c + 4 * i), kr[u][t][i], kv_pol);\n        }")
 # helper
-rep("// Page lookup of one token", '''template <int X, int N>
-FI_DEVICE void ldgx(const void *p, uint32_t (&r)[N], uint64_t pol, bool ef) {
+rep("// Page lookup of one token", '''template <int X, bool EF, int N>
+FI_DEVICE void ldgx(const void *p, uint32_t (&r)[N], uint64_t pol) {
   if constexpr ((X & 32) != 0 && N == 4) {
     asm volatile("ld.global.nc.L1::no_allocate.L2::256B.v4.u32 {%0, %1, %2, %3}, [%4];"
                  : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3]) : "l"(p));
@@ -57,10 +56,7 @@ FI_DEVICE void ldgx(const void *p, uint32_t (&r)[N], uint64_t pol, bool ef) {
   } else if constexpr ((X & 512) != 0) {
     ldg_nc<N>(p, r);
   } else {
-    if (ef)
-      ldg_nc_ef<N>(p, r, pol);
-    else
-      ldg_nc<N>(p, r);
+    ldg_kv<EF, N>(p, r, pol);
   }
 }
 template <typename KVT, int X>
