@@ -252,8 +252,9 @@ FI_DEVICE void decode_heads(const fi_decode_params &p) {
   }
 
   // Per sub-step u: K of tokens g and 8 + g, V of tokens 2c, 2c+1, 8+2c, 9+2c. A 16-bit
-  // cache is read evict-first in L2 (decode_mma.cuh says why; fp8 plainly).
-  const uint64_t kv_pol = FP8 ? 0 : l2_evict_first();
+  // cache is read under an L2 policy, evict-first unless p.kv_evict is 0 (decode_mma.cuh
+  // says why; fp8 plainly).
+  const uint64_t kv_pol = FP8 ? 0 : p.kv_evict ? l2_evict_first() : l2_evict_normal();
   auto load_k = [&](int64_t off, uint32_t (&kr)[SUB][2][NQ][4]) {
 #pragma unroll
     for (int u = 0; u < SUB; u++)

@@ -222,6 +222,14 @@ FI_DEVICE uint64_t l2_evict_first() {
 #endif
   return pol;
 }
+// The policy of a plain load (for the same instruction with the hint turned off).
+FI_DEVICE uint64_t l2_evict_normal() {
+  uint64_t pol = 0;
+#if FI_CUDA
+  asm volatile("createpolicy.fractional.L2::evict_normal.b64 %0, 1.0;" : "=l"(pol));
+#endif
+  return pol;
+}
 template <int N>
 FI_DEVICE void ldg_nc_ef(const void *p, uint32_t (&r)[N], uint64_t pol) {
   static_assert(N == 2 || N == 4, "8- or 16-byte loads");

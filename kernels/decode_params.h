@@ -57,7 +57,7 @@ typedef struct fi_decode_params {
   int32_t kv_heads_per_block; /* 2: a block reads KV heads 2 y and 2 y + 1 (grid y = H_kv / 2;
                                fp8 batch decode, head_dim 128, group <= 4, no RoPE,
                                kv_stride_head = head_dim); else 1 */
-  int32_t pad_;
+  int32_t kv_evict;         /* 1: a 16-bit cache is read evict-first in L2; 0: evict-normal */
   float scale_log2;         /* logit scale to base 2 (no soft cap): sm_scale * k_scale * log2(e) */
   float cap_pre;            /* soft cap: t = qk * cap_pre; logit = cap_log2 * tanh(t) */
   float cap_log2;           /* 0: no soft cap */

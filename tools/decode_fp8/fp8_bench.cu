@@ -87,6 +87,7 @@ static fi_decode_params base_params(int fp8) {
   p.num_kv_heads = HKV; p.group = HQ / HKV; p.page_size = PS;
   p.scale_log2 = (float)(1.0 / sqrt(128.0) * 1.4426950408889634 * (fp8 ? 256.0 : 1.0)); p.v_scale = fp8 ? 256.0f : 1.0f;
   p.header = dws; p.items = dws + FI_DECODE_HDR_WORDS; p.num_items = B;
+  p.kv_evict = 1;  // as the runtime's default
   return p;
 }
 typedef void (*kfn)(fi_decode_params);
