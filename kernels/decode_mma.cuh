@@ -213,8 +213,9 @@ FI_DEVICE void ldg_nc(const void *p, uint32_t (&r)[N]) {
 // An L2 policy that marks what it covers evict-first, and ldg_nc under such a policy: the
 // KV cache streams through L2 once a run, and marked so it does not push out what is
 // read again (the plan tables, page indices, q). On the H200 (B=64 and B=128 bf16
-// decode) the kernel ran 4% faster with it, level with its loads alone; an fp8 cache ran
-// 2% slower, so only 16-bit caches use it. ROCm: plain loads.
+// decode, the nvcc-built microbenchmark) the kernel ran 4% faster with it, level with its
+// loads alone; an fp8 cache ran 2% slower, so only 16-bit caches use it (and not every
+// block size: decode.cuh). ROCm: plain loads.
 FI_DEVICE uint64_t l2_evict_first() {
   uint64_t pol = 0;
 #if FI_CUDA

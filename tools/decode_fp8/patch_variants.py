@@ -32,16 +32,16 @@ s=s.replace("KV::cvt2(", "cvt2x<KVT, X>(")
 # fetches the whole 256-byte block), 64 with L2::128B, 256 evict-first in L2 whatever the
 # cache, 512 plain (no evict-first: the kernel before the eighth session), else as the
 # kernel does (evict-first for 16-bit caches).
-s=s.replace("ldg_kv<!FP8>(", "ldgx<X, !FP8>(")
+s=s.replace("ldg_kv<KV_HINT>(", "ldgx<X, KV_HINT>(")
 # K in whole 128-byte lines (X & 128, 16-bit caches: the loads-only bound of that pattern;
 # with the math the values are wrong): lane (g, c) loads chunk g + 8 (i & 1) of token
 # 8 t + 4 (i >> 1) + c, so an instruction covers 4 rows x 128 bytes instead of 8 x 64.
-rep("        const KVT *row = kb + shfl64(off, 16 * u + 8 * t + g);\n#pragma unroll\n        for (int i = 0; i < NQ; i++) ldgx<X, !FP8>(row + KC * (c + 4 * i), kr[u][t][i], kv_pol);",
+rep("        const KVT *row = kb + shfl64(off, 16 * u + 8 * t + g);\n#pragma unroll\n        for (int i = 0; i < NQ; i++) ldgx<X, KV_HINT>(row + KC * (c + 4 * i), kr[u][t][i], kv_pol);",
     "        const KVT *row = kb + shfl64(off, 16 * u + 8 * t + g);\n"
     "        const KVT *rl0 = kb + shfl64(off, 16 * u + 8 * t + c), *rl1 = kb + shfl64(off, 16 * u + 8 * t + 4 + c);\n"
     "#pragma unroll\n        for (int i = 0; i < NQ; i++) {\n"
-    "          if constexpr ((X & 128) != 0 && NQ == 4) ldgx<X, !FP8>((i >> 1 ? rl1 : rl0) + KC * (g + 8 * (i & 1)), kr[u][t][i], kv_pol);\n"
-    "          else ldgx<X, !FP8>(row + KC * (c + 4 * i), kr[u][t][i], kv_pol);\n        }")
+    "          if constexpr ((X & 128) != 0 && NQ == 4) ldgx<X, KV_HINT>((i >> 1 ? rl1 : rl0) + KC * (g + 8 * (i & 1)), kr[u][t][i], kv_pol);\n"
+    "          else ldgx<X, KV_HINT>(row + KC * (c + 4 * i), kr[u][t][i], kv_pol);\n        }")
 # helper
 rep("// Page lookup of one token", '''template <int X, bool EF, int N>
 FI_DEVICE void ldgx(const void *p, uint32_t (&r)[N], uint64_t pol) {
