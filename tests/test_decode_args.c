@@ -12,6 +12,7 @@
 #include "jit_registry.h"
 #include "ops_decode.h"
 #include "rt_decode.h"
+#include "rt_decode_args.h"
 #include "rt_internal.h"
 
 #define IW FI_DECODE_ITEM_WORDS
@@ -191,6 +192,27 @@ FT_TEST(planner_pairs_kv_heads_only_where_the_kernel_can) {
   FT_CHECK(rt_decode_kv_pair(JIT_DT_E4M3, 128, 32, 8, 0) == 2);
   FT_CHECK(rt_decode_kv_pair(JIT_DT_E4M3, 128, 32, 8, 1) == 1);
   unsetenv("FI_DECODE_KV_PAIR");
+}
+
+/* The KV cache's L2 policy (fi_decode_params.kv_evict): evict-first unless
+ * FI_DECODE_EVICT=0, for single decode and every plan alike (rt_dec_fill_scalars). */
+FT_TEST(kv_cache_read_evict_first_unless_turned_off) {
+  fi_attention_params ap;
+  memset(&ap, 0, sizeof ap);
+  ap.window_left = -1;
+  ap.k_scale = ap.v_scale = 1.0f;
+  fi_decode_params k;
+  unsetenv("FI_DECODE_EVICT");
+  memset(&k, 0x5a, sizeof k);
+  rt_dec_fill_scalars(&k, &ap, 128, JIT_DT_BF16);
+  FT_CHECK(k.kv_evict == 1, "default %d", k.kv_evict);
+  setenv("FI_DECODE_EVICT", "0", 1);
+  rt_dec_fill_scalars(&k, &ap, 128, JIT_DT_BF16);
+  FT_CHECK(k.kv_evict == 0, "FI_DECODE_EVICT=0 gave %d", k.kv_evict);
+  setenv("FI_DECODE_EVICT", "1", 1);
+  rt_dec_fill_scalars(&k, &ap, 128, JIT_DT_BF16);
+  FT_CHECK(k.kv_evict == 1, "FI_DECODE_EVICT=1 gave %d", k.kv_evict);
+  unsetenv("FI_DECODE_EVICT");
 }
 
 FT_TEST(planner_refuses_bad_page_tables) {
