@@ -210,12 +210,13 @@ FI_DEVICE void ldg_nc(const void *p, uint32_t (&r)[N]) {
 #endif
 }
 
-// An L2 policy that marks what it covers evict-first, and ldg_nc under such a policy: the
-// KV cache streams through L2 once a run, and marked so it does not push out what is
-// read again (the plan tables, page indices, q). On the H200 (B=64 and B=128 bf16
-// decode, the nvcc-built microbenchmark) the kernel ran 4% faster with it, level with its
-// loads alone; an fp8 cache ran 2% slower, so only 16-bit caches use it (and not every
-// block size: decode.cuh). ROCm: plain loads.
+// ldg_nc with an L2 cache-hint policy (evict-first: the KV cache is read once a run, and
+// should not push out what is read again). On the H200 the nvcc-built decode ran 4% faster
+// with the hinted load than with the plain one (B=64 and B=128 bf16, level with its loads
+// alone), an fp8 cache 2% slower; in fi-bench evict-first and evict-normal through this
+// instruction measured level, so the gain is the instruction's, not the policy's (not
+// understood). Only 16-bit caches use it, and not every block size (decode.cuh).
+// ROCm: plain loads.
 FI_DEVICE uint64_t l2_evict_first() {
   uint64_t pol = 0;
 #if FI_CUDA
