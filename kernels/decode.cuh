@@ -257,7 +257,7 @@ FI_DEVICE void decode_heads(const fi_decode_params &p) {
   // hinted load at B=64 (3.84-3.85 TB/s against 4.06 with the plain one, either policy;
   // its 1- and 4-warp kernels 1.5-2.5% faster), so it and fp8 caches load plainly.
   constexpr bool KV_HINT = !FP8 && WARPS != 2;
-  const uint64_t kv_pol = !KV_HINT ? 0 : p.kv_evict ? l2_evict_first() : l2_evict_normal();
+  const uint64_t kv_pol = KV_HINT ? l2_kv_policy(p.kv_evict) : 0;
   auto load_k = [&](int64_t off, uint32_t (&kr)[SUB][2][NQ][4]) {
 #pragma unroll
     for (int u = 0; u < SUB; u++)

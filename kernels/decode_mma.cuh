@@ -216,19 +216,16 @@ FI_DEVICE void ldg_nc(const void *p, uint32_t (&r)[N]) {
 // alone), an fp8 cache 2% slower; in fi-bench evict-first and evict-normal through this
 // instruction measured level, so the gain is the instruction's, not the policy's (not
 // understood). Only 16-bit caches use it, and not every block size (decode.cuh).
-// ROCm: plain loads.
-FI_DEVICE uint64_t l2_evict_first() {
+// ROCm: plain loads. The policy: evict-first, or evict-normal (a plain load's).
+FI_DEVICE uint64_t l2_kv_policy(int evict_first) {
   uint64_t pol = 0;
 #if FI_CUDA
-  asm volatile("createpolicy.fractional.L2::evict_first.b64 %0, 1.0;" : "=l"(pol));
-#endif
-  return pol;
-}
-// The policy of a plain load (for the same instruction with the hint turned off).
-FI_DEVICE uint64_t l2_evict_normal() {
-  uint64_t pol = 0;
-#if FI_CUDA
-  asm volatile("createpolicy.fractional.L2::evict_normal.b64 %0, 1.0;" : "=l"(pol));
+  if (evict_first)
+    asm volatile("createpolicy.fractional.L2::evict_first.b64 %0, 1.0;" : "=l"(pol));
+  else
+    asm volatile("createpolicy.fractional.L2::evict_normal.b64 %0, 1.0;" : "=l"(pol));
+#else
+  (void)evict_first;
 #endif
   return pol;
 }

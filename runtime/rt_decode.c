@@ -323,6 +323,7 @@ FI_API fi_status fi_batch_decode_plan(fi_runtime *rt, const fi_batch_decode_info
   rt_dec_fill_scalars(&pl->scalars, p, info->head_dim, kvdt);
   pl->scalars.prefetch = rt_dec_prefetch_steps();
   pl->scalars.head_prefetch = rt_dec_head_prefetch();
+  pl->scalars.kv_evict = rt_dec_kv_evict();
   tab[0] = (int32_t)n;
   tab[1] = B;
   tab[2] = chunk;

@@ -91,7 +91,8 @@ int rt_dec_prefetch_steps(void) {
 }
 
 /* FI_DECODE_EVICT=0 reads a 16-bit KV cache with an evict-normal L2 policy instead of
- * evict-first (fi_decode_params.kv_evict). */
+ * evict-first (fi_decode_params.kv_evict; tuning, read at each batch plan: single
+ * decode and the call-time paths keep the default without reading the environment). */
 #define DECODE_EVICT_DEFAULT 1
 int rt_dec_kv_evict(void) {
   const char *e = getenv("FI_DECODE_EVICT");
@@ -125,7 +126,7 @@ int rt_dec_tune_key(jit_key *key) {
 /* The kernel's scale, soft cap and RoPE fields. */
 void rt_dec_fill_scalars(fi_decode_params *k, const fi_attention_params *p, int D, int kvdt) {
   k->prefetch = DECODE_PREFETCH_DEFAULT;
-  k->kv_evict = rt_dec_kv_evict();
+  k->kv_evict = DECODE_EVICT_DEFAULT;
   const double LOG2E = 1.4426950408889634;
   const double sm = p->sm_scale > 0 ? p->sm_scale : 1.0 / sqrt((double)D);
   /* e4m3 is widened to f16 as value / 256: the 256 comes back in the scales. */

@@ -194,8 +194,9 @@ FT_TEST(planner_pairs_kv_heads_only_where_the_kernel_can) {
   unsetenv("FI_DECODE_KV_PAIR");
 }
 
-/* The KV cache's L2 policy (fi_decode_params.kv_evict): evict-first unless
- * FI_DECODE_EVICT=0, for single decode and every plan alike (rt_dec_fill_scalars). */
+/* The KV cache's L2 policy (fi_decode_params.kv_evict): evict-first by default (every
+ * call's scalars, rt_dec_fill_scalars), FI_DECODE_EVICT=0 / 1 at a batch plan
+ * (rt_dec_kv_evict). */
 FT_TEST(kv_cache_read_evict_first_unless_turned_off) {
   fi_attention_params ap;
   memset(&ap, 0, sizeof ap);
@@ -206,12 +207,13 @@ FT_TEST(kv_cache_read_evict_first_unless_turned_off) {
   memset(&k, 0x5a, sizeof k);
   rt_dec_fill_scalars(&k, &ap, 128, JIT_DT_BF16);
   FT_CHECK(k.kv_evict == 1, "default %d", k.kv_evict);
+  FT_CHECK(rt_dec_kv_evict() == 1);
   setenv("FI_DECODE_EVICT", "0", 1);
+  FT_CHECK(rt_dec_kv_evict() == 0, "FI_DECODE_EVICT=0 gave %d", rt_dec_kv_evict());
   rt_dec_fill_scalars(&k, &ap, 128, JIT_DT_BF16);
-  FT_CHECK(k.kv_evict == 0, "FI_DECODE_EVICT=0 gave %d", k.kv_evict);
+  FT_CHECK(k.kv_evict == 1, "the per-call scalars read the environment: %d", k.kv_evict);
   setenv("FI_DECODE_EVICT", "1", 1);
-  rt_dec_fill_scalars(&k, &ap, 128, JIT_DT_BF16);
-  FT_CHECK(k.kv_evict == 1, "FI_DECODE_EVICT=1 gave %d", k.kv_evict);
+  FT_CHECK(rt_dec_kv_evict() == 1, "FI_DECODE_EVICT=1 gave %d", rt_dec_kv_evict());
   unsetenv("FI_DECODE_EVICT");
 }
 

@@ -59,17 +59,21 @@ typedef struct dcfg {
   int B, L, hq, hkv, hnd, fp8;
 } dcfg;
 
-/* The K and V pools' bytes for a configuration: at least 1 GiB of K + V, whole page sets. */
+/* Bytes of one K (or V) page: 16 slots of the KV heads at head_dim 128. */
+static int64_t page_bytes_of(const dcfg *c) { return (int64_t)16 * c->hkv * 128 * (c->fp8 ? 1 : 2); }
+
+/* Pages in a configuration's K and V pools: at least 1 GiB of K + V, whole page sets
+ * (*need_out: the pages of one set). */
 static int64_t pool_pages(const dcfg *c, int64_t *need_out) {
   const int64_t ppr = (c->L + 15) / 16, need = (int64_t)c->B * ppr;
-  const int64_t page_bytes = (int64_t)16 * c->hkv * 128 * (c->fp8 ? 1 : 2);
+  const int64_t page_bytes = page_bytes_of(c);
   int64_t pool = need;
   while (pool * page_bytes * 2 < ((int64_t)1 << 30)) pool += need;
   if (need_out) *need_out = need;
   return pool;
 }
 static int64_t pool_bytes(const dcfg *c) {
-  return pool_pages(c, NULL) * 16 * c->hkv * 128 * (c->fp8 ? 1 : 2);
+  return pool_pages(c, NULL) * page_bytes_of(c);
 }
 
 /* Every configuration's K and V pools are carved from two arenas allocated once for the
@@ -86,7 +90,7 @@ static int64_t arena_bytes;
 static double bench_one(fi_runtime *rt, const dcfg *c, double read_tbs) {
   const int D = 128, ps = 16, B = c->B, L = c->L, es = c->fp8 ? 1 : 2;
   const int64_t ppr = (L + ps - 1) / ps;
-  const int64_t page_bytes = (int64_t)ps * c->hkv * D * es;
+  const int64_t page_bytes = page_bytes_of(c);
   int64_t need;
   const int64_t pool = pool_pages(c, &need);
   const int sets = (int)(pool / need) > 8 ? 8 : (int)(pool / need);

@@ -52,7 +52,7 @@ FI_DEVICE void ldgx(const void *p, uint32_t (&r)[N], uint64_t pol) {
     asm volatile("ld.global.nc.L1::no_allocate.L2::128B.v4.u32 {%0, %1, %2, %3}, [%4];"
                  : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3]) : "l"(p));
   } else if constexpr ((X & 256) != 0) {
-    ldg_nc_ef<N>(p, r, l2_evict_first());
+    ldg_nc_ef<N>(p, r, l2_kv_policy(1));
   } else if constexpr ((X & 512) != 0) {
     ldg_nc<N>(p, r);
   } else {
