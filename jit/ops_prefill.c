@@ -226,6 +226,7 @@ static int wg_four_ok(const int64_t *v) {
 void jit_prefill_wgmma_stages(jit_key *k, int stages) {
   if (stages == 4 && wg_four_ok(k->v)) k->v[PREFILL_WG_P_STAGES] = 4;
 }
+void jit_prefill_wgmma_soft_cap(jit_key *k, int on) { k->v[PREFILL_WG_P_SOFT_CAP] = on ? 1 : 0; }
 
 /* wgmma exists on sm_90a alone: a Hopper device (sm_90) runs the sm_90a binary. */
 static const char *wg_arch(const char *arch) {
@@ -254,13 +255,13 @@ static int render_wg(const jit_key *k, const char *entry, char *buf, size_t n, i
                    "extern \"C\" __global__ void __launch_bounds__(%u, %d)\n"
                    "%s(fi_prefill_kparams p) {\n"
                    "  fi_pdl_enter();\n"
-                   "  fi::wg::prefill_wgmma<%s, %d, %d, %d, %d, 1, %d, %d>(p);\n"
+                   "  fi::wg::prefill_wgmma<%s, %d, %d, %d, %d, 1, %d, %d, %d>(p);\n"
                    "}\n",
                    threads, threads == 256 && v[PREFILL_WG_P_PRODUCER] ? 2 : 1, entry,
                    jit_dtype_cxx((int)v[PREFILL_WG_P_DTYPE]),
                    (int)v[PREFILL_WG_P_HEAD_DIM], (int)v[PREFILL_WG_P_KV_TILE],
                    (int)v[PREFILL_WG_P_WARPGROUPS], single, (int)v[PREFILL_WG_P_PRODUCER],
-                   (int)v[PREFILL_WG_P_STAGES]);
+                   (int)v[PREFILL_WG_P_STAGES], (int)v[PREFILL_WG_P_SOFT_CAP]);
   return w < 0 || (size_t)w >= n ? -1 : w;
 }
 static int render_wg_single(const jit_key *k, const char *e, char *b, size_t n) { return render_wg(k, e, b, n, 1); }
@@ -274,8 +275,14 @@ static int render_wg_batch(const jit_key *k, const char *e, char *b, size_t n) {
  * at 512-2048 packed rows, rt_prefill.c): each dtype x (head_dim, q tile, kv tile,
  * producer) of wg_four_ok: (64, 192, 64, 2), (64, 192, 128, 1), (64, 128, 128, 2),
  * (128, 128, 64, 2). */
-static int count_wg(void) { return 2 * 2 * 2 * 5 + 2 + 8 + 8; }
+/* Each of them without the soft cap's code (even index) and with it (odd). */
+static int count_wg(void) { return 2 * (2 * 2 * 2 * 5 + 2 + 8 + 8); }
+static void config_wg_shape(int single, int idx, jit_key *out);
 static void config_wg(int single, int idx, jit_key *out) {
+  config_wg_shape(single, idx / 2, out);
+  jit_prefill_wgmma_soft_cap(out, idx % 2);
+}
+static void config_wg_shape(int single, int idx, jit_key *out) {
   static const int qp[5][2] = {{64, 0}, {64, 1}, {128, 0}, {128, 1}, {128, 2}};
   if (idx >= 50) {
     static const int f[4][4] = {{64, 192, 64, 2}, {64, 192, 128, 1}, {64, 128, 128, 2}, {128, 128, 64, 2}};
@@ -303,12 +310,12 @@ static void config_wg_batch(int idx, jit_key *out) { config_wg(0, idx, out); }
 
 #define PREFILL_WG_PARAMS                                                                \
   {{"dtype", JIT_P_DTYPE}, {"head_dim", JIT_P_INT}, {"warpgroups", JIT_P_INT}, {"kv_tile", JIT_P_INT}, \
-   {"producer", JIT_P_INT}, {"stages", JIT_P_INT}}
+   {"producer", JIT_P_INT}, {"stages", JIT_P_INT}, {"soft_cap", JIT_P_INT}}
 
 const jit_op jit_op_single_prefill_sm90 = {
     .name = "single_prefill_sm90",
     .template_name = "prefill_wgmma.cuh",
-    .nparams = 6,
+    .nparams = 7,
     .params = PREFILL_WG_PARAMS,
     .render_entry = render_wg_single,
     .config_count = count_wg,
@@ -320,7 +327,7 @@ const jit_op jit_op_single_prefill_sm90 = {
 const jit_op jit_op_batch_prefill_sm90 = {
     .name = "batch_prefill_sm90",
     .template_name = "prefill_wgmma.cuh",
-    .nparams = 6,
+    .nparams = 7,
     .params = PREFILL_WG_PARAMS,
     .render_entry = render_wg_batch,
     .config_count = count_wg,

@@ -27,7 +27,10 @@ enum {
   PREFILL_WG_P_PRODUCER,   /* 0: every thread loads; 1: a producer warpgroup does (warp
                             * specialization); 2: and the consumers ping-pong (q tile
                             * 128 or 192) */
-  PREFILL_WG_P_STAGES      /* K / V stages: 2, or 4 (jit_prefill_wgmma_stages) */
+  PREFILL_WG_P_STAGES,     /* K / V stages: 2, or 4 (jit_prefill_wgmma_stages) */
+  PREFILL_WG_P_SOFT_CAP    /* 1: the logits soft cap's code is compiled in (a call with a
+                            * cap); 0: left out, which also shortens the kernel enough to
+                            * matter to the instruction cache (jit_prefill_wgmma_soft_cap) */
 };
 
 /* The q tile (rows: 16, 64 or 128) for a head_dim and the most packed rows (query tokens
@@ -50,6 +53,9 @@ void jit_prefill_wgmma_select(int single, int dtype, int head_dim, int q_tile, i
                               jit_key *out);
 /* Four K / V stages on the key where registered (else it keeps two). */
 void jit_prefill_wgmma_stages(jit_key *k, int stages);
+/* The soft cap's code in the kernel (on: a call with logits_soft_cap != 0); select
+ * leaves it out. Every shape is registered both ways. */
+void jit_prefill_wgmma_soft_cap(jit_key *k, int on);
 /* Whether a key is a wgmma one, and its q tile (rows) either way. */
 int jit_prefill_is_wgmma(const jit_key *k);
 int jit_prefill_key_q_tile(const jit_key *k);

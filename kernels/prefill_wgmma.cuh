@@ -56,6 +56,14 @@
 #ifndef FI_WG_KDESC
 #define FI_WG_KDESC 0
 #endif
+// Phase marks for tools/prefill_trace (an nvcc build that defines FI_WG_TRACE and
+// fi_wg_mark); nothing otherwise, so the runtime's kernels are unchanged. Placed only where
+// no wgmma is in flight (a branch there would serialize it).
+#ifdef FI_WG_TRACE
+#define FI_WG_MARK(role, seq, slot, val) fi_wg_mark(role, seq, slot, val)
+#else
+#define FI_WG_MARK(role, seq, slot, val) ((void)(slot))
+#endif
 #ifndef FI_WG_VDESC
 #define FI_WG_VDESC 0
 #endif
@@ -231,7 +239,7 @@ struct smem_size {
 // stay on prefill.cuh).
 // NS: K / V stages (2; more with a producer where shared memory allows: the producer runs
 // up to NS - 1 tiles ahead).
-template <typename T, int D, int KT, int NWG, int SINGLE, int OV, int WS, int NS = 2>
+template <typename T, int D, int KT, int NWG, int SINGLE, int OV, int WS, int NS = 2, int CAP = 1>
 FI_DEVICE void prefill_wgmma(const fi_prefill_kparams &p) {
   // ping-pong: 2 consumers take turns; 3 (head_dim 64) a round robin, as FA3's hdim-64 shape
   constexpr bool PP = WS == 2 && NWG >= 2;
@@ -261,8 +269,9 @@ FI_DEVICE void prefill_wgmma(const fi_prefill_kparams &p) {
   // ---- warp specialization: mbarriers after the offset tables ----
   // bar_q(i): Q buffer i landed and its unit published (128 producer arrivals and
   // thread 0's for slot_u[i]); full_k/full_v(b): K / V of stage b
-  // landed (128); empty_k/empty_v(b), empty_q(i): every consumer warp is done reading it
-  // (4 NWG). Stages and Q buffers alternate over the block's whole sequence of tiles and
+  // landed (128); empty_k/empty_v(b): every consumer warp is done reading it (4 NWG);
+  // empty_q(i): every consumer thread is done with it (128 NWG: its unit's products and
+  // the output staged there, below). Stages and Q buffers alternate over the block's whole sequence of tiles and
   // of work units, so the phases carry from one unit to the next.
   const uint32_t bars = sbase + QREG + 2 * NS * KV_BYTES + 3 * KT * 8;
   auto bar_q = [&](int i) -> uint32_t { return bars + 8 * i; };
@@ -294,7 +303,7 @@ FI_DEVICE void prefill_wgmma(const fi_prefill_kparams &p) {
     if (tid == 0) {
       for (int b = 0; b < 2; b++) {
         mbar_init(bar_q(b), 129);
-        mbar_init(empty_q(b), 4 * NWG);
+        mbar_init(empty_q(b), 128 * NWG);  // every consumer thread (branch-free arrivals)
       }
       for (int b = 0; b < NS; b++) {
         mbar_init(full_k(b), 128);
@@ -328,6 +337,49 @@ FI_DEVICE void prefill_wgmma(const fi_prefill_kparams &p) {
   const int u0 = lin ? (int)blockIdx.x : 0, ustep = lin ? (int)gridDim.x : 1;
   int32_t *const slot_u = reinterpret_cast<int32_t *>(wg_smem + (bars - smem_addr(wg_smem)) + 32 + 32 * NS);
   int tbase = 0, qn = 0;
+  // The staged output of the unit before (consumers, WS): this lane's first shared-memory
+  // chunk, the Q buffer's empty barrier, its first row's global address, packed row and
+  // head remainder, and the unit's last row (-1: nothing pending).
+  uint32_t pend_sm = 0, pend_bar = 0;
+  T *pend_ptr = nullptr;
+  int pend_rem = 0, pend_r = 0, pend_rlast = -1;
+  // Copies it out and releases its Q buffer; branch-free (predicated), so that it can run
+  // while a wgmma is in flight (a branch there makes ptxas serialize the wgmma): lane
+  // copies chunk lane % CH of rows lane / CH + RS k of the warp's 16; all loads first, then
+  // the release (an mbarrier arrive: release semantics, so it waits for the loads, not
+  // for these stores), then the stores.
+  auto copy_out = [&]() {
+    constexpr int RS = 32 / (D / 8), NK = 16 / RS;
+    static_assert(!WS || (RS >= 1 && 16 % RS == 0), "output rows a step");
+    const int G_ = p.group;
+    const int dq = RS / G_, dr = RS - dq * G_;
+    const int64_t st = p.out_stride_tok, sh = p.out_stride_head;
+    const int64_t step = (int64_t)dq * st + (int64_t)dr * sh, wrap = st - (int64_t)G_ * sh;
+    const int ch = lane % (D / 8), xb = lane / (D / 8);  // row lr0 = 16 wwarp + xb: lr0 % 8 = xb
+    uint32_t x[NK][4];
+#pragma unroll
+    for (int k = 0; k < NK; k++)
+      asm volatile("ld.shared.v4.b32 {%0, %1, %2, %3}, [%4];"
+                   : "=r"(x[k][0]), "=r"(x[k][1]), "=r"(x[k][2]), "=r"(x[k][3])
+                   : "r"(pend_sm + (uint32_t)(RS * k * 128) + (uint32_t)(((ch & 7) ^ ((xb + RS * k) & 7)) << 4)));
+    asm volatile("{ .reg .pred p; .reg .b64 st; setp.ge.s32 p, %1, 0; @p mbarrier.arrive.shared::cta.b64 st, [%0]; }" ::"r"(pend_bar),
+                 "r"(pend_rlast)
+                 : "memory");
+    int r = pend_r, rem = pend_rem;
+    T *ptr = pend_ptr;
+#pragma unroll
+    for (int k = 0; k < NK; k++) {
+      asm volatile("{ .reg .pred p; setp.le.s32 p, %5, %6; @p st.global.v4.b32 [%0], {%1, %2, %3, %4}; }" ::"l"(ptr),
+                   "r"(x[k][0]), "r"(x[k][1]), "r"(x[k][2]), "r"(x[k][3]), "r"(r), "r"(pend_rlast)
+                   : "memory");
+      r += RS;
+      rem += dr;
+      const bool cy = rem >= G_;
+      rem = cy ? rem - G_ : rem;
+      ptr += cy ? step + wrap : step;
+    }
+    pend_rlast = -1;
+  };
   auto run_unit = [&](int u, const bool prod) -> bool {
     const int item = lin ? u % nit : SINGLE && p.causal ? (int)(gridDim.x - 1 - blockIdx.x) : (int)blockIdx.x;
     const int hkv = lin ? u / nit : (int)blockIdx.y;
@@ -343,6 +395,7 @@ FI_DEVICE void prefill_wgmma(const fi_prefill_kparams &p) {
       }
       return false;
     }
+    FI_WG_MARK(prod ? NWG : wgi, qn, 1, 0);
     const int r0 = w.r0, rows = w.rows, kv_lo = w.kv_lo, kv_hi = w.kv_hi, Lq = w.Lq, Lkv = w.Lkv;
     const int chunk = w.chunk, nchunks = w.nchunks, slot = w.slot;
     const int64_t q_start = w.q_start, kv_base = w.kv_base;
@@ -368,6 +421,7 @@ FI_DEVICE void prefill_wgmma(const fi_prefill_kparams &p) {
     }
 
     const int ntiles_ = kv_hi > kv_lo ? (kv_hi - kv_lo + KT - 1) / KT : 0;
+    FI_WG_MARK(prod ? NWG : wgi, qn, 59, ntiles_);
     const T *qb = static_cast<const T *>(p.q);
     const T *kg = static_cast<const T *>(p.k) + (int64_t)hkv * p.kv_stride_head;
     const T *vg = static_cast<const T *>(p.v) + (int64_t)hkv * p.kv_stride_head;
@@ -425,6 +479,36 @@ FI_DEVICE void prefill_wgmma(const fi_prefill_kparams &p) {
              qb + (q_start + tq) * p.q_stride_tok + (int64_t)h * p.q_stride_head + 8 * ch);
       }
     };
+    // The producer's Q: thread lt copies chunk lt % CH of rows lt / CH + RS k (RS = 128 /
+    // CH rows a step), so the row's swizzle (row % 8) is fixed a thread and each
+    // destination an immediate offset; the source row (token r / G, head r % G) advances
+    // by RS packed rows a step without a division (once a unit: the unit boundary is on
+    // the consumers' path, and the per-chunk form cost ~5000 cycles there).
+    auto load_q_prod = [&]() {
+      constexpr int RS = 128 / CH, NQ = QT / RS;
+      static_assert(!WS || (128 % CH == 0 && RS % 8 == 0 && 64 % RS == 0), "Q rows a step");
+      const int ch = lt % CH, rbase = lt / CH;
+      const uint32_t dst = sbase + (uint32_t)qi * Q_BYTES + (uint32_t)((ch >> 3) * 64 * 128 + rbase * 128) +
+                           (uint32_t)(((ch & 7) ^ (rbase & 7)) << 4);
+      const int dq = RS / G, dr = RS - dq * G;
+      int r = r0 + rbase, tq = r / G, rem = r - tq * G;
+      const int tql = rlast / G, reml = rlast - tql * G;
+#pragma unroll
+      for (int k = 0; k < NQ; k++) {
+        const bool in = r <= rlast;
+        const T *src = qb + (q_start + (in ? tq : tql)) * p.q_stride_tok +
+                       (int64_t)(hkv * G + (in ? rem : reml)) * p.q_stride_head + 8 * ch;
+        const int row = RS * k;  // + rbase
+        cp16(dst + (uint32_t)((row >> 6) * QWG_BYTES + (row & 63) * 128), src);
+        r += RS;
+        tq += dq;
+        rem += dr;
+        if (rem >= G) {
+          rem -= G;
+          tq++;
+        }
+      }
+    };
     const int ntiles = ntiles_;
 
     // ---- the producer's part ----
@@ -435,20 +519,22 @@ FI_DEVICE void prefill_wgmma(const fi_prefill_kparams &p) {
       // rows lt / 2 (+ 64) of a tile, the 16-byte chunks 2 j + lt % 2 of each (a lane
       // pair: one 32-byte sector), so a row's address is computed once a tile and each
       // copy is an immediate offset from it; the swizzled column (row % 8 is the same for
-      // both rows) once a thread. The page ids of tile t + 1 are read while t loads.
+      // both rows) once a thread. The page ids of tile t + 1 are read while t loads, tile
+      // 0's before Q is issued (their latency then overlaps it).
+      constexpr int RP = KT / 64;  // rows a thread a tile
+      const int half = lt & 1, rb = lt >> 1;
+      int32_t pg[RP];
       if (ntiles > 0) {
-        load_q();
+#pragma unroll
+        for (int q = 0; q < RP; q++) pg[q] = page_of(clampj(kv_lo + rb + 64 * q));
+        load_q_prod();
         mbar_arrive_cp(bar_q(qi));
       } else {
         mbar_arrive(bar_q(qi));
       }
       if (lt == 0) mbar_arrive(bar_q(qi));  // slot_u[qi], written before it
+      FI_WG_MARK(NWG, qn, 2, ntiles);
       if (ntiles > 0) {
-        constexpr int RP = KT / 64;  // rows a thread a tile
-        const int half = lt & 1, rb = lt >> 1;
-        int32_t pg[RP];
-#pragma unroll
-        for (int q = 0; q < RP; q++) pg[q] = page_of(clampj(kv_lo + rb + 64 * q));
         // chunk 2 j + half of row rb + 64 q: byte (2j + half) / 8 * KT * 128 + row * 128 +
         // (((2j + half) % 8) ^ (rb % 8)) * 16 of the tile
         auto copy_rows = [&](uint32_t dst, const T *src, const int64_t (&ro)[RP]) {
@@ -473,6 +559,7 @@ FI_DEVICE void prefill_wgmma(const fi_prefill_kparams &p) {
           }
           const uint32_t kd = sbase + QREG + (uint32_t)b * 2 * KV_BYTES;
           mbar_wait(empty_k(b), ep);
+          FI_WG_MARK(NWG, qn, 3 + (t < 40 ? t : 40), 0);
           copy_rows(kd, kg, ro);
           mbar_arrive_cp(full_k(b));
           mbar_wait(empty_v(b), ep);
@@ -480,6 +567,7 @@ FI_DEVICE void prefill_wgmma(const fi_prefill_kparams &p) {
           mbar_arrive_cp(full_v(b));
         }
       }
+      FI_WG_MARK(NWG, qn, 50, 0);
       tbase += ntiles;
       return true;
     }
@@ -537,9 +625,13 @@ FI_DEVICE void prefill_wgmma(const fi_prefill_kparams &p) {
     // scores (sm_scale > 0) and the scale folds into the exponent's FFMA. Two partial maxima
     // and sums a row halve the dependent chains.
     auto softmax = [&](int t, float (&alpha)[2], const int MM, const bool CAPOK) {
+      // t made opaque: at the first turn (t == ta, invariant in the unit's loop) ptxas
+      // otherwise hoists the whole mask (~650 instructions of bit-packed predicates) to
+      // the unit's start, where every unit paid ~3000 cycles for it, masked or not.
+      asm volatile("" : "+r"(t));
       const int j0 = kv_lo + t * KT;
       const bool masked = MM == 1 || (MM == 2 && (j0 < in_lo || j0 + KT > in_hi));
-      const bool cap = CAPOK && p.cap_log2 != 0.0f;
+      const bool cap = CAP && CAPOK && p.cap_log2 != 0.0f;
       const float sc = cap ? 1.0f : p.scale_log2;
 #pragma unroll
       for (int h = 0; h < 2; h++) {
@@ -627,7 +719,12 @@ FI_DEVICE void prefill_wgmma(const fi_prefill_kparams &p) {
       const int ta = wg_lo > kv_lo ? (wg_lo - kv_lo) / KT : 0;
       int tb = wg_rows ? (wg_hi - kv_lo + KT - 1) / KT : 0;
       if (tb > ntiles) tb = ntiles;
-      const bool bl_ok = p.cap_log2 == 0.0f;
+      const bool bl_ok = !CAP || p.cap_log2 == 0.0f;
+      FI_WG_MARK(wgi, qn, 55, ntiles);
+      FI_WG_MARK(wgi, qn, 56, u);
+      FI_WG_MARK(wgi, qn, 57, ta);
+      FI_WG_MARK(wgi, qn, 58, tb);
+      FI_WG_MARK(wgi, qn, 60, 0);
       // WS: K(t) and V(t - 1) are waited for at the top, and each stage is released once
       // the wgmma that read it has completed (at the top when this warpgroup skips it).
       for (int t = 0; t <= ntiles; t++) {
@@ -654,12 +751,16 @@ FI_DEVICE void prefill_wgmma(const fi_prefill_kparams &p) {
           continue;
         }
         float alpha[2];
+        const int mt = t < 16 ? t : 16;
+        FI_WG_MARK(wgi, qn, 2 + 3 * mt, 0);
         turn_wait();
+        FI_WG_MARK(wgi, qn, 3 + 3 * mt, 0);
         if (t == ta) {
           fence_regs(o);
           wg_fence();
           issue_s(t);
           turn_pass();
+          if (WS) copy_out();  // the unit before's output, while S(ta) runs
           wg_wait<0>();
           if (WS) release(empty_k(stg(t)));
           fence_regs(s);
@@ -714,14 +815,22 @@ FI_DEVICE void prefill_wgmma(const fi_prefill_kparams &p) {
           if (WS) release(empty_v(stg(t - 1)));
           fence_regs(o);
         }
+        FI_WG_MARK(wgi, qn, 4 + 3 * mt, 0);
       }
     }
     cp_wait<0>();
-    // Every wgmma of the unit has completed: its Q buffer is free for the producer (the
-    // unit after next), which loads while this epilogue stores.
-    if (WS) release(empty_q(qi));
+    FI_WG_MARK(wgi, qn, 53, 0);
+    FI_WG_MARK(wgi, qn, 61, 0);
 
     // ---- out / lse, or this chunk's partial (as prefill.cuh) ----
+    // With a producer and no split, O goes through this warpgroup's slice of the unit's Q
+    // buffer (free: every wgmma of the unit has completed), so that each warp stores its
+    // 16 rows with 16-byte stores, a row's bytes by consecutive lanes, instead of 4-byte
+    // pieces of 8 rows an instruction (which held a unit's epilogue at ~5000 cycles); the
+    // buffer goes back to the producer (the unit after next) once copied out.
+    if (WS && pend_rlast >= 0) copy_out();  // this warpgroup had no turn in this unit
+    const bool staged = WS && nchunks <= 1;
+    const uint32_t qslice = sbase + (uint32_t)qi * Q_BYTES + (uint32_t)wgi * QWG_BYTES;
     const float LN2 = 0.6931471805599453f;
 #pragma unroll
     for (int h = 0; h < 2; h++) {
@@ -730,12 +839,25 @@ FI_DEVICE void prefill_wgmma(const fi_prefill_kparams &p) {
       const int rt = 64 * wgi + 16 * wwarp + g + 8 * h;  // row in the tile
       if (rt >= rows) continue;
       const int r = r0 + rt, tq = r / G, head = hkv * G + (r - tq * G);
-      const float ds = dsum[h], inv = ds > 0.0f ? p.v_scale / ds : 0.0f;
-      if (nchunks <= 1) {
+      // (the fast division: ds >= 1 whenever a column is attended, and an IEEE one costs
+      // a slow-path branch in this once-a-unit code)
+      const float ds = dsum[h], inv = ds > 0.0f ? __fdividef(p.v_scale, ds) : 0.0f;
+      if (staged) {
+        // row lr of the slice, 16-byte chunk j: the Q tile's swizzled layout (conflict-free:
+        // the 8 rows of an instruction land in 8 different 16-byte columns)
+        const int lr = 16 * wwarp + g + 8 * h;
+#pragma unroll
+        for (int j = 0; j < D / 8; j++)
+          asm volatile("st.shared.b32 [%0], %1;" ::"r"(qslice + sw128(lr, j, 64) + 4 * c),
+                       "r"(W::pack(o[4 * j + 2 * h] * inv, o[4 * j + 2 * h + 1] * inv))
+                       : "memory");
+      } else if (nchunks <= 1) {
         T *orow = static_cast<T *>(p.out) + (q_start + tq) * p.out_stride_tok + (int64_t)head * p.out_stride_head;
 #pragma unroll
         for (int j = 0; j < D / 8; j++)
           *reinterpret_cast<uint32_t *>(orow + 8 * j + 2 * c) = W::pack(o[4 * j + 2 * h] * inv, o[4 * j + 2 * h + 1] * inv);
+      }
+      if (nchunks <= 1) {
         if (p.lse && c == 0)
           p.lse[(q_start + tq) * p.lse_stride_tok + (int64_t)head * p.lse_stride_head] =
               ds > 0.0f ? (m[h] + log2f(ds)) * LN2 : neg_inf();
@@ -751,7 +873,28 @@ FI_DEVICE void prefill_wgmma(const fi_prefill_kparams &p) {
         }
         if (c == 0) p.partial_lse[prow] = ds > 0.0f ? m[h] + log2f(ds) : neg_inf();
       }
+      if (h == 0) FI_WG_MARK(wgi, qn, 62, 0);
     }
+    if (staged) {
+      // Copied out by copy_out during this warpgroup's next unit's first product (or at the
+      // end): this lane's rows lr0 + RS k (lr0 = 16 wwarp + lane / CH), chunk lane % CH.
+      constexpr int RS = 32 / CH;
+      __syncwarp();
+      const int ch = lane % CH, lr0 = 16 * wwarp + lane / CH;
+      const int r = r0 + 64 * wgi + lr0, tq = r / G, rem = r - tq * G;
+      pend_sm = qslice + (uint32_t)((ch >> 3) * 64 * 128 + lr0 * 128);
+      pend_bar = empty_q(qi);
+      pend_ptr = static_cast<T *>(p.out) + (q_start + tq) * p.out_stride_tok + (int64_t)(hkv * G + rem) * p.out_stride_head +
+                 8 * ch;
+      pend_rem = rem;
+      pend_r = r;
+      pend_rlast = rlast;
+      (void)RS;
+    } else if (WS) {
+      // every wgmma of the unit has completed: the Q buffer is free (every thread arrives)
+      mbar_arrive(empty_q(qi));
+    }
+    FI_WG_MARK(wgi, qn, 54, 0);
     tbase += ntiles;
     return true;
   };  // run_unit
@@ -768,12 +911,14 @@ FI_DEVICE void prefill_wgmma(const fi_prefill_kparams &p) {
       const int qi = qn & 1;
       mbar_wait(empty_q(qi), ((qn >> 1) & 1) ^ 1);
       if (lt == 0) slot_u[qi] = u;
+      FI_WG_MARK(NWG, qn, 0, 0);
       if (u >= units) {  // the end, for the consumers
         mbar_arrive(bar_q(qi));
         if (lt == 0) mbar_arrive(bar_q(qi));
         break;
       }
       if (!run_unit(u, true)) break;
+      FI_WG_MARK(NWG, qn, 51, 0);
       if (!dyn) {
         u += ustep;
         continue;
@@ -805,9 +950,11 @@ FI_DEVICE void prefill_wgmma(const fi_prefill_kparams &p) {
       mbar_wait(bar_q(qn & 1), (qn >> 1) & 1);
       u = *reinterpret_cast<volatile int32_t *>(slot_u + (qn & 1));
     }
+    FI_WG_MARK(wgi, qn, 0, 0);
     if (u >= units || !run_unit(u, false)) break;
     if (!WS) u += ustep;
   }
+  if (WS && pend_rlast >= 0) copy_out();  // the last unit's output
 }
 
 // fi-bench's wgmma probe: each warpgroup issues iters rounds of four bf16 m64n128k16

@@ -126,7 +126,7 @@ static int q_tile_for(int D, int64_t rows) {
  * variant (no producer warpgroup), FI_PREFILL_WS=1 a producer without the ping-pong.
  * Read at every call, so that a test or a benchmark can compare them. */
 static int pick_kernel(fi_runtime *rt, int devtype, int device, int single, int dt, int D,
-                       int64_t rows, int rope, jit_key *key) {
+                       int64_t rows, int rope, int cap, jit_key *key) {
   const char *e = getenv("FI_PREFILL_WGMMA"), *qe = getenv("FI_PREFILL_QTILE");
   const int allow = !(e && strcmp(e, "0") == 0) && !(qe && *qe);
   if (rt && allow && !rope && (D == 64 || D == 128 || D == 256) && rows > 16) { /* rt: NULL when planning offline (tests) */
@@ -165,6 +165,11 @@ static int pick_kernel(fi_runtime *rt, int devtype, int device, int single, int 
       /* FI_PREFILL_STAGES=4: four K / V stages where registered (tuning) */
       const char *se = getenv("FI_PREFILL_STAGES");
       if ((se && atoi(se) == 4) || (four && !(w && *w) && !(se && *se))) jit_prefill_wgmma_stages(key, 4);
+      /* The soft cap's code only in the kernels of calls that have one: without it the
+       * 2x128 kernel is 80 KB of code instead of 141, and its once-a-unit parts (the first
+       * tile, the epilogue) stop missing the instruction cache (BENCHMARKS.md, ninth
+       * session). */
+      jit_prefill_wgmma_soft_cap(key, cap);
       return jit_prefill_key_q_tile(key);
     }
   }
@@ -248,7 +253,7 @@ FI_API fi_status fi_single_prefill(fi_runtime *rt, const DLTensor *q, const DLTe
   kp.kv_len = (int32_t)Lkv;
   jit_key key;
   const int qt = pick_kernel(rt, q->device.device_type, q->device.device_id, 1, qdt, (int)D, Lq * group,
-                             p->attn.pos_encoding == FI_POS_ROPE_LLAMA, &key);
+                             p->attn.pos_encoding == FI_POS_ROPE_LLAMA, p->attn.logits_soft_cap != 0, &key);
   return launch(rt, q->device.device_type, q->device.device_id, &key, (Lq * group + qt - 1) / qt, hkv,
                 jit_prefill_threads(&key), &kp, sizeof kp, stream);
 }
@@ -378,7 +383,7 @@ static fi_status plan_impl(fi_runtime *rt, const char *fn, const fi_batch_prefil
   }
   jit_key key;
   const int qt = pick_kernel(rt, devtype, device, 0, dt, D, graph ? (int64_t)info->max_qo_tokens * G : maxrows,
-                             p->attn.pos_encoding == FI_POS_ROPE_LLAMA, &key);
+                             p->attn.pos_encoding == FI_POS_ROPE_LLAMA, p->attn.logits_soft_cap != 0, &key);
   fi_prefill_plan *pl = *plan;
   const int fresh = pl == NULL;
   if (!fresh &&

@@ -307,6 +307,16 @@ FT_TEST(wgmma_keys_registered_and_hopper_only) {
           const int found = times_registered(&k);
           FT_CHECK(found == 1, "%s dt=%d d=%d tiles %d/%d ws %d registered %d times", k.op->name, dts[q],
                    dims[d], tiles[t % 2], kvt[t / 2 % 2], ws, found);
+          /* select leaves the soft cap's code out; the shape with it is registered too,
+           * and the two render different kernels (the template's CAP, last) */
+          FT_CHECK(k.v[PREFILL_WG_P_SOFT_CAP] == 0);
+          char src0[1024], src1[1024];
+          FT_CHECK(k.op->render_entry(&k, "e", src0, sizeof src0) > 0);
+          jit_prefill_wgmma_soft_cap(&k, 1);
+          FT_CHECK(times_registered(&k) == 1, "%s with the soft cap registered %d times", k.op->name, times_registered(&k));
+          FT_CHECK(k.op->render_entry(&k, "e", src1, sizeof src1) > 0);
+          FT_CHECK(strstr(src0, ", 0>(p);") && strstr(src1, ", 1>(p);"), "entries:\n%s\n%s", src0, src1);
+          FT_CHECK(ops[s]->dyn_smem(&k) == sm, "the soft cap changes no shared memory");
         }
     /* head_dim 256: one shape whatever is asked (two warpgroups, 64-token tiles, no
      * producer), registered once a dtype */
@@ -347,7 +357,7 @@ FT_TEST(wgmma_keys_registered_and_hopper_only) {
         FT_CHECK(times_registered(&k) == 1 && ops[s]->dyn_smem(&k) <= 227u * 1024);
       }
     }
-    FT_CHECK(ops[s]->config_count() == 58, "%s: %d configurations", ops[s]->name, ops[s]->config_count());
+    FT_CHECK(ops[s]->config_count() == 116, "%s: %d configurations", ops[s]->name, ops[s]->config_count());
   }
   /* An mma.sync key is not a wgmma one. */
   jit_key m;
