@@ -126,7 +126,7 @@ static int q_tile_for(int D, int64_t rows) {
  * variant (no producer warpgroup), FI_PREFILL_WS=1 a producer without the ping-pong.
  * Read at every call, so that a test or a benchmark can compare them. */
 static int pick_kernel(fi_runtime *rt, int devtype, int device, int single, int dt, int D,
-                       int64_t rows, int rope, int cap, jit_key *key) {
+                       int64_t rows, int64_t maxkv, int rope, int cap, jit_key *key) {
   const char *e = getenv("FI_PREFILL_WGMMA"), *qe = getenv("FI_PREFILL_QTILE");
   const int allow = !(e && strcmp(e, "0") == 0) && !(qe && *qe);
   if (rt && allow && !rope && (D == 64 || D == 128 || D == 256) && rows > 16) { /* rt: NULL when planning offline (tests) */
@@ -151,9 +151,15 @@ static int pick_kernel(fi_runtime *rt, int devtype, int device, int single, int 
        * 32/8, 32 x 512 32/32), 1024 (32 x 256 32/8, 64 x 1024 32/32) and 2048 rows (16 x
        * 512 32/8, 16 x 2048 32/32), e.g. 64 x 1024 32/32 252.0 TFLOP/s against 228.7; at
        * 4096 rows level with two consumers and 128-token tiles, which stay (BENCHMARKS.md,
-       * seventh session, h7pre). */
-      const int four = !single && D == 128 && rows >= 512 && rows <= 2048;
+       * seventh session, h7pre). Since the ninth session's kernel (shorter unit
+       * boundaries), only where no request attends more than 512 tokens (maxkv; -1: not
+       * known, CUDA-graph mode, whose key must not change between plans): 64 x 1024 32/32
+       * 321.4 TFLOP/s with 2x128 against 306.4, 16 x 2048 32/32 377.8 against 352.7, but 32
+       * x 256 32/8 147.4 against 154.6 and 512-token requests level (BENCHMARKS.md, ninth
+       * session). */
+      const int mid = !single && D == 128 && rows >= 512 && rows <= 2048, four = mid && maxkv <= 512;
       if (four) qt = 128, kt = 64;
+      else if (mid) qt = 128, kt = 128;
       const char *w = getenv("FI_PREFILL_WG"), *ws = getenv("FI_PREFILL_WS");
       if (w && (w[0] == '1' || w[0] == '2' || w[0] == '3') && w[1] == 'x') {
         qt = 64 * (w[0] - '0');
@@ -252,7 +258,7 @@ FI_API fi_status fi_single_prefill(fi_runtime *rt, const DLTensor *q, const DLTe
   kp.q_len = (int32_t)Lq;
   kp.kv_len = (int32_t)Lkv;
   jit_key key;
-  const int qt = pick_kernel(rt, q->device.device_type, q->device.device_id, 1, qdt, (int)D, Lq * group,
+  const int qt = pick_kernel(rt, q->device.device_type, q->device.device_id, 1, qdt, (int)D, Lq * group, Lkv,
                              p->attn.pos_encoding == FI_POS_ROPE_LLAMA, p->attn.logits_soft_cap != 0, &key);
   return launch(rt, q->device.device_type, q->device.device_id, &key, (Lq * group + qt - 1) / qt, hkv,
                 jit_prefill_threads(&key), &kp, sizeof kp, stream);
@@ -345,7 +351,7 @@ static fi_status plan_impl(fi_runtime *rt, const char *fn, const fi_batch_prefil
                    fn, info->kv_indptr[0]);
   int64_t *kv_len = malloc(((size_t)B + 1) * sizeof *kv_len);
   if (!kv_len) return rt_fail(FI_ERR_OUT_OF_MEMORY, "%s: out of memory", fn);
-  int64_t maxrows = 0;
+  int64_t maxrows = 0, maxkv = 0;
   for (int b = 0; b < B; b++) {
     const int64_t np = (int64_t)info->kv_indptr[b + 1] - info->kv_indptr[b];
     if (!paged && np < 0) {
@@ -355,6 +361,7 @@ static fi_status plan_impl(fi_runtime *rt, const char *fn, const fi_batch_prefil
                      fn, b, info->kv_indptr[b], b + 1, info->kv_indptr[b + 1]);
     }
     kv_len[b] = paged ? (np > 0 ? (np - 1) * info->page_size + info->kv_last_page_len[b] : 0) : np;
+    if (kv_len[b] > maxkv) maxkv = kv_len[b];
     const int64_t rows = ((int64_t)info->qo_indptr[b + 1] - info->qo_indptr[b]) * G;
     if (rows > maxrows) maxrows = rows;
   }
@@ -383,6 +390,7 @@ static fi_status plan_impl(fi_runtime *rt, const char *fn, const fi_batch_prefil
   }
   jit_key key;
   const int qt = pick_kernel(rt, devtype, device, 0, dt, D, graph ? (int64_t)info->max_qo_tokens * G : maxrows,
+                             graph ? -1 : maxkv,
                              p->attn.pos_encoding == FI_POS_ROPE_LLAMA, p->attn.logits_soft_cap != 0, &key);
   fi_prefill_plan *pl = *plan;
   const int fresh = pl == NULL;

@@ -2,9 +2,14 @@
 // 16 in random order) outside the runtime, on the 2x128 wgmma kernel with a producer
 // (kernels/prefill_wgmma.cuh built by nvcc with FI_WG_TRACE): times it, then traces one
 // launch (clock64 at each phase of every work unit, per consumer warpgroup and for the
-// producer) and prints where a unit's time goes. Usage: prefill-trace [B L H_qo H_kv causal]
-// [trace.bin]. Work items as rt_prefill_plan.c lays them out (no split; each request's
-// last q tile first; units taken from the header's counter).
+// producer) and prints where a unit's time goes; 64 of its output rows are checked against
+// a float64 reference. Usage: prefill-trace [B L H_qo H_kv causal] [trace.bin];
+// FI_TRACE_CAP=0 runs the kernel without the soft cap's code (as the runtime does for a
+// call without one), else with it. Work items as rt_prefill_plan.c lays them out (no
+// split; each request's last q tile first; units taken from the header's counter). The
+// trace file: int32 {blocks, units a block, slots, 0}, then u64 [block][unit][role 0-3]
+// [slot] (prefill_wgmma.cuh's FI_WG_MARK calls; roles: consumer warpgroups, then the
+// producer), then u64 [block][4] {globaltimer, clock, SM} at each block's start.
 #include <cuda_runtime.h>
 #include <stdint.h>
 #include <cmath>
@@ -199,8 +204,6 @@ int main(int argc, char **argv) {
         const double epi = (double)(T(blk, s, role, 54) - T(blk, s, role, 4 + 3 * tb));
         const double next = (double)(un - T(blk, s, role, 54));
         const double total = (double)(un - u0);
-        double *a = &sum[0][0];
-        (void)a;
         sum[0][nt] += setup; sum[1][nt] += wait; sum[2][nt] += busy; sum[3][nt] += gap;
         sum[4][nt] += epi; sum[5][nt] += next; sum[6][nt] += total;
         cnt[nt]++;
