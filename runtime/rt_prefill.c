@@ -388,12 +388,16 @@ static fi_status plan_impl(fi_runtime *rt, const char *fn, const fi_batch_prefil
                    "%s: workspace has %lld bytes; %lld are needed (fi_batch_prefill_workspace_size)",
                    fn, (long long)ws_bytes, (long long)lay.bytes);
   }
-  jit_key key;
-  const int qt = pick_kernel(rt, devtype, device, 0, dt, D, graph ? (int64_t)info->max_qo_tokens * G : maxrows,
-                             graph ? -1 : maxkv,
-                             p->attn.pos_encoding == FI_POS_ROPE_LLAMA, p->attn.logits_soft_cap != 0, &key);
   fi_prefill_plan *pl = *plan;
   const int fresh = pl == NULL;
+  /* The KV length picks the stages at 512-2048 rows (pick_kernel); a re-plan keeps the
+   * plan's choice instead, so that a request growing past 512 tokens does not change the
+   * key a re-plan must keep (CUDA-graph mode never uses the length). */
+  int64_t kvsel = graph ? -1 : maxkv;
+  if (!fresh && !graph && jit_prefill_is_wgmma(&pl->key)) kvsel = pl->key.v[PREFILL_WG_P_STAGES] == 4 ? 0 : INT64_MAX;
+  jit_key key;
+  const int qt = pick_kernel(rt, devtype, device, 0, dt, D, graph ? (int64_t)info->max_qo_tokens * G : maxrows, kvsel,
+                             p->attn.pos_encoding == FI_POS_ROPE_LLAMA, p->attn.logits_soft_cap != 0, &key);
   if (!fresh &&
       (pl->paged != paged || pl->graph != graph || (graph && (pl->max_batch != info->max_batch ||
                                                               pl->max_qo_tokens != info->max_qo_tokens)) ||
