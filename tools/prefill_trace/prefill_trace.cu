@@ -1,5 +1,6 @@
 // prefill_trace.cu: fi-bench prefill's 64 x 1024 causal row (32/8 heads, D = 128, bf16, page
 // 16 in random order) outside the runtime, on the 2x128 wgmma kernel with a producer
+// (FI_TRACE_SHAPE=2x64s4 or 3x64: the other default shapes; 3x64 at head_dim 64)
 // (kernels/prefill_wgmma.cuh built by nvcc with FI_WG_TRACE): times it, then traces one
 // launch (clock64 at each phase of every work unit, per consumer warpgroup and for the
 // producer) and prints where a unit's time goes; 64 of its output rows are checked against
@@ -35,8 +36,9 @@ __device__ __forceinline__ void fi_wg_mark(int role, int seq, int slot, int val)
 #include "prefill_wgmma.cuh"
 #include "cuda_bench.cuh"
 
-template <int CAP>
-__global__ void __launch_bounds__(384, 1) kpf(const fi_prefill_kparams p) {
+// D: head_dim; KT: kv tile; NWG: consumer warpgroups (q tile 64 NWG rows); NS: stages.
+template <int D, int KT, int NWG, int NS, int CAP>
+__global__ void __launch_bounds__(128 * (NWG + 1), 1) kpf(const fi_prefill_kparams p) {
   if (threadIdx.x == 0 && g_trace) {
     unsigned long long gt, ck = clock64();
     unsigned sm;
@@ -47,7 +49,7 @@ __global__ void __launch_bounds__(384, 1) kpf(const fi_prefill_kparams p) {
     h[1] = ck;
     h[2] = sm;
   }
-  fi::wg::prefill_wgmma<fi_bf16, 128, 128, 2, 0, 1, 2, 2, CAP>(p);
+  fi::wg::prefill_wgmma<fi_bf16, D, KT, NWG, 0, 1, 2, NS, CAP>(p);
 }
 
 __global__ void kfill(uint16_t *a, int64_t n, uint32_t seed) {
@@ -70,7 +72,19 @@ int main(int argc, char **argv) {
     B = atoi(argv[1]); L = atoi(argv[2]); HQ = atoi(argv[3]); HKV = atoi(argv[4]); causal = atoi(argv[5]);
     if (argc >= 7) out = argv[6];
   } else if (argc == 2) out = argv[1];
-  const int D = 128, PS = 16, G = HQ / HKV, QT = 128, GRID = 132;
+  // FI_TRACE_SHAPE: 2x128 (head_dim 128, the default above 2048 rows), 2x64s4 (head_dim
+  // 128, 64-token tiles, four stages), 3x64 (head_dim 64, three consumers: its default
+  // above 2048 rows); FI_TRACE_CAP=0: without the soft cap's code.
+  const char *she = getenv("FI_TRACE_SHAPE"), *ce = getenv("FI_TRACE_CAP");
+  const int shape = she && strcmp(she, "2x64s4") == 0 ? 1 : she && strcmp(she, "3x64") == 0 ? 2 : 0;
+  const int cap = !(ce && atoi(ce) == 0);
+  typedef void (*kfn)(const fi_prefill_kparams);
+  static const kfn kerns[3][2] = {{kpf<128, 128, 2, 2, 0>, kpf<128, 128, 2, 2, 1>},
+                                  {kpf<128, 64, 2, 4, 0>, kpf<128, 64, 2, 4, 1>},
+                                  {kpf<64, 64, 3, 2, 0>, kpf<64, 64, 3, 2, 1>}};
+  static const int smems[3] = {fi::wg::smem_size<128, 128, 2, 2, 2>::value, fi::wg::smem_size<128, 64, 2, 2, 4>::value,
+                               fi::wg::smem_size<64, 64, 3, 2, 2>::value};
+  const int D = shape == 2 ? 64 : 128, NWG = shape == 2 ? 3 : 2, PS = 16, G = HQ / HKV, QT = 64 * NWG, GRID = 132;
   const int ppr = (L + PS - 1) / PS, pages = B * ppr;
   const int64_t nq = (int64_t)B * L * HQ * D, nkv = (int64_t)pages * PS * HKV * D;
   uint16_t *q, *k, *v, *o;
@@ -111,14 +125,12 @@ int main(int argc, char **argv) {
   p.kv_stride_page = (int64_t)PS * HKV * D; p.kv_stride_slot = (int64_t)HKV * D; p.kv_stride_head = D;
   p.num_items = n; p.num_kv_heads = HKV; p.group = G; p.page_size = PS; p.causal = causal;
   p.window_left = -1; p.scale_log2 = (float)(1.0 / sqrt((double)D) * 1.4426950408889634); p.v_scale = 1.0f;
-  const int smem = fi::wg::smem_size<128, 128, 2, 2, 2>::value;
-  // FI_TRACE_CAP=0: the kernel without the soft cap's code (CAP = 0)
-  const char *ce = getenv("FI_TRACE_CAP");
-  void (*kern)(const fi_prefill_kparams) = ce && atoi(ce) == 0 ? kpf<0> : kpf<1>;
-  printf("kernel: CAP=%d\n", kern == kpf<0> ? 0 : 1);
+  const int smem = smems[shape];
+  const kfn kern = kerns[shape][cap];
+  printf("kernel: %s, CAP=%d\n", shape == 1 ? "2x64s4" : shape == 2 ? "3x64" : "2x128", cap);
   CK(cudaFuncSetAttribute(kern, cudaFuncAttributeMaxDynamicSharedMemorySize, smem));
   const double flops = 4.0 * B * HQ * (double)L * L * D / (causal ? 2 : 1);
-  auto launch = [&](int) { kern<<<GRID, 384, smem>>>(p); };
+  auto launch = [&](int) { kern<<<GRID, 128 * (NWG + 1), smem>>>(p); };
   const double us = median_launch_us(launch, 3, 9, 5);
   printf("B=%d L=%d %d/%d causal=%d: %d units, %.1f us, %.1f TFLOP/s (untraced)\n", B, L, HQ, HKV, causal, n * HKV, us,
          flops / us * 1e-6);
@@ -188,7 +200,7 @@ int main(int argc, char **argv) {
   long long tot_units = 0;
   for (int blk = 0; blk < GRID; blk++)
     for (int s = 1; s + 1 < MAXU; s++) {
-      for (int role = 0; role < 2; role++) {
+      for (int role = 0; role < NWG; role++) {
         const unsigned long long u0 = T(blk, s, role, 0), un = T(blk, s + 1, role, 0);
         if (!u0 || !un) continue;
         const int nt = (int)T(blk, s, role, 55), ta = (int)T(blk, s, role, 57), tb = (int)T(blk, s, role, 58);
@@ -222,7 +234,7 @@ int main(int argc, char **argv) {
     int c = 0;
     for (int blk = 0; blk < GRID; blk++)
       for (int s = 1; s + 1 < MAXU; s++)
-        for (int role = 0; role < 2; role++) {
+        for (int role = 0; role < NWG; role++) {
           if (!T(blk, s, role, 0) || (int)T(blk, s, role, 55) != nt || T(blk, s, role, 57) != 0) continue;
           c++;
           for (int x = 0; x <= nt; x++) {
@@ -240,12 +252,12 @@ int main(int argc, char **argv) {
   int pc = 0;
   for (int blk = 0; blk < GRID; blk++)
     for (int s = 1; s + 1 < MAXU; s++) {
-      if (!T(blk, s, 2, 0) || !T(blk, s, 2, 3)) continue;
+      if (!T(blk, s, NWG, 0) || !T(blk, s, NWG, 3)) continue;
       pc++;
-      ps[0] += (double)(T(blk, s, 2, 1) - T(blk, s, 2, 0));
-      ps[1] += (double)(T(blk, s, 2, 2) - T(blk, s, 2, 1));
-      ps[2] += (double)(T(blk, s, 2, 3) - T(blk, s, 2, 2));
-      ps[3] += (double)(T(blk, s, 2, 0) - T(blk, s - 1, 2, 50));
+      ps[0] += (double)(T(blk, s, NWG, 1) - T(blk, s, NWG, 0));
+      ps[1] += (double)(T(blk, s, NWG, 2) - T(blk, s, NWG, 1));
+      ps[2] += (double)(T(blk, s, NWG, 3) - T(blk, s, NWG, 2));
+      ps[3] += (double)(T(blk, s, NWG, 0) - T(blk, s - 1, NWG, 50));
     }
   if (pc)
     printf("producer cycles a unit (%d): slot->item %.0f, item->Q issued %.0f, Q->tile-0 stage free %.0f, last tile issued->next slot %.0f\n",
