@@ -97,8 +97,8 @@ $(BUILD)/decode-trace: tools/decode_trace/decode_trace.cu tools/decode_trace/pat
 	python3 tools/decode_trace/patch_trace.py kernels/decode.cuh $(BUILD)/decode_trace/decode.cuh
 	$(NVCC) -std=c++17 -O3 -arch=sm_90a -I$(BUILD)/decode_trace -Ikernels -Itools $< -o $@
 
-# The prefill phase trace (tools/prefill_trace; nvcc, not part of all): the 2x128 wgmma
-# kernel at 64 x 1024 causal with clock marks at each phase of every unit. GPU machine.
+# The prefill phase trace (tools/prefill_trace; nvcc, not part of all): the wgmma kernel's
+# default shapes (FI_TRACE_SHAPE) with clock marks at each phase of every unit. GPU machine.
 $(BUILD)/prefill-trace: tools/prefill_trace/prefill_trace.cu kernels/prefill_wgmma.cuh kernels/prefill_item.cuh kernels/prefill_params.h kernels/decode_mma.cuh kernels/fi_port.cuh tools/cuda_bench.cuh
 	@mkdir -p $(BUILD)
 	$(NVCC) -std=c++17 -O3 -gencode arch=compute_90a,code=sm_90a -Xptxas -v -Ikernels -Itools $< -o $@

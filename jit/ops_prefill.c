@@ -275,13 +275,8 @@ static int render_wg_batch(const jit_key *k, const char *e, char *b, size_t n) {
  * at 512-2048 packed rows, rt_prefill.c): each dtype x (head_dim, q tile, kv tile,
  * producer) of wg_four_ok: (64, 192, 64, 2), (64, 192, 128, 1), (64, 128, 128, 2),
  * (128, 128, 64, 2). */
-/* Each of them without the soft cap's code (even index) and with it (odd). */
+/* Each of them without the soft cap's code (even index) and with it (odd): config_wg. */
 static int count_wg(void) { return 2 * (2 * 2 * 2 * 5 + 2 + 8 + 8); }
-static void config_wg_shape(int single, int idx, jit_key *out);
-static void config_wg(int single, int idx, jit_key *out) {
-  config_wg_shape(single, idx / 2, out);
-  jit_prefill_wgmma_soft_cap(out, idx % 2);
-}
 static void config_wg_shape(int single, int idx, jit_key *out) {
   static const int qp[5][2] = {{64, 0}, {64, 1}, {128, 0}, {128, 1}, {128, 2}};
   if (idx >= 50) {
@@ -304,6 +299,10 @@ static void config_wg_shape(int single, int idx, jit_key *out) {
   const int *m = qp[idx / 8];
   jit_prefill_wgmma_select(single, dtypes[idx % 2], (idx / 2) % 2 ? 128 : 64, m[0], (idx / 4) % 2 ? 128 : 64,
                            m[1], out);
+}
+static void config_wg(int single, int idx, jit_key *out) {
+  config_wg_shape(single, idx / 2, out);
+  jit_prefill_wgmma_soft_cap(out, idx % 2);
 }
 static void config_wg_single(int idx, jit_key *out) { config_wg(1, idx, out); }
 static void config_wg_batch(int idx, jit_key *out) { config_wg(0, idx, out); }

@@ -29,8 +29,8 @@ enum {
                             * 128 or 192) */
   PREFILL_WG_P_STAGES,     /* K / V stages: 2, or 4 (jit_prefill_wgmma_stages) */
   PREFILL_WG_P_SOFT_CAP    /* 1: the logits soft cap's code is compiled in (a call with a
-                            * cap); 0: left out, which also shortens the kernel enough to
-                            * matter to the instruction cache (jit_prefill_wgmma_soft_cap) */
+                            * cap); 0: left out, and the first tile's softmax runs twice as
+                            * fast (jit_prefill_wgmma_soft_cap) */
 };
 
 /* The q tile (rows: 16, 64 or 128) for a head_dim and the most packed rows (query tokens

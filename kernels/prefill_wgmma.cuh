@@ -820,7 +820,6 @@ FI_DEVICE void prefill_wgmma(const fi_prefill_kparams &p) {
     }
     cp_wait<0>();
     FI_WG_MARK(wgi, qn, 53, 0);
-    FI_WG_MARK(wgi, qn, 61, 0);
 
     // ---- out / lse, or this chunk's partial (as prefill.cuh) ----
     // With a producer and no split, O goes through this warpgroup's slice of the unit's Q
@@ -877,8 +876,8 @@ FI_DEVICE void prefill_wgmma(const fi_prefill_kparams &p) {
     }
     if (staged) {
       // Copied out by copy_out during this warpgroup's next unit's first product (or at the
-      // end): this lane's rows lr0 + RS k (lr0 = 16 wwarp + lane / CH), chunk lane % CH.
-      constexpr int RS = 32 / CH;
+      // end): this lane's rows lr0 + RS k (lr0 = 16 wwarp + lane / CH, RS = 32 / CH), chunk
+      // lane % CH.
       __syncwarp();
       const int ch = lane % CH, lr0 = 16 * wwarp + lane / CH;
       const int r = r0 + 64 * wgi + lr0, tq = r / G, rem = r - tq * G;
@@ -889,7 +888,6 @@ FI_DEVICE void prefill_wgmma(const fi_prefill_kparams &p) {
       pend_rem = rem;
       pend_r = r;
       pend_rlast = rlast;
-      (void)RS;
     } else if (WS) {
       // every wgmma of the unit has completed: the Q buffer is free (every thread arrives)
       mbar_arrive(empty_q(qi));

@@ -172,9 +172,8 @@ static int pick_kernel(fi_runtime *rt, int devtype, int device, int single, int 
       const char *se = getenv("FI_PREFILL_STAGES");
       if ((se && atoi(se) == 4) || (four && !(w && *w) && !(se && *se))) jit_prefill_wgmma_stages(key, 4);
       /* The soft cap's code only in the kernels of calls that have one: without it the
-       * 2x128 kernel is 80 KB of code instead of 141, and its once-a-unit parts (the first
-       * tile, the epilogue) stop missing the instruction cache (BENCHMARKS.md, ninth
-       * session). */
+       * 2x128 kernel is 80 KB of code instead of 141 and a unit's first tile takes half
+       * the time (BENCHMARKS.md, ninth session). */
       jit_prefill_wgmma_soft_cap(key, cap);
       return jit_prefill_key_q_tile(key);
     }
