@@ -234,14 +234,19 @@ static const char *wg_arch(const char *arch) {
 }
 
 /* The Q tile (two with a producer: the next unit's loads while this one finishes), two
- * stages of K and V, three token-offset tables, 128 bytes of mbarriers, and the slack for
+ * stages of K and V, P's tiles where they go through shared memory, three token-offset tables, 128 bytes of mbarriers, and the slack for
  * 1024-byte alignment (the 128-byte swizzle is applied to absolute addresses):
  * prefill_wgmma.cuh's smem_size. */
 static unsigned wg_smem(const jit_key *k) {
   const int64_t *v = k->v;
+  /* three consumers with 128-token tiles and two stages: P goes through shared memory
+   * (p_smem in prefill_wgmma.cuh), a [64][128] tile a consumer */
+  const int64_t p = v[PREFILL_WG_P_WARPGROUPS] == 3 && v[PREFILL_WG_P_KV_TILE] == 128 && v[PREFILL_WG_P_STAGES] == 2
+                        ? 3 * 64 * 128 * 2
+                        : 0;
   return (unsigned)(((v[PREFILL_WG_P_PRODUCER] > 0 ? 2 : 1) * v[PREFILL_WG_P_WARPGROUPS] * 64 * v[PREFILL_WG_P_HEAD_DIM] +
                      2 * v[PREFILL_WG_P_STAGES] * v[PREFILL_WG_P_KV_TILE] * v[PREFILL_WG_P_HEAD_DIM]) * 2 +
-                    3 * v[PREFILL_WG_P_KV_TILE] * 8 + 64 + 32 * v[PREFILL_WG_P_STAGES] + 1024);
+                    p + 3 * v[PREFILL_WG_P_KV_TILE] * 8 + 64 + 32 * v[PREFILL_WG_P_STAGES] + 1024);
 }
 
 static int render_wg(const jit_key *k, const char *entry, char *buf, size_t n, int single) {

@@ -7,8 +7,9 @@
 //   online softmax in fp32 and base 2 on S's accumulators (warp w of a warpgroup holds
 //     rows 16w .. 16w + 15: per n8 block rows lane / 4 and + 8, columns 2 (lane % 4), + 1).
 //   O += P V: wgmma m64n{D}k16, A = P from registers (S's accumulators rounded to 16-bit
-//     pairs: the mma.sync m16n8k16 A fragment), B = V [KT tokens][D] from a descriptor,
-//     MN-major for this product (imm-trans-b = 1), 128-byte swizzle.
+//     pairs: the mma.sync m16n8k16 A fragment; or, p_smem, from a shared-memory tile as
+//     Q's), B = V [KT tokens][D] from a descriptor, MN-major for this product
+//     (imm-trans-b = 1), 128-byte swizzle.
 // WS 0: all threads load, Q once, then K and V tiles double-buffered through cp.async
 // (the next tile loads while this one is computed), a block barrier a tile. WS 1 and 2
 // (the default): a producer warpgroup loads, into the same two stages, on mbarriers
@@ -17,7 +18,7 @@
 // together, wait_group 1, softmax, wait_group 0); OV = 0 runs the two products in order.
 // (Seen in the SASS of ptxas 13.0: it places OV's WARPGROUP.DEPBAR 0 part-way into the
 // softmax rather than after it, so the overlap is partial.) Shared memory is dynamic (above 48 KB:
-// the launcher opts in): [Q: NWG x 64 x D][K0][V0][K1][V1] (NS stages: up to [K3][V3]), 16-bit elements, then three
+// the launcher opts in): [Q: NWG x 64 x D][K0][V0][K1][V1] (NS stages: up to [K3][V3]), 16-bit elements, [P: NWG x 64 x KT] (p_smem), then three
 // tables of KT token offsets (int64), at a 1024-byte boundary.
 //
 // Shared-memory tiles: a [R][D] tile is D / 64 "atom columns" of [R][64] (128 bytes a
@@ -159,7 +160,7 @@ FI_DEVICE void fence_regs(float (&d)[N]) {
 
 // wgmma wrappers: T the 16-bit input type, N the tile width (the accumulator holds N / 2
 // floats a thread). ss: D[64][N] += A[64][16] B[16][N], A and B from shared-memory
-// descriptors (K-major). rs_t: A from registers (the mma.sync m16n8k16 A fragment of
+// descriptors (K-major; TB 1: B MN-major, imm-trans-b). rs_t: A from registers (the mma.sync m16n8k16 A fragment of
 // each warp's 16 rows), B from a descriptor, MN-major (imm-trans-b = 1). scale_d 0: D =
 // A B. The accumulator operand lists are spelled out once, for 32 and 64 floats.
 template <typename T, int N>
@@ -176,16 +177,18 @@ struct mma;
 #define FI_WG_OUT32(d) FI_WG_F8(d, 0), FI_WG_F8(d, 8), FI_WG_F8(d, 16), FI_WG_F8(d, 24)
 #define FI_WG_OUT64(d) FI_WG_OUT32(d), FI_WG_F8(d, 32), FI_WG_F8(d, 40), FI_WG_F8(d, 48), FI_WG_F8(d, 56)
 // CT the C++ type, TY the PTX one; SS / RS the input operands after the accumulators
-// (descriptors; A registers and B's descriptor), SSP / RSP the scale_d operand.
-#define FI_WG_MMA(CT, TY, N, ACC, OUT, SS, SSP, RS, RSP)                                       \
+// (descriptors; A registers and B's descriptor), SSP / RSP the scale_d operand, SST ss's
+// imm-trans-b.
+#define FI_WG_MMA(CT, TY, N, ACC, OUT, SS, SSP, SST, RS, RSP)                                       \
   template <>                                                                                 \
   struct mma<CT, N> {                                                                         \
+    template <int TB = 0>                                                                     \
     static FI_DEVICE void ss(float (&d)[N / 2], uint64_t da, uint64_t db, int scale_d) {     \
       asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, " SSP ", 0;\n"                             \
                    "wgmma.mma_async.sync.aligned.m64n" #N "k16.f32." TY "." TY " " ACC ", " SS  \
-                   ", p, 1, 1, 0, 0;\n}\n"                                                    \
+                   ", p, 1, 1, 0, " SST ";\n}\n"                                              \
                    : OUT(d)                                                                   \
-                   : "l"(da), "l"(db), "r"(scale_d));                                         \
+                   : "l"(da), "l"(db), "r"(scale_d), "n"(TB));                                \
     }                                                                                         \
     static FI_DEVICE void rs_t(float (&d)[N / 2], uint32_t a0, uint32_t a1, uint32_t a2,     \
                                uint32_t a3, uint64_t db, int scale_d) {                       \
@@ -196,10 +199,10 @@ struct mma;
                    : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "l"(db), "r"(scale_d));              \
     }                                                                                         \
   };
-FI_WG_MMA(fi_bf16, "bf16", 64, FI_WG_ACC32, FI_WG_OUT32, "%32, %33", "%34", "{%32, %33, %34, %35}, %36", "%37")
-FI_WG_MMA(fi_half, "f16", 64, FI_WG_ACC32, FI_WG_OUT32, "%32, %33", "%34", "{%32, %33, %34, %35}, %36", "%37")
-FI_WG_MMA(fi_bf16, "bf16", 128, FI_WG_ACC64, FI_WG_OUT64, "%64, %65", "%66", "{%64, %65, %66, %67}, %68", "%69")
-FI_WG_MMA(fi_half, "f16", 128, FI_WG_ACC64, FI_WG_OUT64, "%64, %65", "%66", "{%64, %65, %66, %67}, %68", "%69")
+FI_WG_MMA(fi_bf16, "bf16", 64, FI_WG_ACC32, FI_WG_OUT32, "%32, %33", "%34", "%35", "{%32, %33, %34, %35}, %36", "%37")
+FI_WG_MMA(fi_half, "f16", 64, FI_WG_ACC32, FI_WG_OUT32, "%32, %33", "%34", "%35", "{%32, %33, %34, %35}, %36", "%37")
+FI_WG_MMA(fi_bf16, "bf16", 128, FI_WG_ACC64, FI_WG_OUT64, "%64, %65", "%66", "%67", "{%64, %65, %66, %67}, %68", "%69")
+FI_WG_MMA(fi_half, "f16", 128, FI_WG_ACC64, FI_WG_OUT64, "%64, %65", "%66", "%67", "{%64, %65, %66, %67}, %68", "%69")
 #define FI_WG_ACC128 \
   "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, " \
   "%19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31, %32, %33, %34, %35, " \
@@ -212,14 +215,25 @@ FI_WG_MMA(fi_half, "f16", 128, FI_WG_ACC64, FI_WG_OUT64, "%64, %65", "%66", "{%6
 #define FI_WG_OUT128(d) FI_WG_OUT64(d), FI_WG_F8(d, 64), FI_WG_F8(d, 72), FI_WG_F8(d, 80), FI_WG_F8(d, 88), \
   FI_WG_F8(d, 96), FI_WG_F8(d, 104), FI_WG_F8(d, 112), FI_WG_F8(d, 120)
 // head_dim 256's P V (m64n256k16).
-FI_WG_MMA(fi_bf16, "bf16", 256, FI_WG_ACC128, FI_WG_OUT128, "%128, %129", "%130", "{%128, %129, %130, %131}, %132", "%133")
-FI_WG_MMA(fi_half, "f16", 256, FI_WG_ACC128, FI_WG_OUT128, "%128, %129", "%130", "{%128, %129, %130, %131}, %132", "%133")
+FI_WG_MMA(fi_bf16, "bf16", 256, FI_WG_ACC128, FI_WG_OUT128, "%128, %129", "%130", "%131", "{%128, %129, %130, %131}, %132", "%133")
+FI_WG_MMA(fi_half, "f16", 256, FI_WG_ACC128, FI_WG_OUT128, "%128, %129", "%130", "%131", "{%128, %129, %130, %131}, %132", "%133")
 
-// The shared memory prefill_wgmma needs (bytes: the tiles, three offset tables, the
-// mbarriers and the unit slot (64 + 32 NS), the 1024-byte alignment slack).
+// P through shared memory (FA3's hdim-64 choice, MmaPV_is_RS = false): the three-consumer
+// shape with 128-token tiles writes each tile's P [64][KT] per warpgroup to shared memory
+// and takes P V's A operand from a descriptor, because P in registers beside S and O
+// spilled 164 bytes at 152 registers a consumer. Not with four stages (no room).
+template <int KT, int NWG, int NS>
+struct p_smem {
+  static constexpr bool on = NWG == 3 && KT == 128 && NS == 2;
+  static constexpr int bytes = on ? NWG * 64 * KT * 2 : 0;
+};
+// The shared memory prefill_wgmma needs (bytes: the tiles, P's where p_smem is on, three
+// offset tables, the mbarriers and the unit slot (64 + 32 NS), the 1024-byte alignment
+// slack).
 template <int D, int KT, int NWG, int WS, int NS = 2>
 struct smem_size {
-  static constexpr int value = ((WS ? 2 : 1) * NWG * 64 * D + 2 * NS * KT * D) * 2 + 3 * KT * 8 + 64 + 32 * NS + 1024;
+  static constexpr int value = ((WS ? 2 : 1) * NWG * 64 * D + 2 * NS * KT * D) * 2 + p_smem<KT, NWG, NS>::bytes +
+                               3 * KT * 8 + 64 + 32 * NS + 1024;
 };
 
 // T: f16 or bf16; D: head_dim (64, 128 or 256); KT: kv tokens a tile (64 or 128); NWG:
@@ -251,6 +265,8 @@ FI_DEVICE void prefill_wgmma(const fi_prefill_kparams &p) {
   constexpr int THREADS = WS ? 128 : NWG * 128, QT = 64 * NWG, CH = D / 8;
   constexpr uint32_t QWG_BYTES = 64 * D * 2, Q_BYTES = NWG * QWG_BYTES, KV_BYTES = KT * D * 2;
   constexpr uint32_t QREG = (WS ? 2 : 1) * Q_BYTES;  // the Q buffers (two with a producer)
+  constexpr bool PS = p_smem<KT, NWG, NS>::on;
+  constexpr uint32_t PREG = p_smem<KT, NWG, NS>::bytes;  // P's tiles after the K / V stages
   static_assert(D == 64 || D == 128 || D == 256, "head_dim 64, 128 or 256");
   static_assert(KT == 64 || (KT == 128 && D <= 128), "kv tile 64 or 128 (64 at head_dim 256)");
   static_assert(SINGLE || QT <= FI_PREFILL_SLOT_ROWS, "partial slots hold 192 rows");
@@ -273,7 +289,7 @@ FI_DEVICE void prefill_wgmma(const fi_prefill_kparams &p) {
   // empty_q(i): every consumer thread is done with it (128 NWG: its unit's products and
   // the output staged there, below). Stages and Q buffers alternate over the block's whole sequence of tiles and
   // of work units, so the phases carry from one unit to the next.
-  const uint32_t bars = sbase + QREG + 2 * NS * KV_BYTES + 3 * KT * 8;
+  const uint32_t bars = sbase + QREG + 2 * NS * KV_BYTES + PREG + 3 * KT * 8;
   auto bar_q = [&](int i) -> uint32_t { return bars + 8 * i; };
   auto full_k = [&](int b) -> uint32_t { return bars + 16 + 8 * b; };
   auto full_v = [&](int b) -> uint32_t { return bars + 16 + 8 * NS + 8 * b; };
@@ -287,7 +303,8 @@ FI_DEVICE void prefill_wgmma(const fi_prefill_kparams &p) {
   // Ping-pong: warpgroup w issues after named barrier 2 + w, which the previous one (w - 1
   // mod NWG) arrives at once it has issued its own (the last warpgroup arrives first, so
   // warpgroup 0 starts; with three, a round robin 0, 1, 2, 0, ...).
-  // (Immediate barrier ids: a register id makes ptxas reserve all sixteen.)
+  // (Immediate barrier ids: a register id makes ptxas reserve all sixteen. 1: the producer
+  // warpgroup; 2-4: the turns; 5-7: a consumer's P tile stored, p_smem.)
   auto turn_wait = [&]() {
     if (PP && wgi == 0) asm volatile("bar.sync 2, 256;" ::: "memory");
     if (PP && wgi == 1) asm volatile("bar.sync 3, 256;" ::: "memory");
@@ -431,7 +448,7 @@ FI_DEVICE void prefill_wgmma(const fi_prefill_kparams &p) {
     // division, it held paged K/V at ~180 TFLOP/s against 280 contiguous). Three tables:
     // tile t's is read at iterations t - 1 and t (K, then V, when overlapped).
     int64_t *const s_off =
-        reinterpret_cast<int64_t *>(wg_smem + (sbase - smem_addr(wg_smem)) + QREG + 2 * NS * KV_BYTES);
+        reinterpret_cast<int64_t *>(wg_smem + (sbase - smem_addr(wg_smem)) + QREG + 2 * NS * KV_BYTES + PREG);
     const bool paged = p.indices != nullptr;
     auto clampj = [&](int j) { return j < kv_hi - 1 ? j : kv_hi - 1; };
     auto page_of = [&](int j) -> int32_t { return paged ? p.indices[kv_base + j / p.page_size] : 0; };
@@ -597,21 +614,32 @@ FI_DEVICE void prefill_wgmma(const fi_prefill_kparams &p) {
     // S = Q K^T of tile t: issued and committed (one group), not waited for.
     float s[KT / 2];
     auto issue_s = [&](int t) {
+      uint32_t qa = qs;
+      if (PS) asm volatile("" : "+r"(qa));
 #pragma unroll
       for (int kk = 0; kk < D / 16; kk++) {
-        const uint64_t da = kdesc(qs + (uint32_t)(kk >> 2) * (64 * 128) + (uint32_t)(kk & 3) * 32, 64 * 128, FI_WG_KDESC);
+        const uint64_t da = kdesc(qa + (uint32_t)(kk >> 2) * (64 * 128) + (uint32_t)(kk & 3) * 32, 64 * 128, FI_WG_KDESC);
         const uint64_t db = kdesc(kbuf(t) + (uint32_t)(kk >> 2) * (KT * 128) + (uint32_t)(kk & 3) * 32, KT * 128, FI_WG_KDESC);
         mma<T, KT>::ss(s, da, db, kk > 0);  // scale-d 0 on the first step: S = 0 + ...
       }
       wg_commit();
     };
-    // O += P V of tile t (P in pa): issued and committed (one group), not waited for.
-    uint32_t pa[KT / 16][4];
+    // O += P V of tile t (P in pa, or PS: in this warpgroup's P tile, [64][KT] K-major as
+    // Q's): issued and committed (one group), not waited for.
+    uint32_t pa[PS ? 1 : KT / 16][4];
+    const uint32_t ps_base = sbase + QREG + 2 * NS * KV_BYTES + (uint32_t)wgi * (64 * KT * 2);
     auto issue_pv = [&](int t) {
       const uint32_t vs = kbuf(t) + KV_BYTES;
+      uint32_t pb = ps_base;
+      if (PS) asm volatile("" : "+r"(pb));
 #pragma unroll
-      for (int kk = 0; kk < KT / 16; kk++)
-        mma<T, D>::rs_t(o, pa[kk][0], pa[kk][1], pa[kk][2], pa[kk][3], vdesc(vs + (uint32_t)kk * 2048, KT * 128, FI_WG_VDESC), 1);
+      for (int kk = 0; kk < KT / 16; kk++) {
+        const uint64_t dv = vdesc(vs + (uint32_t)kk * 2048, KT * 128, FI_WG_VDESC);
+        if (PS)
+          mma<T, D>::template ss<1>(o, kdesc(pb + (uint32_t)(kk >> 2) * (64 * 128) + (uint32_t)(kk & 3) * 32, 64 * 128, FI_WG_KDESC), dv, 1);
+        else
+          mma<T, D>::rs_t(o, pa[kk][0], pa[kk][1], pa[kk][2], pa[kk][3], dv, 1);
+      }
       wg_commit();
     };
     // Online softmax (base 2) of tile t on s (in place: s becomes P, fp32); m and dsum
@@ -675,12 +703,35 @@ FI_DEVICE void prefill_wgmma(const fi_prefill_kparams &p) {
         o[4 * j + 2] *= alpha[1];
         o[4 * j + 3] *= alpha[1];
       }
+      if (PS) {
+        // P into the warpgroup's tile (P V of the tile before has completed: its wait is
+        // behind us): per k16 block four 8 x 8 matrices by stmatrix, the A fragment's
+        // order (rows 0-7 and 8-15 of chunk 2 kk, then of chunk 2 kk + 1); lane l gives
+        // the row address of matrix l / 8, row l % 8.
+        const int pr = 16 * wwarp + ((lane >> 3) & 1) * 8 + (lane & 7), hb = lane >> 4;
+        uint32_t prow = ps_base + (uint32_t)pr * 128;
+        asm volatile("" : "+r"(prow));  // else the eight addresses stay live across the loop
 #pragma unroll
-      for (int kk = 0; kk < KT / 16; kk++) {
-        pa[kk][0] = W::pack(s[8 * kk + 0], s[8 * kk + 1]);
-        pa[kk][1] = W::pack(s[8 * kk + 2], s[8 * kk + 3]);
-        pa[kk][2] = W::pack(s[8 * kk + 4], s[8 * kk + 5]);
-        pa[kk][3] = W::pack(s[8 * kk + 6], s[8 * kk + 7]);
+        for (int kk = 0; kk < KT / 16; kk++) {
+          const uint32_t a = prow + (uint32_t)(kk >> 2) * (64 * 128) + (uint32_t)((((2 * (kk & 3)) | hb) ^ (pr & 7)) << 4);
+          asm volatile("stmatrix.sync.aligned.m8n8.x4.shared.b16 [%0], {%1, %2, %3, %4};" ::"r"(a),
+                       "r"(W::pack(s[8 * kk + 0], s[8 * kk + 1])), "r"(W::pack(s[8 * kk + 2], s[8 * kk + 3])),
+                       "r"(W::pack(s[8 * kk + 4], s[8 * kk + 5])), "r"(W::pack(s[8 * kk + 6], s[8 * kk + 7]))
+                       : "memory");
+        }
+        // visible to the async proxy, and every warp's rows stored, before P V is issued
+        fence_proxy_async();
+        if (wgi == 0) asm volatile("bar.sync 5, 128;" ::: "memory");
+        if (wgi == 1) asm volatile("bar.sync 6, 128;" ::: "memory");
+        if (wgi == 2) asm volatile("bar.sync 7, 128;" ::: "memory");
+      } else {
+#pragma unroll
+        for (int kk = 0; kk < KT / 16; kk++) {
+          pa[kk][0] = W::pack(s[8 * kk + 0], s[8 * kk + 1]);
+          pa[kk][1] = W::pack(s[8 * kk + 2], s[8 * kk + 3]);
+          pa[kk][2] = W::pack(s[8 * kk + 4], s[8 * kk + 5]);
+          pa[kk][3] = W::pack(s[8 * kk + 6], s[8 * kk + 7]);
+        }
       }
     };
 

@@ -123,7 +123,7 @@ static int q_tile_for(int D, int64_t rows) {
  * which every NVIDIA GPU from sm_80 and AMD's run. FI_PREFILL_WGMMA=0 forces mma.sync, as does
  * FI_PREFILL_QTILE (its tuning override); FI_PREFILL_WG=<warpgroups>x<kv tile> (1x64,
  * 2x128, 3x128: head_dim 64 only, else 2, ...) forces the wgmma kernel's shape, FI_PREFILL_WS=0 its every-thread-loads
- * variant (no producer warpgroup), FI_PREFILL_WS=1 a producer without the ping-pong.
+ * variant (no producer warpgroup), FI_PREFILL_WS=1 a producer without the ping-pong, 2 with it.
  * Read at every call, so that a test or a benchmark can compare them. */
 static int pick_kernel(fi_runtime *rt, int devtype, int device, int single, int dt, int D,
                        int64_t rows, int64_t maxkv, int rope, int cap, jit_key *key) {
@@ -141,11 +141,11 @@ static int pick_kernel(fi_runtime *rt, int devtype, int device, int single, int 
        * against 221 at 64 x 1024, 424 against 271 at 4 x 8192). (Batch prefill at head_dim
        * 128 with 512-2048 rows now takes two consumers with four stages: below.) */
       int qt = rows <= 2048 ? 64 : 128, kt = rows <= 2048 ? 64 : 128;
-      /* head_dim 64 above 2048 rows: three consumers (q tile 192) and 64-token tiles, with
-       * the ping-pong of three: on the H200, 4 x 8192 32/8 311.0 / 323.7 TFLOP/s causal /
-       * full against 296.9 / 314.6 with two consumers and 128-token tiles (BENCHMARKS.md,
-       * sixth session, h6pre). */
-      if (D == 64 && rows > 2048) qt = 192, kt = 64;
+      /* head_dim 64 above 2048 rows: three consumers (q tile 192) and 128-token tiles, P
+       * through shared memory, a producer without the ping-pong: on the H200, 4 x 8192 32/8
+       * 352.7 / 374.8 TFLOP/s causal / full against 318.8 / 327.2 with the 64-token tiles
+       * and ping-pong of three it replaced (BENCHMARKS.md, tenth session). */
+      if (D == 64 && rows > 2048) qt = 192, kt = 128;
       /* Batch prefill at head_dim 128 with 512-2048 rows: two consumers, 64-token tiles
        * and four stages: on the H200, causal, 8-23% over one consumer at 512 (64 x 128
        * 32/8, 32 x 512 32/32), 1024 (32 x 256 32/8, 64 x 1024 32/32) and 2048 rows (16 x
@@ -165,9 +165,11 @@ static int pick_kernel(fi_runtime *rt, int devtype, int device, int single, int 
         qt = 64 * (w[0] - '0');
         kt = atoi(w + 2) == 64 ? 64 : 128;
       }
-      /* A producer warpgroup and ping-pong (FI_PREFILL_WS=0 or 1 turns them off). */
-      jit_prefill_wgmma_select(single, dt, D, qt, kt, ws && (ws[0] == '0' || ws[0] == '1') ? ws[0] - '0' : 2,
-                               key);
+      /* A producer warpgroup and ping-pong, but head_dim 64's three consumers with 128-token
+       * tiles without it (FI_PREFILL_WS=0 or 1 turns them off, 2 on). */
+      int wsel = D == 64 && qt == 192 && kt == 128 ? 1 : 2;
+      if (ws && ws[0] >= '0' && ws[0] <= '2' && !ws[1]) wsel = ws[0] - '0';
+      jit_prefill_wgmma_select(single, dt, D, qt, kt, wsel, key);
       /* FI_PREFILL_STAGES=4: four K / V stages where registered (tuning) */
       const char *se = getenv("FI_PREFILL_STAGES");
       if ((se && atoi(se) == 4) || (four && !(w && *w) && !(se && *se))) jit_prefill_wgmma_stages(key, 4);

@@ -37,6 +37,10 @@ __device__ __forceinline__ void fi_wg_mark(int role, int seq, int slot, int val)
 #include "cuda_bench.cuh"
 
 // D: head_dim; KT: kv tile; NWG: consumer warpgroups (q tile 64 NWG rows); NS: stages.
+// FI_TRACE_WS (build flag): the kernel's WS, 2 (producer and ping-pong) unless set.
+#ifndef FI_TRACE_WS
+#define FI_TRACE_WS 2
+#endif
 template <int D, int KT, int NWG, int NS, int CAP>
 __global__ void __launch_bounds__(128 * (NWG + 1), 1) kpf(const fi_prefill_kparams p) {
   if (threadIdx.x == 0 && g_trace) {
@@ -49,7 +53,7 @@ __global__ void __launch_bounds__(128 * (NWG + 1), 1) kpf(const fi_prefill_kpara
     h[1] = ck;
     h[2] = sm;
   }
-  fi::wg::prefill_wgmma<fi_bf16, D, KT, NWG, 0, 1, 2, NS, CAP>(p);
+  fi::wg::prefill_wgmma<fi_bf16, D, KT, NWG, 0, 1, FI_TRACE_WS, NS, CAP>(p);
 }
 
 __global__ void kfill(uint16_t *a, int64_t n, uint32_t seed) {
@@ -74,17 +78,22 @@ int main(int argc, char **argv) {
   } else if (argc == 2) out = argv[1];
   // FI_TRACE_SHAPE: 2x128 (head_dim 128, the default above 2048 rows), 2x64s4 (head_dim
   // 128, 64-token tiles, four stages), 3x64 (head_dim 64, three consumers: its default
-  // above 2048 rows); FI_TRACE_CAP=0: without the soft cap's code.
+  // above 2048 rows), 3x128 (head_dim 64, three consumers, 128-token tiles, P through
+  // shared memory); FI_TRACE_CAP=0: without the soft cap's code.
   const char *she = getenv("FI_TRACE_SHAPE"), *ce = getenv("FI_TRACE_CAP");
-  const int shape = she && strcmp(she, "2x64s4") == 0 ? 1 : she && strcmp(she, "3x64") == 0 ? 2 : 0;
+  const int shape = she && strcmp(she, "2x64s4") == 0 ? 1
+                    : she && strcmp(she, "3x64") == 0  ? 2
+                    : she && strcmp(she, "3x128") == 0 ? 3
+                                                       : 0;
   const int cap = !(ce && atoi(ce) == 0);
   typedef void (*kfn)(const fi_prefill_kparams);
-  static const kfn kerns[3][2] = {{kpf<128, 128, 2, 2, 0>, kpf<128, 128, 2, 2, 1>},
+  static const kfn kerns[4][2] = {{kpf<128, 128, 2, 2, 0>, kpf<128, 128, 2, 2, 1>},
                                   {kpf<128, 64, 2, 4, 0>, kpf<128, 64, 2, 4, 1>},
-                                  {kpf<64, 64, 3, 2, 0>, kpf<64, 64, 3, 2, 1>}};
-  static const int smems[3] = {fi::wg::smem_size<128, 128, 2, 2, 2>::value, fi::wg::smem_size<128, 64, 2, 2, 4>::value,
-                               fi::wg::smem_size<64, 64, 3, 2, 2>::value};
-  const int D = shape == 2 ? 64 : 128, NWG = shape == 2 ? 3 : 2, PS = 16, G = HQ / HKV, QT = 64 * NWG, GRID = 132;
+                                  {kpf<64, 64, 3, 2, 0>, kpf<64, 64, 3, 2, 1>},
+                                  {kpf<64, 128, 3, 2, 0>, kpf<64, 128, 3, 2, 1>}};
+  static const int smems[4] = {fi::wg::smem_size<128, 128, 2, 2, 2>::value, fi::wg::smem_size<128, 64, 2, 2, 4>::value,
+                               fi::wg::smem_size<64, 64, 3, 2, 2>::value, fi::wg::smem_size<64, 128, 3, 2, 2>::value};
+  const int D = shape >= 2 ? 64 : 128, NWG = shape >= 2 ? 3 : 2, PS = 16, G = HQ / HKV, QT = 64 * NWG, GRID = 132;
   const int ppr = (L + PS - 1) / PS, pages = B * ppr;
   const int64_t nq = (int64_t)B * L * HQ * D, nkv = (int64_t)pages * PS * HKV * D;
   uint16_t *q, *k, *v, *o;
@@ -127,7 +136,7 @@ int main(int argc, char **argv) {
   p.window_left = -1; p.scale_log2 = (float)(1.0 / sqrt((double)D) * 1.4426950408889634); p.v_scale = 1.0f;
   const int smem = smems[shape];
   const kfn kern = kerns[shape][cap];
-  printf("kernel: %s, CAP=%d\n", shape == 1 ? "2x64s4" : shape == 2 ? "3x64" : "2x128", cap);
+  printf("kernel: %s, CAP=%d\n", shape == 1 ? "2x64s4" : shape == 2 ? "3x64" : shape == 3 ? "3x128" : "2x128", cap);
   CK(cudaFuncSetAttribute(kern, cudaFuncAttributeMaxDynamicSharedMemorySize, smem));
   const double flops = 4.0 * B * HQ * (double)L * L * D / (causal ? 2 : 1);
   auto launch = [&](int) { kern<<<GRID, 128 * (NWG + 1), smem>>>(p); };
