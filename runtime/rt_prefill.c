@@ -391,11 +391,13 @@ static fi_status plan_impl(fi_runtime *rt, const char *fn, const fi_batch_prefil
   }
   fi_prefill_plan *pl = *plan;
   const int fresh = pl == NULL;
-  /* The KV length picks the stages at 512-2048 rows (pick_kernel); a re-plan keeps the
-   * plan's choice instead, so that a request growing past 512 tokens does not change the
-   * key a re-plan must keep (CUDA-graph mode never uses the length). */
+  /* The KV length picks the shape at 512-2048 rows (pick_kernel: 64-token tiles, four
+   * stages where the producer allows, up to 512 tokens); a re-plan keeps the plan's choice
+   * instead, read from its kv tile (not its stages: FI_PREFILL_WS=0 or 1 keeps two), so
+   * that a request growing past 512 tokens does not change the key a re-plan must keep
+   * (CUDA-graph mode never uses the length). */
   int64_t kvsel = graph ? -1 : maxkv;
-  if (!fresh && !graph && jit_prefill_is_wgmma(&pl->key)) kvsel = pl->key.v[PREFILL_WG_P_STAGES] == 4 ? 0 : INT64_MAX;
+  if (!fresh && !graph && jit_prefill_is_wgmma(&pl->key)) kvsel = pl->key.v[PREFILL_WG_P_KV_TILE] == 64 ? 0 : INT64_MAX;
   jit_key key;
   const int qt = pick_kernel(rt, devtype, device, 0, dt, D, graph ? (int64_t)info->max_qo_tokens * G : maxrows, kvsel,
                              p->attn.pos_encoding == FI_POS_ROPE_LLAMA, p->attn.logits_soft_cap != 0, &key);

@@ -402,12 +402,26 @@ static int run_case(const pcase *c) {
     /* A second run into the poisoned outputs gives the same bits (no race). */
     CU_CHECK(&cu, cuMemsetD8(d.out, 0xff, (size_t)(h.nq * c->hq * c->D) * 2));
     st = run_once(c, &h, &d, &plan, &info, NULL);
+    FT_CHECK(st == FI_OK, "%s: second run (a re-plan): %s", c->name, fi_last_error());
     CU_CHECK(&cu, cuCtxSynchronize());
     void *out2;
     float *lse2;
     fetch(c, &h, &d, &out2, &lse2);
-    FT_CHECK(memcmp(out, out2, (size_t)(h.nq * c->hq * c->D) * 2) == 0, "%s: a second run differs (race?)",
-             c->name);
+    if (memcmp(out, out2, (size_t)(h.nq * c->hq * c->D) * 2) != 0) {
+      /* where: how many elements, how many still poisoned (a row never written), the first */
+      const uint16_t *a = out, *b = out2;
+      const int64_t n = h.nq * c->hq * c->D;
+      int64_t ndiff = 0, npois = 0, first = -1;
+      for (int64_t i = 0; i < n; i++)
+        if (a[i] != b[i]) {
+          ndiff++, npois += b[i] == 0xffff;
+          if (first < 0) first = i;
+        }
+      compare(c, "second run", &h, out2, lse2, ro, rl, c->tol);
+      FT_CHECK(0, "%s: a second run differs (race?): %lld of %lld elements, %lld poisoned; first at token %lld head %lld dim %lld",
+               c->name, (long long)ndiff, (long long)n, (long long)npois, (long long)(first / (c->hq * c->D)),
+               (long long)(first / c->D % c->hq), (long long)(first % c->D));
+    }
     free(out), free(lse), free(out2), free(lse2), free(ro), free(rl);
   }
   fi_batch_prefill_plan_destroy(plan);
