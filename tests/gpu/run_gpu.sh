@@ -25,6 +25,7 @@ gpu_rc=${PIPESTATUS[0]}
 variant "prefill on mma.sync alone" FI_PREFILL_WGMMA=0 gpu_prefill
 variant "prefill on the wgmma kernel's large shape (producer, ping-pong)" FI_PREFILL_WG=2x128 gpu_prefill
 variant "prefill on a 3-block persistent grid (many work units a block)" FI_PREFILL_PERSIST=3 gpu_prefill
+variant "prefill with the producer but no ping-pong (two stages where the default takes four)" FI_PREFILL_WS=1 gpu_prefill
 variant "sampling with top-p's exact membership test" FI_SAMPLING_TOPP=exact gpu_sampling
 # Every case's measured error, kept with the results (few files come back).
 cat "$L"/*.err "$L"/*.out >> "$OUT/gpu-test.txt" 2>/dev/null

@@ -27,7 +27,7 @@ one() {  # one() VARIANT BIN CASE
 export -f one; export F L
 {
   while read b c; do echo "- $b $c"; done < $F/cases.txt
-  for v in FI_PREFILL_WG=2x128 FI_PREFILL_PERSIST=3 FI_PREFILL_WGMMA=0 ${EXTRA_PREFILL_VARIANTS:-}; do
+  for v in FI_PREFILL_WG=2x128 FI_PREFILL_PERSIST=3 FI_PREFILL_WGMMA=0 FI_PREFILL_WS=1 ${EXTRA_PREFILL_VARIANTS:-}; do
     grep '^gpu_prefill ' $F/cases.txt | while read b c; do echo "$v $b $c"; done; done
   grep '^gpu_sampling ' $F/cases.txt | while read b c; do echo "FI_SAMPLING_TOPP=exact $b $c"; done
 } > $L/jobs.txt
