@@ -213,15 +213,17 @@ void jit_prefill_wgmma_select(int single, int dtype, int head_dim, int q_tile, i
   }
 }
 
-/* Four K / V stages (the producer up to three tiles ahead) where registered: head_dim 64
- * with two consumers and 128-token tiles, or three consumers; head_dim 128 with two
- * consumers and 64-token tiles (each 192 KB or less). Else the key keeps two. */
+/* Four K / V stages (the producer up to three tiles ahead) where registered, each with
+ * the ping-pong (producer 2): head_dim 64 with two consumers and 128-token tiles, or three
+ * consumers and 64-token tiles; head_dim 128 with two consumers and 64-token tiles (each
+ * 192 KB or less). Else the key keeps two: also head_dim 64's three consumers with
+ * 128-token tiles, whose P goes through shared memory, for which four stages leave no
+ * room (with P in registers that kernel spilled and ptxas serialized its wgmma). */
 static int wg_four_ok(const int64_t *v) {
-  if (v[PREFILL_WG_P_PRODUCER] <= 0) return 0;
-  if (v[PREFILL_WG_P_HEAD_DIM] == 64)
-    return v[PREFILL_WG_P_WARPGROUPS] == 3 || (v[PREFILL_WG_P_WARPGROUPS] == 2 && v[PREFILL_WG_P_KV_TILE] == 128 && v[PREFILL_WG_P_PRODUCER] == 2);
-  return v[PREFILL_WG_P_HEAD_DIM] == 128 && v[PREFILL_WG_P_WARPGROUPS] == 2 && v[PREFILL_WG_P_KV_TILE] == 64 &&
-         v[PREFILL_WG_P_PRODUCER] == 2;
+  const int64_t d = v[PREFILL_WG_P_HEAD_DIM], wg = v[PREFILL_WG_P_WARPGROUPS], kt = v[PREFILL_WG_P_KV_TILE];
+  if (v[PREFILL_WG_P_PRODUCER] != 2) return 0;
+  if (d == 64) return (wg == 2 && kt == 128) || (wg == 3 && kt == 64);
+  return d == 128 && wg == 2 && kt == 64;
 }
 void jit_prefill_wgmma_stages(jit_key *k, int stages) {
   if (stages == 4 && wg_four_ok(k->v)) k->v[PREFILL_WG_P_STAGES] = 4;
@@ -278,14 +280,13 @@ static int render_wg_batch(const jit_key *k, const char *e, char *b, size_t n) {
 /* Then head_dim 64's three consumers (q tile 192): dtype x kv tile x producer (1, 2). */
 /* Then four stages (FI_PREFILL_STAGES=4; (128, 128, 64, 2) is also batch prefill's default
  * at 512-2048 packed rows, rt_prefill.c): each dtype x (head_dim, q tile, kv tile,
- * producer) of wg_four_ok: (64, 192, 64, 2), (64, 192, 128, 1), (64, 128, 128, 2),
- * (128, 128, 64, 2). */
+ * producer) of wg_four_ok: (64, 192, 64, 2), (64, 128, 128, 2), (128, 128, 64, 2). */
 /* Each of them without the soft cap's code (even index) and with it (odd): config_wg. */
-static int count_wg(void) { return 2 * (2 * 2 * 2 * 5 + 2 + 8 + 8); }
+static int count_wg(void) { return 2 * (2 * 2 * 2 * 5 + 2 + 8 + 6); }
 static void config_wg_shape(int single, int idx, jit_key *out) {
   static const int qp[5][2] = {{64, 0}, {64, 1}, {128, 0}, {128, 1}, {128, 2}};
   if (idx >= 50) {
-    static const int f[4][4] = {{64, 192, 64, 2}, {64, 192, 128, 1}, {64, 128, 128, 2}, {128, 128, 64, 2}};
+    static const int f[3][4] = {{64, 192, 64, 2}, {64, 128, 128, 2}, {128, 128, 64, 2}};
     idx -= 50;
     const int *c = f[idx / 2];
     jit_prefill_wgmma_select(single, dtypes[idx % 2], c[0], c[1], c[2], c[3], out);

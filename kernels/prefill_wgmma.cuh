@@ -11,8 +11,9 @@
 //     Q's), B = V [KT tokens][D] from a descriptor, MN-major for this product
 //     (imm-trans-b = 1), 128-byte swizzle.
 // WS 0: all threads load, Q once, then K and V tiles double-buffered through cp.async
-// (the next tile loads while this one is computed), a block barrier a tile. WS 1 and 2
-// (the default): a producer warpgroup loads, into the same two stages, on mbarriers
+// (the next tile loads while this one is computed), a block barrier a tile. WS 1 (head_dim
+// 64's three consumers with 128-token tiles) and 2 (the default elsewhere, with the
+// ping-pong): a producer warpgroup loads, into the same two stages, on mbarriers
 // (prefill_wgmma's comment). OV = 1 overlaps a tile's softmax with the
 // previous tile's P V (FA3's intra-warpgroup pipelining: S(t) and P V(t - 1) issued
 // together, wait_group 1, softmax, wait_group 0); OV = 0 runs the two products in order.
@@ -48,8 +49,8 @@
 #include "decode_mma.cuh"
 #include "prefill_item.cuh"
 
-// Three consumers' setmaxnreg split (3 x 152 + 56 = 4 x 128): at 152 ptxas 13.0 spills 120
-// bytes a consumer with 128-token tiles (none at 168, none with 64-token tiles).
+// Three consumers' setmaxnreg split (3 x 152 + 56 = 4 x 128): with 64-token tiles no
+// spills; with 128-token tiles 40-48 bytes (P through shared memory, p_smem).
 #ifndef FI_WG3_PROD
 #define FI_WG3_PROD 56
 #define FI_WG3_CONS 152
@@ -221,7 +222,8 @@ FI_WG_MMA(fi_half, "f16", 256, FI_WG_ACC128, FI_WG_OUT128, "%128, %129", "%130",
 // P through shared memory (FA3's hdim-64 choice, MmaPV_is_RS = false): the three-consumer
 // shape with 128-token tiles writes each tile's P [64][KT] per warpgroup to shared memory
 // and takes P V's A operand from a descriptor, because P in registers beside S and O
-// spilled 164 bytes at 152 registers a consumer. Not with four stages (no room).
+// spilled 164 bytes at 152 registers a consumer and made ptxas serialize every wgmma
+// (C7512). Not with four stages (no room; nor are they registered for this shape).
 template <int KT, int NWG, int NS>
 struct p_smem {
   static constexpr bool on = NWG == 3 && KT == 128 && NS == 2;
@@ -615,7 +617,7 @@ FI_DEVICE void prefill_wgmma(const fi_prefill_kparams &p) {
     float s[KT / 2];
     auto issue_s = [&](int t) {
       uint32_t qa = qs;
-      if (PS) asm volatile("" : "+r"(qa));
+      if constexpr (PS) asm volatile("" : "+r"(qa));
 #pragma unroll
       for (int kk = 0; kk < D / 16; kk++) {
         const uint64_t da = kdesc(qa + (uint32_t)(kk >> 2) * (64 * 128) + (uint32_t)(kk & 3) * 32, 64 * 128, FI_WG_KDESC);
@@ -626,16 +628,16 @@ FI_DEVICE void prefill_wgmma(const fi_prefill_kparams &p) {
     };
     // O += P V of tile t (P in pa, or PS: in this warpgroup's P tile, [64][KT] K-major as
     // Q's): issued and committed (one group), not waited for.
-    uint32_t pa[PS ? 1 : KT / 16][4];
+    uint32_t pa[KT / 16][4];  // unused (dead) with PS
     const uint32_t ps_base = sbase + QREG + 2 * NS * KV_BYTES + (uint32_t)wgi * (64 * KT * 2);
     auto issue_pv = [&](int t) {
       const uint32_t vs = kbuf(t) + KV_BYTES;
       uint32_t pb = ps_base;
-      if (PS) asm volatile("" : "+r"(pb));
+      if constexpr (PS) asm volatile("" : "+r"(pb));
 #pragma unroll
       for (int kk = 0; kk < KT / 16; kk++) {
         const uint64_t dv = vdesc(vs + (uint32_t)kk * 2048, KT * 128, FI_WG_VDESC);
-        if (PS)
+        if constexpr (PS)
           mma<T, D>::template ss<1>(o, kdesc(pb + (uint32_t)(kk >> 2) * (64 * 128) + (uint32_t)(kk & 3) * 32, 64 * 128, FI_WG_KDESC), dv, 1);
         else
           mma<T, D>::rs_t(o, pa[kk][0], pa[kk][1], pa[kk][2], pa[kk][3], dv, 1);
@@ -703,7 +705,7 @@ FI_DEVICE void prefill_wgmma(const fi_prefill_kparams &p) {
         o[4 * j + 2] *= alpha[1];
         o[4 * j + 3] *= alpha[1];
       }
-      if (PS) {
+      if constexpr (PS) {
         // P into the warpgroup's tile (P V of the tile before has completed: its wait is
         // behind us): per k16 block four 8 x 8 matrices by stmatrix, the A fragment's
         // order (rows 0-7 and 8-15 of chunk 2 kk, then of chunk 2 kk + 1); lane l gives
@@ -952,8 +954,8 @@ FI_DEVICE void prefill_wgmma(const fi_prefill_kparams &p) {
     // Registers to the consumers: 2 x 224 + 56 is the 3 x 168 of the launch bound; with
     // one consumer, two blocks an SM: 208 + 48 is 2 x 128; three consumers (head_dim 64):
     // 3 x 152 + 56 is 4 x 128. (At 40 the producer's loop over units spilled 12-36 bytes;
-    // 224, 208 and 152 still hold the consumers' loops without spills: ptxas -v of every
-    // shape.)
+    // 224, 208 and 152 hold the consumers' loops without spills, ptxas -v, except three
+    // consumers with 128-token tiles: 40-48 bytes, one reload a tile.)
     reg_dealloc<(NWG == 3 ? FI_WG3_PROD : NWG == 2 ? 56 : 48)>();
     int32_t *const ctr = const_cast<int32_t *>(p.header) + 4;  // [4] next unit, [5] blocks done
     for (int u = u0;; qn++) {

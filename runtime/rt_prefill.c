@@ -410,7 +410,8 @@ static fi_status plan_impl(fi_runtime *rt, const char *fn, const fi_batch_prefil
     free(kv_len);
     return rt_fail(FI_ERR_INVALID_ARGUMENT,
                    "%s: a re-plan must keep the plan's kind, heads, head_dim, page_size, dtypes, "
-                   "parameters, sizes, q tile and workspace; make a new plan instead",
+                   "parameters, sizes, kernel (q and kv tiles, chosen by the longest request) and "
+                   "workspace; make a new plan instead",
                    fn);
   }
   int64_t target = (int64_t)sms * RT_PREFILL_BLOCKS_PER_SM;

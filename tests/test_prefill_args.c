@@ -348,11 +348,13 @@ FT_TEST(wgmma_keys_registered_and_hopper_only) {
         jit_prefill_wgmma_select(s == 0, dts[q], 64, 192, kvt[t % 2], 0, &k);
         FT_CHECK(k.v[PREFILL_WG_P_WARPGROUPS] == 2);
       }
-    /* four stages: registered where wg_four_ok allows, two kept elsewhere */
+    /* four stages: registered where wg_four_ok allows, two kept elsewhere (three consumers
+     * with 128-token tiles: P in shared memory leaves no room; no ping-pong: none) */
     for (int q = 0; q < 2; q++) {
-      static const int f[5][5] = {{64, 192, 64, 2, 4}, {64, 192, 128, 1, 4}, {64, 128, 128, 2, 4}, {128, 128, 64, 2, 4},
-                                  {128, 128, 128, 2, 2}};
-      for (int i = 0; i < 5; i++) {
+      static const int f[8][5] = {{64, 192, 64, 2, 4},   {64, 128, 128, 2, 4}, {128, 128, 64, 2, 4},
+                                  {128, 128, 128, 2, 2}, {64, 192, 128, 1, 2}, {64, 192, 128, 2, 2},
+                                  {64, 192, 64, 1, 2},   {128, 128, 64, 1, 2}};
+      for (int i = 0; i < 8; i++) {
         jit_key k;
         jit_prefill_wgmma_select(s == 0, dts[q], f[i][0], f[i][1], f[i][2], f[i][3], &k);
         jit_prefill_wgmma_stages(&k, 4);
@@ -360,7 +362,7 @@ FT_TEST(wgmma_keys_registered_and_hopper_only) {
         FT_CHECK(times_registered(&k) == 1 && ops[s]->dyn_smem(&k) <= 227u * 1024);
       }
     }
-    FT_CHECK(ops[s]->config_count() == 116, "%s: %d configurations", ops[s]->name, ops[s]->config_count());
+    FT_CHECK(ops[s]->config_count() == 112, "%s: %d configurations", ops[s]->name, ops[s]->config_count());
   }
   /* An mma.sync key is not a wgmma one. */
   jit_key m;
