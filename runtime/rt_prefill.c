@@ -116,6 +116,64 @@ static int q_tile_for(int D, int64_t rows) {
   return jit_prefill_q_tile(D, rows);
 }
 
+/* The wgmma kernel's key on a Hopper device (the shape rule and its tuning variables;
+ * rt_prefill.h). */
+void rt_prefill_wgmma_key(int single, int dt, int D, int64_t rows, int64_t maxkv, int cap, jit_key *key) {
+  /* One consumer warpgroup and 64-token kv tiles (two blocks an SM) for requests of at
+   * most 2048 packed rows: on the H200, 16 x 512 causal 32/8 (2048 rows) ran at 159
+   * TFLOP/s against 145 with two consumers and 128-token tiles, which win above (238
+   * against 221 at 64 x 1024, 424 against 271 at 4 x 8192). (Batch prefill at head_dim
+   * 128 with 512-2048 rows now takes two consumers with four stages: below.) */
+  int qt = rows <= 2048 ? 64 : 128, kt = rows <= 2048 ? 64 : 128;
+  /* head_dim 64 above 2048 rows: three consumers (q tile 192) and 128-token tiles, P
+   * through shared memory, a producer without the ping-pong: on the H200, 4 x 8192 32/8
+   * 352.7 / 374.8 TFLOP/s causal / full against 318.8 / 327.2 with the 64-token tiles
+   * and ping-pong of three it replaced (BENCHMARKS.md, tenth session). */
+  if (D == 64 && rows > 2048) qt = 192, kt = 128;
+  /* Batch prefill at head_dim 128 with 512-2048 rows: two consumers, 64-token tiles
+   * and four stages: on the H200, causal, 8-23% over one consumer at 512 (64 x 128
+   * 32/8, 32 x 512 32/32), 1024 (32 x 256 32/8, 64 x 1024 32/32) and 2048 rows (16 x
+   * 512 32/8, 16 x 2048 32/32), e.g. 64 x 1024 32/32 252.0 TFLOP/s against 228.7; at
+   * 4096 rows level with two consumers and 128-token tiles, which stay (BENCHMARKS.md,
+   * seventh session, h7pre). Since the ninth session's kernel (shorter unit
+   * boundaries), only where no request attends more than 512 tokens (maxkv; -1: not
+   * known, CUDA-graph mode, whose key must not change between plans): 64 x 1024 32/32
+   * 321.4 TFLOP/s with 2x128 against 306.4, 16 x 2048 32/32 377.8 against 352.7, but 32
+   * x 256 32/8 147.4 against 154.6 and 512-token requests level (BENCHMARKS.md, ninth
+   * session). */
+  const int mid = !single && D == 128 && rows >= 512 && rows <= 2048, four = mid && maxkv <= 512;
+  if (four) qt = 128, kt = 64;
+  else if (mid) qt = 128, kt = 128;
+  const char *w = getenv("FI_PREFILL_WG"), *ws = getenv("FI_PREFILL_WS");
+  if (w && (w[0] == '1' || w[0] == '2' || w[0] == '3') && w[1] == 'x') {
+    qt = 64 * (w[0] - '0');
+    kt = atoi(w + 2) == 64 ? 64 : 128;
+  }
+  /* A producer warpgroup and ping-pong, but head_dim 64's three consumers with 128-token
+   * tiles without it (FI_PREFILL_WS=0 or 1 turns them off, 2 on). */
+  int wsel = D == 64 && qt == 192 && kt == 128 ? 1 : 2;
+  if (ws && ws[0] >= '0' && ws[0] <= '2' && !ws[1]) wsel = ws[0] - '0';
+  jit_prefill_wgmma_select(single, dt, D, qt, kt, wsel, key);
+  /* FI_PREFILL_STAGES=4: four K / V stages where registered (tuning) */
+  const char *se = getenv("FI_PREFILL_STAGES");
+  if ((se && atoi(se) == 4) || (four && !(w && *w) && !(se && *se))) jit_prefill_wgmma_stages(key, 4);
+  /* The soft cap's code only in the kernels of calls that have one: without it the
+   * 2x128 kernel is 80 KB of code instead of 141 and a unit's first tile takes half
+   * the time (BENCHMARKS.md, ninth session). */
+  jit_prefill_wgmma_soft_cap(key, cap);
+}
+
+/* The KV length the shape rule is given (rt_prefill.h). At 512-2048 rows it picks
+ * 64-token tiles (four stages where the producer allows) up to 512 tokens; a re-plan keeps
+ * the plan's choice instead, read from its kv tile (not its stages: FI_PREFILL_WS=0 or 1
+ * keeps two), so that a request growing past 512 tokens does not change the key a re-plan
+ * must keep. CUDA-graph mode never uses the length. */
+int64_t rt_prefill_kvsel(const jit_key *plan_key, int graph, int64_t maxkv) {
+  if (graph) return -1;
+  if (plan_key && jit_prefill_is_wgmma(plan_key)) return plan_key->v[PREFILL_WG_P_KV_TILE] == 64 ? 0 : INT64_MAX;
+  return maxkv;
+}
+
 /* The kernel of a call, into key; returns its q tile, read from the key (the wgmma key
  * may override the asked shape, as head_dim 256 does). On a Hopper device (sm_90) the
  * wgmma kernel (prefill_wgmma.cuh) takes head_dims 64, 128 and 256 without RoPE once a
@@ -135,48 +193,7 @@ static int pick_kernel(fi_runtime *rt, int devtype, int device, int single, int 
     char arch[32], err[128];
     if (rt_backend(rt, devtype, &be, &state) == FI_OK && be == &rt_device_cuda &&
         be->arch(state, device, arch, sizeof arch, err, sizeof err) == 0 && strcmp(arch, "sm_90") == 0) {
-      /* One consumer warpgroup and 64-token kv tiles (two blocks an SM) for requests of at
-       * most 2048 packed rows: on the H200, 16 x 512 causal 32/8 (2048 rows) ran at 159
-       * TFLOP/s against 145 with two consumers and 128-token tiles, which win above (238
-       * against 221 at 64 x 1024, 424 against 271 at 4 x 8192). (Batch prefill at head_dim
-       * 128 with 512-2048 rows now takes two consumers with four stages: below.) */
-      int qt = rows <= 2048 ? 64 : 128, kt = rows <= 2048 ? 64 : 128;
-      /* head_dim 64 above 2048 rows: three consumers (q tile 192) and 128-token tiles, P
-       * through shared memory, a producer without the ping-pong: on the H200, 4 x 8192 32/8
-       * 352.7 / 374.8 TFLOP/s causal / full against 318.8 / 327.2 with the 64-token tiles
-       * and ping-pong of three it replaced (BENCHMARKS.md, tenth session). */
-      if (D == 64 && rows > 2048) qt = 192, kt = 128;
-      /* Batch prefill at head_dim 128 with 512-2048 rows: two consumers, 64-token tiles
-       * and four stages: on the H200, causal, 8-23% over one consumer at 512 (64 x 128
-       * 32/8, 32 x 512 32/32), 1024 (32 x 256 32/8, 64 x 1024 32/32) and 2048 rows (16 x
-       * 512 32/8, 16 x 2048 32/32), e.g. 64 x 1024 32/32 252.0 TFLOP/s against 228.7; at
-       * 4096 rows level with two consumers and 128-token tiles, which stay (BENCHMARKS.md,
-       * seventh session, h7pre). Since the ninth session's kernel (shorter unit
-       * boundaries), only where no request attends more than 512 tokens (maxkv; -1: not
-       * known, CUDA-graph mode, whose key must not change between plans): 64 x 1024 32/32
-       * 321.4 TFLOP/s with 2x128 against 306.4, 16 x 2048 32/32 377.8 against 352.7, but 32
-       * x 256 32/8 147.4 against 154.6 and 512-token requests level (BENCHMARKS.md, ninth
-       * session). */
-      const int mid = !single && D == 128 && rows >= 512 && rows <= 2048, four = mid && maxkv <= 512;
-      if (four) qt = 128, kt = 64;
-      else if (mid) qt = 128, kt = 128;
-      const char *w = getenv("FI_PREFILL_WG"), *ws = getenv("FI_PREFILL_WS");
-      if (w && (w[0] == '1' || w[0] == '2' || w[0] == '3') && w[1] == 'x') {
-        qt = 64 * (w[0] - '0');
-        kt = atoi(w + 2) == 64 ? 64 : 128;
-      }
-      /* A producer warpgroup and ping-pong, but head_dim 64's three consumers with 128-token
-       * tiles without it (FI_PREFILL_WS=0 or 1 turns them off, 2 on). */
-      int wsel = D == 64 && qt == 192 && kt == 128 ? 1 : 2;
-      if (ws && ws[0] >= '0' && ws[0] <= '2' && !ws[1]) wsel = ws[0] - '0';
-      jit_prefill_wgmma_select(single, dt, D, qt, kt, wsel, key);
-      /* FI_PREFILL_STAGES=4: four K / V stages where registered (tuning) */
-      const char *se = getenv("FI_PREFILL_STAGES");
-      if ((se && atoi(se) == 4) || (four && !(w && *w) && !(se && *se))) jit_prefill_wgmma_stages(key, 4);
-      /* The soft cap's code only in the kernels of calls that have one: without it the
-       * 2x128 kernel is 80 KB of code instead of 141 and a unit's first tile takes half
-       * the time (BENCHMARKS.md, ninth session). */
-      jit_prefill_wgmma_soft_cap(key, cap);
+      rt_prefill_wgmma_key(single, dt, D, rows, maxkv, cap, key);
       return jit_prefill_key_q_tile(key);
     }
   }
@@ -391,13 +408,7 @@ static fi_status plan_impl(fi_runtime *rt, const char *fn, const fi_batch_prefil
   }
   fi_prefill_plan *pl = *plan;
   const int fresh = pl == NULL;
-  /* The KV length picks the shape at 512-2048 rows (pick_kernel: 64-token tiles, four
-   * stages where the producer allows, up to 512 tokens); a re-plan keeps the plan's choice
-   * instead, read from its kv tile (not its stages: FI_PREFILL_WS=0 or 1 keeps two), so
-   * that a request growing past 512 tokens does not change the key a re-plan must keep
-   * (CUDA-graph mode never uses the length). */
-  int64_t kvsel = graph ? -1 : maxkv;
-  if (!fresh && !graph && jit_prefill_is_wgmma(&pl->key)) kvsel = pl->key.v[PREFILL_WG_P_KV_TILE] == 64 ? 0 : INT64_MAX;
+  const int64_t kvsel = rt_prefill_kvsel(fresh ? NULL : &pl->key, graph, maxkv);
   jit_key key;
   const int qt = pick_kernel(rt, devtype, device, 0, dt, D, graph ? (int64_t)info->max_qo_tokens * G : maxrows, kvsel,
                              p->attn.pos_encoding == FI_POS_ROPE_LLAMA, p->attn.logits_soft_cap != 0, &key);

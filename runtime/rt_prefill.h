@@ -63,6 +63,17 @@ struct fi_prefill_params;
 int rt_prefill_plan_offline(const struct fi_batch_prefill_info *info,
                             const struct fi_prefill_params *p, int paged, void *workspace,
                             int devtype, int sms, struct fi_prefill_plan **plan);
+/* The wgmma kernel's key on a Hopper device for a call of rows packed query rows, no
+ * request attending more than maxkv KV tokens (-1: not known), the soft cap on or not:
+ * the shape rule (rt_prefill.c) and its tuning variables (FI_PREFILL_WG, _WS, _STAGES).
+ * Pure, so that the CPU tests can hold it to what a re-plan needs. */
+struct jit_key;
+void rt_prefill_wgmma_key(int single, int dt, int head_dim, int64_t rows, int64_t maxkv, int cap,
+                          struct jit_key *key);
+/* The maxkv that rule gets in a batch plan: a fresh plan's longest request, a re-plan's
+ * choice read from its plan's key (plan_key; NULL for a fresh plan), -1 in CUDA-graph
+ * mode. */
+int64_t rt_prefill_kvsel(const struct jit_key *plan_key, int graph, int64_t maxkv);
 /* The plan's items (host copy) and count, for the CPU tests. */
 const int32_t *rt_prefill_plan_items(const struct fi_prefill_plan *plan, int64_t *n);
 

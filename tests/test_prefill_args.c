@@ -370,6 +370,68 @@ FT_TEST(wgmma_keys_registered_and_hopper_only) {
   FT_CHECK(!jit_prefill_is_wgmma(&m) && jit_prefill_key_q_tile(&m) == 128 && jit_prefill_threads(&m) == 128u);
 }
 
+/* The shape rule (rt_prefill_wgmma_key) under every tuning variable: its keys are
+ * registered, and a batch re-plan of the same rows gets its plan's key back whatever the
+ * new requests' KV lengths (a re-plan whose key changed is refused: 9c89279 read the
+ * plan's choice from its stages, and under FI_PREFILL_WS=0 or 1, which keep two stages,
+ * same-rows re-plans at 512-2048 rows were refused; only the GPU tests caught it). */
+FT_TEST(wgmma_shape_rule_keys_registered_and_kept_by_replans) {
+  static const char *const wgs[] = {NULL, "1x64", "2x64", "2x128", "3x64", "3x128"};
+  static const char *const wss[] = {NULL, "0", "1", "2"};
+  static const char *const sts[] = {NULL, "2", "4"};
+  static const int dims[] = {64, 128, 256};
+  static const int64_t rows[] = {17, 511, 512, 1024, 2048, 2049, 4096};
+  static const int64_t kvs[] = {1, 512, 513, 100000};
+  int checked = 0, bad_reg = 0, bad_keep = 0;
+  for (int a = 0; a < 6; a++)
+    for (int b = 0; b < 4; b++)
+      for (int c = 0; c < 3; c++) {
+        if (wgs[a]) setenv("FI_PREFILL_WG", wgs[a], 1); else unsetenv("FI_PREFILL_WG");
+        if (wss[b]) setenv("FI_PREFILL_WS", wss[b], 1); else unsetenv("FI_PREFILL_WS");
+        if (sts[c]) setenv("FI_PREFILL_STAGES", sts[c], 1); else unsetenv("FI_PREFILL_STAGES");
+        for (int d = 0; d < 3; d++)
+          for (int r = 0; r < 7; r++)
+            for (int graph = 0; graph < 2; graph++)
+              for (int cap = 0; cap < 2; cap++)
+                for (int k1 = 0; k1 < 4; k1++) {
+                  jit_key key1;
+                  rt_prefill_wgmma_key(0, JIT_DT_BF16, dims[d], rows[r], rt_prefill_kvsel(NULL, graph, kvs[k1]), cap, &key1);
+                  if (times_registered(&key1) != 1 && bad_reg++ < 5)
+                    FT_CHECK(0, "WG=%s WS=%s STAGES=%s D=%d rows=%lld kv=%lld: key not registered", wgs[a] ? wgs[a] : "-",
+                             wss[b] ? wss[b] : "-", sts[c] ? sts[c] : "-", dims[d], (long long)rows[r], (long long)kvs[k1]);
+                  for (int k2 = 0; k2 < 4; k2++) {
+                    jit_key key2;
+                    rt_prefill_wgmma_key(0, JIT_DT_BF16, dims[d], rows[r], rt_prefill_kvsel(&key1, graph, kvs[k2]), cap, &key2);
+                    checked++;
+                    if ((key2.op != key1.op || memcmp(key2.v, key1.v, sizeof key1.v) != 0) && bad_keep++ < 5)
+                      FT_CHECK(0, "WG=%s WS=%s STAGES=%s D=%d rows=%lld graph=%d: kv %lld then %lld changes the key",
+                               wgs[a] ? wgs[a] : "-", wss[b] ? wss[b] : "-", sts[c] ? sts[c] : "-", dims[d],
+                               (long long)rows[r], graph, (long long)kvs[k1], (long long)kvs[k2]);
+                  }
+                }
+      }
+  unsetenv("FI_PREFILL_WG");
+  unsetenv("FI_PREFILL_WS");
+  unsetenv("FI_PREFILL_STAGES");
+  FT_CHECK(bad_reg == 0 && bad_keep == 0 && checked == 6 * 4 * 3 * 3 * 7 * 2 * 2 * 16, "%d unregistered, %d changed of %d",
+           bad_reg, bad_keep, checked);
+  /* and the defaults themselves */
+  jit_key k;
+  rt_prefill_wgmma_key(0, JIT_DT_BF16, 64, 4096, 100000, 0, &k);
+  FT_CHECK(k.v[PREFILL_WG_P_WARPGROUPS] == 3 && k.v[PREFILL_WG_P_KV_TILE] == 128 && k.v[PREFILL_WG_P_PRODUCER] == 1 &&
+           k.v[PREFILL_WG_P_STAGES] == 2);
+  rt_prefill_wgmma_key(0, JIT_DT_BF16, 128, 1024, 512, 0, &k);
+  FT_CHECK(k.v[PREFILL_WG_P_WARPGROUPS] == 2 && k.v[PREFILL_WG_P_KV_TILE] == 64 && k.v[PREFILL_WG_P_PRODUCER] == 2 &&
+           k.v[PREFILL_WG_P_STAGES] == 4);
+  rt_prefill_wgmma_key(0, JIT_DT_BF16, 128, 1024, 513, 1, &k);
+  FT_CHECK(k.v[PREFILL_WG_P_WARPGROUPS] == 2 && k.v[PREFILL_WG_P_KV_TILE] == 128 && k.v[PREFILL_WG_P_PRODUCER] == 2 &&
+           k.v[PREFILL_WG_P_STAGES] == 2 && k.v[PREFILL_WG_P_SOFT_CAP] == 1);
+  rt_prefill_wgmma_key(0, JIT_DT_BF16, 128, 1024, rt_prefill_kvsel(NULL, 1, 100000), 0, &k); /* CUDA-graph mode */
+  FT_CHECK(k.v[PREFILL_WG_P_KV_TILE] == 64 && k.v[PREFILL_WG_P_STAGES] == 4);
+  rt_prefill_wgmma_key(1, JIT_DT_BF16, 128, 1024, 512, 0, &k); /* single prefill: no mid rule */
+  FT_CHECK(k.v[PREFILL_WG_P_WARPGROUPS] == 1 && k.v[PREFILL_WG_P_KV_TILE] == 64);
+}
+
 /* ---- bad arguments ---- */
 
 typedef struct tens {
