@@ -81,10 +81,10 @@ int main(int argc, char **argv) {
   // above 2048 rows), 3x128 (head_dim 64, three consumers, 128-token tiles, P through
   // shared memory); FI_TRACE_CAP=0: without the soft cap's code.
   const char *she = getenv("FI_TRACE_SHAPE"), *ce = getenv("FI_TRACE_CAP");
-  const int shape = she && strcmp(she, "2x64s4") == 0 ? 1
-                    : she && strcmp(she, "3x64") == 0  ? 2
-                    : she && strcmp(she, "3x128") == 0 ? 3
-                                                       : 0;
+  static const char *const names[4] = {"2x128", "2x64s4", "3x64", "3x128"};
+  int shape = 0;
+  for (int i = 1; i < 4; i++)
+    if (she && strcmp(she, names[i]) == 0) shape = i;
   const int cap = !(ce && atoi(ce) == 0);
   typedef void (*kfn)(const fi_prefill_kparams);
   static const kfn kerns[4][2] = {{kpf<128, 128, 2, 2, 0>, kpf<128, 128, 2, 2, 1>},
@@ -136,7 +136,7 @@ int main(int argc, char **argv) {
   p.window_left = -1; p.scale_log2 = (float)(1.0 / sqrt((double)D) * 1.4426950408889634); p.v_scale = 1.0f;
   const int smem = smems[shape];
   const kfn kern = kerns[shape][cap];
-  printf("kernel: %s, CAP=%d\n", shape == 1 ? "2x64s4" : shape == 2 ? "3x64" : shape == 3 ? "3x128" : "2x128", cap);
+  printf("kernel: %s, CAP=%d\n", names[shape], cap);
   CK(cudaFuncSetAttribute(kern, cudaFuncAttributeMaxDynamicSharedMemorySize, smem));
   const double flops = 4.0 * B * HQ * (double)L * L * D / (causal ? 2 : 1);
   auto launch = [&](int) { kern<<<GRID, 128 * (NWG + 1), smem>>>(p); };
