@@ -45,12 +45,17 @@
 //     stride<1,1> of ((64,n),(8,k)).
 //   FI_WG_VDESC 1: swapped (LBO 1024, SBO = the atom-column stride).
 //   A k16 step (16 tokens) moves the start address by 16 rows = 2048 bytes.
+// Each product forms its descriptors once and steps them by adding (bytes >> 4) to the
+// 64-bit value: the start-address field cannot carry (shared addresses stay below 2^18),
+// and with the warpgroup index warp-uniform (__shfl_sync) ptxas keeps the stepping on the
+// uniform datapath. Rebuilt at every step, the 12 descriptors of a head_dim-64 tile cost
+// ~130 integer instructions and 48 bytes of spills a consumer.
 #pragma once
 #include "decode_mma.cuh"
 #include "prefill_item.cuh"
 
-// Three consumers' setmaxnreg split (3 x 152 + 56 = 4 x 128): with 64-token tiles no
-// spills; with 128-token tiles 40-48 bytes (P through shared memory, p_smem).
+// Three consumers' setmaxnreg split (3 x 152 + 56 = 4 x 128): no spills without
+// the ping-pong; with it (128-token tiles, P through shared memory, p_smem) 8 bytes.
 #ifndef FI_WG3_PROD
 #define FI_WG3_PROD 56
 #define FI_WG3_CONS 152
@@ -279,7 +284,8 @@ FI_DEVICE void prefill_wgmma(const fi_prefill_kparams &p) {
   extern __shared__ __align__(1024) uint8_t wg_smem[];
   const uint32_t sbase = (smem_addr(wg_smem) + 1023u) & ~1023u;
 
-  const int tid = threadIdx.x, lane = tid & 31, wgi = tid >> 7, wwarp = (tid >> 5) & 3;
+  // The warpgroup index through a shuffle: warp-uniform to ptxas (descriptors above).
+  const int tid = threadIdx.x, lane = tid & 31, wgi = __shfl_sync(0xffffffffu, tid >> 7, 0), wwarp = (tid >> 5) & 3;
   const int g = lane >> 2, c = lane & 3;
   const int lt = WS ? tid - NWG * 128 : tid;  // index among the loading threads (producer: 0..127)
   const int G = p.group;
@@ -616,12 +622,11 @@ FI_DEVICE void prefill_wgmma(const fi_prefill_kparams &p) {
     // S = Q K^T of tile t: issued and committed (one group), not waited for.
     float s[KT / 2];
     auto issue_s = [&](int t) {
-      uint32_t qa = qs;
-      if constexpr (PS) asm volatile("" : "+r"(qa));
+      const uint64_t da0 = kdesc(qs, 64 * 128, FI_WG_KDESC), db0 = kdesc(kbuf(t), KT * 128, FI_WG_KDESC);
 #pragma unroll
       for (int kk = 0; kk < D / 16; kk++) {
-        const uint64_t da = kdesc(qa + (uint32_t)(kk >> 2) * (64 * 128) + (uint32_t)(kk & 3) * 32, 64 * 128, FI_WG_KDESC);
-        const uint64_t db = kdesc(kbuf(t) + (uint32_t)(kk >> 2) * (KT * 128) + (uint32_t)(kk & 3) * 32, KT * 128, FI_WG_KDESC);
+        const uint64_t da = da0 + (uint64_t)((kk >> 2) * (64 * 128 / 16) + (kk & 3) * 2);
+        const uint64_t db = db0 + (uint64_t)((kk >> 2) * (KT * 128 / 16) + (kk & 3) * 2);
         mma<T, KT>::ss(s, da, db, kk > 0);  // scale-d 0 on the first step: S = 0 + ...
       }
       wg_commit();
@@ -632,13 +637,12 @@ FI_DEVICE void prefill_wgmma(const fi_prefill_kparams &p) {
     const uint32_t ps_base = sbase + QREG + 2 * NS * KV_BYTES + (uint32_t)wgi * (64 * KT * 2);
     auto issue_pv = [&](int t) {
       const uint32_t vs = kbuf(t) + KV_BYTES;
-      uint32_t pb = ps_base;
-      if constexpr (PS) asm volatile("" : "+r"(pb));
+      const uint64_t dv0 = vdesc(vs, KT * 128, FI_WG_VDESC), dp0 = kdesc(ps_base, 64 * 128, FI_WG_KDESC);
 #pragma unroll
       for (int kk = 0; kk < KT / 16; kk++) {
-        const uint64_t dv = vdesc(vs + (uint32_t)kk * 2048, KT * 128, FI_WG_VDESC);
+        const uint64_t dv = dv0 + (uint64_t)(kk * (2048 / 16));
         if constexpr (PS)
-          mma<T, D>::template ss<1>(o, kdesc(pb + (uint32_t)(kk >> 2) * (64 * 128) + (uint32_t)(kk & 3) * 32, 64 * 128, FI_WG_KDESC), dv, 1);
+          mma<T, D>::template ss<1>(o, dp0 + (uint64_t)((kk >> 2) * (64 * 128 / 16) + (kk & 3) * 2), dv, 1);
         else
           mma<T, D>::rs_t(o, pa[kk][0], pa[kk][1], pa[kk][2], pa[kk][3], dv, 1);
       }
