@@ -715,8 +715,7 @@ FI_DEVICE void prefill_wgmma(const fi_prefill_kparams &p) {
         // order (rows 0-7 and 8-15 of chunk 2 kk, then of chunk 2 kk + 1); lane l gives
         // the row address of matrix l / 8, row l % 8.
         const int pr = 16 * wwarp + ((lane >> 3) & 1) * 8 + (lane & 7), hb = lane >> 4;
-        uint32_t prow = ps_base + (uint32_t)pr * 128;
-        asm volatile("" : "+r"(prow));  // else the eight addresses stay live across the loop
+        const uint32_t prow = ps_base + (uint32_t)pr * 128;
 #pragma unroll
         for (int kk = 0; kk < KT / 16; kk++) {
           const uint32_t a = prow + (uint32_t)(kk >> 2) * (64 * 128) + (uint32_t)((((2 * (kk & 3)) | hb) ^ (pr & 7)) << 4);
