@@ -242,9 +242,10 @@ static const char *wg_arch(const char *arch) {
 static unsigned wg_smem(const jit_key *k) {
   const int64_t *v = k->v;
   /* three consumers with 128-token tiles and two stages: P goes through shared memory
-   * (p_smem in prefill_wgmma.cuh), a [64][128] tile a consumer */
+   * (p_smem in prefill_wgmma.cuh), a [64][128] tile a consumer, and 2048 bytes of ones
+   * (the row sums' columns of P V) */
   const int64_t p = v[PREFILL_WG_P_WARPGROUPS] == 3 && v[PREFILL_WG_P_KV_TILE] == 128 && v[PREFILL_WG_P_STAGES] == 2
-                        ? v[PREFILL_WG_P_WARPGROUPS] * 64 * v[PREFILL_WG_P_KV_TILE] * 2
+                        ? v[PREFILL_WG_P_WARPGROUPS] * 64 * v[PREFILL_WG_P_KV_TILE] * 2 + 2048
                         : 0;
   return (unsigned)(((v[PREFILL_WG_P_PRODUCER] > 0 ? 2 : 1) * v[PREFILL_WG_P_WARPGROUPS] * 64 * v[PREFILL_WG_P_HEAD_DIM] +
                      2 * v[PREFILL_WG_P_STAGES] * v[PREFILL_WG_P_KV_TILE] * v[PREFILL_WG_P_HEAD_DIM]) * 2 +

@@ -19,7 +19,7 @@
 // together, wait_group 1, softmax, wait_group 0); OV = 0 runs the two products in order.
 // (Seen in the SASS of ptxas 13.0: it places OV's WARPGROUP.DEPBAR 0 part-way into the
 // softmax rather than after it, so the overlap is partial.) Shared memory is dynamic (above 48 KB:
-// the launcher opts in): [Q: NWG x 64 x D][K0][V0][K1][V1] (NS stages: up to [K3][V3]), 16-bit elements, [P: NWG x 64 x KT] (p_smem), then three
+// the launcher opts in): [Q: NWG x 64 x D][K0][V0][K1][V1] (NS stages: up to [K3][V3]), 16-bit elements, [P: NWG x 64 x KT][2048 bytes of ones] (p_smem), then three
 // tables of KT token offsets (int64), at a 1024-byte boundary.
 //
 // Shared-memory tiles: a [R][D] tile is D / 64 "atom columns" of [R][64] (128 bytes a
@@ -182,6 +182,8 @@ struct mma;
       "+f"(d[i + 6]), "+f"(d[i + 7])
 #define FI_WG_OUT32(d) FI_WG_F8(d, 0), FI_WG_F8(d, 8), FI_WG_F8(d, 16), FI_WG_F8(d, 24)
 #define FI_WG_OUT64(d) FI_WG_OUT32(d), FI_WG_F8(d, 32), FI_WG_F8(d, 40), FI_WG_F8(d, 48), FI_WG_F8(d, 56)
+#define FI_WG_ACC36 "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, " FI_WG_R10(1) ", " FI_WG_R10(2) ", %30, %31, %32, %33, %34, %35}"
+#define FI_WG_OUT36(d) FI_WG_OUT32(d), "+f"(d[32]), "+f"(d[33]), "+f"(d[34]), "+f"(d[35])
 // CT the C++ type, TY the PTX one; SS / RS the input operands after the accumulators
 // (descriptors; A registers and B's descriptor), SSP / RSP the scale_d operand, SST ss's
 // imm-trans-b.
@@ -207,6 +209,9 @@ struct mma;
   };
 FI_WG_MMA(fi_bf16, "bf16", 64, FI_WG_ACC32, FI_WG_OUT32, "%32, %33", "%34", "%35", "{%32, %33, %34, %35}, %36", "%37")
 FI_WG_MMA(fi_half, "f16", 64, FI_WG_ACC32, FI_WG_OUT32, "%32, %33", "%34", "%35", "{%32, %33, %34, %35}, %36", "%37")
+// head_dim 64's P V with the row sums as 8 more columns (p_smem's ones).
+FI_WG_MMA(fi_bf16, "bf16", 72, FI_WG_ACC36, FI_WG_OUT36, "%36, %37", "%38", "%39", "{%36, %37, %38, %39}, %40", "%41")
+FI_WG_MMA(fi_half, "f16", 72, FI_WG_ACC36, FI_WG_OUT36, "%36, %37", "%38", "%39", "{%36, %37, %38, %39}, %40", "%41")
 FI_WG_MMA(fi_bf16, "bf16", 128, FI_WG_ACC64, FI_WG_OUT64, "%64, %65", "%66", "%67", "{%64, %65, %66, %67}, %68", "%69")
 FI_WG_MMA(fi_half, "f16", 128, FI_WG_ACC64, FI_WG_OUT64, "%64, %65", "%66", "%67", "{%64, %65, %66, %67}, %68", "%69")
 #define FI_WG_ACC128 \
@@ -229,10 +234,14 @@ FI_WG_MMA(fi_half, "f16", 256, FI_WG_ACC128, FI_WG_OUT128, "%128, %129", "%130",
 // and takes P V's A operand from a descriptor, because P in registers beside S and O
 // spilled 164 bytes at 152 registers a consumer and made ptxas serialize every wgmma
 // (C7512). Not with four stages (no room; nor are they registered for this shape).
+// P V there is m64n72: V's 64 columns and 8 of ones (2048 bytes, 16 rows of an atom
+// column; the descriptor's LBO reaches them from every k16 step), so O's last 8 columns
+// hold each row's sum of P as the tensor cores took it, and the softmax does no sums
+// (at head_dim 64 its FADD were 64 of ~380 instructions a tile).
 template <int KT, int NWG, int NS>
 struct p_smem {
   static constexpr bool on = NWG == 3 && KT == 128 && NS == 2;
-  static constexpr int bytes = on ? NWG * 64 * KT * 2 : 0;
+  static constexpr int bytes = on ? NWG * 64 * KT * 2 + 2048 : 0;  // and the ones (below)
 };
 // The shared memory prefill_wgmma needs (bytes: the tiles, P's where p_smem is on, three
 // offset tables, the mbarriers and the unit slot (64 + 32 NS), the 1024-byte alignment
@@ -274,6 +283,10 @@ FI_DEVICE void prefill_wgmma(const fi_prefill_kparams &p) {
   constexpr uint32_t QREG = (WS ? 2 : 1) * Q_BYTES;  // the Q buffers (two with a producer)
   constexpr bool PS = p_smem<KT, NWG, NS>::on;
   constexpr uint32_t PREG = p_smem<KT, NWG, NS>::bytes;  // P's tiles after the K / V stages
+  // O's width: with PS, P V also multiplies P by 8 columns of ones, so that the tensor
+  // cores add up each row's P (the softmax's 64 FADD a tile a thread, at head_dim 64)
+  constexpr int ON = PS ? D + 8 : D;
+  static_assert(!PS || FI_WG_VDESC == 0, "the ones' descriptor assumes FI_WG_VDESC 0");
   static_assert(D == 64 || D == 128 || D == 256, "head_dim 64, 128 or 256");
   static_assert(KT == 64 || (KT == 128 && D <= 128), "kv tile 64 or 128 (64 at head_dim 256)");
   static_assert(SINGLE || QT <= FI_PREFILL_SLOT_ROWS, "partial slots hold 192 rows");
@@ -283,6 +296,7 @@ FI_DEVICE void prefill_wgmma(const fi_prefill_kparams &p) {
 
   extern __shared__ __align__(1024) uint8_t wg_smem[];
   const uint32_t sbase = (smem_addr(wg_smem) + 1023u) & ~1023u;
+  const uint32_t ones_base = sbase + QREG + 2 * NS * KV_BYTES + NWG * 64 * KT * 2;  // PS only
 
   // The warpgroup index through a shuffle: warp-uniform to ptxas (descriptors above).
   const int tid = threadIdx.x, lane = tid & 31, wgi = __shfl_sync(0xffffffffu, tid >> 7, 0), wwarp = (tid >> 5) & 3;
@@ -337,6 +351,13 @@ FI_DEVICE void prefill_wgmma(const fi_prefill_kparams &p) {
         mbar_init(empty_v(b), 4 * NWG);
       }
       asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
+    }
+    if constexpr (PS) {
+      if (tid < 128) {  // the ones: 2048 bytes of 1.0 (what V's rows 64-71 read, p_smem)
+        const uint32_t one = (uint32_t)W::pack(1.0f, 1.0f);
+        asm volatile("st.shared.v4.b32 [%0], {%1, %1, %1, %1};" ::"r"(ones_base + 16u * (uint32_t)tid), "r"(one) : "memory");
+        fence_proxy_async();
+      }
     }
     __syncthreads();
   }
@@ -597,10 +618,10 @@ FI_DEVICE void prefill_wgmma(const fi_prefill_kparams &p) {
       return true;
     }
 
-    float o[D / 2];
+    float o[ON / 2];
     float m[2] = {neg_inf(), neg_inf()}, dsum[2] = {0.0f, 0.0f};
 #pragma unroll
-    for (int i = 0; i < D / 2; i++) o[i] = 0.0f;
+    for (int i = 0; i < ON / 2; i++) o[i] = 0.0f;
 
     if (!WS && ntiles > 0) {
       for (int i = tid; i < 2 * KT; i += THREADS) {  // the offsets of tiles 0 and 1
@@ -637,12 +658,15 @@ FI_DEVICE void prefill_wgmma(const fi_prefill_kparams &p) {
     const uint32_t ps_base = sbase + QREG + 2 * NS * KV_BYTES + (uint32_t)wgi * (64 * KT * 2);
     auto issue_pv = [&](int t) {
       const uint32_t vs = kbuf(t) + KV_BYTES;
-      const uint64_t dv0 = vdesc(vs, KT * 128, FI_WG_VDESC), dp0 = kdesc(ps_base, 64 * 128, FI_WG_KDESC);
+      // PS: V's columns 64-71 are the ones, LBO bytes on (the next atom column), so each
+      // step moves the start address on and LBO back by the same 2048 bytes
+      const uint64_t dv0 = vdesc(vs, PS ? ones_base - vs : KT * 128, FI_WG_VDESC),
+                     dp0 = kdesc(ps_base, 64 * 128, FI_WG_KDESC);
 #pragma unroll
       for (int kk = 0; kk < KT / 16; kk++) {
-        const uint64_t dv = dv0 + (uint64_t)(kk * (2048 / 16));
+        const uint64_t dv = dv0 + (uint64_t)(kk * (2048 / 16)) - (PS ? (uint64_t)(kk * (2048 / 16)) << 16 : 0);
         if constexpr (PS)
-          mma<T, D>::template ss<1>(o, dp0 + (uint64_t)((kk >> 2) * (64 * 128 / 16) + (kk & 3) * 2), dv, 1);
+          mma<T, ON>::template ss<1>(o, dp0 + (uint64_t)((kk >> 2) * (64 * 128 / 16) + (kk & 3) * 2), dv, 1);
         else
           mma<T, D>::rs_t(o, pa[kk][0], pa[kk][1], pa[kk][2], pa[kk][3], dv, 1);
       }
@@ -696,14 +720,14 @@ FI_DEVICE void prefill_wgmma(const fi_prefill_kparams &p) {
           for (int e = 0; e < 2; e++) {
             const float pv = ex2(fmaf(s[4 * nb + 2 * h + e], sc, -mu));
             s[4 * nb + 2 * h + e] = pv;
-            ps[e] += pv;
+            if constexpr (!PS) ps[e] += pv;
           }
-        dsum[h] = dsum[h] * alpha[h] + (ps[0] + ps[1]);
+        if constexpr (!PS) dsum[h] = dsum[h] * alpha[h] + (ps[0] + ps[1]);
       }
     };
     auto rescale_pack = [&](const float (&alpha)[2]) {
 #pragma unroll
-      for (int j = 0; j < D / 8; j++) {
+      for (int j = 0; j < ON / 8; j++) {
         o[4 * j + 0] *= alpha[0];
         o[4 * j + 1] *= alpha[0];
         o[4 * j + 2] *= alpha[1];
@@ -889,8 +913,12 @@ FI_DEVICE void prefill_wgmma(const fi_prefill_kparams &p) {
     const float LN2 = 0.6931471805599453f;
 #pragma unroll
     for (int h = 0; h < 2; h++) {
-      dsum[h] += shfl_xor(dsum[h], 1);
-      dsum[h] += shfl_xor(dsum[h], 2);
+      if constexpr (PS) {
+        dsum[h] = o[D / 2 + 2 * h];  // the row's sum, from the ones' columns
+      } else {
+        dsum[h] += shfl_xor(dsum[h], 1);
+        dsum[h] += shfl_xor(dsum[h], 2);
+      }
       const int rt = 64 * wgi + 16 * wwarp + g + 8 * h;  // row in the tile
       if (rt >= rows) continue;
       const int r = r0 + rt, tq = r / G, head = hkv * G + (r - tq * G);
