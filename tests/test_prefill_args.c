@@ -337,8 +337,9 @@ FT_TEST(wgmma_keys_registered_and_hopper_only) {
         jit_prefill_wgmma_select(s == 0, dts[q], 64, 192, kvt[t % 2], 1 + t / 2, &k);
         FT_CHECK(k.v[PREFILL_WG_P_WARPGROUPS] == 3 && jit_prefill_key_q_tile(&k) == 192 &&
                  jit_prefill_threads(&k) == 512u && k.v[PREFILL_WG_P_PRODUCER] == 1 + t / 2);
-        /* with 128-token tiles each consumer's P goes through shared memory ([64][128]) */
-        FT_CHECK(ops[s]->dyn_smem(&k) == (unsigned)((2 * 192 * 64 + 4 * kvt[t % 2] * 64) * 2 + (kvt[t % 2] == 128 ? 3 * 64 * 128 * 2 : 0) +
+        /* with 128-token tiles each consumer's P goes through shared memory ([64][128]),
+         * and P V's 8 columns of ones take 2048 bytes */
+        FT_CHECK(ops[s]->dyn_smem(&k) == (unsigned)((2 * 192 * 64 + 4 * kvt[t % 2] * 64) * 2 + (kvt[t % 2] == 128 ? 3 * 64 * 128 * 2 + 2048 : 0) +
                                                     3 * kvt[t % 2] * 8 + 128 + 1024),
                  "smem %u", ops[s]->dyn_smem(&k));
         FT_CHECK(jit_prefill_persistent_blocks(&k) == (s == 1 ? 1 : 0));
