@@ -150,8 +150,14 @@ void rt_prefill_wgmma_key(int single, int dt, int D, int64_t rows, int64_t maxkv
     kt = atoi(w + 2) == 64 ? 64 : 128;
   }
   /* A producer warpgroup and ping-pong, but head_dim 64's three consumers with 128-token
-   * tiles without it (FI_PREFILL_WS=0 or 1 turns them off, 2 on). */
-  int wsel = D == 64 && qt == 192 && kt == 128 ? 1 : 2;
+   * tiles without it (FI_PREFILL_WS=0 or 1 turns them off, 2 on), except in a batch whose
+   * requests attend at most 2048 KV tokens (maxkv known): there the ping-pong's shorter
+   * unit boundaries win, on the H200 (fi-bench, 32/8 causal) 64 x 2048 313.5 -> 319.0
+   * TFLOP/s, 256 x 1024 253.6 -> 259.7, 64 x 1024 248.5 -> 255.2, while at 16 x 4096
+   * it is level (+0.4%) and at 4 x 8192 level causal and -1.5 to +0.3% full
+   * (BENCHMARKS.md, thirteenth session). */
+  int wsel = 2;
+  if (D == 64 && qt == 192 && kt == 128) wsel = !single && maxkv >= 0 && maxkv <= 2048 ? 2 : 1;
   if (ws && ws[0] >= '0' && ws[0] <= '2' && !ws[1]) wsel = ws[0] - '0';
   jit_prefill_wgmma_select(single, dt, D, qt, kt, wsel, key);
   /* FI_PREFILL_STAGES=4: four K / V stages where registered (tuning) */
@@ -164,13 +170,20 @@ void rt_prefill_wgmma_key(int single, int dt, int D, int64_t rows, int64_t maxkv
 }
 
 /* The KV length the shape rule is given (rt_prefill.h). At 512-2048 rows it picks
- * 64-token tiles (four stages where the producer allows) up to 512 tokens; a re-plan keeps
- * the plan's choice instead, read from its kv tile (not its stages: FI_PREFILL_WS=0 or 1
- * keeps two), so that a request growing past 512 tokens does not change the key a re-plan
- * must keep. CUDA-graph mode never uses the length. */
+ * 64-token tiles (four stages where the producer allows) up to 512 tokens, and head_dim
+ * 64's three consumers take the ping-pong up to 2048 tokens; a re-plan keeps the plan's
+ * choice instead, read from its kv tile (not its stages: FI_PREFILL_WS=0 or 1 keeps two)
+ * or its producer, so that a request growing past either length does not change the key
+ * a re-plan must keep. CUDA-graph mode never uses the length. */
 int64_t rt_prefill_kvsel(const jit_key *plan_key, int graph, int64_t maxkv) {
   if (graph) return -1;
-  if (plan_key && jit_prefill_is_wgmma(plan_key)) return plan_key->v[PREFILL_WG_P_KV_TILE] == 64 ? 0 : INT64_MAX;
+  if (plan_key && jit_prefill_is_wgmma(plan_key)) {
+    const int64_t *v = plan_key->v;
+    if (v[PREFILL_WG_P_KV_TILE] == 64) return 0;
+    /* head_dim 64's three consumers: the ping-pong is the short-request choice */
+    if (v[PREFILL_WG_P_HEAD_DIM] == 64 && v[PREFILL_WG_P_WARPGROUPS] == 3 && v[PREFILL_WG_P_PRODUCER] == 2) return 0;
+    return INT64_MAX;
+  }
   return maxkv;
 }
 

@@ -382,7 +382,7 @@ FT_TEST(wgmma_shape_rule_keys_registered_and_kept_by_replans) {
   static const char *const sts[] = {NULL, "2", "4"};
   static const int dims[] = {64, 128, 256};
   static const int64_t rows[] = {17, 511, 512, 1024, 2048, 2049, 4096};
-  static const int64_t kvs[] = {1, 512, 513, 100000};
+  static const int64_t kvs[] = {1, 512, 513, 2048, 2049, 100000};
   int checked = 0, bad_reg = 0, bad_keep = 0;
   for (int a = 0; a < 6; a++)
     for (int b = 0; b < 4; b++)
@@ -394,13 +394,13 @@ FT_TEST(wgmma_shape_rule_keys_registered_and_kept_by_replans) {
           for (int r = 0; r < 7; r++)
             for (int graph = 0; graph < 2; graph++)
               for (int cap = 0; cap < 2; cap++)
-                for (int k1 = 0; k1 < 4; k1++) {
+                for (int k1 = 0; k1 < 6; k1++) {
                   jit_key key1;
                   rt_prefill_wgmma_key(0, JIT_DT_BF16, dims[d], rows[r], rt_prefill_kvsel(NULL, graph, kvs[k1]), cap, &key1);
                   if (times_registered(&key1) != 1 && bad_reg++ < 5)
                     FT_CHECK(0, "WG=%s WS=%s STAGES=%s D=%d rows=%lld kv=%lld: key not registered", wgs[a] ? wgs[a] : "-",
                              wss[b] ? wss[b] : "-", sts[c] ? sts[c] : "-", dims[d], (long long)rows[r], (long long)kvs[k1]);
-                  for (int k2 = 0; k2 < 4; k2++) {
+                  for (int k2 = 0; k2 < 6; k2++) {
                     jit_key key2;
                     rt_prefill_wgmma_key(0, JIT_DT_BF16, dims[d], rows[r], rt_prefill_kvsel(&key1, graph, kvs[k2]), cap, &key2);
                     checked++;
@@ -414,13 +414,31 @@ FT_TEST(wgmma_shape_rule_keys_registered_and_kept_by_replans) {
   unsetenv("FI_PREFILL_WG");
   unsetenv("FI_PREFILL_WS");
   unsetenv("FI_PREFILL_STAGES");
-  FT_CHECK(bad_reg == 0 && bad_keep == 0 && checked == 6 * 4 * 3 * 3 * 7 * 2 * 2 * 16, "%d unregistered, %d changed of %d",
+  FT_CHECK(bad_reg == 0 && bad_keep == 0 && checked == 6 * 4 * 3 * 3 * 7 * 2 * 2 * 36, "%d unregistered, %d changed of %d",
            bad_reg, bad_keep, checked);
   /* and the defaults themselves */
   jit_key k;
   rt_prefill_wgmma_key(0, JIT_DT_BF16, 64, 4096, 100000, 0, &k);
   FT_CHECK(k.v[PREFILL_WG_P_WARPGROUPS] == 3 && k.v[PREFILL_WG_P_KV_TILE] == 128 && k.v[PREFILL_WG_P_PRODUCER] == 1 &&
            k.v[PREFILL_WG_P_STAGES] == 2);
+  /* head_dim 64's three consumers ping-pong where no request attends more than 2048 KV
+   * tokens (batch, length known), and a re-plan keeps either choice */
+  rt_prefill_wgmma_key(0, JIT_DT_BF16, 64, 8192, 2048, 0, &k);
+  FT_CHECK(k.v[PREFILL_WG_P_WARPGROUPS] == 3 && k.v[PREFILL_WG_P_PRODUCER] == 2, "producer %lld",
+           (long long)k.v[PREFILL_WG_P_PRODUCER]);
+  jit_key k2;
+  rt_prefill_wgmma_key(0, JIT_DT_BF16, 64, 8192, rt_prefill_kvsel(&k, 0, 100000), 0, &k2);
+  FT_CHECK(k2.v[PREFILL_WG_P_PRODUCER] == 2, "a re-plan with longer requests changed the producer to %lld",
+           (long long)k2.v[PREFILL_WG_P_PRODUCER]);
+  rt_prefill_wgmma_key(0, JIT_DT_BF16, 64, 8192, 2049, 0, &k);
+  FT_CHECK(k.v[PREFILL_WG_P_PRODUCER] == 1);
+  rt_prefill_wgmma_key(0, JIT_DT_BF16, 64, 8192, rt_prefill_kvsel(&k, 0, 100), 0, &k2);
+  FT_CHECK(k2.v[PREFILL_WG_P_PRODUCER] == 1, "a re-plan with shorter requests changed the producer to %lld",
+           (long long)k2.v[PREFILL_WG_P_PRODUCER]);
+  rt_prefill_wgmma_key(0, JIT_DT_BF16, 64, 8192, rt_prefill_kvsel(NULL, 1, 100), 0, &k); /* CUDA-graph mode */
+  FT_CHECK(k.v[PREFILL_WG_P_PRODUCER] == 1);
+  rt_prefill_wgmma_key(1, JIT_DT_BF16, 64, 8192, 1024, 0, &k); /* single prefill: not measured, unchanged */
+  FT_CHECK(k.v[PREFILL_WG_P_WARPGROUPS] == 3 && k.v[PREFILL_WG_P_PRODUCER] == 1);
   rt_prefill_wgmma_key(0, JIT_DT_BF16, 128, 1024, 512, 0, &k);
   FT_CHECK(k.v[PREFILL_WG_P_WARPGROUPS] == 2 && k.v[PREFILL_WG_P_KV_TILE] == 64 && k.v[PREFILL_WG_P_PRODUCER] == 2 &&
            k.v[PREFILL_WG_P_STAGES] == 4);
