@@ -147,6 +147,10 @@ int main(int argc, char **argv) {
   const double us = median_launch_us(launch, 3, 9, 5);
   printf("B=%d L=%d %d/%d causal=%d: %d units, %.1f us, %.1f TFLOP/s (untraced)\n", B, L, HQ, HKV, causal, n * HKV, us,
          flops / us * 1e-6);
+  {  // one launch between two events, as fi-bench prefill times it (the line above: batches of 5)
+    const double us1 = median_launch_us(launch, 1, 9, 1);
+    printf("isolated launches: %.1f us, %.1f TFLOP/s\n", us1, flops / us1 * 1e-6);
+  }
   {  // a few output rows against a float64 reference (the harness runs the real kernel)
     std::vector<uint16_t> hq(nq), hk(nkv), hv(nkv), ho(nq);
     CK(cudaMemcpy(hq.data(), q, nq * 2, cudaMemcpyDeviceToHost));
