@@ -251,6 +251,10 @@ static void bench_prefill(fi_runtime *rt, double copy) {
       {"head_dim 256", 4, 8192, 32, 8, 256, 1}, {"head_dim 256", 4, 8192, 32, 8, 256, 0},
       {"short", 16, 512, 32, 8, 128, 1},       {"one request", 1, 16384, 32, 8, 128, 1},
   };
+  const char *nbe = getenv("FI_BENCH_PREFILL_BATCH");
+  if (nbe && atoi(nbe) > 1)
+    printf("FI_BENCH_PREFILL_BATCH=%d: each time is %d back-to-back runs between two events, divided\n",
+           atoi(nbe) < 64 ? atoi(nbe) : 64, atoi(nbe) < 64 ? atoi(nbe) : 64);
   printf("\n| case | B | L | heads | D | mask | ms | TFLOP/s | of mma.sync | of wgmma |\n"
          "|---|---|---|---|---|---|---|---|---|---|\n");
   /* FI_BENCH_PREFILL_D=<head_dim>: only that head_dim's cases (A/B runs of a tuning knob), */
