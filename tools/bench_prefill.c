@@ -74,6 +74,14 @@ static void fill_random(CUdeviceptr d, size_t n) {
   free(h);
 }
 
+/* FI_BENCH_PREFILL_BATCH=n (1-64): n back-to-back runs between the two events, the time
+ * divided by n (a sustained rate); 1, the default, times each run alone. */
+static int runs_per_timing(void) {
+  const char *e = getenv("FI_BENCH_PREFILL_BATCH");
+  const int n = e ? atoi(e) : 1;
+  return n < 1 ? 1 : n > 64 ? 64 : n;
+}
+
 static double bench_one(fi_runtime *rt, const pcfg *c, double mma_tf, double wg_tf) {
   const int ps = 16, B = c->B, L = c->L, D = c->D;
   const int64_t ppr = (L + ps - 1) / ps, pool = (int64_t)B * ppr + 7;
@@ -173,10 +181,7 @@ static double bench_one(fi_runtime *rt, const pcfg *c, double mma_tf, double wg_
     CU_CHECK(&cu, cuEventCreate(&e1, 0));
     const double flops = 4.0 * B * c->hq * (double)L * L * D / (c->causal ? 2.0 : 1.0);
     const int reps = quick ? 3 : 9;
-    /* FI_BENCH_PREFILL_BATCH=n (1-64): n back-to-back runs between the two events, the
-     * time divided by n (a sustained rate; 1, the default, times each run alone) */
-    const char *nbe = getenv("FI_BENCH_PREFILL_BATCH");
-    const int nb = nbe && atoi(nbe) > 1 ? (atoi(nbe) < 64 ? atoi(nbe) : 64) : 1;
+    const int nb = runs_per_timing();
     double t[16];
     for (int r = 0; r < reps; r++) {
       CU_CHECK(&cu, cuEventRecord(e0, NULL));
@@ -251,10 +256,9 @@ static void bench_prefill(fi_runtime *rt, double copy) {
       {"head_dim 256", 4, 8192, 32, 8, 256, 1}, {"head_dim 256", 4, 8192, 32, 8, 256, 0},
       {"short", 16, 512, 32, 8, 128, 1},       {"one request", 1, 16384, 32, 8, 128, 1},
   };
-  const char *nbe = getenv("FI_BENCH_PREFILL_BATCH");
-  if (nbe && atoi(nbe) > 1)
-    printf("FI_BENCH_PREFILL_BATCH=%d: each time is %d back-to-back runs between two events, divided\n",
-           atoi(nbe) < 64 ? atoi(nbe) : 64, atoi(nbe) < 64 ? atoi(nbe) : 64);
+  if (runs_per_timing() > 1)
+    printf("FI_BENCH_PREFILL_BATCH=%d: each time is that many back-to-back runs between two events, divided\n",
+           runs_per_timing());
   printf("\n| case | B | L | heads | D | mask | ms | TFLOP/s | of mma.sync | of wgmma |\n"
          "|---|---|---|---|---|---|---|---|---|---|\n");
   /* FI_BENCH_PREFILL_D=<head_dim>: only that head_dim's cases (A/B runs of a tuning knob), */
