@@ -18,7 +18,74 @@ static uint64_t brand(void) {
   return brng;
 }
 
+/* Each case (and probe) gets two rates. Isolated, the headline: one run between two
+ * events, the GPU idle before it (the clock at its burst value). Sustained: after
+ * FI_BENCH_PREFILL_WARMUP_MS (default 2000, 200 with --quick; 0: not measured) of runs
+ * back to back, each timing n back-to-back runs (n filling 5 ms, at least 5, at most 64;
+ * FI_BENCH_PREFILL_BATCH=n fixes it). They differ: after about a second of tensor-core
+ * load the H200 reaches its 700 W cap and runs at ~1800-1900 MHz instead of 1980. */
+static double warmup_ms(void) {
+  const char *e = getenv("FI_BENCH_PREFILL_WARMUP_MS");
+  const double w = e && *e ? atof(e) : quick ? 200.0 : 2000.0;
+  return w > 0 ? w : 0;
+}
+static int sustained_runs(double ms_one) {
+  const char *e = getenv("FI_BENCH_PREFILL_BATCH");
+  int n = e && *e ? atoi(e) : (ms_one > 0 ? (int)ceil(5.0 / ms_one) : 64);
+  if (!(e && *e) && n < 5) n = 5;
+  return n < 1 ? 1 : n > 64 ? 64 : n;
+}
+
+typedef void (*run_fn)(void *ctx);
+/* The median over reps timings of n back-to-back runs, in ms a run. */
+static double time_runs(run_fn run, void *ctx, int n, int reps) {
+  CUevent e0, e1;
+  CU_CHECK(&cu, cuEventCreate(&e0, 0));
+  CU_CHECK(&cu, cuEventCreate(&e1, 0));
+  double t[16];
+  for (int r = 0; r < reps; r++) {
+    CU_CHECK(&cu, cuEventRecord(e0, NULL));
+    for (int k = 0; k < n; k++) run(ctx);
+    CU_CHECK(&cu, cuEventRecord(e1, NULL));
+    CU_CHECK(&cu, cuEventSynchronize(e1));
+    float ms;
+    CU_CHECK(&cu, cuEventElapsedTime(&ms, e0, e1));
+    t[r] = ms / n;
+  }
+  return median(t, reps);
+}
+
+typedef struct rates {
+  double ms1, ms_s; /* isolated, sustained (0: not measured) */
+  int n;            /* runs a sustained timing */
+} rates;
+static rates time_both(run_fn run, void *ctx, int reps) {
+  rates r = {0, 0, 0};
+  r.ms1 = time_runs(run, ctx, 1, reps);
+  const double w = warmup_ms();
+  if (w > 0 && r.ms1 > 0) {
+    const double nw = ceil(w / r.ms1);
+    const long warm = nw > 100000 ? 100000 : (long)nw;
+    for (long i = 0; i < warm; i++) run(ctx);
+    r.n = sustained_runs(r.ms1);
+    r.ms_s = time_runs(run, ctx, r.n, reps);
+  }
+  return r;
+}
+
 typedef fi_status (*probe_fn)(fi_runtime *, DLDevice, int, int, void *, double *);
+
+typedef struct pctx {
+  probe_fn fn;
+  fi_runtime *rt;
+  DLDevice dev;
+  int iters;
+  double flops;
+} pctx;
+static void run_probe(void *ctx) {
+  pctx *c = ctx;
+  c->fn(c->rt, c->dev, 0, c->iters, NULL, &c->flops);
+}
 
 /* A tensor-core rate: the mma.sync probe (resident blocks x 8 warps x iters x 8 mma of
  * 4096 FLOPs) or the wgmma one (Hopper; x 2 warpgroups x 4 wgmma of 262144 FLOPs). 0 when
@@ -30,24 +97,15 @@ static double bench_probe(fi_runtime *rt, probe_fn fn, int iters, const char *wh
     printf("%s: not measured (%s)\n", what, fi_last_error());
     return 0;
   }
-  CUevent e0, e1;
-  CU_CHECK(&cu, cuEventCreate(&e0, 0));
-  CU_CHECK(&cu, cuEventCreate(&e1, 0));
-  for (int i = 0; i < 2; i++) fn(rt, dev, 0, iters, NULL, &flops);
-  const int reps = quick ? 3 : 11;
-  double v[16];
-  for (int r = 0; r < reps; r++) {
-    CU_CHECK(&cu, cuEventRecord(e0, NULL));
-    fn(rt, dev, 0, iters, NULL, &flops);
-    CU_CHECK(&cu, cuEventRecord(e1, NULL));
-    CU_CHECK(&cu, cuEventSynchronize(e1));
-    float ms;
-    CU_CHECK(&cu, cuEventElapsedTime(&ms, e0, e1));
-    v[r] = ms;
-  }
-  const double ms = median(v, reps), tf = flops / (ms * 1e-3) / 1e12;
-  printf("%s: %.1f TFLOP/s (%.3g FLOPs in %.3f ms)\n", what, tf, flops, ms);
-  if (json) fprintf(json, "{\"bench\":\"%s\",\"flops\":%.6g,\"ms\":%.5f,\"tflops\":%.3f}\n", jname, flops, ms, tf);
+  pctx c = {fn, rt, dev, iters, 0};
+  run_probe(&c);
+  const rates r = time_both(run_probe, &c, quick ? 3 : 11);
+  flops = c.flops;
+  const double tf = flops / (r.ms1 * 1e-3) / 1e12, tfs = r.ms_s > 0 ? flops / (r.ms_s * 1e-3) / 1e12 : 0;
+  printf("%s: %.1f TFLOP/s (%.3g FLOPs in %.3f ms); sustained %.1f\n", what, tf, flops, r.ms1, tfs);
+  if (json)
+    fprintf(json, "{\"bench\":\"%s\",\"flops\":%.6g,\"ms\":%.5f,\"tflops\":%.3f,\"ms_sustained\":%.5f,\"tflops_sustained\":%.3f}\n",
+            jname, flops, r.ms1, tf, r.ms_s, tfs);
   return tf;
 }
 
@@ -74,12 +132,15 @@ static void fill_random(CUdeviceptr d, size_t n) {
   free(h);
 }
 
-/* FI_BENCH_PREFILL_BATCH=n (1-64): n back-to-back runs between the two events, the time
- * divided by n (a sustained rate); 1, the default, times each run alone. */
-static int runs_per_timing(void) {
-  const char *e = getenv("FI_BENCH_PREFILL_BATCH");
-  const int n = e ? atoi(e) : 1;
-  return n < 1 ? 1 : n > 64 ? 64 : n;
+typedef struct rctx {
+  fi_runtime *rt;
+  fi_prefill_plan *plan;
+  const DLTensor *q, *k, *v, *ix;
+  DLTensor *out;
+} rctx;
+static void run_case(void *ctx) {
+  const rctx *c = ctx;
+  fi_batch_prefill_paged_run(c->rt, c->plan, c->q, c->k, c->v, c->ix, FI_KV_LAYOUT_NHD, c->out, NULL, NULL);
 }
 
 static double bench_one(fi_runtime *rt, const pcfg *c, double mma_tf, double wg_tf) {
@@ -176,25 +237,12 @@ static double bench_one(fi_runtime *rt, const pcfg *c, double mma_tf, double wg_
       continue;
     }
     CU_CHECK(&cu, cuCtxSynchronize());
-    CUevent e0, e1;
-    CU_CHECK(&cu, cuEventCreate(&e0, 0));
-    CU_CHECK(&cu, cuEventCreate(&e1, 0));
     const double flops = 4.0 * B * c->hq * (double)L * L * D / (c->causal ? 2.0 : 1.0);
-    const int reps = quick ? 3 : 9;
-    const int nb = runs_per_timing();
-    double t[16];
-    for (int r = 0; r < reps; r++) {
-      CU_CHECK(&cu, cuEventRecord(e0, NULL));
-      for (int k = 0; k < nb; k++)
-        fi_batch_prefill_paged_run(rt, plan, &tq, &tk, &tv, &tix, FI_KV_LAYOUT_NHD, &to, NULL, NULL);
-      CU_CHECK(&cu, cuEventRecord(e1, NULL));
-      CU_CHECK(&cu, cuEventSynchronize(e1));
-      float ms;
-      CU_CHECK(&cu, cuEventElapsedTime(&ms, e0, e1));
-      t[r] = ms / nb;
-    }
-    const double ms = median(t, reps);
+    rctx rc = {rt, plan, &tq, &tk, &tv, &tix, &to};
+    const rates rr = time_both(run_case, &rc, quick ? 3 : 9);
+    const double ms = rr.ms1;
     tf = flops / (ms * 1e-3) / 1e12;
+    const double tfs = rr.ms_s > 0 ? flops / (rr.ms_s * 1e-3) / 1e12 : 0;
     char heads[32], cmp[96] = "";
     snprintf(heads, sizeof heads, "%d/%d", c->hq, c->hkv);
     if (ve && *ve) {
@@ -219,16 +267,16 @@ static double bench_one(fi_runtime *rt, const pcfg *c, double mma_tf, double wg_
         }
       }
     }
-    printf("| %-14s | %3d | %5d | %6s | %3d | %-6s | %9.3f | %6.1f | %5.1f%% | %5.1f%% |%s%s%s\n", c->label, B, L,
-           heads, D, c->causal ? "causal" : "full", ms, tf, mma_tf > 0 ? 100.0 * tf / mma_tf : 0.0,
-           wg_tf > 0 ? 100.0 * tf / wg_tf : 0.0, ve && *ve ? " " : "", ve && *ve ? var : "", cmp);
+    printf("| %-14s | %3d | %5d | %6s | %3d | %-6s | %9.3f | %6.1f | %5.1f%% | %5.1f%% | %2d | %6.1f |%s%s%s\n", c->label, B,
+           L, heads, D, c->causal ? "causal" : "full", ms, tf, mma_tf > 0 ? 100.0 * tf / mma_tf : 0.0,
+           wg_tf > 0 ? 100.0 * tf / wg_tf : 0.0, rr.n, tfs, ve && *ve ? " " : "", ve && *ve ? var : "", cmp);
     if (json)
       fprintf(json,
               "{\"bench\":\"prefill\",\"label\":\"%s\",\"batch\":%d,\"len\":%d,\"qo_heads\":%d,\"kv_heads\":%d,"
               "\"head_dim\":%d,\"causal\":%d,\"ms\":%.5f,\"tflops\":%.3f,\"of_mma\":%.4f,\"of_wgmma\":%.4f,"
-              "\"variant\":\"%s\"}\n",
+              "\"runs_per_timing\":%d,\"ms_sustained\":%.5f,\"tflops_sustained\":%.3f,\"variant\":\"%s\"}\n",
               c->label, B, L, c->hq, c->hkv, D, c->causal, ms, tf, mma_tf > 0 ? tf / mma_tf : 0.0,
-              wg_tf > 0 ? tf / wg_tf : 0.0, var);
+              wg_tf > 0 ? tf / wg_tf : 0.0, rr.n, rr.ms_s, tfs, var);
     fflush(stdout);
     fi_batch_prefill_plan_destroy(plan);
   }
@@ -256,11 +304,12 @@ static void bench_prefill(fi_runtime *rt, double copy) {
       {"head_dim 256", 4, 8192, 32, 8, 256, 1}, {"head_dim 256", 4, 8192, 32, 8, 256, 0},
       {"short", 16, 512, 32, 8, 128, 1},       {"one request", 1, 16384, 32, 8, 128, 1},
   };
-  if (runs_per_timing() > 1)
-    printf("FI_BENCH_PREFILL_BATCH=%d: each time is that many back-to-back runs between two events, divided\n",
-           runs_per_timing());
-  printf("\n| case | B | L | heads | D | mask | ms | TFLOP/s | of mma.sync | of wgmma |\n"
-         "|---|---|---|---|---|---|---|---|---|---|\n");
+  if (warmup_ms() > 0)
+    printf("\nms, TFLOP/s: one run between two events, the GPU idle before it (the burst clock); sustained:\n"
+           "after %.0f ms of runs back to back, n of them between two events (the clock at the power cap)\n",
+           warmup_ms());
+  printf("\n| case | B | L | heads | D | mask | ms | TFLOP/s | of mma.sync | of wgmma | n | sustained TFLOP/s |\n"
+         "|---|---|---|---|---|---|---|---|---|---|---|---|\n");
   /* FI_BENCH_PREFILL_D=<head_dim>: only that head_dim's cases (A/B runs of a tuning knob), */
   const char *de = getenv("FI_BENCH_PREFILL_D");
   const int only_d = de && *de ? atoi(de) : 0;
