@@ -225,8 +225,16 @@ static int wg_four_ok(const int64_t *v) {
   if (d == 64) return (wg == 2 && kt == 128) || (wg == 3 && kt == 64);
   return d == 128 && wg == 2 && kt == 64;
 }
+/* Three stages for head_dim 64's three consumers with 128-token tiles and the ping-pong
+ * (198 KB with P's tiles), its default: on the H200 +0.8% to +1.7% over two stages
+ * (BENCHMARKS.md, fourteenth session). */
+static int wg_three_ok(const int64_t *v) {
+  return v[PREFILL_WG_P_HEAD_DIM] == 64 && v[PREFILL_WG_P_WARPGROUPS] == 3 && v[PREFILL_WG_P_KV_TILE] == 128 &&
+         v[PREFILL_WG_P_PRODUCER] == 2;
+}
 void jit_prefill_wgmma_stages(jit_key *k, int stages) {
   if (stages == 4 && wg_four_ok(k->v)) k->v[PREFILL_WG_P_STAGES] = 4;
+  if (stages == 3 && wg_three_ok(k->v)) k->v[PREFILL_WG_P_STAGES] = 3;
 }
 void jit_prefill_wgmma_soft_cap(jit_key *k, int on) { k->v[PREFILL_WG_P_SOFT_CAP] = on ? 1 : 0; }
 
@@ -241,10 +249,10 @@ static const char *wg_arch(const char *arch) {
  * prefill_wgmma.cuh's smem_size. */
 static unsigned wg_smem(const jit_key *k) {
   const int64_t *v = k->v;
-  /* three consumers with 128-token tiles and two stages: P goes through shared memory
-   * (p_smem in prefill_wgmma.cuh), a [64][128] tile a consumer, and 2048 bytes of ones
-   * (the row sums' columns of P V) */
-  const int64_t p = v[PREFILL_WG_P_WARPGROUPS] == 3 && v[PREFILL_WG_P_KV_TILE] == 128 && v[PREFILL_WG_P_STAGES] == 2
+  /* three consumers with 128-token tiles and two or three stages: P goes through shared
+   * memory (p_smem in prefill_wgmma.cuh), a [64][128] tile a consumer, and 2048 bytes of
+   * ones (the row sums' columns of P V) */
+  const int64_t p = v[PREFILL_WG_P_WARPGROUPS] == 3 && v[PREFILL_WG_P_KV_TILE] == 128 && v[PREFILL_WG_P_STAGES] <= 3
                         ? v[PREFILL_WG_P_WARPGROUPS] * 64 * v[PREFILL_WG_P_KV_TILE] * 2 + 2048
                         : 0;
   return (unsigned)(((v[PREFILL_WG_P_PRODUCER] > 0 ? 2 : 1) * v[PREFILL_WG_P_WARPGROUPS] * 64 * v[PREFILL_WG_P_HEAD_DIM] +
@@ -282,10 +290,16 @@ static int render_wg_batch(const jit_key *k, const char *e, char *b, size_t n) {
 /* Then four stages (FI_PREFILL_STAGES=4; (128, 128, 64, 2) is also batch prefill's default
  * at 512-2048 packed rows, rt_prefill.c): each dtype x (head_dim, q tile, kv tile,
  * producer) of wg_four_ok: (64, 192, 64, 2), (64, 128, 128, 2), (128, 128, 64, 2). */
+/* Then three stages (wg_three_ok, head_dim 64's default): each dtype x (64, 192, 128, 2). */
 /* Each of them without the soft cap's code (even index) and with it (odd): config_wg. */
-static int count_wg(void) { return 2 * (2 * 2 * 2 * 5 + 2 + 8 + 6); }
+static int count_wg(void) { return 2 * (2 * 2 * 2 * 5 + 2 + 8 + 6 + 2); }
 static void config_wg_shape(int single, int idx, jit_key *out) {
   static const int qp[5][2] = {{64, 0}, {64, 1}, {128, 0}, {128, 1}, {128, 2}};
+  if (idx >= 56) {
+    jit_prefill_wgmma_select(single, dtypes[idx % 2], 64, 192, 128, 2, out);
+    jit_prefill_wgmma_stages(out, 3);
+    return;
+  }
   if (idx >= 50) {
     static const int f[3][4] = {{64, 192, 64, 2}, {64, 128, 128, 2}, {128, 128, 64, 2}};
     idx -= 50;

@@ -233,14 +233,14 @@ FI_WG_MMA(fi_half, "f16", 256, FI_WG_ACC128, FI_WG_OUT128, "%128, %129", "%130",
 // shape with 128-token tiles writes each tile's P [64][KT] per warpgroup to shared memory
 // and takes P V's A operand from a descriptor, because P in registers beside S and O
 // spilled 164 bytes at 152 registers a consumer and made ptxas serialize every wgmma
-// (C7512). Not with four stages (no room; nor are they registered for this shape).
+// (C7512). Two or three stages (198 KB with three); four leave no room.
 // P V there is m64n72: V's 64 columns and 8 of ones (2048 bytes, 16 rows of an atom
 // column; the descriptor's LBO reaches them from every k16 step), so O's last 8 columns
 // hold each row's sum of P as the tensor cores took it, and the softmax does no sums
 // (at head_dim 64 its FADD were 64 of ~380 instructions a tile).
 template <int KT, int NWG, int NS>
 struct p_smem {
-  static constexpr bool on = NWG == 3 && KT == 128 && NS == 2;
+  static constexpr bool on = NWG == 3 && KT == 128 && NS <= 3;
   static constexpr int bytes = on ? NWG * 64 * KT * 2 + 2048 : 0;  // and the ones (below)
 };
 // The shared memory prefill_wgmma needs (bytes: the tiles, P's where p_smem is on, three

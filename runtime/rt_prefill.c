@@ -126,7 +126,7 @@ void rt_prefill_wgmma_key(int single, int dt, int D, int64_t rows, int64_t maxkv
    * 128 with 512-2048 rows now takes two consumers with four stages: below.) */
   int qt = rows <= 2048 ? 64 : 128, kt = rows <= 2048 ? 64 : 128;
   /* head_dim 64 above 2048 rows: three consumers (q tile 192) and 128-token tiles, P
-   * through shared memory, a producer without the ping-pong: on the H200, 4 x 8192 32/8
+   * through shared memory (with the ping-pong and three stages: below): on the H200, 4 x 8192 32/8
    * 352.7 / 374.8 TFLOP/s causal / full against 318.8 / 327.2 with the 64-token tiles
    * and ping-pong of three it replaced (BENCHMARKS.md, tenth session). */
   if (D == 64 && rows > 2048) qt = 192, kt = 128;
@@ -149,20 +149,21 @@ void rt_prefill_wgmma_key(int single, int dt, int D, int64_t rows, int64_t maxkv
     qt = 64 * (w[0] - '0');
     kt = atoi(w + 2) == 64 ? 64 : 128;
   }
-  /* A producer warpgroup and ping-pong, but head_dim 64's three consumers with 128-token
-   * tiles without it (FI_PREFILL_WS=0 or 1 turns them off, 2 on), except in a batch whose
-   * requests attend at most 2048 KV tokens (maxkv known): there the ping-pong's shorter
-   * unit boundaries win, on the H200 (fi-bench, 32/8 causal) 64 x 2048 313.5 -> 319.0
-   * TFLOP/s, 256 x 1024 253.6 -> 259.7, 64 x 1024 248.5 -> 255.2, while at 16 x 4096
-   * it is level (+0.4%) and at 4 x 8192 level causal and -1.5 to +0.3% full
-   * (BENCHMARKS.md, thirteenth session). */
+  /* A producer warpgroup and the ping-pong (FI_PREFILL_WS=0 or 1 turns them off). Head_dim
+   * 64's three consumers with 128-token tiles also take three K / V stages: on the H200
+   * (nvcc harness, 32/8 causal) 4 x 8192 383.2 TFLOP/s against 377.8 without the
+   * ping-pong and 380.2 with it on two stages, 64 x 2048 +1.7%, 256 x 1024 +0.9% over
+   * the ping-pong on two (BENCHMARKS.md, fourteenth session). Before, the ping-pong
+   * was taken only where no request attended more than 2048 KV tokens (thirteenth
+   * session); with three stages it wins at every length, so the rule is gone. */
   int wsel = 2;
-  if (D == 64 && qt == 192 && kt == 128) wsel = !single && maxkv >= 0 && maxkv <= 2048 ? 2 : 1;
   if (ws && ws[0] >= '0' && ws[0] <= '2' && !ws[1]) wsel = ws[0] - '0';
   jit_prefill_wgmma_select(single, dt, D, qt, kt, wsel, key);
-  /* FI_PREFILL_STAGES=4: four K / V stages where registered (tuning) */
+  /* FI_PREFILL_STAGES=4 (or 3): that many K / V stages where registered (tuning); 2 keeps
+   * two everywhere */
   const char *se = getenv("FI_PREFILL_STAGES");
   if ((se && atoi(se) == 4) || (four && !(w && *w) && !(se && *se))) jit_prefill_wgmma_stages(key, 4);
+  if ((se && atoi(se) == 3) || !(se && *se)) jit_prefill_wgmma_stages(key, 3);
   /* The soft cap's code only in the kernels of calls that have one: without it the
    * 2x128 kernel is 80 KB of code instead of 141 and a unit's first tile takes half
    * the time (BENCHMARKS.md, ninth session). */
@@ -170,19 +171,15 @@ void rt_prefill_wgmma_key(int single, int dt, int D, int64_t rows, int64_t maxkv
 }
 
 /* The KV length the shape rule is given (rt_prefill.h). At 512-2048 rows it picks
- * 64-token tiles (four stages where the producer allows) up to 512 tokens, and head_dim
- * 64's three consumers take the ping-pong up to 2048 tokens; a re-plan keeps the plan's
- * choice instead, read from its kv tile (not its stages: FI_PREFILL_WS=0 or 1 keeps two)
- * or its producer, so that a request growing past either length does not change the key
- * a re-plan must keep. CUDA-graph mode never uses the length. */
+ * 64-token tiles (four stages where the producer allows) up to 512 tokens; a re-plan
+ * keeps the plan's choice instead, read from its kv tile (not its stages: FI_PREFILL_WS=0
+ * or 1 keeps two), so that a request growing past that length does not change the key a
+ * re-plan must keep. CUDA-graph mode never uses the length. */
 int64_t rt_prefill_kvsel(const jit_key *plan_key, int graph, int64_t maxkv) {
   if (graph) return -1;
   if (plan_key && jit_prefill_is_wgmma(plan_key)) {
     const int64_t *v = plan_key->v;
-    if (v[PREFILL_WG_P_KV_TILE] == 64) return 0;
-    /* head_dim 64's three consumers: the ping-pong is the short-request choice */
-    if (v[PREFILL_WG_P_HEAD_DIM] == 64 && v[PREFILL_WG_P_WARPGROUPS] == 3 && v[PREFILL_WG_P_PRODUCER] == 2) return 0;
-    return INT64_MAX;
+    return v[PREFILL_WG_P_KV_TILE] == 64 ? 0 : INT64_MAX;
   }
   return maxkv;
 }

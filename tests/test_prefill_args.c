@@ -363,7 +363,25 @@ FT_TEST(wgmma_keys_registered_and_hopper_only) {
         FT_CHECK(times_registered(&k) == 1 && ops[s]->dyn_smem(&k) <= 227u * 1024);
       }
     }
-    FT_CHECK(ops[s]->config_count() == 112, "%s: %d configurations", ops[s]->name, ops[s]->config_count());
+    /* three stages: head_dim 64's three consumers with 128-token tiles and the ping-pong
+     * only (P's tiles still in shared memory beside the third stage); two elsewhere */
+    for (int q = 0; q < 2; q++) {
+      static const int f[5][5] = {{64, 192, 128, 2, 3}, {64, 192, 128, 1, 2}, {64, 192, 64, 2, 2},
+                                  {64, 128, 128, 2, 2}, {128, 128, 128, 2, 2}};
+      for (int i = 0; i < 5; i++) {
+        jit_key k;
+        jit_prefill_wgmma_select(s == 0, dts[q], f[i][0], f[i][1], f[i][2], f[i][3], &k);
+        jit_prefill_wgmma_stages(&k, 3);
+        FT_CHECK(k.v[PREFILL_WG_P_STAGES] == f[i][4], "stages %d", (int)k.v[PREFILL_WG_P_STAGES]);
+        FT_CHECK(times_registered(&k) == 1, "three stages case %d registered %d times", i, times_registered(&k));
+        if (i == 0)
+          FT_CHECK(ops[s]->dyn_smem(&k) == (unsigned)((2 * 192 * 64 + 6 * 128 * 64) * 2 + 3 * 64 * 128 * 2 + 2048 +
+                                                      3 * 128 * 8 + 64 + 32 * 3 + 1024),
+                   "three stages: smem %u", ops[s]->dyn_smem(&k));
+        FT_CHECK(ops[s]->dyn_smem(&k) <= 227u * 1024);
+      }
+    }
+    FT_CHECK(ops[s]->config_count() == 116, "%s: %d configurations", ops[s]->name, ops[s]->config_count());
   }
   /* An mma.sync key is not a wgmma one. */
   jit_key m;
@@ -379,14 +397,14 @@ FT_TEST(wgmma_keys_registered_and_hopper_only) {
 FT_TEST(wgmma_shape_rule_keys_registered_and_kept_by_replans) {
   static const char *const wgs[] = {NULL, "1x64", "2x64", "2x128", "3x64", "3x128"};
   static const char *const wss[] = {NULL, "0", "1", "2"};
-  static const char *const sts[] = {NULL, "2", "4"};
+  static const char *const sts[] = {NULL, "2", "3", "4"};
   static const int dims[] = {64, 128, 256};
   static const int64_t rows[] = {17, 511, 512, 1024, 2048, 2049, 4096};
   static const int64_t kvs[] = {1, 512, 513, 2048, 2049, 100000};
   int checked = 0, bad_reg = 0, bad_keep = 0;
   for (int a = 0; a < 6; a++)
     for (int b = 0; b < 4; b++)
-      for (int c = 0; c < 3; c++) {
+      for (int c = 0; c < 4; c++) {
         if (wgs[a]) setenv("FI_PREFILL_WG", wgs[a], 1); else unsetenv("FI_PREFILL_WG");
         if (wss[b]) setenv("FI_PREFILL_WS", wss[b], 1); else unsetenv("FI_PREFILL_WS");
         if (sts[c]) setenv("FI_PREFILL_STAGES", sts[c], 1); else unsetenv("FI_PREFILL_STAGES");
@@ -414,31 +432,35 @@ FT_TEST(wgmma_shape_rule_keys_registered_and_kept_by_replans) {
   unsetenv("FI_PREFILL_WG");
   unsetenv("FI_PREFILL_WS");
   unsetenv("FI_PREFILL_STAGES");
-  FT_CHECK(bad_reg == 0 && bad_keep == 0 && checked == 6 * 4 * 3 * 3 * 7 * 2 * 2 * 36, "%d unregistered, %d changed of %d",
+  FT_CHECK(bad_reg == 0 && bad_keep == 0 && checked == 6 * 4 * 4 * 3 * 7 * 2 * 2 * 36, "%d unregistered, %d changed of %d",
            bad_reg, bad_keep, checked);
   /* and the defaults themselves */
   jit_key k;
-  rt_prefill_wgmma_key(0, JIT_DT_BF16, 64, 4096, 100000, 0, &k);
-  FT_CHECK(k.v[PREFILL_WG_P_WARPGROUPS] == 3 && k.v[PREFILL_WG_P_KV_TILE] == 128 && k.v[PREFILL_WG_P_PRODUCER] == 1 &&
-           k.v[PREFILL_WG_P_STAGES] == 2);
-  /* head_dim 64's three consumers ping-pong where no request attends more than 2048 KV
-   * tokens (batch, length known), and a re-plan keeps either choice */
-  rt_prefill_wgmma_key(0, JIT_DT_BF16, 64, 8192, 2048, 0, &k);
-  FT_CHECK(k.v[PREFILL_WG_P_WARPGROUPS] == 3 && k.v[PREFILL_WG_P_PRODUCER] == 2, "producer %lld",
-           (long long)k.v[PREFILL_WG_P_PRODUCER]);
+  /* head_dim 64 above 2048 rows: three consumers, the ping-pong and three stages, whatever
+   * the KV lengths, in batch (fresh or re-planned), CUDA-graph mode and single prefill */
+  const int64_t d64kv[4] = {100, 2048, 2049, 100000};
+  for (int i = 0; i < 5; i++) {
+    if (i < 4)
+      rt_prefill_wgmma_key(0, JIT_DT_BF16, 64, 4096, d64kv[i], 0, &k);
+    else
+      rt_prefill_wgmma_key(1, JIT_DT_BF16, 64, 8192, -1, 0, &k);
+    FT_CHECK(k.v[PREFILL_WG_P_WARPGROUPS] == 3 && k.v[PREFILL_WG_P_KV_TILE] == 128 && k.v[PREFILL_WG_P_PRODUCER] == 2 &&
+                 k.v[PREFILL_WG_P_STAGES] == 3,
+             "case %d: wg %lld kv %lld producer %lld stages %lld", i, (long long)k.v[PREFILL_WG_P_WARPGROUPS],
+             (long long)k.v[PREFILL_WG_P_KV_TILE], (long long)k.v[PREFILL_WG_P_PRODUCER], (long long)k.v[PREFILL_WG_P_STAGES]);
+  }
   jit_key k2;
-  rt_prefill_wgmma_key(0, JIT_DT_BF16, 64, 8192, rt_prefill_kvsel(&k, 0, 100000), 0, &k2);
-  FT_CHECK(k2.v[PREFILL_WG_P_PRODUCER] == 2, "a re-plan with longer requests changed the producer to %lld",
-           (long long)k2.v[PREFILL_WG_P_PRODUCER]);
-  rt_prefill_wgmma_key(0, JIT_DT_BF16, 64, 8192, 2049, 0, &k);
-  FT_CHECK(k.v[PREFILL_WG_P_PRODUCER] == 1);
-  rt_prefill_wgmma_key(0, JIT_DT_BF16, 64, 8192, rt_prefill_kvsel(&k, 0, 100), 0, &k2);
-  FT_CHECK(k2.v[PREFILL_WG_P_PRODUCER] == 1, "a re-plan with shorter requests changed the producer to %lld",
-           (long long)k2.v[PREFILL_WG_P_PRODUCER]);
-  rt_prefill_wgmma_key(0, JIT_DT_BF16, 64, 8192, rt_prefill_kvsel(NULL, 1, 100), 0, &k); /* CUDA-graph mode */
-  FT_CHECK(k.v[PREFILL_WG_P_PRODUCER] == 1);
-  rt_prefill_wgmma_key(1, JIT_DT_BF16, 64, 8192, 1024, 0, &k); /* single prefill: not measured, unchanged */
-  FT_CHECK(k.v[PREFILL_WG_P_WARPGROUPS] == 3 && k.v[PREFILL_WG_P_PRODUCER] == 1);
+  rt_prefill_wgmma_key(0, JIT_DT_BF16, 64, 8192, rt_prefill_kvsel(NULL, 1, 100), 0, &k2); /* CUDA-graph mode */
+  FT_CHECK(memcmp(k2.v, k.v, sizeof k.v) == 0 || (k2.v[PREFILL_WG_P_PRODUCER] == 2 && k2.v[PREFILL_WG_P_STAGES] == 3));
+  /* FI_PREFILL_WS=1 (no ping-pong) and FI_PREFILL_STAGES=2 go back to two stages */
+  setenv("FI_PREFILL_WS", "1", 1);
+  rt_prefill_wgmma_key(0, JIT_DT_BF16, 64, 8192, 100, 0, &k);
+  FT_CHECK(k.v[PREFILL_WG_P_PRODUCER] == 1 && k.v[PREFILL_WG_P_STAGES] == 2);
+  unsetenv("FI_PREFILL_WS");
+  setenv("FI_PREFILL_STAGES", "2", 1);
+  rt_prefill_wgmma_key(0, JIT_DT_BF16, 64, 8192, 100, 0, &k);
+  FT_CHECK(k.v[PREFILL_WG_P_PRODUCER] == 2 && k.v[PREFILL_WG_P_STAGES] == 2);
+  unsetenv("FI_PREFILL_STAGES");
   rt_prefill_wgmma_key(0, JIT_DT_BF16, 128, 1024, 512, 0, &k);
   FT_CHECK(k.v[PREFILL_WG_P_WARPGROUPS] == 2 && k.v[PREFILL_WG_P_KV_TILE] == 64 && k.v[PREFILL_WG_P_PRODUCER] == 2 &&
            k.v[PREFILL_WG_P_STAGES] == 4);

@@ -85,18 +85,20 @@ int main(int argc, char **argv) {
   // above 2048 rows), 3x128 (head_dim 64, three consumers, 128-token tiles, P through
   // shared memory); FI_TRACE_CAP=0: without the soft cap's code.
   const char *she = getenv("FI_TRACE_SHAPE"), *ce = getenv("FI_TRACE_CAP");
-  static const char *const names[4] = {"2x128", "2x64s4", "3x64", "3x128"};
+  static const char *const names[5] = {"2x128", "2x64s4", "3x64", "3x128", "3x128s3"};
   int shape = 0;
-  for (int i = 1; i < 4; i++)
+  for (int i = 1; i < 5; i++)
     if (she && strcmp(she, names[i]) == 0) shape = i;
   const int cap = !(ce && atoi(ce) == 0);
   typedef void (*kfn)(const fi_prefill_kparams);
-  static const kfn kerns[4][2] = {{kpf<128, 128, 2, 2, 0>, kpf<128, 128, 2, 2, 1>},
+  static const kfn kerns[5][2] = {{kpf<128, 128, 2, 2, 0>, kpf<128, 128, 2, 2, 1>},
                                   {kpf<128, 64, 2, 4, 0>, kpf<128, 64, 2, 4, 1>},
                                   {kpf<64, 64, 3, 2, 0>, kpf<64, 64, 3, 2, 1>},
-                                  {kpf<64, 128, 3, 2, 0>, kpf<64, 128, 3, 2, 1>}};
-  static const int smems[4] = {fi::wg::smem_size<128, 128, 2, 2, 2>::value, fi::wg::smem_size<128, 64, 2, 2, 4>::value,
-                               fi::wg::smem_size<64, 64, 3, 2, 2>::value, fi::wg::smem_size<64, 128, 3, 2, 2>::value};
+                                  {kpf<64, 128, 3, 2, 0>, kpf<64, 128, 3, 2, 1>},
+                                  {kpf<64, 128, 3, 3, 0>, kpf<64, 128, 3, 3, 1>}};
+  static const int smems[5] = {fi::wg::smem_size<128, 128, 2, 2, 2>::value, fi::wg::smem_size<128, 64, 2, 2, 4>::value,
+                               fi::wg::smem_size<64, 64, 3, 2, 2>::value, fi::wg::smem_size<64, 128, 3, 2, 2>::value,
+                               fi::wg::smem_size<64, 128, 3, 2, 3>::value};
   const int D = shape >= 2 ? 64 : 128, NWG = shape >= 2 ? 3 : 2, PS = 16, G = HQ / HKV, QT = 64 * NWG, GRID = 132;
   const int ppr = (L + PS - 1) / PS, pages = B * ppr;
   const int64_t nq = (int64_t)B * L * HQ * D, nkv = (int64_t)pages * PS * HKV * D;
