@@ -243,8 +243,9 @@ static const char *wg_arch(const char *arch) {
   return strcmp(arch, "sm_90") == 0 || strcmp(arch, "sm_90a") == 0 ? "sm_90a" : NULL;
 }
 
-/* The Q tile (two with a producer: the next unit's loads while this one finishes), two
- * stages of K and V, P's tiles where they go through shared memory, three token-offset tables, 128 bytes of mbarriers, and the slack for
+/* The Q tile (two with a producer: the next unit's loads while this one finishes), the
+ * stages of K and V, P's tiles where they go through shared memory, three token-offset
+ * tables, the mbarriers and unit slot (64 + 32 a stage bytes), and the slack for
  * 1024-byte alignment (the 128-byte swizzle is applied to absolute addresses):
  * prefill_wgmma.cuh's smem_size. */
 static unsigned wg_smem(const jit_key *k) {

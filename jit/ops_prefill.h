@@ -27,7 +27,7 @@ enum {
   PREFILL_WG_P_PRODUCER,   /* 0: every thread loads; 1: a producer warpgroup does (warp
                             * specialization); 2: and the consumers ping-pong (q tile
                             * 128 or 192) */
-  PREFILL_WG_P_STAGES,     /* K / V stages: 2, or 4 (jit_prefill_wgmma_stages) */
+  PREFILL_WG_P_STAGES,     /* K / V stages: 2, 3 or 4 (jit_prefill_wgmma_stages) */
   PREFILL_WG_P_SOFT_CAP    /* 1: the logits soft cap's code is compiled in (a call with a
                             * cap); 0: left out, and the first tile's softmax runs twice as
                             * fast (jit_prefill_wgmma_soft_cap) */

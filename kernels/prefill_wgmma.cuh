@@ -11,9 +11,9 @@
 //     Q's), B = V [KT tokens][D] from a descriptor, MN-major for this product
 //     (imm-trans-b = 1), 128-byte swizzle.
 // WS 0: all threads load, Q once, then K and V tiles double-buffered through cp.async
-// (the next tile loads while this one is computed), a block barrier a tile. WS 1 (head_dim
-// 64's three consumers with 128-token tiles) and 2 (the default elsewhere, with the
-// ping-pong): a producer warpgroup loads, into the same two stages, on mbarriers
+// (the next tile loads while this one is computed), a block barrier a tile. WS 1 and 2 (the
+// default, with the ping-pong): a producer warpgroup loads, into NS stages (two; three for
+// head_dim 64's three consumers with 128-token tiles, four where registered), on mbarriers
 // (prefill_wgmma's comment). OV = 1 overlaps a tile's softmax with the
 // previous tile's P V (FA3's intra-warpgroup pipelining: S(t) and P V(t - 1) issued
 // together, wait_group 1, softmax, wait_group 0); OV = 0 runs the two products in order.

@@ -517,6 +517,17 @@ FT_TEST(batch_prefill_ragged) {
   run_case(&w);
   pcase cap = {"ragged cap group 5", M_RAGGED, 0, 128, 10, 2, 1, 1, 1, -1, 0, 25, 0, 5, NULL, NULL, 200, 500, 3e-3};
   run_case(&cap);
+  /* head_dim 64 with more than 2048 packed rows (group 4): its default there, the
+   * three-consumer kernel (q tile 192, the ping-pong, three stages), ragged and paged,
+   * causal and not, and with a window and the soft cap */
+  static const int lq64[4] = {700, 1, 600, 1000}, lkv64[4] = {900, 300, 600, 1500};
+  for (int dt = 0; dt < 2; dt++) {
+    pcase l = {"D=64 long", dt ? M_PAGED : M_RAGGED, dt, 64, 8, 2, dt, 16, dt, -1, 0, 0, 0, 4, lq64, lkv64, 0, 0,
+               tol_of(dt)};
+    run_case(&l);
+  }
+  pcase lw = {"D=64 long window cap", M_PAGED, 1, 64, 8, 2, 0, 16, 1, 300, 0, 30, 0, 4, lq64, lkv64, 0, 0, 2e-2};
+  run_case(&lw);
 }
 
 FT_TEST(batch_prefill_paged_page_sizes) {
