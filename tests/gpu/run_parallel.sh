@@ -37,7 +37,7 @@ awk '{ if ($4=="rc=0" && $6=="fail=0" && $5!="pass=0") ok++; else { bad++; print
 for f in $L/*.out; do grep -q '^FAIL' $f && { echo "== $f"; cat $f; tail -40 ${f%.out}.err; }; done > $OUT/failures.txt 2>&1
 tar czf $OUT/testlogs.tgz -C $L . 2>/dev/null
 echo "== fi-bench"
-FI_BENCH_DECODE_SWEEP=0 timeout ${BT:-200} $F/fi-bench --json $OUT/bench.jsonl ${SECTIONS:-copy norms act cascade page rope decode prefill sampling} > $OUT/bench.txt 2>&1
+FI_BENCH_DECODE_SWEEP=0 timeout ${BT:-300} $F/fi-bench --json $OUT/bench.jsonl ${SECTIONS:-copy norms act cascade page rope decode prefill sampling} > $OUT/bench.txt 2>&1
 echo "bench rc=$?"
 grep -E "^copy|read roofline|probe|^\| (layernorm|gemma_rmsnorm|fused_add|append_paged_kv)" $OUT/bench.txt | head -30
 echo "== membench"
