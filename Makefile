@@ -103,6 +103,12 @@ $(BUILD)/prefill-trace: tools/prefill_trace/prefill_trace.cu kernels/prefill_wgm
 	@mkdir -p $(BUILD)
 	$(NVCC) -std=c++17 -O3 -gencode arch=compute_90a,code=sm_90a -Xptxas -v -Ikernels -Itools $< -o $@
 
+# The decode load-pattern microbenchmark (tools/decode_loads; nvcc, not part of all):
+# registers against a cp.async ring over the paged KV cache, loads only.
+$(BUILD)/decode-loads: tools/decode_loads/decode_loads.cu tools/cuda_bench.cuh
+	@mkdir -p $(BUILD)
+	$(NVCC) -std=c++17 -O3 -arch=sm_90 -Itools $< -o $@
+
 # The fp8 decode microbenchmark (tools/decode_fp8; nvcc, not part of all): kernel variants
 # at B = 64, L = 4096 from a copy of kernels/decode.cuh that patch_variants.py extends.
 # Run it on the GPU machine.
