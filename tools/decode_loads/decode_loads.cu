@@ -1,11 +1,13 @@
 // decode_loads.cu: how fast can a decode kernel's paged KV read go on this GPU? Loads only
 // (no math: each loaded word is folded into an xor the compiler must keep), bf16, D = 128,
 // page 16 NHD with pages in random order, the layouts of fi-bench decode's target rows,
-// against a 16-byte streaming read of 1 GiB measured in the same process. Two ways to load:
-// registers (a warp instruction reads two tokens' whole 256-byte rows, U instructions in
-// flight a lane for K and V each) and a cp.async ring in shared memory (FlashInfer's way: NS
-// stages of T tokens of K and V, a block's threads each copying 16-byte pieces of whole
-// rows). Each block reads one KV head of one request, or a 1/S share of its tokens.
+// against a 16-byte streaming read of 1 GiB measured in the same process. Three ways to
+// load: registers (a warp instruction reads two tokens' whole 256-byte rows, U instructions
+// in flight a lane for K and V each), registers in the present decode kernel's order (64
+// bytes of each of 8 rows an instruction), and a cp.async ring in shared memory
+// (FlashInfer's way: NS stages of T tokens of K and V, a block's threads each copying
+// 16-byte pieces of whole rows). Each block reads one KV head of one request, or a 1/S
+// share of its tokens.
 // Usage: decode-loads (on the GPU machine; make build/decode-loads). Not part of make all.
 #include "cuda_bench.cuh"
 #include <cstdint>
@@ -52,6 +54,31 @@ __global__ void __launch_bounds__(W * 32) kregs(const kv p) {
     for (int u = 0; u < U; u++) a[u] = ldg16(p.k + off[u]), c[u] = ldg16(p.v + off[u]);
 #pragma unroll
     for (int u = 0; u < U; u++) acc ^= a[u].x ^ a[u].w ^ c[u].y ^ c[u].z;
+  }
+  if (acc == 0x9e3779b9u) p.sink[0] = acc;
+}
+
+// Registers in the present decode kernel's order: a warp instruction reads 64 bytes of each
+// of 8 rows (lane g, c: row g, piece c + 4 j), 4 instructions a row's 256 bytes, U groups
+// of 8 rows in flight.
+template <int W, int U>
+__global__ void __launch_bounds__(W * 32) khalf(const kv p) {
+  const int b = blockIdx.x, h = blockIdx.y, lane = threadIdx.x & 31, w = threadIdx.x >> 5, g = lane >> 2, c = lane & 3;
+  const int per = p.L / p.split, t0 = blockIdx.z * per;
+  uint32_t acc = 0;
+  for (int base = t0 + 8 * U * w; base < t0 + per; base += 8 * U * W) {
+    int64_t off[U];
+#pragma unroll
+    for (int u = 0; u < U; u++) off[u] = piece(p, b, h, min(base + 8 * u + g, t0 + per - 1), c);
+    uint4 a[U][4], d[U][4];
+#pragma unroll
+    for (int u = 0; u < U; u++)
+#pragma unroll
+      for (int j = 0; j < 4; j++) a[u][j] = ldg16(p.k + off[u] + 4 * j), d[u][j] = ldg16(p.v + off[u] + 4 * j);
+#pragma unroll
+    for (int u = 0; u < U; u++)
+#pragma unroll
+      for (int j = 0; j < 4; j++) acc ^= a[u][j].x ^ a[u][j].w ^ d[u][j].y ^ d[u][j].z;
   }
   if (acc == 0x9e3779b9u) p.sink[0] = acc;
 }
@@ -170,6 +197,9 @@ int main() {
     row("regs, 4 warps, 4 in flight", kregs<4, 4>, 128);
     row("regs, 4 warps, 8 in flight", kregs<4, 8>, 128);
     row("regs, 8 warps, 4 in flight", kregs<8, 4>, 256);
+    row("regs in half lines (the kernel's order), 2 warps, 1 group of 8 rows", khalf<2, 1>, 64);
+    row("regs in half lines, 4 warps, 1 group", khalf<4, 1>, 128);
+    row("regs in half lines, 4 warps, 2 groups", khalf<4, 2>, 128);
     ringrow("cp.async ring, 4 warps, 4 stages of 16 tokens (32 KB)", kring<4, 4, 16>, 128, 4 * 2 * 16 * 256);
     ringrow("cp.async ring, 4 warps, 8 stages of 16 tokens (64 KB)", kring<4, 8, 16>, 128, 8 * 2 * 16 * 256);
     ringrow("cp.async ring, 4 warps, 4 stages of 32 tokens (64 KB)", kring<4, 4, 32>, 128, 4 * 2 * 32 * 256);
