@@ -216,9 +216,9 @@ void jit_prefill_wgmma_select(int single, int dtype, int head_dim, int q_tile, i
 /* Four K / V stages (the producer up to three tiles ahead) where registered, each with
  * the ping-pong (producer 2): head_dim 64 with two consumers and 128-token tiles, or three
  * consumers and 64-token tiles; head_dim 128 with two consumers and 64-token tiles (each
- * 192 KB or less). Else the key keeps two: also head_dim 64's three consumers with
+ * 195 KiB or less). Else the key keeps two: also head_dim 64's three consumers with
  * 128-token tiles, whose P goes through shared memory, for which four stages leave no
- * room (with P in registers that kernel spilled and ptxas serialized its wgmma). */
+ * room (three do: wg_three_ok). */
 static int wg_four_ok(const int64_t *v) {
   const int64_t d = v[PREFILL_WG_P_HEAD_DIM], wg = v[PREFILL_WG_P_WARPGROUPS], kt = v[PREFILL_WG_P_KV_TILE];
   if (v[PREFILL_WG_P_PRODUCER] != 2) return 0;

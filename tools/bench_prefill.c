@@ -295,7 +295,7 @@ static void bench_prefill(fi_runtime *rt, double copy) {
   const char *kernel = getenv("FI_PREFILL_WGMMA");
   printf("kernel: %s\n", kernel && strcmp(kernel, "0") == 0
                              ? "mma.sync everywhere (FI_PREFILL_WGMMA=0)"
-                             : "wgmma (sm_90a) for head_dim 64 and 128 on an sm_90 device, else mma.sync");
+                             : "wgmma (sm_90a) for head_dim 64, 128 and 256 on an sm_90 device, else mma.sync");
   static const pcfg cases[] = {
       {"target 380", 4, 8192, 32, 8, 128, 1},  {"target 400", 4, 8192, 32, 8, 128, 0},
       {"target 380", 4, 8192, 32, 32, 128, 1}, {"target 400", 4, 8192, 32, 32, 128, 0},

@@ -1,6 +1,7 @@
 // prefill_trace.cu: fi-bench prefill's 64 x 1024 causal row (32/8 heads, D = 128, bf16, page
 // 16 in random order) outside the runtime, on the 2x128 wgmma kernel with a producer
-// (FI_TRACE_SHAPE=2x64s4 or 3x64: the other default shapes; 3x64 at head_dim 64)
+// (FI_TRACE_SHAPE: 2x64s4, 3x64, 3x128 and 3x128s3, head_dim 64's default; the head_dim-64
+// shapes run at head_dim 64)
 // (kernels/prefill_wgmma.cuh built by nvcc with FI_WG_TRACE): times it, then traces one
 // launch (clock64 at each phase of every work unit, per consumer warpgroup and for the
 // producer) and prints where a unit's time goes; 64 of its output rows are checked against
@@ -81,9 +82,10 @@ int main(int argc, char **argv) {
     if (argc >= 7) out = argv[6];
   } else if (argc == 2) out = argv[1];
   // FI_TRACE_SHAPE: 2x128 (head_dim 128, the default above 2048 rows), 2x64s4 (head_dim
-  // 128, 64-token tiles, four stages), 3x64 (head_dim 64, three consumers: its default
-  // above 2048 rows), 3x128 (head_dim 64, three consumers, 128-token tiles, P through
-  // shared memory); FI_TRACE_CAP=0: without the soft cap's code.
+  // 128, 64-token tiles, four stages), 3x64 (head_dim 64, three consumers, 64-token
+  // tiles), 3x128 (head_dim 64, three consumers, 128-token tiles, P through shared
+  // memory, two stages), 3x128s3 (the same on three stages: head_dim 64's default above
+  // 2048 rows, with FI_TRACE_WS=2); FI_TRACE_CAP=0: without the soft cap's code.
   const char *she = getenv("FI_TRACE_SHAPE"), *ce = getenv("FI_TRACE_CAP");
   static const char *const names[5] = {"2x128", "2x64s4", "3x64", "3x128", "3x128s3"};
   int shape = 0;
