@@ -177,10 +177,7 @@ void rt_prefill_wgmma_key(int single, int dt, int D, int64_t rows, int64_t maxkv
  * re-plan must keep. CUDA-graph mode never uses the length. */
 int64_t rt_prefill_kvsel(const jit_key *plan_key, int graph, int64_t maxkv) {
   if (graph) return -1;
-  if (plan_key && jit_prefill_is_wgmma(plan_key)) {
-    const int64_t *v = plan_key->v;
-    return v[PREFILL_WG_P_KV_TILE] == 64 ? 0 : INT64_MAX;
-  }
+  if (plan_key && jit_prefill_is_wgmma(plan_key)) return plan_key->v[PREFILL_WG_P_KV_TILE] == 64 ? 0 : INT64_MAX;
   return maxkv;
 }
 

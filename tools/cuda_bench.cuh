@@ -48,16 +48,22 @@ static double median_launch_us(F launch, int warm, int reps, int batch) {
   return t[reps / 2];
 }
 
-// A launch with programmatic dependent launch allowed, as the runtime makes on sm_90.
+// A launch with programmatic dependent launch allowed, as the runtime makes on sm_90, with
+// smem bytes of dynamic shared memory.
 template <typename... KA, typename... A>
-static void launch_pdl(void (*k)(KA...), dim3 grid, dim3 block, A &&...args) {
+static void launch_pdl_smem(void (*k)(KA...), dim3 grid, dim3 block, size_t smem, A &&...args) {
   cudaLaunchConfig_t c = {};
   c.gridDim = grid;
   c.blockDim = block;
+  c.dynamicSmemBytes = smem;
   cudaLaunchAttribute at[1];
   at[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
   at[0].val.programmaticStreamSerializationAllowed = 1;
   c.attrs = at;
   c.numAttrs = 1;
   CK(cudaLaunchKernelEx(&c, k, static_cast<A &&>(args)...));
+}
+template <typename... KA, typename... A>
+static void launch_pdl(void (*k)(KA...), dim3 grid, dim3 block, A &&...args) {
+  launch_pdl_smem(k, grid, block, 0, static_cast<A &&>(args)...);
 }
