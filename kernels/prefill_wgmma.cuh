@@ -656,14 +656,15 @@ FI_DEVICE void prefill_wgmma(const fi_prefill_kparams &p) {
     // Q's): issued and committed (one group), not waited for.
     uint32_t pa[KT / 16][4];  // unused (dead) with PS
     const uint32_t ps_base = sbase + QREG + 2 * NS * KV_BYTES + (uint32_t)wgi * (64 * KT * 2);
-    auto issue_pv = [&](int t) {
+    // NARROW (a literal): the tile's first KT / 2 tokens only (NAR below).
+    auto issue_pv = [&](int t, const bool NARROW) {
       const uint32_t vs = kbuf(t) + KV_BYTES;
       // PS: V's columns 64-71 are the ones, LBO bytes on (the next atom column), so each
       // step moves the start address on and LBO back by the same 2048 bytes
       const uint64_t dv0 = vdesc(vs, PS ? ones_base - vs : KT * 128, FI_WG_VDESC),
                      dp0 = kdesc(ps_base, 64 * 128, FI_WG_KDESC);
 #pragma unroll
-      for (int kk = 0; kk < KT / 16; kk++) {
+      for (int kk = 0; kk < (NARROW ? KT / 32 : KT / 16); kk++) {
         const uint64_t dv = dv0 + (uint64_t)(kk * (2048 / 16)) - (PS ? (uint64_t)(kk * (2048 / 16)) << 16 : 0);
         if constexpr (PS)
           mma<T, ON>::template ss<1>(o, dp0 + (uint64_t)((kk >> 2) * (64 * 128 / 16) + (kk & 3) * 2), dv, 1);
@@ -786,7 +787,7 @@ FI_DEVICE void prefill_wgmma(const fi_prefill_kparams &p) {
         rescale_pack(alpha);
         fence_regs(o);
         wg_fence();
-        issue_pv(t);
+        issue_pv(t, false);
         wg_wait<0>();
         fence_regs(o);
       }
@@ -800,6 +801,12 @@ FI_DEVICE void prefill_wgmma(const fi_prefill_kparams &p) {
       int tb = wg_rows ? (wg_hi - kv_lo + KT - 1) / KT : 0;
       if (tb > ntiles) tb = ntiles;
       const bool bl_ok = !CAP || p.cap_log2 == 0.0f;
+      // NAR: the warpgroup attends only the first half of its last tile (causal, where the
+      // diagonal ends early in the tile: half of 64 x 1024's last tiles at 32 / 8), so that
+      // tile's P V, which runs alone at the unit's end, takes half the k16 steps (P is 0
+      // past them). Warpgroup-uniform. (Narrowing S and the softmax as well gained nothing
+      // more at head_dim 128 and made ptxas serialize head_dim 64's wgmma: branch h15nar.)
+      const bool NAR = KT == 128 && !CAP && ta < tb && wg_hi - (kv_lo + (tb - 1) * KT) <= KT / 2;
       FI_WG_MARK(wgi, qn, 55, ntiles);
       FI_WG_MARK(wgi, qn, 56, u);
       FI_WG_MARK(wgi, qn, 57, ta);
@@ -854,7 +861,7 @@ FI_DEVICE void prefill_wgmma(const fi_prefill_kparams &p) {
             fence_regs(s);
             wg_fence();
             issue_s(t);
-            issue_pv(t - 1);
+            issue_pv(t - 1, false);
             turn_pass();
             wg_wait<1>();  // S(t); P V(t - 1) may still run
             if (WS) release(empty_k(stg(t)));
@@ -873,7 +880,7 @@ FI_DEVICE void prefill_wgmma(const fi_prefill_kparams &p) {
         } else if (t < tb) {  // soft cap: in order
           fence_regs(o);
           wg_fence();
-          issue_pv(t - 1);
+          issue_pv(t - 1, false);
           wg_wait<0>();
           if (WS) release(empty_v(stg(t - 1)));
           fence_regs(o);
@@ -889,7 +896,10 @@ FI_DEVICE void prefill_wgmma(const fi_prefill_kparams &p) {
         } else {
           fence_regs(o);
           wg_fence();
-          issue_pv(t - 1);
+          if (NAR)
+            issue_pv(t - 1, true);
+          else
+            issue_pv(t - 1, false);
           turn_pass();
           wg_wait<0>();
           if (WS) release(empty_v(stg(t - 1)));
