@@ -27,9 +27,18 @@ void jit_decode_select(int single, int dtype_q, int dtype_kv, int head_dim, int 
   out->v[DECODE_P_HEAD_DIM] = head_dim;
   out->v[DECODE_P_ROWS] = rows;
   out->v[DECODE_P_WARPS] = warps > 0 ? warps : DECODE_WARPS_SPLIT;
-  /* Two register buffers of K and V fit beside the accumulators up to head_dim 128
-   * with 8 rows; beyond, one buffer (the next K loads while this V is used). */
-  out->v[DECODE_P_PIPELINE] = head_dim <= 128 && rows == 8 ? 1 : 0;
+  /* Up to head_dim 128 with 8 rows, two register buffers of K and V fit beside the
+   * accumulators (the whole next step loads during this one; 248 registers, 8 warps an
+   * SM); beyond, one buffer (the next K loads while this V is used). At head_dim 128 a
+   * 16-bit cache without RoPE takes one buffer with the registers capped at 128
+   * (DECODE_PIPE_CAPPED: 16 warps an SM, twice the loads in flight). H200, bf16 32/8,
+   * nvcc build of the same kernel: B=64 L=4096 4.23 TB/s with 4 warps capped against
+   * 3.92 with 2 warps and two buffers; B=128 L=1024 4.12 with 2 warps capped against
+   * 4.01-4.03 with 1 warp and two buffers. (Head_dim 64 capped spills 192 bytes.) */
+  const int wide = dtype_kv == JIT_DT_F16 || dtype_kv == JIT_DT_BF16;
+  out->v[DECODE_P_PIPELINE] = head_dim == 128 && rows == 8 && wide && !rope ? DECODE_PIPE_CAPPED
+                              : head_dim <= 128 && rows == 8                ? 1
+                                                                            : 0;
   out->v[DECODE_P_ROPE] = rope ? 1 : 0;
 }
 
@@ -42,16 +51,19 @@ void jit_decode_upload_select(jit_key *out) {
 static int render(const jit_key *k, const char *entry, char *buf, size_t n, int single) {
   const int64_t *v = k->v;
   const int threads = (int)v[DECODE_P_WARPS] * 32;
+  /* DECODE_PIPE_CAPPED: the one-buffer kernel (PF 0) with 512 threads' worth of blocks
+   * resident an SM. */
+  const int capped = v[DECODE_P_PIPELINE] == DECODE_PIPE_CAPPED;
+  const int pf = capped ? 0 : (int)v[DECODE_P_PIPELINE], min_blocks = capped ? 512 / threads : 1;
   int w = snprintf(buf, n,
-                   "extern \"C\" __global__ void __launch_bounds__(%d)\n"
+                   "extern \"C\" __global__ void FI_LAUNCH_BOUNDS(%d, %d)\n"
                    "%s(fi_decode_params p) {\n"
                    "  fi_pdl_enter();\n"
                    "  fi::dec::decode<%s, %s, %d, %d, %d, %d, %d, %d>(p);\n"
                    "}\n",
-                   threads, entry, jit_dtype_cxx((int)v[DECODE_P_DTYPE_Q]),
+                   threads, min_blocks > 0 ? min_blocks : 1, entry, jit_dtype_cxx((int)v[DECODE_P_DTYPE_Q]),
                    jit_dtype_cxx((int)v[DECODE_P_DTYPE_KV]), (int)v[DECODE_P_HEAD_DIM],
-                   (int)v[DECODE_P_ROWS], (int)v[DECODE_P_PIPELINE], (int)v[DECODE_P_ROPE], single,
-                   (int)v[DECODE_P_WARPS]);
+                   (int)v[DECODE_P_ROWS], pf, (int)v[DECODE_P_ROPE], single, (int)v[DECODE_P_WARPS]);
   return w < 0 || (size_t)w >= n ? -1 : w;
 }
 static int render_single(const jit_key *k, const char *e, char *b, size_t n) { return render(k, e, b, n, 1); }
@@ -63,8 +75,17 @@ static int render_batch(const jit_key *k, const char *e, char *b, size_t n) { re
  * head_dim 128 take them by p.kv_heads_per_block. */
 #define PER_PAIR (NDIMS * 2 * 2)
 static int count_single(void) { return NPAIRS * PER_PAIR; }
-static int count_batch(void) { return count_single() + (2 * 2 + NPAIRS - 2) * PER_PAIR; }
+/* ... and, last, the two-buffer kernel where batch decode's default is the capped one
+ * (16-bit pairs, head_dim 128, 8 rows, no RoPE, 4 warps): what a plan of a few requests
+ * takes instead (rt_decode_pick_pipeline). */
+static int count_batch(void) { return count_single() + (2 * 2 + NPAIRS - 2) * PER_PAIR + 2; }
 static void config(int single, int idx, jit_key *out) {
+  if (!single && idx >= count_batch() - 2) {
+    jit_decode_select(0, pairs[idx - (count_batch() - 2)].q, pairs[idx - (count_batch() - 2)].kv, 128, 8, 0,
+                      DECODE_WARPS_SPLIT, out);
+    out->v[DECODE_P_PIPELINE] = 1;
+    return;
+  }
   const int rope = idx % 2, group = (idx / 2) % 2 ? 16 : 8, dim = dims[(idx / 4) % NDIMS];
   int pair = idx / PER_PAIR, warps = DECODE_WARPS_SPLIT;
   if (pair >= NPAIRS) { /* the 16-bit dtype pairs again with 2 warps, then with 1; the fp8 ones with 2 */

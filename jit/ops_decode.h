@@ -12,7 +12,8 @@ enum {
   DECODE_P_HEAD_DIM, /* 64, 128, 256 */
   DECODE_P_ROWS,     /* query heads per KV head the block holds: 8 (group <= 8) or 16 */
   DECODE_P_WARPS,    /* warps per block */
-  DECODE_P_PIPELINE, /* 1: the next step's K and V loaded during this one; 0: K only */
+  DECODE_P_PIPELINE, /* 1: the next step's K and V loaded during this one; 0: K only;
+                        DECODE_PIPE_CAPPED: K only, registers capped for 16 warps an SM */
   DECODE_P_ROPE      /* RoPE (Llama, non-interleaved halves) on q and k */
 };
 
@@ -21,6 +22,7 @@ enum {
  * (rt_decode_pick_warps); over an fp8 cache, 2 or 4. */
 void jit_decode_select(int single, int dtype_q, int dtype_kv, int head_dim, int group, int rope,
                        int warps, jit_key *out);
+#define DECODE_PIPE_CAPPED 2
 #define DECODE_WARPS_SPLIT 4
 #define DECODE_WARPS_WIDE 2
 #define DECODE_WARPS_ONE 1

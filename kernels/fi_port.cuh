@@ -6,9 +6,13 @@
 #if defined(__HIPCC_RTC__) || defined(__HIP_PLATFORM_AMD__) || defined(__HIP_DEVICE_COMPILE__)
 #define FI_HIP 1
 #define FI_WARP 64
+// (HIP's second launch-bounds argument means something else: waves an execution unit)
+#define FI_LAUNCH_BOUNDS(threads, min_blocks) __launch_bounds__(threads)
 #else
 #define FI_CUDA 1
 #define FI_WARP 32
+// min_blocks resident an SM: ptxas caps the registers so that they fit
+#define FI_LAUNCH_BOUNDS(threads, min_blocks) __launch_bounds__(threads, min_blocks)
 #endif
 
 // LP64 spellings, the same as glibc's, so a toolkit that predefines them agrees.

@@ -243,6 +243,7 @@ FI_API fi_status fi_batch_decode_plan(fi_runtime *rt, const fi_batch_decode_info
   jit_key key;
   jit_decode_select(0, qdt, kvdt, info->head_dim, info->num_qo_heads / info->num_kv_heads,
                     p->pos_encoding == FI_POS_ROPE_LLAMA, DECODE_WARPS_WIDE, &key);
+  key.v[DECODE_P_PIPELINE] = rt_decode_pick_pipeline((int)key.v[DECODE_P_PIPELINE], maxb, sms, block_heads);
   const int forced = rt_dec_tune_key(&key);
   const rt_device_i *be;
   void *state;
@@ -475,6 +476,9 @@ int rt_decode_plan_offline(const fi_batch_decode_info *info, const fi_attention_
                     rt_decode_pick_warps(kvdt, pl->graph ? info->max_batch : info->batch,
                                          info->num_kv_heads, 2 * (int64_t)resident),
                     &pl->key);
+  pl->key.v[DECODE_P_PIPELINE] = rt_decode_pick_pipeline((int)pl->key.v[DECODE_P_PIPELINE],
+                                                         pl->graph ? info->max_batch : info->batch, sms,
+                                                         info->num_kv_heads);
   pl->devtype = devtype;
   pl->device = 0;
   pl->num_qo_heads = info->num_qo_heads;

@@ -24,6 +24,11 @@ typedef struct rt_decode_layout {
  * no 1-warp kernel: 2 or 4 by the same rule. */
 int rt_decode_pick_warps(int kv_dtype, int64_t requests, int num_kv_heads, int64_t resident_wide);
 
+/* The pipeline key value of a batch plan whose selected default is `pipeline`: the
+ * two-buffer kernel (1) instead of DECODE_PIPE_CAPPED when a split would cut each of
+ * the requests into more than 16 chunks; else unchanged. */
+int rt_decode_pick_pipeline(int pipeline, int64_t requests, int sms, int block_heads);
+
 /* KV heads a batch-decode block reads: 2 (a pair of adjacent heads, 256 bytes a token
  * instead of 128) for an fp8 cache at head_dim 128 with a group of at most 4, an even
  * num_kv_heads and no RoPE (kernels/decode.cuh), unless FI_DECODE_KV_PAIR=0 (tuning;

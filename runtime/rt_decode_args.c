@@ -108,7 +108,7 @@ int rt_dec_head_prefetch(void) {
 
 /* Tuning overrides of the block shape, for fi-bench's comparisons: FI_DECODE_WARPS
  * (1, 2, 4 or 8 warps a block, instead of the plan's choice) and FI_DECODE_PIPELINE
- * (0 or 1; see ops_decode.h). Returns 1 when the warps are forced. */
+ * (0, 1 or 2 = DECODE_PIPE_CAPPED; see ops_decode.h). Returns 1 when the warps are forced. */
 int rt_dec_tune_key(jit_key *key) {
   const char *w = getenv("FI_DECODE_WARPS"), *pp = getenv("FI_DECODE_PIPELINE");
   int forced = 0;
@@ -119,7 +119,14 @@ int rt_dec_tune_key(jit_key *key) {
       forced = 1;
     }
   }
-  if (pp && (atoi(pp) == 0 || atoi(pp) == 1) && *pp) key->v[DECODE_P_PIPELINE] = atoi(pp);
+  if (pp && *pp) {
+    /* 0 or 1 anywhere; the capped kernel (2) where the default could be it: a 16-bit
+     * cache, head_dim <= 128, 8 rows */
+    const int64_t *v = key->v;
+    const int n = atoi(pp), cap_ok = (v[DECODE_P_DTYPE_KV] == JIT_DT_F16 || v[DECODE_P_DTYPE_KV] == JIT_DT_BF16) &&
+                                     v[DECODE_P_HEAD_DIM] <= 128 && v[DECODE_P_ROWS] == 8;
+    if (n == 0 || n == 1 || (n == DECODE_PIPE_CAPPED && cap_ok)) key->v[DECODE_P_PIPELINE] = n;
+  }
   return forced;
 }
 

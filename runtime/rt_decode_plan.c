@@ -33,6 +33,17 @@ int rt_decode_pick_warps(int kv_dtype, int64_t requests, int num_kv_heads, int64
   return blocks * 2 >= resident_wide ? DECODE_WARPS_WIDE : DECODE_WARPS_SPLIT;
 }
 
+/* The capped one-buffer kernel has twice the 4-warp blocks resident, so a split plan cuts
+ * each request into twice the chunks; past 16 chunks a request (a few requests: B <= 4 at
+ * 8 KV heads on 132 SMs) the merge outweighs what the kernel gains: B=1 L=8192 32/8 on the
+ * H200 23.4 us capped (64 chunks) against 20.8 with two buffers (32 chunks). */
+int rt_decode_pick_pipeline(int pipeline, int64_t requests, int sms, int block_heads) {
+  if (pipeline != DECODE_PIPE_CAPPED) return pipeline;
+  const int64_t target =
+      rt_decode_target_items((int64_t)(sms > 0 ? sms : 1) * RT_DECODE_MAX_BLOCKS_PER_SM, block_heads);
+  return requests * 16 < target ? 1 : pipeline;
+}
+
 int rt_decode_kv_pair(int kv_dtype, int head_dim, int num_qo_heads, int num_kv_heads, int rope) {
   const char *e = getenv("FI_DECODE_KV_PAIR");
   const int on = e && *e ? atoi(e) != 0 : DECODE_KV_PAIR_DEFAULT;

@@ -170,6 +170,33 @@ FT_TEST(planner_picks_block_size_by_waves) {
   FT_CHECK(rt_decode_pick_warps(JIT_DT_E4M3, 16, 8, wide) == DECODE_WARPS_SPLIT);
 }
 
+/* The capped one-buffer kernel unless a split would cut each request into more than 16
+ * chunks (H200: 132 SMs, 4 blocks an SM, over the KV heads: 66 work items at 8 heads). */
+FT_TEST(planner_keeps_two_buffers_for_a_few_long_requests) {
+  FT_CHECK(rt_decode_pick_pipeline(DECODE_PIPE_CAPPED, 64, 132, 8) == DECODE_PIPE_CAPPED);
+  FT_CHECK(rt_decode_pick_pipeline(DECODE_PIPE_CAPPED, 16, 132, 8) == DECODE_PIPE_CAPPED); /* 4 chunks */
+  FT_CHECK(rt_decode_pick_pipeline(DECODE_PIPE_CAPPED, 5, 132, 8) == DECODE_PIPE_CAPPED);  /* 80 >= 66 */
+  FT_CHECK(rt_decode_pick_pipeline(DECODE_PIPE_CAPPED, 4, 132, 8) == 1);                   /* 64 < 66 */
+  FT_CHECK(rt_decode_pick_pipeline(DECODE_PIPE_CAPPED, 1, 132, 8) == 1);
+  FT_CHECK(rt_decode_pick_pipeline(DECODE_PIPE_CAPPED, 33, 132, 1) == DECODE_PIPE_CAPPED); /* 528 */
+  FT_CHECK(rt_decode_pick_pipeline(DECODE_PIPE_CAPPED, 32, 132, 1) == 1);
+  /* other kernels are left as selected */
+  FT_CHECK(rt_decode_pick_pipeline(1, 1, 132, 8) == 1);
+  FT_CHECK(rt_decode_pick_pipeline(0, 1, 132, 8) == 0);
+  /* the default it applies to: a 16-bit cache at head_dim 128, 8 rows, no RoPE */
+  jit_key k;
+  jit_decode_select(0, JIT_DT_BF16, JIT_DT_BF16, 128, 4, 0, DECODE_WARPS_WIDE, &k);
+  FT_CHECK(k.v[DECODE_P_PIPELINE] == DECODE_PIPE_CAPPED);
+  jit_decode_select(0, JIT_DT_BF16, JIT_DT_E4M3, 128, 4, 0, DECODE_WARPS_WIDE, &k);
+  FT_CHECK(k.v[DECODE_P_PIPELINE] == 1);
+  jit_decode_select(0, JIT_DT_F16, JIT_DT_F16, 128, 4, 1, DECODE_WARPS_WIDE, &k);
+  FT_CHECK(k.v[DECODE_P_PIPELINE] == 1);
+  jit_decode_select(0, JIT_DT_F16, JIT_DT_F16, 64, 4, 0, DECODE_WARPS_WIDE, &k);
+  FT_CHECK(k.v[DECODE_P_PIPELINE] == 1);
+  jit_decode_select(0, JIT_DT_F16, JIT_DT_F16, 128, 12, 0, DECODE_WARPS_WIDE, &k);
+  FT_CHECK(k.v[DECODE_P_PIPELINE] == 0);
+}
+
 /* KV head pairs only where kernels/decode.cuh's decode() takes them (fp8, head_dim 128,
  * 8-row kernel, no RoPE): a pair planned elsewhere would run the one-head path on half
  * the grid and leave half the heads unwritten. Group <= 4 keeps a pair's rows within 8. */
@@ -250,6 +277,9 @@ FT_TEST(every_selected_key_is_registered) {
               const int w = warps[s];
               if (kvs[kv] && s > 2) continue;
               jit_decode_select(s == 0, qs[q], kvs[kv] ? kvs[kv] : qs[q], dims[d], g, rope, w, &k);
+              /* a plan of a few requests: the two-buffer kernel (4 warps) */
+              if (s == 1 && dims[d] == 128 && ((g + rope + q + kv) & 1))
+                k.v[DECODE_P_PIPELINE] = rt_decode_pick_pipeline((int)k.v[DECODE_P_PIPELINE], 1, 132, 8);
               int found = 0;
               for (int i = 0; i < k.op->config_count() && !found; i++) {
                 jit_key r;
