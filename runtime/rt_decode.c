@@ -243,7 +243,11 @@ FI_API fi_status fi_batch_decode_plan(fi_runtime *rt, const fi_batch_decode_info
   jit_key key;
   jit_decode_select(0, qdt, kvdt, info->head_dim, info->num_qo_heads / info->num_kv_heads,
                     p->pos_encoding == FI_POS_ROPE_LLAMA, DECODE_WARPS_WIDE, &key);
-  key.v[DECODE_P_PIPELINE] = rt_decode_pick_pipeline((int)key.v[DECODE_P_PIPELINE], maxb, sms, block_heads);
+  const int64_t sel = key.v[DECODE_P_PIPELINE];
+  key.v[DECODE_P_PIPELINE] = rt_decode_pick_pipeline((int)sel, maxb, sms, block_heads);
+  /* Switched back to two buffers: so few blocks that 4 warps is what rt_decode_pick_warps
+   * gives, and the 2-warp two-buffer key is not registered (no compile at plan time). */
+  if (key.v[DECODE_P_PIPELINE] != sel) key.v[DECODE_P_WARPS] = DECODE_WARPS_SPLIT;
   const int forced = rt_dec_tune_key(&key);
   const rt_device_i *be;
   void *state;

@@ -120,8 +120,8 @@ int rt_dec_tune_key(jit_key *key) {
     }
   }
   if (pp && *pp) {
-    /* 0 or 1 anywhere; the capped kernel (2) where the default could be it: a 16-bit
-     * cache, head_dim <= 128, 8 rows */
+    /* 0 or 1 anywhere; the capped kernel (2) over a 16-bit cache with head_dim <= 128 and
+     * 8 rows (the default only at head_dim 128 without RoPE: head_dim 64 spills) */
     const int64_t *v = key->v;
     const int n = atoi(pp), cap_ok = (v[DECODE_P_DTYPE_KV] == JIT_DT_F16 || v[DECODE_P_DTYPE_KV] == JIT_DT_BF16) &&
                                      v[DECODE_P_HEAD_DIM] <= 128 && v[DECODE_P_ROWS] == 8;

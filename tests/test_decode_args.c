@@ -189,6 +189,8 @@ FT_TEST(planner_keeps_two_buffers_for_a_few_long_requests) {
   FT_CHECK(k.v[DECODE_P_PIPELINE] == DECODE_PIPE_CAPPED);
   jit_decode_select(0, JIT_DT_BF16, JIT_DT_E4M3, 128, 4, 0, DECODE_WARPS_WIDE, &k);
   FT_CHECK(k.v[DECODE_P_PIPELINE] == 1);
+  jit_decode_select(1, JIT_DT_BF16, JIT_DT_BF16, 128, 4, 0, 0, &k); /* single decode */
+  FT_CHECK(k.v[DECODE_P_PIPELINE] == 1);
   jit_decode_select(0, JIT_DT_F16, JIT_DT_F16, 128, 4, 1, DECODE_WARPS_WIDE, &k);
   FT_CHECK(k.v[DECODE_P_PIPELINE] == 1);
   jit_decode_select(0, JIT_DT_F16, JIT_DT_F16, 64, 4, 0, DECODE_WARPS_WIDE, &k);
