@@ -17,6 +17,10 @@ static const struct {
 static const int dims[] = {64, 128, 256};
 #define NDIMS 3
 
+int jit_decode_can_cap(int dtype_kv, int head_dim, int rows) {
+  return (dtype_kv == JIT_DT_F16 || dtype_kv == JIT_DT_BF16) && head_dim <= 128 && rows == 8;
+}
+
 void jit_decode_select(int single, int dtype_q, int dtype_kv, int head_dim, int group, int rope,
                        int warps, jit_key *out) {
   out->op = single ? &jit_op_single_decode : &jit_op_batch_decode;
@@ -37,10 +41,10 @@ void jit_decode_select(int single, int dtype_q, int dtype_kv, int head_dim, int 
    * 4.01-4.03 with 1 warp and two buffers. (Head_dim 64 capped spills 192 bytes.) Single
    * decode, a block per KV head, keeps two buffers: few blocks want loads in flight a warp,
    * not warps an SM (batch decode of one request: 23.4 us capped against 20.8). */
-  const int wide = dtype_kv == JIT_DT_F16 || dtype_kv == JIT_DT_BF16;
-  out->v[DECODE_P_PIPELINE] = !single && head_dim == 128 && rows == 8 && wide && !rope ? DECODE_PIPE_CAPPED
-                              : head_dim <= 128 && rows == 8                ? 1
-                                                                            : 0;
+  out->v[DECODE_P_PIPELINE] = !single && head_dim == 128 && !rope && jit_decode_can_cap(dtype_kv, head_dim, rows)
+                                  ? DECODE_PIPE_CAPPED
+                              : head_dim <= 128 && rows == 8 ? 1
+                                                             : 0;
   out->v[DECODE_P_ROPE] = rope ? 1 : 0;
 }
 
@@ -56,14 +60,14 @@ static int render(const jit_key *k, const char *entry, char *buf, size_t n, int 
   /* DECODE_PIPE_CAPPED: the one-buffer kernel (PF 0) with 512 threads' worth of blocks
    * resident an SM. */
   const int capped = v[DECODE_P_PIPELINE] == DECODE_PIPE_CAPPED;
-  const int pf = capped ? 0 : (int)v[DECODE_P_PIPELINE], min_blocks = capped ? 512 / threads : 1;
+  const int pf = capped ? 0 : (int)v[DECODE_P_PIPELINE], min_blocks = capped ? 512 / threads : 1;  /* 2..16 */
   int w = snprintf(buf, n,
                    "extern \"C\" __global__ void FI_LAUNCH_BOUNDS(%d, %d)\n"
                    "%s(fi_decode_params p) {\n"
                    "  fi_pdl_enter();\n"
                    "  fi::dec::decode<%s, %s, %d, %d, %d, %d, %d, %d>(p);\n"
                    "}\n",
-                   threads, min_blocks > 0 ? min_blocks : 1, entry, jit_dtype_cxx((int)v[DECODE_P_DTYPE_Q]),
+                   threads, min_blocks, entry, jit_dtype_cxx((int)v[DECODE_P_DTYPE_Q]),
                    jit_dtype_cxx((int)v[DECODE_P_DTYPE_KV]), (int)v[DECODE_P_HEAD_DIM],
                    (int)v[DECODE_P_ROWS], pf, (int)v[DECODE_P_ROPE], single, (int)v[DECODE_P_WARPS]);
   return w < 0 || (size_t)w >= n ? -1 : w;
@@ -82,9 +86,9 @@ static int count_single(void) { return NPAIRS * PER_PAIR; }
  * takes instead (rt_decode_pick_pipeline). */
 static int count_batch(void) { return count_single() + (2 * 2 + NPAIRS - 2) * PER_PAIR + 2; }
 static void config(int single, int idx, jit_key *out) {
-  if (!single && idx >= count_batch() - 2) {
-    jit_decode_select(0, pairs[idx - (count_batch() - 2)].q, pairs[idx - (count_batch() - 2)].kv, 128, 8, 0,
-                      DECODE_WARPS_SPLIT, out);
+  const int extra = idx - (count_batch() - 2);
+  if (!single && extra >= 0) {
+    jit_decode_select(0, pairs[extra].q, pairs[extra].kv, 128, 8, 0, DECODE_WARPS_SPLIT, out);
     out->v[DECODE_P_PIPELINE] = 1;
     return;
   }

@@ -22,6 +22,9 @@ enum {
  * (rt_decode_pick_warps); over an fp8 cache, 2 or 4. */
 void jit_decode_select(int single, int dtype_q, int dtype_kv, int head_dim, int group, int rope,
                        int warps, jit_key *out);
+/* Whether the capped one-buffer kernel (DECODE_PIPE_CAPPED) can be built for this cache
+ * dtype, head_dim and row count (16-bit, <= 128, 8); the default takes it at 128 only. */
+int jit_decode_can_cap(int dtype_kv, int head_dim, int rows);
 #define DECODE_PIPE_CAPPED 2
 #define DECODE_WARPS_SPLIT 4
 #define DECODE_WARPS_WIDE 2

@@ -805,8 +805,9 @@ FI_DEVICE void prefill_wgmma(const fi_prefill_kparams &p) {
       // diagonal ends early in the tile: half of 64 x 1024's last tiles at 32 / 8; or a
       // request's or chunk's short tail), so that tile's P V, which runs alone at the
       // unit's end, takes half the k16 steps (P is 0 past them: that tile is always
-      // softmaxed with the mask). Warpgroup-uniform. (Narrowing S and the softmax as well gained nothing
-      // more at head_dim 128 and made ptxas serialize head_dim 64's wgmma: branch h15nar.)
+      // softmaxed with the mask). Warpgroup-uniform. (Narrowing S and the softmax as well
+      // gained nothing more at head_dim 128 and made ptxas serialize head_dim 64's wgmma:
+      // branch h15nar.)
       const bool NAR = KT == 128 && !CAP && ta < tb && wg_hi - (kv_lo + (tb - 1) * KT) <= KT / 2;
       FI_WG_MARK(wgi, qn, 55, ntiles);
       FI_WG_MARK(wgi, qn, 56, u);

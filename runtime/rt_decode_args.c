@@ -120,12 +120,13 @@ int rt_dec_tune_key(jit_key *key) {
     }
   }
   if (pp && *pp) {
-    /* 0 or 1 anywhere; the capped kernel (2) over a 16-bit cache with head_dim <= 128 and
-     * 8 rows (the default only at head_dim 128 without RoPE: head_dim 64 spills) */
+    /* 0 or 1 anywhere; the capped kernel (2) wherever it can be built */
     const int64_t *v = key->v;
-    const int n = atoi(pp), cap_ok = (v[DECODE_P_DTYPE_KV] == JIT_DT_F16 || v[DECODE_P_DTYPE_KV] == JIT_DT_BF16) &&
-                                     v[DECODE_P_HEAD_DIM] <= 128 && v[DECODE_P_ROWS] == 8;
-    if (n == 0 || n == 1 || (n == DECODE_PIPE_CAPPED && cap_ok)) key->v[DECODE_P_PIPELINE] = n;
+    const int n = atoi(pp);
+    if (n == 0 || n == 1 ||
+        (n == DECODE_PIPE_CAPPED &&
+         jit_decode_can_cap((int)v[DECODE_P_DTYPE_KV], (int)v[DECODE_P_HEAD_DIM], (int)v[DECODE_P_ROWS])))
+      key->v[DECODE_P_PIPELINE] = n;
   }
   return forced;
 }

@@ -22,14 +22,9 @@
 #include <unistd.h>
 using namespace fi::dec;
 
-template <typename KVT, int W, int PF, int X>
-__global__ void __launch_bounds__(W * 32) kdec(fi_decode_params p) {
-  fi_pdl_enter();
-  decode<fi_bf16, KVT, 128, 8, PF, 0, 0, W, X>(p);
-}
-// The same with a floor of MINB resident blocks an SM (registers capped by ptxas).
-template <typename KVT, int W, int PF, int X, int MINB>
-__global__ void __launch_bounds__(W * 32, MINB) kdec_mb(fi_decode_params p) {
+// MINB > 1: that many blocks resident an SM at least (ptxas caps the registers).
+template <typename KVT, int W, int PF, int X, int MINB = 1>
+__global__ void __launch_bounds__(W * 32, MINB) kdec(fi_decode_params p) {
   fi_pdl_enter();
   decode<fi_bf16, KVT, 128, 8, PF, 0, 0, W, X>(p);
 }
@@ -233,11 +228,11 @@ static void pass(int fp8, int b, int l, double rd) {
       {"W4", kdec<fi_bf16, 4, 1, 0>, 4, 0},
       {"W4 L2::256B", kdec<fi_bf16, 4, 1, 32>, 4, 0},
       {"W4 one register buffer (PF 0)", kdec<fi_bf16, 4, 0, 0>, 4, 0},
-      {"W4 PF 0, 4 blocks an SM (128 registers)", kdec_mb<fi_bf16, 4, 0, 0, 4>, 4, 0},
-      {"W4 PF 0, 4 blocks an SM, evict-first", kdec_mb<fi_bf16, 4, 0, 256, 4>, 4, 0},
-      {"W8 PF 0, 2 blocks an SM (128 registers)", kdec_mb<fi_bf16, 8, 0, 0, 2>, 8, 0},
-      {"W2 PF 0, 8 blocks an SM (128 registers)", kdec_mb<fi_bf16, 2, 0, 0, 8>, 2, 0},
-      {"W4 PF 1, 3 blocks an SM (168 registers, spills)", kdec_mb<fi_bf16, 4, 1, 0, 3>, 4, 0},
+      {"W4 PF 0, 4 blocks an SM (128 registers)", kdec<fi_bf16, 4, 0, 0, 4>, 4, 0},
+      {"W4 PF 0, 4 blocks an SM, evict-first", kdec<fi_bf16, 4, 0, 256, 4>, 4, 0},
+      {"W8 PF 0, 2 blocks an SM (128 registers)", kdec<fi_bf16, 8, 0, 0, 2>, 8, 0},
+      {"W2 PF 0, 8 blocks an SM (128 registers)", kdec<fi_bf16, 2, 0, 0, 8>, 2, 0},
+      {"W4 PF 1, 3 blocks an SM (168 registers, spills)", kdec<fi_bf16, 4, 1, 0, 3>, 4, 0},
       {"W2 L2-resident", kdec<fi_bf16, 2, 1, 0>, 2, 1},
       {"W2 (again)", kdec<fi_bf16, 2, 1, 0>, 2, 0},
       {"W1 (again)", kdec<fi_bf16, 1, 1, 0>, 1, 0},
