@@ -432,8 +432,9 @@ static int run_case(const pcase *c) {
     fetch(c, &h, &d, &out, &lse);
     compare(c, c->mode == M_SINGLE ? "single" : c->mode == M_RAGGED ? "ragged" : "paged", &h, out, lse, ro, rl,
             c->tol);
-    /* A second run into the poisoned outputs gives the same bits (no race). */
+    /* A second run into the poisoned outputs (out and LSE) gives the same bits (no race). */
     CU_CHECK(&cu, cuMemsetD8(d.out, 0xff, (size_t)(h.nq * c->hq * c->D) * 2));
+    CU_CHECK(&cu, cuMemsetD8(d.lse, 0xff, (size_t)(h.nq * c->hq) * 4));
     st = run_once(c, &h, &d, &plan, &info, NULL);
     FT_CHECK(st == FI_OK, "%s: second run (batch forms re-plan): %s", c->name, fi_last_error());
     CU_CHECK(&cu, cuCtxSynchronize());
@@ -454,6 +455,17 @@ static int run_case(const pcase *c) {
       FT_CHECK(0, "%s: a second run differs (race?): %lld of %lld elements, %lld poisoned; first at token %lld head %lld dim %lld",
                c->name, (long long)ndiff, (long long)n, (long long)npois, (long long)(first / (c->hq * c->D)),
                (long long)(first / c->D % c->hq), (long long)(first % c->D));
+    }
+    if (st == FI_OK && memcmp(lse, lse2, (size_t)(h.nq * c->hq) * 4) != 0) {
+      int64_t ndiff = 0, first = -1;
+      for (int64_t i = 0; i < h.nq * c->hq; i++)
+        if (memcmp(&lse[i], &lse2[i], 4) != 0) {
+          ndiff++;
+          if (first < 0) first = i;
+        }
+      FT_CHECK(0, "%s: a second run's LSE differs (race?): %lld of %lld values; first at token %lld head %lld (%g, then %g)",
+               c->name, (long long)ndiff, (long long)(h.nq * c->hq), (long long)(first / c->hq),
+               (long long)(first % c->hq), (double)lse[first], (double)lse2[first]);
     }
     free(out), free(lse), free(out2), free(lse2), free(ro), free(rl);
   }
