@@ -256,7 +256,29 @@ static void bench_decode_cases(fi_runtime *rt) {
    * tuning rows and no sweep. */
   const char *pick = getenv("FI_BENCH_DECODE_PICK");
   if (pick && *pick) {
-    const int ntargets = (int)(sizeof targets / sizeof targets[0]);
+    const int nfixed = (int)(sizeof targets / sizeof targets[0]);
+    /* FI_BENCH_DECODE_EXTRA="B,L,H_qo,H_kv[,fp8[,hnd]];...": more cases, picked as indices
+     * nfixed, nfixed + 1, ... (shapes the targets leave out: a batch of 8, a group of 2). */
+    dcfg all[64];
+    int ntargets = nfixed;
+    memcpy(all, targets, sizeof targets);
+    for (const char *e = getenv("FI_BENCH_DECODE_EXTRA"); e && *e && ntargets < 64;) {
+      int v[6] = {0, 0, 0, 0, 0, 0}, n = 0;
+      while (*e && *e != ';' && n < 6) {
+        v[n++] = atoi(e);
+        while (*e && *e != ',' && *e != ';') e++;
+        if (*e == ',') e++;
+      }
+      while (*e && *e != ';') e++;
+      if (*e == ';') e++;
+      if (n < 4 || v[0] < 1 || v[1] < 1 || v[2] < 1 || v[3] < 1 || v[2] % v[3]) {
+        fprintf(stderr, "fi-bench: FI_BENCH_DECODE_EXTRA: a case is B,L,H_qo,H_kv[,fp8[,hnd]] "
+                        "with H_kv dividing H_qo; one is left out\n");
+        continue;
+      }
+      const dcfg x = {"extra", v[0], v[1], v[2], v[3], v[5] != 0, v[4] != 0};
+      all[ntargets++] = x;
+    }
     const char *rv = getenv("FI_BENCH_DECODE_REPEAT"), *vs = getenv("FI_BENCH_DECODE_VARIANTS");
     const int repeat = rv && atoi(rv) > 0 ? atoi(rv) : 1;
     char vbuf[1024];
@@ -284,7 +306,7 @@ static void bench_decode_cases(fi_runtime *rt) {
             names[nn][eq - tok] = 0;
             setenv(names[nn++], eq + 1, 1);
           }
-          dcfg c = targets[ti];
+          dcfg c = all[ti];
           char label[256];
           memcpy(one, v + 1, len);
           one[len] = 0;
