@@ -4,11 +4,14 @@
 // loads only, L2 sector hints, ...; block sizes, KV head pairs, pages in order, HND), each
 // launched as the runtime does (programmatic dependent launch), the median of 7 batches
 // of 10 launches rotating over 2 page sets, against a 16-byte streaming read of 1 GiB
-// (plain and with each L2 hint); then the relative error of some variants against a
-// float64 CPU reference (3 requests); then B = 128 again after large buffers were
-// allocated and freed. Built with nvcc from a patched copy of
-// kernels/decode.cuh (make build/decode-fp8-bench); the runtime's kernels are untouched.
-// Usage: decode-fp8-bench (on the GPU machine).
+// (plain and with each L2 hint); then a globaltimer trace of one launch of some variants
+// (blocks' starts and ends, warps' loop ends, blocks an SM) and the relative error of
+// some against a float64 CPU reference (3 requests). Built with nvcc from a patched copy
+// of kernels/decode.cuh (make build/decode-fp8-bench); the runtime's kernels are
+// untouched. Its rankings of fp8 blocks have not matched NVRTC's builds (BENCHMARKS.md,
+// sixteenth session): check a change in fi-bench too.
+// Usage: decode-fp8-bench [all] (on the GPU machine): e4m3 at B = 64 and the capped bf16
+// kernel; with "all", the bf16 variants at B = 64 and 128 and B = 64 at L = 2048 and 8192.
 #include "fi_port.cuh"
 #include "decode.cuh"
 #include "cuda_bench.cuh"
@@ -27,6 +30,13 @@ template <typename KVT, int W, int PF, int X, int MINB = 1>
 __global__ void __launch_bounds__(W * 32, MINB) kdec(fi_decode_params p) {
   fi_pdl_enter();
   decode<fi_bf16, KVT, 128, 8, PF, 0, 0, W, X>(p);
+}
+// KV head pairs only (decode_heads with HP = 2 alone: registers for that path, not the max
+// of both).
+template <int W, int PF, int X, int MINB = 1>
+__global__ void __launch_bounds__(W * 32, MINB) kdec2(fi_decode_params p) {
+  fi_pdl_enter();
+  decode_heads<fi_bf16, fi_e4m3, 128, 8, PF, 0, 0, W, 2, X>(p);
 }
 template <int X>
 __global__ void __launch_bounds__(256) kprobe(const uint4 *v, int64_t n, unsigned *sink) {
@@ -113,6 +123,49 @@ static double time_var(const V &v, int fp8, int batch) {
   };
   return median_launch_us(launch, 6, 7, batch);
 }
+// A globaltimer trace (X & 1024) of launch 5 of 6 back-to-back ones (two trace buffers in
+// turn, so launch 4's is kept too): where a launch's time goes besides the read itself.
+static void trace_var(const V &v, int fp8) {
+  fi_decode_params p = base_params(fp8);
+  p.kv_heads_per_block = v.mode == 2 || v.mode == 5 ? 2 : 1;
+  const int gy = HKV / p.kv_heads_per_block, nb = B * gy;
+  unsigned long long *tb[2];
+  for (int i = 0; i < 2; i++) { CK(cudaMalloc(&tb[i], (size_t)nb * 12 * 8)); CK(cudaMemset(tb[i], 0, (size_t)nb * 12 * 8)); }
+  for (int i = 0; i < 6; i++) {
+    p.indices = v.mode == 3 || v.mode == 5 ? dixseq : dix[i % SETS];
+    p.partial_o = reinterpret_cast<float *>(tb[i % 2]);
+    launch_pdl(v.f, dim3(B, gy), dim3(v.W * 32), p);
+  }
+  CK(cudaDeviceSynchronize());
+  std::vector<unsigned long long> a((size_t)nb * 12), c((size_t)nb * 12);
+  CK(cudaMemcpy(a.data(), tb[0], a.size() * 8, cudaMemcpyDeviceToHost));  // launch 4
+  CK(cudaMemcpy(c.data(), tb[1], c.size() * 8, cudaMemcpyDeviceToHost));  // launch 5
+  for (int i = 0; i < 2; i++) CK(cudaFree(tb[i]));
+  unsigned long long prev_end = 0, t0 = ~0ull;
+  for (int b = 0; b < nb; b++) { prev_end = std::max(prev_end, a[b * 12 + 9]); t0 = std::min(t0, c[b * 12 + 0]); }
+  std::vector<double> st, en, wsp, wlast;
+  std::vector<int> per_sm(1024, 0);
+  for (int b = 0; b < nb; b++) per_sm[c[b * 12 + 10] & 1023]++;
+  double sum3 = 0, sum4 = 0; int n3 = 0, n4 = 0;
+  for (int b = 0; b < nb; b++) {
+    const unsigned long long *r = &c[b * 12];
+    st.push_back((r[0] - t0) / 1e3);
+    en.push_back((r[9] - t0) / 1e3);
+    unsigned long long wmin = ~0ull, wmax = 0;
+    for (int w = 0; w < v.W; w++) { wmin = std::min(wmin, r[1 + w]); wmax = std::max(wmax, r[1 + w]); }
+    wsp.push_back((wmax - wmin) / 1e3);
+    wlast.push_back((r[9] - wmax) / 1e3);
+    const int k = per_sm[r[10] & 1023];
+    if (k <= 3) { sum3 += (r[9] - t0) / 1e3; n3++; } else { sum4 += (r[9] - t0) / 1e3; n4++; }
+  }
+  auto q = [](std::vector<double> x, double f) { std::sort(x.begin(), x.end()); return x[(size_t)(f * (x.size() - 1))]; };
+  int sms = 0, mx = 0; for (int k : per_sm) { if (k) sms++; mx = std::max(mx, k); }
+  printf("trace %s: %d blocks on %d SMs (<= %d an SM); gap after the previous launch's last block %.2f us\n", v.name, nb, sms, mx, ((double)t0 - (double)prev_end) / 1e3);
+  printf("  block start us: p50 %.2f p90 %.2f max %.2f | end: min %.1f p10 %.1f p50 %.1f p90 %.1f max %.1f\n",
+         q(st, .5), q(st, .9), q(st, 1), q(en, 0), q(en, .1), q(en, .5), q(en, .9), q(en, 1));
+  printf("  warps' loop ends apart in a block: p50 %.2f p90 %.2f max %.2f; last warp -> stored: p50 %.2f; mean end on SMs with <= 3 blocks %.1f (%d), more %.1f (%d)\n",
+         q(wsp, .5), q(wsp, .9), q(wsp, 1), q(wlast, .5), n3 ? sum3 / n3 : 0.0, n3, n4 ? sum4 / n4 : 0.0, n4);
+}
 // error vs CPU reference over requests 0, 37, 63 (all heads), set 0
 static double check(int fp8, kfn f, int W, int pairs = 0) {
   fi_decode_params p = base_params(fp8); p.indices = dix[0];
@@ -165,7 +218,7 @@ static double probe(kfn_probe f, uint4 *a, int64_t n) {
   return (n * 16.0) / (us * 1e-6) / 1e12;
 }
 // One pass: a cache dtype at a shape, its variants timed, then some checked.
-static void pass(int fp8, int b, int l, double rd) {
+static void pass(int fp8, int b, int l, double rd, bool few = false) {
   B = b; L = l; NP = L / PS; NEED = B * NP;
   es = fp8 ? 1 : 2;
   CK(cudaMalloc(&dws, (FI_DECODE_HDR_WORDS + B * 8) * 4));
@@ -194,64 +247,63 @@ static void pass(int fp8, int b, int l, double rd) {
   std::vector<V> vars;
   if (fp8) {
     vars = {
-      {"W4 KV head pairs (the plan's block)", kdec<fi_e4m3, 4, 1, 0>, 4, 2},
-      {"W4 KV head pairs, L2::256B", kdec<fi_e4m3, 4, 1, 32>, 4, 2},
-      {"W4 KV head pairs, L2::128B", kdec<fi_e4m3, 4, 1, 64>, 4, 2},
-      {"W4 KV head pairs, loads only", kdec<fi_e4m3, 4, 1, 2>, 4, 2},
-      {"W4 KV head pairs, loads only, L2::256B", kdec<fi_e4m3, 4, 1, 34>, 4, 2},
-      {"W2 KV head pairs, L2::256B", kdec<fi_e4m3, 2, 1, 32>, 2, 2},
-      {"W4 KV head pairs, pages in order", kdec<fi_e4m3, 4, 1, 0>, 4, 5},
-      {"W2 a head a block", kdec<fi_e4m3, 2, 1, 0>, 2, 0},
-      {"W2 a head a block, L2::256B", kdec<fi_e4m3, 2, 1, 32>, 2, 0},
-      {"W4 KV head pairs, evict-first", kdec<fi_e4m3, 4, 1, 256>, 4, 2},
-      {"W4 KV head pairs (again)", kdec<fi_e4m3, 4, 1, 0>, 4, 2},
+      {"W4 KV head pairs, two buffers (the plan's block)", kdec<fi_e4m3, 4, 1, 0>, 4, 2},
+      {"W6 KV head pairs, one buffer, 2 blocks an SM (168 registers)", kdec<fi_e4m3, 6, 0, 0, 2>, 6, 2},
+      {"W6 KV head pairs, one buffer, loads only", kdec<fi_e4m3, 6, 0, 2, 2>, 6, 2},
+      {"W5 KV head pairs, one buffer, 2 blocks an SM", kdec<fi_e4m3, 5, 0, 0, 2>, 5, 2},
+      {"W6 KV head pairs, one buffer, L2::256B", kdec<fi_e4m3, 6, 0, 32, 2>, 6, 2},
+      {"W6 KV head pairs, one buffer, pages in order", kdec<fi_e4m3, 6, 0, 0, 2>, 6, 5},
+      {"W4 KV head pairs, one buffer, 3 blocks an SM", kdec<fi_e4m3, 4, 0, 0, 3>, 4, 2},
+      {"W4 KV head pairs, one buffer, 4 blocks an SM (spills)", kdec<fi_e4m3, 4, 0, 0, 4>, 4, 2},
+      {"W4 KV head pairs, two buffers (again)", kdec<fi_e4m3, 4, 1, 0>, 4, 2},
+      {"W6 KV head pairs, one buffer (again)", kdec<fi_e4m3, 6, 0, 0, 2>, 6, 2},
+    };
+  } else if (few) {
+    vars = {
+      {"W4 one buffer, 4 blocks an SM (capped)", kdec<fi_bf16, 4, 0, 0, 4>, 4, 0},
+      {"W4 capped, loads only", kdec<fi_bf16, 4, 0, 2, 4>, 4, 0},
+      {"W2 capped", kdec<fi_bf16, 2, 0, 0, 8>, 2, 0},
     };
   } else {
     vars = {
-      {"W2 (the plan's block at B=64; plain loads, see decode.cuh)", kdec<fi_bf16, 2, 1, 0>, 2, 0},
-      {"W2 L2::256B", kdec<fi_bf16, 2, 1, 32>, 2, 0},
-      {"W2 L2::128B", kdec<fi_bf16, 2, 1, 64>, 2, 0},
-      {"W2 loads only", kdec<fi_bf16, 2, 1, 2>, 2, 0},
-      {"W2 loads only, L2::256B", kdec<fi_bf16, 2, 1, 34>, 2, 0},
-      {"W2 loads only, K in whole lines", kdec<fi_bf16, 2, 1, 130>, 2, 0},
-      {"W2 K in whole lines (wrong values)", kdec<fi_bf16, 2, 1, 128>, 2, 0},
-      {"W1 loads only", kdec<fi_bf16, 1, 1, 2>, 1, 0},
-      {"W1 plain loads (no evict-first: the kernel until the eighth session)", kdec<fi_bf16, 1, 1, 512>, 1, 0},
-      {"W2 evict-first (the hinted load, as nvcc builds it)", kdec<fi_bf16, 2, 1, 256>, 2, 0},
-      {"W1 loads only, K in whole lines", kdec<fi_bf16, 1, 1, 130>, 1, 0},
-      {"W2 pages in order", kdec<fi_bf16, 2, 1, 0>, 2, 3},
-      {"W2 loads only, pages in order", kdec<fi_bf16, 2, 1, 2>, 2, 3},
-      {"W2 HND", kdec<fi_bf16, 2, 1, 0>, 2, 4},
-      {"W2 HND, L2::256B", kdec<fi_bf16, 2, 1, 32>, 2, 4},
-      {"W1", kdec<fi_bf16, 1, 1, 0>, 1, 0},
-      {"W1 L2::256B", kdec<fi_bf16, 1, 1, 32>, 1, 0},
-      {"W4", kdec<fi_bf16, 4, 1, 0>, 4, 0},
-      {"W4 L2::256B", kdec<fi_bf16, 4, 1, 32>, 4, 0},
-      {"W4 one register buffer (PF 0)", kdec<fi_bf16, 4, 0, 0>, 4, 0},
-      {"W4 PF 0, 4 blocks an SM (128 registers)", kdec<fi_bf16, 4, 0, 0, 4>, 4, 0},
-      {"W4 PF 0, 4 blocks an SM, evict-first", kdec<fi_bf16, 4, 0, 256, 4>, 4, 0},
-      {"W8 PF 0, 2 blocks an SM (128 registers)", kdec<fi_bf16, 8, 0, 0, 2>, 8, 0},
-      {"W2 PF 0, 8 blocks an SM (128 registers)", kdec<fi_bf16, 2, 0, 0, 8>, 2, 0},
-      {"W4 PF 1, 3 blocks an SM (168 registers, spills)", kdec<fi_bf16, 4, 1, 0, 3>, 4, 0},
-      {"W2 L2-resident", kdec<fi_bf16, 2, 1, 0>, 2, 1},
-      {"W2 (again)", kdec<fi_bf16, 2, 1, 0>, 2, 0},
-      {"W1 (again)", kdec<fi_bf16, 1, 1, 0>, 1, 0},
-      {"W1 plain loads (again)", kdec<fi_bf16, 1, 1, 512>, 1, 0},
-      {"W2 evict-first (again)", kdec<fi_bf16, 2, 1, 256>, 2, 0},
-      {"W2 L2::256B (again)", kdec<fi_bf16, 2, 1, 32>, 2, 0},
+      {"W4 one buffer, 4 blocks an SM (capped: the plan's at B=64)", kdec<fi_bf16, 4, 0, 0, 4>, 4, 0},
+      {"W4 capped, loads only", kdec<fi_bf16, 4, 0, 2, 4>, 4, 0},
+      {"W4 capped, K in whole lines (wrong values)", kdec<fi_bf16, 4, 0, 128, 4>, 4, 0},
+      {"W4 capped, loads only, K in whole lines", kdec<fi_bf16, 4, 0, 130, 4>, 4, 0},
+      {"W4 capped, request-major block order", kdec<fi_bf16, 4, 0, 1, 4>, 4, 0},
+      {"W4 capped, L2::256B", kdec<fi_bf16, 4, 0, 32, 4>, 4, 0},
+      {"W4 capped, plain loads (no evict-first)", kdec<fi_bf16, 4, 0, 512, 4>, 4, 0},
+      {"W4 capped, pages in order", kdec<fi_bf16, 4, 0, 0, 4>, 4, 3},
+      {"W4 capped, HND", kdec<fi_bf16, 4, 0, 0, 4>, 4, 4},
+      {"W2 one buffer, 8 blocks an SM (capped: the plan's at B=128)", kdec<fi_bf16, 2, 0, 0, 8>, 2, 0},
+      {"W2 capped, loads only", kdec<fi_bf16, 2, 0, 2, 8>, 2, 0},
+      {"W8 one buffer, 2 blocks an SM", kdec<fi_bf16, 8, 0, 0, 2>, 8, 0},
+      {"W4 capped (again)", kdec<fi_bf16, 4, 0, 0, 4>, 4, 0},
     };
   }
   for (auto &v : vars) {
     double t = time_var(v, fp8, 10);
     printf("| %s | %.2f | %.3f | %.1f%% |\n", v.name, t, bytes / (t * 1e-6) / 1e12, 100.0 * bytes / (t * 1e-6) / 1e12 / rd);
   }
-  if (fp8)
-    printf("err KV head pairs W4 %.3g, L2::256B %.3g; a head a block W2 L2::256B %.3g\n",
-           check(1, kdec<fi_e4m3, 4, 1, 0>, 4, 1), check(1, kdec<fi_e4m3, 4, 1, 32>, 4, 1),
-           check(1, kdec<fi_e4m3, 2, 1, 32>, 2));
+  if (fp8) {
+    trace_var({"W4 KV head pairs, two buffers", kdec<fi_e4m3, 4, 1, 1024>, 4, 2}, 1);
+    trace_var({"W6 KV head pairs, one buffer", kdec<fi_e4m3, 6, 0, 1024, 2>, 6, 2}, 1);
+  } else {
+    trace_var({"W4 capped", kdec<fi_bf16, 4, 0, 1024, 4>, 4, 0}, 0);
+    trace_var({"W4 capped, loads only", kdec<fi_bf16, 4, 0, 1024 + 2, 4>, 4, 0}, 0);
+    if (!few) {
+      trace_var({"W4 capped, pages in order", kdec<fi_bf16, 4, 0, 1024, 4>, 4, 3}, 0);
+      trace_var({"W2 capped", kdec<fi_bf16, 2, 0, 1024, 8>, 2, 0}, 0);
+    }
+  }
+  if (few) {
+  } else if (fp8)
+    printf("err KV head pairs W4 two buffers %.3g, W6 one buffer %.3g; a head a block W6 one buffer %.3g\n",
+           check(1, kdec<fi_e4m3, 4, 1, 0>, 4, 1), check(1, kdec<fi_e4m3, 6, 0, 0, 2>, 6, 1),
+           check(1, kdec<fi_e4m3, 6, 0, 0, 2>, 6));
   else
-    printf("err W2 %.3g, L2::256B %.3g, W1 L2::256B %.3g\n", check(0, kdec<fi_bf16, 2, 1, 0>, 2),
-           check(0, kdec<fi_bf16, 2, 1, 32>, 2), check(0, kdec<fi_bf16, 1, 1, 32>, 1));
+    printf("err W4 capped %.3g, W2 capped %.3g\n", check(0, kdec<fi_bf16, 4, 0, 0, 4>, 4),
+           check(0, kdec<fi_bf16, 2, 0, 0, 8>, 2));
   CK(cudaFree(dk)); CK(cudaFree(dv)); for (int s = 0; s < SETS; s++) CK(cudaFree(dix[s]));
   CK(cudaFree(dixl2)); CK(cudaFree(dixseq)); CK(cudaFree(dws));
 }
@@ -268,19 +320,14 @@ int main(int argc, char **argv) {
   printf("read roofline: %.3f TB/s; with L2::256B %.3f, L2::128B %.3f; in half lines %.3f; again %.3f\n", rd,
          probe(kprobe<32>, a, n), probe(kprobe<64>, a, n), probe(kprobe_half, a, n), probe(kprobe<0>, a, n));
   CK(cudaFree(a));
-  pass(0, 64, 4096, rd);
-  pass(0, 128, 1024, rd);
   pass(1, 64, 4096, rd);
-  // B = 128 again after two 2.15 GB buffers (fi-bench's MHA pools) were allocated and
-  // freed: fi-bench decode measured that order 10% slower than a fresh process.
-  {
-    void *big[2];
-    for (int i = 0; i < 2; i++) CK(cudaMalloc(&big[i], (size_t)2148 << 20));
-    for (int i = 0; i < 2; i++) CK(cudaMemset(big[i], 0, (size_t)2148 << 20));
-    CK(cudaDeviceSynchronize());
-    for (int i = 0; i < 2; i++) CK(cudaFree(big[i]));
-    printf("\n(after 2 x 2.15 GB allocated and freed)");
+  pass(0, 64, 4096, rd, true);
+  // The tail and the ramp: the same kernels over shorter and longer requests.
+  if (argc > 1) {
     pass(0, 128, 1024, rd);
+    pass(0, 64, 4096, rd);
+    pass(0, 64, 2048, rd, true);
+    pass(0, 64, 8192, rd, true);
   }
   printf("done\n");
   return 0;

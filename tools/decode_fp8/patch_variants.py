@@ -74,8 +74,7 @@ FI_DEVICE void cvt2x(uint32_t w, uint32_t &lo, uint32_t &hi) {
 # loads-only variant
 rep('''  auto compute = [&](int k, const uint32_t (&kr)[SUB][2][NQ][4], const uint32_t (&vr)[SUB][4][NV][VN]) {
     uint32_t pb[SUB][H8][2];''','''  uint32_t xacc = 0;
-  auto compute = [&](int k, const uint32_t (&kr)[SUB][2][NQ][4], const uint32_t (&vr)[SUB][4][NV][VN]) {
-    if constexpr ((X & 2) != 0) {
+  auto xor_loads = [&](const uint32_t (&kr)[SUB][2][NQ][4], const uint32_t (&vr)[SUB][4][NV][VN]) {
 #pragma unroll
       for (int u = 0; u < SUB; u++) {
 #pragma unroll
@@ -91,11 +90,57 @@ rep('''  auto compute = [&](int k, const uint32_t (&kr)[SUB][2][NQ][4], const ui
 #pragma unroll
             for (int j = 0; j < VN; j++) xacc ^= vr[u][t][i][j];
       }
+  };
+  auto compute = [&](int k, const uint32_t (&kr)[SUB][2][NQ][4], const uint32_t (&vr)[SUB][4][NV][VN]) {
+    if constexpr ((X & 2) != 0) {
+      xor_loads(kr, vr);
       return;
     }
     uint32_t pb[SUB][H8][2];''')
 rep('''  // ---- merge the warps: each adds its rescaled O^T in turn (no atomics) ----''','''  if ((X & 2) && xacc == 0x9e3779b9u) o[0][0][0] = 1.0f;
   // ---- merge the warps: each adds its rescaled O^T in turn (no atomics) ----''')
+# X & 1024: a globaltimer trace into p.partial_o (unused without a split), 12 words a
+# block: [0] start (after the PDL wait), [1 + w] warp w's loop end, [9] the output stored,
+# [10] SM id.
+rep("struct tok_loc {\n", '''FI_DEVICE unsigned long long gtim_(float after = 0.0f) {
+  unsigned long long t;
+  asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t) : "f"(after));
+  return t;
+}
+struct tok_loc {
+''')
+rep("  // ---- the work item ----\n", '''  unsigned long long *trc_ = (X & 1024) ? reinterpret_cast<unsigned long long *>(p.partial_o) + (int64_t)(blockIdx.x + blockIdx.y * gridDim.x) * 12 : nullptr;
+  if ((X & 1024) && tid == 0) {
+    trc_[0] = gtim_();
+    uint32_t sm;
+    asm volatile("mov.u32 %0, %%smid;" : "=r"(sm));
+    trc_[10] = sm;
+  }
+  // ---- the work item ----
+''')
+rep("  // ---- merge the warps: each adds its rescaled O^T in turn (no atomics) ----\n", '''  if ((X & 1024) && lane == 0) trc_[1 + warp] = gtim_(o[0][0][0]);
+  // ---- merge the warps: each adds its rescaled O^T in turn (no atomics) ----
+''')
+rep("      *reinterpret_cast<fi_vec<QT, 8> *>(orow + d8) = y;\n    }\n    if (p.lse && tid < GE) {", '''      *reinterpret_cast<fi_vec<QT, 8> *>(orow + d8) = y;
+    }
+    if ((X & 1024) && tid == 0) trc_[9] = gtim_();
+    if (p.lse && tid < GE) {''')
+# blocks of 3, 5, 6 or 7 warps too (the kernel takes steps in turn and merges its warps
+# through shared memory for any count; the runtime registers 1, 2, 4 and 8)
+rep('static_assert(WARPS == 1 || WARPS == 2 || WARPS == 4 || WARPS == 8, "1, 2, 4 or 8 warps");',
+    'static_assert(WARPS >= 1 && WARPS <= 8, "1 to 8 warps");')
+# loads only in the one-buffer loop (PF == 0) as well
+rep('''        uint32_t pb[SUB][H8][2];
+        qk_softmax(k, kr, pb);
+        // The next step's K once this step's K is used.''','''        if constexpr ((X & 2) != 0) {
+          xor_loads(kr, vr);
+          if (k + WARPS < nst) load_k(offn, kr);
+          off = offn;
+          continue;
+        }
+        uint32_t pb[SUB][H8][2];
+        qk_softmax(k, kr, pb);
+        // The next step's K once this step's K is used.''')
 # early-K variant (X & 16), PF == 1 only
 rep('''    if (PF) {
       uint32_t ka[SUB][2][NQ][4], va[SUB][4][NV][VN], kb2[SUB][2][NQ][4], vb2[SUB][4][NV][VN];''','''    if (PF && (X & 16)) {
