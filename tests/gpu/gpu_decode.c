@@ -609,7 +609,8 @@ FT_TEST(decode_e4m3_bf16_scales) {
 }
 /* KV head pairs (the default, forced with FI_DECODE_KV_PAIR=1; an fp8 cache at head_dim 128, group <= 4,
  * adjacent heads): groups 4, 2 and 1, a page of 5; HND plans them too but runs a block a
- * head (the heads' rows are not adjacent there); 64 requests are one item each. */
+ * head (the heads' rows are not adjacent there); 64 requests of at most 8 pages (the
+ * shortest chunk a split takes) are one item each. */
 FT_TEST(decode_fp8_kv_head_pairs) {
   setenv("FI_DECODE_KV_PAIR", "1", 1);
   dcase c = base("e4m3 bf16 32/8 pairs", T_BF16, T_E4M3, 128, 32, 8, 16, 0, 4, 2500);
@@ -622,7 +623,7 @@ FT_TEST(decode_fp8_kv_head_pairs) {
   run_case(&c);
   c = base("e4m3 bf16 12/4 HND", T_BF16, T_E4M3, 128, 12, 4, 16, 1, 3, 1000);
   run_case(&c);
-  c = base("e4m3 bf16 32/8 pairs B=64", T_BF16, T_E4M3, 128, 32, 8, 16, 0, 64, 300);
+  c = base("e4m3 bf16 32/8 pairs B=64", T_BF16, T_E4M3, 128, 32, 8, 16, 0, 64, 128);
   run_case(&c);
   /* Pairs are the default; the block-a-head kernel they replace stays reachable. */
   setenv("FI_DECODE_KV_PAIR", "0", 1);
