@@ -246,39 +246,67 @@ static int sweep_on(void) {
   return !(sw && !strcmp(sw, "0")) && !(pick && *pick);
 }
 
+/* FI_BENCH_DECODE_EXTRA="B,L,H_qo,H_kv[,fp8[,hnd]];...": more cases for FI_BENCH_DECODE_PICK,
+ * picked as the indices after the targets' (shapes the targets leave out: a batch of 8, a
+ * group of 2). Writes at most max into out and returns how many; a malformed case is
+ * named on stderr and left out. */
+#define MAX_EXTRA 32
+#define NFIXED_MAX 16
+_Static_assert(sizeof targets / sizeof targets[0] <= NFIXED_MAX, "NFIXED_MAX holds the targets");
+static int extra_cases(dcfg *out, int max, int warn) {
+  const char *e = getenv("FI_BENCH_DECODE_EXTRA");
+  int n = 0;
+  for (int idx = 0; e && *e; idx++) {
+    const char *end = strchr(e, ';');
+    const size_t len = end ? (size_t)(end - e) : strlen(e);
+    char one[128];
+    if (len > 0 && len < sizeof one) {
+      memcpy(one, e, len);
+      one[len] = 0;
+      long v[6] = {0, 0, 0, 0, 0, 0};
+      int k = 0, ok = 1;
+      for (char *p = one; ok && k < 6;) {
+        char *q;
+        v[k++] = strtol(p, &q, 10);
+        ok = q != p && (*q == ',' || *q == 0);
+        if (!ok || *q == 0) break;
+        p = q + 1;
+      }
+      ok = ok && k >= 4 && v[0] >= 1 && v[1] >= 1 && v[2] >= 1 && v[3] >= 1 && v[2] % v[3] == 0 &&
+           v[0] <= 4096 && v[1] <= (1 << 20) && v[2] <= 256;
+      if (!ok) {
+        if (warn)
+          fprintf(stderr, "fi-bench: FI_BENCH_DECODE_EXTRA case %d \"%s\" left out: B,L,H_qo,H_kv[,fp8[,hnd]] "
+                          "with H_kv dividing H_qo is needed\n", idx + 1, one);
+      } else if (n == max) {
+        if (warn) fprintf(stderr, "fi-bench: FI_BENCH_DECODE_EXTRA case %d left out: at most %d cases\n", idx + 1, max);
+      } else {
+        const dcfg x = {"extra", (int)v[0], (int)v[1], (int)v[2], (int)v[3], v[5] != 0, v[4] != 0};
+        out[n++] = x;
+      }
+    } else if (len > 0 && warn) {
+      fprintf(stderr, "fi-bench: FI_BENCH_DECODE_EXTRA case %d left out: too long\n", idx + 1);
+    }
+    e = end ? end + 1 : NULL;
+  }
+  return n;
+}
+
 static void bench_decode_cases(fi_runtime *rt) {
   const double rd = bench_read(rt);
   printf("\n| case | B | L | heads | layout | kv | us | TB/s | of read | host us/call |\n"
          "|---|---|---|---|---|---|---|---|---|---|\n");
-  /* FI_BENCH_DECODE_PICK="6,7": only those targets (indices into targets), with
+  /* FI_BENCH_DECODE_PICK="6,7": only those cases (indices into targets, then the
+   * FI_BENCH_DECODE_EXTRA ones), with
    * FI_BENCH_DECODE_VARIANTS="A=1;A=2,B=3" run in turn against the default ("" first) on
    * each, FI_BENCH_DECODE_REPEAT times (interleaved: an A/B within one process); no
    * tuning rows and no sweep. */
   const char *pick = getenv("FI_BENCH_DECODE_PICK");
   if (pick && *pick) {
     const int nfixed = (int)(sizeof targets / sizeof targets[0]);
-    /* FI_BENCH_DECODE_EXTRA="B,L,H_qo,H_kv[,fp8[,hnd]];...": more cases, picked as indices
-     * nfixed, nfixed + 1, ... (shapes the targets leave out: a batch of 8, a group of 2). */
-    dcfg all[64];
-    int ntargets = nfixed;
+    dcfg all[NFIXED_MAX + MAX_EXTRA];
     memcpy(all, targets, sizeof targets);
-    for (const char *e = getenv("FI_BENCH_DECODE_EXTRA"); e && *e && ntargets < 64;) {
-      int v[6] = {0, 0, 0, 0, 0, 0}, n = 0;
-      while (*e && *e != ';' && n < 6) {
-        v[n++] = atoi(e);
-        while (*e && *e != ',' && *e != ';') e++;
-        if (*e == ',') e++;
-      }
-      while (*e && *e != ';') e++;
-      if (*e == ';') e++;
-      if (n < 4 || v[0] < 1 || v[1] < 1 || v[2] < 1 || v[3] < 1 || v[2] % v[3]) {
-        fprintf(stderr, "fi-bench: FI_BENCH_DECODE_EXTRA: a case is B,L,H_qo,H_kv[,fp8[,hnd]] "
-                        "with H_kv dividing H_qo; one is left out\n");
-        continue;
-      }
-      const dcfg x = {"extra", v[0], v[1], v[2], v[3], v[5] != 0, v[4] != 0};
-      all[ntargets++] = x;
-    }
+    const int ntargets = nfixed + extra_cases(all + nfixed, MAX_EXTRA, 1);
     const char *rv = getenv("FI_BENCH_DECODE_REPEAT"), *vs = getenv("FI_BENCH_DECODE_VARIANTS");
     const int repeat = rv && atoi(rv) > 0 ? atoi(rv) : 1;
     char vbuf[1024];
@@ -358,6 +386,14 @@ static void bench_decode(fi_runtime *rt, double copy) {
   if (!(ar && *ar && atoi(ar) == 0)) {
     for (size_t i = 0; i < sizeof targets / sizeof targets[0]; i++)
       if (pool_bytes(&targets[i]) > arena_bytes) arena_bytes = pool_bytes(&targets[i]);
+    const char *pick = getenv("FI_BENCH_DECODE_PICK");
+    dcfg extra[MAX_EXTRA];
+    const int nx = pick && *pick ? extra_cases(extra, MAX_EXTRA, 0) : 0;
+    const char *ex = getenv("FI_BENCH_DECODE_EXTRA");
+    if (ex && *ex && !(pick && *pick))
+      fprintf(stderr, "fi-bench: FI_BENCH_DECODE_EXTRA is read only with FI_BENCH_DECODE_PICK\n");
+    for (int i = 0; i < nx; i++)
+      if (pool_bytes(&extra[i]) > arena_bytes) arena_bytes = pool_bytes(&extra[i]);
     dcfg c;
     for (int i = 0; sweep_on() && sweep_case(i, &c) >= 0; i++)
       if (sweep_case(i, &c) > 0 && pool_bytes(&c) > arena_bytes) arena_bytes = pool_bytes(&c);

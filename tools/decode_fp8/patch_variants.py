@@ -6,7 +6,9 @@ no math: the bound of the access pattern), 4 e4m3 "widened" by byte moves only (
 values: the conversion's cost), 8 e4m3 widened by the integer path (value / 256) instead
 of the hardware cvt, 16 the next-but-one step's K loaded right after this step's S (PF = 1),
 32 / 64 / 256 / 512 the K / V loads with an L2 hint or policy, or none (see below), 128 K
-loaded in whole 128-byte lines (see below).
+loaded in whole 128-byte lines (see below), 1024 a globaltimer trace into p.partial_o
+(see below). Bit 2 applies to both register pipelines (PF 1 and PF 0). The copy also
+takes blocks of 1 to 8 warps (the runtime registers 1, 2, 4 and 8).
 X = 0 is the kernel as it is. Every anchor must match exactly once."""
 import sys
 s=open(sys.argv[1]).read()
