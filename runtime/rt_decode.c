@@ -129,6 +129,21 @@ FI_API fi_status fi_single_decode(fi_runtime *rt, const DLTensor *q, const DLTen
 
 /* ---- batch decode: workspace, plan, run ---- */
 
+/* The workspace's layout for plans of up to max_batch requests: items for one wave of
+ * blocks or max_batch, and for FI_DECODE_SPLIT's scaled target above 1 (tuning: so that
+ * the knob can cut requests into more chunks than a wave). */
+static void layout(int64_t max_batch, int sms, int num_qo_heads, int num_kv_heads, int head_dim,
+                   rt_decode_layout *l) {
+  const double scale = rt_dec_split_scale();
+  int64_t items = max_batch;
+  if (scale > 1) {
+    const int64_t want = (int64_t)(rt_decode_target_items((int64_t)sms * RT_DECODE_MAX_BLOCKS_PER_SM,
+                                                          num_kv_heads) * scale + 0.5);
+    if (want > items) items = want;
+  }
+  rt_decode_layout_for(items, sms, num_qo_heads, num_kv_heads, head_dim, l);
+}
+
 FI_API fi_status fi_batch_decode_workspace_size(fi_runtime *rt, DLDevice device, int max_batch,
                                                 int num_qo_heads, int num_kv_heads, int head_dim,
                                                 size_t *bytes) {
@@ -147,7 +162,7 @@ FI_API fi_status fi_batch_decode_workspace_size(fi_runtime *rt, DLDevice device,
   fi_status st = rt_dec_device_sms(rt, device.device_type, device.device_id, &sms);
   if (st != FI_OK) return st;
   rt_decode_layout l;
-  rt_decode_layout_for(max_batch, sms, num_qo_heads, num_kv_heads, head_dim, &l);
+  layout(max_batch, sms, num_qo_heads, num_kv_heads, head_dim, &l);
   *bytes = (size_t)l.bytes;
   return FI_OK;
 }
@@ -228,7 +243,7 @@ FI_API fi_status fi_batch_decode_plan(fi_runtime *rt, const fi_batch_decode_info
   if ((st = rt_dec_device_sms(rt, workspace->device.device_type, workspace->device.device_id, &sms)) != FI_OK)
     return st;
   rt_decode_layout lay;
-  rt_decode_layout_for(maxb, sms, info->num_qo_heads, info->num_kv_heads, info->head_dim, &lay);
+  layout(maxb, sms, info->num_qo_heads, info->num_kv_heads, info->head_dim, &lay);
   if (lay.bytes > ws_bytes)
     return rt_fail(FI_ERR_INVALID_ARGUMENT,
                    "%s: workspace has %lld bytes; %lld are needed (fi_batch_decode_workspace_size)",
@@ -279,8 +294,7 @@ FI_API fi_status fi_batch_decode_plan(fi_runtime *rt, const fi_batch_decode_info
   int64_t target = rt_decode_target_items(resident, block_heads);
   /* FI_DECODE_SPLIT scales the split target (tuning; 1 by default): below 1 fewer,
    * longer chunks, above 1 more chunks than one wave of blocks. */
-  const char *sf = getenv("FI_DECODE_SPLIT");
-  if (sf && *sf && atof(sf) > 0) target = (int64_t)(target * atof(sf) + 0.5);
+  target = (int64_t)(target * rt_dec_split_scale() + 0.5);
   if (target < 1) target = 1;
   if (target > lay.capacity) target = lay.capacity;
 

@@ -99,6 +99,12 @@ int rt_dec_kv_evict(void) {
   return e && *e ? atoi(e) != 0 : DECODE_EVICT_DEFAULT;
 }
 
+double rt_dec_split_scale(void) {
+  const char *e = getenv("FI_DECODE_SPLIT");
+  const double v = e && *e ? atof(e) : 1.0;
+  return v > 0 ? v : 1.0;
+}
+
 int rt_dec_head_prefetch(void) {
   const char *e = getenv("FI_DECODE_HEAD_PREFETCH");
   if (!e || !*e) return 0;
