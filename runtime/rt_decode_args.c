@@ -102,7 +102,7 @@ int rt_dec_kv_evict(void) {
 double rt_dec_split_scale(void) {
   const char *e = getenv("FI_DECODE_SPLIT");
   const double v = e && *e ? atof(e) : 1.0;
-  return v > 0 ? v : 1.0;
+  return v > 0 ? (v < 64 ? v : 64) : 1.0;  /* 64: the workspace stays within reason */
 }
 
 int rt_dec_head_prefetch(void) {
