@@ -132,8 +132,8 @@ FI_API fi_status fi_single_decode(fi_runtime *rt, const DLTensor *q, const DLTen
 /* The workspace's layout for plans of up to max_batch requests: items for one wave of
  * blocks or max_batch, and for FI_DECODE_SPLIT's scaled target above 1 (tuning: so that
  * the knob can cut requests into more chunks than a wave). */
-static void layout(int64_t max_batch, int sms, int num_qo_heads, int num_kv_heads, int head_dim,
-                   rt_decode_layout *l) {
+static void ws_layout(int64_t max_batch, int sms, int num_qo_heads, int num_kv_heads, int head_dim,
+                      rt_decode_layout *l) {
   const double scale = rt_dec_split_scale();
   int64_t items = max_batch;
   if (scale > 1) {
@@ -162,7 +162,7 @@ FI_API fi_status fi_batch_decode_workspace_size(fi_runtime *rt, DLDevice device,
   fi_status st = rt_dec_device_sms(rt, device.device_type, device.device_id, &sms);
   if (st != FI_OK) return st;
   rt_decode_layout l;
-  layout(max_batch, sms, num_qo_heads, num_kv_heads, head_dim, &l);
+  ws_layout(max_batch, sms, num_qo_heads, num_kv_heads, head_dim, &l);
   *bytes = (size_t)l.bytes;
   return FI_OK;
 }
@@ -243,7 +243,7 @@ FI_API fi_status fi_batch_decode_plan(fi_runtime *rt, const fi_batch_decode_info
   if ((st = rt_dec_device_sms(rt, workspace->device.device_type, workspace->device.device_id, &sms)) != FI_OK)
     return st;
   rt_decode_layout lay;
-  layout(maxb, sms, info->num_qo_heads, info->num_kv_heads, info->head_dim, &lay);
+  ws_layout(maxb, sms, info->num_qo_heads, info->num_kv_heads, info->head_dim, &lay);
   if (lay.bytes > ws_bytes)
     return rt_fail(FI_ERR_INVALID_ARGUMENT,
                    "%s: workspace has %lld bytes; %lld are needed (fi_batch_decode_workspace_size)",
@@ -283,11 +283,12 @@ FI_API fi_status fi_batch_decode_plan(fi_runtime *rt, const fi_batch_decode_info
         pl->num_qo_heads != info->num_qo_heads || pl->num_kv_heads != info->num_kv_heads ||
         pl->head_dim != info->head_dim || pl->page_size != info->page_size || pl->q_dt != qdt ||
         pl->kv_dt != kvdt || memcmp(&pl->params, p, sizeof *p) != 0 || pl->ws != rt_data(workspace) ||
-        (graph && memcmp(pl->key.v, key.v, sizeof key.v) != 0))
+        (graph && memcmp(pl->key.v, key.v, sizeof key.v) != 0) ||
+        (graph && memcmp(&pl->lay, &lay, sizeof lay) != 0))
       return rt_fail(FI_ERR_INVALID_ARGUMENT,
                      "%s: a re-plan must keep the plan's heads, head_dim, page_size, dtypes, "
                      "parameters, max_batch and workspace (and in CUDA-graph mode the tuning "
-                     "overrides); make a new plan instead",
+                     "overrides, FI_DECODE_SPLIT included); make a new plan instead",
                      fn);
   }
   if (resident > sms * RT_DECODE_MAX_BLOCKS_PER_SM) resident = sms * RT_DECODE_MAX_BLOCKS_PER_SM;
@@ -297,6 +298,7 @@ FI_API fi_status fi_batch_decode_plan(fi_runtime *rt, const fi_batch_decode_info
   target = (int64_t)(target * rt_dec_split_scale() + 0.5);
   if (target < 1) target = 1;
   if (target > lay.capacity) target = lay.capacity;
+  if (target > 0x7fff) target = 0x7fff; /* a request's chunk count fits the item's 16 bits */
 
   int32_t *tab = malloc((size_t)(FI_DECODE_HDR_WORDS + lay.capacity * FI_DECODE_ITEM_WORDS) * 4);
   if (!tab) return rt_fail(FI_ERR_OUT_OF_MEMORY, "%s: out of memory", fn);
