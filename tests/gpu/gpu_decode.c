@@ -738,7 +738,10 @@ FT_TEST(decode_cuda_graph_replay_after_replan) {
   }
   c.B = MAXB;
   dev_batch d;
+  /* A workspace large enough for FI_DECODE_SPLIT=2's layout too (see the end). */
+  setenv("FI_DECODE_SPLIT", "2", 1);
   upload_batch(&c, &all[0], &d, MAXB);
+  unsetenv("FI_DECODE_SPLIT");
   CU_CHECK(&cu, cuMemFree(d.kv));
   CU_CHECK(&cu, cuMemAlloc(&d.kv, (size_t)max_elems * 2));
   CU_CHECK(&cu, cuMemcpyHtoD(d.kv, all[0].kv.buf, (size_t)all[0].kv.elems * 2));
@@ -793,6 +796,25 @@ FT_TEST(decode_cuda_graph_replay_after_replan) {
     snprintf(what, sizeof what, "graph replay B=%d", c.B);
     check_rows(&c, what, bd, c.B, out, lse);
   }
+  /* A changed FI_DECODE_SPLIT moves the plan's tables in the workspace: a re-plan under
+   * the captured graph refuses it (the workspace is large enough, so the layout check
+   * answers, not the size check), and the plan still replays after the refusal. */
+  setenv("FI_DECODE_SPLIT", "2", 1);
+  in = info_of(&c, &all[NB - 1], MAXB);
+  st = fi_batch_decode_plan(rt, &in, &p, &d.tw, s, &plan);
+  unsetenv("FI_DECODE_SPLIT");
+  FT_CHECK(st == FI_ERR_INVALID_ARGUMENT && strstr(fi_last_error(), "re-plan must keep"),
+           "a graph re-plan under a changed FI_DECODE_SPLIT: status %d, %s", (int)st, fi_last_error());
+  st = fi_batch_decode_plan(rt, &in, &p, &d.tw, s, &plan);
+  FT_CHECK(st == FI_OK, "re-plan after the refusal: %s", fi_last_error());
+  CU_CHECK(&cu, cuMemsetD8(d.out, 0xff, d.out_bytes));
+  CU_CHECK(&cu, cuMemsetD8(d.lse, 0xff, (size_t)MAXB * c.hq * 4));
+  CU_CHECK(&cu, cuCtxSynchronize());
+  FT_CHECK(gr.launch(ge, s) == 0);
+  CU_CHECK(&cu, cuStreamSynchronize(s));
+  CU_CHECK(&cu, cuMemcpyDtoH(out, d.out, d.out_bytes));
+  CU_CHECK(&cu, cuMemcpyDtoH(lse, d.lse, (size_t)MAXB * c.hq * 4));
+  check_rows(&c, "graph replay after a refused re-plan", &all[NB - 1], c.B, out, lse);
   free(out);
   free(lse);
   gr.exec_destroy(ge);
