@@ -155,6 +155,11 @@ FI_API fi_status fi_batch_decode_workspace_size(fi_runtime *rt, DLDevice device,
     return rt_fail(FI_ERR_INVALID_ARGUMENT,
                    "%s: num_qo_heads %d and num_kv_heads %d: a positive multiple is needed", fn,
                    num_qo_heads, num_kv_heads);
+  if (num_qo_heads / num_kv_heads > 16) /* as the plan: no size for a layout it refuses */
+    return rt_fail(FI_ERR_INVALID_ARGUMENT,
+                   "%s: num_qo_heads / num_kv_heads is %d; a group of 1..16 query heads per KV "
+                   "head is supported",
+                   fn, num_qo_heads / num_kv_heads);
   if (head_dim != 64 && head_dim != 128 && head_dim != 256)
     return rt_fail(FI_ERR_INVALID_ARGUMENT, "%s: head_dim is %d; 64, 128 or 256 is supported", fn,
                    head_dim);

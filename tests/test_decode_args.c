@@ -415,6 +415,13 @@ FT_TEST(batch_decode_plan_and_run_bad_arguments_named) {
   bad = info;
   bad.num_qo_heads = 8 * 17;
   EXPECT_BAD(fi_batch_decode_plan(rt, &bad, NULL, &ws.t, NULL, &plan), "group");
+  /* the workspace size refuses the shapes the plan refuses, before it asks the device */
+  size_t wsb = 0;
+  const DLDevice dev = {kDLCUDA, 0};
+  EXPECT_BAD(fi_batch_decode_workspace_size(rt, dev, 8, 8 * 17, 8, 128, &wsb), "group");
+  EXPECT_BAD(fi_batch_decode_workspace_size(rt, dev, 8, 32, 5, 128, &wsb), "num_kv_heads");
+  EXPECT_BAD(fi_batch_decode_workspace_size(rt, dev, 8, 32, 8, 80, &wsb), "head_dim");
+  EXPECT_BAD(fi_batch_decode_workspace_size(rt, dev, -1, 32, 8, 128, &wsb), "max_batch");
   bad = info;
   bad.kv_dtype = (DLDataType){kDLFloat, 16, 1};
   EXPECT_BAD(fi_batch_decode_plan(rt, &bad, NULL, &ws.t, NULL, &plan), "KV cache has dtype");
