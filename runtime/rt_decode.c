@@ -264,10 +264,13 @@ FI_API fi_status fi_batch_decode_plan(fi_runtime *rt, const fi_batch_decode_info
   jit_decode_select(0, qdt, kvdt, info->head_dim, info->num_qo_heads / info->num_kv_heads,
                     p->pos_encoding == FI_POS_ROPE_LLAMA, DECODE_WARPS_WIDE, &key);
   const int64_t sel = key.v[DECODE_P_PIPELINE];
-  key.v[DECODE_P_PIPELINE] = rt_decode_pick_pipeline((int)sel, maxb, sms, block_heads);
-  /* Switched back to two buffers: so few blocks that 4 warps is what rt_decode_pick_warps
-   * gives, and the 2-warp two-buffer key is not registered (no compile at plan time). */
-  if (key.v[DECODE_P_PIPELINE] != sel) key.v[DECODE_P_WARPS] = DECODE_WARPS_SPLIT;
+  /* A CUDA-graph plan's kernel may not change with the lengths: no mean for it. */
+  const int64_t mean = graph ? 0 : rt_decode_mean_tokens(B, info->indptr, info->last_page_len, info->page_size);
+  key.v[DECODE_P_PIPELINE] = rt_decode_pick_pipeline((int)sel, maxb, sms, block_heads, mean);
+  /* Switched back to two buffers: 4-warp blocks, what was measured against the capped
+   * plan (the 2-warp two-buffer key is not registered: no compile at plan time). */
+  const int switched = key.v[DECODE_P_PIPELINE] != sel;
+  if (switched) key.v[DECODE_P_WARPS] = DECODE_WARPS_SPLIT;
   const int forced = rt_dec_tune_key(&key);
   const rt_device_i *be;
   void *state;
@@ -277,7 +280,7 @@ FI_API fi_status fi_batch_decode_plan(fi_runtime *rt, const fi_batch_decode_info
   int resident;
   if ((st = rt_kernel_resident(rt, k, 32 * (int)key.v[DECODE_P_WARPS], &resident)) != FI_OK) return st;
   const int warps = rt_decode_pick_warps(kvdt, maxb, block_heads, resident);
-  if (!forced && warps != key.v[DECODE_P_WARPS]) {
+  if (!forced && !switched && warps != key.v[DECODE_P_WARPS]) {
     key.v[DECODE_P_WARPS] = warps;
     if ((st = rt_kernel_get(rt, &key, be, workspace->device.device_id, &k)) != FI_OK) return st;
     if ((st = rt_kernel_resident(rt, k, 32 * (int)key.v[DECODE_P_WARPS], &resident)) != FI_OK) return st;
@@ -501,9 +504,11 @@ int rt_decode_plan_offline(const fi_batch_decode_info *info, const fi_attention_
                     rt_decode_pick_warps(kvdt, pl->graph ? info->max_batch : info->batch,
                                          info->num_kv_heads, 2 * (int64_t)resident),
                     &pl->key);
-  pl->key.v[DECODE_P_PIPELINE] = rt_decode_pick_pipeline((int)pl->key.v[DECODE_P_PIPELINE],
-                                                         pl->graph ? info->max_batch : info->batch, sms,
-                                                         info->num_kv_heads);
+  const int64_t sel = pl->key.v[DECODE_P_PIPELINE];
+  pl->key.v[DECODE_P_PIPELINE] = rt_decode_pick_pipeline(
+      (int)sel, pl->graph ? info->max_batch : info->batch, sms, info->num_kv_heads,
+      pl->graph ? 0 : rt_decode_mean_tokens(info->batch, info->indptr, info->last_page_len, info->page_size));
+  if (pl->key.v[DECODE_P_PIPELINE] != sel) pl->key.v[DECODE_P_WARPS] = DECODE_WARPS_SPLIT;
   pl->devtype = devtype;
   pl->device = 0;
   pl->num_qo_heads = info->num_qo_heads;
