@@ -265,8 +265,9 @@ FI_API fi_status fi_batch_decode_plan(fi_runtime *rt, const fi_batch_decode_info
                     p->pos_encoding == FI_POS_ROPE_LLAMA, DECODE_WARPS_WIDE, &key);
   const int64_t sel = key.v[DECODE_P_PIPELINE];
   /* A CUDA-graph plan's kernel may not change with the lengths: no mean for it. */
-  const int64_t mean = graph ? 0 : rt_decode_mean_tokens(B, info->indptr, info->last_page_len, info->page_size);
-  key.v[DECODE_P_PIPELINE] = rt_decode_pick_pipeline((int)sel, maxb, sms, block_heads, mean);
+  int64_t mean = 0, longest = 0;
+  if (!graph) rt_decode_token_stats(B, info->indptr, info->last_page_len, info->page_size, &mean, &longest);
+  key.v[DECODE_P_PIPELINE] = rt_decode_pick_pipeline((int)sel, maxb, sms, block_heads, mean, longest);
   /* Switched back to two buffers: 4-warp blocks, what was measured against the capped
    * plan (the 2-warp two-buffer key is not registered: no compile at plan time). */
   const int switched = key.v[DECODE_P_PIPELINE] != sel;
@@ -505,9 +506,10 @@ int rt_decode_plan_offline(const fi_batch_decode_info *info, const fi_attention_
                                          info->num_kv_heads, 2 * (int64_t)resident),
                     &pl->key);
   const int64_t sel = pl->key.v[DECODE_P_PIPELINE];
+  int64_t mean = 0, longest = 0;
+  if (!pl->graph) rt_decode_token_stats(info->batch, info->indptr, info->last_page_len, info->page_size, &mean, &longest);
   pl->key.v[DECODE_P_PIPELINE] = rt_decode_pick_pipeline(
-      (int)sel, pl->graph ? info->max_batch : info->batch, sms, info->num_kv_heads,
-      pl->graph ? 0 : rt_decode_mean_tokens(info->batch, info->indptr, info->last_page_len, info->page_size));
+      (int)sel, pl->graph ? info->max_batch : info->batch, sms, info->num_kv_heads, mean, longest);
   if (pl->key.v[DECODE_P_PIPELINE] != sel) pl->key.v[DECODE_P_WARPS] = DECODE_WARPS_SPLIT;
   pl->devtype = devtype;
   pl->device = 0;

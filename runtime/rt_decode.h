@@ -27,16 +27,19 @@ int rt_decode_pick_warps(int kv_dtype, int64_t requests, int num_kv_heads, int64
 /* The pipeline key value of a batch plan whose selected default is `pipeline`: the
  * two-buffer kernel (1) instead of DECODE_PIPE_CAPPED when a split would cut each of
  * the requests into more than 16 chunks, or when the blocks (requests x block_heads) fill
- * 80-100% of a wave of two-buffer blocks and the requests average at most
- * RT_DECODE_TWO_BUFFER_MAX_TOKENS tokens (mean_tokens; 0: unknown, that window off); else
- * unchanged. A plan switched to two buffers keeps 4-warp blocks. */
+ * 80-100% of a wave of two-buffer blocks and the requests are near equal and short: the
+ * longest (max_tokens) at most RT_DECODE_TWO_BUFFER_MAX_TOKENS and within 5/4 of the mean
+ * (mean_tokens; 0: unknown, that window off); else unchanged. A plan switched to two
+ * buffers keeps 4-warp blocks. */
 #define RT_DECODE_TWO_BUFFER_BLOCKS_PER_SM 2
 #define RT_DECODE_TWO_BUFFER_MAX_TOKENS 2048
-int rt_decode_pick_pipeline(int pipeline, int64_t requests, int sms, int block_heads, int64_t mean_tokens);
+int rt_decode_pick_pipeline(int pipeline, int64_t requests, int sms, int block_heads, int64_t mean_tokens,
+                            int64_t max_tokens);
 
-/* Mean KV tokens a request of the batch (pages and last_page_len; at least 1 when
- * batch > 0, 0 for an empty batch). */
-int64_t rt_decode_mean_tokens(int batch, const int32_t *indptr, const int32_t *last_page_len, int page_size);
+/* Mean and longest KV tokens of the batch's requests (pages and last_page_len; the mean
+ * at least 1 when batch > 0, 0 for an empty batch). */
+void rt_decode_token_stats(int batch, const int32_t *indptr, const int32_t *last_page_len, int page_size,
+                           int64_t *mean_tokens, int64_t *max_tokens);
 
 /* KV heads a batch-decode block reads: 2 (a pair of adjacent heads, 256 bytes a token
  * instead of 128) for an fp8 cache at head_dim 128 with a group of at most 4, an even

@@ -42,27 +42,34 @@ int rt_decode_pick_warps(int kv_dtype, int64_t requests, int num_kv_heads, int64
  * capped loop gains: bf16 32/8 on the H200, two buffers against capped, B=32 L=512 +10%,
  * L=1024 +4.6%, L=2048 +2.3%, L=4096 level, L=8192 -1.7%; B=28 L=1024 +4%; 64/4 heads
  * B=64 L=1024 +5%; B=24 (73% of the wave) L=1024 level, L=2048 -5% (BENCHMARKS.md,
- * 2026-12-04). mean_tokens <= 0 (a CUDA-graph plan, whose kernel may not change with the
- * lengths) leaves this window out. */
-int rt_decode_pick_pipeline(int pipeline, int64_t requests, int sms, int block_heads, int64_t mean_tokens) {
+ * 2026-12-04, equal lengths). Only for lengths near equal (the longest within 5/4 of the
+ * mean): whole requests on two buffers put the longest on one block, where the capped plan
+ * cuts it to the chunk of the rest. mean_tokens <= 0 (a CUDA-graph plan, whose kernel may
+ * not change with the lengths) leaves this window out. */
+int rt_decode_pick_pipeline(int pipeline, int64_t requests, int sms, int block_heads, int64_t mean_tokens,
+                            int64_t max_tokens) {
   if (pipeline != DECODE_PIPE_CAPPED) return pipeline;
   const int64_t s = sms > 0 ? sms : 1;
   const int64_t target = rt_decode_target_items(s * RT_DECODE_MAX_BLOCKS_PER_SM, block_heads);
   if (requests * 16 < target) return 1;
   const int64_t blocks = requests * (block_heads > 0 ? block_heads : 1), wave = s * RT_DECODE_TWO_BUFFER_BLOCKS_PER_SM;
-  if (mean_tokens > 0 && mean_tokens <= RT_DECODE_TWO_BUFFER_MAX_TOKENS && blocks <= wave && blocks * 5 >= wave * 4)
+  if (mean_tokens > 0 && max_tokens <= RT_DECODE_TWO_BUFFER_MAX_TOKENS && max_tokens * 4 <= mean_tokens * 5 &&
+      blocks <= wave && blocks * 5 >= wave * 4)
     return 1;
   return pipeline;
 }
 
-int64_t rt_decode_mean_tokens(int batch, const int32_t *indptr, const int32_t *last_page_len, int page_size) {
-  if (batch <= 0) return 0;
-  int64_t total = 0;
+void rt_decode_token_stats(int batch, const int32_t *indptr, const int32_t *last_page_len, int page_size,
+                           int64_t *mean_tokens, int64_t *max_tokens) {
+  int64_t total = 0, mx = 0;
   for (int b = 0; b < batch; b++) {
     const int64_t np = (int64_t)indptr[b + 1] - indptr[b];
-    if (np > 0) total += (np - 1) * page_size + last_page_len[b];
+    const int64_t t = np > 0 ? (np - 1) * page_size + last_page_len[b] : 0;
+    total += t;
+    if (t > mx) mx = t;
   }
-  return total / batch > 0 ? total / batch : 1;
+  *mean_tokens = batch <= 0 ? 0 : total / batch > 0 ? total / batch : 1;
+  *max_tokens = mx;
 }
 
 int rt_decode_kv_pair(int kv_dtype, int head_dim, int num_qo_heads, int num_kv_heads, int rope) {

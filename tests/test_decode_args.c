@@ -170,42 +170,52 @@ FT_TEST(planner_picks_block_size_by_waves) {
   FT_CHECK(rt_decode_pick_warps(JIT_DT_E4M3, 16, 8, wide) == DECODE_WARPS_SPLIT);
 }
 
-/* The mean a request's tokens: full pages plus the last page's length; empty requests
- * count in the batch. */
-FT_TEST(planner_mean_tokens) {
+/* The mean and the longest of the requests' tokens: full pages plus the last page's
+ * length; empty requests count in the batch's mean. */
+FT_TEST(planner_token_stats) {
   const int32_t indptr[4] = {0, 3, 3, 4}, last[3] = {5, 0, 16};
-  FT_CHECK(rt_decode_mean_tokens(3, indptr, last, 16) == (2 * 16 + 5 + 16) / 3);
-  FT_CHECK(rt_decode_mean_tokens(1, indptr, last, 16) == 37);
-  FT_CHECK(rt_decode_mean_tokens(0, indptr, last, 16) == 0);
+  int64_t mean = -1, mx = -1;
+  rt_decode_token_stats(3, indptr, last, 16, &mean, &mx);
+  FT_CHECK(mean == (2 * 16 + 5 + 16) / 3 && mx == 37, "mean %lld max %lld", (long long)mean, (long long)mx);
+  rt_decode_token_stats(1, indptr, last, 16, &mean, &mx);
+  FT_CHECK(mean == 37 && mx == 37);
+  rt_decode_token_stats(0, indptr, last, 16, &mean, &mx);
+  FT_CHECK(mean == 0 && mx == 0);
   const int32_t none[3] = {0, 0, 0};
-  FT_CHECK(rt_decode_mean_tokens(2, none, last, 16) == 1);
+  rt_decode_token_stats(2, none, last, 16, &mean, &mx);
+  FT_CHECK(mean == 1 && mx == 0);
 }
 
 /* The capped one-buffer kernel unless a split would cut each request into more than 16
  * chunks (H200: 132 SMs, 4 blocks an SM, over the KV heads: 66 work items at 8 heads). */
 FT_TEST(planner_keeps_two_buffers_for_a_few_long_requests) {
-  FT_CHECK(rt_decode_pick_pipeline(DECODE_PIPE_CAPPED, 64, 132, 8, 0) == DECODE_PIPE_CAPPED);
-  FT_CHECK(rt_decode_pick_pipeline(DECODE_PIPE_CAPPED, 16, 132, 8, 0) == DECODE_PIPE_CAPPED); /* 4 chunks */
-  FT_CHECK(rt_decode_pick_pipeline(DECODE_PIPE_CAPPED, 5, 132, 8, 0) == DECODE_PIPE_CAPPED);  /* 80 >= 66 */
-  FT_CHECK(rt_decode_pick_pipeline(DECODE_PIPE_CAPPED, 4, 132, 8, 0) == 1);                   /* 64 < 66 */
-  FT_CHECK(rt_decode_pick_pipeline(DECODE_PIPE_CAPPED, 1, 132, 8, 0) == 1);
-  FT_CHECK(rt_decode_pick_pipeline(DECODE_PIPE_CAPPED, 33, 132, 1, 0) == DECODE_PIPE_CAPPED); /* 528 */
-  FT_CHECK(rt_decode_pick_pipeline(DECODE_PIPE_CAPPED, 32, 132, 1, 0) == 1);
+  FT_CHECK(rt_decode_pick_pipeline(DECODE_PIPE_CAPPED, 64, 132, 8, 0, 0) == DECODE_PIPE_CAPPED);
+  FT_CHECK(rt_decode_pick_pipeline(DECODE_PIPE_CAPPED, 16, 132, 8, 0, 0) == DECODE_PIPE_CAPPED); /* 4 chunks */
+  FT_CHECK(rt_decode_pick_pipeline(DECODE_PIPE_CAPPED, 5, 132, 8, 0, 0) == DECODE_PIPE_CAPPED);  /* 80 >= 66 */
+  FT_CHECK(rt_decode_pick_pipeline(DECODE_PIPE_CAPPED, 4, 132, 8, 0, 0) == 1);                   /* 64 < 66 */
+  FT_CHECK(rt_decode_pick_pipeline(DECODE_PIPE_CAPPED, 1, 132, 8, 0, 0) == 1);
+  FT_CHECK(rt_decode_pick_pipeline(DECODE_PIPE_CAPPED, 33, 132, 1, 0, 0) == DECODE_PIPE_CAPPED); /* 528 */
+  FT_CHECK(rt_decode_pick_pipeline(DECODE_PIPE_CAPPED, 32, 132, 1, 0, 0) == 1);
   /* blocks filling 80-100% of a wave of two-buffer blocks (264 on 132 SMs), short
    * requests: two buffers; out of the window, long requests or an unknown mean: capped */
-  FT_CHECK(rt_decode_pick_pipeline(DECODE_PIPE_CAPPED, 32, 132, 8, 1024) == 1);   /* 256 blocks */
-  FT_CHECK(rt_decode_pick_pipeline(DECODE_PIPE_CAPPED, 33, 132, 8, 2048) == 1);   /* 264 */
-  FT_CHECK(rt_decode_pick_pipeline(DECODE_PIPE_CAPPED, 27, 132, 8, 512) == 1);    /* 216 >= 211.2 */
-  FT_CHECK(rt_decode_pick_pipeline(DECODE_PIPE_CAPPED, 64, 132, 4, 1024) == 1);
-  FT_CHECK(rt_decode_pick_pipeline(DECODE_PIPE_CAPPED, 26, 132, 8, 1024) == DECODE_PIPE_CAPPED); /* 208 */
-  FT_CHECK(rt_decode_pick_pipeline(DECODE_PIPE_CAPPED, 34, 132, 8, 1024) == DECODE_PIPE_CAPPED); /* 272 */
-  FT_CHECK(rt_decode_pick_pipeline(DECODE_PIPE_CAPPED, 32, 132, 8, 2049) == DECODE_PIPE_CAPPED);
-  FT_CHECK(rt_decode_pick_pipeline(DECODE_PIPE_CAPPED, 32, 132, 8, 0) == DECODE_PIPE_CAPPED);
-  FT_CHECK(rt_decode_pick_pipeline(DECODE_PIPE_CAPPED, 16, 66, 8, 1024) == 1);   /* scales with SMs */
+  FT_CHECK(rt_decode_pick_pipeline(DECODE_PIPE_CAPPED, 32, 132, 8, 1024, 1024) == 1);   /* 256 blocks */
+  FT_CHECK(rt_decode_pick_pipeline(DECODE_PIPE_CAPPED, 33, 132, 8, 2048, 2048) == 1);   /* 264 */
+  FT_CHECK(rt_decode_pick_pipeline(DECODE_PIPE_CAPPED, 27, 132, 8, 512, 512) == 1);    /* 216 >= 211.2 */
+  FT_CHECK(rt_decode_pick_pipeline(DECODE_PIPE_CAPPED, 64, 132, 4, 1024, 1024) == 1);
+  FT_CHECK(rt_decode_pick_pipeline(DECODE_PIPE_CAPPED, 26, 132, 8, 1024, 1024) == DECODE_PIPE_CAPPED); /* 208 */
+  FT_CHECK(rt_decode_pick_pipeline(DECODE_PIPE_CAPPED, 34, 132, 8, 1024, 1024) == DECODE_PIPE_CAPPED); /* 272 */
+  FT_CHECK(rt_decode_pick_pipeline(DECODE_PIPE_CAPPED, 32, 132, 8, 2049, 2049) == DECODE_PIPE_CAPPED);
+  FT_CHECK(rt_decode_pick_pipeline(DECODE_PIPE_CAPPED, 32, 132, 8, 0, 0) == DECODE_PIPE_CAPPED);
+  FT_CHECK(rt_decode_pick_pipeline(DECODE_PIPE_CAPPED, 16, 66, 8, 1024, 1024) == 1);   /* scales with SMs */
+  /* near-equal lengths only: the longest within 5/4 of the mean, and at most 2048 */
+  FT_CHECK(rt_decode_pick_pipeline(DECODE_PIPE_CAPPED, 32, 132, 8, 1600, 2000) == 1);
+  FT_CHECK(rt_decode_pick_pipeline(DECODE_PIPE_CAPPED, 32, 132, 8, 1600, 2001) == DECODE_PIPE_CAPPED);
+  FT_CHECK(rt_decode_pick_pipeline(DECODE_PIPE_CAPPED, 32, 132, 8, 1900, 2100) == DECODE_PIPE_CAPPED);
+  FT_CHECK(rt_decode_pick_pipeline(DECODE_PIPE_CAPPED, 32, 132, 8, 1972, 60000) == DECODE_PIPE_CAPPED);
   /* other kernels are left as selected */
-  FT_CHECK(rt_decode_pick_pipeline(0, 32, 132, 8, 1024) == 0);
-  FT_CHECK(rt_decode_pick_pipeline(1, 1, 132, 8, 0) == 1);
-  FT_CHECK(rt_decode_pick_pipeline(0, 1, 132, 8, 0) == 0);
+  FT_CHECK(rt_decode_pick_pipeline(0, 32, 132, 8, 1024, 1024) == 0);
+  FT_CHECK(rt_decode_pick_pipeline(1, 1, 132, 8, 0, 0) == 1);
+  FT_CHECK(rt_decode_pick_pipeline(0, 1, 132, 8, 0, 0) == 0);
   /* the default it applies to: a 16-bit cache at head_dim 128, 8 rows, no RoPE */
   jit_key k;
   jit_decode_select(0, JIT_DT_BF16, JIT_DT_BF16, 128, 4, 0, DECODE_WARPS_WIDE, &k);
@@ -304,7 +314,7 @@ FT_TEST(every_selected_key_is_registered) {
               jit_decode_select(s == 0, qs[q], kvs[kv] ? kvs[kv] : qs[q], dims[d], g, rope, w, &k);
               /* a plan of a few requests: the two-buffer kernel (4 warps) */
               if (s == 1 && dims[d] == 128 && ((g + rope + q + kv) & 1))
-                k.v[DECODE_P_PIPELINE] = rt_decode_pick_pipeline((int)k.v[DECODE_P_PIPELINE], 1, 132, 8, 0);
+                k.v[DECODE_P_PIPELINE] = rt_decode_pick_pipeline((int)k.v[DECODE_P_PIPELINE], 1, 132, 8, 0, 0);
               int found = 0;
               for (int i = 0; i < k.op->config_count() && !found; i++) {
                 jit_key r;
