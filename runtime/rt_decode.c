@@ -266,7 +266,8 @@ FI_API fi_status fi_batch_decode_plan(fi_runtime *rt, const fi_batch_decode_info
   const int64_t sel = key.v[DECODE_P_PIPELINE];
   /* A CUDA-graph plan's kernel may not change with the lengths: no mean for it. */
   int64_t mean = 0, longest = 0;
-  if (!graph) rt_decode_token_stats(B, info->indptr, info->last_page_len, info->page_size, &mean, &longest);
+  if (!graph) rt_decode_token_stats(B, info->indptr, info->last_page_len, info->page_size, p->window_left, &mean,
+                                   &longest);
   key.v[DECODE_P_PIPELINE] = rt_decode_pick_pipeline((int)sel, maxb, sms, block_heads, mean, longest);
   /* Switched back to two buffers: 4-warp blocks, what was measured against the capped
    * plan (the 2-warp two-buffer key is not registered: no compile at plan time). */
@@ -507,7 +508,8 @@ int rt_decode_plan_offline(const fi_batch_decode_info *info, const fi_attention_
                     &pl->key);
   const int64_t sel = pl->key.v[DECODE_P_PIPELINE];
   int64_t mean = 0, longest = 0;
-  if (!pl->graph) rt_decode_token_stats(info->batch, info->indptr, info->last_page_len, info->page_size, &mean, &longest);
+  if (!pl->graph) rt_decode_token_stats(info->batch, info->indptr, info->last_page_len, info->page_size, p->window_left,
+                                        &mean, &longest);
   pl->key.v[DECODE_P_PIPELINE] = rt_decode_pick_pipeline(
       (int)sel, pl->graph ? info->max_batch : info->batch, sms, info->num_kv_heads, mean, longest);
   if (pl->key.v[DECODE_P_PIPELINE] != sel) pl->key.v[DECODE_P_WARPS] = DECODE_WARPS_SPLIT;

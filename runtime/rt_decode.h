@@ -36,10 +36,11 @@ int rt_decode_pick_warps(int kv_dtype, int64_t requests, int num_kv_heads, int64
 int rt_decode_pick_pipeline(int pipeline, int64_t requests, int sms, int block_heads, int64_t mean_tokens,
                             int64_t max_tokens);
 
-/* Mean and longest KV tokens of the batch's requests (pages and last_page_len; the mean
- * at least 1 when batch > 0, 0 for an empty batch). */
+/* Mean and longest of the KV tokens the batch's requests read (their pages and
+ * last_page_len, within window_left as rt_decode_partition cuts them; the mean at least 1
+ * when batch > 0, 0 for an empty batch). */
 void rt_decode_token_stats(int batch, const int32_t *indptr, const int32_t *last_page_len, int page_size,
-                           int64_t *mean_tokens, int64_t *max_tokens);
+                           int window_left, int64_t *mean_tokens, int64_t *max_tokens);
 
 /* KV heads a batch-decode block reads: 2 (a pair of adjacent heads, 256 bytes a token
  * instead of 128) for an fp8 cache at head_dim 128 with a group of at most 4, an even

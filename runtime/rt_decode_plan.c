@@ -59,19 +59,6 @@ int rt_decode_pick_pipeline(int pipeline, int64_t requests, int sms, int block_h
   return pipeline;
 }
 
-void rt_decode_token_stats(int batch, const int32_t *indptr, const int32_t *last_page_len, int page_size,
-                           int64_t *mean_tokens, int64_t *max_tokens) {
-  int64_t total = 0, mx = 0;
-  for (int b = 0; b < batch; b++) {
-    const int64_t np = (int64_t)indptr[b + 1] - indptr[b];
-    const int64_t t = np > 0 ? (np - 1) * page_size + last_page_len[b] : 0;
-    total += t;
-    if (t > mx) mx = t;
-  }
-  *mean_tokens = batch <= 0 ? 0 : total / batch > 0 ? total / batch : 1;
-  *max_tokens = mx;
-}
-
 int rt_decode_kv_pair(int kv_dtype, int head_dim, int num_qo_heads, int num_kv_heads, int rope) {
   const char *e = getenv("FI_DECODE_KV_PAIR");
   const int on = e && *e ? atoi(e) != 0 : DECODE_KV_PAIR_DEFAULT;
@@ -138,6 +125,19 @@ static void span(const int32_t *indptr, const int32_t *last, int b, int page_siz
   *start = window_left >= 0 && *len - 1 - window_left > 0 ? *len - 1 - window_left : 0;
   *p0 = *start / page_size;
   *p1 = (*len + page_size - 1) / page_size;
+}
+
+void rt_decode_token_stats(int batch, const int32_t *indptr, const int32_t *last_page_len, int page_size,
+                           int window_left, int64_t *mean_tokens, int64_t *max_tokens) {
+  int64_t total = 0, mx = 0;
+  for (int b = 0; b < batch; b++) {
+    int64_t s, l, p0, p1;
+    span(indptr, last_page_len, b, page_size, window_left, &s, &l, &p0, &p1);
+    total += l - s;
+    if (l - s > mx) mx = l - s;
+  }
+  *mean_tokens = batch <= 0 ? 0 : total / batch > 0 ? total / batch : 1;
+  *max_tokens = mx;
 }
 
 int64_t rt_decode_partition(int batch, const int32_t *indptr, const int32_t *last_page_len,

@@ -170,20 +170,23 @@ FT_TEST(planner_picks_block_size_by_waves) {
   FT_CHECK(rt_decode_pick_warps(JIT_DT_E4M3, 16, 8, wide) == DECODE_WARPS_SPLIT);
 }
 
-/* The mean and the longest of the requests' tokens: full pages plus the last page's
- * length; empty requests count in the batch's mean. */
+/* The mean and the longest of the tokens the requests read: full pages plus the last
+ * page's length, within a sliding window; empty requests count in the batch's mean. */
 FT_TEST(planner_token_stats) {
   const int32_t indptr[4] = {0, 3, 3, 4}, last[3] = {5, 0, 16};
   int64_t mean = -1, mx = -1;
-  rt_decode_token_stats(3, indptr, last, 16, &mean, &mx);
+  rt_decode_token_stats(3, indptr, last, 16, -1, &mean, &mx);
   FT_CHECK(mean == (2 * 16 + 5 + 16) / 3 && mx == 37, "mean %lld max %lld", (long long)mean, (long long)mx);
-  rt_decode_token_stats(1, indptr, last, 16, &mean, &mx);
+  rt_decode_token_stats(1, indptr, last, 16, -1, &mean, &mx);
   FT_CHECK(mean == 37 && mx == 37);
-  rt_decode_token_stats(0, indptr, last, 16, &mean, &mx);
+  rt_decode_token_stats(0, indptr, last, 16, -1, &mean, &mx);
   FT_CHECK(mean == 0 && mx == 0);
   const int32_t none[3] = {0, 0, 0};
-  rt_decode_token_stats(2, none, last, 16, &mean, &mx);
+  rt_decode_token_stats(2, none, last, 16, -1, &mean, &mx);
   FT_CHECK(mean == 1 && mx == 0);
+  /* a sliding window: the last window_left + 1 tokens of each request */
+  rt_decode_token_stats(3, indptr, last, 16, 9, &mean, &mx);
+  FT_CHECK(mean == (10 + 0 + 10) / 3 && mx == 10, "mean %lld max %lld", (long long)mean, (long long)mx);
 }
 
 /* The capped one-buffer kernel unless a split would cut each request into more than 16
