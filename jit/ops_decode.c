@@ -40,11 +40,17 @@ void jit_decode_select(int single, int dtype_q, int dtype_kv, int head_dim, int 
    * 3.92 with 2 warps and two buffers; B=128 L=1024 4.12 with 2 warps capped against
    * 4.01-4.03 with 1 warp and two buffers. (Head_dim 64 capped spills 192 bytes.) Single
    * decode, a block per KV head, keeps two buffers: few blocks want loads in flight a warp,
-   * not warps an SM (batch decode of one request: 23.4 us capped against 20.8). */
+   * not warps an SM (batch decode of one request: 23.4 us capped against 20.8).
+   * Batch decode with 16 rows and no RoPE takes two buffers too, though ptxas spills 16-80
+   * bytes there (255 registers): the one-buffer kernel has the same 8 warps an SM and half
+   * the loads in flight. H200, bf16, default against two buffers: 128/8 B=32 L=4096 2.90
+   * against 3.71 TB/s, B=16 L=16384 2.98 / 3.85, 64/4 B=64 L=2048 2.71 / 3.38, 48/4 2.90 /
+   * 3.69, HND 3.02 / 3.75, e4m3 2.68 / 2.87; B=1 L=8192 64/4 27.7 / 28.8 us (BENCHMARKS.md,
+   * 2026-12-04). RoPE (more registers) and single decode were not measured: one buffer. */
   out->v[DECODE_P_PIPELINE] = !single && head_dim == 128 && !rope && jit_decode_can_cap(dtype_kv, head_dim, rows)
                                   ? DECODE_PIPE_CAPPED
-                              : head_dim <= 128 && rows == 8 ? 1
-                                                             : 0;
+                              : head_dim <= 128 && (rows == 8 || (!single && !rope)) ? 1
+                                                                                     : 0;
   out->v[DECODE_P_ROPE] = rope ? 1 : 0;
 }
 

@@ -231,7 +231,17 @@ FT_TEST(planner_keeps_two_buffers_for_a_few_long_requests) {
   FT_CHECK(k.v[DECODE_P_PIPELINE] == 1);
   jit_decode_select(0, JIT_DT_F16, JIT_DT_F16, 64, 4, 0, DECODE_WARPS_WIDE, &k);
   FT_CHECK(k.v[DECODE_P_PIPELINE] == 1);
+  /* 16 rows: two buffers in batch decode without RoPE; one buffer with RoPE, in single
+   * decode and at head_dim 256 */
   jit_decode_select(0, JIT_DT_F16, JIT_DT_F16, 128, 12, 0, DECODE_WARPS_WIDE, &k);
+  FT_CHECK(k.v[DECODE_P_PIPELINE] == 1);
+  jit_decode_select(0, JIT_DT_BF16, JIT_DT_E4M3, 64, 16, 0, DECODE_WARPS_WIDE, &k);
+  FT_CHECK(k.v[DECODE_P_PIPELINE] == 1);
+  jit_decode_select(0, JIT_DT_F16, JIT_DT_F16, 128, 16, 1, DECODE_WARPS_WIDE, &k);
+  FT_CHECK(k.v[DECODE_P_PIPELINE] == 0);
+  jit_decode_select(1, JIT_DT_F16, JIT_DT_F16, 128, 16, 0, 0, &k);
+  FT_CHECK(k.v[DECODE_P_PIPELINE] == 0);
+  jit_decode_select(0, JIT_DT_F16, JIT_DT_F16, 256, 16, 0, DECODE_WARPS_WIDE, &k);
   FT_CHECK(k.v[DECODE_P_PIPELINE] == 0);
 }
 

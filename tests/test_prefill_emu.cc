@@ -564,6 +564,11 @@ int main() {
   decode_batch<fi_bf16, fi_e5m2, 64, 8, 1, 0, 4>(3, 1, 16, {90}, -1, 0.0, 0);
   decode_batch<fi_half, fi_e5m2, 256, 16, 0, 0, 2>(16, 1, 8, {270, 40}, -1, 0.0, 1);
   decode_batch<fi_bf16, fi_bf16, 256, 16, 0, 0, 2>(12, 1, 16, {100}, -1, 0.0, 0);
+  // 16 rows on two buffers (batch decode's choice at head_dim <= 128 without RoPE).
+  decode_batch<fi_bf16, fi_bf16, 128, 16, 1, 0, 4>(16, 1, 16, {300, 47}, -1, 0.0, 1);
+  decode_batch<fi_half, fi_half, 64, 16, 1, 0, 2>(24, 2, 8, {200, 1}, -1, 0.0, 0);
+  decode_batch<fi_bf16, fi_e4m3, 128, 16, 1, 0, 4>(20, 2, 16, {250, 33}, -1, 0.0, 1);
+  decode_batch<fi_bf16, fi_bf16, 128, 16, 1, 0, 1>(10, 1, 16, {150, 16}, -1, 0.0, 1);
   decode_batch<fi_half, fi_e4m3, 128, 8, 1, 1, 2>(4, 2, 16, {260}, 150, 20.0, 1);
   decode_batch<fi_bf16, fi_bf16, 64, 8, 1, 1, 4>(2, 2, 1, {290, 3}, -1, 0.0, 1);
   // More than 16 chunks a request (the merge's batches of 16 loads, two threads a unit),

@@ -655,6 +655,18 @@ FT_TEST(decode_e5m2_bf16_group16) {
   dcase c = base("e5m2 bf16 16/1 ps16", T_BF16, T_E5M2, 128, 16, 1, 16, 0, 3, 700);
   run_case(&c);
 }
+/* Groups of 9 to 16 (16 rows) take two register buffers in batch decode: head dims 64
+ * and 128, both layouts, 16-bit and fp8 caches, many requests. */
+FT_TEST(decode_group16_two_buffers) {
+  dcase c = base("bf16 128/8 B=20", T_BF16, T_BF16, 128, 128, 8, 16, 0, 20, 1200);
+  run_case(&c);
+  c = base("f16 D64 64/4 B=24 ps8", T_F16, T_F16, 64, 64, 4, 8, 0, 24, 900);
+  run_case(&c);
+  c = base("bf16 48/4 HND B=9", T_BF16, T_BF16, 128, 48, 4, 16, 1, 9, 1500);
+  run_case(&c);
+  c = base("e4m3 f16 D64 40/4 B=7", T_F16, T_E4M3, 64, 40, 4, 16, 0, 7, 1000);
+  run_case(&c);
+}
 FT_TEST(decode_soft_cap_window) {
   dcase c = base("bf16 soft cap 30, window 100", T_BF16, T_BF16, 128, 32, 8, 16, 0, 4, 1500);
   c.soft_cap = 30.0;
