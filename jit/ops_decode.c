@@ -88,13 +88,14 @@ static int render_batch(const jit_key *k, const char *e, char *b, size_t n) { re
 #define PER_PAIR (NDIMS * 2 * 2)
 static int count_single(void) { return NPAIRS * PER_PAIR; }
 /* ... and, last, the two-buffer kernel where batch decode's default is the capped one
- * (16-bit pairs, head_dim 128, 8 rows, no RoPE, 4 warps): what a plan of a few requests
- * takes instead (rt_decode_pick_pipeline). */
-static int count_batch(void) { return count_single() + (2 * 2 + NPAIRS - 2) * PER_PAIR + 2; }
+ * (16-bit pairs, head_dim 128, 8 rows, no RoPE; 4 warps, then 2): what a plan of a few
+ * requests takes instead (rt_decode_pick_pipeline, rt_decode_switched_warps). */
+static int count_batch(void) { return count_single() + (2 * 2 + NPAIRS - 2) * PER_PAIR + 4; }
 static void config(int single, int idx, jit_key *out) {
-  const int extra = idx - (count_batch() - 2);
+  const int extra = idx - (count_batch() - 4);
   if (!single && extra >= 0) {
-    jit_decode_select(0, pairs[extra].q, pairs[extra].kv, 128, 8, 0, DECODE_WARPS_SPLIT, out);
+    jit_decode_select(0, pairs[extra % 2].q, pairs[extra % 2].kv, 128, 8, 0,
+                      extra < 2 ? DECODE_WARPS_SPLIT : DECODE_WARPS_WIDE, out);
     out->v[DECODE_P_PIPELINE] = 1;
     return;
   }

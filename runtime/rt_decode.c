@@ -269,10 +269,10 @@ FI_API fi_status fi_batch_decode_plan(fi_runtime *rt, const fi_batch_decode_info
   if (!graph) rt_decode_token_stats(B, info->indptr, info->last_page_len, info->page_size, p->window_left, &mean,
                                    &longest);
   key.v[DECODE_P_PIPELINE] = rt_decode_pick_pipeline((int)sel, maxb, sms, block_heads, mean, longest);
-  /* Switched back to two buffers: 4-warp blocks, what was measured against the capped
-   * plan (the 2-warp two-buffer key is not registered: no compile at plan time). */
+  /* Switched to two buffers: the block size measured for it (rt_decode_switched_warps),
+   * registered (no compile at plan time). */
   const int switched = key.v[DECODE_P_PIPELINE] != sel;
-  if (switched) key.v[DECODE_P_WARPS] = DECODE_WARPS_SPLIT;
+  if (switched) key.v[DECODE_P_WARPS] = rt_decode_switched_warps(maxb, sms, block_heads, info->num_qo_heads / info->num_kv_heads);
   const int forced = rt_dec_tune_key(&key);
   const rt_device_i *be;
   void *state;
@@ -512,7 +512,10 @@ int rt_decode_plan_offline(const fi_batch_decode_info *info, const fi_attention_
                                         &mean, &longest);
   pl->key.v[DECODE_P_PIPELINE] = rt_decode_pick_pipeline(
       (int)sel, pl->graph ? info->max_batch : info->batch, sms, info->num_kv_heads, mean, longest);
-  if (pl->key.v[DECODE_P_PIPELINE] != sel) pl->key.v[DECODE_P_WARPS] = DECODE_WARPS_SPLIT;
+  if (pl->key.v[DECODE_P_PIPELINE] != sel)
+    pl->key.v[DECODE_P_WARPS] =
+        rt_decode_switched_warps(pl->graph ? info->max_batch : info->batch, sms, info->num_kv_heads,
+                                 info->num_qo_heads / info->num_kv_heads);
   pl->devtype = devtype;
   pl->device = 0;
   pl->num_qo_heads = info->num_qo_heads;

@@ -29,12 +29,18 @@ int rt_decode_pick_warps(int kv_dtype, int64_t requests, int num_kv_heads, int64
  * the requests into more than 16 chunks, or when the blocks (requests x block_heads) fill
  * 80-100% of a wave of two-buffer blocks and the requests are near equal and short: the
  * longest (max_tokens) at most RT_DECODE_TWO_BUFFER_MAX_TOKENS and within 5/4 of the mean
- * (mean_tokens; 0: unknown, that window off); else unchanged. A plan switched to two
- * buffers keeps 4-warp blocks. */
+ * (mean_tokens; 0: unknown, that window off); else unchanged. */
 #define RT_DECODE_TWO_BUFFER_BLOCKS_PER_SM 2
 #define RT_DECODE_TWO_BUFFER_MAX_TOKENS 2048
 int rt_decode_pick_pipeline(int pipeline, int64_t requests, int sms, int block_heads, int64_t mean_tokens,
                             int64_t max_tokens);
+
+/* The warps a block of a plan that rt_decode_pick_pipeline switched to two buffers:
+ * DECODE_WARPS_WIDE (2) for groups of up to 4 query heads a KV head, when the requests are
+ * too few to fill the capped kernel's wave (its first rule) but their blocks
+ * (requests x block_heads) are enough that 2-warp blocks cut each request into at most
+ * about 33 chunks (blocks x 33 >= 4 x sms); else DECODE_WARPS_SPLIT (4). */
+int rt_decode_switched_warps(int64_t requests, int sms, int block_heads, int group);
 
 /* Mean and longest of the KV tokens the batch's requests read (their pages and
  * last_page_len, within window_left as rt_decode_partition cuts them; the mean at least 1

@@ -59,6 +59,22 @@ int rt_decode_pick_pipeline(int pipeline, int64_t requests, int sms, int block_h
   return pipeline;
 }
 
+/* 2-warp blocks cut a few requests into twice the chunks of 4-warp ones. H200, bf16, L=8192
+ * unless said, two buffers, 2 warps against 4 (TB/s): 32/8 B=2 2.30 / 2.24, B=3 2.74 /
+ * 2.68, B=4 3.02 / 2.89, B=4 L=2048 1.80 / 1.64, L=4096 2.44 / 2.28, L=16384 3.56 / 3.46,
+ * B=3 L=32768 3.70 / 3.66; 16/8 B=2 2.39 / 2.25; 8/8 B=4 3.06 / 2.97; 16/4 B=4 2.31 / 2.25,
+ * B=8 3.03 / 2.90. Not so for one request at 8 KV heads (66 chunks) 1.49 / 1.59, 16/4 B=3
+ * (44 chunks) level, and every group of 8, level or lost: 64/8 B=2 2.10 / 2.24, B=4 L=4096
+ * 2.28 / 2.30, 32/4 B=2 1.20 / 1.50, B=4 2.09 / 2.24, B=8 level, 8/1 B=8 1.22 / 1.54
+ * (BENCHMARKS.md, 2026-12-04). */
+int rt_decode_switched_warps(int64_t requests, int sms, int block_heads, int group) {
+  const int64_t s = sms > 0 ? sms : 1, heads = block_heads > 0 ? block_heads : 1;
+  const int64_t target = rt_decode_target_items(s * RT_DECODE_MAX_BLOCKS_PER_SM, (int)heads);
+  return group <= 4 && requests * 16 < target && requests * heads * 33 >= s * RT_DECODE_MAX_BLOCKS_PER_SM
+             ? DECODE_WARPS_WIDE
+             : DECODE_WARPS_SPLIT;
+}
+
 int rt_decode_kv_pair(int kv_dtype, int head_dim, int num_qo_heads, int num_kv_heads, int rope) {
   const char *e = getenv("FI_DECODE_KV_PAIR");
   const int on = e && *e ? atoi(e) != 0 : DECODE_KV_PAIR_DEFAULT;

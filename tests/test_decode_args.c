@@ -215,6 +215,20 @@ FT_TEST(planner_keeps_two_buffers_for_a_few_long_requests) {
   FT_CHECK(rt_decode_pick_pipeline(DECODE_PIPE_CAPPED, 32, 132, 8, 1600, 2001) == DECODE_PIPE_CAPPED);
   FT_CHECK(rt_decode_pick_pipeline(DECODE_PIPE_CAPPED, 32, 132, 8, 1900, 2100) == DECODE_PIPE_CAPPED);
   FT_CHECK(rt_decode_pick_pipeline(DECODE_PIPE_CAPPED, 32, 132, 8, 1972, 60000) == DECODE_PIPE_CAPPED);
+  /* the switched plan's block: 2 warps for groups up to 4, from the requests whose blocks
+   * give at most ~33 chunks each (blocks x 33 >= 528 on 132 SMs) to the capped wave */
+  FT_CHECK(rt_decode_switched_warps(1, 132, 8, 4) == DECODE_WARPS_SPLIT); /* 66 chunks */
+  FT_CHECK(rt_decode_switched_warps(2, 132, 8, 4) == DECODE_WARPS_WIDE);
+  FT_CHECK(rt_decode_switched_warps(4, 132, 8, 4) == DECODE_WARPS_WIDE);
+  FT_CHECK(rt_decode_switched_warps(4, 132, 8, 2) == DECODE_WARPS_WIDE);
+  FT_CHECK(rt_decode_switched_warps(2, 132, 8, 8) == DECODE_WARPS_SPLIT); /* group 8 */
+  FT_CHECK(rt_decode_switched_warps(5, 132, 8, 4) == DECODE_WARPS_SPLIT); /* 80 >= 66: not switched by it */
+  FT_CHECK(rt_decode_switched_warps(32, 132, 8, 4) == DECODE_WARPS_SPLIT); /* the wave window */
+  FT_CHECK(rt_decode_switched_warps(3, 132, 4, 4) == DECODE_WARPS_SPLIT); /* 12 blocks: 44 chunks */
+  FT_CHECK(rt_decode_switched_warps(4, 132, 4, 4) == DECODE_WARPS_WIDE);  /* 16 blocks */
+  FT_CHECK(rt_decode_switched_warps(8, 132, 4, 4) == DECODE_WARPS_WIDE);  /* 128 < 132 */
+  FT_CHECK(rt_decode_switched_warps(9, 132, 4, 4) == DECODE_WARPS_SPLIT);
+  FT_CHECK(rt_decode_switched_warps(1, 66, 8, 4) == DECODE_WARPS_WIDE);  /* scales with SMs */
   /* other kernels are left as selected */
   FT_CHECK(rt_decode_pick_pipeline(0, 32, 132, 8, 1024, 1024) == 0);
   FT_CHECK(rt_decode_pick_pipeline(1, 1, 132, 8, 0, 0) == 1);
@@ -325,9 +339,13 @@ FT_TEST(every_selected_key_is_registered) {
               const int w = warps[s];
               if (kvs[kv] && s > 2) continue;
               jit_decode_select(s == 0, qs[q], kvs[kv] ? kvs[kv] : qs[q], dims[d], g, rope, w, &k);
-              /* a plan of a few requests: the two-buffer kernel (4 warps) */
-              if (s == 1 && dims[d] == 128 && ((g + rope + q + kv) & 1))
-                k.v[DECODE_P_PIPELINE] = rt_decode_pick_pipeline((int)k.v[DECODE_P_PIPELINE], 1, 132, 8, 0, 0);
+              /* a plan of a few requests: the two-buffer kernel, 4 warps for one request
+               * and 2 for two */
+              if ((s == 1 || s == 2) && dims[d] == 128 && ((g + rope + q + kv) & 1)) {
+                const int64_t sel = k.v[DECODE_P_PIPELINE];
+                k.v[DECODE_P_PIPELINE] = rt_decode_pick_pipeline((int)sel, s, 132, 8, 0, 0);
+                if (k.v[DECODE_P_PIPELINE] != sel) k.v[DECODE_P_WARPS] = rt_decode_switched_warps(s, 132, 8, g);
+              }
               int found = 0;
               for (int i = 0; i < k.op->config_count() && !found; i++) {
                 jit_key r;

@@ -590,6 +590,17 @@ FT_TEST(decode_bf16_two_buffer_window) {
   c.lens = lens;
   run_case(&c);
 }
+/* Groups of up to 4 with too few requests for the capped kernel's wave (2 to 4 at 8 KV
+ * heads, 4 to 8 at 4): two buffers in 2-warp blocks, each request split
+ * (rt_decode_switched_warps). */
+FT_TEST(decode_few_requests_two_warps) {
+  dcase c = base("bf16 32/8 B=3", T_BF16, T_BF16, 128, 32, 8, 16, 0, 3, 3000);
+  run_case(&c);
+  c = base("f16 16/4 HND B=5 ps32", T_F16, T_F16, 128, 16, 4, 32, 1, 5, 5000);
+  run_case(&c);
+  c = base("bf16 16/8 B=4 ps16", T_BF16, T_BF16, 128, 16, 8, 16, 0, 4, 2000);
+  run_case(&c);
+}
 FT_TEST(decode_f16_mha_hnd) {
   dcase c = base("f16 MHA 32/32 HND", T_F16, T_F16, 128, 32, 32, 16, 1, 3, 1500);
   c.qscale = 2.0;
