@@ -322,6 +322,24 @@ FI_API fi_status fi_batch_decode_plan(fi_runtime *rt, const fi_batch_decode_info
     return rt_fail(FI_ERR_INVALID_ARGUMENT, "%s: the batch does not fit the plan's %lld work items",
                    fn, (long long)lay.capacity);
   }
+  /* A capped plan over short chunks: two buffers in 2-warp blocks (rt_decode_short_chunks)
+   * where that kernel has the same blocks resident, so the partition stands. Not in
+   * CUDA-graph mode: the captured kernel may not change with the lengths. */
+  if (!graph && !forced && key.v[DECODE_P_PIPELINE] == DECODE_PIPE_CAPPED &&
+      rt_decode_short_chunks(n, B, (int64_t)chunk * info->page_size, block_heads, sms,
+                             info->num_qo_heads / info->num_kv_heads)) {
+    jit_key k2 = key;
+    k2.v[DECODE_P_PIPELINE] = 1;
+    k2.v[DECODE_P_WARPS] = DECODE_WARPS_WIDE;
+    int r2;
+    if ((st = rt_kernel_get(rt, &k2, be, workspace->device.device_id, &k)) != FI_OK ||
+        (st = rt_kernel_resident(rt, k, 32 * DECODE_WARPS_WIDE, &r2)) != FI_OK) {
+      free(tab);
+      return st;
+    }
+    if (r2 > sms * RT_DECODE_MAX_BLOCKS_PER_SM) r2 = sms * RT_DECODE_MAX_BLOCKS_PER_SM;
+    if (r2 == resident) key = k2;
+  }
   if (fresh) {
     pl = calloc(1, sizeof *pl);
     if (!pl) {

@@ -42,6 +42,14 @@ int rt_decode_pick_pipeline(int pipeline, int64_t requests, int sms, int block_h
  * about 33 chunks (blocks x 33 >= 4 x sms); else DECODE_WARPS_SPLIT (4). */
 int rt_decode_switched_warps(int64_t requests, int sms, int block_heads, int group);
 
+/* Whether a capped plan's partition (items work items for requests requests, chunks of
+ * chunk_tokens) runs better on the two-buffer kernel in 2-warp blocks, which has the same
+ * blocks resident (so the partition stands): groups up to 4, split requests, chunks of
+ * at most 256 tokens, or of at most 1024 where the blocks (items x block_heads) fill 90%
+ * of a wave of 4 an SM. */
+int rt_decode_short_chunks(int64_t items, int64_t requests, int64_t chunk_tokens, int block_heads, int sms,
+                           int group);
+
 /* Mean and longest of the KV tokens the batch's requests read (their pages and
  * last_page_len, within window_left as rt_decode_partition cuts them; the mean at least 1
  * when batch > 0, 0 for an empty batch). */

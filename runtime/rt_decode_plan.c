@@ -83,6 +83,27 @@ int rt_decode_kv_pair(int kv_dtype, int head_dim, int num_qo_heads, int num_kv_h
   return num_qo_heads / num_kv_heads <= 4 ? 2 : 1;
 }
 
+/* A 4-warp capped block over a chunk of a few hundred tokens gives each warp a few steps,
+ * and the one-buffer loop has no load ahead to cover them; a 2-warp block on two buffers
+ * runs twice the steps a warp with the next in flight, at the same blocks an SM. H200,
+ * bf16 32/8 unless said, capped against two buffers x 2 warps (TB/s): B=6 L=1024 1.29 /
+ * 1.48, L=4096 2.65 / 2.77, L=8192 3.24 / 3.30; B=8 L=2048 2.23 / 2.40, L=8192 3.45 / 3.50;
+ * B=12 L=512 1.32 / 1.52, L=4096 3.21 / 3.24; B=16 L=512 1.59 / 1.82, L=1024 2.25 / 2.41,
+ * L=2048 2.89 / 3.01; B=24 L=512 1.97 / 2.13; 8/8 B=16 L=1024 2.39 / 2.47; 16/8 2.28 /
+ * 2.42; 16/4 B=16 L=1024 1.60 / 1.85, B=32 L=2048 2.94 / 3.08; MHA 32/32 B=4 L=1024 2.40 /
+ * 2.50, B=8 L=2048 3.55 / 3.61. Longer chunks lose: B=12 L=8192 (1648 tokens) 3.69 /
+ * 3.63, B=16 L=8192 3.86 / 3.82; so do chunks above 256 tokens filling 73% of the wave:
+ * B=24 L=2048 (1024 tokens) 3.16 / 3.04, L=1024 (512) level, MHA B=6 L=1024 (512) 2.76 /
+ * 2.69. Groups of 8 are level: 64/8 B=16 L=1024 2.33 / 2.35, L=2048 2.97 / 2.95
+ * (BENCHMARKS.md, 2026-12-04). */
+int rt_decode_short_chunks(int64_t items, int64_t requests, int64_t chunk_tokens, int block_heads, int sms,
+                           int group) {
+  const int64_t wave = (int64_t)(sms > 0 ? sms : 1) * RT_DECODE_MAX_BLOCKS_PER_SM;
+  const int64_t blocks = items * (block_heads > 0 ? block_heads : 1);
+  return group <= 4 && items > requests &&
+         (chunk_tokens <= 256 || (chunk_tokens <= 1024 && blocks * 10 >= wave * 9));
+}
+
 int64_t rt_decode_target_items(int64_t slots, int num_kv_heads) {
   int64_t t = slots / (num_kv_heads > 0 ? num_kv_heads : 1);
   return t > 0 ? t : 1;

@@ -229,6 +229,20 @@ FT_TEST(planner_keeps_two_buffers_for_a_few_long_requests) {
   FT_CHECK(rt_decode_switched_warps(8, 132, 4, 4) == DECODE_WARPS_WIDE);  /* 128 < 132 */
   FT_CHECK(rt_decode_switched_warps(9, 132, 4, 4) == DECODE_WARPS_SPLIT);
   FT_CHECK(rt_decode_switched_warps(1, 66, 8, 4) == DECODE_WARPS_WIDE);  /* scales with SMs */
+  /* capped plans over short chunks: two buffers in 2-warp blocks (132 SMs: a wave of 528) */
+  FT_CHECK(rt_decode_short_chunks(64, 16, 256, 8, 132, 4));      /* B=16 L=1024 */
+  FT_CHECK(rt_decode_short_chunks(24, 6, 128, 8, 132, 4));       /* 192 blocks, 128 tokens */
+  FT_CHECK(rt_decode_short_chunks(64, 16, 1024, 8, 132, 4));     /* 512 blocks >= 475.2 */
+  FT_CHECK(rt_decode_short_chunks(64, 16, 256, 8, 132, 1));
+  FT_CHECK(!rt_decode_short_chunks(64, 16, 256, 8, 132, 8));     /* group 8 */
+  FT_CHECK(!rt_decode_short_chunks(48, 24, 1024, 8, 132, 4));    /* 384 blocks: 73% */
+  FT_CHECK(!rt_decode_short_chunks(64, 16, 2048, 8, 132, 4));    /* long chunks */
+  FT_CHECK(!rt_decode_short_chunks(48, 48, 256, 8, 132, 4));     /* no split */
+  FT_CHECK(rt_decode_short_chunks(48, 24, 256, 8, 132, 4));      /* 73%, 256 tokens */
+  FT_CHECK(!rt_decode_short_chunks(48, 24, 512, 8, 132, 4));     /* 73%, 512 tokens */
+  FT_CHECK(rt_decode_short_chunks(128, 32, 512, 4, 132, 4));     /* 16/4: 512 blocks */
+  FT_CHECK(!rt_decode_short_chunks(60, 12, 1040, 8, 132, 4));
+  FT_CHECK(rt_decode_short_chunks(60, 12, 832, 8, 132, 4));      /* 480 blocks */
   /* other kernels are left as selected */
   FT_CHECK(rt_decode_pick_pipeline(0, 32, 132, 8, 1024, 1024) == 0);
   FT_CHECK(rt_decode_pick_pipeline(1, 1, 132, 8, 0, 0) == 1);
@@ -346,6 +360,9 @@ FT_TEST(every_selected_key_is_registered) {
                 k.v[DECODE_P_PIPELINE] = rt_decode_pick_pipeline((int)sel, s, 132, 8, 0, 0);
                 if (k.v[DECODE_P_PIPELINE] != sel) k.v[DECODE_P_WARPS] = rt_decode_switched_warps(s, 132, 8, g);
               }
+              /* a capped plan over short chunks: two buffers, 2 warps */
+              if (s == 2 && k.v[DECODE_P_PIPELINE] == DECODE_PIPE_CAPPED && g <= 4 && !((g + rope + q + kv) & 1))
+                k.v[DECODE_P_PIPELINE] = 1;
               int found = 0;
               for (int i = 0; i < k.op->config_count() && !found; i++) {
                 jit_key r;

@@ -601,6 +601,16 @@ FT_TEST(decode_few_requests_two_warps) {
   c = base("bf16 16/8 B=4 ps16", T_BF16, T_BF16, 128, 16, 8, 16, 0, 4, 2000);
   run_case(&c);
 }
+/* Mid-size batches of groups up to 4 cut into short chunks: the capped plan's partition
+ * on two buffers in 2-warp blocks (rt_decode_short_chunks). */
+FT_TEST(decode_short_chunks_two_warps) {
+  dcase c = base("bf16 32/8 B=12", T_BF16, T_BF16, 128, 32, 8, 16, 0, 12, 1000);
+  run_case(&c);
+  c = base("f16 16/8 HND B=16 ps8", T_F16, T_F16, 128, 16, 8, 8, 1, 16, 900);
+  run_case(&c);
+  c = base("bf16 8/8 B=20", T_BF16, T_BF16, 128, 8, 8, 16, 0, 20, 600);
+  run_case(&c);
+}
 FT_TEST(decode_f16_mha_hnd) {
   dcase c = base("f16 MHA 32/32 HND", T_F16, T_F16, 128, 32, 32, 16, 1, 3, 1500);
   c.qscale = 2.0;
