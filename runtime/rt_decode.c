@@ -271,9 +271,14 @@ FI_API fi_status fi_batch_decode_plan(fi_runtime *rt, const fi_batch_decode_info
   key.v[DECODE_P_PIPELINE] = rt_decode_pick_pipeline((int)sel, maxb, sms, block_heads, mean, longest);
   /* Switched to two buffers: the block size measured for it (rt_decode_switched_warps),
    * registered (no compile at plan time). */
-  const int switched = key.v[DECODE_P_PIPELINE] != sel;
+  int switched = key.v[DECODE_P_PIPELINE] != sel;
   if (switched) key.v[DECODE_P_WARPS] = rt_decode_switched_warps(maxb, sms, block_heads, info->num_qo_heads / info->num_kv_heads);
   const int forced = rt_dec_tune_key(&key);
+  /* FI_DECODE_PIPELINE back to the selected kernel: its own block size rule below. */
+  if (switched && key.v[DECODE_P_PIPELINE] == sel) {
+    switched = 0;
+    if (!(forced & RT_DEC_TUNED_WARPS)) key.v[DECODE_P_WARPS] = DECODE_WARPS_WIDE;
+  }
   const rt_device_i *be;
   void *state;
   if ((st = rt_backend(rt, workspace->device.device_type, &be, &state)) != FI_OK) return st;
@@ -282,7 +287,7 @@ FI_API fi_status fi_batch_decode_plan(fi_runtime *rt, const fi_batch_decode_info
   int resident;
   if ((st = rt_kernel_resident(rt, k, 32 * (int)key.v[DECODE_P_WARPS], &resident)) != FI_OK) return st;
   const int warps = rt_decode_pick_warps(kvdt, maxb, block_heads, resident);
-  if (!forced && !switched && warps != key.v[DECODE_P_WARPS]) {
+  if (!(forced & RT_DEC_TUNED_WARPS) && !switched && warps != key.v[DECODE_P_WARPS]) {
     key.v[DECODE_P_WARPS] = warps;
     if ((st = rt_kernel_get(rt, &key, be, workspace->device.device_id, &k)) != FI_OK) return st;
     if ((st = rt_kernel_resident(rt, k, 32 * (int)key.v[DECODE_P_WARPS], &resident)) != FI_OK) return st;
@@ -324,7 +329,8 @@ FI_API fi_status fi_batch_decode_plan(fi_runtime *rt, const fi_batch_decode_info
   }
   /* A capped plan over short chunks: two buffers in 2-warp blocks (rt_decode_short_chunks)
    * where that kernel has the same blocks resident, so the partition stands. Not in
-   * CUDA-graph mode: the captured kernel may not change with the lengths. */
+   * CUDA-graph mode (the captured kernel may not change with the lengths), nor under a
+   * tuning override of the block (FI_DECODE_WARPS, FI_DECODE_PIPELINE). */
   if (!graph && !forced && key.v[DECODE_P_PIPELINE] == DECODE_PIPE_CAPPED &&
       rt_decode_short_chunks(n, B, (int64_t)chunk * info->page_size, block_heads, sms,
                              info->num_qo_heads / info->num_kv_heads)) {

@@ -114,7 +114,8 @@ int rt_dec_head_prefetch(void) {
 
 /* Tuning overrides of the block shape, for fi-bench's comparisons: FI_DECODE_WARPS
  * (1, 2, 4 or 8 warps a block, instead of the plan's choice) and FI_DECODE_PIPELINE
- * (0, 1 or 2 = DECODE_PIPE_CAPPED; see ops_decode.h). Returns 1 when the warps are forced. */
+ * (0, 1 or 2 = DECODE_PIPE_CAPPED; see ops_decode.h). Returns RT_DEC_TUNED_WARPS and
+ * RT_DEC_TUNED_PIPELINE, or'ed, for the overrides applied. */
 int rt_dec_tune_key(jit_key *key) {
   const char *w = getenv("FI_DECODE_WARPS"), *pp = getenv("FI_DECODE_PIPELINE");
   int forced = 0;
@@ -122,7 +123,7 @@ int rt_dec_tune_key(jit_key *key) {
     const int n = atoi(w);
     if (n == 1 || n == 2 || n == 4 || n == 8) {
       key->v[DECODE_P_WARPS] = n;
-      forced = 1;
+      forced |= RT_DEC_TUNED_WARPS;
     }
   }
   if (pp && *pp) {
@@ -131,8 +132,10 @@ int rt_dec_tune_key(jit_key *key) {
     const int n = atoi(pp);
     if (n == 0 || n == 1 ||
         (n == DECODE_PIPE_CAPPED &&
-         jit_decode_can_cap((int)v[DECODE_P_DTYPE_KV], (int)v[DECODE_P_HEAD_DIM], (int)v[DECODE_P_ROWS])))
+         jit_decode_can_cap((int)v[DECODE_P_DTYPE_KV], (int)v[DECODE_P_HEAD_DIM], (int)v[DECODE_P_ROWS]))) {
       key->v[DECODE_P_PIPELINE] = n;
+      forced |= RT_DEC_TUNED_PIPELINE;
+    }
   }
   return forced;
 }

@@ -27,6 +27,8 @@ int rt_dec_head_prefetch(void);
 /* FI_DECODE_SPLIT: the split target's scale (tuning; 1 when unset or not positive, at most 64). */
 double rt_dec_split_scale(void);
 int rt_dec_kv_evict(void);
+#define RT_DEC_TUNED_WARPS 1
+#define RT_DEC_TUNED_PIPELINE 2
 int rt_dec_tune_key(jit_key *key);
 
 /* The kernel's scale, soft cap, value scale and RoPE fields. */

@@ -761,6 +761,20 @@ FT_TEST(decode_tuning_variants) {
   }
 }
 
+/* The capped kernel's split and merge outside CUDA-graph mode: the plans' own rules move
+ * small and mid-size split batches to the two-buffer kernel (rt_decode_pick_pipeline,
+ * rt_decode_short_chunks), so FI_DECODE_PIPELINE=2 keeps them capped here. */
+FT_TEST(decode_capped_split_forced) {
+  setenv("FI_DECODE_PIPELINE", "2", 1);
+  dcase c = base("capped bf16 32/8 B=6 split", T_BF16, T_BF16, 128, 32, 8, 16, 0, 6, 3000);
+  run_case(&c);
+  c = base("capped f16 MHA 32/32 HND B=3 split", T_F16, T_F16, 128, 32, 32, 16, 1, 3, 1500);
+  run_case(&c);
+  c = base("capped bf16 16/8 B=2 split", T_BF16, T_BF16, 128, 16, 8, 16, 0, 2, 5000);
+  run_case(&c);
+  unsetenv("FI_DECODE_PIPELINE");
+}
+
 /* CUDA-graph mode: plan for a maximum batch, capture one run, re-plan other batches
  * into the same workspace and replay the graph. */
 FT_TEST(decode_cuda_graph_replay_after_replan) {
