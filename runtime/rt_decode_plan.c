@@ -46,12 +46,16 @@ int rt_decode_pick_warps(int kv_dtype, int64_t requests, int num_kv_heads, int64
  * mean): whole requests on two buffers put the longest on one block, where the capped plan
  * cuts it to the chunk of the rest. mean_tokens <= 0 (a CUDA-graph plan, whose kernel may
  * not change with the lengths) leaves this window out. */
+/* The first rule: so few requests that the capped kernel's split would pass 16 chunks each. */
+static int too_few_for_capped(int64_t requests, int sms, int block_heads) {
+  return requests * 16 < rt_decode_target_items((int64_t)(sms > 0 ? sms : 1) * RT_DECODE_MAX_BLOCKS_PER_SM, block_heads);
+}
+
 int rt_decode_pick_pipeline(int pipeline, int64_t requests, int sms, int block_heads, int64_t mean_tokens,
                             int64_t max_tokens) {
   if (pipeline != DECODE_PIPE_CAPPED) return pipeline;
+  if (too_few_for_capped(requests, sms, block_heads)) return 1;
   const int64_t s = sms > 0 ? sms : 1;
-  const int64_t target = rt_decode_target_items(s * RT_DECODE_MAX_BLOCKS_PER_SM, block_heads);
-  if (requests * 16 < target) return 1;
   const int64_t blocks = requests * (block_heads > 0 ? block_heads : 1), wave = s * RT_DECODE_TWO_BUFFER_BLOCKS_PER_SM;
   if (mean_tokens > 0 && max_tokens <= RT_DECODE_TWO_BUFFER_MAX_TOKENS && max_tokens * 4 <= mean_tokens * 5 &&
       blocks <= wave && blocks * 5 >= wave * 4)
@@ -69,10 +73,9 @@ int rt_decode_pick_pipeline(int pipeline, int64_t requests, int sms, int block_h
  * (BENCHMARKS.md, 2026-12-04). */
 int rt_decode_switched_warps(int64_t requests, int sms, int block_heads, int group) {
   const int64_t s = sms > 0 ? sms : 1, heads = block_heads > 0 ? block_heads : 1;
-  const int64_t target = rt_decode_target_items(s * RT_DECODE_MAX_BLOCKS_PER_SM, (int)heads);
-  return group <= 4 && requests * 16 < target && requests * heads * 33 >= s * RT_DECODE_MAX_BLOCKS_PER_SM
-             ? DECODE_WARPS_WIDE
-             : DECODE_WARPS_SPLIT;
+  const int wide = group <= 4 && too_few_for_capped(requests, sms, block_heads) &&
+                   requests * heads * 33 >= s * RT_DECODE_MAX_BLOCKS_PER_SM;
+  return wide ? DECODE_WARPS_WIDE : DECODE_WARPS_SPLIT;
 }
 
 int rt_decode_kv_pair(int kv_dtype, int head_dim, int num_qo_heads, int num_kv_heads, int rope) {
