@@ -7,7 +7,7 @@
 #include "fi_params.h"
 
 /* Bump when a struct below changes layout (the template hash changes too). */
-#define FI_DECODE_ABI_VERSION 3
+#define FI_DECODE_ABI_VERSION 4
 
 /* Most head_dim / 2 RoPE frequencies carried in the parameters. */
 #define FI_DECODE_MAX_FREQ 128
@@ -63,6 +63,10 @@ typedef struct fi_decode_params {
   float cap_log2;           /* 0: no soft cap */
   float v_scale;            /* output multiplier (fp8 V scale) */
   float rope_freq[FI_DECODE_MAX_FREQ]; /* RoPE inverse frequencies, head_dim / 2 used */
+  int32_t cluster;          /* kernels of a cluster key: the grid runs in clusters of this
+                               many blocks along x, each the chunks of one (request, KV head),
+                               merged in shared memory (batch decode, sm_90) */
+  int32_t pad_;
 } fi_decode_params;
 
 /* Plan upload: dst[i] = data[i] (i < n) or, with fill set, dst[i] = fill_value (i < n).

@@ -26,6 +26,7 @@ struct fi_decode_plan {
   int64_t num_items, grid;
   int split, chunk_pages;
   int kv_pair; /* 2: blocks of two adjacent KV heads when the cache's heads are adjacent */
+  int cluster; /* > 1: every request in this many chunks, launched as clusters (rt_dec_cluster) */
   fi_attention_params params;
   char *ws;          /* workspace start (device address) */
   int64_t ws_bytes;
@@ -131,7 +132,7 @@ FI_API fi_status fi_single_decode(fi_runtime *rt, const DLTensor *q, const DLTen
 
 /* The workspace's layout for plans of up to max_batch requests: items for one wave of
  * blocks or max_batch, and for FI_DECODE_SPLIT's scaled target above 1 (tuning: so that
- * the knob can cut requests into more chunks than a wave). */
+ * the knob can cut requests into more chunks than a wave) or FI_DECODE_CLUSTER's chunks. */
 static void ws_layout(int64_t max_batch, int sms, int num_qo_heads, int num_kv_heads, int head_dim,
                       rt_decode_layout *l) {
   const double scale = rt_dec_split_scale();
@@ -141,6 +142,8 @@ static void ws_layout(int64_t max_batch, int sms, int num_qo_heads, int num_kv_h
                                                           num_kv_heads) * scale + 0.5);
     if (want > items) items = want;
   }
+  /* FI_DECODE_CLUSTER's C chunks a request (tuning) */
+  if (rt_dec_cluster() && max_batch * rt_dec_cluster() > items) items = max_batch * rt_dec_cluster();
   rt_decode_layout_for(items, sms, num_qo_heads, num_kv_heads, head_dim, l);
 }
 
@@ -319,9 +322,22 @@ FI_API fi_status fi_batch_decode_plan(fi_runtime *rt, const fi_batch_decode_info
   if (!tab) return rt_fail(FI_ERR_OUT_OF_MEMORY, "%s: out of memory", fn);
   memset(tab, 0, FI_DECODE_HDR_WORDS * 4);
   int chunk = 0;
-  const int64_t n = rt_decode_partition(B, info->indptr, info->last_page_len, info->page_size,
-                                        p->window_left, target, tab + FI_DECODE_HDR_WORDS,
-                                        lay.capacity, &chunk);
+  /* Clusters (FI_DECODE_CLUSTER): C chunks a request, on CUDA outside CUDA-graph mode. */
+  int cluster = rt_dec_cluster();
+  if (cluster) {
+    char arch[32], err[256];
+    int sm = 0;
+    if (graph || workspace->device.device_type != kDLCUDA || (int64_t)B * cluster > lay.capacity ||
+        be->arch(state, workspace->device.device_id, arch, sizeof arch, err, sizeof err) != 0 ||
+        sscanf(arch, "sm_%d", &sm) != 1 || sm < 90)
+      cluster = 0;
+  }
+  const int64_t n = cluster ? rt_decode_partition_even(B, info->indptr, info->last_page_len, info->page_size,
+                                                       p->window_left, cluster, tab + FI_DECODE_HDR_WORDS,
+                                                       lay.capacity)
+                            : rt_decode_partition(B, info->indptr, info->last_page_len, info->page_size,
+                                                  p->window_left, target, tab + FI_DECODE_HDR_WORDS,
+                                                  lay.capacity, &chunk);
   if (n < 0) {
     free(tab);
     return rt_fail(FI_ERR_INVALID_ARGUMENT, "%s: the batch does not fit the plan's %lld work items",
@@ -331,7 +347,7 @@ FI_API fi_status fi_batch_decode_plan(fi_runtime *rt, const fi_batch_decode_info
    * where that kernel has the same blocks resident, so the partition stands. Not in
    * CUDA-graph mode (the captured kernel may not change with the lengths), nor under a
    * tuning override of the block (FI_DECODE_WARPS, FI_DECODE_PIPELINE). */
-  if (!graph && !forced && key.v[DECODE_P_PIPELINE] == DECODE_PIPE_CAPPED &&
+  if (!graph && !forced && !cluster && key.v[DECODE_P_PIPELINE] == DECODE_PIPE_CAPPED &&
       rt_decode_short_chunks(n, B, (int64_t)chunk * info->page_size, block_heads, sms,
                              info->num_qo_heads / info->num_kv_heads)) {
     jit_key k2 = key;
@@ -345,6 +361,13 @@ FI_API fi_status fi_batch_decode_plan(fi_runtime *rt, const fi_batch_decode_info
     }
     if (r2 > sms * RT_DECODE_MAX_BLOCKS_PER_SM) r2 = sms * RT_DECODE_MAX_BLOCKS_PER_SM;
     if (r2 == resident) key = k2;
+  }
+  if (cluster) {
+    key.v[DECODE_P_CLUSTER] = 1;
+    if ((st = rt_kernel_get(rt, &key, be, workspace->device.device_id, &k)) != FI_OK) {
+      free(tab);
+      return st;
+    }
   }
   if (fresh) {
     pl = calloc(1, sizeof *pl);
@@ -372,6 +395,7 @@ FI_API fi_status fi_batch_decode_plan(fi_runtime *rt, const fi_batch_decode_info
   pl->num_items = n;
   pl->chunk_pages = chunk;
   pl->kv_pair = pair;
+  pl->cluster = cluster;
   pl->split = n > B;
   pl->grid = graph ? lay.capacity : n;
   memset(&pl->scalars, 0, sizeof pl->scalars);
@@ -379,6 +403,7 @@ FI_API fi_status fi_batch_decode_plan(fi_runtime *rt, const fi_batch_decode_info
   pl->scalars.prefetch = rt_dec_prefetch_steps();
   pl->scalars.head_prefetch = rt_dec_head_prefetch();
   pl->scalars.kv_evict = rt_dec_kv_evict();
+  pl->scalars.cluster = cluster;
   tab[0] = (int32_t)n;
   tab[1] = B;
   tab[2] = chunk;
@@ -499,9 +524,9 @@ FI_API fi_status fi_batch_decode_run(fi_runtime *rt, const fi_decode_plan *pl,
   /* Head pairs need the two heads' rows side by side (NHD; HND at page_size 1); else a
    * block a head, in the same plan. */
   kp.kv_heads_per_block = pl->kv_pair == 2 && kp.kv_stride_head == D ? 2 : 1;
-  return rt_dec_launch(rt, pl->devtype, pl->device, &pl->key, (unsigned)pl->grid,
+  return rt_dec_launch_cluster(rt, pl->devtype, pl->device, &pl->key, (unsigned)pl->grid,
                        (unsigned)(hkv / kp.kv_heads_per_block), 32u * (unsigned)pl->key.v[DECODE_P_WARPS],
-                       &kp, sizeof kp, stream);
+                       (unsigned)pl->cluster, &kp, sizeof kp, stream);
 }
 
 int rt_decode_plan_offline(const fi_batch_decode_info *info, const fi_attention_params *p,
@@ -580,6 +605,6 @@ FI_API fi_status fi_admin_read_probe(fi_runtime *rt, const DLTensor *buf, int gr
   rt_kernel *k;
   if ((st = rt_kernel_get(rt, &key, be, buf->device.device_id, &k)) != FI_OK) return st;
   if (grid <= 0 && (st = rt_kernel_resident(rt, k, READ_PROBE_THREADS, &grid)) != FI_OK) return st;
-  rt_launch l = {{(unsigned)grid, 1, 1}, {READ_PROBE_THREADS, 1, 1}, 0};
+  rt_launch l = {{(unsigned)grid, 1, 1}, {READ_PROBE_THREADS, 1, 1}, 0, 0};
   return rt_launch_kernel(rt, k, &l, stream, &p, sizeof p);
 }

@@ -80,6 +80,13 @@ int64_t rt_decode_partition(int batch, const int32_t *indptr, const int32_t *las
                             int page_size, int window_left, int64_t target, int32_t *items,
                             int64_t max_items, int *chunk_pages);
 
+/* The same requests each cut into exactly `chunks` items of about equal token counts
+ * (boundaries on 16-token steps; a short request's last items may be empty), for plans
+ * whose chunks of a request run as one thread-block cluster. -1 past max_items. */
+int64_t rt_decode_partition_even(int batch, const int32_t *indptr, const int32_t *last_page_len,
+                                 int page_size, int window_left, int chunks, int32_t *items,
+                                 int64_t max_items);
+
 /* Checks host indptr / last_page_len; 0 or -1 with a message naming the entry in err. */
 int rt_decode_check_pages(int batch, const int32_t *indptr, const int32_t *last_page_len,
                           int page_size, char *err, size_t errlen);

@@ -8,9 +8,11 @@
 #define RT_DEVICE_IFACE_VERSION 1
 #define RT_MAX_DEVICES 64
 
-/* Launch geometry of one call. */
+/* Launch geometry of one call. cluster > 1: blocks in thread-block clusters of that
+ * many along x (CUDA sm_90; a backend without clusters refuses the launch). */
 typedef struct rt_launch {
   unsigned grid[3], block[3], shared_bytes;
+  unsigned cluster;
 } rt_launch;
 
 typedef struct rt_device_i {

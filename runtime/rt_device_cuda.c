@@ -21,6 +21,9 @@ typedef struct CUstream_st *CUstream;
 #define CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR 75
 #define CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MINOR 76
 #define CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES 8
+#define CUDA_ERROR_NOT_SUPPORTED 801
+#define CU_FUNC_ATTRIBUTE_NON_PORTABLE_CLUSTER_SIZE_ALLOWED 14
+#define CU_LAUNCH_ATTRIBUTE_CLUSTER_DIMENSION 4
 #define CU_LAUNCH_ATTRIBUTE_PROGRAMMATIC_STREAM_SERIALIZATION 6
 
 /* cuda.h's launch configuration for cuLaunchKernelEx (CUDA 11.8 and later),
@@ -32,6 +35,7 @@ typedef struct cu_launch_attr {
     char bytes[64];
     long long align;
     int value;
+    unsigned dim[3];
   } v;
 } cu_launch_attr;
 typedef struct cu_launch_config {
@@ -287,6 +291,44 @@ static int launch(void *state, int dev, void *fn, const rt_launch *l, void *stre
   CUresult r = 0;
   int tried = 0; /* the attribute was asked for */
   const char *what = "cuLaunchKernel";
+  if (l->cluster > 1) {
+    /* Clusters exist only through cuLaunchKernelEx on sm_90 and later: no plain fallback.
+     * Past 8 blocks (the portable size) the function has to allow it first. */
+    r = s->cc[dev] < 90 || !api.cuLaunchKernelEx ? CUDA_ERROR_NOT_SUPPORTED : 0;
+    what = "cuLaunchKernelEx (cluster)";
+    if (r == 0 && l->cluster > 8) {
+      what = "cuFuncSetAttribute (non-portable cluster size)";
+      r = api.cuFuncSetAttribute(fn, CU_FUNC_ATTRIBUTE_NON_PORTABLE_CLUSTER_SIZE_ALLOWED, 1);
+    }
+    if (r == 0) {
+      cu_launch_attr attr[2];
+      memset(attr, 0, sizeof attr);
+      attr[0].id = CU_LAUNCH_ATTRIBUTE_CLUSTER_DIMENSION;
+      attr[0].v.dim[0] = l->cluster;
+      attr[0].v.dim[1] = attr[0].v.dim[2] = 1;
+      attr[1].id = CU_LAUNCH_ATTRIBUTE_PROGRAMMATIC_STREAM_SERIALIZATION;
+      attr[1].v.value = 1;
+      const cu_launch_config c = {{l->grid[0], l->grid[1], l->grid[2]},
+                                  {l->block[0], l->block[1], l->block[2]},
+                                  l->shared_bytes,
+                                  stream,
+                                  attr,
+                                  __atomic_load_n(&s->pdl, __ATOMIC_RELAXED) ? 2u : 1u};
+      what = "cuLaunchKernelEx (cluster)";
+      r = api.cuLaunchKernelEx(&c, fn, args, NULL);
+      if (r != 0 && c.nattrs == 2) { /* a driver that refuses the pair: the cluster alone */
+        cu_launch_config c1 = c;
+        c1.nattrs = 1;
+        r = api.cuLaunchKernelEx(&c1, fn, args, NULL);
+      }
+    }
+    leave(pushed);
+    if (r != 0) {
+      cu_msg(r, what, err, errlen);
+      return -1;
+    }
+    return 0;
+  }
   if (__atomic_load_n(&s->pdl, __ATOMIC_RELAXED) && s->cc[dev] >= 90 && api.cuLaunchKernelEx) {
     cu_launch_attr attr;
     memset(&attr, 0, sizeof attr);

@@ -224,6 +224,10 @@ static int launch(void *state, int dev, void *fn, const rt_launch *l, void *stre
                   size_t bytes, char *err, size_t errlen) {
   (void)state;
   (void)bytes;
+  if (l->cluster > 1) {
+    snprintf(err, errlen, "thread-block clusters (%u blocks) are not available on HIP", l->cluster);
+    return -1;
+  }
   int prev;
   if (enter(dev, &prev, err, errlen) != 0) return -1;
   void *args[1] = {params};
