@@ -50,8 +50,18 @@ FI_DEVICE unsigned cluster_rank() {
   asm volatile("mov.u32 %0, %%cluster_ctarank;" : "=r"(r));
   return r;
 }
+FI_DEVICE unsigned cluster_size() {
+  unsigned r;
+  asm volatile("mov.u32 %0, %%cluster_nctarank;" : "=r"(r));
+  return r;
+}
 FI_DEVICE void cluster_sync() {
   asm volatile("barrier.cluster.arrive.release.aligned;\n\tbarrier.cluster.wait.acquire.aligned;" ::: "memory");
+}
+// The same without ordering this block's memory operations: enough where only the
+// barrier itself matters (the loads before it have all been used).
+FI_DEVICE void cluster_sync_relaxed() {
+  asm volatile("barrier.cluster.arrive.relaxed.aligned;\n\tbarrier.cluster.wait.aligned;" ::: "memory");
 }
 FI_DEVICE uint32_t cluster_map(const void *smem, unsigned rank) {
   uint32_t a, r;
@@ -68,16 +78,16 @@ FI_DEVICE void cluster_ld2(uint32_t a, float *v) {
   asm volatile("ld.shared::cluster.v2.f32 {%0, %1}, [%2];" : "=f"(v[0]), "=f"(v[1]) : "r"(a) : "memory");
 }
 
-// The split merge of a plan in clusters (p.cluster = C > 1): the C blocks of a cluster
+// The split merge of a plan in clusters of C blocks (the launch's): the C blocks of a cluster
 // are the C chunks of one (request, KV head), each with its result in its own shared
 // memory (s_o scaled to its row maxima s_fm, row sums s_fs). Block k of the cluster
 // merges every C-th (row, 4 dims) unit over all C blocks' shared memory and stores the
 // output: no partials in global memory, no counter, no fence, no last block.
-template <typename QT, int D, int GM, int THREADS>
+template <typename QT, int D, int THREADS>
 FI_DEVICE void cluster_merge(const fi_decode_params &p, float (*s_o)[D + 2], const float *s_fm,
                              const float *s_fs, int b, int head0, int GE, float v_scale) {
-  constexpr int CMAX = 16;
-  const int C = p.cluster;
+  constexpr int CMAX = 16;  // the largest cluster sm_90 runs (non-portable past 8)
+  const int C = (int)cluster_size();
   const int rank = (int)cluster_rank();
   cluster_sync();
   const int U = GE * (D / 4);
@@ -120,7 +130,7 @@ FI_DEVICE void cluster_merge(const fi_decode_params &p, float (*s_o)[D + 2], con
           sw > 0.0f ? (mx + log2f(sw)) * 0.6931471805599453f : neg_inf();
   }
   // No block leaves (its shared memory with it) while another still reads it.
-  cluster_sync();
+  cluster_sync_relaxed();
 }
 #else
 #define FI_DEC_CLUSTER 0
@@ -666,7 +676,11 @@ FI_DEVICE void decode_heads(const fi_decode_params &p) {
     // (Before sm_90 there are no clusters: the plan never asks for this kernel, and the
     // device layer refuses a cluster launch.)
 #if FI_DEC_CLUSTER
-    cluster_merge<QT, D, GM, THREADS>(p, s_o, s_fm, s_fs, b, head0, GE, v_scale);
+    cluster_merge<QT, D, THREADS>(p, s_o, s_fm, s_fs, b, head0, GE, v_scale);
+#elif FI_CUDA
+    __trap();
+#else
+    __builtin_trap();
 #endif
     return;
   }

@@ -12,7 +12,8 @@
 /* Most head_dim / 2 RoPE frequencies carried in the parameters. */
 #define FI_DECODE_MAX_FREQ 128
 /* The plan's tables in the workspace (int32 words from its start):
- *   header [FI_DECODE_HDR_WORDS]: [0] items, [1] batch, [2] kv_chunk_pages, [3] split (0/1)
+ *   header [FI_DECODE_HDR_WORDS]: [0] items, [1] batch, [2] kv_chunk_pages (0: a cluster
+ *          plan's even cut, rt_decode_partition_even), [3] split (0/1)
  *   items  [capacity][8]: request b, first token, end token, chunk | chunks << 16,
  *          the request's first page (indptr[b]), its length, 0, 0
  *   counters [max_batch * num_kv_heads]: zero between runs (the merging block resets its own)
@@ -63,10 +64,6 @@ typedef struct fi_decode_params {
   float cap_log2;           /* 0: no soft cap */
   float v_scale;            /* output multiplier (fp8 V scale) */
   float rope_freq[FI_DECODE_MAX_FREQ]; /* RoPE inverse frequencies, head_dim / 2 used */
-  int32_t cluster;          /* kernels of a cluster key: the grid runs in clusters of this
-                               many blocks along x, each the chunks of one (request, KV head),
-                               merged in shared memory (batch decode, sm_90) */
-  int32_t pad_;
 } fi_decode_params;
 
 /* Plan upload: dst[i] = data[i] (i < n) or, with fill set, dst[i] = fill_value (i < n).

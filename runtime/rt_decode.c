@@ -142,9 +142,9 @@ static void ws_layout(int64_t max_batch, int sms, int num_qo_heads, int num_kv_h
                                                           num_kv_heads) * scale + 0.5);
     if (want > items) items = want;
   }
-  /* FI_DECODE_CLUSTER's C chunks a request (tuning) */
-  if (rt_dec_cluster() && max_batch * rt_dec_cluster() > items) items = max_batch * rt_dec_cluster();
   rt_decode_layout_for(items, sms, num_qo_heads, num_kv_heads, head_dim, l);
+  /* FI_DECODE_CLUSTER's C items a request (tuning): a longer items table only. */
+  rt_decode_layout_grow_items(l, max_batch * rt_dec_cluster());
 }
 
 FI_API fi_status fi_batch_decode_workspace_size(fi_runtime *rt, DLDevice device, int max_batch,
@@ -318,23 +318,35 @@ FI_API fi_status fi_batch_decode_plan(fi_runtime *rt, const fi_batch_decode_info
   if (target > lay.capacity) target = lay.capacity;
   if (target > 0x7fff) target = 0x7fff; /* a request's chunk count fits the item's 16 bits */
 
-  int32_t *tab = malloc((size_t)(FI_DECODE_HDR_WORDS + lay.capacity * FI_DECODE_ITEM_WORDS) * 4);
+  /* Clusters (FI_DECODE_CLUSTER, tuning): C chunks a request (the workspace's items
+   * table holds them: ws_layout), launched as thread-block clusters, on CUDA sm_90 and
+   * later outside CUDA-graph mode where C blocks of the cluster kernel fit at once. */
+  int cluster = rt_dec_cluster();
+  if (cluster) {
+    char arch[32], aerr[256];
+    int sm = 0, fit = 0;
+    jit_key kc = key;
+    kc.v[DECODE_P_CLUSTER] = 1;
+    rt_kernel *kk;
+    if (graph || workspace->device.device_type != kDLCUDA ||
+        be->arch(state, workspace->device.device_id, arch, sizeof arch, aerr, sizeof aerr) != 0 ||
+        sscanf(arch, "sm_%d", &sm) != 1 || sm < 90)
+      cluster = 0;
+    else if ((st = rt_kernel_get(rt, &kc, be, workspace->device.device_id, &kk)) != FI_OK ||
+             (st = rt_kernel_clusters(rt, kk, 32 * (int)kc.v[DECODE_P_WARPS], cluster, &fit)) != FI_OK)
+      return st;
+    else if (fit < 1)
+      cluster = 0;
+    else
+      key = kc;
+  }
+  int32_t *tab = malloc((size_t)(FI_DECODE_HDR_WORDS + lay.item_slots * FI_DECODE_ITEM_WORDS) * 4);
   if (!tab) return rt_fail(FI_ERR_OUT_OF_MEMORY, "%s: out of memory", fn);
   memset(tab, 0, FI_DECODE_HDR_WORDS * 4);
   int chunk = 0;
-  /* Clusters (FI_DECODE_CLUSTER): C chunks a request, on CUDA outside CUDA-graph mode. */
-  int cluster = rt_dec_cluster();
-  if (cluster) {
-    char arch[32], err[256];
-    int sm = 0;
-    if (graph || workspace->device.device_type != kDLCUDA || (int64_t)B * cluster > lay.capacity ||
-        be->arch(state, workspace->device.device_id, arch, sizeof arch, err, sizeof err) != 0 ||
-        sscanf(arch, "sm_%d", &sm) != 1 || sm < 90)
-      cluster = 0;
-  }
   const int64_t n = cluster ? rt_decode_partition_even(B, info->indptr, info->last_page_len, info->page_size,
                                                        p->window_left, cluster, tab + FI_DECODE_HDR_WORDS,
-                                                       lay.capacity)
+                                                       lay.item_slots)
                             : rt_decode_partition(B, info->indptr, info->last_page_len, info->page_size,
                                                   p->window_left, target, tab + FI_DECODE_HDR_WORDS,
                                                   lay.capacity, &chunk);
@@ -361,13 +373,6 @@ FI_API fi_status fi_batch_decode_plan(fi_runtime *rt, const fi_batch_decode_info
     }
     if (r2 > sms * RT_DECODE_MAX_BLOCKS_PER_SM) r2 = sms * RT_DECODE_MAX_BLOCKS_PER_SM;
     if (r2 == resident) key = k2;
-  }
-  if (cluster) {
-    key.v[DECODE_P_CLUSTER] = 1;
-    if ((st = rt_kernel_get(rt, &key, be, workspace->device.device_id, &k)) != FI_OK) {
-      free(tab);
-      return st;
-    }
   }
   if (fresh) {
     pl = calloc(1, sizeof *pl);
@@ -403,7 +408,6 @@ FI_API fi_status fi_batch_decode_plan(fi_runtime *rt, const fi_batch_decode_info
   pl->scalars.prefetch = rt_dec_prefetch_steps();
   pl->scalars.head_prefetch = rt_dec_head_prefetch();
   pl->scalars.kv_evict = rt_dec_kv_evict();
-  pl->scalars.cluster = cluster;
   tab[0] = (int32_t)n;
   tab[1] = B;
   tab[2] = chunk;

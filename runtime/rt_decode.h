@@ -9,6 +9,7 @@
 /* Where the plan's tables sit in the workspace (bytes from its start). */
 typedef struct rt_decode_layout {
   int64_t capacity;   /* work items the workspace holds (the grid of a CUDA-graph plan) */
+  int64_t item_slots; /* entries of the items table: capacity, or more for cluster plans */
   int64_t items_off, counters_off, partial_o_off, partial_lse_off, bytes;
 } rt_decode_layout;
 
@@ -69,6 +70,10 @@ int64_t rt_decode_target_items(int64_t slots, int num_kv_heads);
 /* The workspace layout for plans of up to max_batch requests on sms SMs. */
 void rt_decode_layout_for(int64_t max_batch, int sms, int num_qo_heads, int num_kv_heads,
                           int head_dim, rt_decode_layout *l);
+
+/* Grows l's items table to `slots` entries (cluster plans: C a request, no partials),
+ * moving the regions after it; the capacity and partials stay. */
+void rt_decode_layout_grow_items(rt_decode_layout *l, int64_t slots);
 
 /* The work partition. Requests b < batch with pages indptr[b]..indptr[b+1] (host
  * copies) and last_page_len[b] tokens in the last page; window_left >= 0 limits each

@@ -117,12 +117,24 @@ void rt_decode_layout_for(int64_t max_batch, int sms, int num_qo_heads, int num_
   const int64_t target =
       rt_decode_target_items((int64_t)(sms > 0 ? sms : 1) * RT_DECODE_MAX_BLOCKS_PER_SM, num_kv_heads);
   const int64_t cap = max_batch > target ? max_batch : target;
-  l->capacity = cap;
+  l->capacity = l->item_slots = cap;
   l->items_off = FI_DECODE_HDR_WORDS * 4;
   l->counters_off = align256(l->items_off + cap * FI_DECODE_ITEM_WORDS * 4);
   l->partial_o_off = align256(l->counters_off + cap * num_kv_heads * 4);
   l->partial_lse_off = align256(l->partial_o_off + cap * num_qo_heads * head_dim * 4);
   l->bytes = align256(l->partial_lse_off + cap * num_qo_heads * 4);
+}
+
+void rt_decode_layout_grow_items(rt_decode_layout *l, int64_t slots) {
+  if (slots <= l->item_slots) return;
+  const int64_t shift = align256(l->items_off + slots * FI_DECODE_ITEM_WORDS * 4) - l->counters_off;
+  if (shift > 0) {
+    l->counters_off += shift;
+    l->partial_o_off += shift;
+    l->partial_lse_off += shift;
+    l->bytes += shift;
+  }
+  l->item_slots = slots;
 }
 
 int rt_decode_check_pages(int batch, const int32_t *indptr, const int32_t *last_page_len,

@@ -5,7 +5,7 @@
 
 #include <stddef.h>
 
-#define RT_DEVICE_IFACE_VERSION 1
+#define RT_DEVICE_IFACE_VERSION 2
 #define RT_MAX_DEVICES 64
 
 /* Launch geometry of one call. cluster > 1: blocks in thread-block clusters of that
@@ -34,6 +34,10 @@ typedef struct rt_device_i {
   /* Blocks of `threads` threads (with dyn_smem bytes) that fit on one SM. */
   int (*occupancy)(void *state, int dev, void *fn, int threads, unsigned dyn_smem,
                    int *blocks_per_sm, char *err, size_t errlen);
+  /* Thread-block clusters of `cluster` blocks (along x) of fn that fit on dev at once,
+   * *n = 0 where the device has none; allows fn cluster sizes past the portable 8. */
+  int (*clusters)(void *state, int dev, void *fn, int threads, unsigned dyn_smem, int cluster,
+                  int *n, char *err, size_t errlen);
   /* Launches fn on dev's primary context on stream, with the parameter
    * struct params (size bytes) as its only argument. The hot path: no
    * allocation, no synchronization. Returns 0, or -1 with err. */

@@ -76,6 +76,7 @@ static struct {
   CUresult (*cuLaunchKernel)(CUfunction, unsigned, unsigned, unsigned, unsigned, unsigned,
                              unsigned, unsigned, CUstream, void **, void **);
   CUresult (*cuLaunchKernelEx)(const cu_launch_config *, CUfunction, void **, void **);
+  CUresult (*cuOccupancyMaxActiveClusters)(int *, CUfunction, const cu_launch_config *);
   CUresult (*cuGetErrorName)(CUresult, const char **);
   CUresult (*cuGetErrorString)(CUresult, const char **);
 } api;
@@ -89,6 +90,7 @@ static const jit_dl_sym syms[] = {
     SYM(cuModuleGetFunction), SYM(cuFuncSetAttribute), SYM(cuLaunchKernel),
     SYM(cuOccupancyMaxActiveBlocksPerMultiprocessor),
     {"cuLaunchKernelEx", (void **)&api.cuLaunchKernelEx, 1},
+    {"cuOccupancyMaxActiveClusters", (void **)&api.cuOccupancyMaxActiveClusters, 1},
     SYM(cuGetErrorName),   SYM(cuGetErrorString),
 };
 #define NSYMS ((int)(sizeof syms / sizeof syms[0]))
@@ -271,6 +273,39 @@ static int occupancy(void *state, int dev, void *fn, int threads, unsigned dyn_s
   return 0;
 }
 
+/* The cluster attribute of a launch configuration: `cluster` blocks along x. */
+static void cluster_attr(cu_launch_attr *a, unsigned cluster) {
+  memset(a, 0, sizeof *a);
+  a->id = CU_LAUNCH_ATTRIBUTE_CLUSTER_DIMENSION;
+  a->v.dim[0] = cluster;
+  a->v.dim[1] = a->v.dim[2] = 1;
+}
+
+static int clusters(void *state, int dev, void *fn, int threads, unsigned dyn_smem, int cluster, int *n,
+                    char *err, size_t errlen) {
+  cuda_state *s = state;
+  *n = 0;
+  if (s->cc[dev] < 90 || !api.cuLaunchKernelEx || !api.cuOccupancyMaxActiveClusters || cluster < 1)
+    return 0;
+  int pushed;
+  if (enter(s, dev, &pushed, err, errlen) != 0) return -1;
+  const char *what = "cuFuncSetAttribute (non-portable cluster size)";
+  CUresult r = cluster > 8 ? api.cuFuncSetAttribute(fn, CU_FUNC_ATTRIBUTE_NON_PORTABLE_CLUSTER_SIZE_ALLOWED, 1) : 0;
+  if (r == 0) {
+    cu_launch_attr attr;
+    cluster_attr(&attr, (unsigned)cluster);
+    const cu_launch_config c = {{(unsigned)cluster, 1, 1}, {(unsigned)threads, 1, 1}, dyn_smem, NULL, &attr, 1};
+    what = "cuOccupancyMaxActiveClusters";
+    r = api.cuOccupancyMaxActiveClusters(n, fn, &c);
+  }
+  leave(pushed);
+  if (r != 0) {
+    cu_msg(r, what, err, errlen);
+    return -1;
+  }
+  return 0;
+}
+
 /* On sm_90 and later a launch allows programmatic dependent launch: the
  * kernel's blocks may be scheduled while the previous kernel in the stream
  * drains its last wave (every kernel's entry waits for the previous grid with
@@ -293,33 +328,30 @@ static int launch(void *state, int dev, void *fn, const rt_launch *l, void *stre
   const char *what = "cuLaunchKernel";
   if (l->cluster > 1) {
     /* Clusters exist only through cuLaunchKernelEx on sm_90 and later: no plain fallback.
-     * Past 8 blocks (the portable size) the function has to allow it first. */
-    r = s->cc[dev] < 90 || !api.cuLaunchKernelEx ? CUDA_ERROR_NOT_SUPPORTED : 0;
+     * (Sizes past 8 were allowed on the function by clusters(), which the plan asks.) */
+    cu_launch_attr attr[2];
+    cluster_attr(&attr[0], l->cluster);
+    memset(&attr[1], 0, sizeof attr[1]);
+    attr[1].id = CU_LAUNCH_ATTRIBUTE_PROGRAMMATIC_STREAM_SERIALIZATION;
+    attr[1].v.value = 1;
+    const int pdl = __atomic_load_n(&s->pdl, __ATOMIC_RELAXED);
+    cu_launch_config c = {{l->grid[0], l->grid[1], l->grid[2]},
+                          {l->block[0], l->block[1], l->block[2]},
+                          l->shared_bytes,
+                          stream,
+                          attr,
+                          pdl ? 2u : 1u};
     what = "cuLaunchKernelEx (cluster)";
-    if (r == 0 && l->cluster > 8) {
-      what = "cuFuncSetAttribute (non-portable cluster size)";
-      r = api.cuFuncSetAttribute(fn, CU_FUNC_ATTRIBUTE_NON_PORTABLE_CLUSTER_SIZE_ALLOWED, 1);
-    }
-    if (r == 0) {
-      cu_launch_attr attr[2];
-      memset(attr, 0, sizeof attr);
-      attr[0].id = CU_LAUNCH_ATTRIBUTE_CLUSTER_DIMENSION;
-      attr[0].v.dim[0] = l->cluster;
-      attr[0].v.dim[1] = attr[0].v.dim[2] = 1;
-      attr[1].id = CU_LAUNCH_ATTRIBUTE_PROGRAMMATIC_STREAM_SERIALIZATION;
-      attr[1].v.value = 1;
-      const cu_launch_config c = {{l->grid[0], l->grid[1], l->grid[2]},
-                                  {l->block[0], l->block[1], l->block[2]},
-                                  l->shared_bytes,
-                                  stream,
-                                  attr,
-                                  __atomic_load_n(&s->pdl, __ATOMIC_RELAXED) ? 2u : 1u};
-      what = "cuLaunchKernelEx (cluster)";
+    if (s->cc[dev] < 90 || !api.cuLaunchKernelEx) {
+      r = CUDA_ERROR_NOT_SUPPORTED;
+    } else {
       r = api.cuLaunchKernelEx(&c, fn, args, NULL);
-      if (r != 0 && c.nattrs == 2) { /* a driver that refuses the pair: the cluster alone */
-        cu_launch_config c1 = c;
-        c1.nattrs = 1;
-        r = api.cuLaunchKernelEx(&c1, fn, args, NULL);
+      if (r != 0 && pdl) {
+        /* A driver that refuses the pair: the cluster alone, and no PDL from then on
+         * (as a plain launch's fallback does). */
+        c.nattrs = 1;
+        r = api.cuLaunchKernelEx(&c, fn, args, NULL);
+        if (r == 0) __atomic_store_n(&s->pdl, 0, __ATOMIC_RELAXED);
       }
     }
     leave(pushed);
@@ -383,5 +415,5 @@ int rt_cuda_fault(const char *name, void *fn, void **old) {
 
 const rt_device_i rt_device_cuda = {
     RT_DEVICE_IFACE_VERSION, "cuda", kDLCUDA, load, arch, sm_count, module_load, module_unload,
-    occupancy, launch, create, destroy,
+    occupancy, clusters, launch, create, destroy,
 };

@@ -220,6 +220,13 @@ static int occupancy(void *state, int dev, void *fn, int threads, unsigned dyn_s
   return 0;
 }
 
+static int clusters(void *state, int dev, void *fn, int threads, unsigned dyn_smem, int cluster, int *n,
+                    char *err, size_t errlen) {
+  (void)state, (void)dev, (void)fn, (void)threads, (void)dyn_smem, (void)cluster, (void)err, (void)errlen;
+  *n = 0; /* no thread-block clusters on ROCm */
+  return 0;
+}
+
 static int launch(void *state, int dev, void *fn, const rt_launch *l, void *stream, void *params,
                   size_t bytes, char *err, size_t errlen) {
   (void)state;
@@ -256,5 +263,5 @@ static void destroy(void *state) {
 
 const rt_device_i rt_device_hip = {
     RT_DEVICE_IFACE_VERSION, "hip", kDLROCM, load, arch, sm_count, module_load, module_unload,
-    occupancy, launch, create, destroy,
+    occupancy, clusters, launch, create, destroy,
 };

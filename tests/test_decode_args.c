@@ -164,6 +164,19 @@ FT_TEST(planner_even_partition_for_clusters) {
     free(items);
   }
   FT_CHECK(fails == 0, "%d of 300 batches", fails);
+  /* The workspace for them: a longer items table, the rest as before, moved past it. */
+  rt_decode_layout l, g;
+  rt_decode_layout_for(4, 132, 32, 8, 128, &l);
+  g = l;
+  rt_decode_layout_grow_items(&g, l.capacity + 1000);
+  FT_CHECK(g.capacity == l.capacity && g.item_slots == l.capacity + 1000 && g.items_off == l.items_off);
+  FT_CHECK(g.counters_off >= g.items_off + g.item_slots * IW * 4 && g.counters_off % 256 == 0);
+  FT_CHECK(g.partial_o_off - g.counters_off == l.partial_o_off - l.counters_off &&
+           g.partial_lse_off - g.partial_o_off == l.partial_lse_off - l.partial_o_off &&
+           g.bytes - g.partial_lse_off == l.bytes - l.partial_lse_off);
+  g = l;
+  rt_decode_layout_grow_items(&g, l.capacity - 1); /* never shrinks */
+  FT_CHECK(memcmp(&g, &l, sizeof l) == 0);
 }
 
 /* A batch of one long request is split over the device; many requests are not split. */
