@@ -58,11 +58,6 @@ FI_DEVICE unsigned cluster_size() {
 FI_DEVICE void cluster_sync() {
   asm volatile("barrier.cluster.arrive.release.aligned;\n\tbarrier.cluster.wait.acquire.aligned;" ::: "memory");
 }
-// The same without ordering this block's memory operations: enough where only the
-// barrier itself matters (the loads before it have all been used).
-FI_DEVICE void cluster_sync_relaxed() {
-  asm volatile("barrier.cluster.arrive.relaxed.aligned;\n\tbarrier.cluster.wait.aligned;" ::: "memory");
-}
 FI_DEVICE uint32_t cluster_map(const void *smem, unsigned rank) {
   uint32_t a, r;
   asm("{\n\t.reg .u64 t;\n\tcvta.to.shared.u64 t, %1;\n\tcvt.u32.u64 %0, t;\n\t}" : "=r"(a) : "l"(smem));
@@ -85,10 +80,11 @@ FI_DEVICE void cluster_ld2(uint32_t a, float *v) {
 // output: no partials in global memory, no counter, no fence, no last block.
 template <typename QT, int D, int THREADS>
 FI_DEVICE void cluster_merge(const fi_decode_params &p, float (*s_o)[D + 2], const float *s_fm,
-                             const float *s_fs, int b, int head0, int GE, float v_scale) {
+                             const float *s_fs, int b, int head0, int GE, float v_scale, int nchunks) {
   constexpr int CMAX = 16;  // the largest cluster sm_90 runs (non-portable past 8)
   const int C = (int)cluster_size();
   const int rank = (int)cluster_rank();
+  if (C != nchunks) __trap();  // a cluster key launched without its clusters: fail loudly
   cluster_sync();
   const int U = GE * (D / 4);
   for (int u = rank + C * (int)threadIdx.x; u < U; u += C * THREADS) {
@@ -129,8 +125,9 @@ FI_DEVICE void cluster_merge(const fi_decode_params &p, float (*s_o)[D + 2], con
       p.lse[(int64_t)b * p.lse_stride[0] + (int64_t)(head0 + r) * p.lse_stride[1]] =
           sw > 0.0f ? (mx + log2f(sw)) * 0.6931471805599453f : neg_inf();
   }
-  // No block leaves (its shared memory with it) while another still reads it.
-  cluster_sync_relaxed();
+  // No block leaves (its shared memory with it) while another still reads it: the
+  // release arrive orders this block's remote loads before it (a relaxed one would not).
+  cluster_sync();
 }
 #else
 #define FI_DEC_CLUSTER 0
@@ -676,7 +673,7 @@ FI_DEVICE void decode_heads(const fi_decode_params &p) {
     // (Before sm_90 there are no clusters: the plan never asks for this kernel, and the
     // device layer refuses a cluster launch.)
 #if FI_DEC_CLUSTER
-    cluster_merge<QT, D, THREADS>(p, s_o, s_fm, s_fs, b, head0, GE, v_scale);
+    cluster_merge<QT, D, THREADS>(p, s_o, s_fm, s_fs, b, head0, GE, v_scale, nchunks);
 #elif FI_CUDA
     __trap();
 #else

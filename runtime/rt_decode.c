@@ -134,7 +134,7 @@ FI_API fi_status fi_single_decode(fi_runtime *rt, const DLTensor *q, const DLTen
  * blocks or max_batch, and for FI_DECODE_SPLIT's scaled target above 1 (tuning: so that
  * the knob can cut requests into more chunks than a wave) or FI_DECODE_CLUSTER's chunks. */
 static void ws_layout(int64_t max_batch, int sms, int num_qo_heads, int num_kv_heads, int head_dim,
-                      rt_decode_layout *l) {
+                      int clusters, rt_decode_layout *l) {
   const double scale = rt_dec_split_scale();
   int64_t items = max_batch;
   if (scale > 1) {
@@ -144,7 +144,7 @@ static void ws_layout(int64_t max_batch, int sms, int num_qo_heads, int num_kv_h
   }
   rt_decode_layout_for(items, sms, num_qo_heads, num_kv_heads, head_dim, l);
   /* FI_DECODE_CLUSTER's C items a request (tuning): a longer items table only. */
-  rt_decode_layout_grow_items(l, max_batch * rt_dec_cluster());
+  if (clusters) rt_decode_layout_grow_items(l, max_batch * rt_dec_cluster());
 }
 
 FI_API fi_status fi_batch_decode_workspace_size(fi_runtime *rt, DLDevice device, int max_batch,
@@ -170,7 +170,7 @@ FI_API fi_status fi_batch_decode_workspace_size(fi_runtime *rt, DLDevice device,
   fi_status st = rt_dec_device_sms(rt, device.device_type, device.device_id, &sms);
   if (st != FI_OK) return st;
   rt_decode_layout l;
-  ws_layout(max_batch, sms, num_qo_heads, num_kv_heads, head_dim, &l);
+  ws_layout(max_batch, sms, num_qo_heads, num_kv_heads, head_dim, 1, &l);
   *bytes = (size_t)l.bytes;
   return FI_OK;
 }
@@ -251,7 +251,8 @@ FI_API fi_status fi_batch_decode_plan(fi_runtime *rt, const fi_batch_decode_info
   if ((st = rt_dec_device_sms(rt, workspace->device.device_type, workspace->device.device_id, &sms)) != FI_OK)
     return st;
   rt_decode_layout lay;
-  ws_layout(maxb, sms, info->num_qo_heads, info->num_kv_heads, info->head_dim, &lay);
+  /* (CUDA-graph plans never take clusters: their layout is the plain one.) */
+  ws_layout(maxb, sms, info->num_qo_heads, info->num_kv_heads, info->head_dim, !graph, &lay);
   if (lay.bytes > ws_bytes)
     return rt_fail(FI_ERR_INVALID_ARGUMENT,
                    "%s: workspace has %lld bytes; %lld are needed (fi_batch_decode_workspace_size)",
@@ -353,7 +354,7 @@ FI_API fi_status fi_batch_decode_plan(fi_runtime *rt, const fi_batch_decode_info
   if (n < 0) {
     free(tab);
     return rt_fail(FI_ERR_INVALID_ARGUMENT, "%s: the batch does not fit the plan's %lld work items",
-                   fn, (long long)lay.capacity);
+                   fn, (long long)(cluster ? lay.item_slots : lay.capacity));
   }
   /* A capped plan over short chunks: two buffers in 2-warp blocks (rt_decode_short_chunks)
    * where that kernel has the same blocks resident, so the partition stands. Not in
@@ -415,7 +416,7 @@ FI_API fi_status fi_batch_decode_plan(fi_runtime *rt, const fi_batch_decode_info
   /* The header and items, then zero counters (the merging blocks reset theirs). */
   st = upload(rt, pl, (int32_t *)pl->ws, tab, FI_DECODE_HDR_WORDS + n * FI_DECODE_ITEM_WORDS, stream);
   free(tab);
-  if (st == FI_OK && pl->split)
+  if (st == FI_OK && pl->split && !cluster) /* (cluster kernels keep no counters) */
     st = upload(rt, pl, (int32_t *)(pl->ws + lay.counters_off), NULL,
                 (int64_t)B * info->num_kv_heads, stream);
   if (st != FI_OK) {

@@ -106,6 +106,7 @@ typedef struct cuda_state {
   int cc[RT_MAX_DEVICES];        /* compute capability * 10, 0 = not retained yet */
   int sms[RT_MAX_DEVICES];
   int pdl; /* launch with programmatic stream serialization on sm_90 and later */
+  int cluster_pdl; /* the same for cluster launches (a driver may refuse only the pair) */
 } cuda_state;
 
 static void cu_msg(CUresult r, const char *what, char *err, size_t errlen) {
@@ -289,20 +290,18 @@ static int clusters(void *state, int dev, void *fn, int threads, unsigned dyn_sm
     return 0;
   int pushed;
   if (enter(s, dev, &pushed, err, errlen) != 0) return -1;
-  const char *what = "cuFuncSetAttribute (non-portable cluster size)";
+  (void)err, (void)errlen;
   CUresult r = cluster > 8 ? api.cuFuncSetAttribute(fn, CU_FUNC_ATTRIBUTE_NON_PORTABLE_CLUSTER_SIZE_ALLOWED, 1) : 0;
   if (r == 0) {
     cu_launch_attr attr;
     cluster_attr(&attr, (unsigned)cluster);
     const cu_launch_config c = {{(unsigned)cluster, 1, 1}, {(unsigned)threads, 1, 1}, dyn_smem, NULL, &attr, 1};
-    what = "cuOccupancyMaxActiveClusters";
     r = api.cuOccupancyMaxActiveClusters(n, fn, &c);
   }
   leave(pushed);
-  if (r != 0) {
-    cu_msg(r, what, err, errlen);
-    return -1;
-  }
+  /* A size this device or driver refuses (CUDA_ERROR_INVALID_CLUSTER_SIZE, say) is no
+   * cluster that fits: the caller falls back, it does not fail. */
+  if (r != 0) *n = 0;
   return 0;
 }
 
@@ -334,7 +333,7 @@ static int launch(void *state, int dev, void *fn, const rt_launch *l, void *stre
     memset(&attr[1], 0, sizeof attr[1]);
     attr[1].id = CU_LAUNCH_ATTRIBUTE_PROGRAMMATIC_STREAM_SERIALIZATION;
     attr[1].v.value = 1;
-    const int pdl = __atomic_load_n(&s->pdl, __ATOMIC_RELAXED);
+    const int pdl = __atomic_load_n(&s->pdl, __ATOMIC_RELAXED) && __atomic_load_n(&s->cluster_pdl, __ATOMIC_RELAXED);
     cu_launch_config c = {{l->grid[0], l->grid[1], l->grid[2]},
                           {l->block[0], l->block[1], l->block[2]},
                           l->shared_bytes,
@@ -345,13 +344,18 @@ static int launch(void *state, int dev, void *fn, const rt_launch *l, void *stre
     if (s->cc[dev] < 90 || !api.cuLaunchKernelEx) {
       r = CUDA_ERROR_NOT_SUPPORTED;
     } else {
-      r = api.cuLaunchKernelEx(&c, fn, args, NULL);
-      if (r != 0 && pdl) {
-        /* A driver that refuses the pair: the cluster alone, and no PDL from then on
-         * (as a plain launch's fallback does). */
+      /* (Idempotent and cheap; clusters() set it too, but a reloaded function would not have it.) */
+      r = l->cluster > 8 ? api.cuFuncSetAttribute(fn, CU_FUNC_ATTRIBUTE_NON_PORTABLE_CLUSTER_SIZE_ALLOWED, 1) : 0;
+      const int allowed = r == 0;
+      if (!allowed) what = "cuFuncSetAttribute (non-portable cluster size)";
+      if (allowed) r = api.cuLaunchKernelEx(&c, fn, args, NULL);
+      if (r != 0 && allowed && pdl) {
+        /* A driver that refuses the pair: the cluster alone, and no PDL with clusters
+         * from then on (other launches keep it). */
         c.nattrs = 1;
-        r = api.cuLaunchKernelEx(&c, fn, args, NULL);
-        if (r == 0) __atomic_store_n(&s->pdl, 0, __ATOMIC_RELAXED);
+        const CUresult r1 = api.cuLaunchKernelEx(&c, fn, args, NULL);
+        if (r1 == 0) __atomic_store_n(&s->cluster_pdl, 0, __ATOMIC_RELAXED);
+        r = r1 == 0 ? 0 : r;
       }
     }
     leave(pushed);
@@ -398,6 +402,7 @@ static void *create(void) {
   pthread_mutex_init(&s->mu, NULL);
   const char *e = getenv("FI_PDL");
   s->pdl = !(e && e[0] == '0' && !e[1]);
+  s->cluster_pdl = 1;
   return s;
 }
 

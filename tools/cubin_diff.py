@@ -8,7 +8,8 @@ Both databases are fi_runtime caches filled for the same configurations (for exa
 matched after removing the regex (default: none) from the new database's keys, so a key
 parameter added with its neutral value (";cluster=0") still matches. Prints SAME or DIFF
 a key with the .text bytes of each side and the 16-byte instruction words that differ;
-exits 1 if any key differs or is missing."""
+exits 1 if any key differs or is missing. Only machine code is compared: a change of
+parameter size, shared memory or register count alone still prints SAME."""
 import re
 import sqlite3
 import struct
@@ -16,9 +17,11 @@ import sys
 
 
 def load(db, strip):
+    """key|arch -> the newest binary of the installed templates (a cache may keep older rows)."""
     out = {}
-    for key, b in sqlite3.connect(db).execute("select key, binary from kernels"):
-        out[re.sub(strip, "", key) if strip else key] = b
+    q = "select key, arch, binary from kernels order by created"
+    for key, arch, b in sqlite3.connect(db).execute(q):
+        out["%s|%s" % (re.sub(strip, "", key) if strip else key, arch)] = b
     return out
 
 
