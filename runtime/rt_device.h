@@ -35,7 +35,7 @@ typedef struct rt_device_i {
   int (*occupancy)(void *state, int dev, void *fn, int threads, unsigned dyn_smem,
                    int *blocks_per_sm, char *err, size_t errlen);
   /* Thread-block clusters of `cluster` blocks (along x) of fn that fit on dev at once,
-   * *n = 0 where the device has none; allows fn cluster sizes past the portable 8. */
+   * *n = 0 where the device has none or refuses that size. */
   int (*clusters)(void *state, int dev, void *fn, int threads, unsigned dyn_smem, int cluster,
                   int *n, char *err, size_t errlen);
   /* Launches fn on dev's primary context on stream, with the parameter

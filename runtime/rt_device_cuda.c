@@ -243,6 +243,10 @@ static int module_load(void *state, int dev, const void *binary, size_t bytes, c
     cu_msg(r, "cuFuncSetAttribute(MAX_DYNAMIC_SHARED_SIZE_BYTES)", err, errlen);
     api.cuModuleUnload(m);
   } else {
+    /* On sm_90 every function may run in clusters past the portable 8 blocks (only the
+     * batch-decode cluster kernels are launched so). Set here, once a load, not a launch;
+     * a driver that refuses it leaves such sizes unfit, and clusters() says 0 for them. */
+    if (s->cc[dev] >= 90) api.cuFuncSetAttribute(f, CU_FUNC_ATTRIBUTE_NON_PORTABLE_CLUSTER_SIZE_ALLOWED, 1);
     *module = m;
     *fn = f;
     rc = 0;
@@ -290,14 +294,10 @@ static int clusters(void *state, int dev, void *fn, int threads, unsigned dyn_sm
     return 0;
   int pushed;
   if (enter(s, dev, &pushed, err, errlen) != 0) return -1;
-  (void)err, (void)errlen;
-  CUresult r = cluster > 8 ? api.cuFuncSetAttribute(fn, CU_FUNC_ATTRIBUTE_NON_PORTABLE_CLUSTER_SIZE_ALLOWED, 1) : 0;
-  if (r == 0) {
-    cu_launch_attr attr;
-    cluster_attr(&attr, (unsigned)cluster);
-    const cu_launch_config c = {{(unsigned)cluster, 1, 1}, {(unsigned)threads, 1, 1}, dyn_smem, NULL, &attr, 1};
-    r = api.cuOccupancyMaxActiveClusters(n, fn, &c);
-  }
+  cu_launch_attr attr;
+  cluster_attr(&attr, (unsigned)cluster);
+  const cu_launch_config c = {{(unsigned)cluster, 1, 1}, {(unsigned)threads, 1, 1}, dyn_smem, NULL, &attr, 1};
+  const CUresult r = api.cuOccupancyMaxActiveClusters(n, fn, &c);
   leave(pushed);
   /* A size this device or driver refuses (CUDA_ERROR_INVALID_CLUSTER_SIZE, say) is no
    * cluster that fits: the caller falls back, it does not fail. */
@@ -327,7 +327,7 @@ static int launch(void *state, int dev, void *fn, const rt_launch *l, void *stre
   const char *what = "cuLaunchKernel";
   if (l->cluster > 1) {
     /* Clusters exist only through cuLaunchKernelEx on sm_90 and later: no plain fallback.
-     * (Sizes past 8 were allowed on the function by clusters(), which the plan asks.) */
+     * (Sizes past 8 were allowed on the function when it was loaded: module_load.) */
     cu_launch_attr attr[2];
     cluster_attr(&attr[0], l->cluster);
     memset(&attr[1], 0, sizeof attr[1]);
@@ -344,18 +344,15 @@ static int launch(void *state, int dev, void *fn, const rt_launch *l, void *stre
     if (s->cc[dev] < 90 || !api.cuLaunchKernelEx) {
       r = CUDA_ERROR_NOT_SUPPORTED;
     } else {
-      /* (Idempotent and cheap; clusters() set it too, but a reloaded function would not have it.) */
-      r = l->cluster > 8 ? api.cuFuncSetAttribute(fn, CU_FUNC_ATTRIBUTE_NON_PORTABLE_CLUSTER_SIZE_ALLOWED, 1) : 0;
-      const int allowed = r == 0;
-      if (!allowed) what = "cuFuncSetAttribute (non-portable cluster size)";
-      if (allowed) r = api.cuLaunchKernelEx(&c, fn, args, NULL);
-      if (r != 0 && allowed && pdl) {
+      r = api.cuLaunchKernelEx(&c, fn, args, NULL);
+      if (r != 0 && pdl) {
         /* A driver that refuses the pair: the cluster alone, and no PDL with clusters
          * from then on (other launches keep it). */
         c.nattrs = 1;
-        const CUresult r1 = api.cuLaunchKernelEx(&c, fn, args, NULL);
-        if (r1 == 0) __atomic_store_n(&s->cluster_pdl, 0, __ATOMIC_RELAXED);
-        r = r1 == 0 ? 0 : r;
+        if (api.cuLaunchKernelEx(&c, fn, args, NULL) == 0) {
+          r = 0;
+          __atomic_store_n(&s->cluster_pdl, 0, __ATOMIC_RELAXED);
+        }
       }
     }
     leave(pushed);

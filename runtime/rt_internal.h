@@ -133,7 +133,7 @@ cache_store *rt_store(fi_runtime *rt);
  * (SMs x blocks per SM), asked of the driver once and remembered. */
 fi_status rt_kernel_resident(fi_runtime *rt, rt_kernel *k, int threads, int *resident);
 /* How many clusters of `cluster` blocks of k (of `threads` threads) fit on its device at
- * once: 0 where there are none (before sm_90, HIP). Allows k sizes past 8 blocks. */
+ * once: 0 where there are none (before sm_90, HIP) or the size is refused. */
 fi_status rt_kernel_clusters(fi_runtime *rt, rt_kernel *k, int threads, int cluster, int *n);
 
 /* "2G", "500M", "1048576" in bytes; -1 if malformed. */
