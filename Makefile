@@ -159,8 +159,7 @@ $(BUILD)/tests/wgmma_attn: tests/gpu/wgmma_attn.c tests/gpu/wgmma_host.h
 # packed rows take two consumers with four stages), on its 2x128 shape, with the persistent
 # grid capped at 3 blocks (so each block loops over many work units), on mma.sync alone,
 # and with the producer but no ping-pong (FI_PREFILL_WS=1: other shapes and stage counts);
-# sampling also with top-p's exact membership test (FI_SAMPLING_TOPP=exact), decode also
-# with every batch plan in thread-block clusters of 4 (FI_DECODE_CLUSTER=4).
+# sampling also with top-p's exact membership test (FI_SAMPLING_TOPP=exact).
 gpu-test: all $(GPU_BINS) $(BUILD)/tests/probe_store
 	FI_BUILD=$(BUILD) FT_LOGDIR=$(BUILD)/gpu-logs tests/run_tests.sh $(GPU_BINS)
 	FI_PREFILL_WG=2x128 FI_BUILD=$(BUILD) FT_LOGDIR=$(BUILD)/gpu-logs-wg tests/run_tests.sh $(BUILD)/tests/gpu_prefill
@@ -168,7 +167,6 @@ gpu-test: all $(GPU_BINS) $(BUILD)/tests/probe_store
 	FI_PREFILL_WGMMA=0 FI_BUILD=$(BUILD) FT_LOGDIR=$(BUILD)/gpu-logs-mma tests/run_tests.sh $(BUILD)/tests/gpu_prefill
 	FI_PREFILL_WS=1 FI_BUILD=$(BUILD) FT_LOGDIR=$(BUILD)/gpu-logs-ws1 tests/run_tests.sh $(BUILD)/tests/gpu_prefill
 	FI_SAMPLING_TOPP=exact FI_BUILD=$(BUILD) FT_LOGDIR=$(BUILD)/gpu-logs-topp tests/run_tests.sh $(BUILD)/tests/gpu_sampling
-	FI_DECODE_CLUSTER=4 FI_BUILD=$(BUILD) FT_LOGDIR=$(BUILD)/gpu-logs-cluster tests/run_tests.sh $(BUILD)/tests/gpu_decode
 
 install: all
 	install -d $(DESTDIR)$(PREFIX)/lib $(DESTDIR)$(PREFIX)/include $(DESTDIR)$(PREFIX)/bin $(DESTDIR)$(PREFIX)/lib/pkgconfig

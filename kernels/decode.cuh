@@ -1,7 +1,6 @@
 // decode.cuh: decode attention (one query token per request) over a paged or contiguous
 // KV cache, on tensor cores (mma.sync m16n8k16), with split-KV partials merged by LSE
-// by the last block of each (request, KV head) (by the blocks of a thread-block cluster
-// through distributed shared memory in the cluster kernels), and the plan-table upload kernel.
+// by the last block of each (request, KV head), and the plan-table upload kernel.
 //
 // A block is WARPS warps over one work item (request, token range) and one KV
 // head; its warps take 16-token steps (32 with an fp8 cache) in turn, each with its own
@@ -40,105 +39,12 @@ struct tok_loc {
   int32_t page, slot;
 };
 
-#if FI_CUDA && defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
-#define FI_DEC_CLUSTER 1
-// Thread-block clusters (sm_90): a block's rank, the cluster-wide barrier (release on
-// arrival, acquire on the wait: shared-memory writes before it are visible to every block
-// of the cluster after it), and loads from another block's shared memory.
-FI_DEVICE unsigned cluster_rank() {
-  unsigned r;
-  asm volatile("mov.u32 %0, %%cluster_ctarank;" : "=r"(r));
-  return r;
-}
-FI_DEVICE unsigned cluster_size() {
-  unsigned r;
-  asm volatile("mov.u32 %0, %%cluster_nctarank;" : "=r"(r));
-  return r;
-}
-FI_DEVICE void cluster_sync() {
-  asm volatile("barrier.cluster.arrive.release.aligned;\n\tbarrier.cluster.wait.acquire.aligned;" ::: "memory");
-}
-FI_DEVICE uint32_t cluster_map(const void *smem, unsigned rank) {
-  uint32_t a, r;
-  asm("{\n\t.reg .u64 t;\n\tcvta.to.shared.u64 t, %1;\n\tcvt.u32.u64 %0, t;\n\t}" : "=r"(a) : "l"(smem));
-  asm("mapa.shared::cluster.u32 %0, %1, %2;" : "=r"(r) : "r"(a), "r"(rank));
-  return r;
-}
-FI_DEVICE float cluster_ld(uint32_t a) {
-  float v;
-  asm volatile("ld.shared::cluster.f32 %0, [%1];" : "=f"(v) : "r"(a) : "memory");
-  return v;
-}
-FI_DEVICE void cluster_ld2(uint32_t a, float *v) {
-  asm volatile("ld.shared::cluster.v2.f32 {%0, %1}, [%2];" : "=f"(v[0]), "=f"(v[1]) : "r"(a) : "memory");
-}
-
-// The split merge of a plan in clusters of C blocks (the launch's): the C blocks of a cluster
-// are the C chunks of one (request, KV head), each with its result in its own shared
-// memory (s_o scaled to its row maxima s_fm, row sums s_fs). Block k of the cluster
-// merges every C-th (row, 4 dims) unit over all C blocks' shared memory and stores the
-// output: no partials in global memory, no counter, no fence, no last block.
-template <typename QT, int D, int THREADS>
-FI_DEVICE void cluster_merge(const fi_decode_params &p, float (*s_o)[D + 2], const float *s_fm,
-                             const float *s_fs, int b, int head0, int GE, float v_scale, int nchunks) {
-  constexpr int CMAX = 16;  // the largest cluster sm_90 runs (non-portable past 8)
-  const int C = (int)cluster_size();
-  const int rank = (int)cluster_rank();
-  if (C != nchunks) __trap();  // a cluster key launched without its clusters: fail loudly
-  cluster_sync();
-  const int U = GE * (D / 4);
-  for (int u = rank + C * (int)threadIdx.x; u < U; u += C * THREADS) {
-    const int r = u / (D / 4), d4 = (u - r * (D / 4)) * 4;
-    float m[CMAX], l[CMAX], x[CMAX][4];
-#pragma unroll
-    for (int k = 0; k < CMAX; k++) {
-      if (k < C) {
-        m[k] = cluster_ld(cluster_map(&s_fm[r], (unsigned)k));
-        l[k] = cluster_ld(cluster_map(&s_fs[r], (unsigned)k));
-        cluster_ld2(cluster_map(&s_o[r][d4], (unsigned)k), x[k]);
-        cluster_ld2(cluster_map(&s_o[r][d4 + 2], (unsigned)k), x[k] + 2);
-      }
-    }
-    float mx = neg_inf();
-#pragma unroll
-    for (int k = 0; k < CMAX; k++)
-      if (k < C) mx = fmaxf(mx, m[k]);
-    float sw = 0.0f, acc[4] = {0.0f, 0.0f, 0.0f, 0.0f};
-    if (mx != neg_inf()) {
-#pragma unroll
-      for (int k = 0; k < CMAX; k++) {
-        if (k < C) {
-          const float w = ex2(m[k] - mx);
-          sw = fmaf(w, l[k], sw);
-#pragma unroll
-          for (int e = 0; e < 4; e++) acc[e] = fmaf(w, x[k][e], acc[e]);
-        }
-      }
-    }
-    const float inv = sw > 0.0f ? v_scale / sw : 0.0f;
-    fi_vec<QT, 4> y;
-#pragma unroll
-    for (int e = 0; e < 4; e++) y.v[e] = fi_from_float<QT>(acc[e] * inv);
-    QT *orow = static_cast<QT *>(p.out) + (int64_t)b * p.out_stride[0] + (int64_t)(head0 + r) * p.out_stride[1];
-    *reinterpret_cast<fi_vec<QT, 4> *>(orow + d4) = y;
-    if (p.lse && d4 == 0)
-      p.lse[(int64_t)b * p.lse_stride[0] + (int64_t)(head0 + r) * p.lse_stride[1]] =
-          sw > 0.0f ? (mx + log2f(sw)) * 0.6931471805599453f : neg_inf();
-  }
-  // No block leaves (its shared memory with it) while another still reads it: the
-  // release arrive orders this block's remote loads before it (a relaxed one would not).
-  cluster_sync();
-}
-#else
-#define FI_DEC_CLUSTER 0
-#endif
-
 // QT: q/out dtype; KVT: cache dtype; D: head_dim; GM: rows of the group (8 or 16);
 // PF: 1 loads the whole next step while this one computes (two register buffers),
 // 0 loads the next step's K while this step's V is used (one buffer); ROPE: RoPE on
 // q and k; SINGLE: one contiguous request, no plan tables; WARPS: warps per block (1, 2,
 // 4 or 8); HP: KV heads a block (1, or 2: see above).
-template <typename QT, typename KVT, int D, int GM, int PF, int ROPE, int SINGLE, int WARPS, int HP, int CL>
+template <typename QT, typename KVT, int D, int GM, int PF, int ROPE, int SINGLE, int WARPS, int HP>
 FI_DEVICE void decode_heads(const fi_decode_params &p) {
   typedef typename mma_type<QT, KVT>::type MT;
   typedef w16<MT> W;
@@ -669,18 +575,6 @@ FI_DEVICE void decode_heads(const fi_decode_params &p) {
 
   const float LN2 = 0.6931471805599453f;
   const int head0 = hkv * G;
-  if constexpr (CL != 0) {
-    // (Before sm_90 there are no clusters: the plan never asks for this kernel, and the
-    // device layer refuses a cluster launch.)
-#if FI_DEC_CLUSTER
-    cluster_merge<QT, D, THREADS>(p, s_o, s_fm, s_fs, b, head0, GE, v_scale, nchunks);
-#elif FI_CUDA
-    __trap();
-#else
-    __builtin_trap();
-#endif
-    return;
-  }
   if (nchunks <= 1) {
     // The whole request: out and lse directly.
     for (int u = tid; u < GE * (D / 8); u += THREADS) {
@@ -811,17 +705,15 @@ FI_DEVICE void decode_heads(const fi_decode_params &p) {
 }
 
 // The kernel: KV head pairs where the plan asks for them and the cache allows them.
-// CL: the split merge in thread-block clusters (batch decode; see cluster_merge).
-template <typename QT, typename KVT, int D, int GM, int PF, int ROPE, int SINGLE, int WARPS, int CL = 0>
+template <typename QT, typename KVT, int D, int GM, int PF, int ROPE, int SINGLE, int WARPS>
 FI_DEVICE void decode(const fi_decode_params &p) {
-  static_assert(CL == 0 || !SINGLE, "clusters are a batch plan's");
   if constexpr (kv<KVT>::FP8 && D == 128 && GM == 8 && !ROPE && !SINGLE) {
     if (p.kv_heads_per_block == 2) {
-      decode_heads<QT, KVT, D, GM, PF, ROPE, SINGLE, WARPS, 2, CL>(p);
+      decode_heads<QT, KVT, D, GM, PF, ROPE, SINGLE, WARPS, 2>(p);
       return;
     }
   }
-  decode_heads<QT, KVT, D, GM, PF, ROPE, SINGLE, WARPS, 1, CL>(p);
+  decode_heads<QT, KVT, D, GM, PF, ROPE, SINGLE, WARPS, 1>(p);
 }
 
 // Plan upload: the tables ride in the launch parameters.

@@ -7,13 +7,12 @@
 #include "fi_params.h"
 
 /* Bump when a struct below changes layout (the template hash changes too). */
-#define FI_DECODE_ABI_VERSION 4
+#define FI_DECODE_ABI_VERSION 3
 
 /* Most head_dim / 2 RoPE frequencies carried in the parameters. */
 #define FI_DECODE_MAX_FREQ 128
 /* The plan's tables in the workspace (int32 words from its start):
- *   header [FI_DECODE_HDR_WORDS]: [0] items, [1] batch, [2] kv_chunk_pages (0: a cluster
- *          plan's even cut, rt_decode_partition_even), [3] split (0/1)
+ *   header [FI_DECODE_HDR_WORDS]: [0] items, [1] batch, [2] kv_chunk_pages, [3] split (0/1)
  *   items  [capacity][8]: request b, first token, end token, chunk | chunks << 16,
  *          the request's first page (indptr[b]), its length, 0, 0
  *   counters [max_batch * num_kv_heads]: zero between runs (the merging block resets its own)

@@ -134,7 +134,7 @@ static fi_status launch(fi_runtime *rt, act_call *c, void *stream) {
   int64_t grid = (c->work + tile - 1) / tile;
   if (grid > resident) grid = resident;
   if (grid * tile > ((int64_t)1 << 30)) grid = ((int64_t)1 << 30) / tile;
-  c->launch = (rt_launch){{(unsigned)grid, 1, 1}, {(unsigned)threads, 1, 1}, 0, 0};
+  c->launch = (rt_launch){{(unsigned)grid, 1, 1}, {(unsigned)threads, 1, 1}, 0};
   return rt_launch_kernel(rt, k, &c->launch, stream, &c->p, sizeof c->p);
 }
 

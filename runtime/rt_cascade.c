@@ -280,7 +280,7 @@ static fi_status run(fi_runtime *rt, int devtype, cascade_call *c, void *params,
     if ((st = rt_kernel_resident(rt, k, threads, &resident)) != FI_OK) return st;
     if (blocks > resident) blocks = resident;
   }
-  c->launch = (rt_launch){{(unsigned)blocks, 1, 1}, {(unsigned)threads, 1, 1}, 0, 0};
+  c->launch = (rt_launch){{(unsigned)blocks, 1, 1}, {(unsigned)threads, 1, 1}, 0};
   return rt_launch_kernel(rt, k, &c->launch, stream, params, bytes);
 }
 

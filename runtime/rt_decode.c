@@ -26,7 +26,6 @@ struct fi_decode_plan {
   int64_t num_items, grid;
   int split, chunk_pages;
   int kv_pair; /* 2: blocks of two adjacent KV heads when the cache's heads are adjacent */
-  int cluster; /* > 1: every request in this many chunks, launched as clusters (rt_dec_cluster) */
   fi_attention_params params;
   char *ws;          /* workspace start (device address) */
   int64_t ws_bytes;
@@ -132,9 +131,9 @@ FI_API fi_status fi_single_decode(fi_runtime *rt, const DLTensor *q, const DLTen
 
 /* The workspace's layout for plans of up to max_batch requests: items for one wave of
  * blocks or max_batch, and for FI_DECODE_SPLIT's scaled target above 1 (tuning: so that
- * the knob can cut requests into more chunks than a wave) or FI_DECODE_CLUSTER's chunks. */
+ * the knob can cut requests into more chunks than a wave). */
 static void ws_layout(int64_t max_batch, int sms, int num_qo_heads, int num_kv_heads, int head_dim,
-                      int clusters, rt_decode_layout *l) {
+                      rt_decode_layout *l) {
   const double scale = rt_dec_split_scale();
   int64_t items = max_batch;
   if (scale > 1) {
@@ -143,8 +142,6 @@ static void ws_layout(int64_t max_batch, int sms, int num_qo_heads, int num_kv_h
     if (want > items) items = want;
   }
   rt_decode_layout_for(items, sms, num_qo_heads, num_kv_heads, head_dim, l);
-  /* FI_DECODE_CLUSTER's C items a request (tuning): a longer items table only. */
-  if (clusters) rt_decode_layout_grow_items(l, max_batch * rt_dec_cluster());
 }
 
 FI_API fi_status fi_batch_decode_workspace_size(fi_runtime *rt, DLDevice device, int max_batch,
@@ -170,7 +167,7 @@ FI_API fi_status fi_batch_decode_workspace_size(fi_runtime *rt, DLDevice device,
   fi_status st = rt_dec_device_sms(rt, device.device_type, device.device_id, &sms);
   if (st != FI_OK) return st;
   rt_decode_layout l;
-  ws_layout(max_batch, sms, num_qo_heads, num_kv_heads, head_dim, 1, &l);
+  ws_layout(max_batch, sms, num_qo_heads, num_kv_heads, head_dim, &l);
   *bytes = (size_t)l.bytes;
   return FI_OK;
 }
@@ -251,8 +248,7 @@ FI_API fi_status fi_batch_decode_plan(fi_runtime *rt, const fi_batch_decode_info
   if ((st = rt_dec_device_sms(rt, workspace->device.device_type, workspace->device.device_id, &sms)) != FI_OK)
     return st;
   rt_decode_layout lay;
-  /* (CUDA-graph plans never take clusters: their layout is the plain one.) */
-  ws_layout(maxb, sms, info->num_qo_heads, info->num_kv_heads, info->head_dim, !graph, &lay);
+  ws_layout(maxb, sms, info->num_qo_heads, info->num_kv_heads, info->head_dim, &lay);
   if (lay.bytes > ws_bytes)
     return rt_fail(FI_ERR_INVALID_ARGUMENT,
                    "%s: workspace has %lld bytes; %lld are needed (fi_batch_decode_workspace_size)",
@@ -319,48 +315,23 @@ FI_API fi_status fi_batch_decode_plan(fi_runtime *rt, const fi_batch_decode_info
   if (target > lay.capacity) target = lay.capacity;
   if (target > 0x7fff) target = 0x7fff; /* a request's chunk count fits the item's 16 bits */
 
-  /* Clusters (FI_DECODE_CLUSTER, tuning): C chunks a request (the workspace's items
-   * table holds them: ws_layout), launched as thread-block clusters, on CUDA sm_90 and
-   * later outside CUDA-graph mode where C blocks of the cluster kernel fit at once. */
-  int cluster = rt_dec_cluster();
-  if (cluster) {
-    char arch[32], aerr[256];
-    int sm = 0, fit = 0;
-    jit_key kc = key;
-    kc.v[DECODE_P_CLUSTER] = 1;
-    rt_kernel *kk;
-    if (graph || workspace->device.device_type != kDLCUDA ||
-        be->arch(state, workspace->device.device_id, arch, sizeof arch, aerr, sizeof aerr) != 0 ||
-        sscanf(arch, "sm_%d", &sm) != 1 || sm < 90)
-      cluster = 0;
-    else if ((st = rt_kernel_get(rt, &kc, be, workspace->device.device_id, &kk)) != FI_OK ||
-             (st = rt_kernel_clusters(rt, kk, 32 * (int)kc.v[DECODE_P_WARPS], cluster, &fit)) != FI_OK)
-      return st;
-    else if (fit < 1)
-      cluster = 0;
-    else
-      key = kc;
-  }
-  int32_t *tab = malloc((size_t)(FI_DECODE_HDR_WORDS + lay.item_slots * FI_DECODE_ITEM_WORDS) * 4);
+  int32_t *tab = malloc((size_t)(FI_DECODE_HDR_WORDS + lay.capacity * FI_DECODE_ITEM_WORDS) * 4);
   if (!tab) return rt_fail(FI_ERR_OUT_OF_MEMORY, "%s: out of memory", fn);
   memset(tab, 0, FI_DECODE_HDR_WORDS * 4);
   int chunk = 0;
-  const int64_t n = cluster ? rt_decode_partition_even(B, info->indptr, info->last_page_len, info->page_size,
-                                                       p->window_left, cluster, tab + FI_DECODE_HDR_WORDS,
-                                                       lay.item_slots)
-                            : rt_decode_partition(B, info->indptr, info->last_page_len, info->page_size,
-                                                  p->window_left, target, tab + FI_DECODE_HDR_WORDS,
-                                                  lay.capacity, &chunk);
+  const int64_t n = rt_decode_partition(B, info->indptr, info->last_page_len, info->page_size,
+                                        p->window_left, target, tab + FI_DECODE_HDR_WORDS,
+                                        lay.capacity, &chunk);
   if (n < 0) {
     free(tab);
     return rt_fail(FI_ERR_INVALID_ARGUMENT, "%s: the batch does not fit the plan's %lld work items",
-                   fn, (long long)(cluster ? lay.item_slots : lay.capacity));
+                   fn, (long long)lay.capacity);
   }
   /* A capped plan over short chunks: two buffers in 2-warp blocks (rt_decode_short_chunks)
    * where that kernel has the same blocks resident, so the partition stands. Not in
    * CUDA-graph mode (the captured kernel may not change with the lengths), nor under a
    * tuning override of the block (FI_DECODE_WARPS, FI_DECODE_PIPELINE). */
-  if (!graph && !forced && !cluster && key.v[DECODE_P_PIPELINE] == DECODE_PIPE_CAPPED &&
+  if (!graph && !forced && key.v[DECODE_P_PIPELINE] == DECODE_PIPE_CAPPED &&
       rt_decode_short_chunks(n, B, (int64_t)chunk * info->page_size, block_heads, sms,
                              info->num_qo_heads / info->num_kv_heads)) {
     jit_key k2 = key;
@@ -401,7 +372,6 @@ FI_API fi_status fi_batch_decode_plan(fi_runtime *rt, const fi_batch_decode_info
   pl->num_items = n;
   pl->chunk_pages = chunk;
   pl->kv_pair = pair;
-  pl->cluster = cluster;
   pl->split = n > B;
   pl->grid = graph ? lay.capacity : n;
   memset(&pl->scalars, 0, sizeof pl->scalars);
@@ -416,7 +386,7 @@ FI_API fi_status fi_batch_decode_plan(fi_runtime *rt, const fi_batch_decode_info
   /* The header and items, then zero counters (the merging blocks reset theirs). */
   st = upload(rt, pl, (int32_t *)pl->ws, tab, FI_DECODE_HDR_WORDS + n * FI_DECODE_ITEM_WORDS, stream);
   free(tab);
-  if (st == FI_OK && pl->split && !cluster) /* (cluster kernels keep no counters) */
+  if (st == FI_OK && pl->split)
     st = upload(rt, pl, (int32_t *)(pl->ws + lay.counters_off), NULL,
                 (int64_t)B * info->num_kv_heads, stream);
   if (st != FI_OK) {
@@ -529,9 +499,9 @@ FI_API fi_status fi_batch_decode_run(fi_runtime *rt, const fi_decode_plan *pl,
   /* Head pairs need the two heads' rows side by side (NHD; HND at page_size 1); else a
    * block a head, in the same plan. */
   kp.kv_heads_per_block = pl->kv_pair == 2 && kp.kv_stride_head == D ? 2 : 1;
-  return rt_dec_launch_cluster(rt, pl->devtype, pl->device, &pl->key, (unsigned)pl->grid,
+  return rt_dec_launch(rt, pl->devtype, pl->device, &pl->key, (unsigned)pl->grid,
                        (unsigned)(hkv / kp.kv_heads_per_block), 32u * (unsigned)pl->key.v[DECODE_P_WARPS],
-                       (unsigned)pl->cluster, &kp, sizeof kp, stream);
+                       &kp, sizeof kp, stream);
 }
 
 int rt_decode_plan_offline(const fi_batch_decode_info *info, const fi_attention_params *p,
@@ -610,6 +580,6 @@ FI_API fi_status fi_admin_read_probe(fi_runtime *rt, const DLTensor *buf, int gr
   rt_kernel *k;
   if ((st = rt_kernel_get(rt, &key, be, buf->device.device_id, &k)) != FI_OK) return st;
   if (grid <= 0 && (st = rt_kernel_resident(rt, k, READ_PROBE_THREADS, &grid)) != FI_OK) return st;
-  rt_launch l = {{(unsigned)grid, 1, 1}, {READ_PROBE_THREADS, 1, 1}, 0, 0};
+  rt_launch l = {{(unsigned)grid, 1, 1}, {READ_PROBE_THREADS, 1, 1}, 0};
   return rt_launch_kernel(rt, k, &l, stream, &p, sizeof p);
 }

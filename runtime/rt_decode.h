@@ -9,7 +9,6 @@
 /* Where the plan's tables sit in the workspace (bytes from its start). */
 typedef struct rt_decode_layout {
   int64_t capacity;   /* work items the workspace holds (the grid of a CUDA-graph plan) */
-  int64_t item_slots; /* entries of the items table: capacity, or more for cluster plans */
   int64_t items_off, counters_off, partial_o_off, partial_lse_off, bytes;
 } rt_decode_layout;
 
@@ -71,10 +70,6 @@ int64_t rt_decode_target_items(int64_t slots, int num_kv_heads);
 void rt_decode_layout_for(int64_t max_batch, int sms, int num_qo_heads, int num_kv_heads,
                           int head_dim, rt_decode_layout *l);
 
-/* Grows l's items table to `slots` entries (cluster plans: C a request, no partials),
- * moving the regions after it; the capacity and partials stay. */
-void rt_decode_layout_grow_items(rt_decode_layout *l, int64_t slots);
-
 /* The work partition. Requests b < batch with pages indptr[b]..indptr[b+1] (host
  * copies) and last_page_len[b] tokens in the last page; window_left >= 0 limits each
  * request to its last window_left + 1 tokens. Splits the requests into chunks of
@@ -84,13 +79,6 @@ void rt_decode_layout_grow_items(rt_decode_layout *l, int64_t slots);
 int64_t rt_decode_partition(int batch, const int32_t *indptr, const int32_t *last_page_len,
                             int page_size, int window_left, int64_t target, int32_t *items,
                             int64_t max_items, int *chunk_pages);
-
-/* The same requests each cut into exactly `chunks` items of about equal token counts
- * (boundaries on 16-token steps; a short request's last items may be empty), for plans
- * whose chunks of a request run as one thread-block cluster. -1 past max_items. */
-int64_t rt_decode_partition_even(int batch, const int32_t *indptr, const int32_t *last_page_len,
-                                 int page_size, int window_left, int chunks, int32_t *items,
-                                 int64_t max_items);
 
 /* Checks host indptr / last_page_len; 0 or -1 with a message naming the entry in err. */
 int rt_decode_check_pages(int batch, const int32_t *indptr, const int32_t *last_page_len,

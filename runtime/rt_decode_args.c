@@ -105,12 +105,6 @@ double rt_dec_split_scale(void) {
   return v > 0 ? (v < 64 ? v : 64) : 1.0;  /* 64: the workspace stays within reason */
 }
 
-int rt_dec_cluster(void) {
-  const char *e = getenv("FI_DECODE_CLUSTER");
-  const int v = e && *e ? atoi(e) : 0;
-  return v >= 2 && v <= 16 ? v : 0;
-}
-
 int rt_dec_head_prefetch(void) {
   const char *e = getenv("FI_DECODE_HEAD_PREFETCH");
   if (!e || !*e) return 0;
@@ -253,19 +247,13 @@ fi_status rt_dec_check_outputs_apart(const char *fn, const DLTensor *out, const 
 
 fi_status rt_dec_launch(fi_runtime *rt, int devtype, int device, const jit_key *key, unsigned gx,
                         unsigned gy, unsigned threads, void *params, size_t bytes, void *stream) {
-  return rt_dec_launch_cluster(rt, devtype, device, key, gx, gy, threads, 0, params, bytes, stream);
-}
-
-fi_status rt_dec_launch_cluster(fi_runtime *rt, int devtype, int device, const jit_key *key, unsigned gx,
-                                unsigned gy, unsigned threads, unsigned cluster, void *params,
-                                size_t bytes, void *stream) {
   const rt_device_i *be;
   void *state;
   fi_status st = rt_backend(rt, devtype, &be, &state);
   if (st != FI_OK) return st;
   rt_kernel *k;
   if ((st = rt_kernel_get(rt, key, be, device, &k)) != FI_OK) return st;
-  rt_launch l = {{gx, gy, 1}, {threads, 1, 1}, 0, cluster};
+  rt_launch l = {{gx, gy, 1}, {threads, 1, 1}, 0};
   return rt_launch_kernel(rt, k, &l, stream, params, bytes);
 }
 

@@ -27,10 +27,6 @@ int rt_dec_head_prefetch(void);
 /* FI_DECODE_SPLIT: the split target's scale (tuning; 1 when unset or not positive, at most 64). */
 double rt_dec_split_scale(void);
 int rt_dec_kv_evict(void);
-/* FI_DECODE_CLUSTER=C (2..16; tuning): a batch plan outside CUDA-graph mode cuts every
- * request into C chunks and launches them as thread-block clusters merged in shared
- * memory (sm_90). 0 when unset or out of range. */
-int rt_dec_cluster(void);
 #define RT_DEC_TUNED_WARPS 1
 #define RT_DEC_TUNED_PIPELINE 2
 int rt_dec_tune_key(jit_key *key);
@@ -54,13 +50,9 @@ fi_status rt_dec_check_outputs_apart(const char *fn, const DLTensor *out, const 
 fi_status rt_dec_check_index(const char *fn, const char *name, const DLTensor *t,
                              const DLTensor *q, int64_t min_len, int exact);
 
-/* The loaded kernel for key, launched on a gx x gy grid of `threads`, in clusters of
- * `cluster` blocks along x when above 1. */
+/* The loaded kernel for key, launched on a gx x gy grid of `threads`. */
 fi_status rt_dec_launch(fi_runtime *rt, int devtype, int device, const jit_key *key, unsigned gx,
                         unsigned gy, unsigned threads, void *params, size_t bytes, void *stream);
-fi_status rt_dec_launch_cluster(fi_runtime *rt, int devtype, int device, const jit_key *key, unsigned gx,
-                                unsigned gy, unsigned threads, unsigned cluster, void *params,
-                                size_t bytes, void *stream);
 fi_status rt_dec_device_sms(fi_runtime *rt, int devtype, int device, int *sms);
 
 #endif

@@ -117,24 +117,12 @@ void rt_decode_layout_for(int64_t max_batch, int sms, int num_qo_heads, int num_
   const int64_t target =
       rt_decode_target_items((int64_t)(sms > 0 ? sms : 1) * RT_DECODE_MAX_BLOCKS_PER_SM, num_kv_heads);
   const int64_t cap = max_batch > target ? max_batch : target;
-  l->capacity = l->item_slots = cap;
+  l->capacity = cap;
   l->items_off = FI_DECODE_HDR_WORDS * 4;
   l->counters_off = align256(l->items_off + cap * FI_DECODE_ITEM_WORDS * 4);
   l->partial_o_off = align256(l->counters_off + cap * num_kv_heads * 4);
   l->partial_lse_off = align256(l->partial_o_off + cap * num_qo_heads * head_dim * 4);
   l->bytes = align256(l->partial_lse_off + cap * num_qo_heads * 4);
-}
-
-void rt_decode_layout_grow_items(rt_decode_layout *l, int64_t slots) {
-  if (slots <= l->item_slots) return;
-  const int64_t shift = align256(l->items_off + slots * FI_DECODE_ITEM_WORDS * 4) - l->counters_off;
-  if (shift > 0) {
-    l->counters_off += shift;
-    l->partial_o_off += shift;
-    l->partial_lse_off += shift;
-    l->bytes += shift;
-  }
-  l->item_slots = slots;
 }
 
 int rt_decode_check_pages(int batch, const int32_t *indptr, const int32_t *last_page_len,
@@ -192,18 +180,6 @@ void rt_decode_token_stats(int batch, const int32_t *indptr, const int32_t *last
   *max_tokens = mx;
 }
 
-/* One work item (decode_params.h): request b's tokens [t0, t1), chunk k of nc. */
-static void put_item(int32_t *it, int b, int64_t t0, int64_t t1, int64_t k, int64_t nc, int32_t first_page,
-                     int64_t len) {
-  it[0] = b;
-  it[1] = (int32_t)t0;
-  it[2] = (int32_t)t1;
-  it[3] = (int32_t)(k | (nc << 16));
-  it[4] = first_page;
-  it[5] = (int32_t)len;
-  it[6] = it[7] = 0;
-}
-
 int64_t rt_decode_partition(int batch, const int32_t *indptr, const int32_t *last_page_len,
                             int page_size, int window_left, int64_t target, int32_t *items,
                             int64_t max_items, int *chunk_pages) {
@@ -248,28 +224,14 @@ int64_t rt_decode_partition(int batch, const int32_t *indptr, const int32_t *las
       if (t0 < s) t0 = s;
       if (t1 > l) t1 = l;
       if (l == 0) t0 = t1 = 0;
-      put_item(items + FI_DECODE_ITEM_WORDS * n++, b, t0, t1, k, nc, indptr[b], l);
-    }
-  }
-  return n;
-}
-
-int64_t rt_decode_partition_even(int batch, const int32_t *indptr, const int32_t *last_page_len,
-                                 int page_size, int window_left, int chunks, int32_t *items,
-                                 int64_t max_items) {
-  if (chunks < 1 || chunks > 0x7fff || (int64_t)batch * chunks > max_items) return -1;
-  int64_t n = 0;
-  for (int b = 0; b < batch; b++) {
-    int64_t s, l, p0, p1;
-    span(indptr, last_page_len, b, page_size, window_left, &s, &l, &p0, &p1);
-    /* 16-token steps a chunk, the remainder to the first chunks */
-    const int64_t steps = (l - s + 15) / 16, per = steps / chunks, extra = steps % chunks;
-    int64_t t0 = s;
-    for (int k = 0; k < chunks; k++) {
-      int64_t t1 = t0 + 16 * (per + (k < extra));
-      if (t1 > l) t1 = l;
-      put_item(items + FI_DECODE_ITEM_WORDS * n++, b, t0, t1, k, chunks, indptr[b], l);
-      t0 = t1;
+      int32_t *it = items + FI_DECODE_ITEM_WORDS * n++;
+      it[0] = b;
+      it[1] = (int32_t)t0;
+      it[2] = (int32_t)t1;
+      it[3] = (int32_t)(k | (nc << 16));
+      it[4] = indptr[b];
+      it[5] = (int32_t)l;
+      it[6] = it[7] = 0;
     }
   }
   return n;

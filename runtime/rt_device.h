@@ -5,14 +5,12 @@
 
 #include <stddef.h>
 
-#define RT_DEVICE_IFACE_VERSION 2
+#define RT_DEVICE_IFACE_VERSION 1
 #define RT_MAX_DEVICES 64
 
-/* Launch geometry of one call. cluster > 1: blocks in thread-block clusters of that
- * many along x (CUDA sm_90; a backend without clusters refuses the launch). */
+/* Launch geometry of one call. */
 typedef struct rt_launch {
   unsigned grid[3], block[3], shared_bytes;
-  unsigned cluster;
 } rt_launch;
 
 typedef struct rt_device_i {
@@ -34,10 +32,6 @@ typedef struct rt_device_i {
   /* Blocks of `threads` threads (with dyn_smem bytes) that fit on one SM. */
   int (*occupancy)(void *state, int dev, void *fn, int threads, unsigned dyn_smem,
                    int *blocks_per_sm, char *err, size_t errlen);
-  /* Thread-block clusters of `cluster` blocks (along x) of fn that fit on dev at once,
-   * *n = 0 where the device has none or refuses that size. */
-  int (*clusters)(void *state, int dev, void *fn, int threads, unsigned dyn_smem, int cluster,
-                  int *n, char *err, size_t errlen);
   /* Launches fn on dev's primary context on stream, with the parameter
    * struct params (size bytes) as its only argument. The hot path: no
    * allocation, no synchronization. Returns 0, or -1 with err. */

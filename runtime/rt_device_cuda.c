@@ -21,9 +21,6 @@ typedef struct CUstream_st *CUstream;
 #define CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR 75
 #define CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MINOR 76
 #define CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES 8
-#define CUDA_ERROR_NOT_SUPPORTED 801
-#define CU_FUNC_ATTRIBUTE_NON_PORTABLE_CLUSTER_SIZE_ALLOWED 14
-#define CU_LAUNCH_ATTRIBUTE_CLUSTER_DIMENSION 4
 #define CU_LAUNCH_ATTRIBUTE_PROGRAMMATIC_STREAM_SERIALIZATION 6
 
 /* cuda.h's launch configuration for cuLaunchKernelEx (CUDA 11.8 and later),
@@ -35,7 +32,6 @@ typedef struct cu_launch_attr {
     char bytes[64];
     long long align;
     int value;
-    unsigned dim[3];
   } v;
 } cu_launch_attr;
 typedef struct cu_launch_config {
@@ -76,7 +72,6 @@ static struct {
   CUresult (*cuLaunchKernel)(CUfunction, unsigned, unsigned, unsigned, unsigned, unsigned,
                              unsigned, unsigned, CUstream, void **, void **);
   CUresult (*cuLaunchKernelEx)(const cu_launch_config *, CUfunction, void **, void **);
-  CUresult (*cuOccupancyMaxActiveClusters)(int *, CUfunction, const cu_launch_config *);
   CUresult (*cuGetErrorName)(CUresult, const char **);
   CUresult (*cuGetErrorString)(CUresult, const char **);
 } api;
@@ -90,7 +85,6 @@ static const jit_dl_sym syms[] = {
     SYM(cuModuleGetFunction), SYM(cuFuncSetAttribute), SYM(cuLaunchKernel),
     SYM(cuOccupancyMaxActiveBlocksPerMultiprocessor),
     {"cuLaunchKernelEx", (void **)&api.cuLaunchKernelEx, 1},
-    {"cuOccupancyMaxActiveClusters", (void **)&api.cuOccupancyMaxActiveClusters, 1},
     SYM(cuGetErrorName),   SYM(cuGetErrorString),
 };
 #define NSYMS ((int)(sizeof syms / sizeof syms[0]))
@@ -106,7 +100,6 @@ typedef struct cuda_state {
   int cc[RT_MAX_DEVICES];        /* compute capability * 10, 0 = not retained yet */
   int sms[RT_MAX_DEVICES];
   int pdl; /* launch with programmatic stream serialization on sm_90 and later */
-  int cluster_pdl; /* the same for cluster launches (a driver may refuse only the pair) */
 } cuda_state;
 
 static void cu_msg(CUresult r, const char *what, char *err, size_t errlen) {
@@ -243,10 +236,6 @@ static int module_load(void *state, int dev, const void *binary, size_t bytes, c
     cu_msg(r, "cuFuncSetAttribute(MAX_DYNAMIC_SHARED_SIZE_BYTES)", err, errlen);
     api.cuModuleUnload(m);
   } else {
-    /* On sm_90 every function may run in clusters past the portable 8 blocks (only the
-     * batch-decode cluster kernels are launched so). Set here, once a load, not a launch;
-     * a driver that refuses it leaves such sizes unfit, and clusters() says 0 for them. */
-    if (s->cc[dev] >= 90) api.cuFuncSetAttribute(f, CU_FUNC_ATTRIBUTE_NON_PORTABLE_CLUSTER_SIZE_ALLOWED, 1);
     *module = m;
     *fn = f;
     rc = 0;
@@ -278,33 +267,6 @@ static int occupancy(void *state, int dev, void *fn, int threads, unsigned dyn_s
   return 0;
 }
 
-/* The cluster attribute of a launch configuration: `cluster` blocks along x. */
-static void cluster_attr(cu_launch_attr *a, unsigned cluster) {
-  memset(a, 0, sizeof *a);
-  a->id = CU_LAUNCH_ATTRIBUTE_CLUSTER_DIMENSION;
-  a->v.dim[0] = cluster;
-  a->v.dim[1] = a->v.dim[2] = 1;
-}
-
-static int clusters(void *state, int dev, void *fn, int threads, unsigned dyn_smem, int cluster, int *n,
-                    char *err, size_t errlen) {
-  cuda_state *s = state;
-  *n = 0;
-  if (s->cc[dev] < 90 || !api.cuLaunchKernelEx || !api.cuOccupancyMaxActiveClusters || cluster < 1)
-    return 0;
-  int pushed;
-  if (enter(s, dev, &pushed, err, errlen) != 0) return -1;
-  cu_launch_attr attr;
-  cluster_attr(&attr, (unsigned)cluster);
-  const cu_launch_config c = {{(unsigned)cluster, 1, 1}, {(unsigned)threads, 1, 1}, dyn_smem, NULL, &attr, 1};
-  const CUresult r = api.cuOccupancyMaxActiveClusters(n, fn, &c);
-  leave(pushed);
-  /* A size this device or driver refuses (CUDA_ERROR_INVALID_CLUSTER_SIZE, say) is no
-   * cluster that fits: the caller falls back, it does not fail. */
-  if (r != 0) *n = 0;
-  return 0;
-}
-
 /* On sm_90 and later a launch allows programmatic dependent launch: the
  * kernel's blocks may be scheduled while the previous kernel in the stream
  * drains its last wave (every kernel's entry waits for the previous grid with
@@ -325,43 +287,6 @@ static int launch(void *state, int dev, void *fn, const rt_launch *l, void *stre
   CUresult r = 0;
   int tried = 0; /* the attribute was asked for */
   const char *what = "cuLaunchKernel";
-  if (l->cluster > 1) {
-    /* Clusters exist only through cuLaunchKernelEx on sm_90 and later: no plain fallback.
-     * (Sizes past 8 were allowed on the function when it was loaded: module_load.) */
-    cu_launch_attr attr[2];
-    cluster_attr(&attr[0], l->cluster);
-    memset(&attr[1], 0, sizeof attr[1]);
-    attr[1].id = CU_LAUNCH_ATTRIBUTE_PROGRAMMATIC_STREAM_SERIALIZATION;
-    attr[1].v.value = 1;
-    const int pdl = __atomic_load_n(&s->pdl, __ATOMIC_RELAXED) && __atomic_load_n(&s->cluster_pdl, __ATOMIC_RELAXED);
-    cu_launch_config c = {{l->grid[0], l->grid[1], l->grid[2]},
-                          {l->block[0], l->block[1], l->block[2]},
-                          l->shared_bytes,
-                          stream,
-                          attr,
-                          pdl ? 2u : 1u};
-    what = "cuLaunchKernelEx (cluster)";
-    if (s->cc[dev] < 90 || !api.cuLaunchKernelEx) {
-      r = CUDA_ERROR_NOT_SUPPORTED;
-    } else {
-      r = api.cuLaunchKernelEx(&c, fn, args, NULL);
-      if (r != 0 && pdl) {
-        /* A driver that refuses the pair: the cluster alone, and no PDL with clusters
-         * from then on (other launches keep it). */
-        c.nattrs = 1;
-        if (api.cuLaunchKernelEx(&c, fn, args, NULL) == 0) {
-          r = 0;
-          __atomic_store_n(&s->cluster_pdl, 0, __ATOMIC_RELAXED);
-        }
-      }
-    }
-    leave(pushed);
-    if (r != 0) {
-      cu_msg(r, what, err, errlen);
-      return -1;
-    }
-    return 0;
-  }
   if (__atomic_load_n(&s->pdl, __ATOMIC_RELAXED) && s->cc[dev] >= 90 && api.cuLaunchKernelEx) {
     cu_launch_attr attr;
     memset(&attr, 0, sizeof attr);
@@ -399,7 +324,6 @@ static void *create(void) {
   pthread_mutex_init(&s->mu, NULL);
   const char *e = getenv("FI_PDL");
   s->pdl = !(e && e[0] == '0' && !e[1]);
-  s->cluster_pdl = 1;
   return s;
 }
 
@@ -417,5 +341,5 @@ int rt_cuda_fault(const char *name, void *fn, void **old) {
 
 const rt_device_i rt_device_cuda = {
     RT_DEVICE_IFACE_VERSION, "cuda", kDLCUDA, load, arch, sm_count, module_load, module_unload,
-    occupancy, clusters, launch, create, destroy,
+    occupancy, launch, create, destroy,
 };

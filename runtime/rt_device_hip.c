@@ -220,21 +220,10 @@ static int occupancy(void *state, int dev, void *fn, int threads, unsigned dyn_s
   return 0;
 }
 
-static int clusters(void *state, int dev, void *fn, int threads, unsigned dyn_smem, int cluster, int *n,
-                    char *err, size_t errlen) {
-  (void)state, (void)dev, (void)fn, (void)threads, (void)dyn_smem, (void)cluster, (void)err, (void)errlen;
-  *n = 0; /* no thread-block clusters on ROCm */
-  return 0;
-}
-
 static int launch(void *state, int dev, void *fn, const rt_launch *l, void *stream, void *params,
                   size_t bytes, char *err, size_t errlen) {
   (void)state;
   (void)bytes;
-  if (l->cluster > 1) {
-    snprintf(err, errlen, "thread-block clusters (%u blocks) are not available on HIP", l->cluster);
-    return -1;
-  }
   int prev;
   if (enter(dev, &prev, err, errlen) != 0) return -1;
   void *args[1] = {params};
@@ -263,5 +252,5 @@ static void destroy(void *state) {
 
 const rt_device_i rt_device_hip = {
     RT_DEVICE_IFACE_VERSION, "hip", kDLROCM, load, arch, sm_count, module_load, module_unload,
-    occupancy, clusters, launch, create, destroy,
+    occupancy, launch, create, destroy,
 };

@@ -132,9 +132,6 @@ cache_store *rt_store(fi_runtime *rt);
 /* How many blocks of `threads` threads of k fit on its whole device at once
  * (SMs x blocks per SM), asked of the driver once and remembered. */
 fi_status rt_kernel_resident(fi_runtime *rt, rt_kernel *k, int threads, int *resident);
-/* How many clusters of `cluster` blocks of k (of `threads` threads) fit on its device at
- * once: 0 where there are none (before sm_90, HIP) or the size is refused. */
-fi_status rt_kernel_clusters(fi_runtime *rt, rt_kernel *k, int threads, int cluster, int *n);
 
 /* "2G", "500M", "1048576" in bytes; -1 if malformed. */
 int64_t rt_parse_bytes(const char *s);

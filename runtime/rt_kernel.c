@@ -394,14 +394,6 @@ fi_status rt_kernel_resident(fi_runtime *rt, rt_kernel *k, int threads, int *res
   return FI_OK;
 }
 
-fi_status rt_kernel_clusters(fi_runtime *rt, rt_kernel *k, int threads, int cluster, int *n) {
-  void *state = k->backend == &rt_device_hip ? rt->hip_state : rt->cuda_state;
-  char err[512];
-  if (k->backend->clusters(state, k->device, k->fn, threads, k->dyn_smem, cluster, n, err, sizeof err) != 0)
-    return rt_fail(FI_ERR_DEVICE, "clusters of %d blocks of %s: %s", cluster, k->key, err);
-  return FI_OK;
-}
-
 fi_status rt_launch_kernel(fi_runtime *rt, const rt_kernel *k, const rt_launch *l, void *stream,
                            void *params, size_t bytes) {
   void *state = k->backend == &rt_device_hip ? rt->hip_state : rt->cuda_state;

@@ -128,7 +128,7 @@ static fi_status prepare(fi_runtime *rt, const DLTensor *input, const DLTensor *
   c->p.rows = (int32_t)rows;
   c->p.hidden = (int32_t)hidden;
   c->p.eps = (float)eps;
-  c->launch = (rt_launch){{(unsigned)rows, 1, 1}, {(unsigned)c->key.v[RMSNORM_P_THREADS], 1, 1}, 0, 0};
+  c->launch = (rt_launch){{(unsigned)rows, 1, 1}, {(unsigned)c->key.v[RMSNORM_P_THREADS], 1, 1}, 0};
   return FI_OK;
 }
 

@@ -352,7 +352,7 @@ static fi_status launch_page(fi_runtime *rt, page_call *c, void *stream) {
   if (!cache_16bit && grid > resident) grid = resident;
   if (grid * tile > ((int64_t)1 << 30)) grid = ((int64_t)1 << 30) / tile;
   if (grid < 1) grid = 1;
-  rt_launch l = {{(unsigned)grid, 1, 1}, {(unsigned)threads, 1, 1}, 0, 0};
+  rt_launch l = {{(unsigned)grid, 1, 1}, {(unsigned)threads, 1, 1}, 0};
   return rt_launch_kernel(rt, k, &l, stream, &c->p, sizeof c->p);
 }
 
@@ -450,6 +450,6 @@ FI_API fi_status fi_get_batch_indices_positions(fi_runtime *rt, const DLTensor *
   int64_t grid = (nnz + threads - 1) / threads;
   if (grid > resident) grid = resident;
   if (grid < 1) grid = 1;
-  rt_launch l = {{(unsigned)grid, 1, 1}, {(unsigned)threads, 1, 1}, 0, 0};
+  rt_launch l = {{(unsigned)grid, 1, 1}, {(unsigned)threads, 1, 1}, 0};
   return rt_launch_kernel(rt, k, &l, stream, &p, sizeof p);
 }

@@ -768,7 +768,7 @@ static fi_status probe(fi_runtime *rt, DLDevice device, int grid, int iters, voi
   if (flops)
     *flops = wgmma ? (double)grid * (WGMMA_PROBE_THREADS / 128) * (double)iters * 4.0 * (2.0 * 64 * 128 * 16)
                    : (double)grid * (MMA_PROBE_THREADS / 32) * (double)iters * 8.0 * (2.0 * 16 * 8 * 16);
-  rt_launch l = {{(unsigned)grid, 1, 1}, {wgmma ? WGMMA_PROBE_THREADS : MMA_PROBE_THREADS, 1, 1}, 0, 0};
+  rt_launch l = {{(unsigned)grid, 1, 1}, {wgmma ? WGMMA_PROBE_THREADS : MMA_PROBE_THREADS, 1, 1}, 0};
   return rt_launch_kernel(rt, k, &l, stream, &p, sizeof p);
 }
 

@@ -225,7 +225,7 @@ static fi_status launch(fi_runtime *rt, smp_call *c, int op, const DLTensor *out
   if (op == FI_SMP_TOPP || op == FI_SMP_TOPK_TOPP_LOGITS) c->p.topp_variant = topp_variant();
   rt_kernel *k;
   if ((st = rt_kernel_get(rt, &c->key, be, c->device, &k)) != FI_OK) return st;
-  rt_launch l = {{(unsigned)(c->batch * cl), 1, 1}, {SMP_THREADS, 1, 1}, 0, 0};
+  rt_launch l = {{(unsigned)(c->batch * cl), 1, 1}, {SMP_THREADS, 1, 1}, 0};
   return rt_launch_kernel(rt, k, &l, stream, &c->p, sizeof c->p);
 }
 

@@ -10,7 +10,6 @@
 #include "fi_admin.h"
 #include "ft.h"
 #include "jit_fault.h"
-#include "ops_decode.h"
 #include "rt_internal.h"
 
 typedef struct job {
@@ -141,49 +140,6 @@ FT_TEST(binaries_are_elf_of_the_target) {
     fi_admin_free(bin);
     fi_runtime_destroy(rt);
   }
-}
-
-/* The batch-decode kernels that merge in thread-block clusters (FI_DECODE_CLUSTER) are
- * not registered, so prewarm never builds them: they compile here, for sm_90 (where the
- * merge is distributed shared memory: a different binary from the key without clusters)
- * and for sm_80 and gfx90a (no clusters there: the plan never asks, the code builds). */
-FT_TEST(decode_cluster_keys_compile) {
-  static const struct {
-    int q, kv, dim, group, warps, pipeline;
-  } ks[] = {{JIT_DT_BF16, JIT_DT_BF16, 128, 4, 4, DECODE_PIPE_CAPPED}, {JIT_DT_BF16, JIT_DT_BF16, 128, 4, 8, 1},
-            {JIT_DT_F16, JIT_DT_F16, 128, 1, 2, 1},   {JIT_DT_BF16, JIT_DT_E4M3, 128, 4, 4, 1},
-            {JIT_DT_BF16, JIT_DT_BF16, 128, 16, 4, 1}, {JIT_DT_F16, JIT_DT_F16, 64, 1, 4, 1},
-            {JIT_DT_F16, JIT_DT_F16, 256, 16, 4, 0}};
-  const char *archs[3] = {"sm_90", "sm_80", "gfx90a"};
-  fi_options o;
-  fi_options_init(&o);
-  o.cache_path = ":memory:";
-  o.log_level = 0;
-  fi_runtime *rt;
-  FT_REQUIRE(fi_runtime_create(&o, &rt) == FI_OK);
-  const int sample = sample_scale() > 1 ? 3 : 1;
-  for (int a = 0; a < 3; a++)
-    for (size_t i = 0; i < sizeof ks / sizeof ks[0]; i += (size_t)sample) {
-      jit_key k;
-      jit_decode_select(0, ks[i].q, ks[i].kv, ks[i].dim, ks[i].group, 0, ks[i].warps, &k);
-      k.v[DECODE_P_PIPELINE] = ks[i].pipeline;
-      cache_record plain, cl;
-      fi_status st = rt_binary_ensure(rt, &k, archs[a], 0, NULL, NULL, &plain);
-      FT_CHECK(st == FI_OK, "%s key %zu without clusters: %s", archs[a], i, fi_last_error());
-      if (st != FI_OK) continue;
-      k.v[DECODE_P_CLUSTER] = 1;
-      st = rt_binary_ensure(rt, &k, archs[a], 0, NULL, NULL, &cl);
-      FT_CHECK(st == FI_OK, "%s key %zu with clusters: %s", archs[a], i, fi_last_error());
-      if (st == FI_OK) {
-        FT_CHECK(strcmp(plain.key, cl.key) != 0, "%s: the cluster key is the plain one's: %s", archs[a], cl.key);
-        if (a == 0)
-          FT_CHECK(plain.bytes != cl.bytes || memcmp(plain.binary, cl.binary, cl.bytes) != 0,
-                   "sm_90 key %zu: the cluster kernel's binary is the plain one's", i);
-        cache_record_free(&cl);
-      }
-      cache_record_free(&plain);
-    }
-  fi_runtime_destroy(rt);
 }
 
 /* hiprtc 5.2 aborts the process on targets it does not know; the runtime

@@ -119,66 +119,6 @@ FT_TEST(planner_ragged_batches_cover_every_token_once) {
   FT_CHECK(fails == 0);
 }
 
-/* FI_DECODE_CLUSTER's partition: exactly C items a request, in order, covering the
- * request's (windowed) tokens once, boundaries on 16-token steps from the window start,
- * sizes within one step of each other; empty requests give C empty items. */
-FT_TEST(planner_even_partition_for_clusters) {
-  int fails = 0;
-  for (int rep = 0; rep < 300; rep++) {
-    const int B = 1 + (int)(rnd() % 40), C = 2 + (int)(rnd() % 15);
-    const int ps = (int[]){1, 3, 16, 64}[rnd() % 4];
-    const int wl = rnd() % 4 == 0 ? (int)(rnd() % 2000) : -1;
-    int32_t indptr[41], last[41];
-    indptr[0] = (int32_t)(rnd() % 5);
-    for (int b = 0; b < B; b++) {
-      const int len = rnd() % 8 == 0 ? 0 : rnd() % 8 == 0 ? 1 + (int)(rnd() % 40) : 1 + (int)(rnd() % 9000);
-      const int np = (len + ps - 1) / ps;
-      indptr[b + 1] = indptr[b] + np;
-      last[b] = np ? len - (np - 1) * ps : 0;
-    }
-    int32_t *items = malloc((size_t)B * C * IW * 4);
-    const int64_t n = rt_decode_partition_even(B, indptr, last, ps, wl, C, items, (int64_t)B * C);
-    int bad = n != (int64_t)B * C;
-    for (int b = 0; b < B && !bad; b++) {
-      const int64_t np = indptr[b + 1] - indptr[b], L = np ? (np - 1) * ps + last[b] : 0;
-      const int64_t s0 = wl >= 0 && L - 1 - wl > 0 ? L - 1 - wl : 0;
-      int64_t at = s0, lo = INT64_MAX, hi = 0;
-      for (int k = 0; k < C; k++) {
-        const int32_t *it = items + IW * ((int64_t)b * C + k);
-        if (it[0] != b || (it[3] & 0xffff) != k || (it[3] >> 16) != C || it[4] != indptr[b] || it[5] != L) bad++;
-        if (it[1] != at || it[2] < it[1]) bad++;
-        if (it[2] != L && (it[2] - s0) % 16 != 0) bad++;
-        const int64_t len = it[2] - it[1];
-        if (it[2] != L) lo = len < lo ? len : lo;
-        hi = len > hi ? len : hi;
-        at = it[2];
-      }
-      if (at != L || (lo != INT64_MAX && hi - lo > 16)) bad++;
-    }
-    if (bad) {
-      fprintf(stderr, "  B=%d C=%d ps=%d wl=%d: %d problems\n", B, C, ps, wl, bad);
-      fails++;
-    }
-    /* one item short of the room: refused */
-    FT_CHECK(rt_decode_partition_even(B, indptr, last, ps, wl, C, items, (int64_t)B * C - 1) == -1);
-    free(items);
-  }
-  FT_CHECK(fails == 0, "%d of 300 batches", fails);
-  /* The workspace for them: a longer items table, the rest as before, moved past it. */
-  rt_decode_layout l, g;
-  rt_decode_layout_for(4, 132, 32, 8, 128, &l);
-  g = l;
-  rt_decode_layout_grow_items(&g, l.capacity + 1000);
-  FT_CHECK(g.capacity == l.capacity && g.item_slots == l.capacity + 1000 && g.items_off == l.items_off);
-  FT_CHECK(g.counters_off >= g.items_off + g.item_slots * IW * 4 && g.counters_off % 256 == 0);
-  FT_CHECK(g.partial_o_off - g.counters_off == l.partial_o_off - l.counters_off &&
-           g.partial_lse_off - g.partial_o_off == l.partial_lse_off - l.partial_o_off &&
-           g.bytes - g.partial_lse_off == l.bytes - l.partial_lse_off);
-  g = l;
-  rt_decode_layout_grow_items(&g, l.capacity - 1); /* never shrinks */
-  FT_CHECK(memcmp(&g, &l, sizeof l) == 0);
-}
-
 /* A batch of one long request is split over the device; many requests are not split. */
 FT_TEST(planner_splits_small_batches_only) {
   int32_t indptr[2] = {0, 512}, last[1] = {16};

@@ -428,20 +428,6 @@ static void run_case(const dcase *c) {
     CU_CHECK(&cu, cuMemcpyDtoH(out, d.out, d.out_bytes));
     CU_CHECK(&cu, cuMemcpyDtoH(lse, d.lse, (size_t)c->B * c->hq * 4));
     check_rows(c, "batch", &bd, c->B, out, lse);
-    /* Under FI_DECODE_CLUSTER=C the plan is the clusters' (on sm_90): C items a request
-     * and no chunk size in the header (rt_decode_partition_even). */
-    const char *cl = getenv("FI_DECODE_CLUSTER");
-    int major = 0, dev0 = 0;
-    if (cl && atoi(cl) >= 2 && atoi(cl) <= 16 && in.max_batch == 0) {
-      CU_CHECK(&cu, cuDeviceGet(&dev0, 0));
-      CU_CHECK(&cu, cuDeviceGetAttribute(&major, 75 /* compute capability major */, dev0));
-    }
-    if (major >= 9) {
-      int32_t hdr[4];
-      CU_CHECK(&cu, cuMemcpyDtoH(hdr, (CUdeviceptr)(uintptr_t)d.tw.data, sizeof hdr));
-      FT_CHECK(hdr[0] == c->B * atoi(cl) && hdr[2] == 0, "%s: not planned in clusters of %s: %d items, chunk %d pages",
-               c->name, cl, hdr[0], hdr[2]);
-    }
     /* A second run of the same plan (the merge counters reset themselves). */
     CU_CHECK(&cu, cuMemsetD8(d.out, 0xff, d.out_bytes));
     st = fi_batch_decode_run(rt, plan, &d.tq, &d.tk, &d.tv, &d.tip, &d.tix, &d.tlp,
@@ -787,54 +773,6 @@ FT_TEST(decode_capped_split_forced) {
   c = base("capped bf16 16/8 B=2 split", T_BF16, T_BF16, 128, 16, 8, 16, 0, 2, 5000);
   run_case(&c);
   unsetenv("FI_DECODE_PIPELINE");
-}
-
-/* Clusters (FI_DECODE_CLUSTER=C): every request in C chunks, the chunks of a (request,
- * KV head) one thread-block cluster merged through distributed shared memory; C = 16
- * (non-portable), 8, 4 and 2, with empty chunks (length 1 and 0), windows, soft cap,
- * RoPE, fp8 head pairs, 16 rows and MHA; run_case adds its block-size variants. */
-FT_TEST(decode_cluster_merge) {
-  static const int lens[6] = {16, 1, 256, 0, 33, 4100};
-  static const int one[1] = {8192};
-  const char *was = getenv("FI_DECODE_CLUSTER"); /* (run_gpu.sh's variant sets it too) */
-  char saved[16] = "";
-  if (was) snprintf(saved, sizeof saved, "%s", was);
-  setenv("FI_DECODE_CLUSTER", "16", 1);
-  dcase c = base("cluster 16 B=1 L=8192 32/8", T_BF16, T_BF16, 128, 32, 8, 16, 0, 1, 0);
-  c.lens = one;
-  run_case(&c);
-  c = base("cluster 16 f16 MHA 32/32 HND B=3", T_F16, T_F16, 128, 32, 32, 16, 1, 3, 1500);
-  run_case(&c);
-  setenv("FI_DECODE_CLUSTER", "8", 1);
-  c = base("cluster 8 page-boundary lengths, 1 and 0", T_BF16, T_BF16, 128, 32, 8, 16, 0, 6, 0);
-  c.lens = lens;
-  run_case(&c);
-  c = base("cluster 8 bf16 128/8 B=2 (16 rows)", T_BF16, T_BF16, 128, 128, 8, 16, 0, 2, 3000);
-  run_case(&c);
-  c = base("cluster 8 soft cap 30, window 100", T_BF16, T_BF16, 128, 32, 8, 16, 0, 4, 1500);
-  c.soft_cap = 30.0;
-  c.window = 100;
-  c.qscale = 3.0;
-  run_case(&c);
-  setenv("FI_DECODE_CLUSTER", "4", 1);
-  c = base("cluster 4 e4m3 bf16 32/8 pairs", T_BF16, T_E4M3, 128, 32, 8, 16, 0, 3, 2500);
-  c.k_scale = 0.5;
-  c.v_scale = 2.0;
-  run_case(&c);
-  c = base("cluster 4 f16 RoPE D64 4/4 HND", T_F16, T_F16, 64, 4, 4, 8, 1, 3, 1200);
-  c.rope = 1;
-  c.tol = 2e-3;
-  run_case(&c);
-  setenv("FI_DECODE_CLUSTER", "2", 1);
-  c = base("cluster 2 f16 D256 16/1 ps7 HND", T_F16, T_F16, 256, 16, 1, 7, 1, 3, 700);
-  run_case(&c);
-  setenv("FI_DECODE_CLUSTER", "12", 1); /* not a power of two */
-  c = base("cluster 12 bf16 32/8 B=2", T_BF16, T_BF16, 128, 32, 8, 16, 0, 2, 5000);
-  run_case(&c);
-  if (was)
-    setenv("FI_DECODE_CLUSTER", saved, 1);
-  else
-    unsetenv("FI_DECODE_CLUSTER");
 }
 
 /* CUDA-graph mode: plan for a maximum batch, capture one run, re-plan other batches

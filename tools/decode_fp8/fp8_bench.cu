@@ -29,7 +29,7 @@ using namespace fi::dec;
 template <typename KVT, int W, int PF, int X, int MINB = 1>
 __global__ void __launch_bounds__(W * 32, MINB) kdec(fi_decode_params p) {
   fi_pdl_enter();
-  decode<fi_bf16, KVT, 128, 8, PF, 0, 0, W, 0, X>(p);
+  decode<fi_bf16, KVT, 128, 8, PF, 0, 0, W, X>(p);
 }
 template <int X>
 __global__ void __launch_bounds__(256) kprobe(const uint4 *v, int64_t n, unsigned *sink) {

@@ -17,12 +17,12 @@ def rep(a,b,cnt=1):
     n=s.count(a)
     assert n==cnt,(a,n)
     s=s.replace(a,b)
-rep("template <typename QT, typename KVT, int D, int GM, int PF, int ROPE, int SINGLE, int WARPS, int HP, int CL>\nFI_DEVICE void decode_heads(",
-    "template <typename QT, typename KVT, int D, int GM, int PF, int ROPE, int SINGLE, int WARPS, int HP, int CL, int X>\nFI_DEVICE void decode_heads(")
-rep("template <typename QT, typename KVT, int D, int GM, int PF, int ROPE, int SINGLE, int WARPS, int CL = 0>\nFI_DEVICE void decode(",
-    "template <typename QT, typename KVT, int D, int GM, int PF, int ROPE, int SINGLE, int WARPS, int CL = 0, int X = 0>\nFI_DEVICE void decode(")
-rep("      decode_heads<QT, KVT, D, GM, PF, ROPE, SINGLE, WARPS, 2, CL>(p);", "      decode_heads<QT, KVT, D, GM, PF, ROPE, SINGLE, WARPS, 2, CL, X>(p);")
-rep("  decode_heads<QT, KVT, D, GM, PF, ROPE, SINGLE, WARPS, 1, CL>(p);", "  decode_heads<QT, KVT, D, GM, PF, ROPE, SINGLE, WARPS, 1, CL, X>(p);")
+rep("template <typename QT, typename KVT, int D, int GM, int PF, int ROPE, int SINGLE, int WARPS, int HP>\nFI_DEVICE void decode_heads(",
+    "template <typename QT, typename KVT, int D, int GM, int PF, int ROPE, int SINGLE, int WARPS, int HP, int X>\nFI_DEVICE void decode_heads(")
+rep("template <typename QT, typename KVT, int D, int GM, int PF, int ROPE, int SINGLE, int WARPS>\nFI_DEVICE void decode(",
+    "template <typename QT, typename KVT, int D, int GM, int PF, int ROPE, int SINGLE, int WARPS, int X = 0>\nFI_DEVICE void decode(")
+rep("      decode_heads<QT, KVT, D, GM, PF, ROPE, SINGLE, WARPS, 2>(p);", "      decode_heads<QT, KVT, D, GM, PF, ROPE, SINGLE, WARPS, 2, X>(p);")
+rep("  decode_heads<QT, KVT, D, GM, PF, ROPE, SINGLE, WARPS, 1>(p);", "  decode_heads<QT, KVT, D, GM, PF, ROPE, SINGLE, WARPS, 1, X>(p);")
 # conversion variants
 rep("  if constexpr (same<KVT, fi_e4m3>::value) wide = KV::E4M3_WIDE;",
     "  if constexpr (same<KVT, fi_e4m3>::value) wide = (X & 8) ? 1.0f : KV::E4M3_WIDE;")

@@ -24,7 +24,7 @@ using namespace fi::dec;
 
 template <int W, int PF, int TRC>
 __global__ void __launch_bounds__(W * 32) kdec(fi_decode_params p) {
-  decode<fi_bf16, fi_bf16, 128, 8, PF, 0, 0, W, 0, TRC>(p);
+  decode<fi_bf16, fi_bf16, 128, 8, PF, 0, 0, W, TRC>(p);
 }
 __global__ void kempty(fi_decode_params p) {}
 // Reads every K and V row of the items' tokens (same blocks/heads as the decode), 16 B a lane.

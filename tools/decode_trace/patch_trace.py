@@ -21,18 +21,18 @@ def rep(a, b):
     s = s.replace(a, b)
 
 
-rep("template <typename QT, typename KVT, int D, int GM, int PF, int ROPE, int SINGLE, int WARPS, int HP, int CL>\n"
+rep("template <typename QT, typename KVT, int D, int GM, int PF, int ROPE, int SINGLE, int WARPS, int HP>\n"
     "FI_DEVICE void decode_heads(",
-    "template <typename QT, typename KVT, int D, int GM, int PF, int ROPE, int SINGLE, int WARPS, int HP, int CL, int TRC>\n"
+    "template <typename QT, typename KVT, int D, int GM, int PF, int ROPE, int SINGLE, int WARPS, int HP, int TRC>\n"
     "FI_DEVICE void decode_heads(")
-rep("template <typename QT, typename KVT, int D, int GM, int PF, int ROPE, int SINGLE, int WARPS, int CL = 0>\n"
+rep("template <typename QT, typename KVT, int D, int GM, int PF, int ROPE, int SINGLE, int WARPS>\n"
     "FI_DEVICE void decode(",
-    "template <typename QT, typename KVT, int D, int GM, int PF, int ROPE, int SINGLE, int WARPS, int CL = 0, int TRC = 0>\n"
+    "template <typename QT, typename KVT, int D, int GM, int PF, int ROPE, int SINGLE, int WARPS, int TRC>\n"
     "FI_DEVICE void decode(")
-rep("      decode_heads<QT, KVT, D, GM, PF, ROPE, SINGLE, WARPS, 2, CL>(p);",
-    "      decode_heads<QT, KVT, D, GM, PF, ROPE, SINGLE, WARPS, 2, CL, TRC>(p);")
-rep("  decode_heads<QT, KVT, D, GM, PF, ROPE, SINGLE, WARPS, 1, CL>(p);",
-    "  decode_heads<QT, KVT, D, GM, PF, ROPE, SINGLE, WARPS, 1, CL, TRC>(p);")
+rep("      decode_heads<QT, KVT, D, GM, PF, ROPE, SINGLE, WARPS, 2>(p);",
+    "      decode_heads<QT, KVT, D, GM, PF, ROPE, SINGLE, WARPS, 2, TRC>(p);")
+rep("  decode_heads<QT, KVT, D, GM, PF, ROPE, SINGLE, WARPS, 1>(p);",
+    "  decode_heads<QT, KVT, D, GM, PF, ROPE, SINGLE, WARPS, 1, TRC>(p);")
 rep("struct tok_loc {\n  int32_t page, slot;\n};", r'''struct tok_loc {
   int32_t page, slot;
 };
