@@ -97,6 +97,12 @@ $(BUILD)/decode-trace: tools/decode_trace/decode_trace.cu tools/decode_trace/pat
 	python3 tools/decode_trace/patch_trace.py kernels/decode.cuh $(BUILD)/decode_trace/decode.cuh
 	$(NVCC) -std=c++17 -O3 -arch=sm_90a -I$(BUILD)/decode_trace -Ikernels -Itools $< -o $@
 
+# The cluster placement probe (tools/cluster_probe; nvcc, not part of all): clusters that fit
+# and the SMs their blocks land on, per cluster size. Run it on the GPU machine.
+$(BUILD)/cluster-probe: tools/cluster_probe/cluster_probe.cu
+	@mkdir -p $(BUILD)
+	$(NVCC) -std=c++17 -O2 -arch=sm_90 $< -o $@
+
 # The prefill phase trace (tools/prefill_trace; nvcc, not part of all): the wgmma kernel's
 # default shapes (FI_TRACE_SHAPE) with clock marks at each phase of every unit. GPU machine.
 $(BUILD)/prefill-trace: tools/prefill_trace/prefill_trace.cu kernels/prefill_wgmma.cuh kernels/prefill_item.cuh kernels/prefill_params.h kernels/decode_mma.cuh kernels/fi_port.cuh tools/cuda_bench.cuh
