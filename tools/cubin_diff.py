@@ -6,7 +6,7 @@
 Both databases are fi_runtime caches filled for the same configurations (for example
 `fi-cache --cache DB prewarm --arch sm_90 --op batch_decode` from two builds). Keys are
 matched after removing the regex (default: none) from the new database's keys, so a key
-parameter added with its neutral value (";cluster=0") still matches. Prints SAME or DIFF
+parameter added with its neutral value (say ";newparam=0") still matches. Prints SAME or DIFF
 a key with the .text bytes of each side and the 16-byte instruction words that differ;
 exits 1 if any key differs or is missing. Only machine code is compared: a change of
 parameter size, shared memory or register count alone still prints SAME."""
