@@ -4,15 +4,15 @@
 set -u
 passed=0; failed=0; logdir=${FT_LOGDIR:-build/test-logs}
 mkdir -p "$logdir"
-run_one() { # program-or-script name: sets rc
+run_one() { # program-or-script name: sets rc and the PASS and FAIL counts p and f
   if [[ "$1" == *.sh ]]; then bash "$1" >"$logdir/$2.out" 2>"$logdir/$2.err"; rc=$?
   else "$1" >"$logdir/$2.out" 2>"$logdir/$2.err"; rc=$?; fi
+  p=$(grep -c '^PASS ' "$logdir/$2.out"); f=$(grep -c '^FAIL ' "$logdir/$2.out")
 }
 for t in "$@"; do
   name=$(basename "$t")
   start=$(date +%s)
   run_one "$t" "$name"
-  p=$(grep -c '^PASS ' "$logdir/$name.out"); f=$(grep -c '^FAIL ' "$logdir/$name.out")
   # LeakSanitizer's stop-the-world tracer now and then segfaults at exit after every
   # case passed (google/sanitizers#1353: no leak report, no test failure). That crash,
   # and only that, gets one full rerun, leak check included; the rerun's result counts.
@@ -22,7 +22,6 @@ for t in "$@"; do
     mv "$logdir/$name.err" "$logdir/$name.tracer-crash.err"
     echo "    $name: LeakSanitizer's tracer crashed at exit (rc $rc); rerunning it once"
     run_one "$t" "$name"
-    p=$(grep -c '^PASS ' "$logdir/$name.out"); f=$(grep -c '^FAIL ' "$logdir/$name.out")
   fi
   if [ "$rc" -ne 0 ] && [ "$f" -eq 0 ]; then f=1; echo "FAIL $name exited with $rc" >>"$logdir/$name.out"; fi
   passed=$((passed + p)); failed=$((failed + f))
