@@ -26,6 +26,9 @@
 // else; P V adds each head's V tiles, with P masked to that head's rows, into the same
 // accumulators. A token's row is then 256 contiguous bytes, as with a 16-bit cache,
 // not 128, at the same math per byte.
+// Tail pieces (TAIL, a plan's FI_DECODE_TAIL): the grid is (head blocks, items), so the
+// hardware starts the items in the plan's order and the short pieces listed last fill the
+// SMs the long blocks leave; a request's partial slots come from its items.
 // On ROCm the mma is emulated with lane shuffles: correct, not fast.
 #pragma once
 #include "decode_params.h"
@@ -43,8 +46,9 @@ struct tok_loc {
 // PF: 1 loads the whole next step while this one computes (two register buffers),
 // 0 loads the next step's K while this step's V is used (one buffer); ROPE: RoPE on
 // q and k; SINGLE: one contiguous request, no plan tables; WARPS: warps per block (1, 2,
-// 4 or 8); HP: KV heads a block (1, or 2: see above).
-template <typename QT, typename KVT, int D, int GM, int PF, int ROPE, int SINGLE, int WARPS, int HP>
+// 4 or 8); HP: KV heads a block (1, or 2: see above); TAIL: the item-major grid of a
+// plan with tail pieces (rt_decode_partition_tail).
+template <typename QT, typename KVT, int D, int GM, int PF, int ROPE, int SINGLE, int WARPS, int HP, int TAIL>
 FI_DEVICE void decode_heads(const fi_decode_params &p) {
   typedef typename mma_type<QT, KVT>::type MT;
   typedef w16<MT> W;
@@ -70,6 +74,7 @@ FI_DEVICE void decode_heads(const fi_decode_params &p) {
   constexpr int SUB = FP8 && HP == 1 ? 2 : 1, STEP = 16 * SUB;
   static_assert(D == 64 || D == 128 || D == 256, "head_dim 64, 128 or 256");
   static_assert(WARPS == 1 || WARPS == 2 || WARPS == 4 || WARPS == 8, "1, 2, 4 or 8 warps");
+  static_assert(!TAIL || !SINGLE, "tail pieces: batch decode only");
 
   __shared__ float s_o[GM][D + 2];  // + 2: rows apart in the banks, dims kept in pairs
   __shared__ float s_m[WARPS][GM], s_d[WARPS][GM];
@@ -78,7 +83,10 @@ FI_DEVICE void decode_heads(const fi_decode_params &p) {
 
   const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5, g = lane >> 2, c = lane & 3;
   // hkv: the block's (first) KV head; GE: its rows (q heads hkv G .. hkv G + GE - 1).
-  const int item = blockIdx.x, hkv = blockIdx.y * HP, G = p.group, GE = G * HP;
+  // TAIL: grid (head blocks, items), so that the hardware hands out the items in order
+  // (a tail plan's pieces last), and a request's partial slots from the item.
+  const int item = TAIL ? blockIdx.y : blockIdx.x, hkv = (TAIL ? blockIdx.x : blockIdx.y) * HP;
+  const int G = p.group, GE = G * HP;
   // An e4m3 cache widened exactly (hardware conversion) instead of as value / 256.
   float wide = 1.0f;
   if constexpr (same<KVT, fi_e4m3>::value) wide = KV::E4M3_WIDE;
@@ -105,6 +113,9 @@ FI_DEVICE void decode_heads(const fi_decode_params &p) {
     nchunks = it.v[3] >> 16;
     page_base = it2.v[0];
     kv_len = it2.v[1];
+    // TAIL: the partial slot waits in s_last (free until the merge's counter) rather
+    // than in a register across the main loop, which the capped kernel cannot spare.
+    if (TAIL && tid == 0) s_last = it2.v[2];
   }
 
   const int nst = hi > lo ? (hi - lo + STEP - 1) / STEP : 0;
@@ -597,8 +608,9 @@ FI_DEVICE void decode_heads(const fi_decode_params &p) {
   // ---- a split request: this chunk's partial, then the last block of the (request,
   // KV head) merges all of them ----
   const int64_t hq = (int64_t)p.num_kv_heads * G;  // H_qo
+  const int pslot = TAIL ? s_last : item;  // s_last: written before the q barrier
   {
-    float *po = p.partial_o + ((int64_t)item * hq + head0) * D;
+    float *po = p.partial_o + ((int64_t)pslot * hq + head0) * D;
     for (int u = tid; u < GE * (D / 4); u += THREADS) {
       const int r = u / (D / 4), d4 = (u - r * (D / 4)) * 4;
       const float ds = s_fs[r], inv = ds > 0.0f ? v_scale / ds : 0.0f;
@@ -609,7 +621,7 @@ FI_DEVICE void decode_heads(const fi_decode_params &p) {
     }
     if (tid < GE) {
       const float ds = s_fs[tid];
-      p.partial_lse[(int64_t)item * hq + head0 + tid] = ds > 0.0f ? s_fm[tid] + log2f(ds) : neg_inf();
+      p.partial_lse[(int64_t)pslot * hq + head0 + tid] = ds > 0.0f ? s_fm[tid] + log2f(ds) : neg_inf();
     }
   }
   __threadfence();
@@ -620,7 +632,7 @@ FI_DEVICE void decode_heads(const fi_decode_params &p) {
   if (!s_last) return;
   __threadfence();
   if (tid == 0) *counter = 0;  // ready for the next run
-  const int first = item - chunk;
+  const int first = pslot - chunk;
   // Per (row, 8 dims) unit, the chunks in batches of MB: a batch's loads all go out
   // before any is used (one L2 round trip a batch, not one a chunk; 16: B = 1's 32
   // chunks in one round trip on the two threads a unit of 4-warp blocks). When the block
@@ -705,15 +717,15 @@ FI_DEVICE void decode_heads(const fi_decode_params &p) {
 }
 
 // The kernel: KV head pairs where the plan asks for them and the cache allows them.
-template <typename QT, typename KVT, int D, int GM, int PF, int ROPE, int SINGLE, int WARPS>
+template <typename QT, typename KVT, int D, int GM, int PF, int ROPE, int SINGLE, int WARPS, int TAIL = 0>
 FI_DEVICE void decode(const fi_decode_params &p) {
   if constexpr (kv<KVT>::FP8 && D == 128 && GM == 8 && !ROPE && !SINGLE) {
     if (p.kv_heads_per_block == 2) {
-      decode_heads<QT, KVT, D, GM, PF, ROPE, SINGLE, WARPS, 2>(p);
+      decode_heads<QT, KVT, D, GM, PF, ROPE, SINGLE, WARPS, 2, TAIL>(p);
       return;
     }
   }
-  decode_heads<QT, KVT, D, GM, PF, ROPE, SINGLE, WARPS, 1>(p);
+  decode_heads<QT, KVT, D, GM, PF, ROPE, SINGLE, WARPS, 1, TAIL>(p);
 }
 
 // Plan upload: the tables ride in the launch parameters.

@@ -14,7 +14,9 @@
 /* The plan's tables in the workspace (int32 words from its start):
  *   header [FI_DECODE_HDR_WORDS]: [0] items, [1] batch, [2] kv_chunk_pages, [3] split (0/1)
  *   items  [capacity][8]: request b, first token, end token, chunk | chunks << 16,
- *          the request's first page (indptr[b]), its length, 0, 0
+ *          the request's first page (indptr[b]), its length, the item's partial slot
+ *          (its request's chunks in slots slot - chunk .. + chunks - 1; read by the TAIL
+ *          kernels, equal to the item's index otherwise), 0
  *   counters [max_batch * num_kv_heads]: zero between runs (the merging block resets its own)
  * then float32 partial outputs [capacity][H_qo][head_dim] and partial LSEs (base 2)
  * [capacity][H_qo], each at a 256-byte boundary. */

@@ -26,6 +26,7 @@ struct fi_decode_plan {
   int64_t num_items, grid;
   int split, chunk_pages;
   int kv_pair; /* 2: blocks of two adjacent KV heads when the cache's heads are adjacent */
+  int item_major; /* grid (head blocks, items): a plan with tail pieces */
   fi_attention_params params;
   char *ws;          /* workspace start (device address) */
   int64_t ws_bytes;
@@ -131,9 +132,11 @@ FI_API fi_status fi_single_decode(fi_runtime *rt, const DLTensor *q, const DLTen
 
 /* The workspace's layout for plans of up to max_batch requests: items for one wave of
  * blocks or max_batch, and for FI_DECODE_SPLIT's scaled target above 1 (tuning: so that
- * the knob can cut requests into more chunks than a wave). */
+ * the knob can cut requests into more chunks than a wave); *base gets that count. Under
+ * FI_DECODE_TAIL (tuning) room for max_batch x PIECES tail pieces beyond it: the split
+ * target and a CUDA-graph plan's grid stay at *base. */
 static void ws_layout(int64_t max_batch, int sms, int num_qo_heads, int num_kv_heads, int head_dim,
-                      rt_decode_layout *l) {
+                      rt_decode_layout *l, int64_t *base) {
   const double scale = rt_dec_split_scale();
   int64_t items = max_batch;
   if (scale > 1) {
@@ -142,6 +145,10 @@ static void ws_layout(int64_t max_batch, int sms, int num_qo_heads, int num_kv_h
     if (want > items) items = want;
   }
   rt_decode_layout_for(items, sms, num_qo_heads, num_kv_heads, head_dim, l);
+  *base = l->capacity;
+  int tail, tail_pages;
+  rt_dec_tail(&tail, &tail_pages);
+  if (tail > 0) rt_decode_layout_for(*base + tail * max_batch, sms, num_qo_heads, num_kv_heads, head_dim, l);
 }
 
 FI_API fi_status fi_batch_decode_workspace_size(fi_runtime *rt, DLDevice device, int max_batch,
@@ -167,7 +174,8 @@ FI_API fi_status fi_batch_decode_workspace_size(fi_runtime *rt, DLDevice device,
   fi_status st = rt_dec_device_sms(rt, device.device_type, device.device_id, &sms);
   if (st != FI_OK) return st;
   rt_decode_layout l;
-  ws_layout(max_batch, sms, num_qo_heads, num_kv_heads, head_dim, &l);
+  int64_t base;
+  ws_layout(max_batch, sms, num_qo_heads, num_kv_heads, head_dim, &l, &base);
   *bytes = (size_t)l.bytes;
   return FI_OK;
 }
@@ -248,7 +256,8 @@ FI_API fi_status fi_batch_decode_plan(fi_runtime *rt, const fi_batch_decode_info
   if ((st = rt_dec_device_sms(rt, workspace->device.device_type, workspace->device.device_id, &sms)) != FI_OK)
     return st;
   rt_decode_layout lay;
-  ws_layout(maxb, sms, info->num_qo_heads, info->num_kv_heads, info->head_dim, &lay);
+  int64_t base_items; /* the layout's items without FI_DECODE_TAIL's pieces */
+  ws_layout(maxb, sms, info->num_qo_heads, info->num_kv_heads, info->head_dim, &lay, &base_items);
   if (lay.bytes > ws_bytes)
     return rt_fail(FI_ERR_INVALID_ARGUMENT,
                    "%s: workspace has %lld bytes; %lld are needed (fi_batch_decode_workspace_size)",
@@ -312,16 +321,23 @@ FI_API fi_status fi_batch_decode_plan(fi_runtime *rt, const fi_batch_decode_info
    * longer chunks, above 1 more chunks than one wave of blocks. */
   target = (int64_t)(target * rt_dec_split_scale() + 0.5);
   if (target < 1) target = 1;
-  if (target > lay.capacity) target = lay.capacity;
+  if (target > base_items) target = base_items;
   if (target > 0x7fff) target = 0x7fff; /* a request's chunk count fits the item's 16 bits */
 
   int32_t *tab = malloc((size_t)(FI_DECODE_HDR_WORDS + lay.capacity * FI_DECODE_ITEM_WORDS) * 4);
   if (!tab) return rt_fail(FI_ERR_OUT_OF_MEMORY, "%s: out of memory", fn);
   memset(tab, 0, FI_DECODE_HDR_WORDS * 4);
-  int chunk = 0;
-  const int64_t n = rt_decode_partition(B, info->indptr, info->last_page_len, info->page_size,
-                                        p->window_left, target, tab + FI_DECODE_HDR_WORDS,
-                                        lay.capacity, &chunk);
+  int chunk = 0, tail = 0, tail_pages = 0;
+  if (!graph) rt_dec_tail(&tail, &tail_pages);
+  int64_t n = rt_decode_partition_tail(B, info->indptr, info->last_page_len, info->page_size, p->window_left,
+                                       target, tail, tail_pages, tab + FI_DECODE_HDR_WORDS, lay.capacity, &chunk);
+  /* The tail kernel's grid has the items in y (at most 65535): past that, or if the pieces
+   * do not fit, no pieces. */
+  if (tail > 0 && (n < 0 || n > 65535)) {
+    tail = 0;
+    n = rt_decode_partition(B, info->indptr, info->last_page_len, info->page_size, p->window_left, target,
+                            tab + FI_DECODE_HDR_WORDS, lay.capacity, &chunk);
+  }
   if (n < 0) {
     free(tab);
     return rt_fail(FI_ERR_INVALID_ARGUMENT, "%s: the batch does not fit the plan's %lld work items",
@@ -330,8 +346,9 @@ FI_API fi_status fi_batch_decode_plan(fi_runtime *rt, const fi_batch_decode_info
   /* A capped plan over short chunks: two buffers in 2-warp blocks (rt_decode_short_chunks)
    * where that kernel has the same blocks resident, so the partition stands. Not in
    * CUDA-graph mode (the captured kernel may not change with the lengths), nor under a
-   * tuning override of the block (FI_DECODE_WARPS, FI_DECODE_PIPELINE). */
-  if (!graph && !forced && key.v[DECODE_P_PIPELINE] == DECODE_PIPE_CAPPED &&
+   * tuning override of the block (FI_DECODE_WARPS, FI_DECODE_PIPELINE) or with tail
+   * pieces (FI_DECODE_TAIL keeps the kernel, so its comparison is of the pieces alone). */
+  if (!graph && !forced && !tail && key.v[DECODE_P_PIPELINE] == DECODE_PIPE_CAPPED &&
       rt_decode_short_chunks(n, B, (int64_t)chunk * info->page_size, block_heads, sms,
                              info->num_qo_heads / info->num_kv_heads)) {
     jit_key k2 = key;
@@ -345,6 +362,14 @@ FI_API fi_status fi_batch_decode_plan(fi_runtime *rt, const fi_batch_decode_info
     }
     if (r2 > sms * RT_DECODE_MAX_BLOCKS_PER_SM) r2 = sms * RT_DECODE_MAX_BLOCKS_PER_SM;
     if (r2 == resident) key = k2;
+  }
+  /* Tail pieces (FI_DECODE_TAIL, tuning): the item-major kernel, compiled now if need be. */
+  if (tail > 0) {
+    key.v[DECODE_P_TAIL] = 1;
+    if ((st = rt_kernel_get(rt, &key, be, workspace->device.device_id, &k)) != FI_OK) {
+      free(tab);
+      return st;
+    }
   }
   if (fresh) {
     pl = calloc(1, sizeof *pl);
@@ -373,7 +398,8 @@ FI_API fi_status fi_batch_decode_plan(fi_runtime *rt, const fi_batch_decode_info
   pl->chunk_pages = chunk;
   pl->kv_pair = pair;
   pl->split = n > B;
-  pl->grid = graph ? lay.capacity : n;
+  pl->grid = graph ? base_items : n;
+  pl->item_major = tail > 0;
   memset(&pl->scalars, 0, sizeof pl->scalars);
   rt_dec_fill_scalars(&pl->scalars, p, info->head_dim, kvdt);
   pl->scalars.prefetch = rt_dec_prefetch_steps();
@@ -499,8 +525,9 @@ FI_API fi_status fi_batch_decode_run(fi_runtime *rt, const fi_decode_plan *pl,
   /* Head pairs need the two heads' rows side by side (NHD; HND at page_size 1); else a
    * block a head, in the same plan. */
   kp.kv_heads_per_block = pl->kv_pair == 2 && kp.kv_stride_head == D ? 2 : 1;
-  return rt_dec_launch(rt, pl->devtype, pl->device, &pl->key, (unsigned)pl->grid,
-                       (unsigned)(hkv / kp.kv_heads_per_block), 32u * (unsigned)pl->key.v[DECODE_P_WARPS],
+  const unsigned hb = (unsigned)(hkv / kp.kv_heads_per_block);
+  return rt_dec_launch(rt, pl->devtype, pl->device, &pl->key, pl->item_major ? hb : (unsigned)pl->grid,
+                       pl->item_major ? (unsigned)pl->grid : hb, 32u * (unsigned)pl->key.v[DECODE_P_WARPS],
                        &kp, sizeof kp, stream);
 }
 

@@ -10,6 +10,7 @@
 #include "fi_admin.h"
 #include "ft.h"
 #include "jit_fault.h"
+#include "ops_decode.h"
 #include "rt_internal.h"
 
 typedef struct job {
@@ -46,6 +47,16 @@ static void *worker(void *arg) {
     }
   }
   return NULL;
+}
+
+/* A runtime over an in-memory cache (log_level 0: quiet, 1: its default); NULL on failure. */
+static fi_runtime *mem_runtime(int quiet) {
+  fi_options o;
+  fi_options_init(&o);
+  o.cache_path = ":memory:";
+  if (quiet) o.log_level = 0;
+  fi_runtime *rt = NULL;
+  return fi_runtime_create(&o, &rt) == FI_OK ? rt : NULL;
 }
 
 /* Compiles op's configurations for arch on 2 threads; returns failures. */
@@ -123,11 +134,8 @@ FT_TEST(binaries_are_elf_of_the_target) {
   const char *archs[2] = {"sm_90", "gfx90a"};
   const int machines[2] = {190, 224};
   for (int a = 0; a < 2; a++) {
-    fi_options o;
-    fi_options_init(&o);
-    o.cache_path = ":memory:";
-    fi_runtime *rt;
-    FT_REQUIRE(fi_runtime_create(&o, &rt) == FI_OK);
+    fi_runtime *rt = mem_runtime(0);
+    FT_REQUIRE(rt != NULL);
     fi_prewarm_result r;
     double ms;
     FT_REQUIRE(fi_admin_prewarm(rt, "rmsnorm", 0, archs[a], &r, &ms) == FI_OK, "%s", fi_last_error());
@@ -142,14 +150,47 @@ FT_TEST(binaries_are_elf_of_the_target) {
   }
 }
 
+/* The item-major batch-decode kernels of plans with tail pieces (FI_DECODE_TAIL, key
+ * tail=1) are not registered, so prewarm never builds them: they compile here, for sm_90,
+ * sm_80 and gfx90a, under keys of their own beside the tail=0 ones. */
+FT_TEST(decode_tail_keys_compile) {
+  static const struct {
+    int q, kv, dim, group, warps, pipeline;
+  } ks[] = {{JIT_DT_BF16, JIT_DT_BF16, 128, 4, 4, DECODE_PIPE_CAPPED},
+            {JIT_DT_F16, JIT_DT_F16, 128, 4, 2, 1},
+            {JIT_DT_BF16, JIT_DT_E4M3, 128, 4, 2, 1},
+            {JIT_DT_F16, JIT_DT_F16, 64, 16, 4, 0}};
+  const char *archs[3] = {"sm_90", "sm_80", "gfx90a"};
+  fi_runtime *rt = mem_runtime(1);
+  FT_REQUIRE(rt != NULL);
+  const int sample = sample_scale() > 1 ? 2 : 1;
+  for (int a = 0; a < 3; a++)
+    for (size_t i = (size_t)a % (size_t)sample; i < sizeof ks / sizeof ks[0]; i += (size_t)sample) {
+      jit_key k;
+      jit_decode_select(0, ks[i].q, ks[i].kv, ks[i].dim, ks[i].group, 0, ks[i].warps, &k);
+      k.v[DECODE_P_PIPELINE] = ks[i].pipeline;
+      cache_record plain, tl;
+      fi_status st = rt_binary_ensure(rt, &k, archs[a], 0, NULL, NULL, &plain);
+      FT_CHECK(st == FI_OK, "%s key %zu tail=0: %s", archs[a], i, fi_last_error());
+      if (st != FI_OK) continue;
+      k.v[DECODE_P_TAIL] = 1;
+      st = rt_binary_ensure(rt, &k, archs[a], 0, NULL, NULL, &tl);
+      FT_CHECK(st == FI_OK, "%s key %zu tail=1: %s", archs[a], i, fi_last_error());
+      if (st == FI_OK) {
+        FT_CHECK(strstr(tl.key, ";tail=1") && strstr(plain.key, ";tail=0"), "%s keys: %s, %s", archs[a],
+                 plain.key, tl.key);
+        cache_record_free(&tl);
+      }
+      cache_record_free(&plain);
+    }
+  fi_runtime_destroy(rt);
+}
+
 /* hiprtc 5.2 aborts the process on targets it does not know; the runtime
  * must refuse them before calling it. Reaching the checks proves no abort. */
 FT_TEST(hiprtc_unknown_target_refused_without_crash) {
-  fi_options o;
-  fi_options_init(&o);
-  o.cache_path = ":memory:";
-  fi_runtime *rt;
-  FT_REQUIRE(fi_runtime_create(&o, &rt) == FI_OK);
+  fi_runtime *rt = mem_runtime(0);
+  FT_REQUIRE(rt != NULL);
   fi_prewarm_result r;
   double ms;
   fi_status st = fi_admin_prewarm(rt, "rmsnorm", 0, "gfx942", &r, &ms);
@@ -178,12 +219,8 @@ static int broken_create(void *prog, const char *src, const char *name, int n,
 }
 
 FT_TEST(compile_error_carries_compiler_log) {
-  fi_options o;
-  fi_options_init(&o);
-  o.cache_path = ":memory:";
-  o.log_level = 0;
-  fi_runtime *rt;
-  FT_REQUIRE(fi_runtime_create(&o, &rt) == FI_OK);
+  fi_runtime *rt = mem_runtime(1);
+  FT_REQUIRE(rt != NULL);
   fi_prewarm_result r;
   double ms;
   /* Load NVRTC through a first, good compile. */

@@ -488,10 +488,11 @@ struct fp8_of<fi_e5m2> {
 // random page order) through rt_decode_partition (split when asked: a large target)
 // and the kernel, against the float64 reference. head_pf: the kernel's head_prefetch
 // (tokens an item prefetches at its start; a no-op here but its page lookups run).
-// hp: KV heads a block (2: head pairs, the grid's y halved).
+// hp: KV heads a block (2: head pairs, the grid's y halved). tail: that many tail pieces
+// of 2 pages a request (rt_decode_partition_tail), on the item-major grid.
 template <typename QT, typename KVT, int D, int GM, int PF, int ROPE, int WARPS>
 static void decode_batch(int hq, int hkv, int ps, std::vector<int> lens, int window, double cap, int split,
-                         int head_pf = 0, int hp = 1) {
+                         int head_pf = 0, int hp = 1, int tail = 0) {
   const int bf = sizeof(QT) == 2 && fp8_of<QT>::is == 0 && !std::is_same<QT, fi_half>::value;
   const int F8 = fp8_of<KVT>::is, E4 = fp8_of<KVT>::e4m3, B = (int)lens.size(), G = hq / hkv;
   prob P{bf, D, hq, hkv, 1, window, ROPE, ps, 1, cap, std::vector<int>(B, 1), lens};
@@ -511,8 +512,8 @@ static void decode_batch(int hq, int hkv, int ps, std::vector<int> lens, int win
   for (int b = 0; b < B; b++) last[b] = d.last[b];
   std::vector<int32_t> items(FI_DECODE_ITEM_WORDS * 4096);
   int chunk = 0;
-  const int64_t n = rt_decode_partition(B, indptr.data(), last.data(), ps, window, split ? 1000 : 1,
-                                        items.data(), 4096, &chunk);
+  const int64_t n = rt_decode_partition_tail(B, indptr.data(), last.data(), ps, window, split ? 1000 : 1, tail,
+                                             2, items.data(), 4096, &chunk);
   std::vector<int32_t> counters((size_t)B * hkv, 0);
   std::vector<float> po((size_t)(n + 1) * hq * D), pl((size_t)(n + 1) * hq);
   fi_decode_params dp;
@@ -533,10 +534,13 @@ static void decode_batch(int hq, int hkv, int ps, std::vector<int> lens, int win
   dp.num_items = (int32_t)n, dp.num_kv_heads = hkv, dp.group = G, dp.page_size = ps;
   dp.head_prefetch = head_pf;
   dp.kv_heads_per_block = hp;
-  emu::launch((unsigned)n, hkv / hp, 32 * WARPS, [&] { fi::dec::decode<QT, KVT, D, GM, PF, ROPE, 0, WARPS>(dp); });
-  char what[96];
-  snprintf(what, sizeof what, "decode %s%s w%d n=%lld%s", F8 ? (E4 ? "e4m3 " : "e5m2 ") : "", chunk && n > B ? "split" : "",
-           WARPS, (long long)n, hp > 1 ? " head pairs" : "");
+  if (tail > 0)
+    emu::launch(hkv / hp, (unsigned)n, 32 * WARPS, [&] { fi::dec::decode<QT, KVT, D, GM, PF, ROPE, 0, WARPS, 1>(dp); });
+  else
+    emu::launch((unsigned)n, hkv / hp, 32 * WARPS, [&] { fi::dec::decode<QT, KVT, D, GM, PF, ROPE, 0, WARPS>(dp); });
+  char what[112];
+  snprintf(what, sizeof what, "decode %s%s w%d n=%lld%s%s", F8 ? (E4 ? "e4m3 " : "e5m2 ") : "", chunk && n > B ? "split" : "",
+           WARPS, (long long)n, hp > 1 ? " head pairs" : "", tail > 0 ? " tail pieces" : "");
   check(P, d, what);
   for (int x : counters)
     if (x != 0) {
@@ -544,7 +548,7 @@ static void decode_batch(int hq, int hkv, int ps, std::vector<int> lens, int win
       fails++;
       break;
     }
-  if (split && !(n > B)) {
+  if ((split || tail > 0) && !(n > B)) {
     fprintf(stderr, "FAIL decode: expected a split\n");
     fails++;
   }
@@ -582,6 +586,12 @@ int main() {
   decode_batch<fi_bf16, fi_e4m3, 128, 8, 1, 0, 2>(8, 4, 16, {150, 31, 0}, -1, 0.0, 0, 0, 2);
   decode_batch<fi_bf16, fi_e5m2, 128, 8, 1, 0, 2>(12, 4, 5, {290, 17}, 100, 30.0, 0, 0, 2);
   decode_batch<fi_half, fi_e4m3, 128, 8, 0, 0, 4>(4, 4, 16, {200}, -1, 0.0, 1, 64, 2);
+  // Tail pieces (FI_DECODE_TAIL) on the item-major grid: one buffer, requests too short
+  // for a tail among them; a split plan; a window; head pairs.
+  decode_batch<fi_bf16, fi_bf16, 128, 8, 0, 0, 4>(32, 8, 16, {300, 1, 0, 47, 200}, -1, 0.0, 0, 0, 1, 2);
+  decode_batch<fi_half, fi_half, 128, 8, 1, 0, 2>(8, 2, 16, {1300, 40, 700}, -1, 0.0, 1, 0, 1, 3);
+  decode_batch<fi_bf16, fi_bf16, 64, 8, 1, 0, 1>(4, 2, 16, {2500, 7}, 1000, 0.0, 0, 0, 1, 4);
+  decode_batch<fi_half, fi_e4m3, 128, 8, 1, 0, 4>(8, 2, 16, {300, 33}, -1, 0.0, 0, 0, 2, 2);
 
 
   prefill_vs_decode<fi_bf16, 64, 0>(1, 8, 2, 300, -1, 0.0);

@@ -761,6 +761,37 @@ FT_TEST(decode_tuning_variants) {
   }
 }
 
+/* Tail pieces (FI_DECODE_TAIL=PIECESxPAGES): each long enough request's last pages as
+ * separate items handed out last, merged with the rest by LSE, on the item-major kernel
+ * (key tail=1): the capped kernel unsplit and (forced) split, a two-buffer split plan over
+ * HND, fp8 head pairs, 16 rows. The variable comes back as it was (run_gpu.sh sets it
+ * for a whole run). */
+FT_TEST(decode_tail_pieces) {
+  static const char *const tails[2] = {"2x4", "3x1"};
+  const char *was = getenv("FI_DECODE_TAIL");
+  char saved[32] = "";
+  if (was) snprintf(saved, sizeof saved, "%s", was);
+  for (int t = 0; t < 2; t++) {
+    setenv("FI_DECODE_TAIL", tails[t], 1);
+    dcase c = base("tail bf16 32/8 B=64 capped", T_BF16, T_BF16, 128, 32, 8, 16, 0, 64, 900);
+    run_case(&c);
+    setenv("FI_DECODE_PIPELINE", "2", 1);
+    c = base("tail bf16 32/8 B=6 capped split", T_BF16, T_BF16, 128, 32, 8, 16, 0, 6, 3000);
+    run_case(&c);
+    unsetenv("FI_DECODE_PIPELINE");
+    c = base("tail f16 32/8 HND B=4 split", T_F16, T_F16, 128, 32, 8, 16, 1, 4, 3000);
+    run_case(&c);
+    c = base("tail e4m3 32/8 B=24 head pairs", T_BF16, T_E4M3, 128, 32, 8, 16, 0, 24, 1500);
+    run_case(&c);
+    c = base("tail bf16 e4m3 16/1 G16", T_BF16, T_E4M3, 128, 16, 1, 16, 0, 3, 2000);
+    run_case(&c);
+  }
+  if (was)
+    setenv("FI_DECODE_TAIL", saved, 1);
+  else
+    unsetenv("FI_DECODE_TAIL");
+}
+
 /* The capped kernel's split and merge outside CUDA-graph mode: the plans' own rules move
  * small and mid-size split batches to the two-buffer kernel (rt_decode_pick_pipeline,
  * rt_decode_short_chunks), so FI_DECODE_PIPELINE=2 keeps them capped here. */
