@@ -26,7 +26,6 @@ struct fi_decode_plan {
   int64_t num_items, grid;
   int split, chunk_pages;
   int kv_pair; /* 2: blocks of two adjacent KV heads when the cache's heads are adjacent */
-  int item_major; /* grid (head blocks, items): a plan with tail pieces */
   fi_attention_params params;
   char *ws;          /* workspace start (device address) */
   int64_t ws_bytes;
@@ -399,7 +398,6 @@ FI_API fi_status fi_batch_decode_plan(fi_runtime *rt, const fi_batch_decode_info
   pl->kv_pair = pair;
   pl->split = n > B;
   pl->grid = graph ? base_items : n;
-  pl->item_major = tail > 0;
   memset(&pl->scalars, 0, sizeof pl->scalars);
   rt_dec_fill_scalars(&pl->scalars, p, info->head_dim, kvdt);
   pl->scalars.prefetch = rt_dec_prefetch_steps();
@@ -525,9 +523,11 @@ FI_API fi_status fi_batch_decode_run(fi_runtime *rt, const fi_decode_plan *pl,
   /* Head pairs need the two heads' rows side by side (NHD; HND at page_size 1); else a
    * block a head, in the same plan. */
   kp.kv_heads_per_block = pl->kv_pair == 2 && kp.kv_stride_head == D ? 2 : 1;
+  /* A tail plan's kernel takes the items in y (kernels/decode.cuh, TAIL). */
+  const int item_major = pl->key.v[DECODE_P_TAIL] != 0;
   const unsigned hb = (unsigned)(hkv / kp.kv_heads_per_block);
-  return rt_dec_launch(rt, pl->devtype, pl->device, &pl->key, pl->item_major ? hb : (unsigned)pl->grid,
-                       pl->item_major ? (unsigned)pl->grid : hb, 32u * (unsigned)pl->key.v[DECODE_P_WARPS],
+  return rt_dec_launch(rt, pl->devtype, pl->device, &pl->key, item_major ? hb : (unsigned)pl->grid,
+                       item_major ? (unsigned)pl->grid : hb, 32u * (unsigned)pl->key.v[DECODE_P_WARPS],
                        &kp, sizeof kp, stream);
 }
 

@@ -200,11 +200,18 @@ static void put_item(int32_t *it, int b, int64_t t0, int64_t t1, int64_t k, int6
   it[7] = 0;
 }
 
-/* Pages of request b's tail pieces: tail_pieces x tail_pages where the request has at
- * least twice that many pages, else none. */
-static int64_t tail_of(int64_t pages, int tail_pieces, int tail_pages) {
-  const int64_t t = (int64_t)tail_pieces * tail_pages;
-  return t > 0 && pages >= 2 * t ? t : 0;
+/* How request b is cut: its span (span()), its head part of *hp pages in *nh chunks of
+ * `chunk` pages, then its tail pieces (tail_pieces x tail_pages pages where the request has
+ * at least twice that many, else none): *nc chunks in all. */
+static void cut(const int32_t *indptr, const int32_t *last, int b, int page_size, int window_left,
+                int64_t chunk, int tail_pieces, int tail_pages, int64_t *s, int64_t *l, int64_t *p0,
+                int64_t *hp, int64_t *nh, int64_t *nc) {
+  int64_t p1;
+  span(indptr, last, b, page_size, window_left, s, l, p0, &p1);
+  const int64_t t = (int64_t)tail_pieces * tail_pages, tp = t > 0 && p1 - *p0 >= 2 * t ? t : 0;
+  *hp = p1 - *p0 - tp;
+  *nh = *hp > 0 ? (*hp + chunk - 1) / chunk : 1;
+  *nc = *nh + (tp ? tail_pieces : 0);
 }
 
 int64_t rt_decode_partition_tail(int batch, const int32_t *indptr, const int32_t *last_page_len,
@@ -246,10 +253,8 @@ int64_t rt_decode_partition_tail(int batch, const int32_t *indptr, const int32_t
    * request's partial slots are consecutive: base .. base + nc - 1. */
   int64_t n = 0, base = 0;
   for (int b = 0; b < batch; b++) {
-    int64_t s, l, p0, p1;
-    span(indptr, last_page_len, b, page_size, window_left, &s, &l, &p0, &p1);
-    const int64_t tp = tail_of(p1 - p0, tail_pieces, tail_pages), hp = p1 - p0 - tp;
-    const int64_t nh = hp > 0 ? (hp + chunk - 1) / chunk : 1, nc = nh + (tp ? tail_pieces : 0);
+    int64_t s, l, p0, hp, nh, nc;
+    cut(indptr, last_page_len, b, page_size, window_left, chunk, tail_pieces, tail_pages, &s, &l, &p0, &hp, &nh, &nc);
     if (nc > 0x7fff || n + nh > max_items || base + nc > max_items) return -1;
     for (int64_t k = 0; k < nh; k++) {
       int64_t t0 = (p0 + k * chunk) * page_size, t1 = (p0 + (k + 1 < nh ? (k + 1) * chunk : hp)) * page_size;
@@ -263,11 +268,10 @@ int64_t rt_decode_partition_tail(int batch, const int32_t *indptr, const int32_t
   if (tail_pieces > 0) {
     base = 0;
     for (int b = 0; b < batch; b++) {
-      int64_t s, l, p0, p1;
-      span(indptr, last_page_len, b, page_size, window_left, &s, &l, &p0, &p1);
-      const int64_t tp = tail_of(p1 - p0, tail_pieces, tail_pages), hp = p1 - p0 - tp;
-      const int64_t nh = hp > 0 ? (hp + chunk - 1) / chunk : 1, nc = nh + (tp ? tail_pieces : 0);
-      for (int64_t j = 0; tp && j < tail_pieces; j++) {
+      int64_t s, l, p0, hp, nh, nc;
+      cut(indptr, last_page_len, b, page_size, window_left, chunk, tail_pieces, tail_pages, &s, &l, &p0, &hp, &nh,
+          &nc);
+      for (int64_t j = 0; j < nc - nh; j++) {
         if (n + 1 > max_items) return -1;
         const int64_t a = p0 + hp + j * tail_pages;
         int64_t t0 = a * page_size, t1 = (a + tail_pages) * page_size;

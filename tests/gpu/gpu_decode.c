@@ -293,6 +293,28 @@ static fi_attention_params params_of(const dcase *c) {
 }
 
 /* Checks rows [0, B) of out/lse (device images) against the reference. */
+/* An environment variable's value, to put back after a test sets it (run_gpu.sh sets
+ * some for a whole run). */
+typedef struct {
+  const char *var;
+  int set;
+  char val[32];
+} env_saved;
+static env_saved env_save(const char *var) {
+  env_saved e;
+  const char *v = getenv(var);
+  e.var = var;
+  e.set = v != NULL;
+  snprintf(e.val, sizeof e.val, "%s", v ? v : "");
+  return e;
+}
+static void env_restore(const env_saved *e) {
+  if (e->set)
+    setenv(e->var, e->val, 1);
+  else
+    unsetenv(e->var);
+}
+
 static void check_rows(const dcase *c, const char *what, const batch_data *bd, int B, const void *out,
                        const float *lse) {
   errs e;
@@ -515,9 +537,7 @@ static void run_case(const dcase *c) {
   } v[] = {{"FI_DECODE_WARPS", "1"}, {"FI_DECODE_WARPS", "2"}, {"FI_DECODE_WARPS", "4"}, {"FI_DECODE_SPLIT", "0.001"}};
   for (size_t i = 0; i < sizeof v / sizeof v[0]; i++) {
     /* (decode_tuning_variants sets these too: theirs comes back after.) */
-    const char *was = getenv(v[i].var);
-    char saved[32] = "";
-    if (was) snprintf(saved, sizeof saved, "%s", was);
+    env_saved sv = env_save(v[i].var);
     setenv(v[i].var, v[i].val, 1);
     char what[64];
     snprintf(what, sizeof what, "batch %s=%s", v[i].var + 10, v[i].val);
@@ -540,10 +560,7 @@ static void run_case(const dcase *c) {
       free(lse);
       fi_batch_decode_plan_destroy(plan);
     }
-    if (was)
-      setenv(v[i].var, saved, 1);
-    else
-      unsetenv(v[i].var);
+    env_restore(&sv);
   }
   free_dev(&d);
   free_batch(c, &bd);
@@ -768,9 +785,7 @@ FT_TEST(decode_tuning_variants) {
  * for a whole run). */
 FT_TEST(decode_tail_pieces) {
   static const char *const tails[2] = {"2x4", "3x1"};
-  const char *was = getenv("FI_DECODE_TAIL");
-  char saved[32] = "";
-  if (was) snprintf(saved, sizeof saved, "%s", was);
+  env_saved sv = env_save("FI_DECODE_TAIL");
   for (int t = 0; t < 2; t++) {
     setenv("FI_DECODE_TAIL", tails[t], 1);
     dcase c = base("tail bf16 32/8 B=64 capped", T_BF16, T_BF16, 128, 32, 8, 16, 0, 64, 900);
@@ -786,10 +801,7 @@ FT_TEST(decode_tail_pieces) {
     c = base("tail bf16 e4m3 16/1 G16", T_BF16, T_E4M3, 128, 16, 1, 16, 0, 3, 2000);
     run_case(&c);
   }
-  if (was)
-    setenv("FI_DECODE_TAIL", saved, 1);
-  else
-    unsetenv("FI_DECODE_TAIL");
+  env_restore(&sv);
 }
 
 /* The capped kernel's split and merge outside CUDA-graph mode: the plans' own rules move
