@@ -22,6 +22,10 @@
  * [capacity][H_qo], each at a 256-byte boundary. */
 #define FI_DECODE_HDR_WORDS 16
 #define FI_DECODE_ITEM_WORDS 8
+/* Staged steps (FI_DECODE_STAGES): the shared memory of one warp's slot, a step's K and
+ * V as the warp's lanes would hold them in registers (16 tokens of a 16-bit cache, 32 of
+ * fp8, or 16 of a KV head pair): 64 bytes a head-dim element. */
+#define FI_DECODE_STAGE_BYTES(head_dim) (64 * (head_dim))
 
 /* Decode: out[b, h] = softmax(scale * q[b, h] . K[b]^T) V[b] over the tokens of request b,
  * query head h reading KV head h / group. Strides in elements. K and V share strides

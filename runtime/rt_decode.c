@@ -182,6 +182,27 @@ FI_API fi_status fi_batch_decode_workspace_size(fi_runtime *rt, DLDevice device,
 FI_API void fi_batch_decode_plan_destroy(fi_decode_plan *plan) { free(plan); }
 
 /* Writes n words (data, or fill_value when data is NULL) at dst on the stream. */
+/* Staged steps (FI_DECODE_STAGES, tuning) for a plan's key whose kernel *k is loaded: a
+ * two-buffer kernel over 16-byte loads (not fp8 at head_dim 64), on CUDA, takes the
+ * setting's slots, cut to what the device lets a block have beside the kernel's own
+ * shared memory (the same with slots or without); *k becomes the staged kernel. */
+static fi_status stage_key(fi_runtime *rt, jit_key *key, const rt_device_i *be, int devtype, int dev,
+                           rt_kernel **k) {
+  int stages = rt_dec_stages();
+  const int kvdt = (int)key->v[DECODE_P_DTYPE_KV], dim = (int)key->v[DECODE_P_HEAD_DIM];
+  if (stages <= 0 || key->v[DECODE_P_PIPELINE] != 1 || devtype != kDLCUDA ||
+      ((kvdt == JIT_DT_E4M3 || kvdt == JIT_DT_E5M2) && dim == 64))
+    return FI_OK;
+  const int64_t slot_bytes = key->v[DECODE_P_WARPS] * (int64_t)FI_DECODE_STAGE_BYTES(dim);
+  unsigned room;
+  fi_status st = rt_kernel_dyn_smem_max(rt, *k, &room);
+  if (st != FI_OK) return st;
+  if (stages * slot_bytes > (int64_t)room) stages = (int)(room / slot_bytes);
+  if (stages <= 0) return FI_OK;
+  key->v[DECODE_P_STAGES] = stages;
+  return rt_kernel_get(rt, key, be, dev, k);
+}
+
 static fi_status upload(fi_runtime *rt, const fi_decode_plan *pl, int32_t *dst,
                         const int32_t *data, int64_t n, void *stream) {
   jit_key key;
@@ -300,6 +321,10 @@ FI_API fi_status fi_batch_decode_plan(fi_runtime *rt, const fi_batch_decode_info
     if ((st = rt_kernel_get(rt, &key, be, workspace->device.device_id, &k)) != FI_OK) return st;
     if ((st = rt_kernel_resident(rt, k, 32 * (int)key.v[DECODE_P_WARPS], &resident)) != FI_OK) return st;
   }
+  /* Staged steps (FI_DECODE_STAGES): the split target is the staged kernel's residency. */
+  if ((st = stage_key(rt, &key, be, workspace->device.device_type, workspace->device.device_id, &k)) != FI_OK ||
+      (st = rt_kernel_resident(rt, k, 32 * (int)key.v[DECODE_P_WARPS], &resident)) != FI_OK)
+    return st;
   if (!fresh) {
     /* A re-plan keeps everything a captured graph baked in. */
     if (pl->graph != graph || (graph && pl->max_batch != info->max_batch) ||
@@ -355,6 +380,7 @@ FI_API fi_status fi_batch_decode_plan(fi_runtime *rt, const fi_batch_decode_info
     k2.v[DECODE_P_WARPS] = DECODE_WARPS_WIDE;
     int r2;
     if ((st = rt_kernel_get(rt, &k2, be, workspace->device.device_id, &k)) != FI_OK ||
+        (st = stage_key(rt, &k2, be, workspace->device.device_type, workspace->device.device_id, &k)) != FI_OK ||
         (st = rt_kernel_resident(rt, k, 32 * DECODE_WARPS_WIDE, &r2)) != FI_OK) {
       free(tab);
       return st;

@@ -117,6 +117,14 @@ void rt_dec_tail(int *pieces, int *pages) {
   }
 }
 
+int rt_dec_stages(void) {
+  const char *e = getenv("FI_DECODE_STAGES");
+  if (!e || !*e) return 0;
+  char *end;
+  const long v = strtol(e, &end, 10);
+  return *end == '\0' && v > 0 && v <= RT_DEC_MAX_STAGES ? (int)v : 0;
+}
+
 int rt_dec_head_prefetch(void) {
   const char *e = getenv("FI_DECODE_HEAD_PREFETCH");
   if (!e || !*e) return 0;

@@ -32,6 +32,11 @@ int rt_dec_kv_evict(void);
  * handed out after all others (rt_decode_partition_tail). CUDA-graph plans cut no pieces
  * but, like every plan, get a workspace sized for them. 0, 0 when unset or out of range. */
 void rt_dec_tail(int *pieces, int *pages);
+/* FI_DECODE_STAGES=S (tuning, off by default): S shared-memory slots a warp of staged
+ * steps (kernels/decode.cuh, STG) in plans whose kernel keeps two register buffers;
+ * 0 when unset or not in 1..RT_DEC_MAX_STAGES. */
+#define RT_DEC_MAX_STAGES 8
+int rt_dec_stages(void);
 #define RT_DEC_TUNED_WARPS 1
 #define RT_DEC_TUNED_PIPELINE 2
 int rt_dec_tune_key(jit_key *key);

@@ -20,6 +20,8 @@ typedef struct CUstream_st *CUstream;
 #define CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT 16
 #define CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR 75
 #define CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MINOR 76
+#define CU_DEVICE_ATTRIBUTE_MAX_SHARED_MEMORY_PER_BLOCK_OPTIN 97
+#define CU_FUNC_ATTRIBUTE_SHARED_SIZE_BYTES 1
 #define CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES 8
 #define CU_LAUNCH_ATTRIBUTE_PROGRAMMATIC_STREAM_SERIALIZATION 6
 
@@ -68,6 +70,7 @@ static struct {
   CUresult (*cuModuleUnload)(CUmodule);
   CUresult (*cuModuleGetFunction)(CUfunction *, CUmodule, const char *);
   CUresult (*cuFuncSetAttribute)(CUfunction, int, int);
+  CUresult (*cuFuncGetAttribute)(int *, int, CUfunction);
   CUresult (*cuOccupancyMaxActiveBlocksPerMultiprocessor)(int *, CUfunction, int, size_t);
   CUresult (*cuLaunchKernel)(CUfunction, unsigned, unsigned, unsigned, unsigned, unsigned,
                              unsigned, unsigned, CUstream, void **, void **);
@@ -82,7 +85,7 @@ static const jit_dl_sym syms[] = {
     SYM(cuDeviceGet),      SYM(cuDeviceGetAttribute), SYM(cuDevicePrimaryCtxRetain),
     SYM(cuDevicePrimaryCtxRelease_v2), SYM(cuCtxGetCurrent), SYM(cuCtxPushCurrent_v2),
     SYM(cuCtxPopCurrent_v2), SYM(cuModuleLoadData), SYM(cuModuleUnload),
-    SYM(cuModuleGetFunction), SYM(cuFuncSetAttribute), SYM(cuLaunchKernel),
+    SYM(cuModuleGetFunction), SYM(cuFuncSetAttribute), SYM(cuFuncGetAttribute), SYM(cuLaunchKernel),
     SYM(cuOccupancyMaxActiveBlocksPerMultiprocessor),
     {"cuLaunchKernelEx", (void **)&api.cuLaunchKernelEx, 1},
     SYM(cuGetErrorName),   SYM(cuGetErrorString),
@@ -99,6 +102,7 @@ typedef struct cuda_state {
   CUcontext ctx[RT_MAX_DEVICES]; /* retained primary contexts */
   int cc[RT_MAX_DEVICES];        /* compute capability * 10, 0 = not retained yet */
   int sms[RT_MAX_DEVICES];
+  int smem_optin[RT_MAX_DEVICES]; /* shared memory a block may opt into */
   int pdl; /* launch with programmatic stream serialization on sm_90 and later */
 } cuda_state;
 
@@ -149,7 +153,7 @@ static int ensure_device(cuda_state *s, int dev, char *err, size_t errlen) {
   int rc = 0;
   if (!s->cc[dev]) {
     CUdevice d;
-    int major = 0, minor = 0, sms = 0;
+    int major = 0, minor = 0, sms = 0, optin = 0;
     CUresult r;
     if ((r = api.cuDeviceGet(&d, dev)) != 0) {
       cu_msg(r, "cuDeviceGet", err, errlen);
@@ -158,8 +162,9 @@ static int ensure_device(cuda_state *s, int dev, char *err, size_t errlen) {
                                              d)) != 0 ||
                (r = api.cuDeviceGetAttribute(&minor, CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MINOR,
                                              d)) != 0 ||
-               (r = api.cuDeviceGetAttribute(&sms, CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT, d)) !=
-                   0) {
+               (r = api.cuDeviceGetAttribute(&sms, CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT, d)) != 0 ||
+               (r = api.cuDeviceGetAttribute(&optin, CU_DEVICE_ATTRIBUTE_MAX_SHARED_MEMORY_PER_BLOCK_OPTIN,
+                                             d)) != 0) {
       cu_msg(r, "cuDeviceGetAttribute", err, errlen);
       rc = -1;
     } else if ((r = api.cuDevicePrimaryCtxRetain(&s->ctx[dev], d)) != 0) {
@@ -167,6 +172,7 @@ static int ensure_device(cuda_state *s, int dev, char *err, size_t errlen) {
       rc = -1;
     } else {
       s->sms[dev] = sms;
+      s->smem_optin[dev] = optin;
       __atomic_store_n(&s->cc[dev], major * 10 + minor, __ATOMIC_RELEASE);
     }
   }
@@ -251,6 +257,22 @@ static void module_unload(void *state, int dev, void *module) {
   if (enter(s, dev, &pushed, err, sizeof err) != 0) return;
   api.cuModuleUnload(module);
   leave(pushed);
+}
+
+/* The device's opt-in limit of shared memory a block less fn's static shared memory. */
+static int dyn_smem_max(void *state, int dev, void *fn, unsigned *bytes, char *err, size_t errlen) {
+  cuda_state *s = state;
+  if (ensure_device(s, dev, err, errlen) != 0) return -1;
+  int pushed, stat = 0;
+  if (enter(s, dev, &pushed, err, errlen) != 0) return -1;
+  CUresult r = api.cuFuncGetAttribute(&stat, CU_FUNC_ATTRIBUTE_SHARED_SIZE_BYTES, fn);
+  leave(pushed);
+  if (r != 0) {
+    cu_msg(r, "cuFuncGetAttribute(SHARED_SIZE_BYTES)", err, errlen);
+    return -1;
+  }
+  *bytes = s->smem_optin[dev] > stat ? (unsigned)(s->smem_optin[dev] - stat) : 0u;
+  return 0;
 }
 
 static int occupancy(void *state, int dev, void *fn, int threads, unsigned dyn_smem, int *bps,
@@ -341,5 +363,5 @@ int rt_cuda_fault(const char *name, void *fn, void **old) {
 
 const rt_device_i rt_device_cuda = {
     RT_DEVICE_IFACE_VERSION, "cuda", kDLCUDA, load, arch, sm_count, module_load, module_unload,
-    occupancy, launch, create, destroy,
+    occupancy, launch, create, destroy, dyn_smem_max,
 };

@@ -186,6 +186,42 @@ FT_TEST(decode_tail_keys_compile) {
   fi_runtime_destroy(rt);
 }
 
+/* The staged-step kernels (FI_DECODE_STAGES, key stages=N) are not registered either:
+ * they compile here for sm_90, sm_80 and gfx90a (where the runtime does not pick them, but
+ * the template is portable), and the op asks for their slots' shared memory. */
+FT_TEST(decode_stage_keys_compile) {
+  static const struct {
+    int q, kv, dim, group, warps, stages;
+  } ks[] = {{JIT_DT_BF16, JIT_DT_BF16, 128, 4, 4, 2},
+            {JIT_DT_BF16, JIT_DT_E4M3, 128, 4, 2, 3},
+            {JIT_DT_F16, JIT_DT_F16, 64, 16, 1, 1}};
+  const char *archs[3] = {"sm_90", "sm_80", "gfx90a"};
+  fi_runtime *rt = mem_runtime(1);
+  FT_REQUIRE(rt != NULL);
+  const int sample = sample_scale() > 1 ? 2 : 1;
+  for (int a = 0; a < 3; a++)
+    for (size_t i = (size_t)a % (size_t)sample; i < sizeof ks / sizeof ks[0]; i += (size_t)sample) {
+      jit_key k;
+      jit_decode_select(0, ks[i].q, ks[i].kv, ks[i].dim, ks[i].group, 0, ks[i].warps, &k);
+      k.v[DECODE_P_PIPELINE] = 1;
+      /* Every other batch_decode kernel launches with no dynamic shared memory, as before. */
+      FT_CHECK(k.op->dyn_smem && k.op->dyn_smem(&k) == 0, "key %zu stages=0: %u bytes", i,
+               k.op->dyn_smem ? k.op->dyn_smem(&k) : 0u);
+      k.v[DECODE_P_STAGES] = ks[i].stages;
+      FT_CHECK(k.op->dyn_smem && k.op->dyn_smem(&k) == (unsigned)(ks[i].stages * ks[i].warps * 64 * ks[i].dim),
+               "key %zu: dynamic shared memory %u", i, k.op->dyn_smem ? k.op->dyn_smem(&k) : 0u);
+      cache_record r;
+      fi_status st = rt_binary_ensure(rt, &k, archs[a], 0, NULL, NULL, &r);
+      FT_CHECK(st == FI_OK, "%s key %zu stages=%d: %s", archs[a], i, ks[i].stages, fi_last_error());
+      if (st != FI_OK) continue;
+      char want[32];
+      snprintf(want, sizeof want, ";stages=%d", ks[i].stages);
+      FT_CHECK(strstr(r.key, want) != NULL, "%s key: %s", archs[a], r.key);
+      cache_record_free(&r);
+    }
+  fi_runtime_destroy(rt);
+}
+
 /* hiprtc 5.2 aborts the process on targets it does not know; the runtime
  * must refuse them before calling it. Reaching the checks proves no abort. */
 FT_TEST(hiprtc_unknown_target_refused_without_crash) {

@@ -441,6 +441,29 @@ FT_TEST(kv_cache_read_evict_first_unless_turned_off) {
   unsetenv("FI_DECODE_EVICT");
 }
 
+/* FI_DECODE_STAGES: 1..8 slots, anything else none; the key's stages parameter is 0 in
+ * every selected (and registered) key, so the default kernels ask no shared memory. */
+FT_TEST(staged_steps_setting_parsed_and_off_by_default) {
+  static const struct {
+    const char *v;
+    int want;
+  } cs[] = {{"2", 2}, {"1", 1}, {"8", 8}, {"9", 0}, {"0", 0}, {"-1", 0}, {"2x", 0}, {"", 0}, {"three", 0}};
+  for (size_t i = 0; i < sizeof cs / sizeof cs[0]; i++) {
+    setenv("FI_DECODE_STAGES", cs[i].v, 1);
+    FT_CHECK(rt_dec_stages() == cs[i].want, "FI_DECODE_STAGES=\"%s\" gave %d, not %d", cs[i].v, rt_dec_stages(),
+             cs[i].want);
+  }
+  unsetenv("FI_DECODE_STAGES");
+  FT_CHECK(rt_dec_stages() == 0);
+  const jit_op *op = &jit_op_batch_decode;
+  for (int i = 0; i < op->config_count(); i++) {
+    jit_key k;
+    op->config(i, &k);
+    FT_CHECK(k.v[DECODE_P_STAGES] == 0 && op->dyn_smem(&k) == 0, "config %d: stages %lld", i,
+             (long long)k.v[DECODE_P_STAGES]);
+  }
+}
+
 FT_TEST(planner_refuses_bad_page_tables) {
   char err[256];
   int32_t ip[3] = {0, 4, 2}, lp[2] = {3, 3};

@@ -74,8 +74,21 @@ static uint32_t shfl_bits(uint32_t v, int src) {
   wait(warp_bar[w]);
   return r;
 }
+// cp.async of the decode kernel's staged steps (FI_DEC_EMU_ASYNC): a thread's 16-byte
+// copies read their source when issued but land only when its wait_group lets their
+// group go, so a wait that leaves the group pending lets the kernel read the poisoned
+// slot. groups[t]: thread t's committed groups, oldest first, then the open one. A copy
+// still pending when its thread ends counts in async_lost.
+struct copy16 {
+  void *dst;
+  unsigned char b[16];
+};
+static std::vector<std::vector<std::vector<copy16>>> groups;
+static long async_lost;
 static void trampoline() {
   body();
+  for (auto &g : groups[cur]) async_lost += (long)g.size();
+  groups[cur].assign(1, {});
   done[cur] = 1;
   swapcontext(&ctx[cur], &sched);
 }
@@ -84,6 +97,7 @@ static void launch(unsigned gx, unsigned gy, int threads, std::function<void()> 
   body = f;
   nthreads = threads;
   ctx.assign(threads, ucontext_t());
+  groups.assign(threads, std::vector<std::vector<copy16>>(1));
   done.assign(threads, 0);
   stacks.assign(threads, std::vector<char>(1 << 18));
   gridDim = {gx, gy, 1};
@@ -135,6 +149,20 @@ static inline float __shfl_xor(float v, int m, int width) {
 }
 
 static inline void __threadfence() {}
+static inline void fi_emu_stage16(void *dst, const void *src) {
+  emu::copy16 c;
+  c.dst = dst;
+  memcpy(c.b, src, 16);
+  emu::groups[emu::cur].back().push_back(c);
+}
+static inline void fi_emu_commit() { emu::groups[emu::cur].emplace_back(); }
+static inline void fi_emu_wait(int n) {
+  auto &g = emu::groups[emu::cur];
+  while ((int)g.size() - 1 > n) {
+    for (const emu::copy16 &c : g.front()) memcpy(c.dst, c.b, 16);
+    g.erase(g.begin());
+  }
+}
 static inline int atomicAdd(int *p, int v) {
   const int o = *p;
   *p += v;
@@ -145,6 +173,9 @@ static inline int atomicAdd(int *p, int v) {
 // The kernel's dynamic shared memory: one array for every block (blocks run one at a time).
 #define FI_PF_EMU_SMEM 1
 alignas(128) static unsigned char fi_pf_smem[1 << 17];
+#define FI_DEC_EMU_SMEM 1
+#define FI_DEC_EMU_ASYNC 1
+alignas(128) static unsigned char fi_dec_smem[1 << 17];
 #include "prefill.cuh"
 #include "decode.cuh"
 
@@ -489,8 +520,9 @@ struct fp8_of<fi_e5m2> {
 // and the kernel, against the float64 reference. head_pf: the kernel's head_prefetch
 // (tokens an item prefetches at its start; a no-op here but its page lookups run).
 // hp: KV heads a block (2: head pairs, the grid's y halved). tail: that many tail pieces
-// of 2 pages a request (rt_decode_partition_tail), on the item-major grid.
-template <typename QT, typename KVT, int D, int GM, int PF, int ROPE, int WARPS>
+// of 2 pages a request (rt_decode_partition_tail), on the item-major grid. STG: staged
+// steps' slots a warp (plain copies here: the ring's slot order and refills).
+template <typename QT, typename KVT, int D, int GM, int PF, int ROPE, int WARPS, int STG = 0>
 static void decode_batch(int hq, int hkv, int ps, std::vector<int> lens, int window, double cap, int split,
                          int head_pf = 0, int hp = 1, int tail = 0) {
   const int bf = sizeof(QT) == 2 && fp8_of<QT>::is == 0 && !std::is_same<QT, fi_half>::value;
@@ -534,14 +566,23 @@ static void decode_batch(int hq, int hkv, int ps, std::vector<int> lens, int win
   dp.num_items = (int32_t)n, dp.num_kv_heads = hkv, dp.group = G, dp.page_size = ps;
   dp.head_prefetch = head_pf;
   dp.kv_heads_per_block = hp;
+  static_assert(STG * WARPS * FI_DECODE_STAGE_BYTES(D) <= (int)sizeof fi_dec_smem, "the emulator's slots");
+  // Stale slot bytes would pass for data the ring failed to copy (or waited for too
+  // little): poison them.
+  memset(fi_dec_smem, 0xff, sizeof fi_dec_smem);
+  emu::async_lost = 0;
   if (tail > 0)
-    emu::launch(hkv / hp, (unsigned)n, 32 * WARPS, [&] { fi::dec::decode<QT, KVT, D, GM, PF, ROPE, 0, WARPS, 1>(dp); });
+    emu::launch(hkv / hp, (unsigned)n, 32 * WARPS, [&] { fi::dec::decode<QT, KVT, D, GM, PF, ROPE, 0, WARPS, 1, STG>(dp); });
   else
-    emu::launch((unsigned)n, hkv / hp, 32 * WARPS, [&] { fi::dec::decode<QT, KVT, D, GM, PF, ROPE, 0, WARPS>(dp); });
-  char what[112];
-  snprintf(what, sizeof what, "decode %s%s w%d n=%lld%s%s", F8 ? (E4 ? "e4m3 " : "e5m2 ") : "", chunk && n > B ? "split" : "",
-           WARPS, (long long)n, hp > 1 ? " head pairs" : "", tail > 0 ? " tail pieces" : "");
+    emu::launch((unsigned)n, hkv / hp, 32 * WARPS, [&] { fi::dec::decode<QT, KVT, D, GM, PF, ROPE, 0, WARPS, 0, STG>(dp); });
+  char what[128];
+  snprintf(what, sizeof what, "decode %s%s w%d n=%lld%s%s%s", F8 ? (E4 ? "e4m3 " : "e5m2 ") : "", chunk && n > B ? "split" : "",
+           WARPS, (long long)n, hp > 1 ? " head pairs" : "", tail > 0 ? " tail pieces" : "", STG ? " staged" : "");
   check(P, d, what);
+  if (emu::async_lost) {
+    fprintf(stderr, "FAIL %s: %ld staged copies never waited for\n", what, emu::async_lost);
+    fails++;
+  }
   for (int x : counters)
     if (x != 0) {
       fprintf(stderr, "FAIL decode: a merge counter left at %d\n", x);
@@ -592,6 +633,15 @@ int main() {
   decode_batch<fi_half, fi_half, 128, 8, 1, 0, 2>(8, 2, 16, {1300, 40, 700}, -1, 0.0, 1, 0, 1, 3);
   decode_batch<fi_bf16, fi_bf16, 64, 8, 1, 0, 1>(4, 2, 16, {2500, 7}, 1000, 0.0, 0, 0, 1, 4);
   decode_batch<fi_half, fi_e4m3, 128, 8, 1, 0, 4>(8, 2, 16, {300, 33}, -1, 0.0, 0, 0, 2, 2);
+  // Staged steps (FI_DECODE_STAGES): the ring wrapping many times in long unsplit chunks
+  // (2000 tokens: 31 steps a warp) beside requests of 0, 1 and 17 tokens; 3 slots (not a
+  // power of two) over a split plan with a window; fp8 head pairs with one slot; e5m2's
+  // two sub-steps a step and 16 rows; head_dim 64 with 1 warp and tail pieces.
+  decode_batch<fi_bf16, fi_bf16, 128, 8, 1, 0, 4, 2>(32, 8, 16, {2000, 17, 0, 1, 300}, -1, 0.0, 0);
+  decode_batch<fi_half, fi_half, 128, 8, 1, 0, 2, 3>(8, 2, 16, {1300, 40, 700}, 500, 0.0, 1);
+  decode_batch<fi_half, fi_e4m3, 128, 8, 1, 0, 4, 1>(8, 2, 16, {900, 33}, -1, 0.0, 0, 0, 2);
+  decode_batch<fi_bf16, fi_e5m2, 128, 16, 1, 0, 2, 2>(20, 2, 16, {700, 5}, -1, 20.0, 0);
+  decode_batch<fi_bf16, fi_bf16, 64, 8, 1, 0, 1, 3>(4, 2, 16, {2500, 7}, -1, 0.0, 0, 0, 1, 4);
 
 
   prefill_vs_decode<fi_bf16, 64, 0>(1, 8, 2, 300, -1, 0.0);

@@ -10,6 +10,7 @@
 #include <string.h>
 #include <time.h>
 
+#include "fi_admin.h"
 #include "ft.h"
 #include "gpu_util.h"
 
@@ -801,6 +802,56 @@ FT_TEST(decode_tail_pieces) {
     c = base("tail bf16 e4m3 16/1 G16", T_BF16, T_E4M3, 128, 16, 1, 16, 0, 3, 2000);
     run_case(&c);
   }
+  env_restore(&sv);
+}
+
+/* Staged steps (FI_DECODE_STAGES): plans whose kernel keeps two register buffers take
+ * 1-3 shared-memory slots a warp (the ring wraps in the long chunks); B=1 L=8192 is
+ * issue 4's row; MHA HND split, fp8 head pairs, 16 rows, head_dim 64 at page size 1,
+ * and tail pieces on top. The staged kernels are no prewarm key: after each case a
+ * cache key with its cache dtype, head_dim and slot count shows that a plan compiled
+ * (and so ran) one. */
+typedef struct {
+  const char *want[3];
+  int n;
+} staged_find;
+static int find_staged(const fi_cache_entry *e, void *user) {
+  staged_find *f = user;
+  if (strstr(e->key, f->want[0]) && strstr(e->key, f->want[1]) && strstr(e->key, f->want[2])) f->n++;
+  return 0;
+}
+static void run_staged(const dcase *c, const char *stages, const char *extra) {
+  run_case(c);
+  char kv[32], dim[32], st[32];
+  snprintf(kv, sizeof kv, "dtype_kv=%s;", tname(c->kvt));
+  snprintf(dim, sizeof dim, "head_dim=%d;", c->D);
+  snprintf(st, sizeof st, "%s;stages=%s", extra, stages);
+  staged_find f = {{kv, dim, st}, 0};
+  FT_CHECK(fi_admin_list(rt, "batch_decode", NULL, find_staged, &f) == FI_OK, "%s", fi_last_error());
+  FT_CHECK(f.n > 0, "%s: no batch_decode key with %s, %s and %s in the cache", c->name, kv, dim, st);
+}
+FT_TEST(decode_staged_steps) {
+  static const char *const stages[3] = {"2", "1", "3"};
+  env_saved sv = env_save("FI_DECODE_STAGES");
+  for (int s = 0; s < 3; s++) {
+    setenv("FI_DECODE_STAGES", stages[s], 1);
+    dcase c = base("staged bf16 32/8 B=1 L=8192", T_BF16, T_BF16, 128, 32, 8, 16, 0, 1, 8192);
+    run_staged(&c, stages[s], "");
+    c = base("staged f16 MHA 32/32 HND B=3 split", T_F16, T_F16, 128, 32, 32, 16, 1, 3, 3000);
+    run_staged(&c, stages[s], "");
+    c = base("staged e4m3 32/8 B=2 head pairs", T_BF16, T_E4M3, 128, 32, 8, 16, 0, 2, 4000);
+    run_staged(&c, stages[s], "");
+    c = base("staged bf16 64/4 G16 B=4", T_BF16, T_BF16, 128, 64, 4, 16, 0, 4, 2000);
+    run_staged(&c, stages[s], "");
+    c = base("staged f16 D64 16/2 page 1", T_F16, T_F16, 64, 16, 2, 1, 0, 5, 1500);
+    run_staged(&c, stages[s], "");
+  }
+  setenv("FI_DECODE_STAGES", "2", 1);
+  env_saved tv = env_save("FI_DECODE_TAIL");
+  setenv("FI_DECODE_TAIL", "2x4", 1);
+  dcase c = base("staged tail bf16 32/8 B=2", T_BF16, T_BF16, 128, 32, 8, 16, 0, 2, 6000);
+  run_staged(&c, "2", ";tail=1");
+  env_restore(&tv);
   env_restore(&sv);
 }
 

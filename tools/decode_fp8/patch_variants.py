@@ -17,12 +17,12 @@ def rep(a,b,cnt=1):
     n=s.count(a)
     assert n==cnt,(a,n)
     s=s.replace(a,b)
-rep("template <typename QT, typename KVT, int D, int GM, int PF, int ROPE, int SINGLE, int WARPS, int HP, int TAIL>\nFI_DEVICE void decode_heads(",
-    "template <typename QT, typename KVT, int D, int GM, int PF, int ROPE, int SINGLE, int WARPS, int HP, int TAIL, int X>\nFI_DEVICE void decode_heads(")
-rep("template <typename QT, typename KVT, int D, int GM, int PF, int ROPE, int SINGLE, int WARPS, int TAIL = 0>\nFI_DEVICE void decode(",
+rep("template <typename QT, typename KVT, int D, int GM, int PF, int ROPE, int SINGLE, int WARPS, int HP, int TAIL,\n          int STG>\nFI_DEVICE void decode_heads(",
+    "template <typename QT, typename KVT, int D, int GM, int PF, int ROPE, int SINGLE, int WARPS, int HP, int TAIL, int STG, int X>\nFI_DEVICE void decode_heads(")
+rep("template <typename QT, typename KVT, int D, int GM, int PF, int ROPE, int SINGLE, int WARPS, int TAIL = 0,\n          int STG = 0>\nFI_DEVICE void decode(",
     "template <typename QT, typename KVT, int D, int GM, int PF, int ROPE, int SINGLE, int WARPS, int X = 0>\nFI_DEVICE void decode(")
-rep("      decode_heads<QT, KVT, D, GM, PF, ROPE, SINGLE, WARPS, 2, TAIL>(p);", "      decode_heads<QT, KVT, D, GM, PF, ROPE, SINGLE, WARPS, 2, 0, X>(p);")
-rep("  decode_heads<QT, KVT, D, GM, PF, ROPE, SINGLE, WARPS, 1, TAIL>(p);", "  decode_heads<QT, KVT, D, GM, PF, ROPE, SINGLE, WARPS, 1, 0, X>(p);")
+rep("      decode_heads<QT, KVT, D, GM, PF, ROPE, SINGLE, WARPS, 2, TAIL, STG>(p);", "      decode_heads<QT, KVT, D, GM, PF, ROPE, SINGLE, WARPS, 2, 0, 0, X>(p);")
+rep("  decode_heads<QT, KVT, D, GM, PF, ROPE, SINGLE, WARPS, 1, TAIL, STG>(p);", "  decode_heads<QT, KVT, D, GM, PF, ROPE, SINGLE, WARPS, 1, 0, 0, X>(p);")
 # conversion variants
 rep("  if constexpr (same<KVT, fi_e4m3>::value) wide = KV::E4M3_WIDE;",
     "  if constexpr (same<KVT, fi_e4m3>::value) wide = (X & 8) ? 1.0f : KV::E4M3_WIDE;")

@@ -21,18 +21,20 @@ def rep(a, b):
     s = s.replace(a, b)
 
 
-rep("template <typename QT, typename KVT, int D, int GM, int PF, int ROPE, int SINGLE, int WARPS, int HP, int TAIL>\n"
+rep("template <typename QT, typename KVT, int D, int GM, int PF, int ROPE, int SINGLE, int WARPS, int HP, int TAIL,\n"
+    "          int STG>\n"
     "FI_DEVICE void decode_heads(",
-    "template <typename QT, typename KVT, int D, int GM, int PF, int ROPE, int SINGLE, int WARPS, int HP, int TAIL, int TRC>\n"
+    "template <typename QT, typename KVT, int D, int GM, int PF, int ROPE, int SINGLE, int WARPS, int HP, int TAIL, int STG, int TRC>\n"
     "FI_DEVICE void decode_heads(")
-rep("template <typename QT, typename KVT, int D, int GM, int PF, int ROPE, int SINGLE, int WARPS, int TAIL = 0>\n"
+rep("template <typename QT, typename KVT, int D, int GM, int PF, int ROPE, int SINGLE, int WARPS, int TAIL = 0,\n"
+    "          int STG = 0>\n"
     "FI_DEVICE void decode(",
     "template <typename QT, typename KVT, int D, int GM, int PF, int ROPE, int SINGLE, int WARPS, int TRC>\n"
     "FI_DEVICE void decode(")
-rep("      decode_heads<QT, KVT, D, GM, PF, ROPE, SINGLE, WARPS, 2, TAIL>(p);",
-    "      decode_heads<QT, KVT, D, GM, PF, ROPE, SINGLE, WARPS, 2, 0, TRC>(p);")
-rep("  decode_heads<QT, KVT, D, GM, PF, ROPE, SINGLE, WARPS, 1, TAIL>(p);",
-    "  decode_heads<QT, KVT, D, GM, PF, ROPE, SINGLE, WARPS, 1, 0, TRC>(p);")
+rep("      decode_heads<QT, KVT, D, GM, PF, ROPE, SINGLE, WARPS, 2, TAIL, STG>(p);",
+    "      decode_heads<QT, KVT, D, GM, PF, ROPE, SINGLE, WARPS, 2, 0, 0, TRC>(p);")
+rep("  decode_heads<QT, KVT, D, GM, PF, ROPE, SINGLE, WARPS, 1, TAIL, STG>(p);",
+    "  decode_heads<QT, KVT, D, GM, PF, ROPE, SINGLE, WARPS, 1, 0, 0, TRC>(p);")
 rep("struct tok_loc {\n  int32_t page, slot;\n};", r'''struct tok_loc {
   int32_t page, slot;
 };
