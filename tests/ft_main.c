@@ -1,5 +1,5 @@
 /* ft_main.c: main() for every C test program: runs the registered tests (all,
- * or those named on the command line) and prints one PASS/FAIL line each. */
+ * or those named on the command line) and prints one PASS/FAIL line each; --list names them. */
 #include "ft.h"
 
 ft_case ft_cases[FT_MAX_CASES];
@@ -8,6 +8,11 @@ int ft_failed_now;
 
 int main(int argc, char **argv) {
   int passed = 0, failed = 0;
+  /* --list: the case names, one a line (scripts run each as its own process). */
+  if (argc == 2 && strcmp(argv[1], "--list") == 0) {
+    for (int i = 0; i < ft_ncases; i++) printf("%s\n", ft_cases[i].name);
+    return 0;
+  }
   for (int i = 0; i < ft_ncases; i++) {
     if (argc > 1) {
       int want = 0;

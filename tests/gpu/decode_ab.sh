@@ -1,0 +1,64 @@
+#!/bin/bash
+# decode_ab.sh: one focused GPU call for decode tuning work: every gpu_decode case under
+# each tuning setting, then an in-process fi-bench A/B of the settings; logs under $OUT.
+#
+# usage (on the GPU machine): tests/gpu/decode_ab.sh STAGE_DIR
+#   STAGE_DIR          what `make decode-stage` copies: fi-bench, fi-cache,
+#                      libfi_runtime.so.0 and tests/gpu_decode (build/decode-stage)
+#   AB_TEST_ENVS       settings gpu_decode runs under, ';'-separated, each a list of
+#                      VAR=VALUE joined by ','; "-" is none (default "-")
+#   AB_BENCH_VARIANTS  FI_BENCH_DECODE_VARIANTS for fi-bench (default: none, no A/B)
+#   AB_BENCH_PICK      FI_BENCH_DECODE_PICK (default 0,2,4,6,7,8: issue 4's rows)
+#   AB_BENCH_EXTRA     FI_BENCH_DECODE_EXTRA (default none)
+#   AB_REPEAT          FI_BENCH_DECODE_REPEAT (default 2)
+# The decode kernels are prewarmed first into a private cache that fi-bench and every test
+# process share (the runtime refuses one in a world-writable directory such as /tmp
+# itself); kernels of tuning keys compile at plan time into it. Each test case is its own
+# process, all at once, 250 s each.
+set -u
+A=$(cd "${1:?usage: decode_ab.sh STAGE_DIR}" && pwd)
+OUT=${OUT:-/tmp/decode-ab}
+mkdir -p "$OUT"
+C=$(mktemp -d)
+chmod 700 "$C"
+export FI_CACHE_PATH=$C/k.db FI_TEST_CACHE=$C/k.db  # fi-bench's cache; the GPU tests'
+export FI_LOG_LEVEL=${FI_LOG_LEVEL:-warn}
+T0=$(date +%s)
+el() { echo "$(($(date +%s) - T0)) s"; }
+
+nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.mem,temperature.gpu --format=csv \
+  > "$OUT/gpu.txt" 2>&1
+"$A/fi-cache" prewarm --arch sm_90 --op batch_decode --op single_decode --op decode_upload \
+  --op read_probe -j "$(nproc)" > "$OUT/prewarm.log" 2>&1
+echo "prewarm rc=$? ($(el)): $(tail -1 "$OUT/prewarm.log")"
+
+cases=$("$A/tests/gpu_decode" --list)
+rc_all=0
+IFS=';' read -ra envs <<< "${AB_TEST_ENVS:--}"
+for e in "${envs[@]}"; do
+  tag=$(echo "$e" | tr -c 'A-Za-z0-9\n' '_')
+  mkdir -p "$OUT/t_$tag"
+  IFS=',' read -ra kv <<< "$e"
+  [ "$e" = "-" ] && kv=()
+  for t in $cases; do
+    (env ${kv[@]+"${kv[@]}"} timeout 250 "$A/tests/gpu_decode" "$t" > "$OUT/t_$tag/$t.log" 2>&1
+     echo "$t rc=$?" >> "$OUT/t_$tag/rc.txt") &
+  done
+  wait
+  n=$(wc -l < "$OUT/t_$tag/rc.txt")
+  ok=$(grep -c ' rc=0$' "$OUT/t_$tag/rc.txt")
+  echo "gpu_decode under $e: $ok of $n cases passed ($(el))"
+  grep -v ' rc=0$' "$OUT/t_$tag/rc.txt"
+  [ "$ok" = "$n" ] || rc_all=1
+done
+
+if [ -n "${AB_BENCH_VARIANTS:-}" ]; then
+  FI_BENCH_DECODE_SWEEP=0 FI_BENCH_DECODE_PICK=${AB_BENCH_PICK:-0,2,4,6,7,8} \
+    FI_BENCH_DECODE_EXTRA=${AB_BENCH_EXTRA:-} FI_BENCH_DECODE_REPEAT=${AB_REPEAT:-2} \
+    FI_BENCH_DECODE_VARIANTS=$AB_BENCH_VARIANTS timeout 300 "$A/fi-bench" decode > "$OUT/bench.log" 2>&1
+  echo "fi-bench rc=$? ($(el))"
+  grep -iE "read|copy" "$OUT/bench.log" | head -3
+  grep "|" "$OUT/bench.log" | tail -60
+fi
+rm -rf "$C"
+exit $rc_all
