@@ -11,6 +11,10 @@
 #   AB_BENCH_PICK      FI_BENCH_DECODE_PICK (default 0,2,4,6,7,8: issue 4's rows)
 #   AB_BENCH_EXTRA     FI_BENCH_DECODE_EXTRA (default none)
 #   AB_REPEAT          FI_BENCH_DECODE_REPEAT (default 2)
+#   AB_NCU             settings (as in AB_TEST_ENVS) to profile one batch_decode launch of
+#                      fi-bench's AB_NCU_PICK case under, with Nsight Compute (clocks left
+#                      alone); default none
+#   AB_NCU_PICK        that case (default 7: B=1 L=8192 32/8)
 # The decode kernels are prewarmed first into a private cache that fi-bench and every test
 # process share (the runtime refuses one in a world-writable directory such as /tmp
 # itself); kernels of tuning keys compile at plan time into it. Each test case is its own
@@ -25,6 +29,14 @@ export FI_CACHE_PATH=$C/k.db FI_TEST_CACHE=$C/k.db  # fi-bench's cache; the GPU 
 export FI_LOG_LEVEL=${FI_LOG_LEVEL:-warn}
 T0=$(date +%s)
 el() { echo "$(($(date +%s) - T0)) s"; }
+# with SETTING CMD...: CMD under SETTING (VAR=VALUE pairs joined by ',', or "-").
+with() {
+  local kv=()
+  [ "$1" != "-" ] && IFS=',' read -ra kv <<< "$1"
+  shift
+  env ${kv[@]+"${kv[@]}"} "$@"
+}
+tag() { echo "$1" | tr -c 'A-Za-z0-9\n' '_'; }
 
 nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.mem,temperature.gpu --format=csv \
   > "$OUT/gpu.txt" 2>&1
@@ -36,12 +48,10 @@ cases=$("$A/tests/gpu_decode" --list)
 rc_all=0
 IFS=';' read -ra envs <<< "${AB_TEST_ENVS:--}"
 for e in "${envs[@]}"; do
-  tag=$(echo "$e" | tr -c 'A-Za-z0-9\n' '_')
+  tag=$(tag "$e")
   mkdir -p "$OUT/t_$tag"
-  IFS=',' read -ra kv <<< "$e"
-  [ "$e" = "-" ] && kv=()
   for t in $cases; do
-    (env ${kv[@]+"${kv[@]}"} timeout 250 "$A/tests/gpu_decode" "$t" > "$OUT/t_$tag/$t.log" 2>&1
+    (with "$e" timeout 250 "$A/tests/gpu_decode" "$t" > "$OUT/t_$tag/$t.log" 2>&1
      echo "$t rc=$?" >> "$OUT/t_$tag/rc.txt") &
   done
   wait
@@ -59,6 +69,18 @@ if [ -n "${AB_BENCH_VARIANTS:-}" ]; then
   echo "fi-bench rc=$? ($(el))"
   grep -iE "read|copy" "$OUT/bench.log" | head -3
   grep "|" "$OUT/bench.log" | tail -60
+fi
+if [ -n "${AB_NCU:-}" ]; then
+  IFS=';' read -ra nenvs <<< "$AB_NCU"
+  for e in "${nenvs[@]}"; do
+    f="$OUT/ncu_$(tag "$e").txt"
+    with "$e" FI_BENCH_DECODE_SWEEP=0 FI_BENCH_DECODE_PICK=${AB_NCU_PICK:-7} FI_BENCH_DECODE_REPEAT=1 \
+      timeout 240 ncu --clock-control none -k regex:fi_batch_decode --launch-skip 10 --launch-count 1 \
+      --section SpeedOfLight --section MemoryWorkloadAnalysis --section Occupancy --section WarpStateStats \
+      --section SchedulerStats "$A/fi-bench" decode > "$f" 2>&1
+    echo "ncu under $e rc=$? ($(el))"
+    grep -E " Duration|DRAM Throughput|L2 Hit Rate|Achieved Occupancy|Stall Long Scoreboard" "$f" | head -8
+  done
 fi
 rm -rf "$C"
 exit $rc_all
