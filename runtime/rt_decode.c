@@ -181,7 +181,6 @@ FI_API fi_status fi_batch_decode_workspace_size(fi_runtime *rt, DLDevice device,
 
 FI_API void fi_batch_decode_plan_destroy(fi_decode_plan *plan) { free(plan); }
 
-/* Writes n words (data, or fill_value when data is NULL) at dst on the stream. */
 /* Staged steps (FI_DECODE_STAGES, tuning) for a plan's key whose kernel *k is loaded: a
  * two-buffer kernel over 16-byte loads (not fp8 at head_dim 64), on CUDA, takes the
  * setting's slots, cut to what the device lets a block have beside the kernel's own
@@ -203,6 +202,7 @@ static fi_status stage_key(fi_runtime *rt, jit_key *key, const rt_device_i *be, 
   return rt_kernel_get(rt, key, be, dev, k);
 }
 
+/* Writes n words (data, or fill_value when data is NULL) at dst on the stream. */
 static fi_status upload(fi_runtime *rt, const fi_decode_plan *pl, int32_t *dst,
                         const int32_t *data, int64_t n, void *stream) {
   jit_key key;
@@ -386,6 +386,16 @@ FI_API fi_status fi_batch_decode_plan(fi_runtime *rt, const fi_batch_decode_info
       return st;
     }
     if (r2 > sms * RT_DECODE_MAX_BLOCKS_PER_SM) r2 = sms * RT_DECODE_MAX_BLOCKS_PER_SM;
+    /* Slots that cost the 2-warp kernel blocks an SM: the switch as without them. */
+    if (r2 != resident && k2.v[DECODE_P_STAGES] > 0) {
+      k2.v[DECODE_P_STAGES] = 0;
+      if ((st = rt_kernel_get(rt, &k2, be, workspace->device.device_id, &k)) != FI_OK ||
+          (st = rt_kernel_resident(rt, k, 32 * DECODE_WARPS_WIDE, &r2)) != FI_OK) {
+        free(tab);
+        return st;
+      }
+      if (r2 > sms * RT_DECODE_MAX_BLOCKS_PER_SM) r2 = sms * RT_DECODE_MAX_BLOCKS_PER_SM;
+    }
     if (r2 == resident) key = k2;
   }
   /* Tail pieces (FI_DECODE_TAIL, tuning): the item-major kernel, compiled now if need be. */

@@ -162,15 +162,16 @@ static int ensure_device(cuda_state *s, int dev, char *err, size_t errlen) {
                                              d)) != 0 ||
                (r = api.cuDeviceGetAttribute(&minor, CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MINOR,
                                              d)) != 0 ||
-               (r = api.cuDeviceGetAttribute(&sms, CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT, d)) != 0 ||
-               (r = api.cuDeviceGetAttribute(&optin, CU_DEVICE_ATTRIBUTE_MAX_SHARED_MEMORY_PER_BLOCK_OPTIN,
-                                             d)) != 0) {
+               (r = api.cuDeviceGetAttribute(&sms, CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT, d)) !=
+                   0) {
       cu_msg(r, "cuDeviceGetAttribute", err, errlen);
       rc = -1;
     } else if ((r = api.cuDevicePrimaryCtxRetain(&s->ctx[dev], d)) != 0) {
       cu_msg(r, "cuDevicePrimaryCtxRetain", err, errlen);
       rc = -1;
     } else {
+      /* Only the staged decode steps ask for this: unknown, they take no slots. */
+      if (api.cuDeviceGetAttribute(&optin, CU_DEVICE_ATTRIBUTE_MAX_SHARED_MEMORY_PER_BLOCK_OPTIN, d) != 0) optin = 0;
       s->sms[dev] = sms;
       s->smem_optin[dev] = optin;
       __atomic_store_n(&s->cc[dev], major * 10 + minor, __ATOMIC_RELEASE);

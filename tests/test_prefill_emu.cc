@@ -568,13 +568,21 @@ static void decode_batch(int hq, int hkv, int ps, std::vector<int> lens, int win
   dp.kv_heads_per_block = hp;
   static_assert(STG * WARPS * FI_DECODE_STAGE_BYTES(D) <= (int)sizeof fi_dec_smem, "the emulator's slots");
   // Stale slot bytes would pass for data the ring failed to copy (or waited for too
-  // little): poison them.
-  memset(fi_dec_smem, 0xff, sizeof fi_dec_smem);
+  // little): each block starts on poisoned slots (thread 0 runs first, before any copy).
   emu::async_lost = 0;
+  auto poisoned = [&] {
+    if (threadIdx.x == 0) memset(fi_dec_smem, 0xff, sizeof fi_dec_smem);
+  };
   if (tail > 0)
-    emu::launch(hkv / hp, (unsigned)n, 32 * WARPS, [&] { fi::dec::decode<QT, KVT, D, GM, PF, ROPE, 0, WARPS, 1, STG>(dp); });
+    emu::launch(hkv / hp, (unsigned)n, 32 * WARPS, [&] {
+      poisoned();
+      fi::dec::decode<QT, KVT, D, GM, PF, ROPE, 0, WARPS, 1, STG>(dp);
+    });
   else
-    emu::launch((unsigned)n, hkv / hp, 32 * WARPS, [&] { fi::dec::decode<QT, KVT, D, GM, PF, ROPE, 0, WARPS, 0, STG>(dp); });
+    emu::launch((unsigned)n, hkv / hp, 32 * WARPS, [&] {
+      poisoned();
+      fi::dec::decode<QT, KVT, D, GM, PF, ROPE, 0, WARPS, 0, STG>(dp);
+    });
   char what[128];
   snprintf(what, sizeof what, "decode %s%s w%d n=%lld%s%s%s", F8 ? (E4 ? "e4m3 " : "e5m2 ") : "", chunk && n > B ? "split" : "",
            WARPS, (long long)n, hp > 1 ? " head pairs" : "", tail > 0 ? " tail pieces" : "", STG ? " staged" : "");

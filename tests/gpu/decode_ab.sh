@@ -19,8 +19,13 @@
 # process share (the runtime refuses one in a world-writable directory such as /tmp
 # itself); kernels of tuning keys compile at plan time into it. Each test case is its own
 # process, all at once, 250 s each.
+# Exit status: 0 when the prewarm, every test case and fi-bench passed (Nsight Compute
+# is not counted); 1 otherwise; 2 when STAGE_DIR lacks a file or gpu_decode names no case.
 set -u
-A=$(cd "${1:?usage: decode_ab.sh STAGE_DIR}" && pwd)
+A=$(cd "${1:?usage: decode_ab.sh STAGE_DIR}" && pwd) || exit 2
+for f in fi-bench fi-cache libfi_runtime.so.0 tests/gpu_decode; do
+  [ -e "$A/$f" ] || { echo "decode_ab.sh: $A/$f missing (make decode-stage)" >&2; exit 2; }
+done
 OUT=${OUT:-/tmp/decode-ab}
 mkdir -p "$OUT"
 C=$(mktemp -d)
@@ -42,14 +47,17 @@ nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.mem,temperature.gpu 
   > "$OUT/gpu.txt" 2>&1
 "$A/fi-cache" prewarm --arch sm_90 --op batch_decode --op single_decode --op decode_upload \
   --op read_probe -j "$(nproc)" > "$OUT/prewarm.log" 2>&1
-echo "prewarm rc=$? ($(el)): $(tail -1 "$OUT/prewarm.log")"
+prc=$?
+echo "prewarm rc=$prc ($(el)): $(tail -1 "$OUT/prewarm.log")"
+rc_all=$((prc != 0))
 
 cases=$("$A/tests/gpu_decode" --list)
-rc_all=0
+[ -n "$cases" ] || { echo "decode_ab.sh: gpu_decode --list named no case" >&2; exit 2; }
 IFS=';' read -ra envs <<< "${AB_TEST_ENVS:--}"
 for e in "${envs[@]}"; do
   tag=$(tag "$e")
   mkdir -p "$OUT/t_$tag"
+  : > "$OUT/t_$tag/rc.txt"
   for t in $cases; do
     (with "$e" timeout 250 "$A/tests/gpu_decode" "$t" > "$OUT/t_$tag/$t.log" 2>&1
      echo "$t rc=$?" >> "$OUT/t_$tag/rc.txt") &
@@ -59,14 +67,16 @@ for e in "${envs[@]}"; do
   ok=$(grep -c ' rc=0$' "$OUT/t_$tag/rc.txt")
   echo "gpu_decode under $e: $ok of $n cases passed ($(el))"
   grep -v ' rc=0$' "$OUT/t_$tag/rc.txt"
-  [ "$ok" = "$n" ] || rc_all=1
+  [ "$n" -gt 0 ] && [ "$ok" = "$n" ] || rc_all=1
 done
 
 if [ -n "${AB_BENCH_VARIANTS:-}" ]; then
   FI_BENCH_DECODE_SWEEP=0 FI_BENCH_DECODE_PICK=${AB_BENCH_PICK:-0,2,4,6,7,8} \
     FI_BENCH_DECODE_EXTRA=${AB_BENCH_EXTRA:-} FI_BENCH_DECODE_REPEAT=${AB_REPEAT:-2} \
     FI_BENCH_DECODE_VARIANTS=$AB_BENCH_VARIANTS timeout 300 "$A/fi-bench" decode > "$OUT/bench.log" 2>&1
-  echo "fi-bench rc=$? ($(el))"
+  brc=$?
+  echo "fi-bench rc=$brc ($(el))"
+  [ "$brc" = 0 ] || rc_all=1
   grep -iE "read|copy" "$OUT/bench.log" | head -3
   grep "|" "$OUT/bench.log" | tail -60
 fi

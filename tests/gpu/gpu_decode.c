@@ -807,28 +807,33 @@ FT_TEST(decode_tail_pieces) {
 
 /* Staged steps (FI_DECODE_STAGES): plans whose kernel keeps two register buffers take
  * 1-3 shared-memory slots a warp (the ring wraps in the long chunks); B=1 L=8192 is
- * issue 4's row; MHA HND split, fp8 head pairs, 16 rows, head_dim 64 at page size 1,
- * and tail pieces on top. The staged kernels are no prewarm key: after each case a
- * cache key with its cache dtype, head_dim and slot count shows that a plan compiled
- * (and so ran) one. */
+ * issue 4's row; group 2 HND split, fp8 head pairs, 16 rows, head_dim 64 at page size
+ * 1, and tail pieces on top (every case a few requests, so two buffers from the start).
+ * The staged kernels are no prewarm key: after each case a cache key with its cache
+ * dtype, head_dim, rows and slot count (each case's own in this process) shows that a
+ * plan compiled, and so ran, one. With a cache shared between processes (FI_TEST_CACHE,
+ * tests/gpu/decode_ab.sh) another process's plan may have put it there. */
 typedef struct {
-  const char *want[3];
+  const char *want[4];
   int n;
 } staged_find;
 static int find_staged(const fi_cache_entry *e, void *user) {
   staged_find *f = user;
-  if (strstr(e->key, f->want[0]) && strstr(e->key, f->want[1]) && strstr(e->key, f->want[2])) f->n++;
+  int all = 1;
+  for (int i = 0; i < 4; i++) all &= strstr(e->key, f->want[i]) != NULL;
+  f->n += all;
   return 0;
 }
 static void run_staged(const dcase *c, const char *stages, const char *extra) {
   run_case(c);
-  char kv[32], dim[32], st[32];
+  char kv[32], dim[32], rows[32], st[32];
   snprintf(kv, sizeof kv, "dtype_kv=%s;", tname(c->kvt));
   snprintf(dim, sizeof dim, "head_dim=%d;", c->D);
+  snprintf(rows, sizeof rows, "rows=%d;", c->hq / c->hkv <= 8 ? 8 : 16);
   snprintf(st, sizeof st, "%s;stages=%s", extra, stages);
-  staged_find f = {{kv, dim, st}, 0};
+  staged_find f = {{kv, dim, rows, st}, 0};
   FT_CHECK(fi_admin_list(rt, "batch_decode", NULL, find_staged, &f) == FI_OK, "%s", fi_last_error());
-  FT_CHECK(f.n > 0, "%s: no batch_decode key with %s, %s and %s in the cache", c->name, kv, dim, st);
+  FT_CHECK(f.n > 0, "%s: no batch_decode key with %s, %s, %s and %s in the cache", c->name, kv, dim, rows, st);
 }
 FT_TEST(decode_staged_steps) {
   static const char *const stages[3] = {"2", "1", "3"};
@@ -837,7 +842,7 @@ FT_TEST(decode_staged_steps) {
     setenv("FI_DECODE_STAGES", stages[s], 1);
     dcase c = base("staged bf16 32/8 B=1 L=8192", T_BF16, T_BF16, 128, 32, 8, 16, 0, 1, 8192);
     run_staged(&c, stages[s], "");
-    c = base("staged f16 MHA 32/32 HND B=3 split", T_F16, T_F16, 128, 32, 32, 16, 1, 3, 3000);
+    c = base("staged f16 16/8 HND B=3 split", T_F16, T_F16, 128, 16, 8, 16, 1, 3, 3000);
     run_staged(&c, stages[s], "");
     c = base("staged e4m3 32/8 B=2 head pairs", T_BF16, T_E4M3, 128, 32, 8, 16, 0, 2, 4000);
     run_staged(&c, stages[s], "");
