@@ -184,9 +184,10 @@ FI_API void fi_batch_decode_plan_destroy(fi_decode_plan *plan) { free(plan); }
 /* Staged steps (FI_DECODE_STAGES, tuning) for a plan's key whose kernel *k is loaded: a
  * two-buffer kernel over 16-byte loads (not fp8 at head_dim 64), on CUDA, takes the
  * setting's slots, cut to what the device lets a block have beside the kernel's own
- * shared memory (the same with slots or without); *k becomes the staged kernel. */
+ * shared memory (the same with slots or without); *k becomes the staged kernel. With
+ * `hold`, only if the slots cost no blocks an SM (else the key and *k stay as they were). */
 static fi_status stage_key(fi_runtime *rt, jit_key *key, const rt_device_i *be, int devtype, int dev,
-                           rt_kernel **k) {
+                           rt_kernel **k, int hold) {
   int stages = rt_dec_stages();
   const int kvdt = (int)key->v[DECODE_P_DTYPE_KV], dim = (int)key->v[DECODE_P_HEAD_DIM];
   if (stages <= 0 || key->v[DECODE_P_PIPELINE] != 1 || devtype != kDLCUDA ||
@@ -198,8 +199,19 @@ static fi_status stage_key(fi_runtime *rt, jit_key *key, const rt_device_i *be, 
   if (st != FI_OK) return st;
   if (stages * slot_bytes > (int64_t)room) stages = (int)(room / slot_bytes);
   if (stages <= 0) return FI_OK;
+  rt_kernel *plain = *k;
   key->v[DECODE_P_STAGES] = stages;
-  return rt_kernel_get(rt, key, be, dev, k);
+  if ((st = rt_kernel_get(rt, key, be, dev, k)) != FI_OK || !hold) return st;
+  const int threads = 32 * (int)key->v[DECODE_P_WARPS];
+  int r0, r1;
+  if ((st = rt_kernel_resident(rt, plain, threads, &r0)) != FI_OK ||
+      (st = rt_kernel_resident(rt, *k, threads, &r1)) != FI_OK)
+    return st;
+  if (r1 != r0) {
+    key->v[DECODE_P_STAGES] = 0;
+    *k = plain;
+  }
+  return FI_OK;
 }
 
 /* Writes n words (data, or fill_value when data is NULL) at dst on the stream. */
@@ -322,7 +334,7 @@ FI_API fi_status fi_batch_decode_plan(fi_runtime *rt, const fi_batch_decode_info
     if ((st = rt_kernel_resident(rt, k, 32 * (int)key.v[DECODE_P_WARPS], &resident)) != FI_OK) return st;
   }
   /* Staged steps (FI_DECODE_STAGES): the split target is the staged kernel's residency. */
-  if ((st = stage_key(rt, &key, be, workspace->device.device_type, workspace->device.device_id, &k)) != FI_OK ||
+  if ((st = stage_key(rt, &key, be, workspace->device.device_type, workspace->device.device_id, &k, 0)) != FI_OK ||
       (st = rt_kernel_resident(rt, k, 32 * (int)key.v[DECODE_P_WARPS], &resident)) != FI_OK)
     return st;
   if (!fresh) {
@@ -380,23 +392,20 @@ FI_API fi_status fi_batch_decode_plan(fi_runtime *rt, const fi_batch_decode_info
     k2.v[DECODE_P_WARPS] = DECODE_WARPS_WIDE;
     int r2;
     if ((st = rt_kernel_get(rt, &k2, be, workspace->device.device_id, &k)) != FI_OK ||
-        (st = stage_key(rt, &k2, be, workspace->device.device_type, workspace->device.device_id, &k)) != FI_OK ||
         (st = rt_kernel_resident(rt, k, 32 * DECODE_WARPS_WIDE, &r2)) != FI_OK) {
       free(tab);
       return st;
     }
     if (r2 > sms * RT_DECODE_MAX_BLOCKS_PER_SM) r2 = sms * RT_DECODE_MAX_BLOCKS_PER_SM;
-    /* Slots that cost the 2-warp kernel blocks an SM: the switch as without them. */
-    if (r2 != resident && k2.v[DECODE_P_STAGES] > 0) {
-      k2.v[DECODE_P_STAGES] = 0;
-      if ((st = rt_kernel_get(rt, &k2, be, workspace->device.device_id, &k)) != FI_OK ||
-          (st = rt_kernel_resident(rt, k, 32 * DECODE_WARPS_WIDE, &r2)) != FI_OK) {
+    /* Staged steps only where they keep the switch's blocks an SM. */
+    if (r2 == resident) {
+      key = k2;
+      if ((st = stage_key(rt, &key, be, workspace->device.device_type, workspace->device.device_id, &k, 1)) !=
+          FI_OK) {
         free(tab);
         return st;
       }
-      if (r2 > sms * RT_DECODE_MAX_BLOCKS_PER_SM) r2 = sms * RT_DECODE_MAX_BLOCKS_PER_SM;
     }
-    if (r2 == resident) key = k2;
   }
   /* Tail pieces (FI_DECODE_TAIL, tuning): the item-major kernel, compiled now if need be. */
   if (tail > 0) {

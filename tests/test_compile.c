@@ -150,16 +150,22 @@ FT_TEST(binaries_are_elf_of_the_target) {
   }
 }
 
-/* The item-major batch-decode kernels of plans with tail pieces (FI_DECODE_TAIL, key
- * tail=1) are not registered, so prewarm never builds them: they compile here, for sm_90,
- * sm_80 and gfx90a, under keys of their own beside the tail=0 ones. */
-FT_TEST(decode_tail_keys_compile) {
+/* The batch-decode kernels of the tuning knobs are not registered, so prewarm never
+ * builds them: the item-major kernels of plans with tail pieces (FI_DECODE_TAIL, key
+ * tail=1) and the staged-step ones (FI_DECODE_STAGES, key stages=N) compile here, for
+ * sm_90, sm_80 and gfx90a (where the runtime stages nothing, but the template is
+ * portable), each under a key of its own beside the plain one. Only staged keys ask for
+ * dynamic shared memory: every other batch_decode kernel launches without, as before. */
+FT_TEST(decode_tuning_keys_compile) {
   static const struct {
-    int q, kv, dim, group, warps, pipeline;
-  } ks[] = {{JIT_DT_BF16, JIT_DT_BF16, 128, 4, 4, DECODE_PIPE_CAPPED},
-            {JIT_DT_F16, JIT_DT_F16, 128, 4, 2, 1},
-            {JIT_DT_BF16, JIT_DT_E4M3, 128, 4, 2, 1},
-            {JIT_DT_F16, JIT_DT_F16, 64, 16, 4, 0}};
+    int q, kv, dim, group, warps, pipeline, param, value;
+  } ks[] = {{JIT_DT_BF16, JIT_DT_BF16, 128, 4, 4, DECODE_PIPE_CAPPED, DECODE_P_TAIL, 1},
+            {JIT_DT_F16, JIT_DT_F16, 128, 4, 2, 1, DECODE_P_TAIL, 1},
+            {JIT_DT_BF16, JIT_DT_E4M3, 128, 4, 2, 1, DECODE_P_TAIL, 1},
+            {JIT_DT_F16, JIT_DT_F16, 64, 16, 4, 0, DECODE_P_TAIL, 1},
+            {JIT_DT_BF16, JIT_DT_BF16, 128, 4, 4, 1, DECODE_P_STAGES, 2},
+            {JIT_DT_BF16, JIT_DT_E4M3, 128, 4, 2, 1, DECODE_P_STAGES, 3},
+            {JIT_DT_F16, JIT_DT_F16, 64, 16, 1, 1, DECODE_P_STAGES, 1}};
   const char *archs[3] = {"sm_90", "sm_80", "gfx90a"};
   fi_runtime *rt = mem_runtime(1);
   FT_REQUIRE(rt != NULL);
@@ -169,55 +175,27 @@ FT_TEST(decode_tail_keys_compile) {
       jit_key k;
       jit_decode_select(0, ks[i].q, ks[i].kv, ks[i].dim, ks[i].group, 0, ks[i].warps, &k);
       k.v[DECODE_P_PIPELINE] = ks[i].pipeline;
-      cache_record plain, tl;
+      const char *name = k.op->params[ks[i].param].name;
+      FT_CHECK(k.op->dyn_smem && k.op->dyn_smem(&k) == 0, "key %zu %s=0: %u bytes", i, name,
+               k.op->dyn_smem ? k.op->dyn_smem(&k) : 0u);
+      cache_record plain, knob;
       fi_status st = rt_binary_ensure(rt, &k, archs[a], 0, NULL, NULL, &plain);
-      FT_CHECK(st == FI_OK, "%s key %zu tail=0: %s", archs[a], i, fi_last_error());
+      FT_CHECK(st == FI_OK, "%s key %zu %s=0: %s", archs[a], i, name, fi_last_error());
       if (st != FI_OK) continue;
-      k.v[DECODE_P_TAIL] = 1;
-      st = rt_binary_ensure(rt, &k, archs[a], 0, NULL, NULL, &tl);
-      FT_CHECK(st == FI_OK, "%s key %zu tail=1: %s", archs[a], i, fi_last_error());
+      k.v[ks[i].param] = ks[i].value;
+      const unsigned smem = ks[i].param == DECODE_P_STAGES ? (unsigned)(ks[i].value * ks[i].warps * 64 * ks[i].dim) : 0u;
+      FT_CHECK(k.op->dyn_smem(&k) == smem, "key %zu %s=%d: dynamic shared memory %u, not %u", i, name,
+               ks[i].value, k.op->dyn_smem(&k), smem);
+      st = rt_binary_ensure(rt, &k, archs[a], 0, NULL, NULL, &knob);
+      FT_CHECK(st == FI_OK, "%s key %zu %s=%d: %s", archs[a], i, name, ks[i].value, fi_last_error());
       if (st == FI_OK) {
-        FT_CHECK(strstr(tl.key, ";tail=1") && strstr(plain.key, ";tail=0"), "%s keys: %s, %s", archs[a],
-                 plain.key, tl.key);
-        cache_record_free(&tl);
+        char on[32], off[32];
+        snprintf(on, sizeof on, ";%s=%d", name, ks[i].value);
+        snprintf(off, sizeof off, ";%s=0", name);
+        FT_CHECK(strstr(knob.key, on) && strstr(plain.key, off), "%s keys: %s, %s", archs[a], plain.key, knob.key);
+        cache_record_free(&knob);
       }
       cache_record_free(&plain);
-    }
-  fi_runtime_destroy(rt);
-}
-
-/* The staged-step kernels (FI_DECODE_STAGES, key stages=N) are not registered either:
- * they compile here for sm_90, sm_80 and gfx90a (where the runtime does not pick them, but
- * the template is portable), and the op asks for their slots' shared memory. */
-FT_TEST(decode_stage_keys_compile) {
-  static const struct {
-    int q, kv, dim, group, warps, stages;
-  } ks[] = {{JIT_DT_BF16, JIT_DT_BF16, 128, 4, 4, 2},
-            {JIT_DT_BF16, JIT_DT_E4M3, 128, 4, 2, 3},
-            {JIT_DT_F16, JIT_DT_F16, 64, 16, 1, 1}};
-  const char *archs[3] = {"sm_90", "sm_80", "gfx90a"};
-  fi_runtime *rt = mem_runtime(1);
-  FT_REQUIRE(rt != NULL);
-  const int sample = sample_scale() > 1 ? 2 : 1;
-  for (int a = 0; a < 3; a++)
-    for (size_t i = (size_t)a % (size_t)sample; i < sizeof ks / sizeof ks[0]; i += (size_t)sample) {
-      jit_key k;
-      jit_decode_select(0, ks[i].q, ks[i].kv, ks[i].dim, ks[i].group, 0, ks[i].warps, &k);
-      k.v[DECODE_P_PIPELINE] = 1;
-      /* Every other batch_decode kernel launches with no dynamic shared memory, as before. */
-      FT_CHECK(k.op->dyn_smem && k.op->dyn_smem(&k) == 0, "key %zu stages=0: %u bytes", i,
-               k.op->dyn_smem ? k.op->dyn_smem(&k) : 0u);
-      k.v[DECODE_P_STAGES] = ks[i].stages;
-      FT_CHECK(k.op->dyn_smem && k.op->dyn_smem(&k) == (unsigned)(ks[i].stages * ks[i].warps * 64 * ks[i].dim),
-               "key %zu: dynamic shared memory %u", i, k.op->dyn_smem ? k.op->dyn_smem(&k) : 0u);
-      cache_record r;
-      fi_status st = rt_binary_ensure(rt, &k, archs[a], 0, NULL, NULL, &r);
-      FT_CHECK(st == FI_OK, "%s key %zu stages=%d: %s", archs[a], i, ks[i].stages, fi_last_error());
-      if (st != FI_OK) continue;
-      char want[32];
-      snprintf(want, sizeof want, ";stages=%d", ks[i].stages);
-      FT_CHECK(strstr(r.key, want) != NULL, "%s key: %s", archs[a], r.key);
-      cache_record_free(&r);
     }
   fi_runtime_destroy(rt);
 }

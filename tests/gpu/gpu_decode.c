@@ -293,7 +293,6 @@ static fi_attention_params params_of(const dcase *c) {
   return p;
 }
 
-/* Checks rows [0, B) of out/lse (device images) against the reference. */
 /* An environment variable's value, to put back after a test sets it (run_gpu.sh sets
  * some for a whole run). */
 typedef struct {
@@ -316,6 +315,7 @@ static void env_restore(const env_saved *e) {
     unsetenv(e->var);
 }
 
+/* Checks rows [0, B) of out/lse (device images) against the reference. */
 static void check_rows(const dcase *c, const char *what, const batch_data *bd, int B, const void *out,
                        const float *lse) {
   errs e;
