@@ -165,8 +165,7 @@ $(BUILD)/tests/wgmma_attn: tests/gpu/wgmma_attn.c tests/gpu/wgmma_host.h
 # packed rows take two consumers with four stages), on its 2x128 shape, with the persistent
 # grid capped at 3 blocks (so each block loops over many work units), on mma.sync alone,
 # and with the producer but no ping-pong (FI_PREFILL_WS=1: other shapes and stage counts);
-# sampling also with top-p's exact membership test (FI_SAMPLING_TOPP=exact); decode also
-# with tail pieces (FI_DECODE_TAIL=2x4) and with staged steps (FI_DECODE_STAGES=2).
+# sampling also with top-p's exact membership test (FI_SAMPLING_TOPP=exact).
 gpu-test: all $(GPU_BINS) $(BUILD)/tests/probe_store
 	FI_BUILD=$(BUILD) FT_LOGDIR=$(BUILD)/gpu-logs tests/run_tests.sh $(GPU_BINS)
 	FI_PREFILL_WG=2x128 FI_BUILD=$(BUILD) FT_LOGDIR=$(BUILD)/gpu-logs-wg tests/run_tests.sh $(BUILD)/tests/gpu_prefill
@@ -174,8 +173,6 @@ gpu-test: all $(GPU_BINS) $(BUILD)/tests/probe_store
 	FI_PREFILL_WGMMA=0 FI_BUILD=$(BUILD) FT_LOGDIR=$(BUILD)/gpu-logs-mma tests/run_tests.sh $(BUILD)/tests/gpu_prefill
 	FI_PREFILL_WS=1 FI_BUILD=$(BUILD) FT_LOGDIR=$(BUILD)/gpu-logs-ws1 tests/run_tests.sh $(BUILD)/tests/gpu_prefill
 	FI_SAMPLING_TOPP=exact FI_BUILD=$(BUILD) FT_LOGDIR=$(BUILD)/gpu-logs-topp tests/run_tests.sh $(BUILD)/tests/gpu_sampling
-	FI_DECODE_TAIL=2x4 FI_BUILD=$(BUILD) FT_LOGDIR=$(BUILD)/gpu-logs-tail tests/run_tests.sh $(BUILD)/tests/gpu_decode
-	FI_DECODE_STAGES=2 FI_BUILD=$(BUILD) FT_LOGDIR=$(BUILD)/gpu-logs-stages tests/run_tests.sh $(BUILD)/tests/gpu_decode
 
 # What tests/gpu/decode_ab.sh runs on the GPU machine, in one folder to carry there.
 decode-stage: all $(BUILD)/tests/gpu_decode

@@ -71,12 +71,11 @@ static int render(const jit_key *k, const char *entry, char *buf, size_t n, int 
                    "extern \"C\" __global__ void FI_LAUNCH_BOUNDS(%d, %d)\n"
                    "%s(fi_decode_params p) {\n"
                    "  fi_pdl_enter();\n"
-                   "  fi::dec::decode<%s, %s, %d, %d, %d, %d, %d, %d, %d, %d>(p);\n"
+                   "  fi::dec::decode<%s, %s, %d, %d, %d, %d, %d, %d>(p);\n"
                    "}\n",
                    threads, min_blocks, entry, jit_dtype_cxx((int)v[DECODE_P_DTYPE_Q]),
                    jit_dtype_cxx((int)v[DECODE_P_DTYPE_KV]), (int)v[DECODE_P_HEAD_DIM],
-                   (int)v[DECODE_P_ROWS], pf, (int)v[DECODE_P_ROPE], single, (int)v[DECODE_P_WARPS],
-                   single ? 0 : (int)v[DECODE_P_TAIL], single ? 0 : (int)v[DECODE_P_STAGES]);
+                   (int)v[DECODE_P_ROWS], pf, (int)v[DECODE_P_ROPE], single, (int)v[DECODE_P_WARPS]);
   return w < 0 || (size_t)w >= n ? -1 : w;
 }
 static int render_single(const jit_key *k, const char *e, char *b, size_t n) { return render(k, e, b, n, 1); }
@@ -127,21 +126,11 @@ const jit_op jit_op_single_decode = {
     .config = config_single,
 };
 
-/* Staged steps' shared memory: their slots for every warp. */
-static unsigned batch_smem(const jit_key *k) {
-  return (unsigned)(k->v[DECODE_P_STAGES] * k->v[DECODE_P_WARPS] * FI_DECODE_STAGE_BYTES(k->v[DECODE_P_HEAD_DIM]));
-}
-
-/* ... and whether the plan has tail pieces (FI_DECODE_TAIL) and staged steps
- * (FI_DECODE_STAGES): not registered, a tuning knob's kernels compile at plan time. */
 const jit_op jit_op_batch_decode = {
     .name = "batch_decode",
     .template_name = "decode.cuh",
-    .nparams = 9,
-    .params = {{"dtype_q", JIT_P_DTYPE}, {"dtype_kv", JIT_P_DTYPE}, {"head_dim", JIT_P_INT},
-               {"rows", JIT_P_INT},      {"warps", JIT_P_INT},      {"pipeline", JIT_P_INT},
-               {"rope", JIT_P_INT},      {"tail", JIT_P_INT},       {"stages", JIT_P_INT}},
-    .dyn_smem = batch_smem,
+    .nparams = 7,
+    .params = DECODE_PARAMS,
     .render_entry = render_batch,
     .config_count = count_batch,
     .config = config_batch,

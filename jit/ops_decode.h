@@ -14,11 +14,7 @@ enum {
   DECODE_P_WARPS,    /* warps per block */
   DECODE_P_PIPELINE, /* 1: the next step's K and V loaded during this one; 0: K only;
                         DECODE_PIPE_CAPPED: K only, registers capped for 16 warps an SM */
-  DECODE_P_ROPE,     /* RoPE (Llama, non-interleaved halves) on q and k */
-  DECODE_P_TAIL,     /* batch decode only: 1 = the item-major grid of a plan with tail
-                        pieces (FI_DECODE_TAIL; kernels/decode.cuh's TAIL) */
-  DECODE_P_STAGES    /* batch decode only, two buffers: shared-memory slots a warp for its
-                        staged steps (FI_DECODE_STAGES; kernels/decode.cuh's STG), 0 = none */
+  DECODE_P_ROPE      /* RoPE (Llama, non-interleaved halves) on q and k */
 };
 
 /* The key for a call: single (1) or batch (0) decode, with warps warps a block

@@ -26,22 +26,10 @@
 // else; P V adds each head's V tiles, with P masked to that head's rows, into the same
 // accumulators. A token's row is then 256 contiguous bytes, as with a 16-bit cache,
 // not 128, at the same math per byte.
-// Tail pieces (TAIL, a plan's FI_DECODE_TAIL): the grid is (head blocks, items), so the
-// hardware starts the items in the plan's order and the short pieces listed last fill the
-// SMs the long blocks leave; a request's partial slots come from its items.
-// Staged steps (STG, a plan's FI_DECODE_STAGES; two buffers, batch decode): a warp's steps
-// from its third on come through a ring of STG slots of shared memory filled by cp.async,
-// so STG + 2 steps a warp are in flight where the registers alone hold 2.
 // On ROCm the mma is emulated with lane shuffles: correct, not fast.
 #pragma once
 #include "decode_params.h"
 #include "decode_mma.cuh"
-
-// The block's dynamic shared memory (staged steps: STG x WARPS x 64 x head_dim bytes);
-// the host emulator supplies its own.
-#ifndef FI_DEC_EMU_SMEM
-extern __shared__ unsigned char fi_dec_smem[] __attribute__((aligned(16)));
-#endif
 
 namespace fi {
 namespace dec {
@@ -55,10 +43,8 @@ struct tok_loc {
 // PF: 1 loads the whole next step while this one computes (two register buffers),
 // 0 loads the next step's K while this step's V is used (one buffer); ROPE: RoPE on
 // q and k; SINGLE: one contiguous request, no plan tables; WARPS: warps per block (1, 2,
-// 4 or 8); HP: KV heads a block (1, or 2: see above); TAIL: the item-major grid of a
-// plan with tail pieces (rt_decode_partition_tail); STG: staged steps (below, 0 = none).
-template <typename QT, typename KVT, int D, int GM, int PF, int ROPE, int SINGLE, int WARPS, int HP, int TAIL,
-          int STG>
+// 4 or 8); HP: KV heads a block (1, or 2: see above).
+template <typename QT, typename KVT, int D, int GM, int PF, int ROPE, int SINGLE, int WARPS, int HP>
 FI_DEVICE void decode_heads(const fi_decode_params &p) {
   typedef typename mma_type<QT, KVT>::type MT;
   typedef w16<MT> W;
@@ -84,7 +70,6 @@ FI_DEVICE void decode_heads(const fi_decode_params &p) {
   constexpr int SUB = FP8 && HP == 1 ? 2 : 1, STEP = 16 * SUB;
   static_assert(D == 64 || D == 128 || D == 256, "head_dim 64, 128 or 256");
   static_assert(WARPS == 1 || WARPS == 2 || WARPS == 4 || WARPS == 8, "1, 2, 4 or 8 warps");
-  static_assert(!TAIL || !SINGLE, "tail pieces: batch decode only");
 
   __shared__ float s_o[GM][D + 2];  // + 2: rows apart in the banks, dims kept in pairs
   __shared__ float s_m[WARPS][GM], s_d[WARPS][GM];
@@ -93,10 +78,7 @@ FI_DEVICE void decode_heads(const fi_decode_params &p) {
 
   const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5, g = lane >> 2, c = lane & 3;
   // hkv: the block's (first) KV head; GE: its rows (q heads hkv G .. hkv G + GE - 1).
-  // TAIL: grid (head blocks, items), so that the hardware hands out the items in order
-  // (a tail plan's pieces last), and a request's partial slots from the item.
-  const int item = TAIL ? blockIdx.y : blockIdx.x, hkv = (TAIL ? blockIdx.x : blockIdx.y) * HP;
-  const int G = p.group, GE = G * HP;
+  const int item = blockIdx.x, hkv = blockIdx.y * HP, G = p.group, GE = G * HP;
   // An e4m3 cache widened exactly (hardware conversion) instead of as value / 256.
   float wide = 1.0f;
   if constexpr (same<KVT, fi_e4m3>::value) wide = KV::E4M3_WIDE;
@@ -123,9 +105,6 @@ FI_DEVICE void decode_heads(const fi_decode_params &p) {
     nchunks = it.v[3] >> 16;
     page_base = it2.v[0];
     kv_len = it2.v[1];
-    // TAIL: the partial slot waits in s_last (free until the merge's counter) rather
-    // than in a register across the main loop, which the capped kernel cannot spare.
-    if (TAIL && tid == 0) s_last = it2.v[2];
   }
 
   const int nst = hi > lo ? (hi - lo + STEP - 1) / STEP : 0;
@@ -481,87 +460,6 @@ FI_DEVICE void decode_heads(const fi_decode_params &p) {
     for (int u = 0; u < SUB; u++) pv(vr[u], pb[u]);
   };
 
-  // ---- staged steps (STG > 0): this warp's steps i >= 2 (k = k0 + i WARPS) go global ->
-  // shared by cp.async into a ring of STG slots, beside the two register buffers, and
-  // each slot is refilled with the step STG on once its lanes have read it. A lane copies
-  // the very 16-byte chunks it would load and reads back only its own (at
-  // [slot][chunk][lane]: conflict-free), so its own wait_group is all the synchronisation;
-  // its read of a slot precedes, in its program order, the async write that refills it
-  // (as in cuda::pipeline's thread scope), and a warp barrier between them orders the two
-  // on paper too. The first STG go out here, before the q barrier: they take no
-  // registers. ----
-  static_assert(STG == 0 || (PF && VN == 4 && !SINGLE), "staged steps: two buffers, 16-byte loads, batch decode");
-  constexpr int SCH = SUB * (2 * NQ + 4 * NV);  // 16-byte chunks a lane holds of a step
-  static_assert(STG == 0 || SCH * 32 * 16 == FI_DECODE_STAGE_BYTES(D), "a slot's bytes as the runtime sizes them");
-  fi_vec<uint32_t, 4> *const stg = reinterpret_cast<fi_vec<uint32_t, 4> *>(fi_dec_smem) + warp * STG * SCH * 32 + lane;
-  auto stage_issue = [&](int s, int64_t off) {
-    fi_vec<uint32_t, 4> *d = stg + s * SCH * 32;
-#pragma unroll
-    for (int u = 0; u < SUB; u++)
-#pragma unroll
-      for (int t = 0; t < 2; t++) {
-        const KVT *row = kb + shfl64(off, 16 * u + 8 * t + g);
-#pragma unroll
-        for (int i = 0; i < NQ; i++) stage16<KV_HINT>(d + 32 * ((2 * u + t) * NQ + i), row + KC * (c + 4 * i), kv_pol);
-      }
-#pragma unroll
-    for (int u = 0; u < SUB; u++)
-#pragma unroll
-      for (int t = 0; t < 4; t++) {
-        const KVT *row = vb + shfl64(off, 16 * u + 2 * c + (t & 1) + 8 * (t >> 1));
-#pragma unroll
-        for (int s2 = 0; s2 < NV; s2++)
-          stage16<KV_HINT>(d + 32 * (SUB * 2 * NQ + (4 * u + t) * NV + s2), row + VC * (g + 8 * s2), kv_pol);
-      }
-  };
-  auto stage_read = [&](int s, uint32_t (&kr)[SUB][2][NQ][4], uint32_t (&vr)[SUB][4][NV][VN]) {
-    const fi_vec<uint32_t, 4> *d = stg + s * SCH * 32;
-#pragma unroll
-    for (int u = 0; u < SUB; u++)
-#pragma unroll
-      for (int t = 0; t < 2; t++)
-#pragma unroll
-        for (int i = 0; i < NQ; i++) {
-          const fi_vec<uint32_t, 4> x = d[32 * ((2 * u + t) * NQ + i)];
-#pragma unroll
-          for (int w = 0; w < 4; w++) kr[u][t][i][w] = x.v[w];
-        }
-#pragma unroll
-    for (int u = 0; u < SUB; u++)
-#pragma unroll
-      for (int t = 0; t < 4; t++)
-#pragma unroll
-        for (int s2 = 0; s2 < NV; s2++) {
-          const fi_vec<uint32_t, 4> x = d[32 * (SUB * 2 * NQ + (4 * u + t) * NV + s2)];
-#pragma unroll
-          for (int w = 0; w < VN; w++) vr[u][t][s2][w] = x.v[w];
-        }
-  };
-  int slot = 0;  // the ring slot of this warp's next staged step
-  tok_loc snext = loc0;  // the page lookup of the step that refills the next slot
-  if constexpr (STG > 0) {
-    tok_loc l[STG];
-#pragma unroll
-    for (int s = 0; s < STG; s++) l[s] = locate(k0 + (2 + s) * WARPS);
-#pragma unroll
-    for (int s = 0; s < STG; s++) {
-      if (k0 + (2 + s) * WARPS < nst) stage_issue(s, offset(l[s]));
-      stage_commit();
-    }
-    snext = locate(k0 + (2 + STG) * WARPS);
-  }
-  // Staged step kn into a register buffer; its slot then takes the step STG on.
-  auto unstage = [&](int kn, uint32_t (&kr)[SUB][2][NQ][4], uint32_t (&vr)[SUB][4][NV][VN]) {
-    stage_wait<(STG > 0 ? STG - 1 : 0)>();
-    stage_read(slot, kr, vr);
-    stage_syncwarp();
-    const int kf = kn + STG * WARPS;
-    if (kf < nst) stage_issue(slot, offset(snext));
-    stage_commit();
-    snext = locate(kf + WARPS);
-    slot = slot + 1 == STG ? 0 : slot + 1;
-  };
-
   __syncthreads();  // s_q
 
   // ---- the main loop: this warp's steps warp, warp + WARPS, ... ----
@@ -577,33 +475,23 @@ FI_DEVICE void decode_heads(const fi_decode_params &p) {
       for (int i = 2; i <= pfd; i++) prefetch(k0 + i * WARPS);
       const int ahead = (1 + pfd) * WARPS;
       int k = k0;
-      // (Staged steps from their slots; the loads' code stays inline: a lambda that
-      // captured `next` changed the one-buffer kernel's machine code.)
       for (;;) {
         if (k + WARPS < nst) {
-          if (STG > 0 && k >= k0 + WARPS) {
-            unstage(k + WARPS, kb2, vb2);
-          } else {
-            const int64_t off = offset(next);
-            load_k(off, kb2);
-            load_v(off, vb2);
-            next = locate(k + 2 * WARPS);
-            if (pfd > 0) prefetch(k + ahead);
-          }
+          const int64_t off = offset(next);
+          load_k(off, kb2);
+          load_v(off, vb2);
+          next = locate(k + 2 * WARPS);
+          if (pfd > 0) prefetch(k + ahead);
         }
         compute(k, ka, va);
         k += WARPS;
         if (k >= nst) break;
         if (k + WARPS < nst) {
-          if (STG > 0 && k >= k0 + WARPS) {
-            unstage(k + WARPS, ka, va);
-          } else {
-            const int64_t off = offset(next);
-            load_k(off, ka);
-            load_v(off, va);
-            next = locate(k + 2 * WARPS);
-            if (pfd > 0) prefetch(k + ahead);
-          }
+          const int64_t off = offset(next);
+          load_k(off, ka);
+          load_v(off, va);
+          next = locate(k + 2 * WARPS);
+          if (pfd > 0) prefetch(k + ahead);
         }
         compute(k, kb2, vb2);
         k += WARPS;
@@ -709,9 +597,8 @@ FI_DEVICE void decode_heads(const fi_decode_params &p) {
   // ---- a split request: this chunk's partial, then the last block of the (request,
   // KV head) merges all of them ----
   const int64_t hq = (int64_t)p.num_kv_heads * G;  // H_qo
-  const int pslot = TAIL ? s_last : item;  // s_last: written before the q barrier
   {
-    float *po = p.partial_o + ((int64_t)pslot * hq + head0) * D;
+    float *po = p.partial_o + ((int64_t)item * hq + head0) * D;
     for (int u = tid; u < GE * (D / 4); u += THREADS) {
       const int r = u / (D / 4), d4 = (u - r * (D / 4)) * 4;
       const float ds = s_fs[r], inv = ds > 0.0f ? v_scale / ds : 0.0f;
@@ -722,7 +609,7 @@ FI_DEVICE void decode_heads(const fi_decode_params &p) {
     }
     if (tid < GE) {
       const float ds = s_fs[tid];
-      p.partial_lse[(int64_t)pslot * hq + head0 + tid] = ds > 0.0f ? s_fm[tid] + log2f(ds) : neg_inf();
+      p.partial_lse[(int64_t)item * hq + head0 + tid] = ds > 0.0f ? s_fm[tid] + log2f(ds) : neg_inf();
     }
   }
   __threadfence();
@@ -733,7 +620,7 @@ FI_DEVICE void decode_heads(const fi_decode_params &p) {
   if (!s_last) return;
   __threadfence();
   if (tid == 0) *counter = 0;  // ready for the next run
-  const int first = pslot - chunk;
+  const int first = item - chunk;
   // Per (row, 8 dims) unit, the chunks in batches of MB: a batch's loads all go out
   // before any is used (one L2 round trip a batch, not one a chunk; 16: B = 1's 32
   // chunks in one round trip on the two threads a unit of 4-warp blocks). When the block
@@ -818,16 +705,15 @@ FI_DEVICE void decode_heads(const fi_decode_params &p) {
 }
 
 // The kernel: KV head pairs where the plan asks for them and the cache allows them.
-template <typename QT, typename KVT, int D, int GM, int PF, int ROPE, int SINGLE, int WARPS, int TAIL = 0,
-          int STG = 0>
+template <typename QT, typename KVT, int D, int GM, int PF, int ROPE, int SINGLE, int WARPS>
 FI_DEVICE void decode(const fi_decode_params &p) {
   if constexpr (kv<KVT>::FP8 && D == 128 && GM == 8 && !ROPE && !SINGLE) {
     if (p.kv_heads_per_block == 2) {
-      decode_heads<QT, KVT, D, GM, PF, ROPE, SINGLE, WARPS, 2, TAIL, STG>(p);
+      decode_heads<QT, KVT, D, GM, PF, ROPE, SINGLE, WARPS, 2>(p);
       return;
     }
   }
-  decode_heads<QT, KVT, D, GM, PF, ROPE, SINGLE, WARPS, 1, TAIL, STG>(p);
+  decode_heads<QT, KVT, D, GM, PF, ROPE, SINGLE, WARPS, 1>(p);
 }
 
 // Plan upload: the tables ride in the launch parameters.

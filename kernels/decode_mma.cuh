@@ -317,50 +317,6 @@ FI_DEVICE void prefetch_l2(const void *ptr, uint32_t bytes, bool lines) {
 #endif
 }
 
-// Staged steps (decode.cuh's STG): 16 bytes of global memory into shared memory by
-// cp.async (sm_80 and later), under the L2 policy pol when EF (as ldg_nc_ef); then the
-// commit and wait of the thread's groups, and a warp barrier. A plain copy on ROCm, where
-// the wait has nothing to do; the host emulator (FI_DEC_EMU_ASYNC) supplies copies that
-// land only at the wait that lets their group go.
-template <bool EF>
-FI_DEVICE void stage16(void *dst, const void *src, uint64_t pol) {
-#if FI_CUDA && defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
-  uint32_t d;
-  asm("{ .reg .u64 t; cvta.to.shared.u64 t, %1; cvt.u32.u64 %0, t; }" : "=r"(d) : "l"(dst));
-  if constexpr (EF)
-    asm volatile("cp.async.cg.shared.global.L2::cache_hint [%0], [%1], 16, %2;" ::"r"(d), "l"(src), "l"(pol)
-                 : "memory");
-  else
-    asm volatile("cp.async.cg.shared.global [%0], [%1], 16;" ::"r"(d), "l"(src) : "memory");
-#elif defined(FI_DEC_EMU_ASYNC)
-  (void)pol;
-  fi_emu_stage16(dst, src);
-#else
-  (void)pol;
-  *reinterpret_cast<fi_vec<uint32_t, 4> *>(dst) = *reinterpret_cast<const fi_vec<uint32_t, 4> *>(src);
-#endif
-}
-FI_DEVICE void stage_commit() {
-#if FI_CUDA && defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
-  asm volatile("cp.async.commit_group;" ::: "memory");
-#elif defined(FI_DEC_EMU_ASYNC)
-  fi_emu_commit();
-#endif
-}
-template <int N>
-FI_DEVICE void stage_wait() {
-#if FI_CUDA && defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
-  asm volatile("cp.async.wait_group %0;" ::"n"(N) : "memory");
-#elif defined(FI_DEC_EMU_ASYNC)
-  fi_emu_wait(N);
-#endif
-}
-FI_DEVICE void stage_syncwarp() {
-#if FI_CUDA
-  __syncwarp();
-#endif
-}
-
 // Rotates a pair of chunks of NW words (dims x = 2 NW cx + e and y = x + D / 2) by pos * freq.
 template <typename MT, int NW>
 FI_DEVICE void rope_pair(uint32_t (&x)[NW], uint32_t (&y)[NW], float pos, const float *freq, int cx) {

@@ -14,18 +14,12 @@
 /* The plan's tables in the workspace (int32 words from its start):
  *   header [FI_DECODE_HDR_WORDS]: [0] items, [1] batch, [2] kv_chunk_pages, [3] split (0/1)
  *   items  [capacity][8]: request b, first token, end token, chunk | chunks << 16,
- *          the request's first page (indptr[b]), its length, the item's partial slot
- *          (its request's chunks in slots slot - chunk .. + chunks - 1; read by the TAIL
- *          kernels, equal to the item's index otherwise), 0
+ *          the request's first page (indptr[b]), its length, 0, 0
  *   counters [max_batch * num_kv_heads]: zero between runs (the merging block resets its own)
  * then float32 partial outputs [capacity][H_qo][head_dim] and partial LSEs (base 2)
  * [capacity][H_qo], each at a 256-byte boundary. */
 #define FI_DECODE_HDR_WORDS 16
 #define FI_DECODE_ITEM_WORDS 8
-/* Staged steps (FI_DECODE_STAGES): the shared memory of one warp's slot, a step's K and
- * V as the warp's lanes would hold them in registers (16 tokens of a 16-bit cache, 32 of
- * fp8, or 16 of a KV head pair): 64 bytes a head-dim element. */
-#define FI_DECODE_STAGE_BYTES(head_dim) (64 * (head_dim))
 
 /* Decode: out[b, h] = softmax(scale * q[b, h] . K[b]^T) V[b] over the tokens of request b,
  * query head h reading KV head h / group. Strides in elements. K and V share strides

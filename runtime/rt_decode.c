@@ -131,11 +131,9 @@ FI_API fi_status fi_single_decode(fi_runtime *rt, const DLTensor *q, const DLTen
 
 /* The workspace's layout for plans of up to max_batch requests: items for one wave of
  * blocks or max_batch, and for FI_DECODE_SPLIT's scaled target above 1 (tuning: so that
- * the knob can cut requests into more chunks than a wave); *base gets that count. Under
- * FI_DECODE_TAIL (tuning) room for max_batch x PIECES tail pieces beyond it: the split
- * target and a CUDA-graph plan's grid stay at *base. */
+ * the knob can cut requests into more chunks than a wave). */
 static void ws_layout(int64_t max_batch, int sms, int num_qo_heads, int num_kv_heads, int head_dim,
-                      rt_decode_layout *l, int64_t *base) {
+                      rt_decode_layout *l) {
   const double scale = rt_dec_split_scale();
   int64_t items = max_batch;
   if (scale > 1) {
@@ -144,10 +142,6 @@ static void ws_layout(int64_t max_batch, int sms, int num_qo_heads, int num_kv_h
     if (want > items) items = want;
   }
   rt_decode_layout_for(items, sms, num_qo_heads, num_kv_heads, head_dim, l);
-  *base = l->capacity;
-  int tail, tail_pages;
-  rt_dec_tail(&tail, &tail_pages);
-  if (tail > 0) rt_decode_layout_for(*base + tail * max_batch, sms, num_qo_heads, num_kv_heads, head_dim, l);
 }
 
 FI_API fi_status fi_batch_decode_workspace_size(fi_runtime *rt, DLDevice device, int max_batch,
@@ -173,46 +167,12 @@ FI_API fi_status fi_batch_decode_workspace_size(fi_runtime *rt, DLDevice device,
   fi_status st = rt_dec_device_sms(rt, device.device_type, device.device_id, &sms);
   if (st != FI_OK) return st;
   rt_decode_layout l;
-  int64_t base;
-  ws_layout(max_batch, sms, num_qo_heads, num_kv_heads, head_dim, &l, &base);
+  ws_layout(max_batch, sms, num_qo_heads, num_kv_heads, head_dim, &l);
   *bytes = (size_t)l.bytes;
   return FI_OK;
 }
 
 FI_API void fi_batch_decode_plan_destroy(fi_decode_plan *plan) { free(plan); }
-
-/* Staged steps (FI_DECODE_STAGES, tuning) for a plan's key whose kernel *k is loaded: a
- * two-buffer kernel over 16-byte loads (not fp8 at head_dim 64), on CUDA, takes the
- * setting's slots, cut to what the device lets a block have beside the kernel's own
- * shared memory (the same with slots or without); *k becomes the staged kernel. With
- * `hold`, only if the slots cost no blocks an SM (else the key and *k stay as they were). */
-static fi_status stage_key(fi_runtime *rt, jit_key *key, const rt_device_i *be, int devtype, int dev,
-                           rt_kernel **k, int hold) {
-  int stages = rt_dec_stages();
-  const int kvdt = (int)key->v[DECODE_P_DTYPE_KV], dim = (int)key->v[DECODE_P_HEAD_DIM];
-  if (stages <= 0 || key->v[DECODE_P_PIPELINE] != 1 || devtype != kDLCUDA ||
-      ((kvdt == JIT_DT_E4M3 || kvdt == JIT_DT_E5M2) && dim == 64))
-    return FI_OK;
-  const int64_t slot_bytes = key->v[DECODE_P_WARPS] * (int64_t)FI_DECODE_STAGE_BYTES(dim);
-  unsigned room;
-  fi_status st = rt_kernel_dyn_smem_max(rt, *k, &room);
-  if (st != FI_OK) return st;
-  if (stages * slot_bytes > (int64_t)room) stages = (int)(room / slot_bytes);
-  if (stages <= 0) return FI_OK;
-  rt_kernel *plain = *k;
-  key->v[DECODE_P_STAGES] = stages;
-  if ((st = rt_kernel_get(rt, key, be, dev, k)) != FI_OK || !hold) return st;
-  const int threads = 32 * (int)key->v[DECODE_P_WARPS];
-  int r0, r1;
-  if ((st = rt_kernel_resident(rt, plain, threads, &r0)) != FI_OK ||
-      (st = rt_kernel_resident(rt, *k, threads, &r1)) != FI_OK)
-    return st;
-  if (r1 != r0) {
-    key->v[DECODE_P_STAGES] = 0;
-    *k = plain;
-  }
-  return FI_OK;
-}
 
 /* Writes n words (data, or fill_value when data is NULL) at dst on the stream. */
 static fi_status upload(fi_runtime *rt, const fi_decode_plan *pl, int32_t *dst,
@@ -288,8 +248,7 @@ FI_API fi_status fi_batch_decode_plan(fi_runtime *rt, const fi_batch_decode_info
   if ((st = rt_dec_device_sms(rt, workspace->device.device_type, workspace->device.device_id, &sms)) != FI_OK)
     return st;
   rt_decode_layout lay;
-  int64_t base_items; /* the layout's items without FI_DECODE_TAIL's pieces */
-  ws_layout(maxb, sms, info->num_qo_heads, info->num_kv_heads, info->head_dim, &lay, &base_items);
+  ws_layout(maxb, sms, info->num_qo_heads, info->num_kv_heads, info->head_dim, &lay);
   if (lay.bytes > ws_bytes)
     return rt_fail(FI_ERR_INVALID_ARGUMENT,
                    "%s: workspace has %lld bytes; %lld are needed (fi_batch_decode_workspace_size)",
@@ -333,10 +292,6 @@ FI_API fi_status fi_batch_decode_plan(fi_runtime *rt, const fi_batch_decode_info
     if ((st = rt_kernel_get(rt, &key, be, workspace->device.device_id, &k)) != FI_OK) return st;
     if ((st = rt_kernel_resident(rt, k, 32 * (int)key.v[DECODE_P_WARPS], &resident)) != FI_OK) return st;
   }
-  /* Staged steps (FI_DECODE_STAGES): the split target is the staged kernel's residency. */
-  if ((st = stage_key(rt, &key, be, workspace->device.device_type, workspace->device.device_id, &k, 0)) != FI_OK ||
-      (st = rt_kernel_resident(rt, k, 32 * (int)key.v[DECODE_P_WARPS], &resident)) != FI_OK)
-    return st;
   if (!fresh) {
     /* A re-plan keeps everything a captured graph baked in. */
     if (pl->graph != graph || (graph && pl->max_batch != info->max_batch) ||
@@ -357,23 +312,16 @@ FI_API fi_status fi_batch_decode_plan(fi_runtime *rt, const fi_batch_decode_info
    * longer chunks, above 1 more chunks than one wave of blocks. */
   target = (int64_t)(target * rt_dec_split_scale() + 0.5);
   if (target < 1) target = 1;
-  if (target > base_items) target = base_items;
+  if (target > lay.capacity) target = lay.capacity;
   if (target > 0x7fff) target = 0x7fff; /* a request's chunk count fits the item's 16 bits */
 
   int32_t *tab = malloc((size_t)(FI_DECODE_HDR_WORDS + lay.capacity * FI_DECODE_ITEM_WORDS) * 4);
   if (!tab) return rt_fail(FI_ERR_OUT_OF_MEMORY, "%s: out of memory", fn);
   memset(tab, 0, FI_DECODE_HDR_WORDS * 4);
-  int chunk = 0, tail = 0, tail_pages = 0;
-  if (!graph) rt_dec_tail(&tail, &tail_pages);
-  int64_t n = rt_decode_partition_tail(B, info->indptr, info->last_page_len, info->page_size, p->window_left,
-                                       target, tail, tail_pages, tab + FI_DECODE_HDR_WORDS, lay.capacity, &chunk);
-  /* The tail kernel's grid has the items in y (at most 65535): past that, or if the pieces
-   * do not fit, no pieces. */
-  if (tail > 0 && (n < 0 || n > 65535)) {
-    tail = 0;
-    n = rt_decode_partition(B, info->indptr, info->last_page_len, info->page_size, p->window_left, target,
-                            tab + FI_DECODE_HDR_WORDS, lay.capacity, &chunk);
-  }
+  int chunk = 0;
+  const int64_t n = rt_decode_partition(B, info->indptr, info->last_page_len, info->page_size,
+                                        p->window_left, target, tab + FI_DECODE_HDR_WORDS,
+                                        lay.capacity, &chunk);
   if (n < 0) {
     free(tab);
     return rt_fail(FI_ERR_INVALID_ARGUMENT, "%s: the batch does not fit the plan's %lld work items",
@@ -382,9 +330,8 @@ FI_API fi_status fi_batch_decode_plan(fi_runtime *rt, const fi_batch_decode_info
   /* A capped plan over short chunks: two buffers in 2-warp blocks (rt_decode_short_chunks)
    * where that kernel has the same blocks resident, so the partition stands. Not in
    * CUDA-graph mode (the captured kernel may not change with the lengths), nor under a
-   * tuning override of the block (FI_DECODE_WARPS, FI_DECODE_PIPELINE) or with tail
-   * pieces (FI_DECODE_TAIL keeps the kernel, so its comparison is of the pieces alone). */
-  if (!graph && !forced && !tail && key.v[DECODE_P_PIPELINE] == DECODE_PIPE_CAPPED &&
+   * tuning override of the block (FI_DECODE_WARPS, FI_DECODE_PIPELINE). */
+  if (!graph && !forced && key.v[DECODE_P_PIPELINE] == DECODE_PIPE_CAPPED &&
       rt_decode_short_chunks(n, B, (int64_t)chunk * info->page_size, block_heads, sms,
                              info->num_qo_heads / info->num_kv_heads)) {
     jit_key k2 = key;
@@ -397,23 +344,7 @@ FI_API fi_status fi_batch_decode_plan(fi_runtime *rt, const fi_batch_decode_info
       return st;
     }
     if (r2 > sms * RT_DECODE_MAX_BLOCKS_PER_SM) r2 = sms * RT_DECODE_MAX_BLOCKS_PER_SM;
-    /* Staged steps only where they keep the switch's blocks an SM. */
-    if (r2 == resident) {
-      key = k2;
-      if ((st = stage_key(rt, &key, be, workspace->device.device_type, workspace->device.device_id, &k, 1)) !=
-          FI_OK) {
-        free(tab);
-        return st;
-      }
-    }
-  }
-  /* Tail pieces (FI_DECODE_TAIL, tuning): the item-major kernel, compiled now if need be. */
-  if (tail > 0) {
-    key.v[DECODE_P_TAIL] = 1;
-    if ((st = rt_kernel_get(rt, &key, be, workspace->device.device_id, &k)) != FI_OK) {
-      free(tab);
-      return st;
-    }
+    if (r2 == resident) key = k2;
   }
   if (fresh) {
     pl = calloc(1, sizeof *pl);
@@ -442,7 +373,7 @@ FI_API fi_status fi_batch_decode_plan(fi_runtime *rt, const fi_batch_decode_info
   pl->chunk_pages = chunk;
   pl->kv_pair = pair;
   pl->split = n > B;
-  pl->grid = graph ? base_items : n;
+  pl->grid = graph ? lay.capacity : n;
   memset(&pl->scalars, 0, sizeof pl->scalars);
   rt_dec_fill_scalars(&pl->scalars, p, info->head_dim, kvdt);
   pl->scalars.prefetch = rt_dec_prefetch_steps();
@@ -568,11 +499,8 @@ FI_API fi_status fi_batch_decode_run(fi_runtime *rt, const fi_decode_plan *pl,
   /* Head pairs need the two heads' rows side by side (NHD; HND at page_size 1); else a
    * block a head, in the same plan. */
   kp.kv_heads_per_block = pl->kv_pair == 2 && kp.kv_stride_head == D ? 2 : 1;
-  /* A tail plan's kernel takes the items in y (kernels/decode.cuh, TAIL). */
-  const int item_major = pl->key.v[DECODE_P_TAIL] != 0;
-  const unsigned hb = (unsigned)(hkv / kp.kv_heads_per_block);
-  return rt_dec_launch(rt, pl->devtype, pl->device, &pl->key, item_major ? hb : (unsigned)pl->grid,
-                       item_major ? (unsigned)pl->grid : hb, 32u * (unsigned)pl->key.v[DECODE_P_WARPS],
+  return rt_dec_launch(rt, pl->devtype, pl->device, &pl->key, (unsigned)pl->grid,
+                       (unsigned)(hkv / kp.kv_heads_per_block), 32u * (unsigned)pl->key.v[DECODE_P_WARPS],
                        &kp, sizeof kp, stream);
 }
 

@@ -80,15 +80,6 @@ int64_t rt_decode_partition(int batch, const int32_t *indptr, const int32_t *las
                             int page_size, int window_left, int64_t target, int32_t *items,
                             int64_t max_items, int *chunk_pages);
 
-/* rt_decode_partition with tail pieces (tail_pieces > 0): each request of at least
- * 2 x tail_pieces x tail_pages pages has its last tail_pieces x tail_pages pages cut into
- * tail_pieces items of tail_pages pages, listed after every request's other items; the
- * rest is cut as rt_decode_partition cuts the whole. A request's chunks keep consecutive
- * partial slots (item word 6), the pieces last. */
-int64_t rt_decode_partition_tail(int batch, const int32_t *indptr, const int32_t *last_page_len,
-                                 int page_size, int window_left, int64_t target, int tail_pieces,
-                                 int tail_pages, int32_t *items, int64_t max_items, int *chunk_pages);
-
 /* Checks host indptr / last_page_len; 0 or -1 with a message naming the entry in err. */
 int rt_decode_check_pages(int batch, const int32_t *indptr, const int32_t *last_page_len,
                           int page_size, char *err, size_t errlen);

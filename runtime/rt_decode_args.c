@@ -105,26 +105,6 @@ double rt_dec_split_scale(void) {
   return v > 0 ? (v < 64 ? v : 64) : 1.0;  /* 64: the workspace stays within reason */
 }
 
-void rt_dec_tail(int *pieces, int *pages) {
-  const char *e = getenv("FI_DECODE_TAIL");
-  int n = 0, pp = 0;
-  if (e && *e && sscanf(e, "%dx%d", &n, &pp) == 2 && n > 0 && n <= 64 && pp > 0 && pp <= 4096) {
-    *pieces = n;
-    *pages = pp;
-  } else {
-    *pieces = 0;
-    *pages = 0;
-  }
-}
-
-int rt_dec_stages(void) {
-  const char *e = getenv("FI_DECODE_STAGES");
-  if (!e || !*e) return 0;
-  char *end;
-  const long v = strtol(e, &end, 10);
-  return *end == '\0' && v > 0 && v <= RT_DEC_MAX_STAGES ? (int)v : 0;
-}
-
 int rt_dec_head_prefetch(void) {
   const char *e = getenv("FI_DECODE_HEAD_PREFETCH");
   if (!e || !*e) return 0;

@@ -27,16 +27,6 @@ int rt_dec_head_prefetch(void);
 /* FI_DECODE_SPLIT: the split target's scale (tuning; 1 when unset or not positive, at most 64). */
 double rt_dec_split_scale(void);
 int rt_dec_kv_evict(void);
-/* FI_DECODE_TAIL="PIECESxPAGES" (e.g. 2x8; tuning, off by default): each request of at
- * least 2 x PIECES x PAGES pages has its last PIECES x PAGES pages cut into PIECES items,
- * handed out after all others (rt_decode_partition_tail). CUDA-graph plans cut no pieces
- * but, like every plan, get a workspace sized for them. 0, 0 when unset or out of range. */
-void rt_dec_tail(int *pieces, int *pages);
-/* FI_DECODE_STAGES=S (tuning, off by default): S shared-memory slots a warp of staged
- * steps (kernels/decode.cuh, STG) in plans whose kernel keeps two register buffers;
- * 0 when unset or not in 1..RT_DEC_MAX_STAGES. */
-#define RT_DEC_MAX_STAGES 8
-int rt_dec_stages(void);
 #define RT_DEC_TUNED_WARPS 1
 #define RT_DEC_TUNED_PIPELINE 2
 int rt_dec_tune_key(jit_key *key);

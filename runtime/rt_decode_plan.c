@@ -183,41 +183,6 @@ void rt_decode_token_stats(int batch, const int32_t *indptr, const int32_t *last
 int64_t rt_decode_partition(int batch, const int32_t *indptr, const int32_t *last_page_len,
                             int page_size, int window_left, int64_t target, int32_t *items,
                             int64_t max_items, int *chunk_pages) {
-  return rt_decode_partition_tail(batch, indptr, last_page_len, page_size, window_left, target, 0, 0, items,
-                                  max_items, chunk_pages);
-}
-
-/* One item: tokens [t0, t1) of request b, chunk k of nc, partial slot base + k. */
-static void put_item(int32_t *it, int b, int64_t t0, int64_t t1, int64_t k, int64_t nc, int64_t base,
-                     const int32_t *indptr, int64_t len) {
-  it[0] = b;
-  it[1] = (int32_t)t0;
-  it[2] = (int32_t)t1;
-  it[3] = (int32_t)(k | (nc << 16));
-  it[4] = indptr[b];
-  it[5] = (int32_t)len;
-  it[6] = (int32_t)(base + k);
-  it[7] = 0;
-}
-
-/* How request b is cut: its span (span()), its head part of *hp pages in *nh chunks of
- * `chunk` pages, then its tail pieces (tail_pieces x tail_pages pages where the request has
- * at least twice that many, else none): *nc chunks in all. */
-static void cut(const int32_t *indptr, const int32_t *last, int b, int page_size, int window_left,
-                int64_t chunk, int tail_pieces, int tail_pages, int64_t *s, int64_t *l, int64_t *p0,
-                int64_t *hp, int64_t *nh, int64_t *nc) {
-  int64_t p1;
-  span(indptr, last, b, page_size, window_left, s, l, p0, &p1);
-  const int64_t t = (int64_t)tail_pieces * tail_pages, tp = t > 0 && p1 - *p0 >= 2 * t ? t : 0;
-  *hp = p1 - *p0 - tp;
-  *nh = *hp > 0 ? (*hp + chunk - 1) / chunk : 1;
-  *nc = *nh + (tp ? tail_pieces : 0);
-}
-
-int64_t rt_decode_partition_tail(int batch, const int32_t *indptr, const int32_t *last_page_len,
-                                 int page_size, int window_left, int64_t target, int tail_pieces,
-                                 int tail_pages, int32_t *items, int64_t max_items, int *chunk_pages) {
-  if (tail_pieces < 0 || tail_pages < 1) tail_pieces = 0;
   int64_t maxp = 0;
   for (int b = 0; b < batch; b++) {
     int64_t s, l, p0, p1;
@@ -248,37 +213,25 @@ int64_t rt_decode_partition_tail(int batch, const int32_t *indptr, const int32_t
   }
   if (chunk > INT32_MAX) chunk = INT32_MAX;
   *chunk_pages = (int)chunk;
-  /* Every request's chunks (its head part) first, then the tail pieces of all of them,
-   * so that the pieces are handed out last and fill the SMs the long blocks leave. A
-   * request's partial slots are consecutive: base .. base + nc - 1. */
-  int64_t n = 0, base = 0;
+  int64_t n = 0;
   for (int b = 0; b < batch; b++) {
-    int64_t s, l, p0, hp, nh, nc;
-    cut(indptr, last_page_len, b, page_size, window_left, chunk, tail_pieces, tail_pages, &s, &l, &p0, &hp, &nh, &nc);
-    if (nc > 0x7fff || n + nh > max_items || base + nc > max_items) return -1;
-    for (int64_t k = 0; k < nh; k++) {
-      int64_t t0 = (p0 + k * chunk) * page_size, t1 = (p0 + (k + 1 < nh ? (k + 1) * chunk : hp)) * page_size;
+    int64_t s, l, p0, p1;
+    span(indptr, last_page_len, b, page_size, window_left, &s, &l, &p0, &p1);
+    const int64_t nc = p1 > p0 ? (p1 - p0 + chunk - 1) / chunk : 1;
+    if (nc > 0x7fff || n + nc > max_items) return -1;
+    for (int64_t k = 0; k < nc; k++) {
+      int64_t t0 = (p0 + k * chunk) * page_size, t1 = (p0 + (k + 1) * chunk) * page_size;
       if (t0 < s) t0 = s;
       if (t1 > l) t1 = l;
       if (l == 0) t0 = t1 = 0;
-      put_item(items + FI_DECODE_ITEM_WORDS * n++, b, t0, t1, k, nc, base, indptr, l);
-    }
-    base += nc;
-  }
-  if (tail_pieces > 0) {
-    base = 0;
-    for (int b = 0; b < batch; b++) {
-      int64_t s, l, p0, hp, nh, nc;
-      cut(indptr, last_page_len, b, page_size, window_left, chunk, tail_pieces, tail_pages, &s, &l, &p0, &hp, &nh,
-          &nc);
-      for (int64_t j = 0; j < nc - nh; j++) {
-        if (n + 1 > max_items) return -1;
-        const int64_t a = p0 + hp + j * tail_pages;
-        int64_t t0 = a * page_size, t1 = (a + tail_pages) * page_size;
-        if (t1 > l) t1 = l;
-        put_item(items + FI_DECODE_ITEM_WORDS * n++, b, t0, t1, nh + j, nc, base, indptr, l);
-      }
-      base += nc;
+      int32_t *it = items + FI_DECODE_ITEM_WORDS * n++;
+      it[0] = b;
+      it[1] = (int32_t)t0;
+      it[2] = (int32_t)t1;
+      it[3] = (int32_t)(k | (nc << 16));
+      it[4] = indptr[b];
+      it[5] = (int32_t)l;
+      it[6] = it[7] = 0;
     }
   }
   return n;

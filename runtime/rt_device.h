@@ -40,10 +40,6 @@ typedef struct rt_device_i {
   /* Creates and frees the backend's per-runtime state. */
   void *(*create)(void);
   void (*destroy)(void *state);
-  /* The most dynamic shared memory a launch of fn (loaded on dev) may opt into: the
-   * device's limit a block less fn's static shared memory. NULL where the backend does
-   * not say (HIP: nothing the runtime does there needs it). */
-  int (*dyn_smem_max)(void *state, int dev, void *fn, unsigned *bytes, char *err, size_t errlen);
 } rt_device_i;
 
 extern const rt_device_i rt_device_cuda;

@@ -20,8 +20,6 @@ typedef struct CUstream_st *CUstream;
 #define CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT 16
 #define CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR 75
 #define CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MINOR 76
-#define CU_DEVICE_ATTRIBUTE_MAX_SHARED_MEMORY_PER_BLOCK_OPTIN 97
-#define CU_FUNC_ATTRIBUTE_SHARED_SIZE_BYTES 1
 #define CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES 8
 #define CU_LAUNCH_ATTRIBUTE_PROGRAMMATIC_STREAM_SERIALIZATION 6
 
@@ -70,7 +68,6 @@ static struct {
   CUresult (*cuModuleUnload)(CUmodule);
   CUresult (*cuModuleGetFunction)(CUfunction *, CUmodule, const char *);
   CUresult (*cuFuncSetAttribute)(CUfunction, int, int);
-  CUresult (*cuFuncGetAttribute)(int *, int, CUfunction);
   CUresult (*cuOccupancyMaxActiveBlocksPerMultiprocessor)(int *, CUfunction, int, size_t);
   CUresult (*cuLaunchKernel)(CUfunction, unsigned, unsigned, unsigned, unsigned, unsigned,
                              unsigned, unsigned, CUstream, void **, void **);
@@ -85,7 +82,7 @@ static const jit_dl_sym syms[] = {
     SYM(cuDeviceGet),      SYM(cuDeviceGetAttribute), SYM(cuDevicePrimaryCtxRetain),
     SYM(cuDevicePrimaryCtxRelease_v2), SYM(cuCtxGetCurrent), SYM(cuCtxPushCurrent_v2),
     SYM(cuCtxPopCurrent_v2), SYM(cuModuleLoadData), SYM(cuModuleUnload),
-    SYM(cuModuleGetFunction), SYM(cuFuncSetAttribute), SYM(cuFuncGetAttribute), SYM(cuLaunchKernel),
+    SYM(cuModuleGetFunction), SYM(cuFuncSetAttribute), SYM(cuLaunchKernel),
     SYM(cuOccupancyMaxActiveBlocksPerMultiprocessor),
     {"cuLaunchKernelEx", (void **)&api.cuLaunchKernelEx, 1},
     SYM(cuGetErrorName),   SYM(cuGetErrorString),
@@ -102,7 +99,6 @@ typedef struct cuda_state {
   CUcontext ctx[RT_MAX_DEVICES]; /* retained primary contexts */
   int cc[RT_MAX_DEVICES];        /* compute capability * 10, 0 = not retained yet */
   int sms[RT_MAX_DEVICES];
-  int smem_optin[RT_MAX_DEVICES]; /* shared memory a block may opt into */
   int pdl; /* launch with programmatic stream serialization on sm_90 and later */
 } cuda_state;
 
@@ -153,7 +149,7 @@ static int ensure_device(cuda_state *s, int dev, char *err, size_t errlen) {
   int rc = 0;
   if (!s->cc[dev]) {
     CUdevice d;
-    int major = 0, minor = 0, sms = 0, optin = 0;
+    int major = 0, minor = 0, sms = 0;
     CUresult r;
     if ((r = api.cuDeviceGet(&d, dev)) != 0) {
       cu_msg(r, "cuDeviceGet", err, errlen);
@@ -170,10 +166,7 @@ static int ensure_device(cuda_state *s, int dev, char *err, size_t errlen) {
       cu_msg(r, "cuDevicePrimaryCtxRetain", err, errlen);
       rc = -1;
     } else {
-      /* Only the staged decode steps ask for this: unknown, they take no slots. */
-      if (api.cuDeviceGetAttribute(&optin, CU_DEVICE_ATTRIBUTE_MAX_SHARED_MEMORY_PER_BLOCK_OPTIN, d) != 0) optin = 0;
       s->sms[dev] = sms;
-      s->smem_optin[dev] = optin;
       __atomic_store_n(&s->cc[dev], major * 10 + minor, __ATOMIC_RELEASE);
     }
   }
@@ -258,22 +251,6 @@ static void module_unload(void *state, int dev, void *module) {
   if (enter(s, dev, &pushed, err, sizeof err) != 0) return;
   api.cuModuleUnload(module);
   leave(pushed);
-}
-
-/* The device's opt-in limit of shared memory a block less fn's static shared memory. */
-static int dyn_smem_max(void *state, int dev, void *fn, unsigned *bytes, char *err, size_t errlen) {
-  cuda_state *s = state;
-  if (ensure_device(s, dev, err, errlen) != 0) return -1;
-  int pushed, stat = 0;
-  if (enter(s, dev, &pushed, err, errlen) != 0) return -1;
-  CUresult r = api.cuFuncGetAttribute(&stat, CU_FUNC_ATTRIBUTE_SHARED_SIZE_BYTES, fn);
-  leave(pushed);
-  if (r != 0) {
-    cu_msg(r, "cuFuncGetAttribute(SHARED_SIZE_BYTES)", err, errlen);
-    return -1;
-  }
-  *bytes = s->smem_optin[dev] > stat ? (unsigned)(s->smem_optin[dev] - stat) : 0u;
-  return 0;
 }
 
 static int occupancy(void *state, int dev, void *fn, int threads, unsigned dyn_smem, int *bps,
@@ -364,5 +341,5 @@ int rt_cuda_fault(const char *name, void *fn, void **old) {
 
 const rt_device_i rt_device_cuda = {
     RT_DEVICE_IFACE_VERSION, "cuda", kDLCUDA, load, arch, sm_count, module_load, module_unload,
-    occupancy, launch, create, destroy, dyn_smem_max,
+    occupancy, launch, create, destroy,
 };

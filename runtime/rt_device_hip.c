@@ -252,5 +252,5 @@ static void destroy(void *state) {
 
 const rt_device_i rt_device_hip = {
     RT_DEVICE_IFACE_VERSION, "hip", kDLROCM, load, arch, sm_count, module_load, module_unload,
-    occupancy, launch, create, destroy, NULL,
+    occupancy, launch, create, destroy,
 };

@@ -132,9 +132,6 @@ cache_store *rt_store(fi_runtime *rt);
 /* How many blocks of `threads` threads of k fit on its whole device at once
  * (SMs x blocks per SM), asked of the driver once and remembered. */
 fi_status rt_kernel_resident(fi_runtime *rt, rt_kernel *k, int threads, int *resident);
-/* The most dynamic shared memory a launch of k's function may take on its device (its
- * backend's dyn_smem_max; 0 where the backend does not say). */
-fi_status rt_kernel_dyn_smem_max(fi_runtime *rt, const rt_kernel *k, unsigned *bytes);
 
 /* "2G", "500M", "1048576" in bytes; -1 if malformed. */
 int64_t rt_parse_bytes(const char *s);

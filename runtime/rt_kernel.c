@@ -394,16 +394,6 @@ fi_status rt_kernel_resident(fi_runtime *rt, rt_kernel *k, int threads, int *res
   return FI_OK;
 }
 
-fi_status rt_kernel_dyn_smem_max(fi_runtime *rt, const rt_kernel *k, unsigned *bytes) {
-  *bytes = 0;
-  if (!k->backend->dyn_smem_max) return FI_OK;
-  void *state = k->backend == &rt_device_hip ? rt->hip_state : rt->cuda_state;
-  char err[512];
-  if (k->backend->dyn_smem_max(state, k->device, k->fn, bytes, err, sizeof err) != 0)
-    return rt_fail(FI_ERR_DEVICE, "shared memory limit of %s: %s", k->key, err);
-  return FI_OK;
-}
-
 fi_status rt_launch_kernel(fi_runtime *rt, const rt_kernel *k, const rt_launch *l, void *stream,
                            void *params, size_t bytes) {
   void *state = k->backend == &rt_device_hip ? rt->hip_state : rt->cuda_state;

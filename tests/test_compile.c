@@ -10,7 +10,6 @@
 #include "fi_admin.h"
 #include "ft.h"
 #include "jit_fault.h"
-#include "ops_decode.h"
 #include "rt_internal.h"
 
 typedef struct job {
@@ -47,16 +46,6 @@ static void *worker(void *arg) {
     }
   }
   return NULL;
-}
-
-/* A runtime over an in-memory cache (log_level 0: quiet, 1: its default); NULL on failure. */
-static fi_runtime *mem_runtime(int quiet) {
-  fi_options o;
-  fi_options_init(&o);
-  o.cache_path = ":memory:";
-  if (quiet) o.log_level = 0;
-  fi_runtime *rt = NULL;
-  return fi_runtime_create(&o, &rt) == FI_OK ? rt : NULL;
 }
 
 /* Compiles op's configurations for arch on 2 threads; returns failures. */
@@ -134,8 +123,11 @@ FT_TEST(binaries_are_elf_of_the_target) {
   const char *archs[2] = {"sm_90", "gfx90a"};
   const int machines[2] = {190, 224};
   for (int a = 0; a < 2; a++) {
-    fi_runtime *rt = mem_runtime(0);
-    FT_REQUIRE(rt != NULL);
+    fi_options o;
+    fi_options_init(&o);
+    o.cache_path = ":memory:";
+    fi_runtime *rt;
+    FT_REQUIRE(fi_runtime_create(&o, &rt) == FI_OK);
     fi_prewarm_result r;
     double ms;
     FT_REQUIRE(fi_admin_prewarm(rt, "rmsnorm", 0, archs[a], &r, &ms) == FI_OK, "%s", fi_last_error());
@@ -150,61 +142,14 @@ FT_TEST(binaries_are_elf_of_the_target) {
   }
 }
 
-/* The batch-decode kernels of the tuning knobs are not registered, so prewarm never
- * builds them: the item-major kernels of plans with tail pieces (FI_DECODE_TAIL, key
- * tail=1) and the staged-step ones (FI_DECODE_STAGES, key stages=N) compile here, for
- * sm_90, sm_80 and gfx90a (where the runtime stages nothing, but the template is
- * portable), each under a key of its own beside the plain one. Only staged keys ask for
- * dynamic shared memory: every other batch_decode kernel launches without, as before. */
-FT_TEST(decode_tuning_keys_compile) {
-  static const struct {
-    int q, kv, dim, group, warps, pipeline, param, value;
-  } ks[] = {{JIT_DT_BF16, JIT_DT_BF16, 128, 4, 4, DECODE_PIPE_CAPPED, DECODE_P_TAIL, 1},
-            {JIT_DT_F16, JIT_DT_F16, 128, 4, 2, 1, DECODE_P_TAIL, 1},
-            {JIT_DT_BF16, JIT_DT_E4M3, 128, 4, 2, 1, DECODE_P_TAIL, 1},
-            {JIT_DT_F16, JIT_DT_F16, 64, 16, 4, 0, DECODE_P_TAIL, 1},
-            {JIT_DT_BF16, JIT_DT_BF16, 128, 4, 4, 1, DECODE_P_STAGES, 2},
-            {JIT_DT_BF16, JIT_DT_E4M3, 128, 4, 2, 1, DECODE_P_STAGES, 3},
-            {JIT_DT_F16, JIT_DT_F16, 64, 16, 1, 1, DECODE_P_STAGES, 1}};
-  const char *archs[3] = {"sm_90", "sm_80", "gfx90a"};
-  fi_runtime *rt = mem_runtime(1);
-  FT_REQUIRE(rt != NULL);
-  const int sample = sample_scale() > 1 ? 2 : 1;
-  for (int a = 0; a < 3; a++)
-    for (size_t i = (size_t)a % (size_t)sample; i < sizeof ks / sizeof ks[0]; i += (size_t)sample) {
-      jit_key k;
-      jit_decode_select(0, ks[i].q, ks[i].kv, ks[i].dim, ks[i].group, 0, ks[i].warps, &k);
-      k.v[DECODE_P_PIPELINE] = ks[i].pipeline;
-      const char *name = k.op->params[ks[i].param].name;
-      FT_CHECK(k.op->dyn_smem && k.op->dyn_smem(&k) == 0, "key %zu %s=0: %u bytes", i, name,
-               k.op->dyn_smem ? k.op->dyn_smem(&k) : 0u);
-      cache_record plain, knob;
-      fi_status st = rt_binary_ensure(rt, &k, archs[a], 0, NULL, NULL, &plain);
-      FT_CHECK(st == FI_OK, "%s key %zu %s=0: %s", archs[a], i, name, fi_last_error());
-      if (st != FI_OK) continue;
-      k.v[ks[i].param] = ks[i].value;
-      const unsigned smem = ks[i].param == DECODE_P_STAGES ? (unsigned)(ks[i].value * ks[i].warps * 64 * ks[i].dim) : 0u;
-      FT_CHECK(k.op->dyn_smem(&k) == smem, "key %zu %s=%d: dynamic shared memory %u, not %u", i, name,
-               ks[i].value, k.op->dyn_smem(&k), smem);
-      st = rt_binary_ensure(rt, &k, archs[a], 0, NULL, NULL, &knob);
-      FT_CHECK(st == FI_OK, "%s key %zu %s=%d: %s", archs[a], i, name, ks[i].value, fi_last_error());
-      if (st == FI_OK) {
-        char on[32], off[32];
-        snprintf(on, sizeof on, ";%s=%d", name, ks[i].value);
-        snprintf(off, sizeof off, ";%s=0", name);
-        FT_CHECK(strstr(knob.key, on) && strstr(plain.key, off), "%s keys: %s, %s", archs[a], plain.key, knob.key);
-        cache_record_free(&knob);
-      }
-      cache_record_free(&plain);
-    }
-  fi_runtime_destroy(rt);
-}
-
 /* hiprtc 5.2 aborts the process on targets it does not know; the runtime
  * must refuse them before calling it. Reaching the checks proves no abort. */
 FT_TEST(hiprtc_unknown_target_refused_without_crash) {
-  fi_runtime *rt = mem_runtime(0);
-  FT_REQUIRE(rt != NULL);
+  fi_options o;
+  fi_options_init(&o);
+  o.cache_path = ":memory:";
+  fi_runtime *rt;
+  FT_REQUIRE(fi_runtime_create(&o, &rt) == FI_OK);
   fi_prewarm_result r;
   double ms;
   fi_status st = fi_admin_prewarm(rt, "rmsnorm", 0, "gfx942", &r, &ms);
@@ -233,8 +178,12 @@ static int broken_create(void *prog, const char *src, const char *name, int n,
 }
 
 FT_TEST(compile_error_carries_compiler_log) {
-  fi_runtime *rt = mem_runtime(1);
-  FT_REQUIRE(rt != NULL);
+  fi_options o;
+  fi_options_init(&o);
+  o.cache_path = ":memory:";
+  o.log_level = 0;
+  fi_runtime *rt;
+  FT_REQUIRE(fi_runtime_create(&o, &rt) == FI_OK);
   fi_prewarm_result r;
   double ms;
   /* Load NVRTC through a first, good compile. */

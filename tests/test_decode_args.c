@@ -58,7 +58,6 @@ static int check_partition(int B, const int32_t *indptr, const int32_t *last, in
       }
       if (it[1] != at || it[2] < it[1] || it[2] > L || (L > 0 && it[2] == it[1])) bad++;
       if (it[4] != indptr[b] || it[5] != L) bad++;
-      if (it[6] != i) bad++;                       /* partial slot: the item itself */
       if (k > 0 && it[1] % ps != 0) bad++;         /* chunks start on page boundaries */
       if (nc > 1 && it[2] - it[1] > (int64_t)chunk * ps) bad++; /* within the chunk size */
       at = it[2];
@@ -118,126 +117,6 @@ FT_TEST(planner_ragged_batches_cover_every_token_once) {
   }
   fprintf(stderr, "  %d batches planned, %d with problems\n", cases, fails);
   FT_CHECK(fails == 0);
-}
-
-/* Tail pieces (rt_decode_partition_tail): every token once; a request's chunks 0..nc-1
- * once each, in slots slot - chunk + 0..nc-1 of its own; pieces of at most tail_pages
- * pages, only for requests of at least twice the tail, and listed after every other item. */
-FT_TEST(planner_tail_pieces_cover_every_token_once) {
-  int cases = 0, fails = 0;
-  for (int rep = 0; rep < 300; rep++) {
-    const int B = 1 + (int)(rnd() % 200), ps = (int[]){1, 3, 16, 64}[rnd() % 4];
-    const int tp = 1 + (int)(rnd() % 4), tpg = 1 + (int)(rnd() % 16);
-    const int wl = rnd() % 5 == 0 ? (int)(rnd() % 3000) : -1;
-    const int64_t target = rnd() % 2 ? 1 : 1 + rnd() % 600, cap = 8192;
-    int32_t *indptr = malloc(sizeof(int32_t) * (size_t)(B + 1)), *last = malloc(sizeof(int32_t) * (size_t)B);
-    int32_t *items = malloc((size_t)cap * IW * 4);
-    indptr[0] = 0;
-    for (int b = 0; b < B; b++) {
-      const int len = rnd() % 9 == 0 ? 0 : 1 + (int)(rnd() % 9000), np = (len + ps - 1) / ps;
-      indptr[b + 1] = indptr[b] + np;
-      last[b] = np ? len - (np - 1) * ps : 0;
-    }
-    int chunk = 0, chunk0 = 0;
-    const int64_t n = rt_decode_partition_tail(B, indptr, last, ps, wl, target, tp, tpg, items, cap, &chunk);
-    /* The same batch without pieces: requests too short for them are cut alike. */
-    int32_t *plain = malloc((size_t)cap * IW * 4);
-    const int64_t n0 = rt_decode_partition(B, indptr, last, ps, wl, target, plain, cap, &chunk0);
-    int bad = n < B || n > cap || n0 < B || chunk != chunk0;
-    char *seen = calloc((size_t)cap, 1);
-    for (int b = 0; !bad && b < B; b++) {
-      const int64_t np = indptr[b + 1] - indptr[b], L = np > 0 ? (np - 1) * ps + last[b] : 0;
-      const int64_t start = wl >= 0 && L - 1 - wl > 0 ? L - 1 - wl : 0;
-      const int64_t pages = (L + ps - 1) / ps - start / ps, tail = (int64_t)tp * tpg;
-      const int want_pieces = pages >= 2 * tail ? tp : 0;
-      int nc = -1, base = -1, pieces = 0;
-      int64_t lo[0x400], hi[0x400], at_item[0x400];
-      for (int k = 0; k < 0x400; k++) lo[k] = hi[k] = at_item[k] = -1;
-      for (int64_t i = 0; i < n; i++) {
-        const int32_t *it = items + IW * i;
-        if (it[0] != b) continue;
-        const int k = it[3] & 0xffff, c = it[3] >> 16;
-        if (nc < 0) nc = c, base = it[6] - k;
-        if (c != nc || it[6] - k != base || k >= nc || k >= 0x400 || it[4] != indptr[b] || it[5] != L) {
-          bad++;
-          break;
-        }
-        lo[k] = it[1], hi[k] = it[2], at_item[k] = i;
-        if (base + k >= cap || seen[base + k]++) bad++;
-        if (it[2] - it[1] > (int64_t)tpg * ps && k >= nc - want_pieces) bad++;
-      }
-      if (bad || nc < 1) {
-        bad += nc < 1;
-        break;
-      }
-      for (int k = 0; k < nc; k++) {
-        if (at_item[k] < 0) { /* a chunk index no item has */
-          bad++;
-          break;
-        }
-        if (lo[k] != (k ? hi[k - 1] : (L > 0 ? start : 0)) || hi[k] < lo[k] || (L > 0 && hi[k] == lo[k])) bad++;
-        if (k < nc - want_pieces && nc - want_pieces > 1 && hi[k] - lo[k] > (int64_t)chunk * ps) bad++;
-        if (!want_pieces) { /* as without pieces: plain's items of request b, in order */
-          const int32_t *pt = NULL;
-          for (int64_t j = 0; j < n0 && !pt; j++)
-            if (plain[IW * j] == b && (plain[IW * j + 3] & 0xffff) == k) pt = plain + IW * j;
-          if (!pt || pt[1] != lo[k] || pt[2] != hi[k] || (pt[3] >> 16) != nc) bad++;
-        }
-        if (k >= nc - want_pieces) {
-          pieces++;
-          if (at_item[nc - want_pieces - 1] > at_item[k]) bad++; /* after the request's head */
-        }
-      }
-      if (hi[nc - 1] != L) bad++;
-      if (pieces != want_pieces) bad++;
-    }
-    /* every piece after every head item */
-    int64_t last_head = -1, first_piece = n;
-    for (int64_t i = 0; !bad && i < n; i++) {
-      const int32_t *it = items + IW * i;
-      const int64_t L = it[5];
-      const int64_t start = wl >= 0 && L - 1 - wl > 0 ? L - 1 - wl : 0;
-      const int64_t pages = (L + ps - 1) / ps - start / ps;
-      const int wp = pages >= 2 * (int64_t)tp * tpg ? tp : 0, k = it[3] & 0xffff, c = it[3] >> 16;
-      if (k >= c - wp) {
-        if (i < first_piece) first_piece = i;
-      } else {
-        last_head = i;
-      }
-    }
-    if (last_head > first_piece) bad++;
-    if (bad) {
-      fprintf(stderr, "  B=%d ps=%d tail %dx%d wl=%d target=%lld: %d problems\n", B, ps, tp, tpg, wl,
-              (long long)target, bad);
-      fails++;
-    }
-    cases++;
-    free(plain);
-    free(seen);
-    free(indptr);
-    free(last);
-    free(items);
-  }
-  fprintf(stderr, "  %d batches with tail pieces planned, %d with problems\n", cases, fails);
-  FT_CHECK(fails == 0);
-  /* B=64 L=4096, page 16, 2 pieces of 8 pages: 64 heads of 3840 tokens, then the pieces. */
-  int32_t ip[65], lp[64], items[IW * 256];
-  ip[0] = 0;
-  for (int b = 0; b < 64; b++) {
-    ip[b + 1] = ip[b] + 256;
-    lp[b] = 16;
-  }
-  int chunk;
-  const int64_t n = rt_decode_partition_tail(64, ip, lp, 16, -1, 1, 2, 8, items, 256, &chunk);
-  FT_CHECK(n == 192, "%lld items", (long long)n);
-  FT_CHECK(items[1] == 0 && items[2] == 3840 && items[3] == (0 | 3 << 16) && items[6] == 0);
-  FT_CHECK(items[IW * 63] == 63 && items[IW * 63 + 6] == 189);
-  FT_CHECK(items[IW * 64] == 0 && items[IW * 64 + 1] == 3840 && items[IW * 64 + 2] == 3968 &&
-           items[IW * 64 + 3] == (1 | 3 << 16) && items[IW * 64 + 6] == 1);
-  FT_CHECK(items[IW * 191] == 63 && items[IW * 191 + 1] == 3968 && items[IW * 191 + 2] == 4096 &&
-           items[IW * 191 + 6] == 191);
-  /* Too little room: refused, not overrun. */
-  FT_CHECK(rt_decode_partition_tail(64, ip, lp, 16, -1, 1, 2, 8, items, 191, &chunk) == -1);
 }
 
 /* A batch of one long request is split over the device; many requests are not split. */
@@ -439,29 +318,6 @@ FT_TEST(kv_cache_read_evict_first_unless_turned_off) {
   setenv("FI_DECODE_EVICT", "1", 1);
   FT_CHECK(rt_dec_kv_evict() == 1, "FI_DECODE_EVICT=1 gave %d", rt_dec_kv_evict());
   unsetenv("FI_DECODE_EVICT");
-}
-
-/* FI_DECODE_STAGES: 1..8 slots, anything else none; the key's stages parameter is 0 in
- * every selected (and registered) key, so the default kernels ask no shared memory. */
-FT_TEST(staged_steps_setting_parsed_and_off_by_default) {
-  static const struct {
-    const char *v;
-    int want;
-  } cs[] = {{"2", 2}, {"1", 1}, {"8", 8}, {"9", 0}, {"0", 0}, {"-1", 0}, {"2x", 0}, {"", 0}, {"three", 0}};
-  for (size_t i = 0; i < sizeof cs / sizeof cs[0]; i++) {
-    setenv("FI_DECODE_STAGES", cs[i].v, 1);
-    FT_CHECK(rt_dec_stages() == cs[i].want, "FI_DECODE_STAGES=\"%s\" gave %d, not %d", cs[i].v, rt_dec_stages(),
-             cs[i].want);
-  }
-  unsetenv("FI_DECODE_STAGES");
-  FT_CHECK(rt_dec_stages() == 0);
-  const jit_op *op = &jit_op_batch_decode;
-  for (int i = 0; i < op->config_count(); i++) {
-    jit_key k;
-    op->config(i, &k);
-    FT_CHECK(k.v[DECODE_P_STAGES] == 0 && op->dyn_smem(&k) == 0, "config %d: stages %lld", i,
-             (long long)k.v[DECODE_P_STAGES]);
-  }
 }
 
 FT_TEST(planner_refuses_bad_page_tables) {

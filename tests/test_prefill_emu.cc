@@ -74,21 +74,8 @@ static uint32_t shfl_bits(uint32_t v, int src) {
   wait(warp_bar[w]);
   return r;
 }
-// cp.async of the decode kernel's staged steps (FI_DEC_EMU_ASYNC): a thread's 16-byte
-// copies read their source when issued but land only when its wait_group lets their
-// group go, so a wait that leaves the group pending lets the kernel read the poisoned
-// slot. groups[t]: thread t's committed groups, oldest first, then the open one. A copy
-// still pending when its thread ends counts in async_lost.
-struct copy16 {
-  void *dst;
-  unsigned char b[16];
-};
-static std::vector<std::vector<std::vector<copy16>>> groups;
-static long async_lost;
 static void trampoline() {
   body();
-  for (auto &g : groups[cur]) async_lost += (long)g.size();
-  groups[cur].assign(1, {});
   done[cur] = 1;
   swapcontext(&ctx[cur], &sched);
 }
@@ -97,7 +84,6 @@ static void launch(unsigned gx, unsigned gy, int threads, std::function<void()> 
   body = f;
   nthreads = threads;
   ctx.assign(threads, ucontext_t());
-  groups.assign(threads, std::vector<std::vector<copy16>>(1));
   done.assign(threads, 0);
   stacks.assign(threads, std::vector<char>(1 << 18));
   gridDim = {gx, gy, 1};
@@ -149,20 +135,6 @@ static inline float __shfl_xor(float v, int m, int width) {
 }
 
 static inline void __threadfence() {}
-static inline void fi_emu_stage16(void *dst, const void *src) {
-  emu::copy16 c;
-  c.dst = dst;
-  memcpy(c.b, src, 16);
-  emu::groups[emu::cur].back().push_back(c);
-}
-static inline void fi_emu_commit() { emu::groups[emu::cur].emplace_back(); }
-static inline void fi_emu_wait(int n) {
-  auto &g = emu::groups[emu::cur];
-  while ((int)g.size() - 1 > n) {
-    for (const emu::copy16 &c : g.front()) memcpy(c.dst, c.b, 16);
-    g.erase(g.begin());
-  }
-}
 static inline int atomicAdd(int *p, int v) {
   const int o = *p;
   *p += v;
@@ -173,9 +145,6 @@ static inline int atomicAdd(int *p, int v) {
 // The kernel's dynamic shared memory: one array for every block (blocks run one at a time).
 #define FI_PF_EMU_SMEM 1
 alignas(128) static unsigned char fi_pf_smem[1 << 17];
-#define FI_DEC_EMU_SMEM 1
-#define FI_DEC_EMU_ASYNC 1
-alignas(128) static unsigned char fi_dec_smem[1 << 17];
 #include "prefill.cuh"
 #include "decode.cuh"
 
@@ -519,12 +488,10 @@ struct fp8_of<fi_e5m2> {
 // random page order) through rt_decode_partition (split when asked: a large target)
 // and the kernel, against the float64 reference. head_pf: the kernel's head_prefetch
 // (tokens an item prefetches at its start; a no-op here but its page lookups run).
-// hp: KV heads a block (2: head pairs, the grid's y halved). tail: that many tail pieces
-// of 2 pages a request (rt_decode_partition_tail), on the item-major grid. STG: staged
-// steps' slots a warp (plain copies here: the ring's slot order and refills).
-template <typename QT, typename KVT, int D, int GM, int PF, int ROPE, int WARPS, int STG = 0>
+// hp: KV heads a block (2: head pairs, the grid's y halved).
+template <typename QT, typename KVT, int D, int GM, int PF, int ROPE, int WARPS>
 static void decode_batch(int hq, int hkv, int ps, std::vector<int> lens, int window, double cap, int split,
-                         int head_pf = 0, int hp = 1, int tail = 0) {
+                         int head_pf = 0, int hp = 1) {
   const int bf = sizeof(QT) == 2 && fp8_of<QT>::is == 0 && !std::is_same<QT, fi_half>::value;
   const int F8 = fp8_of<KVT>::is, E4 = fp8_of<KVT>::e4m3, B = (int)lens.size(), G = hq / hkv;
   prob P{bf, D, hq, hkv, 1, window, ROPE, ps, 1, cap, std::vector<int>(B, 1), lens};
@@ -544,8 +511,8 @@ static void decode_batch(int hq, int hkv, int ps, std::vector<int> lens, int win
   for (int b = 0; b < B; b++) last[b] = d.last[b];
   std::vector<int32_t> items(FI_DECODE_ITEM_WORDS * 4096);
   int chunk = 0;
-  const int64_t n = rt_decode_partition_tail(B, indptr.data(), last.data(), ps, window, split ? 1000 : 1, tail,
-                                             2, items.data(), 4096, &chunk);
+  const int64_t n = rt_decode_partition(B, indptr.data(), last.data(), ps, window, split ? 1000 : 1,
+                                        items.data(), 4096, &chunk);
   std::vector<int32_t> counters((size_t)B * hkv, 0);
   std::vector<float> po((size_t)(n + 1) * hq * D), pl((size_t)(n + 1) * hq);
   fi_decode_params dp;
@@ -566,38 +533,18 @@ static void decode_batch(int hq, int hkv, int ps, std::vector<int> lens, int win
   dp.num_items = (int32_t)n, dp.num_kv_heads = hkv, dp.group = G, dp.page_size = ps;
   dp.head_prefetch = head_pf;
   dp.kv_heads_per_block = hp;
-  static_assert(STG * WARPS * FI_DECODE_STAGE_BYTES(D) <= (int)sizeof fi_dec_smem, "the emulator's slots");
-  // Stale slot bytes would pass for data the ring failed to copy (or waited for too
-  // little): each block starts on poisoned slots (thread 0 runs first, before any copy).
-  emu::async_lost = 0;
-  auto poisoned = [&] {
-    if (threadIdx.x == 0) memset(fi_dec_smem, 0xff, sizeof fi_dec_smem);
-  };
-  if (tail > 0)
-    emu::launch(hkv / hp, (unsigned)n, 32 * WARPS, [&] {
-      poisoned();
-      fi::dec::decode<QT, KVT, D, GM, PF, ROPE, 0, WARPS, 1, STG>(dp);
-    });
-  else
-    emu::launch((unsigned)n, hkv / hp, 32 * WARPS, [&] {
-      poisoned();
-      fi::dec::decode<QT, KVT, D, GM, PF, ROPE, 0, WARPS, 0, STG>(dp);
-    });
-  char what[128];
-  snprintf(what, sizeof what, "decode %s%s w%d n=%lld%s%s%s", F8 ? (E4 ? "e4m3 " : "e5m2 ") : "", chunk && n > B ? "split" : "",
-           WARPS, (long long)n, hp > 1 ? " head pairs" : "", tail > 0 ? " tail pieces" : "", STG ? " staged" : "");
+  emu::launch((unsigned)n, hkv / hp, 32 * WARPS, [&] { fi::dec::decode<QT, KVT, D, GM, PF, ROPE, 0, WARPS>(dp); });
+  char what[96];
+  snprintf(what, sizeof what, "decode %s%s w%d n=%lld%s", F8 ? (E4 ? "e4m3 " : "e5m2 ") : "", chunk && n > B ? "split" : "",
+           WARPS, (long long)n, hp > 1 ? " head pairs" : "");
   check(P, d, what);
-  if (emu::async_lost) {
-    fprintf(stderr, "FAIL %s: %ld staged copies never waited for\n", what, emu::async_lost);
-    fails++;
-  }
   for (int x : counters)
     if (x != 0) {
       fprintf(stderr, "FAIL decode: a merge counter left at %d\n", x);
       fails++;
       break;
     }
-  if ((split || tail > 0) && !(n > B)) {
+  if (split && !(n > B)) {
     fprintf(stderr, "FAIL decode: expected a split\n");
     fails++;
   }
@@ -635,21 +582,6 @@ int main() {
   decode_batch<fi_bf16, fi_e4m3, 128, 8, 1, 0, 2>(8, 4, 16, {150, 31, 0}, -1, 0.0, 0, 0, 2);
   decode_batch<fi_bf16, fi_e5m2, 128, 8, 1, 0, 2>(12, 4, 5, {290, 17}, 100, 30.0, 0, 0, 2);
   decode_batch<fi_half, fi_e4m3, 128, 8, 0, 0, 4>(4, 4, 16, {200}, -1, 0.0, 1, 64, 2);
-  // Tail pieces (FI_DECODE_TAIL) on the item-major grid: one buffer, requests too short
-  // for a tail among them; a split plan; a window; head pairs.
-  decode_batch<fi_bf16, fi_bf16, 128, 8, 0, 0, 4>(32, 8, 16, {300, 1, 0, 47, 200}, -1, 0.0, 0, 0, 1, 2);
-  decode_batch<fi_half, fi_half, 128, 8, 1, 0, 2>(8, 2, 16, {1300, 40, 700}, -1, 0.0, 1, 0, 1, 3);
-  decode_batch<fi_bf16, fi_bf16, 64, 8, 1, 0, 1>(4, 2, 16, {2500, 7}, 1000, 0.0, 0, 0, 1, 4);
-  decode_batch<fi_half, fi_e4m3, 128, 8, 1, 0, 4>(8, 2, 16, {300, 33}, -1, 0.0, 0, 0, 2, 2);
-  // Staged steps (FI_DECODE_STAGES): the ring wrapping many times in long unsplit chunks
-  // (2000 tokens: 31 steps a warp) beside requests of 0, 1 and 17 tokens; 3 slots (not a
-  // power of two) over a split plan with a window; fp8 head pairs with one slot; e5m2's
-  // two sub-steps a step and 16 rows; head_dim 64 with 1 warp and tail pieces.
-  decode_batch<fi_bf16, fi_bf16, 128, 8, 1, 0, 4, 2>(32, 8, 16, {2000, 17, 0, 1, 300}, -1, 0.0, 0);
-  decode_batch<fi_half, fi_half, 128, 8, 1, 0, 2, 3>(8, 2, 16, {1300, 40, 700}, 500, 0.0, 1);
-  decode_batch<fi_half, fi_e4m3, 128, 8, 1, 0, 4, 1>(8, 2, 16, {900, 33}, -1, 0.0, 0, 0, 2);
-  decode_batch<fi_bf16, fi_e5m2, 128, 16, 1, 0, 2, 2>(20, 2, 16, {700, 5}, -1, 20.0, 0);
-  decode_batch<fi_bf16, fi_bf16, 64, 8, 1, 0, 1, 3>(4, 2, 16, {2500, 7}, -1, 0.0, 0, 0, 1, 4);
 
 
   prefill_vs_decode<fi_bf16, 64, 0>(1, 8, 2, 300, -1, 0.0);

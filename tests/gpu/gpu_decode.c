@@ -10,7 +10,6 @@
 #include <string.h>
 #include <time.h>
 
-#include "fi_admin.h"
 #include "ft.h"
 #include "gpu_util.h"
 
@@ -293,28 +292,6 @@ static fi_attention_params params_of(const dcase *c) {
   return p;
 }
 
-/* An environment variable's value, to put back after a test sets it (run_gpu.sh sets
- * some for a whole run). */
-typedef struct {
-  const char *var;
-  int set;
-  char val[32];
-} env_saved;
-static env_saved env_save(const char *var) {
-  env_saved e;
-  const char *v = getenv(var);
-  e.var = var;
-  e.set = v != NULL;
-  snprintf(e.val, sizeof e.val, "%s", v ? v : "");
-  return e;
-}
-static void env_restore(const env_saved *e) {
-  if (e->set)
-    setenv(e->var, e->val, 1);
-  else
-    unsetenv(e->var);
-}
-
 /* Checks rows [0, B) of out/lse (device images) against the reference. */
 static void check_rows(const dcase *c, const char *what, const batch_data *bd, int B, const void *out,
                        const float *lse) {
@@ -538,7 +515,9 @@ static void run_case(const dcase *c) {
   } v[] = {{"FI_DECODE_WARPS", "1"}, {"FI_DECODE_WARPS", "2"}, {"FI_DECODE_WARPS", "4"}, {"FI_DECODE_SPLIT", "0.001"}};
   for (size_t i = 0; i < sizeof v / sizeof v[0]; i++) {
     /* (decode_tuning_variants sets these too: theirs comes back after.) */
-    env_saved sv = env_save(v[i].var);
+    const char *was = getenv(v[i].var);
+    char saved[32] = "";
+    if (was) snprintf(saved, sizeof saved, "%s", was);
     setenv(v[i].var, v[i].val, 1);
     char what[64];
     snprintf(what, sizeof what, "batch %s=%s", v[i].var + 10, v[i].val);
@@ -561,7 +540,10 @@ static void run_case(const dcase *c) {
       free(lse);
       fi_batch_decode_plan_destroy(plan);
     }
-    env_restore(&sv);
+    if (was)
+      setenv(v[i].var, saved, 1);
+    else
+      unsetenv(v[i].var);
   }
   free_dev(&d);
   free_batch(c, &bd);
@@ -777,87 +759,6 @@ FT_TEST(decode_tuning_variants) {
     run_case(&c);
     unsetenv(v[i].var);
   }
-}
-
-/* Tail pieces (FI_DECODE_TAIL=PIECESxPAGES): each long enough request's last pages as
- * separate items handed out last, merged with the rest by LSE, on the item-major kernel
- * (key tail=1): the capped kernel unsplit and (forced) split, a two-buffer split plan over
- * HND, fp8 head pairs, 16 rows. The variable comes back as it was (run_gpu.sh sets it
- * for a whole run). */
-FT_TEST(decode_tail_pieces) {
-  static const char *const tails[2] = {"2x4", "3x1"};
-  env_saved sv = env_save("FI_DECODE_TAIL");
-  for (int t = 0; t < 2; t++) {
-    setenv("FI_DECODE_TAIL", tails[t], 1);
-    dcase c = base("tail bf16 32/8 B=64 capped", T_BF16, T_BF16, 128, 32, 8, 16, 0, 64, 900);
-    run_case(&c);
-    setenv("FI_DECODE_PIPELINE", "2", 1);
-    c = base("tail bf16 32/8 B=6 capped split", T_BF16, T_BF16, 128, 32, 8, 16, 0, 6, 3000);
-    run_case(&c);
-    unsetenv("FI_DECODE_PIPELINE");
-    c = base("tail f16 32/8 HND B=4 split", T_F16, T_F16, 128, 32, 8, 16, 1, 4, 3000);
-    run_case(&c);
-    c = base("tail e4m3 32/8 B=24 head pairs", T_BF16, T_E4M3, 128, 32, 8, 16, 0, 24, 1500);
-    run_case(&c);
-    c = base("tail bf16 e4m3 16/1 G16", T_BF16, T_E4M3, 128, 16, 1, 16, 0, 3, 2000);
-    run_case(&c);
-  }
-  env_restore(&sv);
-}
-
-/* Staged steps (FI_DECODE_STAGES): plans whose kernel keeps two register buffers take
- * 1-3 shared-memory slots a warp (the ring wraps in the long chunks); B=1 L=8192 is
- * issue 4's row; group 2 HND split, fp8 head pairs, 16 rows, head_dim 64 at page size
- * 1, and tail pieces on top (every case a few requests, so two buffers from the start).
- * The staged kernels are no prewarm key: after each case a cache key with its cache
- * dtype, head_dim, rows and slot count (each case's own in this process) shows that a
- * plan compiled, and so ran, one. With a cache shared between processes (FI_TEST_CACHE,
- * tests/gpu/decode_ab.sh) another process's plan may have put it there. */
-typedef struct {
-  const char *want[4];
-  int n;
-} staged_find;
-static int find_staged(const fi_cache_entry *e, void *user) {
-  staged_find *f = user;
-  int all = 1;
-  for (int i = 0; i < 4; i++) all &= strstr(e->key, f->want[i]) != NULL;
-  f->n += all;
-  return 0;
-}
-static void run_staged(const dcase *c, const char *stages, const char *extra) {
-  run_case(c);
-  char kv[32], dim[32], rows[32], st[32];
-  snprintf(kv, sizeof kv, "dtype_kv=%s;", tname(c->kvt));
-  snprintf(dim, sizeof dim, "head_dim=%d;", c->D);
-  snprintf(rows, sizeof rows, "rows=%d;", c->hq / c->hkv <= 8 ? 8 : 16);
-  snprintf(st, sizeof st, "%s;stages=%s", extra, stages);
-  staged_find f = {{kv, dim, rows, st}, 0};
-  FT_CHECK(fi_admin_list(rt, "batch_decode", NULL, find_staged, &f) == FI_OK, "%s", fi_last_error());
-  FT_CHECK(f.n > 0, "%s: no batch_decode key with %s, %s, %s and %s in the cache", c->name, kv, dim, rows, st);
-}
-FT_TEST(decode_staged_steps) {
-  static const char *const stages[3] = {"2", "1", "3"};
-  env_saved sv = env_save("FI_DECODE_STAGES");
-  for (int s = 0; s < 3; s++) {
-    setenv("FI_DECODE_STAGES", stages[s], 1);
-    dcase c = base("staged bf16 32/8 B=1 L=8192", T_BF16, T_BF16, 128, 32, 8, 16, 0, 1, 8192);
-    run_staged(&c, stages[s], "");
-    c = base("staged f16 16/8 HND B=3 split", T_F16, T_F16, 128, 16, 8, 16, 1, 3, 3000);
-    run_staged(&c, stages[s], "");
-    c = base("staged e4m3 32/8 B=2 head pairs", T_BF16, T_E4M3, 128, 32, 8, 16, 0, 2, 4000);
-    run_staged(&c, stages[s], "");
-    c = base("staged bf16 64/4 G16 B=4", T_BF16, T_BF16, 128, 64, 4, 16, 0, 4, 2000);
-    run_staged(&c, stages[s], "");
-    c = base("staged f16 D64 16/2 page 1", T_F16, T_F16, 64, 16, 2, 1, 0, 5, 1500);
-    run_staged(&c, stages[s], "");
-  }
-  setenv("FI_DECODE_STAGES", "2", 1);
-  env_saved tv = env_save("FI_DECODE_TAIL");
-  setenv("FI_DECODE_TAIL", "2x4", 1);
-  dcase c = base("staged tail bf16 32/8 B=2", T_BF16, T_BF16, 128, 32, 8, 16, 0, 2, 6000);
-  run_staged(&c, "2", ";tail=1");
-  env_restore(&tv);
-  env_restore(&sv);
 }
 
 /* The capped kernel's split and merge outside CUDA-graph mode: the plans' own rules move

@@ -27,8 +27,6 @@ variant "prefill on the wgmma kernel's large shape (producer, ping-pong)" FI_PRE
 variant "prefill on a 3-block persistent grid (many work units a block)" FI_PREFILL_PERSIST=3 gpu_prefill
 variant "prefill with the producer but no ping-pong (two stages where the default takes four)" FI_PREFILL_WS=1 gpu_prefill
 variant "sampling with top-p's exact membership test" FI_SAMPLING_TOPP=exact gpu_sampling
-variant "decode with each long request's last pages as 2 tail pieces of 4 pages (CUDA-graph plans ignore it)" FI_DECODE_TAIL=2x4 gpu_decode
-variant "decode with 2 shared-memory slots a warp of staged steps (two-buffer plans)" FI_DECODE_STAGES=2 gpu_decode
 # Every case's measured error, kept with the results (few files come back).
 cat "$L"/*.err "$L"/*.out >> "$OUT/gpu-test.txt" 2>/dev/null
 rm -rf "$L"

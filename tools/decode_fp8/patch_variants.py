@@ -17,18 +17,18 @@ def rep(a,b,cnt=1):
     n=s.count(a)
     assert n==cnt,(a,n)
     s=s.replace(a,b)
-rep("template <typename QT, typename KVT, int D, int GM, int PF, int ROPE, int SINGLE, int WARPS, int HP, int TAIL,\n          int STG>\nFI_DEVICE void decode_heads(",
-    "template <typename QT, typename KVT, int D, int GM, int PF, int ROPE, int SINGLE, int WARPS, int HP, int TAIL, int STG, int X>\nFI_DEVICE void decode_heads(")
-rep("template <typename QT, typename KVT, int D, int GM, int PF, int ROPE, int SINGLE, int WARPS, int TAIL = 0,\n          int STG = 0>\nFI_DEVICE void decode(",
+rep("template <typename QT, typename KVT, int D, int GM, int PF, int ROPE, int SINGLE, int WARPS, int HP>\nFI_DEVICE void decode_heads(",
+    "template <typename QT, typename KVT, int D, int GM, int PF, int ROPE, int SINGLE, int WARPS, int HP, int X>\nFI_DEVICE void decode_heads(")
+rep("template <typename QT, typename KVT, int D, int GM, int PF, int ROPE, int SINGLE, int WARPS>\nFI_DEVICE void decode(",
     "template <typename QT, typename KVT, int D, int GM, int PF, int ROPE, int SINGLE, int WARPS, int X = 0>\nFI_DEVICE void decode(")
-rep("      decode_heads<QT, KVT, D, GM, PF, ROPE, SINGLE, WARPS, 2, TAIL, STG>(p);", "      decode_heads<QT, KVT, D, GM, PF, ROPE, SINGLE, WARPS, 2, 0, 0, X>(p);")
-rep("  decode_heads<QT, KVT, D, GM, PF, ROPE, SINGLE, WARPS, 1, TAIL, STG>(p);", "  decode_heads<QT, KVT, D, GM, PF, ROPE, SINGLE, WARPS, 1, 0, 0, X>(p);")
+rep("      decode_heads<QT, KVT, D, GM, PF, ROPE, SINGLE, WARPS, 2>(p);", "      decode_heads<QT, KVT, D, GM, PF, ROPE, SINGLE, WARPS, 2, X>(p);")
+rep("  decode_heads<QT, KVT, D, GM, PF, ROPE, SINGLE, WARPS, 1>(p);", "  decode_heads<QT, KVT, D, GM, PF, ROPE, SINGLE, WARPS, 1, X>(p);")
 # conversion variants
 rep("  if constexpr (same<KVT, fi_e4m3>::value) wide = KV::E4M3_WIDE;",
     "  if constexpr (same<KVT, fi_e4m3>::value) wide = (X & 8) ? 1.0f : KV::E4M3_WIDE;")
-rep("  const int item = TAIL ? blockIdx.y : blockIdx.x, hkv = (TAIL ? blockIdx.x : blockIdx.y) * HP;",
+rep("  const int item = blockIdx.x, hkv = blockIdx.y * HP, G = p.group, GE = G * HP;",
     "  const int lin_ = blockIdx.x + blockIdx.y * gridDim.x;\n"
-    "  const int item = (X & 1) ? lin_ / (int)gridDim.y : blockIdx.x, hkv = ((X & 1) ? lin_ % (int)gridDim.y : blockIdx.y) * HP;")
+    "  const int item = (X & 1) ? lin_ / (int)gridDim.y : blockIdx.x, hkv = ((X & 1) ? lin_ % (int)gridDim.y : blockIdx.y) * HP, G = p.group, GE = G * HP;")
 s=s.replace("KV::cvt2(", "cvt2x<KVT, X>(")
 # The K / V loads (the kernel's ldkv): X & 32 with the L2::256B hint (on a miss the L2
 # fetches the whole 256-byte block), 64 with L2::128B, 256 evict-first in L2 whatever the

@@ -21,20 +21,18 @@ def rep(a, b):
     s = s.replace(a, b)
 
 
-rep("template <typename QT, typename KVT, int D, int GM, int PF, int ROPE, int SINGLE, int WARPS, int HP, int TAIL,\n"
-    "          int STG>\n"
+rep("template <typename QT, typename KVT, int D, int GM, int PF, int ROPE, int SINGLE, int WARPS, int HP>\n"
     "FI_DEVICE void decode_heads(",
-    "template <typename QT, typename KVT, int D, int GM, int PF, int ROPE, int SINGLE, int WARPS, int HP, int TAIL, int STG, int TRC>\n"
+    "template <typename QT, typename KVT, int D, int GM, int PF, int ROPE, int SINGLE, int WARPS, int HP, int TRC>\n"
     "FI_DEVICE void decode_heads(")
-rep("template <typename QT, typename KVT, int D, int GM, int PF, int ROPE, int SINGLE, int WARPS, int TAIL = 0,\n"
-    "          int STG = 0>\n"
+rep("template <typename QT, typename KVT, int D, int GM, int PF, int ROPE, int SINGLE, int WARPS>\n"
     "FI_DEVICE void decode(",
     "template <typename QT, typename KVT, int D, int GM, int PF, int ROPE, int SINGLE, int WARPS, int TRC>\n"
     "FI_DEVICE void decode(")
-rep("      decode_heads<QT, KVT, D, GM, PF, ROPE, SINGLE, WARPS, 2, TAIL, STG>(p);",
-    "      decode_heads<QT, KVT, D, GM, PF, ROPE, SINGLE, WARPS, 2, 0, 0, TRC>(p);")
-rep("  decode_heads<QT, KVT, D, GM, PF, ROPE, SINGLE, WARPS, 1, TAIL, STG>(p);",
-    "  decode_heads<QT, KVT, D, GM, PF, ROPE, SINGLE, WARPS, 1, 0, 0, TRC>(p);")
+rep("      decode_heads<QT, KVT, D, GM, PF, ROPE, SINGLE, WARPS, 2>(p);",
+    "      decode_heads<QT, KVT, D, GM, PF, ROPE, SINGLE, WARPS, 2, TRC>(p);")
+rep("  decode_heads<QT, KVT, D, GM, PF, ROPE, SINGLE, WARPS, 1>(p);",
+    "  decode_heads<QT, KVT, D, GM, PF, ROPE, SINGLE, WARPS, 1, TRC>(p);")
 rep("struct tok_loc {\n  int32_t page, slot;\n};", r'''struct tok_loc {
   int32_t page, slot;
 };
@@ -48,16 +46,16 @@ FI_DEVICE void dep(uint32_t &sink, uint32_t x) { asm volatile("xor.b32 %0, %0, %
 #define TR_AT(slot) (((int64_t)(blockIdx.y * gridDim.x + blockIdx.x) * WARPS + warp) * NSL + (slot))
 #define TRS(slot) do { if ((TRC & 1) && lane == 0) g_tr[TR_AT(slot)] = gclk(); } while (0)
 #define TRG(slot) do { if ((TRC & 1) && lane == 0) g_tr[TR_AT(slot)] = gtim(); } while (0)''')
-rep("  const int G = p.group, GE = G * HP;\n",
-    r'''  const int G = p.group, GE = G * HP;
+rep("  const int item = blockIdx.x, hkv = blockIdx.y * HP, G = p.group, GE = G * HP;\n",
+    r'''  const int item = blockIdx.x, hkv = blockIdx.y * HP, G = p.group, GE = G * HP;
   uint32_t sink = 0;
   if (TRC & 2) { asm volatile("griddepcontrol.launch_dependents;"); asm volatile("griddepcontrol.wait;" ::: "memory"); }
   TRG(0);
   if ((TRC & 1) && lane == 0) { uint32_t sm; asm volatile("mov.u32 %0, %%smid;" : "=r"(sm)); g_tr[TR_AT(12)] = sm; }
   TRS(1);
 ''')
-rep("    if (TAIL && tid == 0) s_last = it2.v[2];\n  }\n",
-    "    if (TAIL && tid == 0) s_last = it2.v[2];\n  }\n"
+rep("    kv_len = it2.v[1];\n  }\n",
+    "    kv_len = it2.v[1];\n  }\n"
     "  if (TRC & 1) { dep(sink, (uint32_t)hi); dep(sink, (uint32_t)page_base); }\n  TRS(2);\n")
 rep("  const tok_loc loc0 = locate(k0);\n",
     "  const tok_loc loc0 = locate(k0);\n  if (TRC & 1) dep(sink, (uint32_t)loc0.page);\n  TRS(3);\n")
