@@ -15,6 +15,8 @@
 #                      fi-bench's AB_NCU_PICK case under, with Nsight Compute (clocks left
 #                      alone); default none
 #   AB_NCU_PICK        that case (default 7: B=1 L=8192 32/8)
+#   AB_FULL            1: last, the full `fi-bench copy decode` (copy and read rooflines,
+#                      issue 4's rows, the tuning rows, the sweep) into $OUT/full.log
 # The decode kernels are prewarmed first into a private cache that fi-bench and every test
 # process share (the runtime refuses one in a world-writable directory such as /tmp
 # itself); kernels of tuning keys compile at plan time into it. Each test case is its own
@@ -91,6 +93,14 @@ if [ -n "${AB_NCU:-}" ]; then
     echo "ncu under $e rc=$? ($(el))"
     grep -E " Duration|DRAM Throughput|L2 Hit Rate|Achieved Occupancy|Stall Long Scoreboard" "$f" | head -8
   done
+fi
+if [ "${AB_FULL:-0}" = 1 ]; then
+  timeout 420 "$A/fi-bench" --json "$OUT/full.jsonl" copy decode > "$OUT/full.log" 2>&1
+  frc=$?
+  echo "fi-bench copy decode (full) rc=$frc ($(el))"
+  [ "$frc" = 0 ] || rc_all=1
+  grep -iE "roofline|^copy" "$OUT/full.log" | head -4
+  grep "|" "$OUT/full.log" | head -40
 fi
 rm -rf "$C"
 exit $rc_all
