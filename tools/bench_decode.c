@@ -50,6 +50,38 @@ static double bench_read(fi_runtime *rt) {
   const double ms = median(ms_v, reps), tbs = (double)bytes / (ms * 1e-3) / 1e12;
   printf("read: %.2f TB/s (1 GiB read once with 16-byte streaming loads, %.3f ms)\n", tbs, ms);
   if (json) fprintf(json, "{\"bench\":\"read\",\"bytes\":%zu,\"ms\":%.5f,\"tbs\":%.4f}\n", bytes, ms, tbs);
+  /* FI_BENCH_READ_SERIES=1: the probe over 32 MiB .. 1 GiB, back-to-back launches over
+   * rotating windows of the buffer (as decode's runs), so that a launch's fixed cost
+   * (ramp and tail) can be fitted apart from the streaming rate and set beside decode's. */
+  const char *ser = getenv("FI_BENCH_READ_SERIES");
+  if (ser && *ser == '1') {
+    printf("\n| read probe bytes | launches a batch | us | TB/s |\n|---|---|---|---|\n");
+    for (size_t sz = (size_t)32 << 20; sz <= bytes; sz *= 2) {
+      const int nwin = (int)(bytes / sz), batch = sz >= ((size_t)256 << 20) ? 5 : 20;
+      DLTensor w[32];
+      int64_t wshape[1] = {(int64_t)sz};  /* the tensors point at it */
+      for (int k = 0; k < nwin && k < 32; k++) {
+        w[k] = tensor(a + (CUdeviceptr)k * sz, 0, 1, wshape);
+        w[k].dtype = t.dtype;
+      }
+      const int nw = nwin < 32 ? nwin : 32;
+      double sv[16];
+      for (int r = 0; r < 9; r++) {
+        CU_CHECK(&cu, cuEventRecord(e0, NULL));
+        for (int i = 0; i < batch; i++) fi_admin_read_probe(rt, &w[(r * batch + i) % nw], 0, NULL);
+        CU_CHECK(&cu, cuEventRecord(e1, NULL));
+        CU_CHECK(&cu, cuEventSynchronize(e1));
+        float m;
+        CU_CHECK(&cu, cuEventElapsedTime(&m, e0, e1));
+        sv[r] = m / batch;
+      }
+      const double sm = median(sv, 9);
+      printf("| %zu MiB | %d | %.1f | %.2f |\n", sz >> 20, batch, sm * 1e3, (double)sz / (sm * 1e-3) / 1e12);
+      if (json)
+        fprintf(json, "{\"bench\":\"read_series\",\"bytes\":%zu,\"us\":%.3f,\"tbs\":%.4f}\n", sz, sm * 1e3,
+                (double)sz / (sm * 1e-3) / 1e12);
+    }
+  }
   CU_CHECK(&cu, cuMemFree(a));
   return tbs;
 }
