@@ -447,7 +447,8 @@ const bench_section bench_decode_section = {
     "the read bandwidth of a streaming 16-byte-load kernel; the issue's targets, tuning\n"
     "overrides on some of them, then a sweep of batch, length, group and layout\n"
     "(FI_BENCH_DECODE_SWEEP=0 leaves the sweep out); KV pages from arenas allocated once\n"
-    "(FI_BENCH_DECODE_ARENA=0: a pool allocated and freed a case at a time)",
+    "(FI_BENCH_DECODE_ARENA=0: a pool allocated and freed a case at a time;\n"
+    "FI_BENCH_READ_SERIES=1 adds the read probe over 32 MiB .. 1 GiB)",
     1,
     bench_decode,
 };
