@@ -17,6 +17,22 @@ static uint64_t brand(void) {
   return brng;
 }
 
+/* Milliseconds a probe launch: reps batches of `batch` back-to-back launches between two
+ * events, launch i over window i % nw, median of the batches (reps <= 64). */
+static double probe_ms(fi_runtime *rt, CUevent e0, CUevent e1, const DLTensor *w, int nw, int batch, int reps) {
+  double ms_v[64];
+  for (int r = 0; r < reps; r++) {
+    CU_CHECK(&cu, cuEventRecord(e0, NULL));
+    for (int i = 0; i < batch; i++) fi_admin_read_probe(rt, &w[(r * batch + i) % nw], 0, NULL);
+    CU_CHECK(&cu, cuEventRecord(e1, NULL));
+    CU_CHECK(&cu, cuEventSynchronize(e1));
+    float ms;
+    CU_CHECK(&cu, cuEventElapsedTime(&ms, e0, e1));
+    ms_v[r] = ms / batch;
+  }
+  return median(ms_v, reps);
+}
+
 /* Read bandwidth: 1 GiB read once per launch, median of the repetitions. */
 static double bench_read(fi_runtime *rt) {
   const size_t bytes = (size_t)1 << 30;
@@ -36,18 +52,7 @@ static double bench_read(fi_runtime *rt) {
   CU_CHECK(&cu, cuEventCreate(&e0, 0));
   CU_CHECK(&cu, cuEventCreate(&e1, 0));
   for (int i = 0; i < 3; i++) fi_admin_read_probe(rt, &t, 0, NULL);
-  const int reps = quick ? 5 : 20;
-  double ms_v[64];
-  for (int i = 0; i < reps; i++) {
-    CU_CHECK(&cu, cuEventRecord(e0, NULL));
-    fi_admin_read_probe(rt, &t, 0, NULL);
-    CU_CHECK(&cu, cuEventRecord(e1, NULL));
-    CU_CHECK(&cu, cuEventSynchronize(e1));
-    float ms;
-    CU_CHECK(&cu, cuEventElapsedTime(&ms, e0, e1));
-    ms_v[i] = ms;
-  }
-  const double ms = median(ms_v, reps), tbs = (double)bytes / (ms * 1e-3) / 1e12;
+  const double ms = probe_ms(rt, e0, e1, &t, 1, 1, quick ? 5 : 20), tbs = (double)bytes / (ms * 1e-3) / 1e12;
   printf("read: %.2f TB/s (1 GiB read once with 16-byte streaming loads, %.3f ms)\n", tbs, ms);
   if (json) fprintf(json, "{\"bench\":\"read\",\"bytes\":%zu,\"ms\":%.5f,\"tbs\":%.4f}\n", bytes, ms, tbs);
   /* FI_BENCH_READ_SERIES=1: the probe over 32 MiB .. 1 GiB, back-to-back launches over
@@ -56,30 +61,18 @@ static double bench_read(fi_runtime *rt) {
   const char *ser = getenv("FI_BENCH_READ_SERIES");
   if (ser && *ser == '1') {
     printf("\n| read probe bytes | launches a batch | us | TB/s |\n|---|---|---|---|\n");
-    for (size_t sz = (size_t)32 << 20; sz <= bytes; sz *= 2) {
-      const int nwin = (int)(bytes / sz), batch = sz >= ((size_t)256 << 20) ? 5 : 20;
-      DLTensor w[32];
-      int64_t wshape[1] = {(int64_t)sz};  /* the tensors point at it */
-      for (int k = 0; k < nwin && k < 32; k++) {
+    enum { MAX_WIN = 32 }; /* 1 GiB / the smallest size, 32 MiB */
+    for (size_t sz = bytes / MAX_WIN; sz <= bytes; sz *= 2) {
+      const int nw = (int)(bytes / sz), batch = sz >= ((size_t)256 << 20) ? 5 : 20;
+      DLTensor w[MAX_WIN];
+      int64_t wshape[1] = {(int64_t)sz}; /* the tensors point at it */
+      for (int k = 0; k < nw; k++) {
         w[k] = tensor(a + (CUdeviceptr)k * sz, 0, 1, wshape);
         w[k].dtype = t.dtype;
       }
-      const int nw = nwin < 32 ? nwin : 32;
-      double sv[16];
-      for (int r = 0; r < 9; r++) {
-        CU_CHECK(&cu, cuEventRecord(e0, NULL));
-        for (int i = 0; i < batch; i++) fi_admin_read_probe(rt, &w[(r * batch + i) % nw], 0, NULL);
-        CU_CHECK(&cu, cuEventRecord(e1, NULL));
-        CU_CHECK(&cu, cuEventSynchronize(e1));
-        float m;
-        CU_CHECK(&cu, cuEventElapsedTime(&m, e0, e1));
-        sv[r] = m / batch;
-      }
-      const double sm = median(sv, 9);
-      printf("| %zu MiB | %d | %.1f | %.2f |\n", sz >> 20, batch, sm * 1e3, (double)sz / (sm * 1e-3) / 1e12);
-      if (json)
-        fprintf(json, "{\"bench\":\"read_series\",\"bytes\":%zu,\"us\":%.3f,\"tbs\":%.4f}\n", sz, sm * 1e3,
-                (double)sz / (sm * 1e-3) / 1e12);
+      const double sm = probe_ms(rt, e0, e1, w, nw, batch, quick ? 3 : 9), stbs = (double)sz / (sm * 1e-3) / 1e12;
+      printf("| %zu MiB | %d | %.1f | %.2f |\n", sz >> 20, batch, sm * 1e3, stbs);
+      if (json) fprintf(json, "{\"bench\":\"read_series\",\"bytes\":%zu,\"us\":%.3f,\"tbs\":%.4f}\n", sz, sm * 1e3, stbs);
     }
   }
   CU_CHECK(&cu, cuMemFree(a));

@@ -99,7 +99,7 @@ if [ "${AB_FULL:-0}" = 1 ]; then
   frc=$?
   echo "fi-bench copy decode (full) rc=$frc ($(el))"
   [ "$frc" = 0 ] || rc_all=1
-  grep -iE "roofline|^copy" "$OUT/full.log" | head -4
+  grep -E "^(copy|read):" "$OUT/full.log"
   grep "|" "$OUT/full.log" | head -40
 fi
 rm -rf "$C"
