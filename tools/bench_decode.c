@@ -17,20 +17,15 @@ static uint64_t brand(void) {
   return brng;
 }
 
-/* Milliseconds a probe launch: reps batches of `batch` back-to-back launches between two
- * events, launch i over window i % nw, median of the batches (reps <= 64). */
-static double probe_ms(fi_runtime *rt, CUevent e0, CUevent e1, const DLTensor *w, int nw, int batch, int reps) {
-  double ms_v[64];
-  for (int r = 0; r < reps; r++) {
-    CU_CHECK(&cu, cuEventRecord(e0, NULL));
-    for (int i = 0; i < batch; i++) fi_admin_read_probe(rt, &w[(r * batch + i) % nw], 0, NULL);
-    CU_CHECK(&cu, cuEventRecord(e1, NULL));
-    CU_CHECK(&cu, cuEventSynchronize(e1));
-    float ms;
-    CU_CHECK(&cu, cuEventElapsedTime(&ms, e0, e1));
-    ms_v[r] = ms / batch;
-  }
-  return median(ms_v, reps);
+/* Read-probe launches over windows of a buffer in turn (one window: the same launch). */
+typedef struct probe_ctx {
+  fi_runtime *rt;
+  const DLTensor *w;
+  int nw, next;
+} probe_ctx;
+static void probe_run(void *c) {
+  probe_ctx *p = c;
+  fi_admin_read_probe(p->rt, &p->w[p->next++ % p->nw], 0, NULL);
 }
 
 /* Read bandwidth: 1 GiB read once per launch, median of the repetitions. */
@@ -48,11 +43,9 @@ static double bench_read(fi_runtime *rt) {
     CU_CHECK(&cu, cuMemFree(a));
     return 0;
   }
-  CUevent e0, e1;
-  CU_CHECK(&cu, cuEventCreate(&e0, 0));
-  CU_CHECK(&cu, cuEventCreate(&e1, 0));
   for (int i = 0; i < 3; i++) fi_admin_read_probe(rt, &t, 0, NULL);
-  const double ms = probe_ms(rt, e0, e1, &t, 1, 1, quick ? 5 : 20), tbs = (double)bytes / (ms * 1e-3) / 1e12;
+  probe_ctx one = {rt, &t, 1, 0};
+  const double ms = time_runs(probe_run, &one, 1, quick ? 5 : 20), tbs = (double)bytes / (ms * 1e-3) / 1e12;
   printf("read: %.2f TB/s (1 GiB read once with 16-byte streaming loads, %.3f ms)\n", tbs, ms);
   if (json) fprintf(json, "{\"bench\":\"read\",\"bytes\":%zu,\"ms\":%.5f,\"tbs\":%.4f}\n", bytes, ms, tbs);
   /* FI_BENCH_READ_SERIES=1: the probe over 32 MiB .. 1 GiB, back-to-back launches over
@@ -70,7 +63,8 @@ static double bench_read(fi_runtime *rt) {
         w[k] = tensor(a + (CUdeviceptr)k * sz, 0, 1, wshape);
         w[k].dtype = t.dtype;
       }
-      const double sm = probe_ms(rt, e0, e1, w, nw, batch, quick ? 3 : 9), stbs = (double)sz / (sm * 1e-3) / 1e12;
+      probe_ctx pc = {rt, w, nw, 0};
+      const double sm = time_runs(probe_run, &pc, batch, quick ? 3 : 9), stbs = (double)sz / (sm * 1e-3) / 1e12;
       printf("| %zu MiB | %d | %.1f | %.2f |\n", sz >> 20, batch, sm * 1e3, stbs);
       if (json) fprintf(json, "{\"bench\":\"read_series\",\"bytes\":%zu,\"us\":%.3f,\"tbs\":%.4f}\n", sz, sm * 1e3, stbs);
     }

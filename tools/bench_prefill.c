@@ -36,28 +36,6 @@ static int sustained_runs(double ms_one) {
   return n < 1 ? 1 : n > 64 ? 64 : n;
 }
 
-typedef void (*run_fn)(void *ctx);
-/* The median over reps timings of n back-to-back runs, in ms a run (one event pair for
- * the process: the driver table has no cuEventDestroy to free one a call). */
-static double time_runs(run_fn run, void *ctx, int n, int reps) {
-  static CUevent e0, e1;
-  if (!e0) {
-    CU_CHECK(&cu, cuEventCreate(&e0, 0));
-    CU_CHECK(&cu, cuEventCreate(&e1, 0));
-  }
-  double t[16];
-  for (int r = 0; r < reps; r++) {
-    CU_CHECK(&cu, cuEventRecord(e0, NULL));
-    for (int k = 0; k < n; k++) run(ctx);
-    CU_CHECK(&cu, cuEventRecord(e1, NULL));
-    CU_CHECK(&cu, cuEventSynchronize(e1));
-    float ms;
-    CU_CHECK(&cu, cuEventElapsedTime(&ms, e0, e1));
-    t[r] = ms / n;
-  }
-  return median(t, reps);
-}
-
 typedef struct rates {
   double ms1, ms_s; /* isolated, sustained (0: not measured) */
   int n;            /* runs a sustained timing */

@@ -34,6 +34,27 @@ double median(double *v, int n) {
   return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
 }
 
+/* One event pair for the process: the driver table has no cuEventDestroy to free one a call. */
+double time_runs(run_fn run, void *ctx, int n, int reps) {
+  static CUevent e0, e1;
+  if (!e0) {
+    CU_CHECK(&cu, cuEventCreate(&e0, 0));
+    CU_CHECK(&cu, cuEventCreate(&e1, 0));
+  }
+  double t[64];
+  if (reps > 64) reps = 64;
+  for (int r = 0; r < reps; r++) {
+    CU_CHECK(&cu, cuEventRecord(e0, NULL));
+    for (int k = 0; k < n; k++) run(ctx);
+    CU_CHECK(&cu, cuEventRecord(e1, NULL));
+    CU_CHECK(&cu, cuEventSynchronize(e1));
+    float ms;
+    CU_CHECK(&cu, cuEventElapsedTime(&ms, e0, e1));
+    t[r] = ms / n;
+  }
+  return median(t, reps);
+}
+
 DLTensor tensor(CUdeviceptr p, int dt, int ndim, int64_t *shape) {
   DLTensor t;
   memset(&t, 0, sizeof t);
