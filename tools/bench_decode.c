@@ -212,6 +212,8 @@ static double bench_one(fi_runtime *rt, const dcfg *c, double read_tbs) {
       t[r] = ms / batch;
     }
     const double ms = median(t, reps);
+    CU_CHECK(&cu, cuEventDestroy(e0));
+    CU_CHECK(&cu, cuEventDestroy(e1));
     tbs = bytes / (ms * 1e-3) / 1e12;
     /* Host cost of one run call (validation, memo, launch), for the small cases. */
     const double h0 = now_us();

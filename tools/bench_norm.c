@@ -66,6 +66,8 @@ static double bench_rmsnorm_one(fi_runtime *rt, int dt, int64_t rows, int64_t hi
     t[r] = ms / batch;
   }
   double ms = median(t, reps);
+  CU_CHECK(&cu, cuEventDestroy(e0));
+  CU_CHECK(&cu, cuEventDestroy(e1));
   double bytes = 2.0 * (double)tbytes + (double)hidden * (double)es;
   double tbs = bytes / (ms * 1e-3) / 1e12;
   printf("| rmsnorm | %-4s | %6lld x %-6lld | %8.1f | %5.2f | %5.1f%% |%s%s\n", dtname(dt),
@@ -170,6 +172,8 @@ static void bench_norm_one(fi_runtime *rt, int op, int dt, int wdt, int64_t rows
       t[r] = ms / batch;
     }
     double ms = median(t, reps);
+    CU_CHECK(&cu, cuEventDestroy(e0));
+    CU_CHECK(&cu, cuEventDestroy(e1));
     double tbs = bytes / (ms * 1e-3) / 1e12;
     printf("| %s | %-8s | %6lld x %-6lld | %8.1f | %5.2f | %5.1f%% |\n", names[op], dts,
            (long long)rows, (long long)hidden, ms * 1e3, tbs, 100.0 * tbs / copy);

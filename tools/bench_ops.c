@@ -53,6 +53,8 @@ static void bench_act_one(fi_runtime *rt, int act, int dt, int64_t rows, int64_t
       t[r] = ms / batch;
     }
     double ms = median(t, reps);
+    CU_CHECK(&cu, cuEventDestroy(e0));
+    CU_CHECK(&cu, cuEventDestroy(e1));
     double tbs = (double)(ibytes + obytes) / (ms * 1e-3) / 1e12;
     printf("| %s | %-4s | %6lld x 2*%-6lld | %8.1f | %5.2f | %5.1f%% |\n", names[act], dtname(dt),
            (long long)rows, (long long)d, ms * 1e3, tbs, 100.0 * tbs / copy);
@@ -169,6 +171,8 @@ static void bench_cascade_one(fi_runtime *rt, int op, int dt, int64_t seq, int64
       t[r] = ms / batch;
     }
     double ms = median(t, reps);
+    CU_CHECK(&cu, cuEventDestroy(e0));
+    CU_CHECK(&cu, cuEventDestroy(e1));
     double tbs = bytes / (ms * 1e-3) / 1e12;
     printf("| %s | %-4s | %s | %8.1f | %5.2f | %5.1f%% |\n", label, dtname(dt), shape, ms * 1e3,
            tbs, 100.0 * tbs / copy);
@@ -303,6 +307,8 @@ static void bench_page_one(fi_runtime *rt, int dt, int cache_fp8, int layout, in
       t[r] = ms / batch;
     }
     const double ms = median(t, reps);
+    CU_CHECK(&cu, cuEventDestroy(e0));
+    CU_CHECK(&cu, cuEventDestroy(e1));
     const int64_t touched = reqs * ((pre + newt - 1) / ps - pre / ps + 1);
     const double bytes = 2.0 * (double)ibytes + 2.0 * (double)(nnz * heads * hd) * (double)ces +
                          8.0 * (double)nnz + 4.0 * (double)touched;
@@ -351,6 +357,8 @@ static void bench_page_one(fi_runtime *rt, int dt, int cache_fp8, int layout, in
         t[r] = ms / batch;
       }
       const double ms = median(t, reps);
+      CU_CHECK(&cu, cuEventDestroy(e0));
+      CU_CHECK(&cu, cuEventDestroy(e1));
       printf("| batch_indices_positions | i32 | - | %lld x %lld new | %8.1f | - | - |\n",
              (long long)reqs, (long long)newt, ms * 1e3);
       if (json)
@@ -467,6 +475,8 @@ static void bench_rope_one(fi_runtime *rt, int mode, int dt, int in_place, int i
       t[r] = ms / batch;
     }
     double ms = median(t, reps);
+    CU_CHECK(&cu, cuEventDestroy(e0));
+    CU_CHECK(&cu, cuEventDestroy(e1));
     const size_t bytes = 2 * (qb + kb) + pb + (mode == 2 ? cb : 0);
     double tbs = (double)bytes / (ms * 1e-3) / 1e12;
     printf("| %s | %-4s | %s%s | %lld x %lld/%lld x %lld | %8.1f | %5.2f | %5.1f%% |\n",

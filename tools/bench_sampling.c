@@ -147,6 +147,8 @@ static void run_sampling(fi_runtime *rt, double copy) {
     }
   }
   unsetenv("FI_SAMPLING_SELECT");
+  CU_CHECK(&cu, cuEventDestroy(e0));
+  CU_CHECK(&cu, cuEventDestroy(e1));
   for (int s = 0; s < SETS; s++) {
     CU_CHECK(&cu, cuMemFree(set[s].probs));
     CU_CHECK(&cu, cuMemFree(set[s].logits));

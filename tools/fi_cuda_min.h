@@ -33,6 +33,7 @@ typedef struct cu_api {
   CUresult (*cuStreamDestroy)(CUstream);
   CUresult (*cuStreamSynchronize)(CUstream);
   CUresult (*cuEventCreate)(CUevent *, unsigned);
+  CUresult (*cuEventDestroy)(CUevent);
   CUresult (*cuEventRecord)(CUevent, CUstream);
   CUresult (*cuEventSynchronize)(CUevent);
   CUresult (*cuEventElapsedTime)(float *, CUevent, CUevent);
@@ -62,6 +63,7 @@ static inline int cu_min_init(cu_api *cu, CUcontext *ctx, char *err, size_t errl
       S(cuMemcpyDtoDAsync, "cuMemcpyDtoDAsync_v2"), S(cuMemsetD8, "cuMemsetD8_v2"),
       S(cuStreamCreate, "cuStreamCreate"), S(cuStreamDestroy, "cuStreamDestroy_v2"),
       S(cuStreamSynchronize, "cuStreamSynchronize"), S(cuEventCreate, "cuEventCreate"),
+      S(cuEventDestroy, "cuEventDestroy_v2"),
       S(cuEventRecord, "cuEventRecord"), S(cuEventSynchronize, "cuEventSynchronize"),
       S(cuEventElapsedTime, "cuEventElapsedTime"), S(cuLaunchKernel, "cuLaunchKernel"),
       S(cuGetErrorString, "cuGetErrorString"),
