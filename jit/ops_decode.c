@@ -70,7 +70,6 @@ static int render(const jit_key *k, const char *entry, char *buf, size_t n, int 
   int w = snprintf(buf, n,
                    "extern \"C\" __global__ void FI_LAUNCH_BOUNDS(%d, %d)\n"
                    "%s(fi_decode_params p) {\n"
-                   "  fi_pdl_enter();\n"
                    "  fi::dec::decode<%s, %s, %d, %d, %d, %d, %d, %d>(p);\n"
                    "}\n",
                    threads, min_blocks, entry, jit_dtype_cxx((int)v[DECODE_P_DTYPE_Q]),

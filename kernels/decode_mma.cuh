@@ -101,6 +101,18 @@ FI_DEVICE void ldcg8(const float *p, float (&r)[8]) {
 #endif
 }
 
+// An int32 read at L2 (no L1 line is left behind; used before the PDL wait, where L1 could
+// otherwise keep a line the previous grid is still writing).
+FI_DEVICE int32_t ldcg_i32(const int32_t *p) {
+#if FI_CUDA
+  int32_t r;
+  asm volatile("ld.global.cg.s32 %0, [%1];" : "=r"(r) : "l"(p));
+  return r;
+#else
+  return *(volatile const int32_t *)p;
+#endif
+}
+
 // Two words at p (8-byte aligned) read at this point of the program: never hoisted out
 // of a loop nor merged with another read.
 FI_DEVICE void lds2_volatile(const void *p, uint32_t &a, uint32_t &b) {

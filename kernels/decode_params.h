@@ -7,7 +7,7 @@
 #include "fi_params.h"
 
 /* Bump when a struct below changes layout (the template hash changes too). */
-#define FI_DECODE_ABI_VERSION 3
+#define FI_DECODE_ABI_VERSION 4
 
 /* Most head_dim / 2 RoPE frequencies carried in the parameters. */
 #define FI_DECODE_MAX_FREQ 128
@@ -58,6 +58,10 @@ typedef struct fi_decode_params {
                                fp8 batch decode, head_dim 128, group <= 4, no RoPE,
                                kv_stride_head = head_dim); else 1 */
   int32_t kv_evict;         /* 1: a 16-bit cache is read evict-first in L2; 0: evict-normal */
+  int32_t pre_prefetch;     /* tokens of the item prefetched into L2 while the previous grid
+                               in the stream finishes (PDL; 0: off; decode_enter) */
+  int32_t num_pages;        /* pages in the cache and entries of indices: the bounds of */
+  int32_t nnz;              /* the reads made before the PDL wait */
   float scale_log2;         /* logit scale to base 2 (no soft cap): sm_scale * k_scale * log2(e) */
   float cap_pre;            /* soft cap: t = qk * cap_pre; logit = cap_log2 * tanh(t) */
   float cap_log2;           /* 0: no soft cap */

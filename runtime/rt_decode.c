@@ -378,6 +378,7 @@ FI_API fi_status fi_batch_decode_plan(fi_runtime *rt, const fi_batch_decode_info
   rt_dec_fill_scalars(&pl->scalars, p, info->head_dim, kvdt);
   pl->scalars.prefetch = rt_dec_prefetch_steps();
   pl->scalars.head_prefetch = rt_dec_head_prefetch();
+  pl->scalars.pre_prefetch = rt_dec_pre_prefetch();
   pl->scalars.kv_evict = rt_dec_kv_evict();
   tab[0] = (int32_t)n;
   tab[1] = B;
@@ -496,6 +497,8 @@ FI_API fi_status fi_batch_decode_run(fi_runtime *rt, const fi_decode_plan *pl,
   kp.num_kv_heads = (int32_t)hkv;
   kp.group = (int32_t)(hq / hkv);
   kp.page_size = pl->page_size;
+  kp.num_pages = (int32_t)kc->shape[0];
+  kp.nnz = indices->shape[0] > INT32_MAX ? INT32_MAX : (int32_t)indices->shape[0];
   /* Head pairs need the two heads' rows side by side (NHD; HND at page_size 1); else a
    * block a head, in the same plan. */
   kp.kv_heads_per_block = pl->kv_pair == 2 && kp.kv_stride_head == D ? 2 : 1;

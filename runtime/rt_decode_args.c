@@ -112,6 +112,21 @@ int rt_dec_head_prefetch(void) {
   return v < -65536 ? -65536 : v > 65536 ? 65536 : v;
 }
 
+/* Tokens of its item a block prefetches into L2 while the previous grid in the stream
+ * finishes (decode_enter in kernels/decode.cuh): FI_DECODE_PRE_PREFETCH (0 off, up to
+ * 65536; read at each batch plan) or the default. None with FI_PDL=0: with no early
+ * start there is nothing to overlap, and the round only holds the block up (4-5% at
+ * B <= 4 on an H100). */
+#define DECODE_PRE_PREFETCH_DEFAULT 256
+int rt_dec_pre_prefetch(void) {
+  const char *pdl = getenv("FI_PDL");
+  if (pdl && pdl[0] == '0' && !pdl[1]) return 0;
+  const char *e = getenv("FI_DECODE_PRE_PREFETCH");
+  if (!e || !*e) return DECODE_PRE_PREFETCH_DEFAULT;
+  const int v = atoi(e);
+  return v < 0 ? 0 : v > 65536 ? 65536 : v;
+}
+
 /* Tuning overrides of the block shape, for fi-bench's comparisons: FI_DECODE_WARPS
  * (1, 2, 4 or 8 warps a block, instead of the plan's choice) and FI_DECODE_PIPELINE
  * (0, 1 or 2 = DECODE_PIPE_CAPPED; see ops_decode.h). Returns RT_DEC_TUNED_WARPS and

@@ -24,6 +24,7 @@ int rt_dec_prefetch_steps(void);
 /* FI_DECODE_HEAD_PREFETCH: tokens of each work item prefetched into L2 at the block's
  * start (0, the default: off; negative: per-line prefetches). */
 int rt_dec_head_prefetch(void);
+int rt_dec_pre_prefetch(void);
 /* FI_DECODE_SPLIT: the split target's scale (tuning; 1 when unset or not positive, at most 64). */
 double rt_dec_split_scale(void);
 int rt_dec_kv_evict(void);

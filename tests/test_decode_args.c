@@ -320,6 +320,31 @@ FT_TEST(kv_cache_read_evict_first_unless_turned_off) {
   unsetenv("FI_DECODE_EVICT");
 }
 
+/* The pre-wait prefetch (fi_decode_params.pre_prefetch, rt_dec_pre_prefetch): on by
+ * default, FI_DECODE_PRE_PREFETCH sets it (clamped to 0..65536), and FI_PDL=0 turns it
+ * off whatever that says, since without an early start it only holds blocks up. */
+FT_TEST(pre_wait_prefetch_follows_env_and_pdl) {
+  unsetenv("FI_PDL");
+  unsetenv("FI_DECODE_PRE_PREFETCH");
+  const int def = rt_dec_pre_prefetch();
+  FT_CHECK(def > 0 && def <= 65536, "default %d", def);
+  setenv("FI_DECODE_PRE_PREFETCH", "128", 1);
+  FT_CHECK(rt_dec_pre_prefetch() == 128, "%d", rt_dec_pre_prefetch());
+  setenv("FI_DECODE_PRE_PREFETCH", "0", 1);
+  FT_CHECK(rt_dec_pre_prefetch() == 0, "%d", rt_dec_pre_prefetch());
+  setenv("FI_DECODE_PRE_PREFETCH", "-5", 1);
+  FT_CHECK(rt_dec_pre_prefetch() == 0, "%d", rt_dec_pre_prefetch());
+  setenv("FI_DECODE_PRE_PREFETCH", "9999999", 1);
+  FT_CHECK(rt_dec_pre_prefetch() == 65536, "%d", rt_dec_pre_prefetch());
+  setenv("FI_PDL", "0", 1);
+  FT_CHECK(rt_dec_pre_prefetch() == 0, "FI_PDL=0 gave %d", rt_dec_pre_prefetch());
+  unsetenv("FI_DECODE_PRE_PREFETCH");
+  FT_CHECK(rt_dec_pre_prefetch() == 0, "FI_PDL=0, default gave %d", rt_dec_pre_prefetch());
+  setenv("FI_PDL", "1", 1);
+  FT_CHECK(rt_dec_pre_prefetch() == def, "FI_PDL=1 gave %d", rt_dec_pre_prefetch());
+  unsetenv("FI_PDL");
+}
+
 FT_TEST(planner_refuses_bad_page_tables) {
   char err[256];
   int32_t ip[3] = {0, 4, 2}, lp[2] = {3, 3};

@@ -162,9 +162,14 @@ FT_TEST(every_kernel_entry_waits_for_the_previous_grid) {
       }
       for (const char *g = strstr(src, "__global__"); g; g = strstr(g + 1, "__global__")) {
         static const char want[] = "{\n  fi_pdl_enter();\n";
+        /* Decode's entry waits inside the template (decode_enter, after a prefetch that
+         * reads only clamped table entries); decode_waits_before_its_first_real_read
+         * checks the template side. */
+        static const char dec[] = "{\n  fi::dec::decode<";
         const char *body = strchr(g, '{');
         entries++;
-        if (!body || strncmp(body, want, sizeof want - 1) != 0) {
+        if (!body || (strncmp(body, want, sizeof want - 1) != 0 &&
+                      strncmp(body, dec, sizeof dec - 1) != 0)) {
           if (bad++ < 5) FT_CHECK(0, "%s config %d: an entry does not open with fi_pdl_enter():\n%s", op->name, i, g);
         }
       }
@@ -172,6 +177,35 @@ FT_TEST(every_kernel_entry_waits_for_the_previous_grid) {
     }
   }
   FT_CHECK(entries > 0 && bad == 0, "%d of %d entries without fi_pdl_enter()", bad, entries);
+}
+
+/* The decode kernel's body must reach decode_enter before its first load that the previous
+ * grid could be writing: decode_heads calls it before its first shared declaration, and
+ * every path through decode_enter executes griddepcontrol.wait (its own or
+ * fi_pdl_enter's). A textual check, so a reordering of decode.cuh fails here rather than
+ * as a rare race on the GPU. */
+FT_TEST(decode_waits_before_its_first_real_read) {
+  const jit_template *tp = jit_template_find("decode.cuh");
+  FT_CHECK(tp != NULL);
+  if (!tp) return;
+  const char *t = tp->text;
+  const char *en = strstr(t, "FI_DEVICE void decode_enter(");
+  const char *heads = strstr(t, "FI_DEVICE void decode_heads(");
+  FT_CHECK(en && heads && en < heads, "decode_enter, decode_heads not found in order");
+  if (!en || !heads) return;
+  const char *call = strstr(heads, "decode_enter<");
+  const char *first_shared = strstr(heads, "__shared__");
+  const char *first_p = strstr(heads, "p.");
+  FT_CHECK(call && first_shared && call < first_shared, "decode_heads: decode_enter not first");
+  FT_CHECK(call && first_p && call < first_p, "decode_heads reads p before decode_enter");
+  /* decode_enter: an early-return branch that waits, then fi_pdl_enter() for the rest. */
+  const char *end = strstr(en, "\n}\n");
+  FT_CHECK(end != NULL);
+  if (!end) return;
+  const char *w = strstr(en, "griddepcontrol.wait"), *ret = strstr(en, "return;");
+  const char *fall = strstr(en, "fi_pdl_enter();");
+  FT_CHECK(w && ret && w < ret && ret < end, "the pre-wait branch must wait before it returns");
+  FT_CHECK(fall && ret < fall && fall < end, "decode_enter must end in fi_pdl_enter()");
 }
 
 FT_TEST(templates_embedded_and_hashed) {

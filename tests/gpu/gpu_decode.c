@@ -744,7 +744,7 @@ FT_TEST(decode_tuning_variants) {
     const char *var, *val;
   } v[] = {{"FI_DECODE_WARPS", "2"},     {"FI_DECODE_WARPS", "8"},     {"FI_DECODE_PIPELINE", "0"},
            {"FI_DECODE_PREFETCH", "2"},  {"FI_DECODE_PREFETCH", "-2"}, {"FI_DECODE_SPLIT", "3"},
-           {"FI_DECODE_HEAD_PREFETCH", "-100000"}};
+           {"FI_DECODE_HEAD_PREFETCH", "-100000"}, {"FI_DECODE_PRE_PREFETCH", "384"}};
   for (size_t i = 0; i < sizeof v / sizeof v[0]; i++) {
     setenv(v[i].var, v[i].val, 1);
     char name[3][64];
@@ -759,6 +759,92 @@ FT_TEST(decode_tuning_variants) {
     run_case(&c);
     unsetenv(v[i].var);
   }
+}
+
+/* FI_DECODE_PRE_PREFETCH: decode's blocks prefetch KV into L2 before their PDL wait, while
+ * the previous kernel in the stream may still be writing it. Here that kernel is
+ * fi_append_paged_kv_cache rewriting every token of a poisoned cache right before the
+ * decode, on one stream without a sync between: the decode must see what the append
+ * wrote. Short requests, so the prefetch covers whole items; three rounds, the poison
+ * different each time. */
+FT_TEST(decode_pre_prefetch_after_cache_writer) {
+  FT_REQUIRE(setup() == 0);
+  setenv("FI_DECODE_PRE_PREFETCH", "384", 1);
+  dcase c = base("pre-wait prefetch after append", T_BF16, T_BF16, 128, 32, 8, 16, 0, 24, 380);
+  batch_data bd;
+  make_batch(&c, &bd);
+  dev_batch d;
+  upload_batch(&c, &bd, &d, c.B);
+  const int D = c.D, H = c.hkv;
+  int64_t ntok = 0;
+  for (int b = 0; b < c.B; b++) ntok += bd.len[b];
+  /* Every token's K and V rows, token-major [ntok][H][D], and where each goes. */
+  uint16_t *ak = malloc(sizeof(uint16_t) * (size_t)(ntok * H * D + 1));
+  uint16_t *av = malloc(sizeof(uint16_t) * (size_t)(ntok * H * D + 1));
+  int32_t *bi = malloc(sizeof(int32_t) * (size_t)(ntok + 1)), *pos = malloc(sizeof(int32_t) * (size_t)(ntok + 1));
+  int64_t i = 0;
+  for (int b = 0; b < c.B; b++)
+    for (int t = 0; t < bd.len[b]; t++, i++) {
+      bi[i] = b;
+      pos[i] = t;
+      const int64_t page = bd.indices[bd.indptr[b] + t / c.ps], slot = t % c.ps;
+      for (int h = 0; h < H; h++) {
+        const int64_t e = page * bd.kv.pstride + slot * bd.kv.sstride + h * bd.kv.hstride;
+        memcpy(ak + (i * H + h) * D, (uint16_t *)bd.kv.buf + e, sizeof(uint16_t) * (size_t)D);
+        memcpy(av + (i * H + h) * D, (uint16_t *)bd.kv.buf + e + bd.kv.v_off, sizeof(uint16_t) * (size_t)D);
+      }
+    }
+  CUdeviceptr dak, dav, dbi, dpos;
+  const size_t rows = sizeof(uint16_t) * (size_t)(ntok * H * D);
+  CU_CHECK(&cu, cuMemAlloc(&dak, rows));
+  CU_CHECK(&cu, cuMemAlloc(&dav, rows));
+  CU_CHECK(&cu, cuMemAlloc(&dbi, sizeof(int32_t) * (size_t)ntok));
+  CU_CHECK(&cu, cuMemAlloc(&dpos, sizeof(int32_t) * (size_t)ntok));
+  CU_CHECK(&cu, cuMemcpyHtoD(dak, ak, rows));
+  CU_CHECK(&cu, cuMemcpyHtoD(dav, av, rows));
+  CU_CHECK(&cu, cuMemcpyHtoD(dbi, bi, sizeof(int32_t) * (size_t)ntok));
+  CU_CHECK(&cu, cuMemcpyHtoD(dpos, pos, sizeof(int32_t) * (size_t)ntok));
+  int64_t ashape[3] = {ntok, H, D}, nshape[1] = {ntok};
+  DLTensor tak = g_tensor(dak, 0, 1, 3, ashape, NULL), tav = g_tensor(dav, 0, 1, 3, ashape, NULL);
+  DLTensor tbi = g_tensor(dbi, 0, 0, 1, nshape, NULL), tpos = g_tensor(dpos, 0, 0, 1, nshape, NULL);
+  tbi.dtype = tpos.dtype = (DLDataType){kDLInt, 32, 1};
+  CUstream s;
+  CU_CHECK(&cu, cuStreamCreate(&s, 1));
+  const fi_attention_params p = params_of(&c);
+  fi_batch_decode_info in = info_of(&c, &bd, 0);
+  fi_decode_plan *plan = NULL;
+  FT_REQUIRE(fi_batch_decode_plan(rt, &in, &p, &d.tw, s, &plan) == FI_OK, "%s", fi_last_error());
+  void *out = malloc(d.out_bytes);
+  static const unsigned char poison[3] = {0x7f, 0xc3, 0x00};
+  for (int r = 0; r < 3; r++) {
+    const size_t kvbytes = (size_t)bd.kv.elems * 2;
+    CU_CHECK(&cu, cuMemsetD8(d.kv, poison[r], kvbytes));
+    CU_CHECK(&cu, cuMemsetD8(d.out, 0xff, d.out_bytes));
+    CU_CHECK(&cu, cuCtxSynchronize());
+    fi_status st = fi_append_paged_kv_cache(rt, &tak, &tav, &tbi, &tpos, &d.tk, &d.tv, &d.tix, &d.tip, &d.tlp,
+                                            FI_KV_LAYOUT_NHD, 1.0, 1.0, s);
+    FT_CHECK(st == FI_OK, "append: %s", fi_last_error());
+    st = fi_batch_decode_run(rt, plan, &d.tq, &d.tk, &d.tv, &d.tip, &d.tix, &d.tlp, FI_KV_LAYOUT_NHD, &d.to,
+                             NULL, s);
+    FT_CHECK(st == FI_OK, "run: %s", fi_last_error());
+    CU_CHECK(&cu, cuStreamSynchronize(s));
+    CU_CHECK(&cu, cuMemcpyDtoH(out, d.out, d.out_bytes));
+    char what[32];
+    snprintf(what, sizeof what, "round %d, poison 0x%02x", r, poison[r]);
+    check_rows(&c, what, &bd, c.B, out, NULL);
+  }
+  unsetenv("FI_DECODE_PRE_PREFETCH");
+  fi_batch_decode_plan_destroy(plan);
+  CU_CHECK(&cu, cuStreamDestroy(s));
+  CUdeviceptr fr[4] = {dak, dav, dbi, dpos};
+  for (int k = 0; k < 4; k++) CU_CHECK(&cu, cuMemFree(fr[k]));
+  free(out);
+  free(ak);
+  free(av);
+  free(bi);
+  free(pos);
+  free_dev(&d);
+  free_batch(&c, &bd);
 }
 
 /* The capped kernel's split and merge outside CUDA-graph mode: the plans' own rules move
