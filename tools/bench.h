@@ -16,9 +16,10 @@ extern const char *bench_self; /* this executable, for sections that start child
 
 double now_us(void);
 double median(double *v, int n); /* sorts v */
-/* The median over reps (<= 64) timings of n back-to-back run(ctx) calls between two
- * events, in ms a call. */
-typedef void (*run_fn)(void *ctx);
+/* The median over reps (<= 64) timings of n back-to-back run(ctx, call) calls between two
+ * events, in ms a call. call counts every call of the time_runs (r * n + k for call k of
+ * repetition r), so a run can rotate its inputs across repetitions, not only within one. */
+typedef void (*run_fn)(void *ctx, int call);
 double time_runs(run_fn run, void *ctx, int n, int reps);
 /* A device tensor of f16 (dt 0), bf16 (1) or f32 (2); shape is kept, not copied. */
 DLTensor tensor(CUdeviceptr p, int dt, int ndim, int64_t *shape);

@@ -15,6 +15,19 @@ static fi_status run_rms(fi_runtime *rt, const char *key, DLTensor *in, DLTensor
              : fi_rmsnorm(rt, in, w, 1e-6, out, NULL);
 }
 
+/* Timed calls take the input/output pairs in turn, across repetitions too. */
+typedef struct rms_ctx {
+  fi_runtime *rt;
+  const char *key;
+  DLTensor *in, *out, *w;
+  int sets;
+} rms_ctx;
+static void rms_run(void *c, int call) {
+  rms_ctx *x = c;
+  const int s = call % x->sets;
+  run_rms(x->rt, x->key, &x->in[s], x->w, &x->out[s]);
+}
+
 static double bench_rmsnorm_one(fi_runtime *rt, int dt, int64_t rows, int64_t hidden, double copy,
                                 const char *key) {
   const size_t es = dt == 2 ? 4 : 2, tbytes = (size_t)(rows * hidden) * es;
@@ -48,26 +61,8 @@ static double bench_rmsnorm_one(fi_runtime *rt, int dt, int64_t rows, int64_t hi
     return 0;
   }
   CU_CHECK(&cu, cuCtxSynchronize());
-  CUevent e0, e1;
-  CU_CHECK(&cu, cuEventCreate(&e0, 0));
-  CU_CHECK(&cu, cuEventCreate(&e1, 0));
-  const int batch = 20, reps = quick ? 3 : 9;
-  double t[32];
-  for (int r = 0; r < reps; r++) {
-    CU_CHECK(&cu, cuEventRecord(e0, NULL));
-    for (int i = 0; i < batch; i++) {
-      int s = (r * batch + i) % sets;
-      run_rms(rt, key, &ti[s], &tw, &to[s]);
-    }
-    CU_CHECK(&cu, cuEventRecord(e1, NULL));
-    CU_CHECK(&cu, cuEventSynchronize(e1));
-    float ms;
-    CU_CHECK(&cu, cuEventElapsedTime(&ms, e0, e1));
-    t[r] = ms / batch;
-  }
-  double ms = median(t, reps);
-  CU_CHECK(&cu, cuEventDestroy(e0));
-  CU_CHECK(&cu, cuEventDestroy(e1));
+  rms_ctx rc = {rt, key, ti, to, &tw, sets};
+  const double ms = time_runs(rms_run, &rc, 20, quick ? 3 : 9);
   double bytes = 2.0 * (double)tbytes + (double)hidden * (double)es;
   double tbs = bytes / (ms * 1e-3) / 1e12;
   printf("| rmsnorm | %-4s | %6lld x %-6lld | %8.1f | %5.2f | %5.1f%% |%s%s\n", dtname(dt),
@@ -122,6 +117,17 @@ static fi_status nb_call(fi_runtime *rt, int op, nb_set *s, DLTensor *w, DLTenso
   }
 }
 
+typedef struct nb_ctx {
+  fi_runtime *rt;
+  int op, sets;
+  nb_set *set;
+  DLTensor *w, *beta;
+} nb_ctx;
+static void nb_run(void *c, int call) {
+  nb_ctx *x = c;
+  nb_call(x->rt, x->op, &x->set[call % x->sets], x->w, x->beta);
+}
+
 /* wdt: layernorm's gamma/beta dtype (else the input's). */
 static void bench_norm_one(fi_runtime *rt, int op, int dt, int wdt, int64_t rows, int64_t hidden,
                            double copy) {
@@ -157,23 +163,8 @@ static void bench_norm_one(fi_runtime *rt, int op, int dt, int wdt, int64_t rows
     fprintf(stderr, "fi_%s: %s\n", names[op], fi_last_error());
   } else {
     CU_CHECK(&cu, cuCtxSynchronize());
-    CUevent e0, e1;
-    CU_CHECK(&cu, cuEventCreate(&e0, 0));
-    CU_CHECK(&cu, cuEventCreate(&e1, 0));
-    const int batch = 20, reps = quick ? 3 : 9;
-    double t[32];
-    for (int r = 0; r < reps; r++) {
-      CU_CHECK(&cu, cuEventRecord(e0, NULL));
-      for (int i = 0; i < batch; i++) nb_call(rt, op, &set[(r * batch + i) % sets], &tw, &tbeta);
-      CU_CHECK(&cu, cuEventRecord(e1, NULL));
-      CU_CHECK(&cu, cuEventSynchronize(e1));
-      float ms;
-      CU_CHECK(&cu, cuEventElapsedTime(&ms, e0, e1));
-      t[r] = ms / batch;
-    }
-    double ms = median(t, reps);
-    CU_CHECK(&cu, cuEventDestroy(e0));
-    CU_CHECK(&cu, cuEventDestroy(e1));
+    nb_ctx nc = {rt, op, sets, set, &tw, &tbeta};
+    const double ms = time_runs(nb_run, &nc, 20, quick ? 3 : 9);
     double tbs = bytes / (ms * 1e-3) / 1e12;
     printf("| %s | %-8s | %6lld x %-6lld | %8.1f | %5.2f | %5.1f%% |\n", names[op], dts,
            (long long)rows, (long long)hidden, ms * 1e3, tbs, 100.0 * tbs / copy);

@@ -12,6 +12,18 @@
 /* ----------------------------------------------------------------- act */
 typedef fi_status (*act_fn)(fi_runtime *, const DLTensor *, DLTensor *, void *);
 
+typedef struct act_ctx {
+  fi_runtime *rt;
+  act_fn fn;
+  DLTensor *in, *out;
+  int sets;
+} act_ctx;
+static void act_run(void *c, int call) {
+  act_ctx *x = c;
+  const int s = call % x->sets;
+  x->fn(x->rt, &x->in[s], &x->out[s], NULL);
+}
+
 static void bench_act_one(fi_runtime *rt, int act, int dt, int64_t rows, int64_t d, double copy) {
   static const act_fn fns[3] = {fi_silu_and_mul, fi_gelu_and_mul, fi_gelu_tanh_and_mul};
   static const char *const names[3] = {"silu_and_mul", "gelu_and_mul", "gelu_tanh_and_mul"};
@@ -35,26 +47,8 @@ static void bench_act_one(fi_runtime *rt, int act, int dt, int64_t rows, int64_t
     fprintf(stderr, "fi_%s: %s\n", names[act], fi_last_error());
   } else {
     CU_CHECK(&cu, cuCtxSynchronize());
-    CUevent e0, e1;
-    CU_CHECK(&cu, cuEventCreate(&e0, 0));
-    CU_CHECK(&cu, cuEventCreate(&e1, 0));
-    const int batch = 20, reps = quick ? 3 : 9;
-    double t[32];
-    for (int r = 0; r < reps; r++) {
-      CU_CHECK(&cu, cuEventRecord(e0, NULL));
-      for (int i = 0; i < batch; i++) {
-        int s = (r * batch + i) % sets;
-        fns[act](rt, &ti[s], &to[s], NULL);
-      }
-      CU_CHECK(&cu, cuEventRecord(e1, NULL));
-      CU_CHECK(&cu, cuEventSynchronize(e1));
-      float ms;
-      CU_CHECK(&cu, cuEventElapsedTime(&ms, e0, e1));
-      t[r] = ms / batch;
-    }
-    double ms = median(t, reps);
-    CU_CHECK(&cu, cuEventDestroy(e0));
-    CU_CHECK(&cu, cuEventDestroy(e1));
+    act_ctx ac = {rt, fns[act], ti, to, sets};
+    double ms = time_runs(act_run, &ac, 20, quick ? 3 : 9);
     double tbs = (double)(ibytes + obytes) / (ms * 1e-3) / 1e12;
     printf("| %s | %-4s | %6lld x 2*%-6lld | %8.1f | %5.2f | %5.1f%% |\n", names[act], dtname(dt),
            (long long)rows, (long long)d, ms * 1e3, tbs, 100.0 * tbs / copy);
@@ -103,6 +97,16 @@ static fi_status cas_call(fi_runtime *rt, int op, cas_set *s) {
   if (op == CAS_IN_PLACE)
     return fi_merge_state_in_place(rt, &s->tva, &s->tsa, &s->tvb, &s->tsb, NULL, NULL);
   return fi_merge_states(rt, &s->tva, &s->tsa, &s->tvo, &s->tso, NULL);
+}
+
+typedef struct cas_ctx {
+  fi_runtime *rt;
+  int op, sets;
+  cas_set *set;
+} cas_ctx;
+static void cas_run(void *c, int call) {
+  cas_ctx *x = c;
+  cas_call(x->rt, x->op, &x->set[call % x->sets]);
 }
 
 /* seq x heads x head_dim rows; n states for merge_states (else 2). Bytes:
@@ -156,23 +160,8 @@ static void bench_cascade_one(fi_runtime *rt, int op, int dt, int64_t seq, int64
     fprintf(stderr, "fi_%s: %s\n", names[op], fi_last_error());
   } else {
     CU_CHECK(&cu, cuCtxSynchronize());
-    CUevent e0, e1;
-    CU_CHECK(&cu, cuEventCreate(&e0, 0));
-    CU_CHECK(&cu, cuEventCreate(&e1, 0));
-    const int batch = 20, reps = quick ? 3 : 9;
-    double t[32];
-    for (int r = 0; r < reps; r++) {
-      CU_CHECK(&cu, cuEventRecord(e0, NULL));
-      for (int i = 0; i < batch; i++) cas_call(rt, op, &set[(r * batch + i) % sets]);
-      CU_CHECK(&cu, cuEventRecord(e1, NULL));
-      CU_CHECK(&cu, cuEventSynchronize(e1));
-      float ms;
-      CU_CHECK(&cu, cuEventElapsedTime(&ms, e0, e1));
-      t[r] = ms / batch;
-    }
-    double ms = median(t, reps);
-    CU_CHECK(&cu, cuEventDestroy(e0));
-    CU_CHECK(&cu, cuEventDestroy(e1));
+    cas_ctx cc = {rt, op, sets, set};
+    double ms = time_runs(cas_run, &cc, 20, quick ? 3 : 9);
     double tbs = bytes / (ms * 1e-3) / 1e12;
     printf("| %s | %-4s | %s | %8.1f | %5.2f | %5.1f%% |\n", label, dtname(dt), shape, ms * 1e3,
            tbs, 100.0 * tbs / copy);
@@ -212,6 +201,32 @@ static void bench_cascade(fi_runtime *rt, double copy) {
 }
 
 /* ---------------------------------------------------------------- page */
+typedef struct page_ctx {
+  fi_runtime *rt;
+  DLTensor *ak, *av, *idx; /* a set each */
+  DLTensor *bi, *pos, *kc, *vc, *iptr, *last;
+  int layout, sets;
+} page_ctx;
+static fi_status page_call(const page_ctx *p, int s) {
+  return fi_append_paged_kv_cache(p->rt, &p->ak[s], &p->av[s], p->bi, p->pos, p->kc, p->vc, &p->idx[s], p->iptr,
+                                  p->last, (fi_kv_layout)p->layout, 1.0, 1.0, NULL);
+}
+static void page_run(void *c, int call) {
+  const page_ctx *p = c;
+  page_call(p, call % p->sets);
+}
+
+typedef struct bip_ctx {
+  fi_runtime *rt;
+  const DLTensor *aip, *sl;
+  DLTensor *bi, *pos;
+} bip_ctx;
+static void bip_run(void *c, int call) {
+  (void)call; /* the same inputs every call */
+  const bip_ctx *x = c;
+  fi_get_batch_indices_positions(x->rt, x->aip, x->sl, x->bi, x->pos, NULL);
+}
+
 /* fi_append_paged_kv_cache: `reqs` requests of `newt` new tokens each after
  * `pre` cached ones, heads x head_dim, pages of `ps` in a shuffled order, K
  * and V caches separate. cache_fp8: 0 the input's dtype, 1 e4m3 (scale 1).
@@ -283,32 +298,14 @@ static void bench_page_one(fi_runtime *rt, int dt, int cache_fp8, int layout, in
   DLTensor tbi = tensor(bi, 2, 1, sn), tpos = tensor(pos, 2, 1, sn);
   DLTensor tiptr = tensor(iptr, 2, 1, sb1), tlast = tensor(last, 2, 1, sb);
   tbi.dtype.code = tpos.dtype.code = tiptr.dtype.code = tlast.dtype.code = kDLInt;
-#define PAGE_CALL(s)                                                                             \
-  fi_append_paged_kv_cache(rt, &tak[s], &tav[s], &tbi, &tpos, &tkc, &tvc, &tidx[s], &tiptr,     \
-                           &tlast, (fi_kv_layout)layout, 1.0, 1.0, NULL)
+  page_ctx pc = {rt, tak, tav, tidx, &tbi, &tpos, &tkc, &tvc, &tiptr, &tlast, layout, SETS};
   const char *cname = cache_fp8 ? "e4m3" : dtname(dt);
-  fi_status st = PAGE_CALL(0);
+  fi_status st = page_call(&pc, 0);
   if (st != FI_OK) {
     fprintf(stderr, "fi_append_paged_kv_cache: %s\n", fi_last_error());
   } else {
     CU_CHECK(&cu, cuCtxSynchronize());
-    CUevent e0, e1;
-    CU_CHECK(&cu, cuEventCreate(&e0, 0));
-    CU_CHECK(&cu, cuEventCreate(&e1, 0));
-    const int batch = 20, reps = quick ? 3 : 9;
-    double t[32];
-    for (int r = 0; r < reps; r++) {
-      CU_CHECK(&cu, cuEventRecord(e0, NULL));
-      for (int i = 0; i < batch; i++) PAGE_CALL((r * batch + i) % SETS);
-      CU_CHECK(&cu, cuEventRecord(e1, NULL));
-      CU_CHECK(&cu, cuEventSynchronize(e1));
-      float ms;
-      CU_CHECK(&cu, cuEventElapsedTime(&ms, e0, e1));
-      t[r] = ms / batch;
-    }
-    const double ms = median(t, reps);
-    CU_CHECK(&cu, cuEventDestroy(e0));
-    CU_CHECK(&cu, cuEventDestroy(e1));
+    const double ms = time_runs(page_run, &pc, 20, quick ? 3 : 9);
     const int64_t touched = reqs * ((pre + newt - 1) / ps - pre / ps + 1);
     const double bytes = 2.0 * (double)ibytes + 2.0 * (double)(nnz * heads * hd) * (double)ces +
                          8.0 * (double)nnz + 4.0 * (double)touched;
@@ -325,7 +322,6 @@ static void bench_page_one(fi_runtime *rt, int dt, int cache_fp8, int layout, in
               dtname(dt), cname, layout ? "HND" : "NHD", (long long)reqs, (long long)newt,
               (long long)heads, (long long)hd, (long long)ps, ms * 1e3, tbs, tbs / copy);
   }
-#undef PAGE_CALL
   /* fi_get_batch_indices_positions for the same batch: a few KB, launch-bound (us only). */
   if (layout == 0 && !cache_fp8) {
     CUdeviceptr aip, sl;
@@ -342,23 +338,8 @@ static void bench_page_one(fi_runtime *rt, int dt, int cache_fp8, int layout, in
       fprintf(stderr, "fi_get_batch_indices_positions: %s\n", fi_last_error());
     } else {
       CU_CHECK(&cu, cuCtxSynchronize());
-      CUevent e0, e1;
-      CU_CHECK(&cu, cuEventCreate(&e0, 0));
-      CU_CHECK(&cu, cuEventCreate(&e1, 0));
-      const int batch = 50, reps = quick ? 3 : 9;
-      double t[32];
-      for (int r = 0; r < reps; r++) {
-        CU_CHECK(&cu, cuEventRecord(e0, NULL));
-        for (int i = 0; i < batch; i++) fi_get_batch_indices_positions(rt, &taip, &tsl, &tbi, &tpos, NULL);
-        CU_CHECK(&cu, cuEventRecord(e1, NULL));
-        CU_CHECK(&cu, cuEventSynchronize(e1));
-        float ms;
-        CU_CHECK(&cu, cuEventElapsedTime(&ms, e0, e1));
-        t[r] = ms / batch;
-      }
-      const double ms = median(t, reps);
-      CU_CHECK(&cu, cuEventDestroy(e0));
-      CU_CHECK(&cu, cuEventDestroy(e1));
+      bip_ctx bc = {rt, &taip, &tsl, &tbi, &tpos};
+      const double ms = time_runs(bip_run, &bc, 50, quick ? 3 : 9);
       printf("| batch_indices_positions | i32 | - | %lld x %lld new | %8.1f | - | - |\n",
              (long long)reqs, (long long)newt, ms * 1e3);
       if (json)
@@ -407,6 +388,27 @@ static void bench_page(fi_runtime *rt, double copy) {
 }
 
 /* ---------------------------------------------------------------- rope */
+/* mode as bench_rope_one's. */
+typedef struct rope_ctx {
+  fi_runtime *rt;
+  int mode, interleave, d, sets;
+  DLTensor *q, *k, *qo, *ko; /* a set each */
+  const DLTensor *pos, *cache;
+} rope_ctx;
+static fi_status rope_call(const rope_ctx *x, int s) {
+  return x->mode == 0 ? fi_apply_rope_pos_ids(x->rt, &x->q[s], &x->k[s], &x->qo[s], &x->ko[s], x->pos, x->d,
+                                              x->interleave, 1.0, 1e4, NULL)
+         : x->mode == 1
+             ? fi_apply_llama31_rope_pos_ids(x->rt, &x->q[s], &x->k[s], &x->qo[s], &x->ko[s], x->pos, x->d,
+                                             x->interleave, 8.0, 5e5, 1.0, 4.0, 8192.0, NULL)
+             : fi_apply_rope_with_cos_sin_cache(x->rt, &x->q[s], &x->k[s], &x->qo[s], &x->ko[s], x->cache, x->pos,
+                                                x->interleave, NULL);
+}
+static void rope_run(void *c, int call) {
+  const rope_ctx *x = c;
+  rope_call(x, call % x->sets);
+}
+
 /* mode: 0 fi_apply_rope_pos_ids, 1 llama31, 2 cos_sin_cache. Bytes: q and k
  * read, q_out and k_out written (in place: the same), pos_ids read, and for
  * the cache one row of it per token. */
@@ -448,35 +450,13 @@ static void bench_rope_one(fi_runtime *rt, int mode, int dt, int in_place, int i
   CU_CHECK(&cu, cuMemsetD8(cache, 0, cb));
   DLTensor tp = tensor(pos, 2, 1, sp), tc = tensor(cache, 2, 2, sc);
   tp.dtype.code = kDLInt;
-#define ROPE_CALL(s)                                                                              \
-  (mode == 0   ? fi_apply_rope_pos_ids(rt, &tq[s], &tk[s], &tqo[s], &tko[s], &tp, (int)d,          \
-                                       interleave, 1.0, 1e4, NULL)                                 \
-   : mode == 1 ? fi_apply_llama31_rope_pos_ids(rt, &tq[s], &tk[s], &tqo[s], &tko[s], &tp, (int)d, \
-                                               interleave, 8.0, 5e5, 1.0, 4.0, 8192.0, NULL)      \
-               : fi_apply_rope_with_cos_sin_cache(rt, &tq[s], &tk[s], &tqo[s], &tko[s], &tc, &tp, \
-                                                  interleave, NULL))
-  fi_status st = ROPE_CALL(0);
+  rope_ctx rc = {rt, mode, interleave, (int)d, sets, tq, tk, tqo, tko, &tp, &tc};
+  fi_status st = rope_call(&rc, 0);
   if (st != FI_OK) {
     fprintf(stderr, "%s: %s\n", names[mode], fi_last_error());
   } else {
     CU_CHECK(&cu, cuCtxSynchronize());
-    CUevent e0, e1;
-    CU_CHECK(&cu, cuEventCreate(&e0, 0));
-    CU_CHECK(&cu, cuEventCreate(&e1, 0));
-    const int batch = 20, reps = quick ? 3 : 9;
-    double t[32];
-    for (int r = 0; r < reps; r++) {
-      CU_CHECK(&cu, cuEventRecord(e0, NULL));
-      for (int i = 0; i < batch; i++) ROPE_CALL((r * batch + i) % sets);
-      CU_CHECK(&cu, cuEventRecord(e1, NULL));
-      CU_CHECK(&cu, cuEventSynchronize(e1));
-      float ms;
-      CU_CHECK(&cu, cuEventElapsedTime(&ms, e0, e1));
-      t[r] = ms / batch;
-    }
-    double ms = median(t, reps);
-    CU_CHECK(&cu, cuEventDestroy(e0));
-    CU_CHECK(&cu, cuEventDestroy(e1));
+    double ms = time_runs(rope_run, &rc, 20, quick ? 3 : 9);
     const size_t bytes = 2 * (qb + kb) + pb + (mode == 2 ? cb : 0);
     double tbs = (double)bytes / (ms * 1e-3) / 1e12;
     printf("| %s | %-4s | %s%s | %lld x %lld/%lld x %lld | %8.1f | %5.2f | %5.1f%% |\n",
@@ -491,7 +471,6 @@ static void bench_rope_one(fi_runtime *rt, int mode, int dt, int in_place, int i
               names[mode], dtname(dt), in_place, interleave, (long long)nnz, (long long)hq,
               (long long)hk, (long long)d, ms * 1e3, tbs, tbs / copy);
   }
-#undef ROPE_CALL
   for (int s = 0; s < sets; s++) {
     CU_CHECK(&cu, cuMemFree(q[s]));
     CU_CHECK(&cu, cuMemFree(k[s]));

@@ -47,7 +47,7 @@ static rates time_both(run_fn run, void *ctx, int reps) {
   if (w > 0 && r.ms1 > 0) {
     const double nw = ceil(w / r.ms1);
     const long warm = nw > 100000 ? 100000 : (long)nw;
-    for (long i = 0; i < warm; i++) run(ctx);
+    for (long i = 0; i < warm; i++) run(ctx, (int)i);
     r.n = sustained_runs(r.ms1);
     r.ms_s = time_runs(run, ctx, r.n, reps);
   }
@@ -63,7 +63,8 @@ typedef struct pctx {
   int iters;
   double flops;
 } pctx;
-static void run_probe(void *ctx) {
+static void run_probe(void *ctx, int call) {
+  (void)call; /* the same launch every call */
   pctx *c = ctx;
   c->fn(c->rt, c->dev, 0, c->iters, NULL, &c->flops);
 }
@@ -79,7 +80,7 @@ static double bench_probe(fi_runtime *rt, probe_fn fn, int iters, const char *wh
     return 0;
   }
   pctx c = {fn, rt, dev, iters, 0};
-  run_probe(&c);
+  run_probe(&c, 0);
   const rates r = time_both(run_probe, &c, quick ? 3 : 11);
   flops = c.flops;
   const double tf = flops / (r.ms1 * 1e-3) / 1e12, tfs = r.ms_s > 0 ? flops / (r.ms_s * 1e-3) / 1e12 : 0;
@@ -119,7 +120,8 @@ typedef struct rctx {
   const DLTensor *q, *k, *v, *ix;
   DLTensor *out;
 } rctx;
-static void run_case(void *ctx) {
+static void run_case(void *ctx, int call) {
+  (void)call; /* the same inputs every call */
   const rctx *c = ctx;
   fi_batch_prefill_paged_run(c->rt, c->plan, c->q, c->k, c->v, c->ix, FI_KV_LAYOUT_NHD, c->out, NULL, NULL);
 }

@@ -56,6 +56,17 @@ static fi_status call(fi_runtime *rt, int op, bset *s, uint64_t off) {
   }
 }
 
+/* Call i takes set i % SETS and RNG offset i: a new draw on an input not in L2. */
+typedef struct op_ctx {
+  fi_runtime *rt;
+  int op;
+  bset *set;
+} op_ctx;
+static void op_run(void *c, int i) {
+  op_ctx *x = c;
+  call(x->rt, x->op, &x->set[i % SETS], (uint64_t)i);
+}
+
 static void run_sampling(fi_runtime *rt, double copy) {
   const int64_t batch = 64, vocab = 128256;
   const size_t bytes = (size_t)(batch * vocab) * 4;
@@ -98,9 +109,6 @@ static void run_sampling(fi_runtime *rt, double copy) {
   printf(
       "\n| op | us | GB/s read+written | of copy | FlashInfer us | speed-up |\n"
       "|---|---|---|---|---|---|\n");
-  CUevent e0, e1;
-  CU_CHECK(&cu, cuEventCreate(&e0, 0));
-  CU_CHECK(&cu, cuEventCreate(&e1, 0));
   /* Every op with the radix threshold search (FI_SAMPLING_SELECT=radix), then the
    * top-k / top-p ops again with the key-range search (=range). Without the variable the
    * top-k ops use the range search and top-p alone the radix one (rt_sampling.c). */
@@ -116,18 +124,8 @@ static void run_sampling(fi_runtime *rt, double copy) {
         continue;
       }
       CU_CHECK(&cu, cuCtxSynchronize());
-      const int n = 30, reps = quick ? 3 : 11;
-      double t[32];
-      for (int r = 0; r < reps; r++) {
-        CU_CHECK(&cu, cuEventRecord(e0, NULL));
-        for (int i = 0; i < n; i++) call(rt, op, &set[(r * n + i) % SETS], (uint64_t)(r * n + i));
-        CU_CHECK(&cu, cuEventRecord(e1, NULL));
-        CU_CHECK(&cu, cuEventSynchronize(e1));
-        float ms;
-        CU_CHECK(&cu, cuEventElapsedTime(&ms, e0, e1));
-        t[r] = ms / n;
-      }
-      const double us = median(t, reps) * 1e3;
+      op_ctx oc = {rt, op, set};
+      const double us = time_runs(op_run, &oc, 30, quick ? 3 : 11) * 1e3;
       const double moved = (double)bytes * (op >= S_SOFTMAX ? 2.0 : 1.0);
       const double tbs = moved / (us * 1e-6) / 1e12;
       char fi[32] = "", sp[32] = "";
@@ -147,8 +145,6 @@ static void run_sampling(fi_runtime *rt, double copy) {
     }
   }
   unsetenv("FI_SAMPLING_SELECT");
-  CU_CHECK(&cu, cuEventDestroy(e0));
-  CU_CHECK(&cu, cuEventDestroy(e1));
   for (int s = 0; s < SETS; s++) {
     CU_CHECK(&cu, cuMemFree(set[s].probs));
     CU_CHECK(&cu, cuMemFree(set[s].logits));

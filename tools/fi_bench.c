@@ -45,7 +45,7 @@ double time_runs(run_fn run, void *ctx, int n, int reps) {
   if (reps > 64) reps = 64;
   for (int r = 0; r < reps; r++) {
     CU_CHECK(&cu, cuEventRecord(e0, NULL));
-    for (int k = 0; k < n; k++) run(ctx);
+    for (int k = 0; k < n; k++) run(ctx, r * n + k);
     CU_CHECK(&cu, cuEventRecord(e1, NULL));
     CU_CHECK(&cu, cuEventSynchronize(e1));
     float ms;
