@@ -46,16 +46,9 @@ struct tok_loc {
 // the block up, 4-5% at B <= 4 (H100) when round 0 was unconditional. Unrolled and
 // loop-free on purpose: a loop here, or any spin or sleep before it, made ptxas spill in
 // the capped kernel's main loop.
-// Nanoseconds (roughly: the sleep is approximate) that warps 1.. give warp 0's wait
-// before they start prefetching.
-#define FI_DECODE_PRE_GATE 500
 template <typename KVT, int DE, int SINGLE, int WARPS>
 FI_DEVICE void pre_wait_prefetch(const KVT *kh, const KVT *vh, const fi_decode_params &p, int want,
                                  volatile int *go) {
-  // Without an early start (PDL off, or a previous grid that had already ended) warp 0's
-  // wait returns at once, and a prefetch round here would only hold up the block: it
-  // costs 4-5% at B <= 4 (H100, 2026-12-05). Give the wait a short head start and
-  // prefetch only if it is still pending after it.
   int lo = p.single_lo, hi = p.kv_len;
   int64_t page_base = 0;
   if (!SINGLE) {
@@ -710,13 +703,13 @@ FI_DEVICE void decode_heads(const fi_decode_params &p) {
       p.partial_lse[(int64_t)item * hq + head0 + tid] = ds > 0.0f ? s_fm[tid] + log2f(ds) : neg_inf();
     }
   }
-  __threadfence();
+  split_publish();
   __syncthreads();
   int32_t *counter = p.counters + (int64_t)b * p.num_kv_heads + hkv;
-  if (tid == 0) s_last = atomicAdd(counter, 1) == nchunks - 1;
+  if (tid == 0) s_last = split_arrive(counter) == nchunks - 1;
   __syncthreads();
   if (!s_last) return;
-  __threadfence();
+  split_acquired();
   if (tid == 0) *counter = 0;  // ready for the next run
   const int first = item - chunk;
   // Per (row, 8 dims) unit, the chunks in batches of MB: a batch's loads all go out

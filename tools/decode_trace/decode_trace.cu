@@ -1,14 +1,15 @@
 // decode_trace.cu: batch decode at B = 1, L = 8192, 32/8 heads, D = 128, bf16, page 16 in
 // random order (fi-bench decode's "target 2.0" row) outside the runtime: times kernel and
 // plan variants side by side (back-to-back launches over 8 page sets, 20 and 5 a batch,
-// median of 9) and traces one launch's phases per block and warp. Built with nvcc from a
+// median of 9) and traces the phases of consecutive launches per block and warp. Built with nvcc from a
 // copy of kernels/decode.cuh that patch_trace.py instruments (make build/decode-trace);
 // the runtime's kernels are untouched. Usage: decode-trace [trace.bin]. The trace file:
 // per traced launch, int32 {items, kv_heads, warps} then u64 [items * kv_heads][warps][16]
 // (slots: 0 start globaltimer, 1 start clock, 2 item read, 3 first page id (warp 0: q
 // built too), 4 q barrier, 5 first step computed, 6 loop end, 7 warps merged, 8 partial
 // stored + fence, 9 counter, 10 merge end (last block), 11 globaltimer after the
-// counter, 12 SM id, 13 sink, 14 globaltimer at the merge's end).
+// counter, 12 SM id, 13 sink, 14 globaltimer at the merge's end, 15 globaltimer at the
+// block's entry, before the PDL wait).
 #include "fi_port.cuh"
 #include "decode.cuh"
 #include "cuda_bench.cuh"
@@ -90,10 +91,12 @@ static int make_items(int chunk_pages) {  // uploads header+items, returns n
   return nc;
 }
 typedef void (*kfn)(fi_decode_params);
-struct V { const char *name; kfn f; int W, chunk, mode; };  // mode 0 rotate sets, 1 same set (L2), 2 contiguous pages, 3 read kernel, 4 empty
+// mode 0 rotate sets, 1 same set (L2), 2 contiguous pages, 3 read kernel, 4 empty, 5 rotate sets with
+// programmatic dependent launch (as the runtime launches on sm_90); pre: fi_decode_params.pre_prefetch
+struct V { const char *name; kfn f; int W, chunk, mode, pre; };
 static double time_var(const V &v, int batch, int *nitems) {
   int n = make_items(v.chunk); *nitems = n;
-  fi_decode_params p = base_params(); p.num_items = n;
+  fi_decode_params p = base_params(); p.num_items = n; p.pre_prefetch = v.pre;
   dim3 grid(n, HKV), blk(v.W * 32);
   auto launch = [&](int i) {
     int s = v.mode == 1 ? 0 : v.mode == 2 ? 8 : i % nsets;
@@ -160,7 +163,7 @@ int main(int argc, char **argv) {
   CK(cudaMalloc(&dcnt, 64 * 4)); CK(cudaMemset(dcnt, 0, 64 * 4));
   CK(cudaMalloc(&dpo, 1024 * HQ * D * 4)); CK(cudaMalloc(&dpl, 1024 * HQ * 4));
   CK(cudaMalloc(&dsink, 4));
-  const size_t trn = (size_t)1024 * HKV * 8 * NSL;
+  const size_t trn = (size_t)10 * 1024 * HKV * 8 * NSL;  // 10 launch slots
   CK(cudaMalloc(&dtr, trn * 8)); CK(cudaMemset(dtr, 0, trn * 8));
   CK(cudaMemcpyToSymbol(g_tr, &dtr, sizeof dtr));
   {
@@ -173,20 +176,19 @@ int main(int argc, char **argv) {
   }
   const double bytes = 2.0 * L * HKV * D * 2 + 2.0 * HQ * D * 2;
   V vars[] = {
-    {"W4 c16 (default)", kdec<4, 1, 0>, 4, 16, 0}, {"W4 c16 trace build", kdec<4, 1, 1>, 4, 16, 0},
-    {"W4 c16 same set (L2)", kdec<4, 1, 0>, 4, 16, 1}, {"W4 c16 contiguous pages", kdec<4, 1, 0>, 4, 16, 2},
-    {"W4 c16 PDL", kdec<4, 1, 2>, 4, 16, 5}, {"W4 c16 PDL-kernel plain launch", kdec<4, 1, 2>, 4, 16, 0},
-    {"W4 PF0 c11", kdec<4, 0, 0>, 4, 11, 0}, {"W4 PF0 c8", kdec<4, 0, 0>, 4, 8, 0},
-    {"W4 c16 no merge (bound)", kdec<4, 1, 4>, 4, 16, 0}, {"W4 c16 acq_rel counter", kdec<4, 1, 8>, 4, 16, 0},
-    {"W4 c16 acq_rel + PDL", kdec<4, 1, 10>, 4, 16, 5}, {"W2 c8 no merge (bound)", kdec<2, 1, 4>, 2, 8, 0},
-    {"W4 c8", kdec<4, 1, 0>, 4, 8, 0}, {"W4 c12", kdec<4, 1, 0>, 4, 12, 0}, {"W4 c20", kdec<4, 1, 0>, 4, 20, 0},
-    {"W4 c32", kdec<4, 1, 0>, 4, 32, 0}, {"W4 PF0 c16", kdec<4, 0, 0>, 4, 16, 0},
-    {"W2 c16", kdec<2, 1, 0>, 2, 16, 0}, {"W2 c8", kdec<2, 1, 0>, 2, 8, 0}, {"W2 c4", kdec<2, 1, 0>, 2, 4, 0},
-    {"W1 c8", kdec<1, 1, 0>, 1, 8, 0}, {"W1 c4", kdec<1, 1, 0>, 1, 4, 0},
-    {"W8 c16", kdec<8, 1, 0>, 8, 16, 0}, {"W8 c32", kdec<8, 1, 0>, 8, 32, 0}, {"W8 c64", kdec<8, 1, 0>, 8, 64, 0},
-    {"read-only kernel c16", nullptr, 8, 16, 3}, {"read-only kernel c8", nullptr, 8, 8, 3}, {"read-only kernel c32", nullptr, 8, 32, 3},
-    {"empty kernel 256 blocks", nullptr, 4, 16, 4},
+    {"W4 c16 plain launch", kdec<4, 1, 0>, 4, 16, 0, 0}, {"W4 c16 PDL", kdec<4, 1, 0>, 4, 16, 5, 0},
+    {"W4 c16 PDL + pre 256 (runtime default)", kdec<4, 1, 0>, 4, 16, 5, 256},
+    {"W4 c16 PDL + pre 256, fenced counter (before)", kdec<4, 1, 8>, 4, 16, 5, 256},
+    {"W4 c16 PDL + pre 256, no merge (bound)", kdec<4, 1, 4>, 4, 16, 5, 256},
+    {"W4 c16 PDL + pre 256, trace build", kdec<4, 1, 1>, 4, 16, 5, 256},
+    {"W4 c8 PDL + pre 256", kdec<4, 1, 0>, 4, 8, 5, 256}, {"W4 c12 PDL + pre 256", kdec<4, 1, 0>, 4, 12, 5, 256},
+    {"W4 c20 PDL + pre 384", kdec<4, 1, 0>, 4, 20, 5, 384}, {"W4 c24 PDL + pre 384", kdec<4, 1, 0>, 4, 24, 5, 384},
+    {"W4 c32 PDL + pre 384", kdec<4, 1, 0>, 4, 32, 5, 384},
+    {"W2 c8 PDL + pre 256", kdec<2, 1, 0>, 2, 8, 5, 256}, {"W2 c8 PDL + pre 256, no merge (bound)", kdec<2, 1, 4>, 2, 8, 5, 256},
+    {"W8 c32 PDL + pre 512", kdec<8, 1, 0>, 8, 32, 5, 512},
+    {"read-only kernel c16", nullptr, 8, 16, 3}, {"empty kernel 256 blocks", nullptr, 4, 16, 4},
   };
+
   printf("| variant | items | us (batch 20) | us (batch 5) | TB/s (b20) |\n|---|---|---|---|---|\n");
   for (auto &v : vars) {
     int n;
@@ -198,31 +200,36 @@ int main(int argc, char **argv) {
   { int n = make_items(16); fi_decode_params p = base_params(); p.num_items = n; p.indices = dix[0];
     kdec<4, 1, 0><<<dim3(n, HKV), 128>>>(p); CK(cudaDeviceSynchronize()); printf("W4 c16 rel err %.3g\n", check(4));
     n = make_items(8); p.num_items = n; kdec<2, 1, 0><<<dim3(n, HKV), 64>>>(p); CK(cudaDeviceSynchronize()); printf("W2 c8 rel err %.3g\n", check(2)); }
-  // trace: W4 c16 and W2 c8, launch in a back-to-back sequence (trace the 6th of 10)
+  // trace: W4 c16 and W2 c8 as the runtime launches them (programmatic dependent launch,
+  // pre-wait prefetch 256), every launch of a back-to-back run of 10 traced into its own
+  // slot; launch 5's phases, and launches 4-6 side by side on launch 4's clock.
   const int tw[2] = {4, 2}, tc[2] = {16, 8};
   FILE *f = fopen(argc > 1 ? argv[1] : "trace.bin", "wb");
   for (int ti = 0; ti < 2; ti++) {
-    int n = make_items(tc[ti]); fi_decode_params p = base_params(); p.num_items = n;
-    dim3 grid(n, HKV);
+    int n = make_items(tc[ti]); fi_decode_params p = base_params(); p.num_items = n; p.pre_prefetch = 256;
+    const int W = tw[ti], nb = n * HKV;
+    const int64_t per = (int64_t)nb * W * NSL;
+    dim3 grid(n, HKV), blk(W * 32);
+    CK(cudaDeviceSynchronize()); CK(cudaMemset(dtr, 0, trn * 8));
     for (int i = 0; i < 10; i++) {
       p.indices = dix[i % 8];
-      if (i == 5) { CK(cudaDeviceSynchronize()); CK(cudaMemset(dtr, 0, trn * 8)); }
-      if (i == 5) { if (tw[ti] == 4) kdec<4, 1, 1><<<grid, 128>>>(p); else kdec<2, 1, 1><<<grid, 64>>>(p); }
-      else { if (tw[ti] == 4) kdec<4, 1, 0><<<grid, 128>>>(p); else kdec<2, 1, 0><<<grid, 64>>>(p); }
-      if (i == 5) CK(cudaDeviceSynchronize());
-      if (i == 5) {
-        std::vector<unsigned long long> tr((size_t)n * HKV * tw[ti] * NSL);
-        CK(cudaMemcpy(tr.data(), dtr, tr.size() * 8, cudaMemcpyDeviceToHost));
-        int hdr[3] = {n, HKV, tw[ti]}; fwrite(hdr, 4, 3, f); fwrite(tr.data(), 8, tr.size(), f);
+      p.lse_stride[0] = i * per;
+      if (W == 4) launch_pdl(kdec<4, 1, 1>, grid, blk, p); else launch_pdl(kdec<2, 1, 1>, grid, blk, p);
+    }
+    CK(cudaDeviceSynchronize());
+    std::vector<unsigned long long> all((size_t)10 * per);
+    CK(cudaMemcpy(all.data(), dtr, all.size() * 8, cudaMemcpyDeviceToHost));
+    const unsigned long long *T = all.data() + 5 * per;
+    { int hdr[3] = {n, HKV, W}; fwrite(hdr, 4, 3, f); fwrite(T, 8, per, f); }
+    {
         // summary
-        const int W = tw[ti], nb = n * HKV;
-        unsigned long long g0 = ~0ull, gend = 0;
+                unsigned long long g0 = ~0ull, gend = 0;
         std::vector<double> rate;
-        for (int b = 0; b < nb; b++) { auto *w0 = &tr[(size_t)b * W * NSL]; g0 = std::min(g0, w0[0]); gend = std::max(gend, std::max(w0[11], w0[14]));
+        for (int b = 0; b < nb; b++) { auto *w0 = &T[(size_t)b * W * NSL]; g0 = std::min(g0, w0[0]); gend = std::max(gend, std::max(w0[11], w0[14]));
           if (w0[11] > w0[0] + 2000) rate.push_back((double)(w0[9] - w0[1]) / (w0[11] - w0[0])); }
         std::sort(rate.begin(), rate.end()); double cpn = rate.size() ? rate[rate.size() / 2] : 1.98;
         printf("\ntrace W%d c%d: %d blocks, span (globaltimer) %.2f us, clock %.3f GHz\n", W, tc[ti], nb, (gend - g0) / 1e3, cpn);
-        std::vector<double> st, en; for (int b = 0; b < nb; b++) { auto *w0 = &tr[(size_t)b * W * NSL]; st.push_back((w0[0] - g0) / 1e3); en.push_back((w0[11] - g0) / 1e3); }
+        std::vector<double> st, en; for (int b = 0; b < nb; b++) { auto *w0 = &T[(size_t)b * W * NSL]; st.push_back((w0[0] - g0) / 1e3); en.push_back((w0[11] - g0) / 1e3); }
         std::sort(st.begin(), st.end()); std::sort(en.begin(), en.end());
         printf("block start us: min %.2f med %.2f p90 %.2f max %.2f | chunk end (after atomic) us: min %.2f med %.2f p90 %.2f max %.2f\n",
           st[0], st[nb/2], st[nb*9/10], st[nb-1], en[0], en[nb/2], en[nb*9/10], en[nb-1]);
@@ -230,22 +237,38 @@ int main(int argc, char **argv) {
         printf("phase (warp 0, us): median p90 max\n");
         for (int s = 2; s <= 10; s++) {
           std::vector<double> d;
-          for (int b = 0; b < nb; b++) { auto *w0 = &tr[(size_t)b * W * NSL]; if (w0[s] && w0[s-1]) d.push_back((double)(w0[s] - w0[s - 1]) / cpn / 1e3);
+          for (int b = 0; b < nb; b++) { auto *w0 = &T[(size_t)b * W * NSL]; if (w0[s] && w0[s-1]) d.push_back((double)(w0[s] - w0[s - 1]) / cpn / 1e3);
             else if (s == 10 && w0[10]) d.push_back((double)(w0[10] - w0[9]) / cpn / 1e3); }
-          if (s == 6) { d.clear(); for (int b = 0; b < nb; b++) { auto *w0 = &tr[(size_t)b * W * NSL]; if (w0[5]) d.push_back((double)(w0[6]-w0[5])/cpn/1e3); } }
+          if (s == 6) { d.clear(); for (int b = 0; b < nb; b++) { auto *w0 = &T[(size_t)b * W * NSL]; if (w0[5]) d.push_back((double)(w0[6]-w0[5])/cpn/1e3); } }
           if (d.empty()) continue;
           std::sort(d.begin(), d.end());
           printf("  %-14s %.3f %.3f %.3f (n=%zu)\n", ph[s], d[d.size()/2], d[d.size()*9/10], d.back(), d.size());
         }
         // loop end spread across warps (latest warp's loop end minus warp 0's barrier)
         std::vector<double> d;
-        for (int b = 0; b < nb; b++) { auto *w0 = &tr[(size_t)b * W * NSL]; unsigned long long mx = 0; for (int w = 0; w < W; w++) mx = std::max(mx, w0[w * NSL + 6]); d.push_back((double)(mx - w0[4]) / cpn / 1e3); }
+        for (int b = 0; b < nb; b++) { auto *w0 = &T[(size_t)b * W * NSL]; unsigned long long mx = 0; for (int w = 0; w < W; w++) mx = std::max(mx, w0[w * NSL + 6]); d.push_back((double)(mx - w0[4]) / cpn / 1e3); }
         std::sort(d.begin(), d.end()); printf("  barrier->last warp loop end: %.3f %.3f %.3f\n", d[nb/2], d[nb*9/10], d[nb-1]);
-        d.clear(); for (int b = 0; b < nb; b++) { auto *w0 = &tr[(size_t)b * W * NSL]; d.push_back((double)(w0[9] - w0[1]) / cpn / 1e3); }
+        d.clear(); for (int b = 0; b < nb; b++) { auto *w0 = &T[(size_t)b * W * NSL]; d.push_back((double)(w0[9] - w0[1]) / cpn / 1e3); }
         std::sort(d.begin(), d.end()); printf("  block start->after atomic: %.3f %.3f %.3f\n", d[nb/2], d[nb*9/10], d[nb-1]);
         // merge blocks: their end in globaltimer
-        for (int b = 0; b < nb; b++) { auto *w0 = &tr[(size_t)b * W * NSL]; if (w0[14]) printf("  merge block %d (sm %llu): start %.2f, atomic %.2f, merge end %.2f us\n", b, w0[12], (w0[0]-g0)/1e3, (w0[11]-g0)/1e3, (w0[14]-g0)/1e3); }
+        for (int b = 0; b < nb; b++) { auto *w0 = &T[(size_t)b * W * NSL]; if (w0[14]) printf("  merge block %d (sm %llu): start %.2f, atomic %.2f, merge end %.2f us\n", b, w0[12], (w0[0]-g0)/1e3, (w0[11]-g0)/1e3, (w0[14]-g0)/1e3); }
+    }
+    // Launches 4, 5 and 6 on one clock (globaltimer, us from launch 4's first post-wait start):
+    // block entry (before the wait), post-wait start, chunk end (after the counter), last merge end.
+    unsigned long long z = ~0ull;
+    for (int b = 0; b < nb; b++) z = std::min(z, all[(size_t)4 * per + (size_t)b * W * NSL + 0]);
+    printf("launches 4-6 (us from launch 4's first post-wait start): entry | post-wait start | chunk end | merge end\n");
+    for (int l = 4; l <= 6; l++) {
+      std::vector<double> en, st, ce; double me = 0;
+      for (int b = 0; b < nb; b++) {
+        const unsigned long long *w0 = &all[(size_t)l * per + (size_t)b * W * NSL];
+        en.push_back(((double)w0[15] - (double)z) / 1e3); st.push_back(((double)w0[0] - (double)z) / 1e3);
+        ce.push_back(((double)w0[11] - (double)z) / 1e3);
+        if (w0[14]) me = std::max(me, ((double)w0[14] - (double)z) / 1e3);
       }
+      std::sort(en.begin(), en.end()); std::sort(st.begin(), st.end()); std::sort(ce.begin(), ce.end());
+      printf("  launch %d: entry %.2f / %.2f / %.2f | start %.2f / %.2f / %.2f | chunk end %.2f / %.2f / %.2f | merge end %.2f\n", l,
+             en[0], en[nb / 2], en[nb - 1], st[0], st[nb / 2], st[nb - 1], ce[0], ce[nb / 2], ce[nb - 1], me);
     }
   }
   fclose(f);

@@ -2,10 +2,11 @@
 """patch_trace.py IN OUT: writes a copy of kernels/decode.cuh with a per-phase clock trace
 and three experiment switches, for tools/decode_trace/decode_trace.cu (nvcc, not NVRTC).
 The kernel template gets one more parameter, TRC (bits): 1 trace (lane 0 of every warp
-stores %clock64 at each phase, %globaltimer at the block's start and end), 2 PDL (the
-block triggers its dependents and waits for the previous grid first), 4 no merge (a
-split block returns after its partial: the merge's cost bound), 8 the chunk counter as
-one acq_rel atomic instead of fence + atomic + fence. TRC = 0 is the kernel as it is.
+stores %clock64 at each phase, %globaltimer at the block's entry, after the PDL wait and
+at the end), 2 PDL (the block triggers its dependents and waits for the previous grid
+first), 4 no merge (a split block returns after its partial: the merge's cost bound), 8
+the chunk counter's earlier form (a fence in every thread before and after a relaxed
+atomic). TRC = 0 is the kernel as it is.
 Every anchor must match exactly once: a change of decode.cuh that moves one fails here."""
 import sys
 
@@ -43,9 +44,15 @@ FI_DEVICE unsigned long long gclk() { unsigned long long t; asm volatile("mov.u6
 FI_DEVICE unsigned long long gtim() { unsigned long long t; asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t)); return t; }
 // Makes the next clock read wait for x (a load's result).
 FI_DEVICE void dep(uint32_t &sink, uint32_t x) { asm volatile("xor.b32 %0, %0, %1;" : "+r"(sink) : "r"(x)); }
-#define TR_AT(slot) (((int64_t)(blockIdx.y * gridDim.x + blockIdx.x) * WARPS + warp) * NSL + (slot))
+// p.lse_stride[0] (lse is NULL in the harness): the launch's slot offset, so that
+// consecutive launches trace into separate regions.
+#define TR_AT(slot) (p.lse_stride[0] + ((int64_t)(blockIdx.y * gridDim.x + blockIdx.x) * WARPS + warp) * NSL + (slot))
 #define TRS(slot) do { if ((TRC & 1) && lane == 0) g_tr[TR_AT(slot)] = gclk(); } while (0)
 #define TRG(slot) do { if ((TRC & 1) && lane == 0) g_tr[TR_AT(slot)] = gtim(); } while (0)''')
+rep("  decode_enter<KVT, DE, SINGLE, WARPS, (WARPS >= 4 || PF != 0)>(p, blockIdx.y * HP);\n",
+    "  if ((TRC & 1) && (threadIdx.x & 31) == 0)\n"
+    "    g_tr[p.lse_stride[0] + ((int64_t)(blockIdx.y * gridDim.x + blockIdx.x) * WARPS + (threadIdx.x >> 5)) * NSL + 15] = gtim();\n"
+    "  decode_enter<KVT, DE, SINGLE, WARPS, (WARPS >= 4 || PF != 0)>(p, blockIdx.y * HP);\n")
 rep("  const int item = blockIdx.x, hkv = blockIdx.y * HP, G = p.group, GE = G * HP;\n",
     r'''  const int item = blockIdx.x, hkv = blockIdx.y * HP, G = p.group, GE = G * HP;
   uint32_t sink = 0;
@@ -68,32 +75,30 @@ rep("  // ---- merge the warps: each adds its rescaled O^T in turn (no atomics) 
     "  if (TRC & 1) dep(sink, __float_as_uint(o[0][0][0]));\n  TRS(6);\n"
     "  // ---- merge the warps: each adds its rescaled O^T in turn (no atomics) ----\n")
 rep("  const float LN2 = 0.6931471805599453f;", "  TRS(7);\n  const float LN2 = 0.6931471805599453f;")
-rep('''  __threadfence();
+rep('''  split_publish();
   __syncthreads();
   int32_t *counter = p.counters + (int64_t)b * p.num_kv_heads + hkv;
-  if (tid == 0) s_last = atomicAdd(counter, 1) == nchunks - 1;
+  if (tid == 0) s_last = split_arrive(counter) == nchunks - 1;
   __syncthreads();
   if (!s_last) return;
-  __threadfence();''', r'''  if (TRC & 4) return;
-  if (!(TRC & 8)) __threadfence();
+  split_acquired();''', r'''  if (TRC & 4) return;
+  split_publish();
+  if (TRC & 8) __threadfence();
   __syncthreads();
   TRS(8);
   int32_t *counter = p.counters + (int64_t)b * p.num_kv_heads + hkv;
   if (TRC & 8) {
-    if (tid == 0) {
-      int old;
-      asm volatile("atom.acq_rel.gpu.global.add.s32 %0, [%1], 1;" : "=r"(old) : "l"(counter) : "memory");
-      s_last = old == nchunks - 1;
-    }
-  } else {
     if (tid == 0) s_last = atomicAdd(counter, 1) == nchunks - 1;
+  } else {
+    if (tid == 0) s_last = split_arrive(counter) == nchunks - 1;
   }
   __syncthreads();
   TRS(9);
   TRG(11);
   if ((TRC & 1) && lane == 0) g_tr[TR_AT(13)] = sink;
   if (!s_last) return;
-  if (!(TRC & 8)) __threadfence();''')
+  split_acquired();
+  if (TRC & 8) __threadfence();''')
 rep('''            sw > 0.0f ? (mx + log2f(sw)) * LN2 : neg_inf();
     }
   }
