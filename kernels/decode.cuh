@@ -686,17 +686,20 @@ FI_DEVICE void decode_heads(const fi_decode_params &p) {
   }
 
   // ---- a split request: this chunk's partial, then the last block of the (request,
-  // KV head) merges all of them ----
+  // KV head) merges all of them. The partial output is rounded to the output's dtype
+  // (as FlashInfer's tmp_v; its LSE stays fp32): the merging block reads every chunk's
+  // partial through one SM, at B = 1 (32 chunks) its slowest step, and half the bytes
+  // cut that step (H100, tools/decode_trace). ----
   const int64_t hq = (int64_t)p.num_kv_heads * G;  // H_qo
   {
-    float *po = p.partial_o + ((int64_t)item * hq + head0) * D;
-    for (int u = tid; u < GE * (D / 4); u += THREADS) {
-      const int r = u / (D / 4), d4 = (u - r * (D / 4)) * 4;
+    QT *po = static_cast<QT *>(p.partial_o) + ((int64_t)item * hq + head0) * D;
+    for (int u = tid; u < GE * (D / 8); u += THREADS) {
+      const int r = u / (D / 8), d8 = (u - r * (D / 8)) * 8;
       const float ds = s_fs[r], inv = ds > 0.0f ? v_scale / ds : 0.0f;
-      fi_vec<float, 4> y;
+      fi_vec<QT, 8> y;
 #pragma unroll
-      for (int e = 0; e < 4; e++) y.v[e] = s_o[r][d4 + e] * inv;
-      *reinterpret_cast<fi_vec<float, 4> *>(po + (int64_t)r * D + d4) = y;
+      for (int e = 0; e < 8; e++) y.v[e] = fi_from_float<QT>(s_o[r][d8 + e] * inv);
+      *reinterpret_cast<fi_vec<QT, 8> *>(po + (int64_t)r * D + d8) = y;
     }
     if (tid < GE) {
       const float ds = s_fs[tid];
@@ -728,18 +731,19 @@ FI_DEVICE void decode_heads(const fi_decode_params &p) {
     for (int e = 0; e < 8; e++) acc[e] = 0.0f;
     if (active) {
       for (int i0 = q; i0 < nchunks; i0 += MB * Q) {
-        float l[MB], x[MB][8];
+        float l[MB];
+        uint32_t x[MB][4];  // 8 dims of the output dtype, widened as they are used
 #pragma unroll
         for (int j = 0; j < MB; j++) {
           const int i = i0 + j * Q;
           if (i < nchunks) {
             const int64_t row = (int64_t)(first + i) * hq + head0 + r;
             l[j] = ldcg(p.partial_lse + row);
-            ldcg8(p.partial_o + row * D + d8, x[j]);
+            ldcg16(static_cast<const QT *>(p.partial_o) + row * D + d8, x[j]);
           } else {
             l[j] = neg_inf();
 #pragma unroll
-            for (int e = 0; e < 8; e++) x[j][e] = 0.0f;
+            for (int e = 0; e < 4; e++) x[j][e] = 0u;
           }
         }
         float mn = mx;
@@ -754,7 +758,10 @@ FI_DEVICE void decode_heads(const fi_decode_params &p) {
           const float w = ex2(l[j] - mu);
           sw += w;
 #pragma unroll
-          for (int e = 0; e < 8; e++) acc[e] = fmaf(w, x[j][e], acc[e]);
+          for (int e = 0; e < 4; e++) {
+            acc[2 * e] = fmaf(w, w16<QT>::lo(x[j][e]), acc[2 * e]);
+            acc[2 * e + 1] = fmaf(w, w16<QT>::hi(x[j][e]), acc[2 * e + 1]);
+          }
         }
         mx = mn;
       }

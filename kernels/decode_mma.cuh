@@ -88,16 +88,13 @@ FI_DEVICE float ldcg(const float *p) {
   return *(volatile const float *)p;
 #endif
 }
-FI_DEVICE void ldcg8(const float *p, float (&r)[8]) {
+FI_DEVICE void ldcg16(const void *p, uint32_t (&r)[4]) {
 #if FI_CUDA
-  asm volatile("ld.global.cg.v4.f32 {%0, %1, %2, %3}, [%4];"
-               : "=f"(r[0]), "=f"(r[1]), "=f"(r[2]), "=f"(r[3])
+  asm volatile("ld.global.cg.v4.u32 {%0, %1, %2, %3}, [%4];"
+               : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
                : "l"(p));
-  asm volatile("ld.global.cg.v4.f32 {%0, %1, %2, %3}, [%4];"
-               : "=f"(r[4]), "=f"(r[5]), "=f"(r[6]), "=f"(r[7])
-               : "l"(p + 4));
 #else
-  for (int i = 0; i < 8; i++) r[i] = ((volatile const float *)p)[i];
+  for (int i = 0; i < 4; i++) r[i] = ((volatile const uint32_t *)p)[i];
 #endif
 }
 

@@ -37,7 +37,7 @@ typedef struct fi_decode_params {
   const int32_t *header;    /* plan tables (NULL for single decode) */
   const int32_t *items;
   int32_t *counters;
-  float *partial_o;
+  void *partial_o;          /* split partials in the output dtype: [items, H_qo, D] */
   float *partial_lse;
   int64_t q_stride[2];      /* [0] request, [1] head */
   int64_t out_stride[2];

@@ -483,7 +483,7 @@ FI_API fi_status fi_batch_decode_run(fi_runtime *rt, const fi_decode_plan *pl,
   kp.header = (const int32_t *)pl->ws;
   kp.items = (const int32_t *)(pl->ws + pl->lay.items_off);
   kp.counters = (int32_t *)(pl->ws + pl->lay.counters_off);
-  kp.partial_o = (float *)(pl->ws + pl->lay.partial_o_off);
+  kp.partial_o = pl->ws + pl->lay.partial_o_off;
   kp.partial_lse = (float *)(pl->ws + pl->lay.partial_lse_off);
   for (int d = 0; d < 2; d++) {
     kp.q_stride[d] = rt_stride(q, d);

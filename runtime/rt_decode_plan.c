@@ -121,7 +121,8 @@ void rt_decode_layout_for(int64_t max_batch, int sms, int num_qo_heads, int num_
   l->items_off = FI_DECODE_HDR_WORDS * 4;
   l->counters_off = align256(l->items_off + cap * FI_DECODE_ITEM_WORDS * 4);
   l->partial_o_off = align256(l->counters_off + cap * num_kv_heads * 4);
-  l->partial_lse_off = align256(l->partial_o_off + cap * num_qo_heads * head_dim * 4);
+  /* partials in the output dtype (fp16 or bf16) */
+  l->partial_lse_off = align256(l->partial_o_off + cap * num_qo_heads * head_dim * 2);
   l->bytes = align256(l->partial_lse_off + cap * num_qo_heads * 4);
 }
 

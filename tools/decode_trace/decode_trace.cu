@@ -9,7 +9,8 @@
 // built too), 4 q barrier, 5 first step computed, 6 loop end, 7 warps merged, 8 partial
 // stored + fence, 9 counter, 10 merge end (last block), 11 globaltimer after the
 // counter, 12 SM id, 13 sink, 14 globaltimer at the merge's end, 15 globaltimer at the
-// block's entry, before the PDL wait).
+// block's entry, before the PDL wait; last block: 16 counter reset, 17 first merge batch
+// loaded, 18 merge combined).
 #include "fi_port.cuh"
 #include "decode.cuh"
 #include "cuda_bench.cuh"
@@ -201,12 +202,12 @@ int main(int argc, char **argv) {
     kdec<4, 1, 0><<<dim3(n, HKV), 128>>>(p); CK(cudaDeviceSynchronize()); printf("W4 c16 rel err %.3g\n", check(4));
     n = make_items(8); p.num_items = n; kdec<2, 1, 0><<<dim3(n, HKV), 64>>>(p); CK(cudaDeviceSynchronize()); printf("W2 c8 rel err %.3g\n", check(2)); }
   // trace: W4 c16 and W2 c8 as the runtime launches them (programmatic dependent launch,
-  // pre-wait prefetch 256), every launch of a back-to-back run of 10 traced into its own
+  // pre-wait prefetch 256), and W4 c16 with plain launches, every launch of a back-to-back run of 10 traced into its own
   // slot; launch 5's phases, and launches 4-6 side by side on launch 4's clock.
-  const int tw[2] = {4, 2}, tc[2] = {16, 8};
+  const int tw[3] = {4, 4, 2}, tc[3] = {16, 16, 8}, tpdl[3] = {1, 0, 1}, tpre[3] = {256, 0, 256};
   FILE *f = fopen(argc > 1 ? argv[1] : "trace.bin", "wb");
-  for (int ti = 0; ti < 2; ti++) {
-    int n = make_items(tc[ti]); fi_decode_params p = base_params(); p.num_items = n; p.pre_prefetch = 256;
+  for (int ti = 0; ti < 3; ti++) {
+    int n = make_items(tc[ti]); fi_decode_params p = base_params(); p.num_items = n; p.pre_prefetch = tpre[ti];
     const int W = tw[ti], nb = n * HKV;
     const int64_t per = (int64_t)nb * W * NSL;
     dim3 grid(n, HKV), blk(W * 32);
@@ -214,7 +215,8 @@ int main(int argc, char **argv) {
     for (int i = 0; i < 10; i++) {
       p.indices = dix[i % 8];
       p.lse_stride[0] = i * per;
-      if (W == 4) launch_pdl(kdec<4, 1, 1>, grid, blk, p); else launch_pdl(kdec<2, 1, 1>, grid, blk, p);
+      if (!tpdl[ti]) { if (W == 4) kdec<4, 1, 1><<<grid, blk>>>(p); else kdec<2, 1, 1><<<grid, blk>>>(p); }
+      else if (W == 4) launch_pdl(kdec<4, 1, 1>, grid, blk, p); else launch_pdl(kdec<2, 1, 1>, grid, blk, p);
     }
     CK(cudaDeviceSynchronize());
     std::vector<unsigned long long> all((size_t)10 * per);
@@ -228,7 +230,8 @@ int main(int argc, char **argv) {
         for (int b = 0; b < nb; b++) { auto *w0 = &T[(size_t)b * W * NSL]; g0 = std::min(g0, w0[0]); gend = std::max(gend, std::max(w0[11], w0[14]));
           if (w0[11] > w0[0] + 2000) rate.push_back((double)(w0[9] - w0[1]) / (w0[11] - w0[0])); }
         std::sort(rate.begin(), rate.end()); double cpn = rate.size() ? rate[rate.size() / 2] : 1.98;
-        printf("\ntrace W%d c%d: %d blocks, span (globaltimer) %.2f us, clock %.3f GHz\n", W, tc[ti], nb, (gend - g0) / 1e3, cpn);
+        printf("\ntrace W%d c%d %s, pre-wait prefetch %d: %d blocks, span (globaltimer) %.2f us, clock %.3f GHz\n", W, tc[ti],
+               tpdl[ti] ? "PDL" : "plain launches", tpre[ti], nb, (gend - g0) / 1e3, cpn);
         std::vector<double> st, en; for (int b = 0; b < nb; b++) { auto *w0 = &T[(size_t)b * W * NSL]; st.push_back((w0[0] - g0) / 1e3); en.push_back((w0[11] - g0) / 1e3); }
         std::sort(st.begin(), st.end()); std::sort(en.begin(), en.end());
         printf("block start us: min %.2f med %.2f p90 %.2f max %.2f | chunk end (after atomic) us: min %.2f med %.2f p90 %.2f max %.2f\n",
@@ -251,7 +254,12 @@ int main(int argc, char **argv) {
         d.clear(); for (int b = 0; b < nb; b++) { auto *w0 = &T[(size_t)b * W * NSL]; d.push_back((double)(w0[9] - w0[1]) / cpn / 1e3); }
         std::sort(d.begin(), d.end()); printf("  block start->after atomic: %.3f %.3f %.3f\n", d[nb/2], d[nb*9/10], d[nb-1]);
         // merge blocks: their end in globaltimer
-        for (int b = 0; b < nb; b++) { auto *w0 = &T[(size_t)b * W * NSL]; if (w0[14]) printf("  merge block %d (sm %llu): start %.2f, atomic %.2f, merge end %.2f us\n", b, w0[12], (w0[0]-g0)/1e3, (w0[11]-g0)/1e3, (w0[14]-g0)/1e3); }
+        for (int b = 0; b < nb; b++) { auto *w0 = &T[(size_t)b * W * NSL]; if (w0[14]) {
+            unsigned long long l17 = 0; for (int w = 0; w < W; w++) l17 = std::max(l17, w0[w * NSL + 17]);
+            printf("  merge block %d (sm %llu): start %.2f, atomic %.2f, merge end %.2f us; acquire+reset %.3f, first batch loads %.3f (slowest warp %.3f), combine %.3f, stores %.3f us\n",
+                   b, w0[12], (w0[0]-g0)/1e3, (w0[11]-g0)/1e3, (w0[14]-g0)/1e3, (double)(w0[16] - w0[9]) / cpn / 1e3,
+                   (double)(w0[17] - w0[16]) / cpn / 1e3, (double)(l17 - w0[16]) / cpn / 1e3, (double)(w0[18] - w0[17]) / cpn / 1e3,
+                   (double)(w0[10] - w0[18]) / cpn / 1e3); } }
     }
     // Launches 4, 5 and 6 on one clock (globaltimer, us from launch 4's first post-wait start):
     // block entry (before the wait), post-wait start, chunk end (after the counter), last merge end.

@@ -39,7 +39,7 @@ rep("struct tok_loc {\n  int32_t page, slot;\n};", r'''struct tok_loc {
 };
 // ---- trace (tools/decode_trace) ----
 __device__ unsigned long long *g_tr;  // [block][warp][NSL]
-#define NSL 16
+#define NSL 24
 FI_DEVICE unsigned long long gclk() { unsigned long long t; asm volatile("mov.u64 %0, %%clock64;" : "=l"(t)); return t; }
 FI_DEVICE unsigned long long gtim() { unsigned long long t; asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t)); return t; }
 // Makes the next clock read wait for x (a load's result).
@@ -109,4 +109,15 @@ rep('''            sw > 0.0f ? (mx + log2f(sw)) * LN2 : neg_inf();
   TRS(10);
   TRG(14);
 }''')
+rep("  if (tid == 0) *counter = 0;  // ready for the next run\n",
+    "  if (tid == 0) *counter = 0;  // ready for the next run\n  TRS(16);\n")
+rep("        float mn = mx;\n",
+    "        if ((TRC & 1) && i0 == q) {\n"
+    "          dep(sink, __float_as_uint(l[0])); dep(sink, __float_as_uint(l[MB - 1]));\n"
+    "          dep(sink, __float_as_uint(x[0][0])); dep(sink, __float_as_uint(x[MB - 1][7]));\n"
+    "          TRS(17);\n        }\n"
+    "        float mn = mx;\n")
+rep("    if (uq < U && (Q == 1 || tid < U)) {\n",
+    "    if (TRC & 1) { dep(sink, __float_as_uint(acc[0])); dep(sink, __float_as_uint(sw)); }\n    TRS(18);\n"
+    "    if (uq < U && (Q == 1 || tid < U)) {\n")
 open(dst, "w").write(s)
