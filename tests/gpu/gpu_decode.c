@@ -736,6 +736,15 @@ FT_TEST(decode_b1_long_split_all_sms) {
   c.lens = lens;
   run_case(&c);
 }
+/* One KV head: the split target is a whole wave of blocks, so two long requests are cut
+ * into about 250 chunks, whose partials (rounded to f16) one block a request merges in
+ * ten batches: the merge's rounding at its widest, under f16's 1e-3. */
+FT_TEST(decode_f16_many_chunks_one_kv_head) {
+  static const int lens[2] = {32768, 20000};
+  dcase c = base("f16 8/1 B=2 many chunks", T_F16, T_F16, 128, 8, 1, 16, 0, 2, 0);
+  c.lens = lens;
+  run_case(&c);
+}
 
 /* The tuning overrides (read at plan time) select other kernels and paths: each must
  * be as correct as the default. */
