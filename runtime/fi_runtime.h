@@ -285,9 +285,9 @@ FI_API fi_status fi_single_decode(fi_runtime *rt, const DLTensor *q, const DLTen
  * chunk's output rounded to the output dtype and its LSE kept in float32, as FlashInfer
  * keeps them) from host copies of indptr and last_page_len and writes its tables into
  * the caller's workspace, in stream order; fi_batch_decode_run then only launches: no
- * host decision, no allocation, no synchronization. A plan is a host object owned by the caller; it keeps
- * the workspace's address, which must outlive it. Run the plan (or re-plan) before
- * planning again into the same workspace on another stream. */
+ * host decision, no allocation, no synchronization. A plan is a host object owned by the
+ * caller; it keeps the workspace's address, which must outlive it. Run the plan (or
+ * re-plan) before planning again into the same workspace on another stream. */
 typedef struct fi_decode_plan fi_decode_plan;
 
 typedef struct fi_batch_decode_info {
