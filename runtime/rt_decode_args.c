@@ -119,8 +119,7 @@ int rt_dec_head_prefetch(void) {
  * B <= 4 on an H100). */
 #define DECODE_PRE_PREFETCH_DEFAULT 256
 int rt_dec_pre_prefetch(void) {
-  const char *pdl = getenv("FI_PDL");
-  if (pdl && pdl[0] == '0' && !pdl[1]) return 0;
+  if (rt_pdl_env_off()) return 0;
   const char *e = getenv("FI_DECODE_PRE_PREFETCH");
   if (!e || !*e) return DECODE_PRE_PREFETCH_DEFAULT;
   const int v = atoi(e);

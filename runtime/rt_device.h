@@ -4,6 +4,7 @@
 #define RT_DEVICE_H
 
 #include <stddef.h>
+#include <stdlib.h>
 
 #define RT_DEVICE_IFACE_VERSION 1
 #define RT_MAX_DEVICES 64
@@ -44,6 +45,13 @@ typedef struct rt_device_i {
 
 extern const rt_device_i rt_device_cuda;
 extern const rt_device_i rt_device_hip;
+
+/* FI_PDL=0 in the environment: the CUDA backend launches without programmatic
+ * dependent launch, and decode plans take no pre-wait prefetch (nothing to overlap). */
+static inline int rt_pdl_env_off(void) {
+  const char *e = getenv("FI_PDL");
+  return e && e[0] == '0' && !e[1];
+}
 
 /* Fault injection for tests: replaces one resolved driver entry point. */
 int rt_cuda_fault(const char *name, void *fn, void **old);

@@ -322,8 +322,7 @@ static void *create(void) {
   cuda_state *s = calloc(1, sizeof *s);
   if (!s) return NULL;
   pthread_mutex_init(&s->mu, NULL);
-  const char *e = getenv("FI_PDL");
-  s->pdl = !(e && e[0] == '0' && !e[1]);
+  s->pdl = !rt_pdl_env_off();
   return s;
 }
 

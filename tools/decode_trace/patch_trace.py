@@ -1,12 +1,12 @@
 #!/usr/bin/env python3
 """patch_trace.py IN OUT: writes a copy of kernels/decode.cuh with a per-phase clock trace
-and three experiment switches, for tools/decode_trace/decode_trace.cu (nvcc, not NVRTC).
+and two experiment switches, for tools/decode_trace/decode_trace.cu (nvcc, not NVRTC).
 The kernel template gets one more parameter, TRC (bits): 1 trace (lane 0 of every warp
 stores %clock64 at each phase, %globaltimer at the block's entry, after the PDL wait and
-at the end), 2 PDL (the block triggers its dependents and waits for the previous grid
-first), 4 no merge (a split block returns after its partial: the merge's cost bound), 8
-the chunk counter's earlier form (a fence in every thread before and after a relaxed
-atomic). TRC = 0 is the kernel as it is.
+at the end), 4 no merge (a split block returns after its partial: the merge's cost
+bound), 8 the chunk counter's earlier form (a fence in every thread before and after a
+relaxed atomic). TRC = 0 is the kernel as it is; its entry (decode_enter) does the PDL
+wait and trigger itself.
 Every anchor must match exactly once: a change of decode.cuh that moves one fails here."""
 import sys
 
@@ -56,7 +56,6 @@ rep("  decode_enter<KVT, DE, SINGLE, WARPS, (WARPS >= 4 || PF != 0)>(p, blockIdx
 rep("  const int item = blockIdx.x, hkv = blockIdx.y * HP, G = p.group, GE = G * HP;\n",
     r'''  const int item = blockIdx.x, hkv = blockIdx.y * HP, G = p.group, GE = G * HP;
   uint32_t sink = 0;
-  if (TRC & 2) { asm volatile("griddepcontrol.launch_dependents;"); asm volatile("griddepcontrol.wait;" ::: "memory"); }
   TRG(0);
   if ((TRC & 1) && lane == 0) { uint32_t sm; asm volatile("mov.u32 %0, %%smid;" : "=r"(sm)); g_tr[TR_AT(12)] = sm; }
   TRS(1);
