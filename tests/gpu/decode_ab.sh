@@ -22,8 +22,9 @@
 # itself); kernels of tuning keys compile at plan time into it. Each test case is its own
 # process, all at once, 250 s each.
 # Exit status: 0 when the prewarm, every test case and fi-bench passed (Nsight Compute
-# is not counted); 1 otherwise; 2 when STAGE_DIR lacks a file or gpu_decode names no case.
+# is not counted); 1 otherwise (gpu_decode naming no case included); 2 when STAGE_DIR lacks a file.
 set -u
+. "$(dirname "$0")/decode_cases.sh"
 A=$(cd "${1:?usage: decode_ab.sh STAGE_DIR}" && pwd) || exit 2
 for f in fi-bench fi-cache libfi_runtime.so.0 tests/gpu_decode; do
   [ -e "$A/$f" ] || { echo "decode_ab.sh: $A/$f missing (make decode-stage)" >&2; exit 2; }
@@ -53,23 +54,12 @@ prc=$?
 echo "prewarm rc=$prc ($(el)): $(tail -1 "$OUT/prewarm.log")"
 rc_all=$((prc != 0))
 
-cases=$("$A/tests/gpu_decode" --list)
-[ -n "$cases" ] || { echo "decode_ab.sh: gpu_decode --list named no case" >&2; exit 2; }
 IFS=';' read -ra envs <<< "${AB_TEST_ENVS:--}"
 for e in "${envs[@]}"; do
-  tag=$(tag "$e")
-  mkdir -p "$OUT/t_$tag"
-  : > "$OUT/t_$tag/rc.txt"
-  for t in $cases; do
-    (with "$e" timeout 250 "$A/tests/gpu_decode" "$t" > "$OUT/t_$tag/$t.log" 2>&1
-     echo "$t rc=$?" >> "$OUT/t_$tag/rc.txt") &
-  done
-  wait
-  n=$(wc -l < "$OUT/t_$tag/rc.txt")
-  ok=$(grep -c ' rc=0$' "$OUT/t_$tag/rc.txt")
-  echo "gpu_decode under $e: $ok of $n cases passed ($(el))"
-  grep -v ' rc=0$' "$OUT/t_$tag/rc.txt"
-  [ "$n" -gt 0 ] && [ "$ok" = "$n" ] || rc_all=1
+  kv=()
+  [ "$e" != "-" ] && IFS=',' read -ra kv <<< "$e"
+  decode_cases "$A" "$OUT/t_$(tag "$e")" "under $e" ${kv[@]+"${kv[@]}"} || rc_all=1
+  echo "  ($(el))"
 done
 
 if [ -n "${AB_BENCH_VARIANTS:-}" ]; then
