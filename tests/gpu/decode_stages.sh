@@ -13,10 +13,11 @@
 #   DS_ROUNDS    rounds; a round runs fi-bench once from every stage, forwards in even
 #                rounds and backwards in odd ones (default 2)
 #   DS_REPEAT    FI_BENCH_DECODE_REPEAT within a process (default 1)
-#   DS_TESTS     1: gpu_decode's cases from every stage first, all at once, 250 s each
-#                (default 1); 0: none
-#   DS_PREWARM   1: `fi-cache prewarm` of the decode ops from every stage first (default
-#                1); 0: kernels compile as the tests and plans ask for them
+#   DS_TESTS     the stages whose gpu_decode cases run first, all of a stage's at once,
+#                250 s each: 1 every stage (default), 0 none, or names ("base,new")
+#   DS_PREWARM   1: `fi-cache prewarm` of every decode configuration from every stage
+#                first (40 s a stage on 16 cores); 0 (default): kernels compile as the
+#                tests and fi-bench's plans ask for them, into the same cache
 # Every process shares one private cache (a build's kernels differ in their source hash,
 # so stages never share a binary they should not). Logs and fi-bench's JSON lines under
 # $OUT; the table last (tests/gpu/stages_table.py). Exit status: 0 when every prewarm,
@@ -62,7 +63,7 @@ for i in $(seq 0 $((N - 1))); do
   { [ -f "${dirs[$i]}/STAGE" ] && cat "${dirs[$i]}/STAGE"; } | sed "s/^/${names[$i]}: /" >> "$OUT/stages.txt"
 done
 
-if [ "${DS_PREWARM:-1}" = 1 ]; then
+if [ "${DS_PREWARM:-0}" = 1 ]; then
   for i in $(seq 0 $((N - 1))); do
     "${dirs[$i]}/fi-cache" prewarm --arch sm_90 --op batch_decode --op single_decode --op decode_upload \
       --op read_probe -j "$(nproc)" > "$OUT/prewarm_${names[$i]}.log" 2>&1
@@ -72,8 +73,10 @@ if [ "${DS_PREWARM:-1}" = 1 ]; then
   done
 fi
 
-if [ "${DS_TESTS:-1}" = 1 ]; then
+tests=${DS_TESTS:-1}
+if [ "$tests" != 0 ]; then
   for i in $(seq 0 $((N - 1))); do
+    [ "$tests" = 1 ] || case ",$tests," in *",${names[$i]},"*) ;; *) continue ;; esac
     decode_cases "${dirs[$i]}" "$OUT/tests_${names[$i]}" "${names[$i]}" || rc_all=1
     echo "  ($(el))"
   done
