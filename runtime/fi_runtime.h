@@ -248,10 +248,10 @@ FI_API fi_status fi_get_batch_indices_positions(fi_runtime *rt, const DLTensor *
  * q and out float16 or bfloat16; K and V caches q's dtype or fp8 (kDLFloat8_e4m3fn code 10,
  * kDLFloat8_e5m2 code 12, 8 bits) holding value / scale. head_dim 64, 128 or 256,
  * contiguous; every other dimension may be strided, with start addresses and strides in
- * multiples of 16 bytes (8 elements). lse, when not NULL, is float32, the natural-log
- * log-sum-exp of each head's scaled logits (fi_merge_state's convention; -inf for an empty
- * request, whose output is 0). Softmax in float32; P is rounded to the mma's 16-bit type
- * (q's, or float16 with an fp8 cache) before P.V, as in FlashInfer. */
+ * multiples of 16 bytes (8 elements; 16 of an fp8 cache). lse, when not NULL, is float32,
+ * the natural-log log-sum-exp of each head's scaled logits (fi_merge_state's convention;
+ * -inf for an empty request, whose output is 0). Softmax in float32; P is rounded to the
+ * mma's 16-bit type (q's, or float16 with an fp8 cache) before P.V, as in FlashInfer. */
 
 /** Positional encoding applied on the fly: none, or RoPE with non-interleaved halves
  * (FlashInfer's ROPE_LLAMA) on q at position kv_len - 1 and on each k at its position. */

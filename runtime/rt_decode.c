@@ -24,6 +24,7 @@ struct fi_decode_plan {
   int batch, max_batch, graph;
   int num_qo_heads, num_kv_heads, head_dim, page_size, q_dt, kv_dt;
   int64_t num_items, grid;
+  int64_t nnz; /* indptr[batch]: the entries of indices the items read (the run's bound) */
   int split, chunk_pages;
   int kv_pair; /* 2: blocks of two adjacent KV heads when the cache's heads are adjacent */
   fi_attention_params params;
@@ -168,6 +169,10 @@ FI_API fi_status fi_batch_decode_workspace_size(fi_runtime *rt, DLDevice device,
   if (st != FI_OK) return st;
   rt_decode_layout l;
   ws_layout(max_batch, sms, num_qo_heads, num_kv_heads, head_dim, &l);
+  if (l.bytes < 0)
+    return rt_fail(FI_ERR_INVALID_ARGUMENT,
+                   "%s: max_batch %d with %d query heads of head_dim %d needs more than 2^63 bytes", fn,
+                   max_batch, num_qo_heads, head_dim);
   *bytes = (size_t)l.bytes;
   return FI_OK;
 }
@@ -233,7 +238,12 @@ FI_API fi_status fi_batch_decode_plan(fi_runtime *rt, const fi_batch_decode_info
   if (rt_decode_check_pages(B, info->indptr, info->last_page_len, info->page_size, err, sizeof err))
     return rt_fail(FI_ERR_INVALID_ARGUMENT, "%s: info->%s", fn, err);
   if ((st = rt_check_tensor(fn, "workspace", workspace, 1)) != FI_OK) return st;
-  const int64_t ws_bytes = workspace->shape[0] * ((workspace->dtype.bits * workspace->dtype.lanes + 7) / 8);
+  /* Checked: a wrapped product would pass for a small workspace. */
+  int64_t ws_bytes;
+  if (__builtin_mul_overflow(workspace->shape[0], (int64_t)((workspace->dtype.bits * workspace->dtype.lanes + 7) / 8),
+                             &ws_bytes))
+    return rt_fail(FI_ERR_INVALID_ARGUMENT, "%s: workspace has %lld elements, more than 2^63 bytes", fn,
+                   (long long)workspace->shape[0]);
   if ((uintptr_t)rt_data(workspace) % 256 != 0)
     return rt_fail(FI_ERR_INVALID_ARGUMENT, "%s: workspace starts at %p; 256-byte alignment is needed",
                    fn, (void *)rt_data(workspace));
@@ -249,6 +259,10 @@ FI_API fi_status fi_batch_decode_plan(fi_runtime *rt, const fi_batch_decode_info
     return st;
   rt_decode_layout lay;
   ws_layout(maxb, sms, info->num_qo_heads, info->num_kv_heads, info->head_dim, &lay);
+  if (lay.bytes < 0)
+    return rt_fail(FI_ERR_INVALID_ARGUMENT,
+                   "%s: info->%s %d with %d query heads of head_dim %d needs more than 2^63 bytes of workspace",
+                   fn, graph ? "max_batch" : "batch", maxb, info->num_qo_heads, info->head_dim);
   if (lay.bytes > ws_bytes)
     return rt_fail(FI_ERR_INVALID_ARGUMENT,
                    "%s: workspace has %lld bytes; %lld are needed (fi_batch_decode_workspace_size)",
@@ -370,6 +384,7 @@ FI_API fi_status fi_batch_decode_plan(fi_runtime *rt, const fi_batch_decode_info
   pl->ws_bytes = ws_bytes;
   pl->lay = lay;
   pl->num_items = n;
+  pl->nnz = B > 0 ? info->indptr[B] : 0;
   pl->chunk_pages = chunk;
   pl->kv_pair = pair;
   pl->split = n > B;
@@ -463,7 +478,9 @@ FI_API fi_status fi_batch_decode_run(fi_runtime *rt, const fi_decode_plan *pl,
     return st;
   if ((st = rt_dec_check_index(fn, "indptr", indptr, q, B + 1, !pl->graph)) != FI_OK) return st;
   if ((st = rt_dec_check_index(fn, "last_page_len", last_page_len, q, B, !pl->graph)) != FI_OK) return st;
-  if ((st = rt_dec_check_index(fn, "indices", indices, q, 0, 0)) != FI_OK) return st;
+  /* The kernel reads indices up to indptr[B] - 1 unbounded (kernels/decode.cuh): the
+   * plan's host indptr[B] is the length to check, as prefill's paged run checks its own. */
+  if ((st = rt_dec_check_index(fn, "indices", indices, q, pl->nnz, 0)) != FI_OK) return st;
   if (kc->shape[0] > INT32_MAX)
     return rt_fail(FI_ERR_INVALID_ARGUMENT, "%s: paged_k_cache has 2^31 pages or more", fn);
   const DLTensor *ins[6] = {q, kc, vc, indptr, indices, last_page_len};
@@ -516,9 +533,10 @@ int rt_decode_plan_offline(const fi_batch_decode_info *info, const fi_attention_
   pl->graph = info->max_batch > 0;
   pl->batch = info->batch;
   pl->max_batch = info->max_batch;
+  pl->nnz = info->batch > 0 ? info->indptr[info->batch] : 0;
   rt_decode_layout_for(pl->graph ? info->max_batch : info->batch, sms, info->num_qo_heads,
                        info->num_kv_heads, info->head_dim, &pl->lay);
-  int32_t *items = malloc((size_t)pl->lay.capacity * FI_DECODE_ITEM_WORDS * 4);
+  int32_t *items = pl->lay.bytes < 0 ? NULL : malloc((size_t)pl->lay.capacity * FI_DECODE_ITEM_WORDS * 4);
   if (!items) {
     free(pl);
     return -1;

@@ -66,7 +66,8 @@ int rt_decode_kv_pair(int kv_dtype, int head_dim, int num_qo_heads, int num_kv_h
 /* Items the split planner aims at: one wave of `slots` blocks over num_kv_heads heads. */
 int64_t rt_decode_target_items(int64_t slots, int num_kv_heads);
 
-/* The workspace layout for plans of up to max_batch requests on sms SMs. */
+/* The workspace layout for plans of up to max_batch requests on sms SMs; bytes (and the
+ * offsets past the overflow) -1 where it would pass 2^63 bytes. */
 void rt_decode_layout_for(int64_t max_batch, int sms, int num_qo_heads, int num_kv_heads,
                           int head_dim, rt_decode_layout *l);
 

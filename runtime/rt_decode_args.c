@@ -200,7 +200,9 @@ fi_status rt_dec_check_rows(const char *fn, const char *name, const DLTensor *t,
   if (t->shape[last] > 1 && rt_stride(t, last) != 1)
     return rt_fail(FI_ERR_INVALID_ARGUMENT, "%s: %s has head_dim stride %lld; 1 is needed", fn,
                    name, (long long)rt_stride(t, last));
-  const int vec = 8; /* elements a load or store moves */
+  /* elements a 16-byte load or store moves: 8 of a 16-bit type, 16 of fp8 (the kernel
+   * loads an fp8 cache 16 bytes at a time too, so 8 elements would be misaligned) */
+  const int vec = 16 / elem_bytes;
   if ((uintptr_t)rt_data(t) % (uintptr_t)(vec * elem_bytes) != 0)
     return rt_fail(FI_ERR_INVALID_ARGUMENT, "%s: %s starts at %p; a multiple of %d bytes is needed",
                    fn, name, (void *)rt_data(t), vec * elem_bytes);

@@ -1,5 +1,6 @@
 /* rt_decode_plan.c: the batch decode planner: how the requests' KV tokens are cut into
  * work items (split-KV when the batch cannot fill the device) and where the tables go. */
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 
@@ -112,6 +113,15 @@ int64_t rt_decode_target_items(int64_t slots, int num_kv_heads) {
   return t > 0 ? t : 1;
 }
 
+/* The 256-aligned end of a region of n x per bytes from at; -1 past 2^63 (or at -1). */
+static int64_t region_end(int64_t at, int64_t n, int64_t per) {
+  int64_t size, end;
+  if (at < 0 || __builtin_mul_overflow(n, per, &size) || __builtin_add_overflow(at, size, &end) ||
+      end > INT64_MAX - 255)
+    return -1;
+  return align256(end);
+}
+
 void rt_decode_layout_for(int64_t max_batch, int sms, int num_qo_heads, int num_kv_heads,
                           int head_dim, rt_decode_layout *l) {
   const int64_t target =
@@ -119,11 +129,13 @@ void rt_decode_layout_for(int64_t max_batch, int sms, int num_qo_heads, int num_
   const int64_t cap = max_batch > target ? max_batch : target;
   l->capacity = cap;
   l->items_off = FI_DECODE_HDR_WORDS * 4;
-  l->counters_off = align256(l->items_off + cap * FI_DECODE_ITEM_WORDS * 4);
-  l->partial_o_off = align256(l->counters_off + cap * num_kv_heads * 4);
+  /* Checked: a huge max_batch with millions of heads passes 2^63 bytes, and a wrapped
+   * size would let the plan accept a workspace that is too small. */
+  l->counters_off = region_end(l->items_off, cap, FI_DECODE_ITEM_WORDS * 4);
+  l->partial_o_off = region_end(l->counters_off, cap, (int64_t)num_kv_heads * 4);
   /* partials in the output dtype (fp16 or bf16) */
-  l->partial_lse_off = align256(l->partial_o_off + cap * num_qo_heads * head_dim * 2);
-  l->bytes = align256(l->partial_lse_off + cap * num_qo_heads * 4);
+  l->partial_lse_off = region_end(l->partial_o_off, cap, (int64_t)num_qo_heads * head_dim * 2);
+  l->bytes = region_end(l->partial_lse_off, cap, (int64_t)num_qo_heads * 4);
 }
 
 int rt_decode_check_pages(int batch, const int32_t *indptr, const int32_t *last_page_len,
@@ -151,7 +163,8 @@ int rt_decode_check_pages(int batch, const int32_t *indptr, const int32_t *last_
       return -1;
     }
     if ((np - 1) * page_size + last > INT32_MAX) {
-      snprintf(err, errlen, "request %d has more than 2^31-1 tokens", b);
+      snprintf(err, errlen, "indptr[%d..%d] and last_page_len[%d] give request %d more than 2^31-1 tokens",
+               b, b + 1, b, b);
       return -1;
     }
   }
@@ -193,7 +206,7 @@ int64_t rt_decode_partition(int batch, const int32_t *indptr, const int32_t *las
   /* chunk: pages per item; maxp (or more) means one item per request. */
   int64_t chunk = maxp > 0 ? maxp : 1;
   if (batch < target && maxp > 1) {
-    int64_t lo = (MIN_CHUNK_TOKENS + page_size - 1) / page_size, hi = maxp;
+    int64_t lo = (MIN_CHUNK_TOKENS + (int64_t)page_size - 1) / page_size, hi = maxp; /* no int overflow */
     if (lo < 1) lo = 1;
     if (lo > hi) lo = hi;
     /* The smallest chunk whose item count fits the target (it falls as chunk grows). */

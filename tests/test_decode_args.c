@@ -494,10 +494,8 @@ FT_TEST(single_decode_bad_arguments_named) {
   fi_runtime_destroy(rt);
 }
 
-FT_TEST(batch_decode_plan_and_run_bad_arguments_named) {
-  fi_runtime *rt = rt_make();
-  FT_REQUIRE(rt);
-  int32_t indptr[3] = {0, 3, 5}, last[2] = {16, 1};
+/* Two requests of 3 and 2 pages (bf16, 32/8 heads, head_dim 128, pages of 16). */
+static fi_batch_decode_info small_info(int32_t *indptr, int32_t *last) {
   fi_batch_decode_info info;
   memset(&info, 0, sizeof info);
   info.batch = 2;
@@ -509,6 +507,14 @@ FT_TEST(batch_decode_plan_and_run_bad_arguments_named) {
   info.page_size = 16;
   info.q_dtype = (DLDataType){kDLBfloat, 16, 1};
   info.kv_dtype = (DLDataType){kDLBfloat, 16, 1};
+  return info;
+}
+
+FT_TEST(batch_decode_plan_and_run_bad_arguments_named) {
+  fi_runtime *rt = rt_make();
+  FT_REQUIRE(rt);
+  int32_t indptr[3] = {0, 3, 5}, last[2] = {16, 1};
+  fi_batch_decode_info info = small_info(indptr, last);
   tens ws;
   mk(&ws, ADDR(9), kDLUInt, 8, 1, 1 << 24, 0, 0, 0);
   fi_decode_plan *plan = NULL;
@@ -609,4 +615,155 @@ FT_TEST(batch_decode_plan_and_run_bad_arguments_named) {
   EXPECT_BAD(fi_batch_decode_run(rt, plan, &q.t, &kc.t, &vc.t, &ip.t, &ix.t, &lp.t, FI_KV_LAYOUT_NHD, &o.t, &lb.t, NULL), "lse has shape");
   fi_batch_decode_plan_destroy(plan);
   fi_runtime_destroy(rt);
+}
+
+/* ---- found in review: each failed before its fix ---- */
+
+/* The kernel reads indices[indptr[b] ..] for every page of the plan's requests (no bound
+ * in its main loop): an indices tensor shorter than the plan's indptr[B] is read past its
+ * end, so the run refuses it, in CUDA-graph mode too (against the plan it runs). */
+FT_TEST(batch_decode_run_refuses_indices_shorter_than_the_plan) {
+  fi_runtime *rt = rt_make();
+  FT_REQUIRE(rt);
+  int32_t indptr[3] = {0, 3, 5}, last[2] = {16, 1};
+  fi_batch_decode_info info = small_info(indptr, last);
+  fi_attention_params prm;
+  fi_attention_params_init(&prm);
+  for (int graph = 0; graph < 2; graph++) {
+    info.max_batch = graph ? 4 : 0;
+    const int rows = graph ? 4 : 2;
+    fi_decode_plan *plan = NULL;
+    FT_REQUIRE(rt_decode_plan_offline(&info, &prm, ADDR(9), kDLCUDA, 132, 264, &plan) == 0);
+    tens q, kc, vc, ip, ix, lp, o;
+    mk(&q, ADDR(0), kDLBfloat, 16, 3, rows, 32, 128, 0);
+    mk(&kc, ADDR(1), kDLBfloat, 16, 4, 10, 16, 8, 128);
+    mk(&vc, ADDR(2), kDLBfloat, 16, 4, 10, 16, 8, 128);
+    mk(&ip, ADDR(3), kDLInt, 32, 1, rows + 1, 0, 0, 0);
+    mk(&ix, ADDR(4), kDLInt, 32, 1, 4, 0, 0, 0); /* indptr[2] = 5 pages */
+    mk(&lp, ADDR(5), kDLInt, 32, 1, rows, 0, 0, 0);
+    mk(&o, ADDR(6), kDLBfloat, 16, 3, rows, 32, 128, 0);
+    EXPECT_BAD(fi_batch_decode_run(rt, plan, &q.t, &kc.t, &vc.t, &ip.t, &ix.t, &lp.t, FI_KV_LAYOUT_NHD, &o.t,
+                                   NULL, NULL),
+               "indices has 4 entries");
+    ix.shape[0] = 5;
+    fi_status st = fi_batch_decode_run(rt, plan, &q.t, &kc.t, &vc.t, &ip.t, &ix.t, &lp.t, FI_KV_LAYOUT_NHD,
+                                       &o.t, NULL, NULL);
+    FT_CHECK(st != FI_ERR_INVALID_ARGUMENT, "graph %d: indices of indptr[B] entries refused: %s", graph,
+             fi_last_error());
+    fi_batch_decode_plan_destroy(plan);
+  }
+  fi_runtime_destroy(rt);
+}
+
+/* An fp8 cache is read in 16-byte loads (16 elements, kernels/decode.cuh's K loads):
+ * starts and strides that are multiples of 8 elements but not of 16 bytes would fault
+ * on a misaligned address, so they are refused by name. */
+FT_TEST(fp8_cache_rows_need_16_bytes) {
+  fi_runtime *rt = rt_make();
+  FT_REQUIRE(rt);
+  const DLDataType e4m3 = {DEC_DL_E4M3FN, 8, 1};
+  /* single decode */
+  tens q, k, v, o;
+  mk(&q, ADDR(0), kDLBfloat, 16, 2, 32, 128, 0, 0);
+  mk(&k, ADDR(1), 0, 8, 3, 100, 8, 128, 0);
+  mk(&v, ADDR(2), 0, 8, 3, 100, 8, 128, 0);
+  k.t.dtype = v.t.dtype = e4m3;
+  mk(&o, ADDR(3), kDLBfloat, 16, 2, 32, 128, 0, 0);
+  fi_status st = fi_single_decode(rt, &q.t, &k.t, &v.t, &o.t, NULL, FI_KV_LAYOUT_NHD, NULL, NULL);
+  FT_CHECK(st != FI_ERR_INVALID_ARGUMENT, "valid fp8 call refused: %s", fi_last_error());
+  k.t.byte_offset = v.t.byte_offset = 8;
+  EXPECT_BAD(fi_single_decode(rt, &q.t, &k.t, &v.t, &o.t, NULL, FI_KV_LAYOUT_NHD, NULL, NULL), "k starts at");
+  k.t.byte_offset = v.t.byte_offset = 0;
+  k.t.strides = k.strides, v.t.strides = v.strides;
+  k.strides[0] = v.strides[0] = 8 * 136, k.strides[1] = v.strides[1] = 136, k.strides[2] = v.strides[2] = 1;
+  EXPECT_BAD(fi_single_decode(rt, &q.t, &k.t, &v.t, &o.t, NULL, FI_KV_LAYOUT_NHD, NULL, NULL),
+             "k has stride 136 in dimension 1");
+  /* batch decode */
+  int32_t indptr[3] = {0, 3, 5}, last[2] = {16, 1};
+  fi_batch_decode_info info = small_info(indptr, last);
+  info.kv_dtype = e4m3;
+  fi_attention_params prm;
+  fi_attention_params_init(&prm);
+  fi_decode_plan *plan = NULL;
+  FT_REQUIRE(rt_decode_plan_offline(&info, &prm, ADDR(9), kDLCUDA, 132, 264, &plan) == 0);
+  tens bq, kc, vc, ip, ix, lp, bo;
+  mk(&bq, ADDR(0), kDLBfloat, 16, 3, 2, 32, 128, 0);
+  mk(&kc, ADDR(1), 0, 8, 4, 10, 16, 8, 128);
+  mk(&vc, ADDR(2), 0, 8, 4, 10, 16, 8, 128);
+  kc.t.dtype = vc.t.dtype = e4m3;
+  mk(&ip, ADDR(3), kDLInt, 32, 1, 3, 0, 0, 0);
+  mk(&ix, ADDR(4), kDLInt, 32, 1, 5, 0, 0, 0);
+  mk(&lp, ADDR(5), kDLInt, 32, 1, 2, 0, 0, 0);
+  mk(&bo, ADDR(6), kDLBfloat, 16, 3, 2, 32, 128, 0);
+  st = fi_batch_decode_run(rt, plan, &bq.t, &kc.t, &vc.t, &ip.t, &ix.t, &lp.t, FI_KV_LAYOUT_NHD, &bo.t, NULL, NULL);
+  FT_CHECK(st != FI_ERR_INVALID_ARGUMENT, "valid fp8 run refused: %s", fi_last_error());
+  kc.t.strides = kc.strides, vc.t.strides = vc.strides;
+  kc.strides[0] = vc.strides[0] = 16 * 8 * 128 + 8; /* pages 8 bytes apart from 16 */
+  kc.strides[1] = vc.strides[1] = 8 * 128, kc.strides[2] = vc.strides[2] = 128, kc.strides[3] = vc.strides[3] = 1;
+  EXPECT_BAD(fi_batch_decode_run(rt, plan, &bq.t, &kc.t, &vc.t, &ip.t, &ix.t, &lp.t, FI_KV_LAYOUT_NHD, &bo.t, NULL,
+                                 NULL),
+             "paged_k_cache has stride 16392 in dimension 0");
+  kc.t.strides = vc.t.strides = NULL;
+  kc.t.byte_offset = vc.t.byte_offset = 24;
+  EXPECT_BAD(fi_batch_decode_run(rt, plan, &bq.t, &kc.t, &vc.t, &ip.t, &ix.t, &lp.t, FI_KV_LAYOUT_NHD, &bo.t, NULL,
+                                 NULL),
+             "paged_k_cache starts at");
+  fi_batch_decode_plan_destroy(plan);
+  fi_runtime_destroy(rt);
+}
+
+/* A layout past 2^63 bytes (max_batch 2^31 - 1 with 2^30 query heads) is reported as such
+ * (bytes -1), not as the wrapped product; a large one that fits is unchanged. */
+FT_TEST(workspace_layout_past_2_63_bytes_is_no_size) {
+  rt_decode_layout l;
+  rt_decode_layout_for(INT32_MAX, 132, 1 << 30, 1 << 26, 256, &l);
+  FT_CHECK(l.bytes == -1, "bytes %lld", (long long)l.bytes);
+  rt_decode_layout_for(INT32_MAX, 132, 128, 8, 256, &l);
+  const int64_t cap = INT32_MAX;
+  FT_CHECK(l.bytes > 0 && l.bytes >= l.partial_lse_off + cap * 128 * 4 && l.partial_lse_off >= cap * 128 * 256 * 2,
+           "bytes %lld", (long long)l.bytes);
+}
+
+/* The workspace's byte count (shape x element bytes) past 2^63 is refused by name,
+ * before the device is asked, not wrapped into a small count. */
+FT_TEST(batch_decode_plan_refuses_a_workspace_past_2_63_bytes) {
+  fi_runtime *rt = rt_make();
+  FT_REQUIRE(rt);
+  int32_t indptr[3] = {0, 3, 5}, last[2] = {16, 1};
+  fi_batch_decode_info info = small_info(indptr, last);
+  tens ws;
+  mk(&ws, ADDR(9), kDLInt, 32, 1, ((int64_t)1 << 62) + (1 << 20), 0, 0, 0); /* x 4: 2^64 + 4 MiB */
+  fi_decode_plan *plan = NULL;
+  EXPECT_BAD(fi_batch_decode_plan(rt, &info, NULL, &ws.t, NULL, &plan), "workspace");
+  FT_CHECK(plan == NULL);
+  fi_runtime_destroy(rt);
+}
+
+/* A request of more than 2^31 - 1 tokens is refused naming the arguments that make it. */
+FT_TEST(plan_names_indptr_for_a_request_past_2_31_tokens) {
+  fi_runtime *rt = rt_make();
+  FT_REQUIRE(rt);
+  int32_t indptr[3] = {0, 3, 4099}, last[2] = {16, 1};
+  fi_batch_decode_info info = small_info(indptr, last);
+  info.page_size = 1 << 20;
+  tens ws;
+  mk(&ws, ADDR(9), kDLUInt, 8, 1, 1 << 24, 0, 0, 0);
+  fi_decode_plan *plan = NULL;
+  EXPECT_BAD(fi_batch_decode_plan(rt, &info, NULL, &ws.t, NULL, &plan), "info->indptr[1..2]");
+  FT_CHECK(strstr(fi_last_error(), "last_page_len[1]"), "%s", fi_last_error());
+  fi_runtime_destroy(rt);
+}
+
+/* page_size near 2^31: the split's smallest chunk (128 tokens in pages) is computed
+ * without int overflow (undefined behaviour; SAN=1 stops on it). */
+FT_TEST(planner_page_size_near_int_max) {
+  const int ps = INT32_MAX - 126;
+  int32_t indptr[2] = {0, 2}, last[1] = {1};
+  char err[256];
+  FT_REQUIRE(rt_decode_check_pages(1, indptr, last, ps, err, sizeof err) == 0, "%s", err);
+  int32_t items[IW * 64];
+  int chunk = 0;
+  const int64_t n = rt_decode_partition(1, indptr, last, ps, -1, 64, items, 64, &chunk);
+  FT_CHECK(check_partition(1, indptr, last, ps, -1, 64, 64, items, n, chunk) == 0, "%lld items, chunk %d",
+           (long long)n, chunk);
 }
