@@ -319,8 +319,9 @@ FI_API fi_status fi_batch_decode_plan(fi_runtime *rt, const fi_batch_decode_info
 
 /** Runs a plan: q [B, H_qo, D], paged_k_cache and paged_v_cache [pages, page_size, H_kv,
  * D] (NHD) or [pages, H_kv, page_size, D] (HND) with equal strides (views of
- * FlashInfer's interleaved [pages, 2, ...] buffer qualify), indptr [B+1], indices [nnz],
- * last_page_len [B] int32 contiguous device tensors matching the plan's host copies,
+ * FlashInfer's interleaved [pages, 2, ...] buffer qualify), indptr [B+1], indices [nnz]
+ * (nnz at least the plan's indptr[B]), last_page_len [B] int32 contiguous device tensors
+ * matching the plan's host copies,
  * out [B, H_qo, D], lse [B, H_qo] or NULL. Page ids are device data: one out of range
  * is the caller's error. */
 FI_API fi_status fi_batch_decode_run(fi_runtime *rt, const fi_decode_plan *plan,
