@@ -395,6 +395,8 @@ int main(int argc, char **argv) {
         fprintf(stderr, "fi-bench: %s: %s\n", argv[i], strerror(errno));
         return 1;
       }
+      /* A line at a time: a run cut off by a timeout keeps every row it measured. */
+      setvbuf(json, NULL, _IOLBF, 0);
     } else if (!strcmp(argv[i], "copy")) {
       any = 1;
     } else {

@@ -76,7 +76,7 @@ if [ -n "${AB_NCU:-}" ]; then
   IFS=';' read -ra nenvs <<< "$AB_NCU"
   for e in "${nenvs[@]}"; do
     f="$OUT/ncu_$(tag "$e").txt"
-    with "$e" FI_BENCH_DECODE_SWEEP=0 FI_BENCH_DECODE_PICK=${AB_NCU_PICK:-7} FI_BENCH_DECODE_REPEAT=1 \
+    with "$e" FI_BENCH_DECODE_SWEEP=0 FI_BENCH_DECODE_PICK="${AB_NCU_PICK:-7}" FI_BENCH_DECODE_REPEAT=1 \
       timeout 240 ncu --clock-control none -k regex:fi_batch_decode --launch-skip 10 --launch-count 1 \
       --section SpeedOfLight --section MemoryWorkloadAnalysis --section Occupancy --section WarpStateStats \
       --section SchedulerStats "$A/fi-bench" decode > "$f" 2>&1

@@ -1,5 +1,7 @@
+# shellcheck shell=bash
 # decode_cases.sh: sourced by decode_ab.sh and decode_stages.sh: every gpu_decode case of a
-# stage as its own process, all at once (250 s each), under an optional environment.
+# stage as its own process, all at once (250 s each, or DC_TIMEOUT: a caller with a deadline
+# gives only the time left), under an optional environment.
 #
 # decode_cases STAGE_DIR LOG_DIR WHAT [VAR=VALUE...]: logs and rc.txt under LOG_DIR; prints
 # "gpu_decode WHAT: N of M cases passed" and the failures; returns 1 unless all passed
@@ -12,7 +14,7 @@ decode_cases() {
   cases=$("$stage/tests/gpu_decode" --list)
   [ -n "$cases" ] || { echo "gpu_decode $what: --list named no case"; return 1; }
   for t in $cases; do
-    (env "$@" timeout 250 "$stage/tests/gpu_decode" "$t" > "$dir/$t.log" 2>&1
+    (env "$@" timeout -k 5 "${DC_TIMEOUT:-250}" "$stage/tests/gpu_decode" "$t" > "$dir/$t.log" 2>&1
      echo "$t rc=$?" >> "$dir/rc.txt") &
   done
   wait
