@@ -510,6 +510,19 @@ static fi_batch_decode_info small_info(int32_t *indptr, int32_t *last) {
   return info;
 }
 
+/* The run's tensors for small_info's batch: q and out of `rows` rows (B, or max_batch in
+ * CUDA-graph mode), bf16 caches of 10 pages of 16 tokens x 8 heads x 128, indptr and
+ * last_page_len for `rows` requests, indices of the batch's 5 pages. */
+static void small_run_tensors(int rows, tens *q, tens *kc, tens *vc, tens *ip, tens *ix, tens *lp, tens *o) {
+  mk(q, ADDR(0), kDLBfloat, 16, 3, rows, 32, 128, 0);
+  mk(kc, ADDR(1), kDLBfloat, 16, 4, 10, 16, 8, 128);
+  mk(vc, ADDR(2), kDLBfloat, 16, 4, 10, 16, 8, 128);
+  mk(ip, ADDR(3), kDLInt, 32, 1, rows + 1, 0, 0, 0);
+  mk(ix, ADDR(4), kDLInt, 32, 1, 5, 0, 0, 0);
+  mk(lp, ADDR(5), kDLInt, 32, 1, rows, 0, 0, 0);
+  mk(o, ADDR(6), kDLBfloat, 16, 3, rows, 32, 128, 0);
+}
+
 FT_TEST(batch_decode_plan_and_run_bad_arguments_named) {
   fi_runtime *rt = rt_make();
   FT_REQUIRE(rt);
@@ -564,13 +577,7 @@ FT_TEST(batch_decode_plan_and_run_bad_arguments_named) {
   fi_attention_params_init(&prm);
   FT_REQUIRE(rt_decode_plan_offline(&info, &prm, ADDR(9), kDLCUDA, 132, 264, &plan) == 0);
   tens q, kc, vc, ip, ix, lp, o, l;
-  mk(&q, ADDR(0), kDLBfloat, 16, 3, 2, 32, 128, 0);
-  mk(&kc, ADDR(1), kDLBfloat, 16, 4, 10, 16, 8, 128);
-  mk(&vc, ADDR(2), kDLBfloat, 16, 4, 10, 16, 8, 128);
-  mk(&ip, ADDR(3), kDLInt, 32, 1, 3, 0, 0, 0);
-  mk(&ix, ADDR(4), kDLInt, 32, 1, 5, 0, 0, 0);
-  mk(&lp, ADDR(5), kDLInt, 32, 1, 2, 0, 0, 0);
-  mk(&o, ADDR(6), kDLBfloat, 16, 3, 2, 32, 128, 0);
+  small_run_tensors(2, &q, &kc, &vc, &ip, &ix, &lp, &o);
   mk(&l, ADDR(7), kDLFloat, 32, 2, 2, 32, 0, 0);
   fi_status st = fi_batch_decode_run(rt, plan, &q.t, &kc.t, &vc.t, &ip.t, &ix.t, &lp.t,
                                      FI_KV_LAYOUT_NHD, &o.t, &l.t, NULL);
@@ -635,13 +642,8 @@ FT_TEST(batch_decode_run_refuses_indices_shorter_than_the_plan) {
     fi_decode_plan *plan = NULL;
     FT_REQUIRE(rt_decode_plan_offline(&info, &prm, ADDR(9), kDLCUDA, 132, 264, &plan) == 0);
     tens q, kc, vc, ip, ix, lp, o;
-    mk(&q, ADDR(0), kDLBfloat, 16, 3, rows, 32, 128, 0);
-    mk(&kc, ADDR(1), kDLBfloat, 16, 4, 10, 16, 8, 128);
-    mk(&vc, ADDR(2), kDLBfloat, 16, 4, 10, 16, 8, 128);
-    mk(&ip, ADDR(3), kDLInt, 32, 1, rows + 1, 0, 0, 0);
-    mk(&ix, ADDR(4), kDLInt, 32, 1, 4, 0, 0, 0); /* indptr[2] = 5 pages */
-    mk(&lp, ADDR(5), kDLInt, 32, 1, rows, 0, 0, 0);
-    mk(&o, ADDR(6), kDLBfloat, 16, 3, rows, 32, 128, 0);
+    small_run_tensors(rows, &q, &kc, &vc, &ip, &ix, &lp, &o);
+    ix.shape[0] = 4; /* indptr[2] = 5 pages */
     EXPECT_BAD(fi_batch_decode_run(rt, plan, &q.t, &kc.t, &vc.t, &ip.t, &ix.t, &lp.t, FI_KV_LAYOUT_NHD, &o.t,
                                    NULL, NULL),
                "indices has 4 entries");
@@ -687,14 +689,8 @@ FT_TEST(fp8_cache_rows_need_16_bytes) {
   fi_decode_plan *plan = NULL;
   FT_REQUIRE(rt_decode_plan_offline(&info, &prm, ADDR(9), kDLCUDA, 132, 264, &plan) == 0);
   tens bq, kc, vc, ip, ix, lp, bo;
-  mk(&bq, ADDR(0), kDLBfloat, 16, 3, 2, 32, 128, 0);
-  mk(&kc, ADDR(1), 0, 8, 4, 10, 16, 8, 128);
-  mk(&vc, ADDR(2), 0, 8, 4, 10, 16, 8, 128);
+  small_run_tensors(2, &bq, &kc, &vc, &ip, &ix, &lp, &bo);
   kc.t.dtype = vc.t.dtype = e4m3;
-  mk(&ip, ADDR(3), kDLInt, 32, 1, 3, 0, 0, 0);
-  mk(&ix, ADDR(4), kDLInt, 32, 1, 5, 0, 0, 0);
-  mk(&lp, ADDR(5), kDLInt, 32, 1, 2, 0, 0, 0);
-  mk(&bo, ADDR(6), kDLBfloat, 16, 3, 2, 32, 128, 0);
   st = fi_batch_decode_run(rt, plan, &bq.t, &kc.t, &vc.t, &ip.t, &ix.t, &lp.t, FI_KV_LAYOUT_NHD, &bo.t, NULL, NULL);
   FT_CHECK(st != FI_ERR_INVALID_ARGUMENT, "valid fp8 run refused: %s", fi_last_error());
   kc.t.strides = kc.strides, vc.t.strides = vc.strides;
