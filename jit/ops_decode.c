@@ -21,6 +21,13 @@ int jit_decode_can_cap(int dtype_kv, int head_dim, int rows) {
   return (dtype_kv == JIT_DT_F16 || dtype_kv == JIT_DT_BF16) && head_dim <= 128 && rows == 8;
 }
 
+int jit_decode_can_simt(int dtype_kv, int head_dim, int group, int rope) {
+  return (dtype_kv == JIT_DT_F16 || dtype_kv == JIT_DT_BF16) &&
+         (head_dim == 64 || head_dim == 128 || head_dim == 256) && group >= 1 && group <= 4 && !rope;
+}
+
+int jit_decode_simt_rows(int group) { return group <= 1 ? 1 : group <= 2 ? 2 : 4; }
+
 void jit_decode_select(int single, int dtype_q, int dtype_kv, int head_dim, int group, int rope,
                        int warps, jit_key *out) {
   out->op = single ? &jit_op_single_decode : &jit_op_batch_decode;
@@ -65,6 +72,19 @@ static int render(const jit_key *k, const char *entry, char *buf, size_t n, int 
   const int threads = (int)v[DECODE_P_WARPS] * 32;
   /* DECODE_PIPE_CAPPED: the one-buffer kernel (PF 0) with 512 threads' worth of blocks
    * resident an SM. */
+  if (v[DECODE_P_PIPELINE] == DECODE_PIPE_SIMT) {
+    /* 512 threads' worth of blocks an SM (128 registers a thread), as the capped kernel */
+    const int w = snprintf(buf, n,
+                           "#include \"decode_simt.cuh\"\n"
+                           "extern \"C\" __global__ void FI_LAUNCH_BOUNDS(%d, %d)\n"
+                           "%s(fi_decode_params p) {\n"
+                           "  fi::dec::decode_simt<%s, %s, %d, %d, %d>(p);\n"
+                           "}\n",
+                           threads, threads < 512 ? 512 / threads : 1, entry, jit_dtype_cxx((int)v[DECODE_P_DTYPE_Q]),
+                           jit_dtype_cxx((int)v[DECODE_P_DTYPE_KV]), (int)v[DECODE_P_HEAD_DIM], (int)v[DECODE_P_ROWS],
+                           (int)v[DECODE_P_WARPS]);
+    return w < 0 || (size_t)w >= n || single ? -1 : w;
+  }
   const int capped = v[DECODE_P_PIPELINE] == DECODE_PIPE_CAPPED;
   const int pf = capped ? 0 : (int)v[DECODE_P_PIPELINE], min_blocks = capped ? 512 / threads : 1;  /* 2..16 */
   int w = snprintf(buf, n,
@@ -89,9 +109,28 @@ static int count_single(void) { return NPAIRS * PER_PAIR; }
 /* ... and, last, the two-buffer kernel where batch decode's default is the capped one
  * (16-bit pairs, head_dim 128, 8 rows, no RoPE; 4 warps, then 2): what a plan of a few
  * requests takes instead (rt_decode_pick_pipeline, rt_decode_switched_warps). */
-static int count_batch(void) { return count_single() + (2 * 2 + NPAIRS - 2) * PER_PAIR + 4; }
+static int count_batch_mma(void) { return count_single() + (2 * 2 + NPAIRS - 2) * PER_PAIR + 4; }
+/* ... then the CUDA-core kernel (DECODE_PIPE_SIMT): the 16-bit pairs, every head_dim,
+ * groups of 1, 2 and 4, 4 warps; last, batch decode's default at group 1 (head_dim 128,
+ * rt_decode_pick_simt) with the other block sizes a plan picks, 1 and 2 warps. */
+#define SIMT_CONFIGS (2 * NDIMS * 3)
+static int count_batch(void) { return count_batch_mma() + SIMT_CONFIGS + 4; }
 static void config(int single, int idx, jit_key *out) {
-  const int extra = idx - (count_batch() - 4);
+  if (!single && idx >= count_batch_mma() + SIMT_CONFIGS) {
+    const int s = idx - count_batch_mma() - SIMT_CONFIGS;
+    jit_decode_select(0, pairs[s % 2].q, pairs[s % 2].kv, 128, 1, 0, s < 2 ? DECODE_WARPS_ONE : DECODE_WARPS_WIDE, out);
+    out->v[DECODE_P_PIPELINE] = DECODE_PIPE_SIMT;
+    out->v[DECODE_P_ROWS] = jit_decode_simt_rows(1);
+    return;
+  }
+  if (!single && idx >= count_batch_mma()) {
+    const int s = idx - count_batch_mma(), group = 1 << (s % 3);
+    jit_decode_select(0, pairs[s / 3 % 2].q, pairs[s / 3 % 2].kv, dims[s / 6], group, 0, DECODE_WARPS_SPLIT, out);
+    out->v[DECODE_P_PIPELINE] = DECODE_PIPE_SIMT;
+    out->v[DECODE_P_ROWS] = jit_decode_simt_rows(group);
+    return;
+  }
+  const int extra = idx - (count_batch_mma() - 4);
   if (!single && extra >= 0) {
     jit_decode_select(0, pairs[extra % 2].q, pairs[extra % 2].kv, 128, 8, 0,
                       extra < 2 ? DECODE_WARPS_SPLIT : DECODE_WARPS_WIDE, out);

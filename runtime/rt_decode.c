@@ -287,7 +287,7 @@ FI_API fi_status fi_batch_decode_plan(fi_runtime *rt, const fi_batch_decode_info
    * registered (no compile at plan time). */
   int switched = key.v[DECODE_P_PIPELINE] != sel;
   if (switched) key.v[DECODE_P_WARPS] = rt_decode_switched_warps(maxb, sms, block_heads, info->num_qo_heads / info->num_kv_heads);
-  const int forced = rt_dec_tune_key(&key);
+  const int forced = rt_dec_tune_key(&key, info->num_qo_heads / info->num_kv_heads);
   /* FI_DECODE_PIPELINE back to the selected kernel: its own block size rule below. */
   if (switched && key.v[DECODE_P_PIPELINE] == sel) {
     switched = 0;
@@ -305,6 +305,24 @@ FI_API fi_status fi_batch_decode_plan(fi_runtime *rt, const fi_batch_decode_info
     key.v[DECODE_P_WARPS] = warps;
     if ((st = rt_kernel_get(rt, &key, be, workspace->device.device_id, &k)) != FI_OK) return st;
     if ((st = rt_kernel_resident(rt, k, 32 * (int)key.v[DECODE_P_WARPS], &resident)) != FI_OK) return st;
+  }
+  /* MHA on the capped kernel: the CUDA-core kernel instead (rt_dec_pick_simt), where it
+   * has the same blocks resident, so the split target stands. */
+  const int64_t mma_rows = key.v[DECODE_P_ROWS];
+  if (!forced && !switched &&
+      rt_dec_pick_simt((int)key.v[DECODE_P_PIPELINE], kvdt, info->head_dim,
+                          info->num_qo_heads / info->num_kv_heads, p->pos_encoding == FI_POS_ROPE_LLAMA)) {
+    jit_key k2 = key;
+    k2.v[DECODE_P_PIPELINE] = DECODE_PIPE_SIMT;
+    k2.v[DECODE_P_ROWS] = jit_decode_simt_rows(1);
+    rt_kernel *ks;
+    int r2;
+    if ((st = rt_kernel_get(rt, &k2, be, workspace->device.device_id, &ks)) != FI_OK) return st;
+    if ((st = rt_kernel_resident(rt, ks, 32 * (int)k2.v[DECODE_P_WARPS], &r2)) != FI_OK) return st;
+    if (r2 == resident) {
+      key = k2;
+      k = ks;
+    }
   }
   if (!fresh) {
     /* A re-plan keeps everything a captured graph baked in. */
@@ -341,15 +359,17 @@ FI_API fi_status fi_batch_decode_plan(fi_runtime *rt, const fi_batch_decode_info
     return rt_fail(FI_ERR_INVALID_ARGUMENT, "%s: the batch does not fit the plan's %lld work items",
                    fn, (long long)lay.capacity);
   }
-  /* A capped plan over short chunks: two buffers in 2-warp blocks (rt_decode_short_chunks)
+  /* A capped (or CUDA-core) plan over short chunks: two buffers in 2-warp blocks (rt_decode_short_chunks)
    * where that kernel has the same blocks resident, so the partition stands. Not in
    * CUDA-graph mode (the captured kernel may not change with the lengths), nor under a
    * tuning override of the block (FI_DECODE_WARPS, FI_DECODE_PIPELINE). */
-  if (!graph && !forced && key.v[DECODE_P_PIPELINE] == DECODE_PIPE_CAPPED &&
+  if (!graph && !forced &&
+      (key.v[DECODE_P_PIPELINE] == DECODE_PIPE_CAPPED || key.v[DECODE_P_PIPELINE] == DECODE_PIPE_SIMT) &&
       rt_decode_short_chunks(n, B, (int64_t)chunk * info->page_size, block_heads, sms,
                              info->num_qo_heads / info->num_kv_heads)) {
     jit_key k2 = key;
     k2.v[DECODE_P_PIPELINE] = 1;
+    k2.v[DECODE_P_ROWS] = mma_rows;
     k2.v[DECODE_P_WARPS] = DECODE_WARPS_WIDE;
     int r2;
     if ((st = rt_kernel_get(rt, &k2, be, workspace->device.device_id, &k)) != FI_OK ||
@@ -524,6 +544,8 @@ FI_API fi_status fi_batch_decode_run(fi_runtime *rt, const fi_decode_plan *pl,
                        &kp, sizeof kp, stream);
 }
 
+const jit_key *rt_decode_plan_key(const fi_decode_plan *plan) { return &plan->key; }
+
 int rt_decode_plan_offline(const fi_batch_decode_info *info, const fi_attention_params *p,
                            void *workspace, int devtype, int sms, int resident,
                            fi_decode_plan **plan) {
@@ -561,6 +583,11 @@ int rt_decode_plan_offline(const fi_batch_decode_info *info, const fi_attention_
     pl->key.v[DECODE_P_WARPS] =
         rt_decode_switched_warps(pl->graph ? info->max_batch : info->batch, sms, info->num_kv_heads,
                                  info->num_qo_heads / info->num_kv_heads);
+  else if (rt_dec_pick_simt((int)sel, kvdt, info->head_dim, info->num_qo_heads / info->num_kv_heads,
+                               p->pos_encoding == FI_POS_ROPE_LLAMA)) {
+    pl->key.v[DECODE_P_PIPELINE] = DECODE_PIPE_SIMT;
+    pl->key.v[DECODE_P_ROWS] = jit_decode_simt_rows(1);
+  }
   pl->devtype = devtype;
   pl->device = 0;
   pl->num_qo_heads = info->num_qo_heads;

@@ -93,5 +93,8 @@ struct fi_attention_params;
 int rt_decode_plan_offline(const struct fi_batch_decode_info *info,
                            const struct fi_attention_params *p, void *workspace, int devtype,
                            int sms, int resident, struct fi_decode_plan **plan);
+/* For the CPU tests: the kernel a plan runs. */
+struct jit_key;
+const struct jit_key *rt_decode_plan_key(const struct fi_decode_plan *plan);
 
 #endif

@@ -126,11 +126,22 @@ int rt_dec_pre_prefetch(void) {
   return v < 0 ? 0 : v > 65536 ? 65536 : v;
 }
 
+/* MHA (group 1) over a 16-bit cache: the CUDA-core kernel reads whole K and V rows an
+ * instruction, where the mma fragments read 8 rows' 64 bytes. H100 against the capped
+ * kernel, fi-bench in one process: 32/32 B=64 L=4096 -1.0%, B=16 L=16384 -0.7%, 8/8 HND
+ * -1.7%; as this default, in separate processes: -0.7%, -0.7%, -1.7%, the GQA rows level.
+ * Groups 2 and 4 were level or slower (+8.5% at 4): they keep the mma kernel (BENCHMARKS.md,
+ * 2026-12-05 and 2026-12-06). */
+int rt_dec_pick_simt(int pipeline, int kv_dtype, int head_dim, int group, int rope) {
+  return pipeline == DECODE_PIPE_CAPPED && group == 1 && jit_decode_can_simt(kv_dtype, head_dim, group, rope);
+}
+
 /* Tuning overrides of the block shape, for fi-bench's comparisons: FI_DECODE_WARPS
  * (1, 2, 4 or 8 warps a block, instead of the plan's choice) and FI_DECODE_PIPELINE
- * (0, 1 or 2 = DECODE_PIPE_CAPPED; see ops_decode.h). Returns RT_DEC_TUNED_WARPS and
- * RT_DEC_TUNED_PIPELINE, or'ed, for the overrides applied. */
-int rt_dec_tune_key(jit_key *key) {
+ * (0, 1, 2 = DECODE_PIPE_CAPPED or 3 = DECODE_PIPE_SIMT; see ops_decode.h) for a plan of
+ * `group` query heads a KV head. Returns RT_DEC_TUNED_WARPS and RT_DEC_TUNED_PIPELINE,
+ * or'ed, for the overrides applied. */
+int rt_dec_tune_key(jit_key *key, int group) {
   const char *w = getenv("FI_DECODE_WARPS"), *pp = getenv("FI_DECODE_PIPELINE");
   int forced = 0;
   if (w && *w) {
@@ -141,13 +152,18 @@ int rt_dec_tune_key(jit_key *key) {
     }
   }
   if (pp && *pp) {
-    /* 0 or 1 anywhere; the capped kernel (2) wherever it can be built */
+    /* 0 or 1 anywhere; the capped (2) and CUDA-core (3) kernels wherever they can be built */
     const int64_t *v = key->v;
     const int n = atoi(pp);
     if (n == 0 || n == 1 ||
         (n == DECODE_PIPE_CAPPED &&
          jit_decode_can_cap((int)v[DECODE_P_DTYPE_KV], (int)v[DECODE_P_HEAD_DIM], (int)v[DECODE_P_ROWS]))) {
       key->v[DECODE_P_PIPELINE] = n;
+      forced |= RT_DEC_TUNED_PIPELINE;
+    } else if (n == DECODE_PIPE_SIMT &&
+               jit_decode_can_simt((int)v[DECODE_P_DTYPE_KV], (int)v[DECODE_P_HEAD_DIM], group, (int)v[DECODE_P_ROPE])) {
+      key->v[DECODE_P_PIPELINE] = n;
+      key->v[DECODE_P_ROWS] = jit_decode_simt_rows(group);
       forced |= RT_DEC_TUNED_PIPELINE;
     }
   }

@@ -28,9 +28,12 @@ int rt_dec_pre_prefetch(void);
 /* FI_DECODE_SPLIT: the split target's scale (tuning; 1 when unset or not positive, at most 64). */
 double rt_dec_split_scale(void);
 int rt_dec_kv_evict(void);
+/* Whether a plan on `pipeline` (its kernel so far) runs the CUDA-core kernel
+ * (DECODE_PIPE_SIMT) instead: the capped kernel at group 1 where that kernel exists. */
+int rt_dec_pick_simt(int pipeline, int kv_dtype, int head_dim, int group, int rope);
 #define RT_DEC_TUNED_WARPS 1
 #define RT_DEC_TUNED_PIPELINE 2
-int rt_dec_tune_key(jit_key *key);
+int rt_dec_tune_key(jit_key *key, int group);
 
 /* The kernel's scale, soft cap, value scale and RoPE fields. */
 void rt_dec_fill_scalars(fi_decode_params *k, const fi_attention_params *p, int D, int kvdt);

@@ -10,6 +10,7 @@
 #include "fi_runtime.h"
 #include "ft.h"
 #include "jit_registry.h"
+#include "jit_render.h"
 #include "ops_decode.h"
 #include "rt_decode.h"
 #include "rt_decode_args.h"
@@ -273,6 +274,100 @@ FT_TEST(planner_keeps_two_buffers_for_a_few_long_requests) {
   FT_CHECK(k.v[DECODE_P_PIPELINE] == 0);
 }
 
+/* FI_DECODE_PIPELINE=3 (the CUDA-core kernel, kernels/decode_simt.cuh) applies only where
+ * that kernel can be built (16-bit cache, group <= 4, no RoPE), with rows rounded up to 1, 2
+ * or 4, and renders an entry that includes its header; batch decode only. */
+FT_TEST(simt_override_only_where_the_kernel_exists) {
+  setenv("FI_DECODE_PIPELINE", "3", 1);
+  unsetenv("FI_DECODE_WARPS");
+  const struct {
+    int kv, dim, group, rope, applied, rows;
+  } cases[] = {{JIT_DT_BF16, 128, 1, 0, 1, 1}, {JIT_DT_F16, 64, 2, 0, 1, 2},   {JIT_DT_BF16, 256, 3, 0, 1, 4},
+               {JIT_DT_BF16, 128, 4, 0, 1, 4}, {JIT_DT_BF16, 128, 5, 0, 0, 8},  {JIT_DT_E4M3, 128, 1, 0, 0, 8},
+               {JIT_DT_F16, 128, 1, 1, 0, 8}};
+  for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+    jit_key k;
+    const int q = cases[i].kv == JIT_DT_E4M3 ? JIT_DT_BF16 : cases[i].kv;
+    jit_decode_select(0, q, cases[i].kv, cases[i].dim, cases[i].group, cases[i].rope, DECODE_WARPS_SPLIT, &k);
+    const int64_t pipe = k.v[DECODE_P_PIPELINE];
+    const int forced = rt_dec_tune_key(&k, cases[i].group);
+    FT_CHECK(!!(forced & RT_DEC_TUNED_PIPELINE) == cases[i].applied, "case %zu: forced %d", i, forced);
+    FT_CHECK(k.v[DECODE_P_PIPELINE] == (cases[i].applied ? DECODE_PIPE_SIMT : pipe), "case %zu: pipeline %lld", i,
+             (long long)k.v[DECODE_P_PIPELINE]);
+    FT_CHECK(k.v[DECODE_P_ROWS] == cases[i].rows, "case %zu: rows %lld", i, (long long)k.v[DECODE_P_ROWS]);
+    char *src = NULL, err[256];
+    FT_CHECK(jit_render(&k, "entry", &src, err, sizeof err) == 0, "case %zu: %s", i, err);
+    if (src && cases[i].applied) {
+      char want[96];
+      snprintf(want, sizeof want, "decode_simt<%s, %s, %d, %d, 4>", q == JIT_DT_F16 ? "fi_half" : "fi_bf16",
+               q == JIT_DT_F16 ? "fi_half" : "fi_bf16", cases[i].dim, cases[i].rows);
+      FT_CHECK(strstr(src, "#include \"decode_simt.cuh\"") && strstr(src, want), "case %zu: %s", i, src);
+    }
+    free(src);
+  }
+  /* a single-decode key with it cannot be rendered (a batch kernel) */
+  jit_key k;
+  jit_decode_select(1, JIT_DT_BF16, JIT_DT_BF16, 128, 1, 0, 0, &k);
+  k.v[DECODE_P_PIPELINE] = DECODE_PIPE_SIMT;
+  k.v[DECODE_P_ROWS] = 1;
+  char *src = NULL, err[256];
+  FT_CHECK(jit_render(&k, "entry", &src, err, sizeof err) != 0);
+  free(src);
+  unsetenv("FI_DECODE_PIPELINE");
+}
+
+/* Batch decode's default for MHA over a 16-bit cache at head_dim 128: the CUDA-core kernel
+ * in place of the capped one, at group 1 only, and never where the capped kernel was not
+ * chosen (a few requests on two buffers, fp8, RoPE, other head_dims). */
+FT_TEST(planner_takes_the_cuda_core_kernel_for_mha) {
+  FT_CHECK(rt_dec_pick_simt(DECODE_PIPE_CAPPED, JIT_DT_BF16, 128, 1, 0));
+  FT_CHECK(rt_dec_pick_simt(DECODE_PIPE_CAPPED, JIT_DT_F16, 128, 1, 0));
+  FT_CHECK(!rt_dec_pick_simt(DECODE_PIPE_CAPPED, JIT_DT_BF16, 128, 2, 0));
+  FT_CHECK(!rt_dec_pick_simt(DECODE_PIPE_CAPPED, JIT_DT_BF16, 128, 4, 0));
+  FT_CHECK(!rt_dec_pick_simt(DECODE_PIPE_CAPPED, JIT_DT_E4M3, 128, 1, 0));
+  FT_CHECK(!rt_dec_pick_simt(DECODE_PIPE_CAPPED, JIT_DT_BF16, 128, 1, 1));
+  FT_CHECK(!rt_dec_pick_simt(1, JIT_DT_BF16, 128, 1, 0));
+  FT_CHECK(!rt_dec_pick_simt(0, JIT_DT_BF16, 256, 1, 0));
+  /* through the planner (132 SMs, 264 two-buffer blocks resident): B=64 L=4096 at 32/32
+   * heads and 8/8 take it; 32/8 keeps the capped kernel; one request at 8 KV heads switches to
+   * two buffers (and keeps them), one at 32 fills enough blocks to stay capped, so takes it */
+  unsetenv("FI_DECODE_PIPELINE");
+  unsetenv("FI_DECODE_WARPS");
+  static int32_t ip[65], lp[64];
+  for (int i = 0; i <= 64; i++) ip[i] = i * 256;
+  for (int i = 0; i < 64; i++) lp[i] = 16;
+  const struct {
+    int batch, hq, hkv, kv, simt;
+  } cases[] = {{64, 32, 32, JIT_DT_BF16, 1}, {64, 8, 8, JIT_DT_F16, 1}, {64, 32, 8, JIT_DT_BF16, 0},
+               {1, 8, 8, JIT_DT_BF16, 0},    {64, 32, 32, JIT_DT_E4M3, 0}, {1, 32, 32, JIT_DT_BF16, 1}};
+  for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+    fi_batch_decode_info info;
+    memset(&info, 0, sizeof info);
+    info.batch = cases[i].batch;
+    info.num_qo_heads = cases[i].hq;
+    info.num_kv_heads = cases[i].hkv;
+    info.head_dim = 128;
+    info.page_size = 16;
+    info.q_dtype = (DLDataType){kDLBfloat, 16, 1};
+    info.kv_dtype = cases[i].kv == JIT_DT_E4M3 ? (DLDataType){DEC_DL_E4M3FN, 8, 1}
+                    : cases[i].kv == JIT_DT_F16 ? (DLDataType){kDLFloat, 16, 1}
+                                                : (DLDataType){kDLBfloat, 16, 1};
+    if (cases[i].kv == JIT_DT_F16) info.q_dtype = info.kv_dtype;
+    info.indptr = ip;
+    info.last_page_len = lp;
+    fi_attention_params prm;
+    fi_attention_params_init(&prm);
+    fi_decode_plan *plan = NULL;
+    FT_REQUIRE(rt_decode_plan_offline(&info, &prm, (void *)(uintptr_t)0x100000, kDLCUDA, 132, 264, &plan) == 0,
+               "case %zu", i);
+    const jit_key *k = rt_decode_plan_key(plan);
+    FT_CHECK((k->v[DECODE_P_PIPELINE] == DECODE_PIPE_SIMT) == cases[i].simt, "case %zu: pipeline %lld", i,
+             (long long)k->v[DECODE_P_PIPELINE]);
+    FT_CHECK(k->v[DECODE_P_ROWS] == (cases[i].simt ? 1 : 8), "case %zu: rows %lld", i, (long long)k->v[DECODE_P_ROWS]);
+    fi_batch_decode_plan_destroy(plan);
+  }
+}
+
 /* KV head pairs only where kernels/decode.cuh's decode() takes them (fp8, head_dim 128,
  * 8-row kernel, no RoPE): a pair planned elsewhere would run the one-head path on half
  * the grid and leave half the heads unwritten. Group <= 4 keeps a pair's rows within 8. */
@@ -364,7 +459,7 @@ FT_TEST(every_selected_key_is_registered) {
   FT_REQUIRE(ops[0] && ops[1] && jit_registry_find("decode_upload"));
   const int qs[2] = {JIT_DT_F16, JIT_DT_BF16}, kvs[3] = {0, JIT_DT_E4M3, JIT_DT_E5M2};
   const int dims[3] = {64, 128, 256};
-  int checked = 0;
+  int checked = 0, simt = 0;
   /* Single decode with the default block; batch decode with every block a plan picks
    * (1, 2 or 4 warps over a 16-bit cache, 2 or 4 over fp8). */
   const int warps[4] = {0, DECODE_WARPS_SPLIT, DECODE_WARPS_WIDE, DECODE_WARPS_ONE};
@@ -388,6 +483,13 @@ FT_TEST(every_selected_key_is_registered) {
               /* a capped plan over short chunks: two buffers, 2 warps */
               if (s == 2 && k.v[DECODE_P_PIPELINE] == DECODE_PIPE_CAPPED && g <= 4 && !((g + rope + q + kv) & 1))
                 k.v[DECODE_P_PIPELINE] = 1;
+              /* the rest of MHA's capped plans: the CUDA-core kernel, in any block size */
+              if (s > 0 && rt_dec_pick_simt((int)k.v[DECODE_P_PIPELINE], kvs[kv] ? kvs[kv] : qs[q], dims[d], g,
+                                               rope)) {
+                k.v[DECODE_P_PIPELINE] = DECODE_PIPE_SIMT;
+                k.v[DECODE_P_ROWS] = jit_decode_simt_rows(g);
+                simt++;
+              }
               int found = 0;
               for (int i = 0; i < k.op->config_count() && !found; i++) {
                 jit_key r;
@@ -398,7 +500,24 @@ FT_TEST(every_selected_key_is_registered) {
                        dims[d], g, rope);
               checked++;
             }
-  fprintf(stderr, "  %d selections, %d + %d registered configurations\n", checked,
+  FT_CHECK(simt == 3, "%d selections took the CUDA-core kernel; 3 wanted", simt);
+  /* and the CUDA-core kernel at group 1 in every block size, over both 16-bit dtypes */
+  for (int q = 0; q < 2; q++)
+    for (int s = 1; s < 4; s++) {
+      jit_key k;
+      jit_decode_select(0, qs[q], qs[q], 128, 1, 0, warps[s], &k);
+      FT_REQUIRE(rt_dec_pick_simt((int)k.v[DECODE_P_PIPELINE], qs[q], 128, 1, 0));
+      k.v[DECODE_P_PIPELINE] = DECODE_PIPE_SIMT;
+      k.v[DECODE_P_ROWS] = jit_decode_simt_rows(1);
+      int found = 0;
+      for (int i = 0; i < k.op->config_count() && !found; i++) {
+        jit_key r;
+        k.op->config(i, &r);
+        found = memcmp(r.v, k.v, sizeof r.v) == 0 && r.op == k.op;
+      }
+      FT_CHECK(found, "CUDA-core q=%d warps=%d not registered", q, warps[s]);
+    }
+  fprintf(stderr, "  %d selections (%d CUDA-core), %d + %d registered configurations\n", checked, simt,
           ops[0]->config_count(), ops[1]->config_count());
 }
 

@@ -165,11 +165,11 @@ FT_TEST(every_kernel_entry_waits_for_the_previous_grid) {
         /* Decode's entry waits inside the template (decode_enter, after a prefetch that
          * reads only clamped table entries); decode_waits_before_its_first_real_read
          * checks the template side. */
-        static const char dec[] = "{\n  fi::dec::decode<";
+        static const char dec[] = "{\n  fi::dec::decode<", simt[] = "{\n  fi::dec::decode_simt<";
         const char *body = strchr(g, '{');
         entries++;
-        if (!body || (strncmp(body, want, sizeof want - 1) != 0 &&
-                      strncmp(body, dec, sizeof dec - 1) != 0)) {
+        if (!body || (strncmp(body, want, sizeof want - 1) != 0 && strncmp(body, dec, sizeof dec - 1) != 0 &&
+                      strncmp(body, simt, sizeof simt - 1) != 0)) {
           if (bad++ < 5) FT_CHECK(0, "%s config %d: an entry does not open with fi_pdl_enter():\n%s", op->name, i, g);
         }
       }
@@ -198,6 +198,15 @@ FT_TEST(decode_waits_before_its_first_real_read) {
   const char *first_p = strstr(heads, "p.");
   FT_CHECK(call && first_shared && call < first_shared, "decode_heads: decode_enter not first");
   FT_CHECK(call && first_p && call < first_p, "decode_heads reads p before decode_enter");
+  /* the CUDA-core kernel's body (decode_simt.cuh) the same way */
+  const jit_template *ts = jit_template_find("decode_simt.cuh");
+  const char *sb = ts ? strstr(ts->text, "FI_DEVICE void decode_simt(") : NULL;
+  FT_CHECK(sb != NULL, "decode_simt not found");
+  if (sb) {
+    const char *sc = strstr(sb, "decode_enter<"), *ss = strstr(sb, "__shared__"), *sp = strstr(sb, "p.");
+    FT_CHECK(sc && ss && sc < ss, "decode_simt: decode_enter not first");
+    FT_CHECK(sc && sp && sc < sp, "decode_simt reads p before decode_enter");
+  }
   /* decode_enter: an early-return branch that waits, then fi_pdl_enter() for the rest. */
   const char *end = strstr(en, "\n}\n");
   FT_CHECK(end != NULL);

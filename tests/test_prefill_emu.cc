@@ -147,6 +147,7 @@ static inline int atomicAdd(int *p, int v) {
 alignas(128) static unsigned char fi_pf_smem[1 << 17];
 #include "prefill.cuh"
 #include "decode.cuh"
+#include "decode_simt.cuh"
 
 extern "C" {
 #include "rt_decode.h"
@@ -489,7 +490,9 @@ struct fp8_of<fi_e5m2> {
 // and the kernel, against the float64 reference. head_pf: the kernel's head_prefetch
 // (tokens an item prefetches at its start; a no-op here but its page lookups run).
 // hp: KV heads a block (2: head pairs, the grid's y halved).
-template <typename QT, typename KVT, int D, int GM, int PF, int ROPE, int WARPS>
+// SIMT: the CUDA-core kernel (kernels/decode_simt.cuh) with GM its rows (1, 2 or 4; PF
+// and ROPE unused).
+template <typename QT, typename KVT, int D, int GM, int PF, int ROPE, int WARPS, int SIMT = 0>
 static void decode_batch(int hq, int hkv, int ps, std::vector<int> lens, int window, double cap, int split,
                          int head_pf = 0, int hp = 1) {
   const int bf = sizeof(QT) == 2 && fp8_of<QT>::is == 0 && !std::is_same<QT, fi_half>::value;
@@ -533,10 +536,13 @@ static void decode_batch(int hq, int hkv, int ps, std::vector<int> lens, int win
   dp.num_items = (int32_t)n, dp.num_kv_heads = hkv, dp.group = G, dp.page_size = ps;
   dp.head_prefetch = head_pf;
   dp.kv_heads_per_block = hp;
-  emu::launch((unsigned)n, hkv / hp, 32 * WARPS, [&] { fi::dec::decode<QT, KVT, D, GM, PF, ROPE, 0, WARPS>(dp); });
+  if constexpr (SIMT)
+    emu::launch((unsigned)n, hkv, 32 * WARPS, [&] { fi::dec::decode_simt<QT, KVT, D, GM, WARPS>(dp); });
+  else
+    emu::launch((unsigned)n, hkv / hp, 32 * WARPS, [&] { fi::dec::decode<QT, KVT, D, GM, PF, ROPE, 0, WARPS>(dp); });
   char what[96];
-  snprintf(what, sizeof what, "decode %s%s w%d n=%lld%s", F8 ? (E4 ? "e4m3 " : "e5m2 ") : "", chunk && n > B ? "split" : "",
-           WARPS, (long long)n, hp > 1 ? " head pairs" : "");
+  snprintf(what, sizeof what, "decode %s%s%s w%d n=%lld%s", SIMT ? "simt " : "", F8 ? (E4 ? "e4m3 " : "e5m2 ") : "",
+           chunk && n > B ? "split" : "", WARPS, (long long)n, hp > 1 ? " head pairs" : "");
   check(P, d, what);
   for (int x : counters)
     if (x != 0) {
@@ -582,6 +588,16 @@ int main() {
   decode_batch<fi_bf16, fi_e4m3, 128, 8, 1, 0, 2>(8, 4, 16, {150, 31, 0}, -1, 0.0, 0, 0, 2);
   decode_batch<fi_bf16, fi_e5m2, 128, 8, 1, 0, 2>(12, 4, 5, {290, 17}, 100, 30.0, 0, 0, 2);
   decode_batch<fi_half, fi_e4m3, 128, 8, 0, 0, 4>(4, 4, 16, {200}, -1, 0.0, 1, 64, 2);
+  // The CUDA-core kernel: groups 1, 2, 3 (in 4 rows) and 4; head_dim 64, 128, 256; 1, 2
+  // and 4 warps; pages of 1, 5, 16; split or not; an empty request and one of one token;
+  // window and soft cap; more than 16 chunks.
+  decode_batch<fi_bf16, fi_bf16, 128, 1, 0, 0, 4, 1>(4, 4, 16, {300, 1, 0, 47}, -1, 0.0, 0);
+  decode_batch<fi_bf16, fi_bf16, 128, 1, 0, 0, 4, 1>(4, 4, 16, {300, 1, 0, 47}, -1, 0.0, 1);
+  decode_batch<fi_half, fi_half, 64, 2, 0, 0, 2, 1>(4, 2, 5, {333, 170}, -1, 0.0, 1);
+  decode_batch<fi_bf16, fi_bf16, 256, 4, 0, 0, 1, 1>(6, 2, 16, {150, 31}, -1, 0.0, 0);
+  decode_batch<fi_half, fi_half, 128, 4, 0, 0, 4, 1>(8, 2, 1, {290, 3}, 100, 20.0, 0);
+  decode_batch<fi_bf16, fi_bf16, 64, 1, 0, 0, 4, 1>(2, 2, 16, {4200, 40}, -1, 0.0, 1);
+  decode_batch<fi_half, fi_half, 256, 1, 0, 0, 2, 1>(3, 3, 1, {200, 9, 1}, 60, 15.0, 0);
 
 
   prefill_vs_decode<fi_bf16, 64, 0>(1, 8, 2, 300, -1, 0.0);
