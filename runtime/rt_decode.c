@@ -611,7 +611,11 @@ FI_API fi_status fi_admin_read_probe(fi_runtime *rt, const DLTensor *buf, int gr
   fi_status st;
   if (!rt) return rt_fail(FI_ERR_INVALID_ARGUMENT, "%s: rt is NULL", fn);
   if ((st = rt_check_tensor(fn, "buf", buf, 1)) != FI_OK) return st;
-  const int64_t bytes = buf->shape[0] * ((buf->dtype.bits * buf->dtype.lanes + 7) / 8);
+  /* Checked: a wrapped product would pass for a small buffer and the probe read past it. */
+  int64_t bytes;
+  if (__builtin_mul_overflow(buf->shape[0], (int64_t)((buf->dtype.bits * buf->dtype.lanes + 7) / 8), &bytes))
+    return rt_fail(FI_ERR_INVALID_ARGUMENT, "%s: buf has %lld elements, more than 2^63 bytes", fn,
+                   (long long)buf->shape[0]);
   if ((uintptr_t)rt_data(buf) % 16 || bytes % 16 || (buf->shape[0] > 1 && rt_stride(buf, 0) != 1))
     return rt_fail(FI_ERR_INVALID_ARGUMENT, "%s: buf must be contiguous, 16-byte aligned and sized", fn);
   fi_read_probe_params p;

@@ -84,6 +84,9 @@ int64_t rt_decode_partition(int batch, const int32_t *indptr, const int32_t *las
 /* Checks host indptr / last_page_len; 0 or -1 with a message naming the entry in err. */
 int rt_decode_check_pages(int batch, const int32_t *indptr, const int32_t *last_page_len,
                           int page_size, char *err, size_t errlen);
+/* The same, the names in err prefixed by pfx (batch prefill's "kv_": kv_indptr). */
+int rt_decode_check_pages_named(int batch, const int32_t *indptr, const int32_t *last_page_len, int page_size,
+                                const char *pfx, char *err, size_t errlen);
 
 /* For the CPU tests: a plan made without a device (no kernel load, no upload), with
  * sms SMs and `resident` blocks at once, so fi_batch_decode_run's checks can be reached. */

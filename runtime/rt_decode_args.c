@@ -129,7 +129,8 @@ int rt_dec_pre_prefetch(void) {
 /* MHA (group 1) over a 16-bit cache: the CUDA-core kernel reads whole K and V rows an
  * instruction, where the mma fragments read 8 rows' 64 bytes. H100 against the capped
  * kernel, fi-bench in one process: 32/32 B=64 L=4096 -1.0%, B=16 L=16384 -0.7%, 8/8 HND
- * -1.7%; as this default, in separate processes: -0.7%, -0.7%, -1.7%, the GQA rows level.
+ * -1.7%; as this default, in separate processes: -0.7%, -0.7%, -1.7%, the GQA rows level;
+ * on a second H100, whose capped kernel reads 99.5% of the probe at B=64: -0.2%, 0, -1.2%.
  * Groups 2 and 4 were level or slower (+8.5% at 4): they keep the mma kernel (BENCHMARKS.md,
  * 2026-12-05 and 2026-12-06). */
 int rt_dec_pick_simt(int pipeline, int kv_dtype, int head_dim, int group, int rope) {

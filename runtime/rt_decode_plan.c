@@ -138,37 +138,42 @@ void rt_decode_layout_for(int64_t max_batch, int sms, int num_qo_heads, int num_
   l->bytes = region_end(l->partial_lse_off, cap, (int64_t)num_qo_heads * 4);
 }
 
-int rt_decode_check_pages(int batch, const int32_t *indptr, const int32_t *last_page_len,
-                          int page_size, char *err, size_t errlen) {
+int rt_decode_check_pages_named(int batch, const int32_t *indptr, const int32_t *last_page_len, int page_size,
+                                const char *pfx, char *err, size_t errlen) {
   if (indptr[0] < 0) {
-    snprintf(err, errlen, "indptr[0] is %d; page offsets start at 0 or more", indptr[0]);
+    snprintf(err, errlen, "%sindptr[0] is %d; page offsets start at 0 or more", pfx, indptr[0]);
     return -1;
   }
   for (int b = 0; b < batch; b++) {
     const int64_t np = (int64_t)indptr[b + 1] - indptr[b];
     if (np < 0) {
-      snprintf(err, errlen, "indptr is not monotone: indptr[%d] = %d > indptr[%d] = %d", b,
-               indptr[b], b + 1, indptr[b + 1]);
+      snprintf(err, errlen, "%sindptr is not monotone: %sindptr[%d] = %d > %sindptr[%d] = %d", pfx,
+               pfx, b, indptr[b], pfx, b + 1, indptr[b + 1]);
       return -1;
     }
     const int32_t last = last_page_len[b];
     if (np > 0 && (last < 1 || last > page_size)) {
-      snprintf(err, errlen, "last_page_len[%d] is %d; 1..page_size (%d) is needed for a request with pages",
-               b, last, page_size);
+      snprintf(err, errlen, "%slast_page_len[%d] is %d; 1..page_size (%d) is needed for a request with pages",
+               pfx, b, last, page_size);
       return -1;
     }
     if (np == 0 && last != 0) {
-      snprintf(err, errlen, "last_page_len[%d] is %d but request %d has no pages (0 is needed)", b,
-               last, b);
+      snprintf(err, errlen, "%slast_page_len[%d] is %d but request %d has no pages (0 is needed)", pfx,
+               b, last, b);
       return -1;
     }
     if ((np - 1) * page_size + last > INT32_MAX) {
-      snprintf(err, errlen, "indptr[%d..%d] and last_page_len[%d] give request %d more than 2^31-1 tokens",
-               b, b + 1, b, b);
+      snprintf(err, errlen, "%sindptr[%d..%d] and %slast_page_len[%d] give request %d more than 2^31-1 tokens",
+               pfx, b, b + 1, pfx, b, b);
       return -1;
     }
   }
   return 0;
+}
+
+int rt_decode_check_pages(int batch, const int32_t *indptr, const int32_t *last_page_len, int page_size, char *err,
+                          size_t errlen) {
+  return rt_decode_check_pages_named(batch, indptr, last_page_len, page_size, "", err, errlen);
 }
 
 /* A request's attended tokens [start, len) and its pages [p0, p1). */

@@ -369,7 +369,8 @@ static fi_status plan_impl(fi_runtime *rt, const char *fn, const fi_batch_prefil
   if (paged && info->page_size < 1)
     return rt_fail(FI_ERR_INVALID_ARGUMENT, "%s: info->page_size is %d; >= 1 is needed", fn, info->page_size);
   const int G = info->num_qo_heads / info->num_kv_heads, D = info->head_dim;
-  if (paged && rt_decode_check_pages(B, info->kv_indptr, info->kv_last_page_len, info->page_size, err, sizeof err))
+  if (paged && rt_decode_check_pages_named(B, info->kv_indptr, info->kv_last_page_len, info->page_size, "kv_", err,
+                                           sizeof err))
     return rt_fail(FI_ERR_INVALID_ARGUMENT, "%s: info->%s", fn, err);
   if (!paged && info->kv_indptr[0] < 0)
     return rt_fail(FI_ERR_INVALID_ARGUMENT, "%s: info->kv_indptr[0] is %d; offsets start at 0 or more",

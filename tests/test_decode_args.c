@@ -7,6 +7,7 @@
 #include <string.h>
 
 #include "decode_params.h"
+#include "fi_admin.h"
 #include "fi_runtime.h"
 #include "ft.h"
 #include "jit_registry.h"
@@ -851,6 +852,19 @@ FT_TEST(batch_decode_plan_refuses_a_workspace_past_2_63_bytes) {
   fi_decode_plan *plan = NULL;
   EXPECT_BAD(fi_batch_decode_plan(rt, &info, NULL, &ws.t, NULL, &plan), "workspace");
   FT_CHECK(plan == NULL);
+  fi_runtime_destroy(rt);
+}
+
+/* fi_admin_read_probe (fi-bench's read roofline) refuses a buffer whose size in bytes
+ * passes 2^63, which would wrap to a small count of 16-byte loads; and one 8 bytes long. */
+FT_TEST(read_probe_refuses_a_buffer_past_2_63_bytes) {
+  fi_runtime *rt = rt_make();
+  FT_REQUIRE(rt);
+  tens b;
+  mk(&b, ADDR(9), kDLInt, 32, 1, ((int64_t)1 << 62) + 4, 0, 0, 0); /* x 4: 2^64 + 16, wraps to 16 */
+  EXPECT_BAD(fi_admin_read_probe(rt, &b.t, 1, NULL), "buf has");
+  mk(&b, ADDR(9), kDLInt, 32, 1, 2, 0, 0, 0);
+  EXPECT_BAD(fi_admin_read_probe(rt, &b.t, 1, NULL), "buf must be");
   fi_runtime_destroy(rt);
 }
 

@@ -616,7 +616,13 @@ FT_TEST(batch_prefill_plan_and_run_bad_arguments_named) {
   int32_t last_bad[2] = {16, 17};
   bad = info;
   bad.kv_last_page_len = last_bad;
-  EXPECT_BAD(fi_batch_prefill_paged_plan(rt, &bad, NULL, &ws.t, NULL, &plan), "last_page_len[1]");
+  EXPECT_BAD(fi_batch_prefill_paged_plan(rt, &bad, NULL, &ws.t, NULL, &plan), "info->kv_last_page_len[1]");
+  /* the paged checks name prefill's own fields (kv_indptr), not decode's (indptr) */
+  int32_t kvp_bad[3] = {0, 10, 3};
+  bad = info;
+  bad.kv_indptr = kvp_bad;
+  EXPECT_BAD(fi_batch_prefill_paged_plan(rt, &bad, NULL, &ws.t, NULL, &plan),
+             "info->kv_indptr is not monotone: kv_indptr[1]");
   bad = info;
   bad.page_size = 0;
   EXPECT_BAD(fi_batch_prefill_paged_plan(rt, &bad, NULL, &ws.t, NULL, &plan), "page_size");
