@@ -300,7 +300,9 @@ typedef struct fi_batch_decode_info {
   /** CUDA-graph mode when > 0: the grid is fixed for batches up to max_batch, so a run
    * captured in a graph replays correctly after any re-plan of the same plan (same
    * heads, dtypes, parameters) for a batch <= max_batch; q, out and lse then need
-   * max_batch rows, indptr max_batch + 1 entries and last_page_len max_batch. */
+   * max_batch rows, indptr max_batch + 1 entries and last_page_len max_batch (the run
+   * refuses fewer). A replay is not checked: indices must hold every replayed batch's
+   * indptr[B] entries. */
   int max_batch;
 } fi_batch_decode_info;
 

@@ -496,8 +496,10 @@ FI_API fi_status fi_batch_decode_run(fi_runtime *rt, const fi_decode_plan *pl,
       (st = rt_dec_check_rows(fn, "paged_k_cache", kc, kvb)) != FI_OK ||
       (st = rt_dec_check_rows(fn, "paged_v_cache", vc, kvb)) != FI_OK)
     return st;
-  if ((st = rt_dec_check_index(fn, "indptr", indptr, q, B + 1, !pl->graph)) != FI_OK) return st;
-  if ((st = rt_dec_check_index(fn, "last_page_len", last_page_len, q, B, !pl->graph)) != FI_OK) return st;
+  /* In CUDA-graph mode a replay after a re-plan reads the entries of its own batch, up to
+   * max_batch, through the pointers checked here: so max_batch's sizes, as for q. */
+  if ((st = rt_dec_check_index(fn, "indptr", indptr, q, rows + 1, !pl->graph)) != FI_OK) return st;
+  if ((st = rt_dec_check_index(fn, "last_page_len", last_page_len, q, rows, !pl->graph)) != FI_OK) return st;
   /* The kernel reads indices up to indptr[B] - 1 unbounded (kernels/decode.cuh): the
    * plan's host indptr[B] is the length to check, as prefill's paged run checks its own. */
   if ((st = rt_dec_check_index(fn, "indices", indices, q, pl->nnz, 0)) != FI_OK) return st;

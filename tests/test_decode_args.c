@@ -777,6 +777,40 @@ FT_TEST(batch_decode_run_refuses_indices_shorter_than_the_plan) {
   fi_runtime_destroy(rt);
 }
 
+/* In CUDA-graph mode a replay after a re-plan for a larger batch reads indptr and
+ * last_page_len up to max_batch through the pointers the captured run was given, so that
+ * run refuses tables sized for its own batch only, as it does q (found in review). */
+FT_TEST(graph_run_needs_max_batch_index_tables) {
+  fi_runtime *rt = rt_make();
+  FT_REQUIRE(rt);
+  int32_t indptr[3] = {0, 3, 5}, last[2] = {16, 1};
+  fi_batch_decode_info info = small_info(indptr, last);
+  info.max_batch = 4;
+  fi_attention_params prm;
+  fi_attention_params_init(&prm);
+  fi_decode_plan *plan = NULL;
+  FT_REQUIRE(rt_decode_plan_offline(&info, &prm, ADDR(9), kDLCUDA, 132, 264, &plan) == 0);
+  tens q, kc, vc, ip, ix, lp, o;
+  small_run_tensors(4, &q, &kc, &vc, &ip, &ix, &lp, &o);
+  fi_status st = fi_batch_decode_run(rt, plan, &q.t, &kc.t, &vc.t, &ip.t, &ix.t, &lp.t, FI_KV_LAYOUT_NHD, &o.t,
+                                     NULL, NULL);
+  FT_CHECK(st != FI_ERR_INVALID_ARGUMENT, "max_batch-sized tables refused: %s", fi_last_error());
+  ip.shape[0] = 3; /* B + 1 */
+  EXPECT_BAD(fi_batch_decode_run(rt, plan, &q.t, &kc.t, &vc.t, &ip.t, &ix.t, &lp.t, FI_KV_LAYOUT_NHD, &o.t, NULL,
+                                 NULL),
+             "indptr has 3 entries; at least 5");
+  ip.shape[0] = 6; /* more than max_batch + 1: allowed */
+  lp.shape[0] = 2; /* B */
+  EXPECT_BAD(fi_batch_decode_run(rt, plan, &q.t, &kc.t, &vc.t, &ip.t, &ix.t, &lp.t, FI_KV_LAYOUT_NHD, &o.t, NULL,
+                                 NULL),
+             "last_page_len has 2 entries; at least 4");
+  lp.shape[0] = 4;
+  st = fi_batch_decode_run(rt, plan, &q.t, &kc.t, &vc.t, &ip.t, &ix.t, &lp.t, FI_KV_LAYOUT_NHD, &o.t, NULL, NULL);
+  FT_CHECK(st != FI_ERR_INVALID_ARGUMENT, "longer indptr refused: %s", fi_last_error());
+  fi_batch_decode_plan_destroy(plan);
+  fi_runtime_destroy(rt);
+}
+
 /* An fp8 cache is read in 16-byte loads (16 elements, kernels/decode.cuh's K loads):
  * starts and strides that are multiples of 8 elements but not of 16 bytes would fault
  * on a misaligned address, so they are refused by name. */
