@@ -5,6 +5,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "fi_admin.h"
@@ -88,9 +89,14 @@ static void check_op_arch(const char *arch, int stride) {
     const char *op = fi_admin_op_name(i);
     int n = fi_admin_config_count(op), compiled = 0, skipped = 0;
     char err[2048];
+    struct timespec t0, t1;
+    clock_gettime(CLOCK_MONOTONIC, &t0);
     int failed = compile_all(op, arch, stride, &compiled, &skipped, err, sizeof err);
+    clock_gettime(CLOCK_MONOTONIC, &t1);
     int want = (n + stride - 1) / stride;
-    fprintf(stderr, "  %s %s: %d of %d compiled, %d skipped\n", op, arch, compiled, want, skipped);
+    /* The seconds say where CI's time goes (this test is most of it). */
+    fprintf(stderr, "  %s %s: %d of %d compiled, %d skipped, %.1f s\n", op, arch, compiled, want, skipped,
+            (double)(t1.tv_sec - t0.tv_sec) + 1e-9 * (double)(t1.tv_nsec - t0.tv_nsec));
     FT_CHECK(failed == 0, "%s for %s: %d failed; first: %s", op, arch, failed, err);
     FT_CHECK(compiled + skipped == want, "%s for %s: %d compiled and %d skipped, expected %d", op,
              arch, compiled, skipped, want);
