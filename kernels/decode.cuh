@@ -51,7 +51,10 @@ FI_DEVICE void pre_wait_prefetch(const KVT *kh, const KVT *vh, const fi_decode_p
                                  volatile int *go) {
   int lo = p.single_lo, hi = p.kv_len;
   int64_t page_base = 0;
-  if (!SINGLE) {
+  if (SINGLE) {  // chunk blockIdx.x (decode_heads' work item)
+    lo += (int)blockIdx.x * p.single_chunk;
+    if ((int)blockIdx.x < p.num_items - 1) hi = lo + p.single_chunk;
+  } else {
     const int item = blockIdx.x;
     if (p.num_items >= 0 ? item >= p.num_items : item >= ldcg_i32(p.header)) return;
     const int32_t *ip = p.items + FI_DECODE_ITEM_WORDS * item;
@@ -179,8 +182,12 @@ FI_DEVICE void decode_heads(const fi_decode_params &p) {
   int b = 0, lo, hi, chunk = 0, nchunks = 1, kv_len;
   int64_t page_base = 0;
   if (SINGLE) {
-    lo = p.single_lo;
-    hi = p.kv_len;
+    // Chunk `item` of p.num_items: p.single_chunk tokens from single_lo each, the last
+    // to kv_len (one chunk: the whole range); several merge as a batch request's do.
+    nchunks = p.num_items;
+    chunk = item;
+    lo = p.single_lo + item * p.single_chunk;
+    hi = item == nchunks - 1 ? p.kv_len : lo + p.single_chunk;
     kv_len = p.kv_len;
   } else {
     const int n = p.num_items >= 0 ? p.num_items : p.header[0];

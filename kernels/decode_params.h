@@ -7,7 +7,7 @@
 #include "fi_params.h"
 
 /* Bump when a struct below changes layout (the template hash changes too). */
-#define FI_DECODE_ABI_VERSION 4
+#define FI_DECODE_ABI_VERSION 5
 
 /* Most head_dim / 2 RoPE frequencies carried in the parameters. */
 #define FI_DECODE_MAX_FREQ 128
@@ -24,7 +24,7 @@
 /* Decode: out[b, h] = softmax(scale * q[b, h] . K[b]^T) V[b] over the tokens of request b,
  * query head h reading KV head h / group. Strides in elements. K and V share strides
  * (page, slot, head); head_dim is contiguous everywhere. items == NULL: single decode
- * (one request, tokens [single_lo, kv_len), token t at t * kv_stride_slot). */
+ * (one request, tokens [single_lo, kv_len), token t at t * kv_stride_slot; see single_chunk). */
 typedef struct fi_decode_params {
   const void *q;
   void *out;
@@ -67,6 +67,12 @@ typedef struct fi_decode_params {
   float cap_log2;           /* 0: no soft cap */
   float v_scale;            /* output multiplier (fp8 V scale) */
   float rope_freq[FI_DECODE_MAX_FREQ]; /* RoPE inverse frequencies, head_dim / 2 used */
+  /* Single decode split into num_items chunks (grid x): single_chunk tokens each from
+   * single_lo, the last to kv_len; the partials go to partial_o / partial_lse and
+   * counters[H_kv] (zero before the launch) as a batch request's. Last, so that batch
+   * decode's fields keep their offsets. */
+  int32_t single_chunk;
+  int32_t pad_;
 } fi_decode_params;
 
 /* Plan upload: dst[i] = data[i] (i < n) or, with fill set, dst[i] = fill_value (i < n).

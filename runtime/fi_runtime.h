@@ -271,9 +271,10 @@ typedef struct fi_attention_params {
 FI_API void fi_attention_params_init(fi_attention_params *p);
 
 /** Decode attention for one request: q [H_qo, D], k and v [L, H_kv, D] (NHD) or
- * [H_kv, L, D] (HND), out [H_qo, D], lse [H_qo] or NULL; p NULL for the defaults. One
- * block per KV head, no split of L (no workspace): for long L with few heads,
- * fi_batch_decode with a batch of 1 splits L over the whole device. */
+ * [H_kv, L, D] (HND), out [H_qo, D], lse [H_qo] or NULL; p NULL for the defaults. From
+ * 512 attended tokens the tokens are split over the device (one wave of blocks), the
+ * partials in scratch memory allocated and freed on `stream` (a graph capture records
+ * allocation nodes); without stream-ordered memory pools, one block per KV head. */
 FI_API fi_status fi_single_decode(fi_runtime *rt, const DLTensor *q, const DLTensor *k,
                                   const DLTensor *v, DLTensor *out, DLTensor *lse,
                                   fi_kv_layout layout, const fi_attention_params *p,

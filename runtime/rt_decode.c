@@ -1,5 +1,5 @@
-/* rt_decode.c: the decode attention entry points (fi_single_decode, fi_batch_decode_plan,
- * fi_batch_decode_run): argument checks, kernel choice, the plan's upload and the launches. */
+/* rt_decode.c: batch decode's entry points (fi_batch_decode_workspace_size, _plan, _run):
+ * argument checks, kernel choice, the plan's upload and the launch (single decode: rt_decode_single.c). */
 #include <math.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -14,7 +14,6 @@
 #include "rt_internal.h"
 #include "rt_tensor.h"
 
-static const char *const SINGLE = "fi_single_decode";
 static const char *const PLAN = "fi_batch_decode_plan";
 static const char *const RUN = "fi_batch_decode_run";
 
@@ -45,87 +44,6 @@ FI_API void fi_attention_params_init(fi_attention_params *p) {
   p->rope_theta = 1e4;
   p->k_scale = 1.0;
   p->v_scale = 1.0;
-}
-
-/* ---- single decode ---- */
-
-FI_API fi_status fi_single_decode(fi_runtime *rt, const DLTensor *q, const DLTensor *k,
-                                  const DLTensor *v, DLTensor *out, DLTensor *lse,
-                                  fi_kv_layout layout, const fi_attention_params *p,
-                                  void *stream) {
-  const char *fn = SINGLE;
-  fi_status st;
-  char b1[32], b2[32];
-  fi_attention_params defaults;
-  if (!p) {
-    fi_attention_params_init(&defaults);
-    p = &defaults;
-  }
-  if (!rt) return rt_fail(FI_ERR_INVALID_ARGUMENT, "%s: rt is NULL", fn);
-  if ((st = rt_dec_check_qkvo(fn, q, k, v, out, 2, layout)) != FI_OK) return st;
-  const int qdt = rt_dec_dtype(q->dtype), kvdt = rt_dec_dtype(k->dtype);
-  if (qdt != JIT_DT_F16 && qdt != JIT_DT_BF16)
-    return rt_fail(FI_ERR_INVALID_ARGUMENT, "%s: q has dtype %s; float16 or bfloat16 is needed",
-                   fn, rt_dec_dtype_string(q->dtype, b1, sizeof b1));
-  if (rt_dec_dtype(v->dtype) != kvdt || v->dtype.bits != k->dtype.bits)
-    return rt_fail(FI_ERR_INVALID_ARGUMENT, "%s: v has dtype %s but k has %s", fn,
-                   rt_dec_dtype_string(v->dtype, b1, sizeof b1), rt_dec_dtype_string(k->dtype, b2, sizeof b2));
-  if (rt_dec_dtype(out->dtype) != qdt)
-    return rt_fail(FI_ERR_INVALID_ARGUMENT, "%s: out has dtype %s but q has %s", fn,
-                   rt_dec_dtype_string(out->dtype, b1, sizeof b1), rt_dec_dtype_string(q->dtype, b2, sizeof b2));
-  const int64_t hq = q->shape[0], D = q->shape[1];
-  const int64_t L = layout == FI_KV_LAYOUT_NHD ? k->shape[0] : k->shape[1];
-  const int64_t hkv = layout == FI_KV_LAYOUT_NHD ? k->shape[1] : k->shape[0];
-  if (hq > INT32_MAX || hkv > INT32_MAX || L > INT32_MAX || D > INT32_MAX)
-    return rt_fail(FI_ERR_INVALID_ARGUMENT, "%s: q or k has a dimension of 2^31 or more", fn);
-  if ((st = rt_dec_check_common(fn, (int)hq, (int)hkv, (int)D, qdt, kvdt, q->dtype, k->dtype, p)) != FI_OK)
-    return st;
-  const char *lname = layout == FI_KV_LAYOUT_NHD ? "[L, H_kv, head_dim] (NHD)" : "[H_kv, L, head_dim] (HND)";
-  if (k->shape[2] != D)
-    return rt_fail(FI_ERR_INVALID_ARGUMENT, "%s: k has head_dim %lld but q %lld", fn,
-                   (long long)k->shape[2], (long long)D);
-  if ((st = rt_dec_check_shape(fn, "v", v, 3, k->shape, lname)) != FI_OK) return st;
-  const int64_t oshape[2] = {hq, D};
-  if ((st = rt_dec_check_shape(fn, "out", out, 2, oshape, "q's shape")) != FI_OK) return st;
-  if (lse && (st = rt_dec_check_lse(fn, lse, q, 1, oshape)) != FI_OK) return st;
-  const int kvb = jit_dtype_bytes(kvdt), qb = jit_dtype_bytes(qdt);
-  if ((st = rt_dec_check_rows(fn, "q", q, qb)) != FI_OK || (st = rt_dec_check_rows(fn, "k", k, kvb)) != FI_OK ||
-      (st = rt_dec_check_rows(fn, "v", v, kvb)) != FI_OK || (st = rt_dec_check_rows(fn, "out", out, qb)) != FI_OK)
-    return st;
-  for (int d = 0; d < 2; d++)
-    if (k->shape[d] > 1 && rt_stride(k, d) != rt_stride(v, d))
-      return rt_fail(FI_ERR_INVALID_ARGUMENT,
-                     "%s: v has stride %lld in dimension %d but k %lld; k and v need equal strides",
-                     fn, (long long)rt_stride(v, d), d, (long long)rt_stride(k, d));
-  const DLTensor *ins[3] = {q, k, v};
-  static const char *const in_names[3] = {"q", "k", "v"};
-  if ((st = rt_dec_check_outputs_apart(fn, out, lse, ins, in_names, 3)) != FI_OK) return st;
-  if (hq == 0) return FI_OK;
-
-  fi_decode_params kp;
-  memset(&kp, 0, sizeof kp);
-  rt_dec_fill_scalars(&kp, p, (int)D, kvdt);
-  kp.q = rt_data(q);
-  kp.out = rt_data(out);
-  kp.lse = lse ? (float *)rt_data(lse) : NULL;
-  kp.k = rt_data(k);
-  kp.v = rt_data(v);
-  kp.q_stride[1] = rt_stride(q, 0);
-  kp.out_stride[1] = rt_stride(out, 0);
-  kp.lse_stride[1] = lse ? rt_stride(lse, 0) : 0;
-  const int sd = layout == FI_KV_LAYOUT_NHD ? 0 : 1, hd = 1 - sd;
-  kp.kv_stride_slot = rt_stride(k, sd);
-  kp.kv_stride_head = rt_stride(k, hd);
-  kp.num_items = 1;
-  kp.num_kv_heads = (int32_t)hkv;
-  kp.group = (int32_t)(hq / hkv);
-  kp.page_size = 1;
-  kp.kv_len = (int32_t)L;
-  kp.single_lo = p->window_left >= 0 && L - 1 - p->window_left > 0 ? (int32_t)(L - 1 - p->window_left) : 0;
-  jit_key key;
-  jit_decode_select(1, qdt, kvdt, (int)D, kp.group, p->pos_encoding == FI_POS_ROPE_LLAMA, 0, &key);
-  return rt_dec_launch(rt, q->device.device_type, q->device.device_id, &key, 1, (unsigned)hkv,
-                32u * (unsigned)key.v[DECODE_P_WARPS], &kp, sizeof kp, stream);
 }
 
 /* ---- batch decode: workspace, plan, run ---- */

@@ -81,6 +81,12 @@ int64_t rt_decode_partition(int batch, const int32_t *indptr, const int32_t *las
                             int page_size, int window_left, int64_t target, int32_t *items,
                             int64_t max_items, int *chunk_pages);
 
+/* Single decode's split: from 512 tokens attended (L, or the window), cut into at most one
+ * wave of `resident` blocks over num_kv_heads heads, each chunk at least MIN_CHUNK_TOKENS
+ * and a multiple of 32 tokens (a warp step), the last one the rest. Returns the chunk
+ * count (1: no split; at most 0x7fff) and *chunk_tokens. */
+int rt_single_decode_chunks(int64_t tokens, int num_kv_heads, int64_t resident, int *chunk_tokens);
+
 /* Checks host indptr / last_page_len; 0 or -1 with a message naming the entry in err. */
 int rt_decode_check_pages(int batch, const int32_t *indptr, const int32_t *last_page_len,
                           int page_size, char *err, size_t errlen);

@@ -278,14 +278,20 @@ fi_status rt_dec_check_outputs_apart(const char *fn, const DLTensor *out, const 
   return FI_OK;
 }
 
+fi_status rt_dec_kernel(fi_runtime *rt, int devtype, int device, const jit_key *key, const rt_device_i **be,
+                        void **state, rt_kernel **k) {
+  fi_status st = rt_backend(rt, devtype, be, state);
+  if (st != FI_OK) return st;
+  return rt_kernel_get(rt, key, *be, device, k);
+}
+
 fi_status rt_dec_launch(fi_runtime *rt, int devtype, int device, const jit_key *key, unsigned gx,
                         unsigned gy, unsigned threads, void *params, size_t bytes, void *stream) {
   const rt_device_i *be;
   void *state;
-  fi_status st = rt_backend(rt, devtype, &be, &state);
-  if (st != FI_OK) return st;
   rt_kernel *k;
-  if ((st = rt_kernel_get(rt, key, be, device, &k)) != FI_OK) return st;
+  fi_status st = rt_dec_kernel(rt, devtype, device, key, &be, &state, &k);
+  if (st != FI_OK) return st;
   rt_launch l = {{gx, gy, 1}, {threads, 1, 1}, 0};
   return rt_launch_kernel(rt, k, &l, stream, params, bytes);
 }

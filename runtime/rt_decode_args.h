@@ -5,6 +5,7 @@
 #include "decode_params.h"
 #include "fi_runtime.h"
 #include "jit_key.h"
+#include "rt_internal.h"
 
 /* DLPack >= 1.0 fp8 type codes (kDLFloat8_e4m3fn, kDLFloat8_e5m2). */
 #define DEC_DL_E4M3FN 10
@@ -54,6 +55,9 @@ fi_status rt_dec_check_outputs_apart(const char *fn, const DLTensor *out, const 
 fi_status rt_dec_check_index(const char *fn, const char *name, const DLTensor *t,
                              const DLTensor *q, int64_t min_len, int exact);
 
+/* The backend of devtype and the loaded kernel for key on device. */
+fi_status rt_dec_kernel(fi_runtime *rt, int devtype, int device, const jit_key *key, const rt_device_i **be,
+                        void **state, rt_kernel **k);
 /* The loaded kernel for key, launched on a gx x gy grid of `threads`. */
 fi_status rt_dec_launch(fi_runtime *rt, int devtype, int device, const jit_key *key, unsigned gx,
                         unsigned gy, unsigned threads, void *params, size_t bytes, void *stream);

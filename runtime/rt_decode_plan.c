@@ -113,6 +113,27 @@ int64_t rt_decode_target_items(int64_t slots, int num_kv_heads) {
   return t > 0 ? t : 1;
 }
 
+/* Below this many tokens single decode runs unsplit: the split's fixed costs (a memset
+ * and the merge) eat its gain. H100, 32/8 bf16: 512 tokens 14.1 us split against 14.7,
+ * 2048 15.8 against 43.6, 8192 25.1 against 154.9 (BENCHMARKS.md, 2026-12-06). */
+#define SINGLE_SPLIT_MIN_TOKENS 512
+
+int rt_single_decode_chunks(int64_t tokens, int num_kv_heads, int64_t resident, int *chunk_tokens) {
+  const int64_t t = tokens > 0 ? tokens : 0;
+  int64_t n = t < SINGLE_SPLIT_MIN_TOKENS ? 1 : rt_decode_target_items(resident, num_kv_heads),
+          most = t / MIN_CHUNK_TOKENS;
+  if (n > most) n = most;
+  if (n > 0x7fff) n = 0x7fff;
+  if (n < 2) {
+    *chunk_tokens = t > INT32_MAX ? INT32_MAX : (int)t;
+    return 1;
+  }
+  int64_t c = (t + n - 1) / n;
+  c = (c + 31) & ~(int64_t)31;
+  *chunk_tokens = (int)c;
+  return (int)((t + c - 1) / c); /* c >= t / n: no empty chunk at the end */
+}
+
 /* The 256-aligned end of a region of n x per bytes from at; -1 past 2^63 (or at -1). */
 static int64_t region_end(int64_t at, int64_t n, int64_t per) {
   int64_t size, end;

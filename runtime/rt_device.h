@@ -6,7 +6,7 @@
 #include <stddef.h>
 #include <stdlib.h>
 
-#define RT_DEVICE_IFACE_VERSION 1
+#define RT_DEVICE_IFACE_VERSION 2
 #define RT_MAX_DEVICES 64
 
 /* Launch geometry of one call. */
@@ -38,6 +38,17 @@ typedef struct rt_device_i {
    * allocation, no synchronization. Returns 0, or -1 with err. */
   int (*launch)(void *state, int dev, void *fn, const rt_launch *l, void *stream,
                 void *params, size_t bytes, char *err, size_t errlen);
+  /* Stream-ordered scratch memory (single decode's split partials): allocated and freed
+   * on the caller's stream, from a pool of the backend's own that keeps what is freed, so
+   * calls on concurrent streams each get their own, and a graph capture records
+   * allocation nodes. 0 on success; 1: not supported here (the caller goes without);
+   * -1 with err. */
+  int (*scratch_alloc)(void *state, int dev, size_t bytes, void *stream, void **ptr, char *err,
+                       size_t errlen);
+  int (*scratch_free)(void *state, int dev, void *ptr, void *stream, char *err, size_t errlen);
+  /* n 32-bit words at ptr set to value, in stream order. */
+  int (*memset32)(void *state, int dev, void *ptr, unsigned value, size_t n, void *stream, char *err,
+                  size_t errlen);
   /* Creates and frees the backend's per-runtime state. */
   void *(*create)(void);
   void (*destroy)(void *state);

@@ -2,6 +2,7 @@
  * each device's primary context (the one PyTorch uses), modules, and the launch. */
 #include <pthread.h>
 #include <stddef.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -16,12 +17,28 @@ typedef struct CUctx_st *CUcontext;
 typedef struct CUmod_st *CUmodule;
 typedef struct CUfunc_st *CUfunction;
 typedef struct CUstream_st *CUstream;
+typedef struct CUmemPoolHandle_st *CUmemoryPool;
+typedef unsigned long long CUdeviceptr;
 
 #define CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT 16
 #define CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR 75
 #define CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MINOR 76
 #define CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES 8
 #define CU_LAUNCH_ATTRIBUTE_PROGRAMMATIC_STREAM_SERIALIZATION 6
+#define CU_DEVICE_ATTRIBUTE_MEMORY_POOLS_SUPPORTED 115
+#define CU_MEMPOOL_ATTR_RELEASE_THRESHOLD 4
+#define CU_MEM_ALLOCATION_TYPE_PINNED 1
+#define CU_MEM_LOCATION_TYPE_DEVICE 1
+
+/* cuda.h's CUmemPoolProps (CUDA 11.2 and later; 88 bytes, the tail reserved and zero). */
+typedef struct cu_pool_props {
+  int alloc_type, handle_types;
+  int location_type, location_id;
+  void *win32_security;
+  size_t max_size;
+  unsigned short usage;
+  unsigned char reserved[54];
+} cu_pool_props;
 
 /* cuda.h's launch configuration for cuLaunchKernelEx (CUDA 11.8 and later),
  * spelled out: the runtime builds without the toolkit's headers. */
@@ -50,6 +67,9 @@ _Static_assert(!CU_LP64 || (sizeof(cu_launch_config) == 56 && offsetof(cu_launch
                             offsetof(cu_launch_config, attrs) == 40 &&
                             offsetof(cu_launch_config, nattrs) == 48),
                "CUlaunchConfig");
+_Static_assert(!CU_LP64 || (sizeof(cu_pool_props) == 88 && offsetof(cu_pool_props, win32_security) == 16 &&
+                            offsetof(cu_pool_props, usage) == 32),
+               "CUmemPoolProps");
 
 /* Every driver entry point the runtime calls, resolved once per process
  * (the driver is process-wide); tests swap entries with rt_cuda_fault. */
@@ -74,6 +94,13 @@ static struct {
   CUresult (*cuLaunchKernelEx)(const cu_launch_config *, CUfunction, void **, void **);
   CUresult (*cuGetErrorName)(CUresult, const char **);
   CUresult (*cuGetErrorString)(CUresult, const char **);
+  /* stream-ordered scratch (CUDA 11.2 and later; optional) */
+  CUresult (*cuMemPoolCreate)(CUmemoryPool *, const cu_pool_props *);
+  CUresult (*cuMemPoolDestroy)(CUmemoryPool);
+  CUresult (*cuMemPoolSetAttribute)(CUmemoryPool, int, void *);
+  CUresult (*cuMemAllocFromPoolAsync)(CUdeviceptr *, size_t, CUmemoryPool, CUstream);
+  CUresult (*cuMemFreeAsync)(CUdeviceptr, CUstream);
+  CUresult (*cuMemsetD32Async)(CUdeviceptr, unsigned, size_t, CUstream);
 } api;
 
 #define SYM(n) {#n, (void **)&api.n, 0}
@@ -86,6 +113,12 @@ static const jit_dl_sym syms[] = {
     SYM(cuOccupancyMaxActiveBlocksPerMultiprocessor),
     {"cuLaunchKernelEx", (void **)&api.cuLaunchKernelEx, 1},
     SYM(cuGetErrorName),   SYM(cuGetErrorString),
+    {"cuMemPoolCreate", (void **)&api.cuMemPoolCreate, 1},
+    {"cuMemPoolDestroy", (void **)&api.cuMemPoolDestroy, 1},
+    {"cuMemPoolSetAttribute", (void **)&api.cuMemPoolSetAttribute, 1},
+    {"cuMemAllocFromPoolAsync", (void **)&api.cuMemAllocFromPoolAsync, 1},
+    {"cuMemFreeAsync", (void **)&api.cuMemFreeAsync, 1},
+    {"cuMemsetD32Async", (void **)&api.cuMemsetD32Async, 1},
 };
 #define NSYMS ((int)(sizeof syms / sizeof syms[0]))
 
@@ -100,6 +133,8 @@ typedef struct cuda_state {
   int cc[RT_MAX_DEVICES];        /* compute capability * 10, 0 = not retained yet */
   int sms[RT_MAX_DEVICES];
   int pdl; /* launch with programmatic stream serialization on sm_90 and later */
+  CUmemoryPool pool[RT_MAX_DEVICES]; /* scratch pools, made at first use */
+  int pool_state[RT_MAX_DEVICES];    /* 0 untried, 1 made, -1 not supported */
 } cuda_state;
 
 static void cu_msg(CUresult r, const char *what, char *err, size_t errlen) {
@@ -318,6 +353,99 @@ static int launch(void *state, int dev, void *fn, const rt_launch *l, void *stre
   return 0;
 }
 
+/* The runtime's own pool on dev (not the device's default pool, whose release threshold
+ * is the application's): it keeps what is freed (release threshold: all), so that a
+ * scratch allocation after a synchronization costs no new mapping. */
+static int ensure_pool(cuda_state *s, int dev, char *err, size_t errlen) {
+  if (__atomic_load_n(&s->pool_state[dev], __ATOMIC_ACQUIRE)) return s->pool_state[dev] > 0 ? 0 : 1;
+  pthread_mutex_lock(&s->mu);
+  int rc = 0;
+  if (!s->pool_state[dev]) {
+    CUdevice d;
+    int ok = 0;
+    CUresult r;
+    if (!api.cuMemPoolCreate || !api.cuMemPoolDestroy || !api.cuMemPoolSetAttribute ||
+        !api.cuMemAllocFromPoolAsync || !api.cuMemFreeAsync || !api.cuMemsetD32Async ||
+        api.cuDeviceGet(&d, dev) != 0 ||
+        api.cuDeviceGetAttribute(&ok, CU_DEVICE_ATTRIBUTE_MEMORY_POOLS_SUPPORTED, d) != 0 || !ok) {
+      s->pool_state[dev] = -1; /* an old driver or a device without pools: no scratch */
+      rc = 1;
+    } else {
+      cu_pool_props pp;
+      memset(&pp, 0, sizeof pp);
+      pp.alloc_type = CU_MEM_ALLOCATION_TYPE_PINNED;
+      pp.location_type = CU_MEM_LOCATION_TYPE_DEVICE;
+      pp.location_id = dev;
+      unsigned long long keep = ~0ull;
+      if ((r = api.cuMemPoolCreate(&s->pool[dev], &pp)) != 0) {
+        cu_msg(r, "cuMemPoolCreate", err, errlen);
+        rc = -1;
+      } else if ((r = api.cuMemPoolSetAttribute(s->pool[dev], CU_MEMPOOL_ATTR_RELEASE_THRESHOLD, &keep)) != 0) {
+        cu_msg(r, "cuMemPoolSetAttribute(RELEASE_THRESHOLD)", err, errlen);
+        api.cuMemPoolDestroy(s->pool[dev]);
+        s->pool[dev] = NULL;
+        rc = -1;
+      } else {
+        __atomic_store_n(&s->pool_state[dev], 1, __ATOMIC_RELEASE);
+      }
+    }
+  } else {
+    rc = s->pool_state[dev] > 0 ? 0 : 1;
+  }
+  pthread_mutex_unlock(&s->mu);
+  return rc;
+}
+
+static int scratch_alloc(void *state, int dev, size_t bytes, void *stream, void **ptr, char *err,
+                         size_t errlen) {
+  cuda_state *s = state;
+  if (ensure_device(s, dev, err, errlen) != 0) return -1;
+  int rc = ensure_pool(s, dev, err, errlen);
+  if (rc != 0) return rc;
+  int pushed;
+  if (enter(s, dev, &pushed, err, errlen) != 0) return -1;
+  CUdeviceptr p = 0;
+  CUresult r = api.cuMemAllocFromPoolAsync(&p, bytes, s->pool[dev], stream);
+  leave(pushed);
+  if (r != 0) {
+    cu_msg(r, "cuMemAllocFromPoolAsync", err, errlen);
+    return -1;
+  }
+  *ptr = (void *)(uintptr_t)p;
+  return 0;
+}
+
+static int scratch_free(void *state, int dev, void *ptr, void *stream, char *err, size_t errlen) {
+  cuda_state *s = state;
+  int pushed;
+  if (enter(s, dev, &pushed, err, errlen) != 0) return -1;
+  CUresult r = api.cuMemFreeAsync((CUdeviceptr)(uintptr_t)ptr, stream);
+  leave(pushed);
+  if (r != 0) {
+    cu_msg(r, "cuMemFreeAsync", err, errlen);
+    return -1;
+  }
+  return 0;
+}
+
+static int memset32(void *state, int dev, void *ptr, unsigned value, size_t n, void *stream, char *err,
+                    size_t errlen) {
+  cuda_state *s = state;
+  int pushed;
+  if (!api.cuMemsetD32Async) {
+    snprintf(err, errlen, "cuMemsetD32Async: not in this driver");
+    return -1;
+  }
+  if (enter(s, dev, &pushed, err, errlen) != 0) return -1;
+  CUresult r = api.cuMemsetD32Async((CUdeviceptr)(uintptr_t)ptr, value, n, stream);
+  leave(pushed);
+  if (r != 0) {
+    cu_msg(r, "cuMemsetD32Async", err, errlen);
+    return -1;
+  }
+  return 0;
+}
+
 static void *create(void) {
   cuda_state *s = calloc(1, sizeof *s);
   if (!s) return NULL;
@@ -328,8 +456,12 @@ static void *create(void) {
 
 static void destroy(void *state) {
   cuda_state *s = state;
-  for (int d = 0; d < RT_MAX_DEVICES; d++)
+  for (int d = 0; d < RT_MAX_DEVICES; d++) {
+    /* Scratch is freed in stream order before any call returns, so the pools are empty
+     * of live allocations once the caller's streams are done. */
+    if (s->pool[d]) api.cuMemPoolDestroy(s->pool[d]);
     if (s->cc[d]) api.cuDevicePrimaryCtxRelease_v2(d);
+  }
   pthread_mutex_destroy(&s->mu);
   free(s);
 }
@@ -340,5 +472,5 @@ int rt_cuda_fault(const char *name, void *fn, void **old) {
 
 const rt_device_i rt_device_cuda = {
     RT_DEVICE_IFACE_VERSION, "cuda", kDLCUDA, load, arch, sm_count, module_load, module_unload,
-    occupancy, launch, create, destroy,
+    occupancy, launch, scratch_alloc, scratch_free, memset32, create, destroy,
 };

@@ -441,6 +441,37 @@ FT_TEST(pre_wait_prefetch_follows_env_and_pdl) {
   unsetenv("FI_PDL");
 }
 
+/* fi_single_decode's split (runtime/rt_decode_single.c): chunks of whole 32-token steps,
+ * at least 128 tokens, within one wave of blocks, covering the tokens once with no empty
+ * chunk; none below 512 tokens or where a wave has no room for two chunks a head. */
+FT_TEST(single_decode_split_chunks_cover_the_tokens) {
+  int chunk = -1;
+  /* as batch decode of one request: 8 KV heads on 132 SMs x 2 blocks -> 32 chunks of 256 */
+  FT_CHECK(rt_single_decode_chunks(8192, 8, 264, &chunk) == 32 && chunk == 256, "8192/8/264: chunk %d", chunk);
+  FT_CHECK(rt_single_decode_chunks(511, 8, 264, &chunk) == 1 && chunk == 511, "511 tokens: chunk %d", chunk);
+  FT_CHECK(rt_single_decode_chunks(512, 8, 264, &chunk) == 4 && chunk == 128, "512 tokens: chunk %d", chunk);
+  FT_CHECK(rt_single_decode_chunks(0, 8, 264, &chunk) == 1 && chunk == 0, "0 tokens");
+  FT_CHECK(rt_single_decode_chunks(100000, 200, 264, &chunk) == 1, "a wave with room for one block a head");
+  const int big = rt_single_decode_chunks((int64_t)INT32_MAX, 1, 1 << 30, &chunk);
+  FT_CHECK(big <= 0x7fff && big > 0x7f00, "chunk count capped at 0x7fff: %d", big);
+  for (int i = 0; i < 20000; i++) {
+    const int64_t t = i < 10 ? 506 + i : (int64_t)(rnd() % 200000);
+    const int hkv = 1 + (int)(rnd() % 64);
+    const int64_t res = 1 + rnd() % 2000;
+    const int n = rt_single_decode_chunks(t, hkv, res, &chunk);
+    FT_REQUIRE(n >= 1 && n <= 0x7fff, "t %lld: %d chunks", (long long)t, n);
+    if (n == 1) {
+      FT_REQUIRE(t < 512 || res / hkv < 2, "t %lld hkv %d resident %lld: not split", (long long)t, hkv, (long long)res);
+      continue;
+    }
+    FT_REQUIRE(chunk % 32 == 0 && chunk >= 128, "t %lld: chunk %d", (long long)t, chunk);
+    FT_REQUIRE((int64_t)n * hkv <= res, "t %lld: %d chunks x %d heads past %lld resident", (long long)t, n, hkv,
+               (long long)res);
+    FT_REQUIRE((int64_t)(n - 1) * chunk < t && t <= (int64_t)n * chunk, "t %lld: %d chunks of %d", (long long)t, n,
+               chunk);
+  }
+}
+
 FT_TEST(planner_refuses_bad_page_tables) {
   char err[256];
   int32_t ip[3] = {0, 4, 2}, lp[2] = {3, 3};

@@ -404,8 +404,10 @@ static void run_batch(const prob &P, int split) {
 
 // L_q = 1: the prefill kernel and the decode kernel (kernels/decode.cuh, its portable
 // path) on the same request give the same output and LSE.
+// split > 1: the decode kernel's single-request split (fi_single_decode's, chunks from
+// rt_single_decode_chunks for `split` blocks a KV head) merged by its last chunk.
 template <typename T, int D, int ROPE>
-static void prefill_vs_decode(int bf, int hq, int hkv, int L, int window, double cap) {
+static void prefill_vs_decode(int bf, int hq, int hkv, int L, int window, double cap, int split = 1) {
   prob P{bf, D, hq, hkv, 1, window, ROPE, 1, 0, cap, {1}, {L}};
   data d;
   build(P, d);
@@ -430,9 +432,26 @@ static void prefill_vs_decode(int bf, int hq, int hkv, int L, int window, double
   for (int i = 0; i < FI_DECODE_MAX_FREQ; i++) dp.rope_freq[i] = k.rope_freq[i];
   std::fill(d.out.begin(), d.out.end(), 0xffff);
   std::fill(d.lse.begin(), d.lse.end(), NAN);
+  int chunk = L, n = 1;
+  if (split > 1) n = rt_single_decode_chunks(L - dp.single_lo, hkv, (int64_t)hkv * split, &chunk);
+  std::vector<int32_t> counters((size_t)hkv, 0);
+  std::vector<uint16_t> po((size_t)n * hq * D);
+  std::vector<float> pl((size_t)n * hq);
+  dp.num_items = n, dp.single_chunk = chunk;
+  dp.counters = counters.data(), dp.partial_o = po.data(), dp.partial_lse = pl.data();
   constexpr int GM = 8;  // group <= 8
-  emu::launch(1, hkv, 32 * 4, [&] { fi::dec::decode<T, T, D, GM, 1, ROPE, 1, 4>(dp); });
-  check(P, d, "L_q=1 decode");
+  emu::launch((unsigned)n, hkv, 32 * 4, [&] { fi::dec::decode<T, T, D, GM, 1, ROPE, 1, 4>(dp); });
+  check(P, d, n > 1 ? "L_q=1 decode, split" : "L_q=1 decode");
+  if (split > 1 && n < 2) {
+    fprintf(stderr, "FAIL single decode: expected a split of %d tokens\n", L - dp.single_lo);
+    fails++;
+  }
+  for (int x : counters)
+    if (x != 0) {
+      fprintf(stderr, "FAIL single decode: a merge counter left at %d\n", x);
+      fails++;
+      break;
+    }
   double num = 0, den = 0, lmax = 0;
   for (int64_t i = 0; i < (int64_t)hq * D; i++) {
     const double a = from_bits(pout[i], bf), b = from_bits(d.out[i], bf);
@@ -442,8 +461,8 @@ static void prefill_vs_decode(int bf, int hq, int hkv, int L, int window, double
   for (int h = 0; h < hq; h++) lmax = fmax(lmax, fabs((double)plse[h] - d.lse[h]));
   const double rel = sqrt(num / den);
   const bool ok = rel < (bf ? 1e-2 : 2e-3) && lmax < 1e-3;
-  fprintf(stderr, "%s L_q=1 prefill vs decode %s D=%d %d/%d L=%d win=%d rope=%d cap=%g: out %.3g, lse %.3g\n",
-          ok ? "ok  " : "FAIL", bf ? "bf16" : "f16", D, hq, hkv, L, window, ROPE, cap, rel, lmax);
+  fprintf(stderr, "%s L_q=1 prefill vs decode %s D=%d %d/%d L=%d win=%d rope=%d cap=%g chunks=%d: out %.3g, lse %.3g\n",
+          ok ? "ok  " : "FAIL", bf ? "bf16" : "f16", D, hq, hkv, L, window, ROPE, cap, n, rel, lmax);
   fails += !ok;
 }
 
@@ -603,6 +622,12 @@ int main() {
   prefill_vs_decode<fi_bf16, 64, 0>(1, 8, 2, 300, -1, 0.0);
   prefill_vs_decode<fi_half, 64, 1>(0, 4, 1, 200, 50, 0.0);
   prefill_vs_decode<fi_bf16, 128, 1>(1, 6, 2, 150, -1, 10.0);
+  // single decode split: chunks of 32-token multiples with a short last one; a window;
+  // RoPE and a soft cap; MHA
+  prefill_vs_decode<fi_bf16, 128, 0>(1, 8, 2, 1000, -1, 0.0, 5);
+  prefill_vs_decode<fi_half, 64, 0>(0, 4, 1, 900, 600, 0.0, 3);
+  prefill_vs_decode<fi_bf16, 128, 1>(1, 4, 2, 520, -1, 10.0, 4);
+  prefill_vs_decode<fi_half, 128, 0>(0, 2, 2, 600, -1, 0.0, 2);
 
   // single prefill: L_kv over two KV tiles and a partial one, rows over several q tiles
   {

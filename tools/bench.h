@@ -24,6 +24,9 @@ double time_runs(run_fn run, void *ctx, int n, int reps);
 /* A device tensor of f16 (dt 0), bf16 (1) or f32 (2); shape is kept, not copied. */
 DLTensor tensor(CUdeviceptr p, int dt, int ndim, int64_t *shape);
 const char *dtname(int dt);
+/* The device's read bandwidth (TB/s): 1 GiB read once a launch with 16-byte streaming
+ * loads (bench_decode.c; also the single decode section's roofline). */
+double bench_read(fi_runtime *rt);
 
 /* One fi-bench section. run gets a runtime on an in-memory cache and the copy
  * bandwidth measured at start. */
@@ -37,6 +40,6 @@ typedef struct bench_section {
 extern const bench_section bench_rmsnorm_section, bench_norms_section, bench_tune_section;
 extern const bench_section bench_act_section, bench_cascade_section, bench_page_section,
     bench_rope_section, bench_runtime_section;
-extern const bench_section bench_decode_section;
+extern const bench_section bench_decode_section, bench_single_section;
 extern const bench_section bench_prefill_section;
 extern const bench_section bench_sampling_section;

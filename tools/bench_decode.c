@@ -29,7 +29,7 @@ static void probe_run(void *c, int call) {
 }
 
 /* Read bandwidth: 1 GiB read once per launch, median of the repetitions. */
-static double bench_read(fi_runtime *rt) {
+double bench_read(fi_runtime *rt) {
   const size_t bytes = (size_t)1 << 30;
   CUdeviceptr a;
   CU_CHECK(&cu, cuMemAlloc(&a, bytes));

@@ -746,6 +746,114 @@ FT_TEST(decode_f16_many_chunks_one_kv_head) {
   run_case(&c);
 }
 
+/* fi_single_decode splits a long request over the SMs with its partials in scratch memory
+ * from a stream-ordered pool (runtime/rt_decode_single.c): against a float64 reference, split
+ * and with FI_DECODE_SINGLE_SPLIT=0; the two differ in their last bits (the partials are
+ * rounded to bf16), which shows the split ran; and a run captured in a CUDA graph (its
+ * scratch then allocation nodes) replays twice to the direct call's bits. */
+FT_TEST(decode_single_split_and_graph) {
+  FT_REQUIRE(setup() == 0);
+  FT_REQUIRE(gr.begin && gr.end && gr.inst && gr.launch, "graph API missing");
+  enum { HQ = 32, HKV = 8, D = 128, L = 8192 };
+  const int64_t nkv = (int64_t)L * HKV * D, nq = (int64_t)HQ * D;
+  uint16_t *hk = malloc((size_t)nkv * 2), *hv = malloc((size_t)nkv * 2), *hq = malloc((size_t)nq * 2);
+  FT_REQUIRE(hk && hv && hq);
+  for (int64_t i = 0; i < nkv; i++) {
+    put_random(hk, T_BF16, i, 1.0);
+    put_random(hv, T_BF16, i, 1.0);
+  }
+  for (int64_t i = 0; i < nq; i++) put_random(hq, T_BF16, i, 1.0);
+  /* float64 reference (NHD), lse in natural log */
+  double *ref = calloc((size_t)nq, sizeof(double)), *rlse = calloc(HQ, sizeof(double)), *sc = malloc(L * sizeof(double));
+  FT_REQUIRE(ref && rlse && sc);
+  for (int h = 0; h < HQ; h++) {
+    const int kh = h / (HQ / HKV);
+    double mx = -INFINITY, sum = 0;
+    for (int t = 0; t < L; t++) {
+      double a = 0;
+      for (int d = 0; d < D; d++)
+        a += g_get(hq, T_BF16, (int64_t)h * D + d) * g_get(hk, T_BF16, ((int64_t)t * HKV + kh) * D + d);
+      sc[t] = a / sqrt((double)D);
+      if (sc[t] > mx) mx = sc[t];
+    }
+    for (int t = 0; t < L; t++) {
+      const double w = exp(sc[t] - mx);
+      sum += w;
+      for (int d = 0; d < D; d++) ref[(int64_t)h * D + d] += w * g_get(hv, T_BF16, ((int64_t)t * HKV + kh) * D + d);
+    }
+    for (int d = 0; d < D; d++) ref[(int64_t)h * D + d] /= sum;
+    rlse[h] = mx + log(sum);
+  }
+  CUdeviceptr dk, dv, dq, dout, dl;
+  CU_CHECK(&cu, cuMemAlloc(&dk, (size_t)nkv * 2));
+  CU_CHECK(&cu, cuMemAlloc(&dv, (size_t)nkv * 2));
+  CU_CHECK(&cu, cuMemAlloc(&dq, (size_t)nq * 2));
+  CU_CHECK(&cu, cuMemAlloc(&dout, (size_t)nq * 2));
+  CU_CHECK(&cu, cuMemAlloc(&dl, HQ * 4));
+  CU_CHECK(&cu, cuMemcpyHtoD(dk, hk, (size_t)nkv * 2));
+  CU_CHECK(&cu, cuMemcpyHtoD(dv, hv, (size_t)nkv * 2));
+  CU_CHECK(&cu, cuMemcpyHtoD(dq, hq, (size_t)nq * 2));
+  int64_t qs[2] = {HQ, D}, ks[3] = {L, HKV, D}, ls[1] = {HQ};
+  DLTensor tq = g_tensor(dq, 0, 0, 2, qs, NULL), to = g_tensor(dout, 0, 0, 2, qs, NULL);
+  DLTensor tk = g_tensor(dk, 0, 0, 3, ks, NULL), tv = g_tensor(dv, 0, 0, 3, ks, NULL);
+  tq.dtype = to.dtype = tk.dtype = tv.dtype = tdl(T_BF16);
+  DLTensor tl = g_tensor(dl, 0, 2, 1, ls, NULL);
+  CUstream s;
+  CU_CHECK(&cu, cuStreamCreate(&s, 1));
+  uint16_t *got[4];
+  float lse[4][HQ];
+  /* 0: split (default), 1: FI_DECODE_SINGLE_SPLIT=0, 2 and 3: graph replays */
+  CUgraph g = NULL;
+  CUgraphExec ge = NULL;
+  for (int r = 0; r < 4; r++) {
+    got[r] = malloc((size_t)nq * 2);
+    FT_REQUIRE(got[r]);
+    CU_CHECK(&cu, cuMemsetD8(dout, 0xff, (size_t)nq * 2));
+    CU_CHECK(&cu, cuMemsetD8(dl, 0xff, HQ * 4));
+    CU_CHECK(&cu, cuCtxSynchronize());
+    fi_status st = FI_OK;
+    if (r == 1) setenv("FI_DECODE_SINGLE_SPLIT", "0", 1);
+    if (r < 2) {
+      st = fi_single_decode(rt, &tq, &tk, &tv, &to, &tl, FI_KV_LAYOUT_NHD, NULL, s);
+    } else {
+      if (r == 2) {
+        FT_REQUIRE(gr.begin(s, 2 /* relaxed */) == 0);
+        st = fi_single_decode(rt, &tq, &tk, &tv, &to, &tl, FI_KV_LAYOUT_NHD, NULL, s);
+        FT_REQUIRE(gr.end(s, &g) == 0);
+        FT_REQUIRE(st == FI_OK, "captured single decode: %s", fi_last_error());
+        FT_REQUIRE(gr.inst(&ge, g, 0) == 0);
+      }
+      FT_CHECK(gr.launch(ge, s) == 0);
+    }
+    unsetenv("FI_DECODE_SINGLE_SPLIT");
+    FT_CHECK(st == FI_OK, "single decode %d: %s", r, fi_last_error());
+    CU_CHECK(&cu, cuStreamSynchronize(s));
+    CU_CHECK(&cu, cuMemcpyDtoH(got[r], dout, (size_t)nq * 2));
+    CU_CHECK(&cu, cuMemcpyDtoH(lse[r], dl, HQ * 4));
+    double num = 0, den = 0, lerr = 0;
+    for (int64_t i = 0; i < nq; i++) {
+      const double x = g_get(got[r], T_BF16, i);
+      num += (x - ref[i]) * (x - ref[i]);
+      den += ref[i] * ref[i];
+    }
+    for (int h = 0; h < HQ; h++) lerr = fmax(lerr, fabs(lse[r][h] - rlse[h]));
+    fprintf(stderr, "  single decode L=%d 32/8 bf16, %s: rel err %.3g, lse err %.3g\n", L,
+            r == 0 ? "split" : r == 1 ? "unsplit" : "graph replay", relerr(num, den), lerr);
+    FT_CHECK(relerr(num, den) < 1e-2 && lerr < 1e-3, "single decode %d: rel err %.3g, lse err %.3g", r,
+             relerr(num, den), lerr);
+  }
+  FT_CHECK(memcmp(got[0], got[1], (size_t)nq * 2) != 0, "split and unsplit outputs are bitwise equal: no split ran");
+  FT_CHECK(memcmp(got[0], got[2], (size_t)nq * 2) == 0 && memcmp(got[0], got[3], (size_t)nq * 2) == 0,
+           "graph replays differ from the direct call");
+  if (ge) gr.exec_destroy(ge);
+  if (g) gr.destroy(g);
+  CU_CHECK(&cu, cuStreamDestroy(s));
+  CUdeviceptr fr[5] = {dk, dv, dq, dout, dl};
+  for (int i = 0; i < 5; i++) CU_CHECK(&cu, cuMemFree(fr[i]));
+  for (int r = 0; r < 4; r++) free(got[r]);
+  free(hk), free(hv), free(hq), free(ref), free(rlse), free(sc);
+}
+
 /* The tuning overrides (read at plan time) select other kernels and paths: each must
  * be as correct as the default. */
 FT_TEST(decode_tuning_variants) {

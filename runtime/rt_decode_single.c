@@ -1,0 +1,163 @@
+/* rt_decode_single.c: fi_single_decode: argument checks, and the launch, split over the
+ * tokens into one wave of blocks with the partials in stream-ordered scratch memory. */
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "decode_params.h"
+#include "ops_decode.h"
+#include "rt_decode.h"
+#include "rt_decode_args.h"
+#include "rt_internal.h"
+#include "rt_tensor.h"
+
+/* FI_DECODE_SINGLE_SPLIT=0 runs every single decode as one block a KV head (tuning and
+ * A/B; read at each call). */
+static int split_on(void) {
+  const char *e = getenv("FI_DECODE_SINGLE_SPLIT");
+  return !(e && e[0] == '0' && !e[1]);
+}
+
+static int64_t up256(int64_t x) { return (x + 255) & ~(int64_t)255; }
+
+/* The API has no workspace, and one block a KV head leaves most SMs idle at long
+ * lengths. So the launch splits the tokens into chunks as a batch plan splits a request
+ * (rt_single_decode_chunks: one wave of this kernel's blocks), and the chunks' partials
+ * and counters live in scratch allocated and freed on the caller's stream: calls on
+ * concurrent streams never share it, and a graph capture records it as allocation nodes.
+ * Where the backend has no scratch (ROCm, a driver without memory pools) or the
+ * allocation fails, the call runs unsplit. */
+static fi_status launch_split(fi_runtime *rt, int devtype, int device, const jit_key *key, fi_decode_params *kp,
+                              int64_t tokens, int64_t hq, int64_t D, void *stream) {
+  const rt_device_i *be;
+  void *state;
+  rt_kernel *k;
+  fi_status st = rt_dec_kernel(rt, devtype, device, key, &be, &state, &k);
+  if (st != FI_OK) return st;
+  const unsigned threads = 32u * (unsigned)key->v[DECODE_P_WARPS];
+  const int hkv = kp->num_kv_heads;
+  int n = 1, chunk = (int)tokens;
+  if (split_on() && tokens >= 512) { /* rt_single_decode_chunks' threshold: no occupancy query below */
+    int resident = 0;
+    if ((st = rt_kernel_resident(rt, k, (int)threads, &resident)) != FI_OK) return st;
+    n = rt_single_decode_chunks(tokens, hkv, resident, &chunk);
+  }
+  kp->num_items = 1;
+  kp->single_chunk = chunk;
+  void *scratch = NULL;
+  if (n > 1) {
+    const int64_t o_bytes = up256((int64_t)n * hq * D * 2), lse_bytes = up256((int64_t)n * hq * 4);
+    const int64_t bytes = o_bytes + lse_bytes + up256((int64_t)hkv * 4);
+    char err[512] = "";
+    const int rc = be->scratch_alloc(state, device, (size_t)bytes, stream, &scratch, err, sizeof err);
+    if (rc == 0) {
+      char *base = scratch;
+      kp->num_items = n;
+      kp->partial_o = base;
+      kp->partial_lse = (float *)(base + o_bytes);
+      kp->counters = (int32_t *)(base + o_bytes + lse_bytes);
+      if (be->memset32(state, device, kp->counters, 0, (size_t)hkv, stream, err, sizeof err) != 0) {
+        be->scratch_free(state, device, scratch, stream, err, sizeof err);
+        return rt_fail(FI_ERR_DEVICE, "fi_single_decode: clearing the split counters on %s device %d: %s",
+                       be->name, device, err);
+      }
+    } else {
+      if (rc < 0)
+        rt_log(rt, RT_LOG_WARN, "fi_single_decode: no scratch for %d chunks (%lld bytes), running unsplit: %s",
+               n, (long long)bytes, err);
+      scratch = NULL;
+      kp->single_chunk = (int)tokens;
+    }
+  }
+  rt_launch l = {{(unsigned)kp->num_items, (unsigned)hkv, 1}, {threads, 1, 1}, 0};
+  st = rt_launch_kernel(rt, k, &l, stream, kp, sizeof *kp);
+  if (scratch) {
+    char err[512] = "";
+    /* Freed in stream order after the launch (also after a failed one: nothing uses it). */
+    if (be->scratch_free(state, device, scratch, stream, err, sizeof err) != 0 && st == FI_OK)
+      st = rt_fail(FI_ERR_DEVICE, "fi_single_decode: freeing the split scratch on %s device %d: %s", be->name,
+                   device, err);
+  }
+  return st;
+}
+
+FI_API fi_status fi_single_decode(fi_runtime *rt, const DLTensor *q, const DLTensor *k,
+                                  const DLTensor *v, DLTensor *out, DLTensor *lse,
+                                  fi_kv_layout layout, const fi_attention_params *p,
+                                  void *stream) {
+  const char *fn = "fi_single_decode";
+  fi_status st;
+  char b1[32], b2[32];
+  fi_attention_params defaults;
+  if (!p) {
+    fi_attention_params_init(&defaults);
+    p = &defaults;
+  }
+  if (!rt) return rt_fail(FI_ERR_INVALID_ARGUMENT, "%s: rt is NULL", fn);
+  if ((st = rt_dec_check_qkvo(fn, q, k, v, out, 2, layout)) != FI_OK) return st;
+  const int qdt = rt_dec_dtype(q->dtype), kvdt = rt_dec_dtype(k->dtype);
+  if (qdt != JIT_DT_F16 && qdt != JIT_DT_BF16)
+    return rt_fail(FI_ERR_INVALID_ARGUMENT, "%s: q has dtype %s; float16 or bfloat16 is needed",
+                   fn, rt_dec_dtype_string(q->dtype, b1, sizeof b1));
+  if (rt_dec_dtype(v->dtype) != kvdt || v->dtype.bits != k->dtype.bits)
+    return rt_fail(FI_ERR_INVALID_ARGUMENT, "%s: v has dtype %s but k has %s", fn,
+                   rt_dec_dtype_string(v->dtype, b1, sizeof b1), rt_dec_dtype_string(k->dtype, b2, sizeof b2));
+  if (rt_dec_dtype(out->dtype) != qdt)
+    return rt_fail(FI_ERR_INVALID_ARGUMENT, "%s: out has dtype %s but q has %s", fn,
+                   rt_dec_dtype_string(out->dtype, b1, sizeof b1), rt_dec_dtype_string(q->dtype, b2, sizeof b2));
+  const int64_t hq = q->shape[0], D = q->shape[1];
+  const int64_t L = layout == FI_KV_LAYOUT_NHD ? k->shape[0] : k->shape[1];
+  const int64_t hkv = layout == FI_KV_LAYOUT_NHD ? k->shape[1] : k->shape[0];
+  if (hq > INT32_MAX || hkv > INT32_MAX || L > INT32_MAX || D > INT32_MAX)
+    return rt_fail(FI_ERR_INVALID_ARGUMENT, "%s: q or k has a dimension of 2^31 or more", fn);
+  if ((st = rt_dec_check_common(fn, (int)hq, (int)hkv, (int)D, qdt, kvdt, q->dtype, k->dtype, p)) != FI_OK)
+    return st;
+  const char *lname = layout == FI_KV_LAYOUT_NHD ? "[L, H_kv, head_dim] (NHD)" : "[H_kv, L, head_dim] (HND)";
+  if (k->shape[2] != D)
+    return rt_fail(FI_ERR_INVALID_ARGUMENT, "%s: k has head_dim %lld but q %lld", fn,
+                   (long long)k->shape[2], (long long)D);
+  if ((st = rt_dec_check_shape(fn, "v", v, 3, k->shape, lname)) != FI_OK) return st;
+  const int64_t oshape[2] = {hq, D};
+  if ((st = rt_dec_check_shape(fn, "out", out, 2, oshape, "q's shape")) != FI_OK) return st;
+  if (lse && (st = rt_dec_check_lse(fn, lse, q, 1, oshape)) != FI_OK) return st;
+  const int kvb = jit_dtype_bytes(kvdt), qb = jit_dtype_bytes(qdt);
+  if ((st = rt_dec_check_rows(fn, "q", q, qb)) != FI_OK || (st = rt_dec_check_rows(fn, "k", k, kvb)) != FI_OK ||
+      (st = rt_dec_check_rows(fn, "v", v, kvb)) != FI_OK || (st = rt_dec_check_rows(fn, "out", out, qb)) != FI_OK)
+    return st;
+  for (int d = 0; d < 2; d++)
+    if (k->shape[d] > 1 && rt_stride(k, d) != rt_stride(v, d))
+      return rt_fail(FI_ERR_INVALID_ARGUMENT,
+                     "%s: v has stride %lld in dimension %d but k %lld; k and v need equal strides",
+                     fn, (long long)rt_stride(v, d), d, (long long)rt_stride(k, d));
+  const DLTensor *ins[3] = {q, k, v};
+  static const char *const in_names[3] = {"q", "k", "v"};
+  if ((st = rt_dec_check_outputs_apart(fn, out, lse, ins, in_names, 3)) != FI_OK) return st;
+  if (hq == 0) return FI_OK;
+
+  fi_decode_params kp;
+  memset(&kp, 0, sizeof kp);
+  rt_dec_fill_scalars(&kp, p, (int)D, kvdt);
+  kp.q = rt_data(q);
+  kp.out = rt_data(out);
+  kp.lse = lse ? (float *)rt_data(lse) : NULL;
+  kp.k = rt_data(k);
+  kp.v = rt_data(v);
+  kp.q_stride[1] = rt_stride(q, 0);
+  kp.out_stride[1] = rt_stride(out, 0);
+  kp.lse_stride[1] = lse ? rt_stride(lse, 0) : 0;
+  const int sd = layout == FI_KV_LAYOUT_NHD ? 0 : 1, hd = 1 - sd;
+  kp.kv_stride_slot = rt_stride(k, sd);
+  kp.kv_stride_head = rt_stride(k, hd);
+  kp.num_items = 1;
+  kp.num_kv_heads = (int32_t)hkv;
+  kp.group = (int32_t)(hq / hkv);
+  kp.page_size = 1;
+  kp.kv_len = (int32_t)L;
+  kp.single_lo = p->window_left >= 0 && L - 1 - p->window_left > 0 ? (int32_t)(L - 1 - p->window_left) : 0;
+  jit_key key;
+  jit_decode_select(1, qdt, kvdt, (int)D, kp.group, p->pos_encoding == FI_POS_ROPE_LLAMA, 0, &key);
+  return launch_split(rt, q->device.device_type, q->device.device_id, &key, &kp, L - kp.single_lo, hq, D,
+                      stream);
+}
+
