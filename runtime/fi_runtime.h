@@ -273,8 +273,9 @@ FI_API void fi_attention_params_init(fi_attention_params *p);
 /** Decode attention for one request: q [H_qo, D], k and v [L, H_kv, D] (NHD) or
  * [H_kv, L, D] (HND), out [H_qo, D], lse [H_qo] or NULL; p NULL for the defaults. From
  * 512 attended tokens the tokens are split over the device (one wave of blocks), the
- * partials in scratch memory allocated and freed on `stream` (a graph capture records
- * allocation nodes); without stream-ordered memory pools, one block per KV head. */
+ * partials in scratch memory allocated and freed on `stream`; one block per KV head
+ * (unsplit) on a stream being captured into a graph, without stream-ordered memory pools
+ * (ROCm), if the scratch cannot be allocated, or with FI_DECODE_SINGLE_SPLIT=0. */
 FI_API fi_status fi_single_decode(fi_runtime *rt, const DLTensor *q, const DLTensor *k,
                                   const DLTensor *v, DLTensor *out, DLTensor *lse,
                                   fi_kv_layout layout, const fi_attention_params *p,

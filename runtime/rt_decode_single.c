@@ -25,9 +25,9 @@ static int64_t up256(int64_t x) { return (x + 255) & ~(int64_t)255; }
  * lengths. So the launch splits the tokens into chunks as a batch plan splits a request
  * (rt_single_decode_chunks: one wave of this kernel's blocks), and the chunks' partials
  * and counters live in scratch allocated and freed on the caller's stream: calls on
- * concurrent streams never share it, and a graph capture records it as allocation nodes.
- * Where the backend has no scratch (ROCm, a driver without memory pools) or the
- * allocation fails, the call runs unsplit. */
+ * concurrent streams never share it. Where the backend has none (ROCm, a driver without
+ * memory pools, a stream being captured into a graph) or the allocation fails, the call
+ * runs unsplit. */
 static fi_status launch_split(fi_runtime *rt, int devtype, int device, const jit_key *key, fi_decode_params *kp,
                               int64_t tokens, int64_t hq, int64_t D, void *stream) {
   const rt_device_i *be;

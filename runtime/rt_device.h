@@ -40,8 +40,8 @@ typedef struct rt_device_i {
                 void *params, size_t bytes, char *err, size_t errlen);
   /* Stream-ordered scratch memory (single decode's split partials): allocated and freed
    * on the caller's stream, from a pool of the backend's own that keeps what is freed, so
-   * calls on concurrent streams each get their own, and a graph capture records
-   * allocation nodes. 0 on success; 1: not supported here (the caller goes without);
+   * calls on concurrent streams each get their own. 0 on success; 1: none here (no pool
+   * support, or the stream is being captured into a graph: the caller goes without);
    * -1 with err. */
   int (*scratch_alloc)(void *state, int dev, size_t bytes, void *stream, void **ptr, char *err,
                        size_t errlen);

@@ -101,6 +101,7 @@ static struct {
   CUresult (*cuMemAllocFromPoolAsync)(CUdeviceptr *, size_t, CUmemoryPool, CUstream);
   CUresult (*cuMemFreeAsync)(CUdeviceptr, CUstream);
   CUresult (*cuMemsetD32Async)(CUdeviceptr, unsigned, size_t, CUstream);
+  CUresult (*cuStreamIsCapturing)(CUstream, int *);
 } api;
 
 #define SYM(n) {#n, (void **)&api.n, 0}
@@ -119,6 +120,7 @@ static const jit_dl_sym syms[] = {
     {"cuMemAllocFromPoolAsync", (void **)&api.cuMemAllocFromPoolAsync, 1},
     {"cuMemFreeAsync", (void **)&api.cuMemFreeAsync, 1},
     {"cuMemsetD32Async", (void **)&api.cuMemsetD32Async, 1},
+    {"cuStreamIsCapturing", (void **)&api.cuStreamIsCapturing, 1},
 };
 #define NSYMS ((int)(sizeof syms / sizeof syms[0]))
 
@@ -368,7 +370,8 @@ static int ensure_pool(cuda_state *s, int dev, char *err, size_t errlen) {
         !api.cuMemAllocFromPoolAsync || !api.cuMemFreeAsync || !api.cuMemsetD32Async ||
         api.cuDeviceGet(&d, dev) != 0 ||
         api.cuDeviceGetAttribute(&ok, CU_DEVICE_ATTRIBUTE_MEMORY_POOLS_SUPPORTED, d) != 0 || !ok) {
-      s->pool_state[dev] = -1; /* an old driver or a device without pools: no scratch */
+      /* an old driver or a device without pools: no scratch */
+      __atomic_store_n(&s->pool_state[dev], -1, __ATOMIC_RELEASE);
       rc = 1;
     } else {
       cu_pool_props pp;
@@ -377,13 +380,18 @@ static int ensure_pool(cuda_state *s, int dev, char *err, size_t errlen) {
       pp.location_type = CU_MEM_LOCATION_TYPE_DEVICE;
       pp.location_id = dev;
       unsigned long long keep = ~0ull;
+      /* A pool that cannot be made now is not tried again (one warning, not one a call):
+       * the calls run unsplit. */
       if ((r = api.cuMemPoolCreate(&s->pool[dev], &pp)) != 0) {
         cu_msg(r, "cuMemPoolCreate", err, errlen);
+        s->pool[dev] = NULL;
+        __atomic_store_n(&s->pool_state[dev], -1, __ATOMIC_RELEASE);
         rc = -1;
       } else if ((r = api.cuMemPoolSetAttribute(s->pool[dev], CU_MEMPOOL_ATTR_RELEASE_THRESHOLD, &keep)) != 0) {
         cu_msg(r, "cuMemPoolSetAttribute(RELEASE_THRESHOLD)", err, errlen);
         api.cuMemPoolDestroy(s->pool[dev]);
         s->pool[dev] = NULL;
+        __atomic_store_n(&s->pool_state[dev], -1, __ATOMIC_RELEASE);
         rc = -1;
       } else {
         __atomic_store_n(&s->pool_state[dev], 1, __ATOMIC_RELEASE);
@@ -396,10 +404,21 @@ static int ensure_pool(cuda_state *s, int dev, char *err, size_t errlen) {
   return rc;
 }
 
+/* Not on a stream being captured: a graph with allocation nodes may have one instantiation
+ * at a time and cannot be cloned or nested as other graphs can, and the pool would be
+ * made inside the capture. Captured calls run unsplit (1). */
 static int scratch_alloc(void *state, int dev, size_t bytes, void *stream, void **ptr, char *err,
                          size_t errlen) {
   cuda_state *s = state;
   if (ensure_device(s, dev, err, errlen) != 0) return -1;
+  int capturing = 1; /* unknown (no entry point, or an error such as an implicit capture) */
+  if (api.cuStreamIsCapturing) {
+    int pushed;
+    if (enter(s, dev, &pushed, err, errlen) != 0) return -1;
+    if (api.cuStreamIsCapturing(stream, &capturing) != 0) capturing = 1;
+    leave(pushed);
+  }
+  if (capturing) return 1;
   int rc = ensure_pool(s, dev, err, errlen);
   if (rc != 0) return rc;
   int pushed;
