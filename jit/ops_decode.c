@@ -46,8 +46,8 @@ void jit_decode_select(int single, int dtype_q, int dtype_kv, int head_dim, int 
    * nvcc build of the same kernel: B=64 L=4096 4.23 TB/s with 4 warps capped against
    * 3.92 with 2 warps and two buffers; B=128 L=1024 4.12 with 2 warps capped against
    * 4.01-4.03 with 1 warp and two buffers. (Head_dim 64 capped spills 192 bytes.) Single
-   * decode, a block per KV head, keeps two buffers: few blocks want loads in flight a warp,
-   * not warps an SM (batch decode of one request: 23.4 us capped against 20.8).
+   * decode keeps two buffers: split, it is batch decode of one request, where few blocks
+   * want loads in flight a warp, not warps an SM (23.4 us capped against 20.8).
    * Batch decode with 16 rows and no RoPE takes two buffers too, though ptxas spills 16-80
    * bytes there (255 registers): the one-buffer kernel has the same 8 warps an SM and half
    * the loads in flight. H200, bf16, default against two buffers: 128/8 B=32 L=4096 2.90
