@@ -81,7 +81,12 @@ int64_t rt_decode_partition(int batch, const int32_t *indptr, const int32_t *las
                             int page_size, int window_left, int64_t target, int32_t *items,
                             int64_t max_items, int *chunk_pages);
 
-/* Single decode's split: from 512 tokens attended (L, or the window), cut into at most one
+/* Below this many attended tokens single decode runs unsplit: the split's fixed costs (a
+ * memset and the merge) eat its gain. H100, 32/8 bf16: 512 tokens 14.1 us split against
+ * 14.7, 2048 15.8 against 43.6, 8192 25.1 against 154.9 (BENCHMARKS.md, 2026-12-06). */
+#define RT_SINGLE_SPLIT_MIN_TOKENS 512
+
+/* Single decode's split: from RT_SINGLE_SPLIT_MIN_TOKENS tokens attended (L, or the window), cut into at most one
  * wave of `resident` blocks over num_kv_heads heads, each chunk at least MIN_CHUNK_TOKENS
  * and a multiple of 32 tokens (a warp step), the last one the rest. Returns the chunk
  * count (1: no split; at most 0x7fff) and *chunk_tokens. */

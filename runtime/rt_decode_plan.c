@@ -113,14 +113,9 @@ int64_t rt_decode_target_items(int64_t slots, int num_kv_heads) {
   return t > 0 ? t : 1;
 }
 
-/* Below this many tokens single decode runs unsplit: the split's fixed costs (a memset
- * and the merge) eat its gain. H100, 32/8 bf16: 512 tokens 14.1 us split against 14.7,
- * 2048 15.8 against 43.6, 8192 25.1 against 154.9 (BENCHMARKS.md, 2026-12-06). */
-#define SINGLE_SPLIT_MIN_TOKENS 512
-
 int rt_single_decode_chunks(int64_t tokens, int num_kv_heads, int64_t resident, int *chunk_tokens) {
   const int64_t t = tokens > 0 ? tokens : 0;
-  int64_t n = t < SINGLE_SPLIT_MIN_TOKENS ? 1 : rt_decode_target_items(resident, num_kv_heads),
+  int64_t n = t < RT_SINGLE_SPLIT_MIN_TOKENS ? 1 : rt_decode_target_items(resident, num_kv_heads),
           most = t / MIN_CHUNK_TOKENS;
   if (n > most) n = most;
   if (n > 0x7fff) n = 0x7fff;

@@ -38,13 +38,12 @@ static fi_status launch_split(fi_runtime *rt, int devtype, int device, const jit
   const unsigned threads = 32u * (unsigned)key->v[DECODE_P_WARPS];
   const int hkv = kp->num_kv_heads;
   int n = 1, chunk = (int)tokens;
-  if (split_on() && tokens >= 512) { /* rt_single_decode_chunks' threshold: no occupancy query below */
+  if (split_on() && tokens >= RT_SINGLE_SPLIT_MIN_TOKENS) { /* no occupancy query below */
     int resident = 0;
     if ((st = rt_kernel_resident(rt, k, (int)threads, &resident)) != FI_OK) return st;
     n = rt_single_decode_chunks(tokens, hkv, resident, &chunk);
   }
-  kp->num_items = 1;
-  kp->single_chunk = chunk;
+  kp->single_chunk = chunk; /* (one chunk: the kernel reads to kv_len) */
   void *scratch = NULL;
   if (n > 1) {
     const int64_t o_bytes = up256((int64_t)n * hq * D * 2), lse_bytes = up256((int64_t)n * hq * 4);
@@ -67,7 +66,6 @@ static fi_status launch_split(fi_runtime *rt, int devtype, int device, const jit
         rt_log(rt, RT_LOG_WARN, "fi_single_decode: no scratch for %d chunks (%lld bytes), running unsplit: %s",
                n, (long long)bytes, err);
       scratch = NULL;
-      kp->single_chunk = (int)tokens;
     }
   }
   rt_launch l = {{(unsigned)kp->num_items, (unsigned)hkv, 1}, {threads, 1, 1}, 0};

@@ -359,7 +359,8 @@ static int launch(void *state, int dev, void *fn, const rt_launch *l, void *stre
  * is the application's): it keeps what is freed (release threshold: all), so that a
  * scratch allocation after a synchronization costs no new mapping. */
 static int ensure_pool(cuda_state *s, int dev, char *err, size_t errlen) {
-  if (__atomic_load_n(&s->pool_state[dev], __ATOMIC_ACQUIRE)) return s->pool_state[dev] > 0 ? 0 : 1;
+  int st = __atomic_load_n(&s->pool_state[dev], __ATOMIC_ACQUIRE);
+  if (st) return st > 0 ? 0 : 1;
   pthread_mutex_lock(&s->mu);
   int rc = 0;
   if (!s->pool_state[dev]) {
@@ -370,9 +371,7 @@ static int ensure_pool(cuda_state *s, int dev, char *err, size_t errlen) {
         !api.cuMemAllocFromPoolAsync || !api.cuMemFreeAsync || !api.cuMemsetD32Async ||
         api.cuDeviceGet(&d, dev) != 0 ||
         api.cuDeviceGetAttribute(&ok, CU_DEVICE_ATTRIBUTE_MEMORY_POOLS_SUPPORTED, d) != 0 || !ok) {
-      /* an old driver or a device without pools: no scratch */
-      __atomic_store_n(&s->pool_state[dev], -1, __ATOMIC_RELEASE);
-      rc = 1;
+      rc = 1; /* an old driver or a device without pools: no scratch */
     } else {
       cu_pool_props pp;
       memset(&pp, 0, sizeof pp);
@@ -380,23 +379,20 @@ static int ensure_pool(cuda_state *s, int dev, char *err, size_t errlen) {
       pp.location_type = CU_MEM_LOCATION_TYPE_DEVICE;
       pp.location_id = dev;
       unsigned long long keep = ~0ull;
-      /* A pool that cannot be made now is not tried again (one warning, not one a call):
-       * the calls run unsplit. */
       if ((r = api.cuMemPoolCreate(&s->pool[dev], &pp)) != 0) {
         cu_msg(r, "cuMemPoolCreate", err, errlen);
         s->pool[dev] = NULL;
-        __atomic_store_n(&s->pool_state[dev], -1, __ATOMIC_RELEASE);
         rc = -1;
       } else if ((r = api.cuMemPoolSetAttribute(s->pool[dev], CU_MEMPOOL_ATTR_RELEASE_THRESHOLD, &keep)) != 0) {
         cu_msg(r, "cuMemPoolSetAttribute(RELEASE_THRESHOLD)", err, errlen);
         api.cuMemPoolDestroy(s->pool[dev]);
         s->pool[dev] = NULL;
-        __atomic_store_n(&s->pool_state[dev], -1, __ATOMIC_RELEASE);
         rc = -1;
-      } else {
-        __atomic_store_n(&s->pool_state[dev], 1, __ATOMIC_RELEASE);
       }
     }
+    /* A pool that cannot be made now is not tried again (one warning, not one a call):
+     * the calls run unsplit. */
+    __atomic_store_n(&s->pool_state[dev], rc == 0 ? 1 : -1, __ATOMIC_RELEASE);
   } else {
     rc = s->pool_state[dev] > 0 ? 0 : 1;
   }
@@ -411,27 +407,23 @@ static int scratch_alloc(void *state, int dev, size_t bytes, void *stream, void 
                          size_t errlen) {
   cuda_state *s = state;
   if (ensure_device(s, dev, err, errlen) != 0) return -1;
-  int capturing = 1; /* unknown (no entry point, or an error such as an implicit capture) */
-  if (api.cuStreamIsCapturing) {
-    int pushed;
-    if (enter(s, dev, &pushed, err, errlen) != 0) return -1;
-    if (api.cuStreamIsCapturing(stream, &capturing) != 0) capturing = 1;
-    leave(pushed);
-  }
-  if (capturing) return 1;
-  int rc = ensure_pool(s, dev, err, errlen);
-  if (rc != 0) return rc;
   int pushed;
   if (enter(s, dev, &pushed, err, errlen) != 0) return -1;
-  CUdeviceptr p = 0;
-  CUresult r = api.cuMemAllocFromPoolAsync(&p, bytes, s->pool[dev], stream);
-  leave(pushed);
-  if (r != 0) {
-    cu_msg(r, "cuMemAllocFromPoolAsync", err, errlen);
-    return -1;
+  int capturing = 1; /* unknown (no entry point, or an error such as an implicit capture) */
+  if (api.cuStreamIsCapturing && api.cuStreamIsCapturing(stream, &capturing) != 0) capturing = 1;
+  int rc = capturing ? 1 : ensure_pool(s, dev, err, errlen);
+  CUresult r = 0;
+  if (rc == 0) {
+    CUdeviceptr p = 0;
+    if ((r = api.cuMemAllocFromPoolAsync(&p, bytes, s->pool[dev], stream)) != 0) {
+      cu_msg(r, "cuMemAllocFromPoolAsync", err, errlen);
+      rc = -1;
+    } else {
+      *ptr = (void *)(uintptr_t)p;
+    }
   }
-  *ptr = (void *)(uintptr_t)p;
-  return 0;
+  leave(pushed);
+  return rc;
 }
 
 static int scratch_free(void *state, int dev, void *ptr, void *stream, char *err, size_t errlen) {

@@ -21,6 +21,9 @@ double median(double *v, int n); /* sorts v */
  * repetition r), so a run can rotate its inputs across repetitions, not only within one. */
 typedef void (*run_fn)(void *ctx, int call);
 double time_runs(run_fn run, void *ctx, int n, int reps);
+/* Back-to-back runs a timing of a kernel moving `bytes` a run takes: about 200 MB in all,
+ * 3 to 50 runs. */
+int runs_for_bytes(double bytes);
 /* A device tensor of f16 (dt 0), bf16 (1) or f32 (2); shape is kept, not copied. */
 DLTensor tensor(CUdeviceptr p, int dt, int ndim, int64_t *shape);
 const char *dtname(int dt);

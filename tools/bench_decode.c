@@ -28,6 +28,11 @@ static void probe_run(void *c, int call) {
   fi_admin_read_probe(p->rt, &p->w[call % p->nw], 0, NULL);
 }
 
+int runs_for_bytes(double bytes) {
+  const int n = (int)(2e8 / bytes);
+  return n < 3 ? 3 : n > 50 ? 50 : n;
+}
+
 /* Read bandwidth: 1 GiB read once per launch, median of the repetitions. */
 double bench_read(fi_runtime *rt) {
   const size_t bytes = (size_t)1 << 30;
@@ -213,9 +218,7 @@ static double bench_one(fi_runtime *rt, const dcfg *c, double read_tbs) {
   } else {
     CU_CHECK(&cu, cuCtxSynchronize());
     const double kvb = 2.0 * (double)B * L * c->hkv * D * es, bytes = kvb + 2.0 * (double)qbytes;
-    int batch = (int)(2e8 / bytes);
-    if (batch < 3) batch = 3;
-    if (batch > 50) batch = 50;
+    const int batch = runs_for_bytes(bytes);
     run_ctx rc = {rt, plan, &tq, &tk, &tv, &tip, tix, &tlp, &to, lay, sets, 0};
     const char *gap = getenv("FI_BENCH_DECODE_GAP");
     if (gap && gap[0] == '1') CU_CHECK(&cu, cuMemAlloc(&rc.gap, 512));

@@ -34,9 +34,7 @@ static double time_case(sctx *x, double bytes) {
     return 0;
   }
   CU_CHECK(&cu, cuCtxSynchronize());
-  int n = (int)(2e8 / bytes);
-  n = n < 3 ? 3 : n > 50 ? 50 : n;
-  return time_runs(single_run, x, n, quick ? 3 : 9) * 1e3;
+  return time_runs(single_run, x, runs_for_bytes(bytes), quick ? 3 : 9) * 1e3;
 }
 
 static void bench_single(fi_runtime *rt, double copy) {
