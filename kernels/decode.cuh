@@ -131,6 +131,101 @@ FI_DEVICE void decode_enter(const fi_decode_params &p, int hkv) {
   fi_pdl_enter();
 }
 
+// The merge of a split (request, KV head): its nchunks partials from item `first` into
+// out and lse, by one block of THREADS threads (the last chunk's block in batch decode,
+// the merge launch in single decode).
+template <typename QT, int D, int THREADS>
+FI_DEVICE void split_merge(const fi_decode_params &p, int b, int head0, int GE, int64_t hq, int first,
+                           int nchunks) {
+  const int tid = threadIdx.x;
+  const float LN2 = 0.6931471805599453f;
+  // Per (row, 8 dims) unit, the chunks in batches of MB: a batch's loads all go out
+  // before any is used (one L2 round trip a batch, not one a chunk; 16: B = 1's 32
+  // chunks in one round trip on the two threads a unit of 4-warp blocks). When the block
+  // has threads to spare, Q threads share a unit's chunks and combine through shared memory.
+  constexpr int MB = 16;
+  const int U = GE * (D / 8), Q = U < THREADS ? THREADS / U : 1;
+  __shared__ float s_pm[THREADS], s_ps[THREADS], s_pa[THREADS][9];
+  for (int u0 = 0; u0 < U; u0 += THREADS) {
+    const int uq = u0 + (Q > 1 ? tid % U : tid), q = Q > 1 ? tid / U : 0;
+    const bool active = uq < U && q < Q;
+    const int r = uq / (D / 8), d8 = (uq - r * (D / 8)) * 8;
+    float mx = neg_inf(), sw = 0.0f, acc[8];
+#pragma unroll
+    for (int e = 0; e < 8; e++) acc[e] = 0.0f;
+    if (active) {
+      for (int i0 = q; i0 < nchunks; i0 += MB * Q) {
+        float l[MB];
+        uint32_t x[MB][4];  // 8 dims of the output dtype, widened as they are used
+#pragma unroll
+        for (int j = 0; j < MB; j++) {
+          const int i = i0 + j * Q;
+          if (i < nchunks) {
+            const int64_t row = (int64_t)(first + i) * hq + head0 + r;
+            l[j] = ldcg(p.partial_lse + row);
+            ldcg16(static_cast<const QT *>(p.partial_o) + row * D + d8, x[j]);
+          } else {
+            l[j] = neg_inf();
+#pragma unroll
+            for (int e = 0; e < 4; e++) x[j][e] = 0u;
+          }
+        }
+        float mn = mx;
+#pragma unroll
+        for (int j = 0; j < MB; j++) mn = fmaxf(mn, l[j]);
+        const float mu = mn == neg_inf() ? 0.0f : mn, a = ex2(mx - mu);
+        sw *= a;
+#pragma unroll
+        for (int e = 0; e < 8; e++) acc[e] *= a;
+#pragma unroll
+        for (int j = 0; j < MB; j++) {
+          const float w = ex2(l[j] - mu);
+          sw += w;
+#pragma unroll
+          for (int e = 0; e < 4; e++) {
+            acc[2 * e] = fmaf(w, w16<QT>::lo(x[j][e]), acc[2 * e]);
+            acc[2 * e + 1] = fmaf(w, w16<QT>::hi(x[j][e]), acc[2 * e + 1]);
+          }
+        }
+        mx = mn;
+      }
+    }
+    if (Q > 1) {
+      s_pm[tid] = mx;
+      s_ps[tid] = sw;
+#pragma unroll
+      for (int e = 0; e < 8; e++) s_pa[tid][e] = acc[e];
+      __syncthreads();
+      if (tid < U) {
+        float m2 = neg_inf();
+        for (int j = 0; j < Q; j++) m2 = fmaxf(m2, s_pm[j * U + tid]);
+        const float mu = m2 == neg_inf() ? 0.0f : m2;
+        sw = 0.0f;
+#pragma unroll
+        for (int e = 0; e < 8; e++) acc[e] = 0.0f;
+        for (int j = 0; j < Q; j++) {
+          const float a = ex2(s_pm[j * U + tid] - mu);
+          sw += a * s_ps[j * U + tid];
+#pragma unroll
+          for (int e = 0; e < 8; e++) acc[e] += a * s_pa[j * U + tid][e];
+        }
+        mx = m2;
+      }
+    }
+    if (uq < U && (Q == 1 || tid < U)) {
+      const float inv = sw > 0.0f ? 1.0f / sw : 0.0f;
+      fi_vec<QT, 8> y;
+#pragma unroll
+      for (int e = 0; e < 8; e++) y.v[e] = fi_from_float<QT>(acc[e] * inv);
+      QT *orow = static_cast<QT *>(p.out) + (int64_t)b * p.out_stride[0] + (int64_t)(head0 + r) * p.out_stride[1];
+      *reinterpret_cast<fi_vec<QT, 8> *>(orow + d8) = y;
+      if (p.lse && d8 == 0)
+        p.lse[(int64_t)b * p.lse_stride[0] + (int64_t)(head0 + r) * p.lse_stride[1]] =
+            sw > 0.0f ? (mx + log2f(sw)) * LN2 : neg_inf();
+    }
+  }
+}
+
 // QT: q/out dtype; KVT: cache dtype; D: head_dim; GM: rows of the group (8 or 16);
 // PF: 1 loads the whole next step while this one computes (two register buffers),
 // 0 loads the next step's K while this step's V is used (one buffer); ROPE: RoPE on
@@ -177,6 +272,10 @@ FI_DEVICE void decode_heads(const fi_decode_params &p) {
   float wide = 1.0f;
   if constexpr (same<KVT, fi_e4m3>::value) wide = KV::E4M3_WIDE;
   const float scale_log2 = p.scale_log2 * wide, cap_pre = p.cap_pre * wide, v_scale = p.v_scale * wide;
+  if (SINGLE && p.single_merge) {  // single decode's merge launch (grid 1 x H_kv), after the chunks'
+    split_merge<QT, D, THREADS>(p, 0, hkv * G, GE, (int64_t)p.num_kv_heads * G, 0, p.num_items);
+    return;
+  }
 
   // ---- the work item ----
   int b = 0, lo, hi, chunk = 0, nchunks = 1, kv_len;
@@ -713,6 +812,8 @@ FI_DEVICE void decode_heads(const fi_decode_params &p) {
       p.partial_lse[(int64_t)item * hq + head0 + tid] = ds > 0.0f ? s_fm[tid] + log2f(ds) : neg_inf();
     }
   }
+  // Single decode: a second launch merges (no counters, so nothing to clear before this one).
+  if (SINGLE) return;
   split_publish();
   __syncthreads();
   int32_t *counter = p.counters + (int64_t)b * p.num_kv_heads + hkv;
@@ -721,92 +822,7 @@ FI_DEVICE void decode_heads(const fi_decode_params &p) {
   if (!s_last) return;
   split_acquired();
   if (tid == 0) *counter = 0;  // ready for the next run
-  const int first = item - chunk;
-  // Per (row, 8 dims) unit, the chunks in batches of MB: a batch's loads all go out
-  // before any is used (one L2 round trip a batch, not one a chunk; 16: B = 1's 32
-  // chunks in one round trip on the two threads a unit of 4-warp blocks). When the block
-  // has threads to spare, Q threads share a unit's chunks and combine through shared memory.
-  constexpr int MB = 16;
-  const int U = GE * (D / 8), Q = U < THREADS ? THREADS / U : 1;
-  __shared__ float s_pm[THREADS], s_ps[THREADS], s_pa[THREADS][9];
-  for (int u0 = 0; u0 < U; u0 += THREADS) {
-    const int uq = u0 + (Q > 1 ? tid % U : tid), q = Q > 1 ? tid / U : 0;
-    const bool active = uq < U && q < Q;
-    const int r = uq / (D / 8), d8 = (uq - r * (D / 8)) * 8;
-    float mx = neg_inf(), sw = 0.0f, acc[8];
-#pragma unroll
-    for (int e = 0; e < 8; e++) acc[e] = 0.0f;
-    if (active) {
-      for (int i0 = q; i0 < nchunks; i0 += MB * Q) {
-        float l[MB];
-        uint32_t x[MB][4];  // 8 dims of the output dtype, widened as they are used
-#pragma unroll
-        for (int j = 0; j < MB; j++) {
-          const int i = i0 + j * Q;
-          if (i < nchunks) {
-            const int64_t row = (int64_t)(first + i) * hq + head0 + r;
-            l[j] = ldcg(p.partial_lse + row);
-            ldcg16(static_cast<const QT *>(p.partial_o) + row * D + d8, x[j]);
-          } else {
-            l[j] = neg_inf();
-#pragma unroll
-            for (int e = 0; e < 4; e++) x[j][e] = 0u;
-          }
-        }
-        float mn = mx;
-#pragma unroll
-        for (int j = 0; j < MB; j++) mn = fmaxf(mn, l[j]);
-        const float mu = mn == neg_inf() ? 0.0f : mn, a = ex2(mx - mu);
-        sw *= a;
-#pragma unroll
-        for (int e = 0; e < 8; e++) acc[e] *= a;
-#pragma unroll
-        for (int j = 0; j < MB; j++) {
-          const float w = ex2(l[j] - mu);
-          sw += w;
-#pragma unroll
-          for (int e = 0; e < 4; e++) {
-            acc[2 * e] = fmaf(w, w16<QT>::lo(x[j][e]), acc[2 * e]);
-            acc[2 * e + 1] = fmaf(w, w16<QT>::hi(x[j][e]), acc[2 * e + 1]);
-          }
-        }
-        mx = mn;
-      }
-    }
-    if (Q > 1) {
-      s_pm[tid] = mx;
-      s_ps[tid] = sw;
-#pragma unroll
-      for (int e = 0; e < 8; e++) s_pa[tid][e] = acc[e];
-      __syncthreads();
-      if (tid < U) {
-        float m2 = neg_inf();
-        for (int j = 0; j < Q; j++) m2 = fmaxf(m2, s_pm[j * U + tid]);
-        const float mu = m2 == neg_inf() ? 0.0f : m2;
-        sw = 0.0f;
-#pragma unroll
-        for (int e = 0; e < 8; e++) acc[e] = 0.0f;
-        for (int j = 0; j < Q; j++) {
-          const float a = ex2(s_pm[j * U + tid] - mu);
-          sw += a * s_ps[j * U + tid];
-#pragma unroll
-          for (int e = 0; e < 8; e++) acc[e] += a * s_pa[j * U + tid][e];
-        }
-        mx = m2;
-      }
-    }
-    if (uq < U && (Q == 1 || tid < U)) {
-      const float inv = sw > 0.0f ? 1.0f / sw : 0.0f;
-      fi_vec<QT, 8> y;
-#pragma unroll
-      for (int e = 0; e < 8; e++) y.v[e] = fi_from_float<QT>(acc[e] * inv);
-      QT *orow = static_cast<QT *>(p.out) + (int64_t)b * p.out_stride[0] + (int64_t)(head0 + r) * p.out_stride[1];
-      *reinterpret_cast<fi_vec<QT, 8> *>(orow + d8) = y;
-      if (p.lse && d8 == 0)
-        p.lse[(int64_t)b * p.lse_stride[0] + (int64_t)(head0 + r) * p.lse_stride[1]] =
-            sw > 0.0f ? (mx + log2f(sw)) * LN2 : neg_inf();
-    }
-  }
+  split_merge<QT, D, THREADS>(p, b, head0, GE, hq, item - chunk, nchunks);
 }
 
 // The kernel: KV head pairs where the plan asks for them and the cache allows them.

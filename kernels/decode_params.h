@@ -7,7 +7,7 @@
 #include "fi_params.h"
 
 /* Bump when a struct below changes layout (the template hash changes too). */
-#define FI_DECODE_ABI_VERSION 5
+#define FI_DECODE_ABI_VERSION 6
 
 /* Most head_dim / 2 RoPE frequencies carried in the parameters. */
 #define FI_DECODE_MAX_FREQ 128
@@ -68,11 +68,12 @@ typedef struct fi_decode_params {
   float v_scale;            /* output multiplier (fp8 V scale) */
   float rope_freq[FI_DECODE_MAX_FREQ]; /* RoPE inverse frequencies, head_dim / 2 used */
   /* Single decode split into num_items chunks (grid x): single_chunk tokens each from
-   * single_lo, the last to kv_len; the partials go to partial_o / partial_lse and
-   * counters[H_kv] (zero before the launch) as a batch request's. Last, so that batch
-   * decode's fields keep their offsets. */
+   * single_lo, the last to kv_len; each chunk's block writes its partial to partial_o /
+   * partial_lse (as a batch request's) and ends. A second launch of the same kernel with
+   * single_merge = 1 (grid 1 x H_kv) merges them into out and lse; counters are unused.
+   * Last, so that batch decode's fields keep their offsets. */
   int32_t single_chunk;
-  int32_t pad_;
+  int32_t single_merge;
 } fi_decode_params;
 
 /* Plan upload: dst[i] = data[i] (i < n) or, with fill set, dst[i] = fill_value (i < n).

@@ -24,10 +24,13 @@ static int64_t up256(int64_t x) { return (x + 255) & ~(int64_t)255; }
 /* The API has no workspace, and one block a KV head leaves most SMs idle at long
  * lengths. So the launch splits the tokens into chunks as a batch plan splits a request
  * (rt_single_decode_chunks: one wave of this kernel's blocks), and the chunks' partials
- * and counters live in scratch allocated and freed on the caller's stream: calls on
- * concurrent streams never share it. Where the backend has none (ROCm, a driver without
- * memory pools, a stream being captured into a graph) or the allocation fails, the call
- * runs unsplit. */
+ * live in scratch allocated and freed on the caller's stream: calls on concurrent
+ * streams never share it. A second launch of the same kernel (single_merge, one block a
+ * KV head) merges them. Unlike batch decode's last-block merge, this needs no counters,
+ * which fresh scratch would need cleared by a memset before every call; that memset also
+ * kept the kernel from starting early behind the previous one (PDL). Where the backend
+ * has no scratch (ROCm, a driver without memory pools, a stream being captured into a
+ * graph) or the allocation fails, the call runs unsplit. */
 static fi_status launch_split(fi_runtime *rt, int devtype, int device, const jit_key *key, fi_decode_params *kp,
                               int64_t tokens, int64_t hq, int64_t D, void *stream) {
   const rt_device_i *be;
@@ -46,21 +49,14 @@ static fi_status launch_split(fi_runtime *rt, int devtype, int device, const jit
   kp->single_chunk = chunk; /* (one chunk: the kernel reads to kv_len) */
   void *scratch = NULL;
   if (n > 1) {
-    const int64_t o_bytes = up256((int64_t)n * hq * D * 2), lse_bytes = up256((int64_t)n * hq * 4);
-    const int64_t bytes = o_bytes + lse_bytes + up256((int64_t)hkv * 4);
+    const int64_t o_bytes = up256((int64_t)n * hq * D * 2);
+    const int64_t bytes = o_bytes + up256((int64_t)n * hq * 4);
     char err[512] = "";
     const int rc = be->scratch_alloc(state, device, (size_t)bytes, stream, &scratch, err, sizeof err);
     if (rc == 0) {
-      char *base = scratch;
       kp->num_items = n;
-      kp->partial_o = base;
-      kp->partial_lse = (float *)(base + o_bytes);
-      kp->counters = (int32_t *)(base + o_bytes + lse_bytes);
-      if (be->memset32(state, device, kp->counters, 0, (size_t)hkv, stream, err, sizeof err) != 0) {
-        be->scratch_free(state, device, scratch, stream, err, sizeof err);
-        return rt_fail(FI_ERR_DEVICE, "fi_single_decode: clearing the split counters on %s device %d: %s",
-                       be->name, device, err);
-      }
+      kp->partial_o = scratch;
+      kp->partial_lse = (float *)((char *)scratch + o_bytes);
     } else {
       if (rc < 0)
         rt_log(rt, RT_LOG_WARN, "fi_single_decode: no scratch for %d chunks (%lld bytes), running unsplit: %s",
@@ -71,8 +67,13 @@ static fi_status launch_split(fi_runtime *rt, int devtype, int device, const jit
   rt_launch l = {{(unsigned)kp->num_items, (unsigned)hkv, 1}, {threads, 1, 1}, 0};
   st = rt_launch_kernel(rt, k, &l, stream, kp, sizeof *kp);
   if (scratch) {
+    if (st == FI_OK) {
+      kp->single_merge = 1;
+      l.grid[0] = 1;
+      st = rt_launch_kernel(rt, k, &l, stream, kp, sizeof *kp);
+    }
     char err[512] = "";
-    /* Freed in stream order after the launch (also after a failed one: nothing uses it). */
+    /* Freed in stream order after the launches (also after a failed one: nothing uses it). */
     if (be->scratch_free(state, device, scratch, stream, err, sizeof err) != 0 && st == FI_OK)
       st = rt_fail(FI_ERR_DEVICE, "fi_single_decode: freeing the split scratch on %s device %d: %s", be->name,
                    device, err);

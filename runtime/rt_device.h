@@ -6,7 +6,7 @@
 #include <stddef.h>
 #include <stdlib.h>
 
-#define RT_DEVICE_IFACE_VERSION 2
+#define RT_DEVICE_IFACE_VERSION 3
 #define RT_MAX_DEVICES 64
 
 /* Launch geometry of one call. */
@@ -46,9 +46,6 @@ typedef struct rt_device_i {
   int (*scratch_alloc)(void *state, int dev, size_t bytes, void *stream, void **ptr, char *err,
                        size_t errlen);
   int (*scratch_free)(void *state, int dev, void *ptr, void *stream, char *err, size_t errlen);
-  /* n 32-bit words at ptr set to value, in stream order. */
-  int (*memset32)(void *state, int dev, void *ptr, unsigned value, size_t n, void *stream, char *err,
-                  size_t errlen);
   /* Creates and frees the backend's per-runtime state. */
   void *(*create)(void);
   void (*destroy)(void *state);

@@ -100,7 +100,6 @@ static struct {
   CUresult (*cuMemPoolSetAttribute)(CUmemoryPool, int, void *);
   CUresult (*cuMemAllocFromPoolAsync)(CUdeviceptr *, size_t, CUmemoryPool, CUstream);
   CUresult (*cuMemFreeAsync)(CUdeviceptr, CUstream);
-  CUresult (*cuMemsetD32Async)(CUdeviceptr, unsigned, size_t, CUstream);
   CUresult (*cuStreamIsCapturing)(CUstream, int *);
 } api;
 
@@ -119,7 +118,6 @@ static const jit_dl_sym syms[] = {
     {"cuMemPoolSetAttribute", (void **)&api.cuMemPoolSetAttribute, 1},
     {"cuMemAllocFromPoolAsync", (void **)&api.cuMemAllocFromPoolAsync, 1},
     {"cuMemFreeAsync", (void **)&api.cuMemFreeAsync, 1},
-    {"cuMemsetD32Async", (void **)&api.cuMemsetD32Async, 1},
     {"cuStreamIsCapturing", (void **)&api.cuStreamIsCapturing, 1},
 };
 #define NSYMS ((int)(sizeof syms / sizeof syms[0]))
@@ -368,7 +366,7 @@ static int ensure_pool(cuda_state *s, int dev, char *err, size_t errlen) {
     int ok = 0;
     CUresult r;
     if (!api.cuMemPoolCreate || !api.cuMemPoolDestroy || !api.cuMemPoolSetAttribute ||
-        !api.cuMemAllocFromPoolAsync || !api.cuMemFreeAsync || !api.cuMemsetD32Async ||
+        !api.cuMemAllocFromPoolAsync || !api.cuMemFreeAsync ||
         api.cuDeviceGet(&d, dev) != 0 ||
         api.cuDeviceGetAttribute(&ok, CU_DEVICE_ATTRIBUTE_MEMORY_POOLS_SUPPORTED, d) != 0 || !ok) {
       rc = 1; /* an old driver or a device without pools: no scratch */
@@ -439,24 +437,6 @@ static int scratch_free(void *state, int dev, void *ptr, void *stream, char *err
   return 0;
 }
 
-static int memset32(void *state, int dev, void *ptr, unsigned value, size_t n, void *stream, char *err,
-                    size_t errlen) {
-  cuda_state *s = state;
-  int pushed;
-  if (!api.cuMemsetD32Async) {
-    snprintf(err, errlen, "cuMemsetD32Async: not in this driver");
-    return -1;
-  }
-  if (enter(s, dev, &pushed, err, errlen) != 0) return -1;
-  CUresult r = api.cuMemsetD32Async((CUdeviceptr)(uintptr_t)ptr, value, n, stream);
-  leave(pushed);
-  if (r != 0) {
-    cu_msg(r, "cuMemsetD32Async", err, errlen);
-    return -1;
-  }
-  return 0;
-}
-
 static void *create(void) {
   cuda_state *s = calloc(1, sizeof *s);
   if (!s) return NULL;
@@ -483,5 +463,5 @@ int rt_cuda_fault(const char *name, void *fn, void **old) {
 
 const rt_device_i rt_device_cuda = {
     RT_DEVICE_IFACE_VERSION, "cuda", kDLCUDA, load, arch, sm_count, module_load, module_unload,
-    occupancy, launch, scratch_alloc, scratch_free, memset32, create, destroy,
+    occupancy, launch, scratch_alloc, scratch_free, create, destroy,
 };

@@ -262,14 +262,7 @@ static int scratch_free(void *state, int dev, void *ptr, void *stream, char *err
   snprintf(err, errlen, "hip: no scratch memory");
   return -1;
 }
-static int memset32(void *state, int dev, void *ptr, unsigned value, size_t n, void *stream, char *err,
-                    size_t errlen) {
-  (void)state, (void)dev, (void)ptr, (void)value, (void)n, (void)stream;
-  snprintf(err, errlen, "hip: no scratch memory");
-  return -1;
-}
-
 const rt_device_i rt_device_hip = {
     RT_DEVICE_IFACE_VERSION, "hip", kDLROCM, load, arch, sm_count, module_load, module_unload,
-    occupancy, launch, scratch_alloc, scratch_free, memset32, create, destroy,
+    occupancy, launch, scratch_alloc, scratch_free, create, destroy,
 };
