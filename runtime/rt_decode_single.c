@@ -69,6 +69,7 @@ static fi_status launch_split(fi_runtime *rt, int devtype, int device, const jit
   if (scratch) {
     if (st == FI_OK) {
       kp->single_merge = 1;
+      kp->pre_prefetch = 0; /* it reads no KV */
       l.grid[0] = 1;
       st = rt_launch_kernel(rt, k, &l, stream, kp, sizeof *kp);
     }
@@ -154,6 +155,10 @@ FI_API fi_status fi_single_decode(fi_runtime *rt, const DLTensor *q, const DLTen
   kp.page_size = 1;
   kp.kv_len = (int32_t)L;
   kp.single_lo = p->window_left >= 0 && L - 1 - p->window_left > 0 ? (int32_t)(L - 1 - p->window_left) : 0;
+  /* With no memset before it, the chunks' grid can start early behind the stream's
+   * previous kernel (PDL), as batch decode's: its warps 1.. then prefetch the chunk's
+   * first tokens into L2 while warp 0 waits. */
+  kp.pre_prefetch = rt_dec_pre_prefetch();
   jit_key key;
   jit_decode_select(1, qdt, kvdt, (int)D, kp.group, p->pos_encoding == FI_POS_ROPE_LLAMA, 0, &key);
   return launch_split(rt, q->device.device_type, q->device.device_id, &key, &kp, L - kp.single_lo, hq, D,
