@@ -1,6 +1,7 @@
 // decode.cuh: decode attention (one query token per request) over a paged or contiguous
 // KV cache, on tensor cores (mma.sync m16n8k16), with split-KV partials merged by LSE
-// by the last block of each (request, KV head), and the plan-table upload kernel.
+// by the last block of each (request, KV head) (single decode: by a second launch), and
+// the plan-table upload kernel.
 //
 // A block is WARPS warps over one work item (request, token range) and one KV
 // head; its warps take 16-token steps (32 with an fp8 cache) in turn, each with its own
