@@ -315,9 +315,7 @@ FI_DEVICE void decode_simt(const fi_decode_params &p) {
   }
 
   // ---- a split request: the partial, then the merge by the last block (decode.cuh's
-  // protocol and layout; a copy: moving decode.cuh's tail into a function both call, even a
-  // forceinline one, changed ptxas's main loop of the capped kernel, so sharing it waits for
-  // a GPU A/B) ----
+  // protocol and layout, and its split_merge) ----
   const int64_t hq = (int64_t)p.num_kv_heads * G;
   {
     QT *po = static_cast<QT *>(p.partial_o) + ((int64_t)item * hq + head0) * D;
@@ -342,88 +340,7 @@ FI_DEVICE void decode_simt(const fi_decode_params &p) {
   if (!s_last) return;
   split_acquired();
   if (tid == 0) *counter = 0;  // ready for the next run
-  const int first = item - chunk;
-  constexpr int MB = 16;
-  const int UN = GE * (D / 8), Q = UN < THREADS ? THREADS / UN : 1;
-  __shared__ float s_pm[THREADS], s_ps[THREADS], s_pa[THREADS][9];
-  for (int u0 = 0; u0 < UN; u0 += THREADS) {
-    const int uq = u0 + (Q > 1 ? tid % UN : tid), qq = Q > 1 ? tid / UN : 0;
-    const bool active = uq < UN && qq < Q;
-    const int rr = uq / (D / 8), d8 = (uq - rr * (D / 8)) * 8;
-    float mx = neg_inf(), sw = 0.0f, acc[8];
-#pragma unroll
-    for (int e = 0; e < 8; e++) acc[e] = 0.0f;
-    if (active) {
-      for (int i0 = qq; i0 < nchunks; i0 += MB * Q) {
-        float l[MB];
-        uint32_t x[MB][4];
-#pragma unroll
-        for (int j = 0; j < MB; j++) {
-          const int i = i0 + j * Q;
-          if (i < nchunks) {
-            const int64_t row = (int64_t)(first + i) * hq + head0 + rr;
-            l[j] = ldcg(p.partial_lse + row);
-            ldcg16(static_cast<const QT *>(p.partial_o) + row * D + d8, x[j]);
-          } else {
-            l[j] = neg_inf();
-#pragma unroll
-            for (int e = 0; e < 4; e++) x[j][e] = 0u;
-          }
-        }
-        float mn = mx;
-#pragma unroll
-        for (int j = 0; j < MB; j++) mn = fmaxf(mn, l[j]);
-        const float mu = mn == neg_inf() ? 0.0f : mn, a = ex2(mx - mu);
-        sw *= a;
-#pragma unroll
-        for (int e = 0; e < 8; e++) acc[e] *= a;
-#pragma unroll
-        for (int j = 0; j < MB; j++) {
-          const float w = ex2(l[j] - mu);
-          sw += w;
-#pragma unroll
-          for (int e = 0; e < 4; e++) {
-            acc[2 * e] = fmaf(w, W::lo(x[j][e]), acc[2 * e]);
-            acc[2 * e + 1] = fmaf(w, W::hi(x[j][e]), acc[2 * e + 1]);
-          }
-        }
-        mx = mn;
-      }
-    }
-    if (Q > 1) {
-      s_pm[tid] = mx;
-      s_ps[tid] = sw;
-#pragma unroll
-      for (int e = 0; e < 8; e++) s_pa[tid][e] = acc[e];
-      __syncthreads();
-      if (tid < UN) {
-        float m2 = neg_inf();
-        for (int j = 0; j < Q; j++) m2 = fmaxf(m2, s_pm[j * UN + tid]);
-        const float mu = m2 == neg_inf() ? 0.0f : m2;
-        sw = 0.0f;
-#pragma unroll
-        for (int e = 0; e < 8; e++) acc[e] = 0.0f;
-        for (int j = 0; j < Q; j++) {
-          const float a = ex2(s_pm[j * UN + tid] - mu);
-          sw += a * s_ps[j * UN + tid];
-#pragma unroll
-          for (int e = 0; e < 8; e++) acc[e] += a * s_pa[j * UN + tid][e];
-        }
-        mx = m2;
-      }
-    }
-    if (uq < UN && (Q == 1 || tid < UN)) {
-      const float inv = sw > 0.0f ? 1.0f / sw : 0.0f;
-      fi_vec<QT, 8> y;
-#pragma unroll
-      for (int e = 0; e < 8; e++) y.v[e] = fi_from_float<QT>(acc[e] * inv);
-      QT *orow = static_cast<QT *>(p.out) + (int64_t)b * p.out_stride[0] + (int64_t)(head0 + rr) * p.out_stride[1];
-      *reinterpret_cast<fi_vec<QT, 8> *>(orow + d8) = y;
-      if (p.lse && d8 == 0)
-        p.lse[(int64_t)b * p.lse_stride[0] + (int64_t)(head0 + rr) * p.lse_stride[1]] =
-            sw > 0.0f ? (mx + log2f(sw)) * LN2 : neg_inf();
-    }
-  }
+  split_merge<QT, D, THREADS>(p, b, head0, GE, hq, item - chunk, nchunks);
 }
 
 }  // namespace dec
