@@ -92,7 +92,7 @@ $(BUILD)/tests/%: tests/%.c tests/ft.h $(BUILD)/obj/tests/ft_main.o $(BUILD)/lib
 # The decode phase trace (tools/decode_trace; nvcc, not part of all): B = 1 variants and a
 # per-phase clock trace of a patched copy of kernels/decode.cuh. Run it on the GPU machine.
 NVCC ?= /usr/local/cuda/bin/nvcc
-$(BUILD)/decode-trace: tools/decode_trace/decode_trace.cu tools/decode_trace/patch_trace.py kernels/decode.cuh kernels/decode_mma.cuh kernels/decode_params.h kernels/fi_port.cuh tools/cuda_bench.cuh
+$(BUILD)/decode-trace: tools/decode_trace/decode_trace.cu tools/decode_trace/patch_trace.py kernels/decode.cuh kernels/decode_mma.cuh kernels/decode_enter.cuh kernels/decode_merge.cuh kernels/decode_params.h kernels/fi_port.cuh tools/cuda_bench.cuh
 	@mkdir -p $(BUILD)/decode_trace
 	python3 tools/decode_trace/patch_trace.py kernels/decode.cuh $(BUILD)/decode_trace/decode.cuh
 	$(NVCC) -std=c++17 -O3 -arch=sm_90a -I$(BUILD)/decode_trace -Ikernels -Itools $< -o $@
@@ -118,7 +118,7 @@ $(BUILD)/decode-loads: tools/decode_loads/decode_loads.cu tools/cuda_bench.cuh
 # The fp8 decode microbenchmark (tools/decode_fp8; nvcc, not part of all): kernel variants
 # at B = 64, L = 4096 from a copy of kernels/decode.cuh that patch_variants.py extends.
 # Run it on the GPU machine.
-$(BUILD)/decode-fp8-bench: tools/decode_fp8/fp8_bench.cu tools/decode_fp8/patch_variants.py kernels/decode.cuh kernels/decode_mma.cuh kernels/decode_params.h kernels/fi_port.cuh tools/cuda_bench.cuh
+$(BUILD)/decode-fp8-bench: tools/decode_fp8/fp8_bench.cu tools/decode_fp8/patch_variants.py kernels/decode.cuh kernels/decode_mma.cuh kernels/decode_enter.cuh kernels/decode_merge.cuh kernels/decode_params.h kernels/fi_port.cuh tools/cuda_bench.cuh
 	@mkdir -p $(BUILD)/decode_fp8
 	python3 tools/decode_fp8/patch_variants.py kernels/decode.cuh $(BUILD)/decode_fp8/decode.cuh
 	$(NVCC) -std=c++17 -O3 -arch=sm_90a -I$(BUILD)/decode_fp8 -Ikernels -Itools $< -o $@

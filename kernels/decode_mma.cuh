@@ -110,35 +110,6 @@ FI_DEVICE int32_t ldcg_i32(const int32_t *p) {
 #endif
 }
 
-// A split request's counter (decode's chunk merge): every thread calls split_publish
-// after storing its share of the block's partial, then a barrier, then thread 0
-// split_arrive (the count before it), then a barrier, and in the last block every thread
-// split_acquired before reading the other blocks' partials. On CUDA the arrival is one
-// acq_rel atomic at device scope: its release publishes what the barrier ordered before
-// it, its acquire what the next barrier orders after it (the arrive/wait pattern of
-// CUTLASS's generic barrier), in place of a fence in every thread on each side of a
-// relaxed atomic: 0.3-0.5 us less at B = 1 (H100, tools/decode_trace). HIP keeps the
-// fences, untested on the new pattern.
-FI_DEVICE void split_publish() {
-#if !FI_CUDA
-  __threadfence();
-#endif
-}
-FI_DEVICE int32_t split_arrive(int32_t *counter) {
-#if FI_CUDA
-  int32_t old;
-  asm volatile("atom.acq_rel.gpu.global.add.s32 %0, [%1], 1;" : "=r"(old) : "l"(counter) : "memory");
-  return old;
-#else
-  return atomicAdd(counter, 1);
-#endif
-}
-FI_DEVICE void split_acquired() {
-#if !FI_CUDA
-  __threadfence();
-#endif
-}
-
 // Two words at p (8-byte aligned) read at this point of the program: never hoisted out
 // of a loop nor merged with another read.
 FI_DEVICE void lds2_volatile(const void *p, uint32_t &a, uint32_t &b) {

@@ -181,17 +181,18 @@ FT_TEST(every_kernel_entry_waits_for_the_previous_grid) {
 
 /* The decode kernel's body must reach decode_enter before its first load that the previous
  * grid could be writing: decode_heads calls it before its first shared declaration, and
- * every path through decode_enter executes griddepcontrol.wait (its own or
- * fi_pdl_enter's). A textual check, so a reordering of decode.cuh fails here rather than
- * as a rare race on the GPU. */
+ * every path through decode_enter (decode_enter.cuh, included by decode.cuh) executes
+ * griddepcontrol.wait (its own or fi_pdl_enter's). A textual check, so a reordering of the
+ * templates fails here rather than as a rare race on the GPU. */
 FT_TEST(decode_waits_before_its_first_real_read) {
-  const jit_template *tp = jit_template_find("decode.cuh");
-  FT_CHECK(tp != NULL);
-  if (!tp) return;
+  const jit_template *tp = jit_template_find("decode.cuh"), *te = jit_template_find("decode_enter.cuh");
+  FT_CHECK(tp != NULL && te != NULL);
+  if (!tp || !te) return;
   const char *t = tp->text;
-  const char *en = strstr(t, "FI_DEVICE void decode_enter(");
+  const char *en = strstr(te->text, "FI_DEVICE void decode_enter(");
   const char *heads = strstr(t, "FI_DEVICE void decode_heads(");
-  FT_CHECK(en && heads && en < heads, "decode_enter, decode_heads not found in order");
+  const char *inc = strstr(t, "#include \"decode_enter.cuh\"");
+  FT_CHECK(en && heads && inc && inc < heads, "decode_enter (in decode_enter.cuh, included before decode_heads) not found");
   if (!en || !heads) return;
   const char *call = strstr(heads, "decode_enter<");
   const char *first_shared = strstr(heads, "__shared__");

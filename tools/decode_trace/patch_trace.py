@@ -7,7 +7,9 @@ at the end), 4 no merge (a split block returns after its partial: the merge's co
 bound), 8 the chunk counter's earlier form (a fence in every thread before and after a
 relaxed atomic). TRC = 0 is the kernel as it is; its entry (decode_enter) does the PDL
 wait and trigger itself.
+The merge's trace points go into a copy of split_merge from decode_merge.cuh (IN's folder).
 Every anchor must match exactly once: a change of decode.cuh that moves one fails here."""
+import os
 import sys
 
 src, dst = sys.argv[1], sys.argv[2]
@@ -98,6 +100,29 @@ rep('''  split_publish();
   if (!s_last) return;
   split_acquired();
   if (TRC & 8) __threadfence();''')
+rep("  if (tid == 0) *counter = 0;  // ready for the next run\n",
+    "  if (tid == 0) *counter = 0;  // ready for the next run\n  TRS(16);\n")
+# The merge (split_merge, kernels/decode_merge.cuh beside IN): a traced copy, split_merge_tr,
+# placed before decode_heads, which calls it in place of split_merge.
+rep("  split_merge<QT, D, THREADS>(p, b, head0, GE, hq, item - chunk, nchunks);\n}",
+    "  split_merge_tr<QT, D, THREADS, WARPS, TRC>(p, b, head0, GE, hq, item - chunk, nchunks, sink);\n}")
+main_s = s
+s = open(os.path.join(os.path.dirname(src), "decode_merge.cuh")).read()
+s = s[s.index("// The merge of a split"):s.rindex("}  // namespace dec")]
+rep("template <typename QT, int D, int THREADS>\nFI_DEVICE void split_merge(",
+    "template <typename QT, int D, int THREADS, int WARPS, int TRC>\nFI_DEVICE void split_merge_tr(")
+rep("                           int nchunks) {\n  const int tid = threadIdx.x;\n",
+    "                           int nchunks, uint32_t &sink) {\n"
+    "  const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;\n")
+rep("        float mn = mx;\n",
+    "        if ((TRC & 1) && i0 == q) {\n"
+    "          dep(sink, __float_as_uint(l[0])); dep(sink, __float_as_uint(l[MB - 1]));\n"
+    "          dep(sink, __float_as_uint(x[0][0])); dep(sink, __float_as_uint(x[MB - 1][3]));\n"
+    "          TRS(17);\n        }\n"
+    "        float mn = mx;\n")
+rep("    if (uq < U && (Q == 1 || tid < U)) {\n",
+    "    if (TRC & 1) { dep(sink, __float_as_uint(acc[0])); dep(sink, __float_as_uint(sw)); }\n    TRS(18);\n"
+    "    if (uq < U && (Q == 1 || tid < U)) {\n")
 rep('''            sw > 0.0f ? (mx + log2f(sw)) * LN2 : neg_inf();
     }
   }
@@ -108,15 +133,7 @@ rep('''            sw > 0.0f ? (mx + log2f(sw)) * LN2 : neg_inf();
   TRS(10);
   TRG(14);
 }''')
-rep("  if (tid == 0) *counter = 0;  // ready for the next run\n",
-    "  if (tid == 0) *counter = 0;  // ready for the next run\n  TRS(16);\n")
-rep("        float mn = mx;\n",
-    "        if ((TRC & 1) && i0 == q) {\n"
-    "          dep(sink, __float_as_uint(l[0])); dep(sink, __float_as_uint(l[MB - 1]));\n"
-    "          dep(sink, __float_as_uint(x[0][0])); dep(sink, __float_as_uint(x[MB - 1][7]));\n"
-    "          TRS(17);\n        }\n"
-    "        float mn = mx;\n")
-rep("    if (uq < U && (Q == 1 || tid < U)) {\n",
-    "    if (TRC & 1) { dep(sink, __float_as_uint(acc[0])); dep(sink, __float_as_uint(sw)); }\n    TRS(18);\n"
-    "    if (uq < U && (Q == 1 || tid < U)) {\n")
+merge_tr = s
+s = main_s
+rep("// QT: q/out dtype; KVT: cache dtype;", merge_tr + "\n// QT: q/out dtype; KVT: cache dtype;")
 open(dst, "w").write(s)
