@@ -81,9 +81,10 @@ int64_t rt_decode_partition(int batch, const int32_t *indptr, const int32_t *las
                             int page_size, int window_left, int64_t target, int32_t *items,
                             int64_t max_items, int *chunk_pages);
 
-/* Below this many attended tokens single decode runs unsplit: the split's fixed costs (a
- * memset and the merge) eat its gain. H100, 32/8 bf16: 512 tokens 14.1 us split against
- * 14.7, 2048 15.8 against 43.6, 8192 25.1 against 154.9 (BENCHMARKS.md, 2026-12-06). */
+/* Below this many attended tokens single decode runs unsplit: the split's fixed costs (the
+ * scratch and the merge launch) would eat its gain. H100, 32/8 bf16, split against unsplit:
+ * 512 tokens 10.8 us against 14.3-14.6, 2048 13.0 against 43.3, 8192 21.4 against 155
+ * (BENCHMARKS.md, 2026-12-06, thirty-third session); shorter lengths were not measured. */
 #define RT_SINGLE_SPLIT_MIN_TOKENS 512
 
 /* Single decode's split: from RT_SINGLE_SPLIT_MIN_TOKENS tokens attended (L, or the window), cut into at most one

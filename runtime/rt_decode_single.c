@@ -49,6 +49,11 @@ static fi_status launch_split(fi_runtime *rt, int devtype, int device, const jit
     n = rt_single_decode_chunks(tokens, hkv, resident, &chunk);
   }
   kp->single_chunk = chunk; /* (one chunk: the kernel reads to kv_len) */
+  /* With no memset before it, the grid can start early behind the stream's previous kernel
+   * (PDL), as batch decode's: its warps 1.. then prefetch their tokens into L2 while warp 0
+   * waits. Only from SINGLE_PRE_PREFETCH_MIN_TOKENS: H100, back-to-back calls at 32/8,
+   * L=8192 4-6% faster with it, 32768 3%, 2048 level, 512 1 us (8%) slower. */
+  kp->pre_prefetch = tokens >= SINGLE_PRE_PREFETCH_MIN_TOKENS ? rt_dec_pre_prefetch() : 0;
   void *scratch = NULL;
   if (n > 1) {
     const int64_t o_bytes = up256((int64_t)n * hq * D * 2);
@@ -157,12 +162,6 @@ FI_API fi_status fi_single_decode(fi_runtime *rt, const DLTensor *q, const DLTen
   kp.page_size = 1;
   kp.kv_len = (int32_t)L;
   kp.single_lo = p->window_left >= 0 && L - 1 - p->window_left > 0 ? (int32_t)(L - 1 - p->window_left) : 0;
-  /* With no memset before it, the chunks' grid can start early behind the stream's
-   * previous kernel (PDL), as batch decode's: its warps 1.. then prefetch the chunk's
-   * first tokens into L2 while warp 0 waits. Only from SINGLE_PRE_PREFETCH_MIN_TOKENS
-   * attended tokens: H100, back-to-back calls at 32/8, L=8192 4-6% faster with it,
-   * 32768 3%, 2048 level, 512 1 us (8%) slower. */
-  kp.pre_prefetch = L - kp.single_lo >= SINGLE_PRE_PREFETCH_MIN_TOKENS ? rt_dec_pre_prefetch() : 0;
   jit_key key;
   jit_decode_select(1, qdt, kvdt, (int)D, kp.group, p->pos_encoding == FI_POS_ROPE_LLAMA, 0, &key);
   return launch_split(rt, q->device.device_type, q->device.device_id, &key, &kp, L - kp.single_lo, hq, D,
