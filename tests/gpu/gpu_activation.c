@@ -95,6 +95,9 @@ static result run_case(int act, int dt, geom g, CUstream stream) {
   int64_t sout[2] = {rows, d}, stout[2] = {g.out_stride, 1};
   DLTensor tin = g_tensor(din, g.in_off * es, dt, 2, sin, stin);
   DLTensor tout = g_tensor(dout, g.out_off * es, dt, 2, sout, stout);
+  /* Pageable uploads (and memsets) go out on the legacy stream and may still be in
+   * flight: a non-blocking stream does not wait for them. */
+  CU_CHECK(&cu, cuCtxSynchronize());
   res.st = acts[act](rt, &tin, &tout, stream);
   if (res.st != FI_OK) {
     fprintf(stderr, "fi_%s_and_mul: %s: %s\n", act_names[act], fi_status_string(res.st),

@@ -74,6 +74,9 @@ static void gt_upload(gt *x) {
   const size_t bytes = (size_t)(x->elems > 0 ? x->elems : 1) * (size_t)esz(x->dt);
   memcpy(x->orig, x->h, bytes);
   CU_CHECK(&cu, cuMemcpyHtoD(x->d, x->h, bytes));
+  /* A pageable upload may still be in flight when the copy returns, and a non-blocking
+   * stream (merge_state_in_place_with_and_without_mask) does not wait for it. */
+  CU_CHECK(&cu, cuCtxSynchronize());
 }
 static void gt_download(gt *x) {
   const size_t bytes = (size_t)(x->elems > 0 ? x->elems : 1) * (size_t)esz(x->dt);

@@ -132,6 +132,9 @@ static nresult run_case(const ncase *c) {
   DLTensor tin = g_tensor(din, c->off * es, dt, 2, s_in, st_in);
   DLTensor taux = g_tensor(daux, c->off * es, dt, 2, s_aux, st_aux);
   DLTensor tw = g_tensor(dw, 0, wdt, 1, s_w, NULL), tb = g_tensor(db, 0, wdt, 1, s_w, NULL);
+  /* Pageable uploads (and memsets) go out on the legacy stream and may still be in
+   * flight: a non-blocking stream does not wait for them. */
+  CU_CHECK(&cu, cuCtxSynchronize());
   res.st = call(c, &tin, &taux, &tw, &tb);
   if (res.st != FI_OK) {
     fprintf(stderr, "fi_%s: %s: %s\n", op_name(c->op), fi_status_string(res.st), fi_last_error());

@@ -55,6 +55,9 @@ static double run_case(int dt, int64_t rows, int64_t hidden, int64_t in_stride, 
   DLTensor tw = g_tensor(dw, 0, dt, 1, sw, NULL);
   DLTensor tout = g_tensor(dout, elem_offset * es, dt, 2, sout, stout);
   const double eps = 1e-6;
+  /* Pageable uploads (and memsets) go out on the legacy stream and may still be in
+   * flight: a non-blocking stream does not wait for them. */
+  CU_CHECK(&cu, cuCtxSynchronize());
   fi_status st = fi_rmsnorm(rt, &tin, &tw, eps, in_place ? &tin : &tout, stream);
   if (st != FI_OK) {
     fprintf(stderr, "fi_rmsnorm: %s: %s\n", fi_status_string(st), fi_last_error());

@@ -180,6 +180,9 @@ static result run_case(const rcase *c, CUstream stream) {
   tpos.dtype.code = kDLInt;
   tpos.dtype.bits = (uint8_t)(pbytes * 8);
   int ci = c->mode == M_CACHE ? get_cache(rd) : -1;
+  /* Pageable uploads (and memsets) go out on the legacy stream and may still be in
+   * flight: a non-blocking stream does not wait for them. */
+  CU_CHECK(&cu, cuCtxSynchronize());
   int64_t scache[2] = {MAX_POS + 1, rd};
   DLTensor tcache = g_tensor(ci >= 0 ? caches[ci].dev : 0, 0, 2, 2, scache, NULL);
   if (c->mode == M_PLAIN)
