@@ -160,19 +160,13 @@ $(BUILD)/tests/wgmma_attn: tests/gpu/wgmma_attn.c tests/gpu/wgmma_host.h
 	@mkdir -p $(dir $@)
 	$(CC) -O2 -std=c11 -D_DEFAULT_SOURCE -Itests/gpu -Itools -Ikernels -o $@ $< -ldl -lm
 
-# Prefill runs five times: as chosen (wgmma on an H100/H200; most of the tests' requests
-# are short enough for its one-consumer shape, batch ones at head_dim 128 with 512-2048
-# packed rows take two consumers with four stages), on its 2x128 shape, with the persistent
-# grid capped at 3 blocks (so each block loops over many work units), on mma.sync alone,
-# and with the producer but no ping-pong (FI_PREFILL_WS=1: other shapes and stage counts);
-# sampling also with top-p's exact membership test (FI_SAMPLING_TOPP=exact).
+# Every GPU test binary, then prefill four more times under tuning overrides (mma.sync
+# alone; the wgmma kernel's 2x128 shape; a 3-block persistent grid, so each block loops
+# over many work units; the producer without ping-pong) and sampling with top-p's exact
+# membership test: separate processes side by side on the GPU (tests/gpu/run_gpu_tests.sh
+# --list names them; GPU_TEST_JOBS=1 runs them one at a time).
 gpu-test: all $(GPU_BINS) $(BUILD)/tests/probe_store
-	FI_BUILD=$(BUILD) FT_LOGDIR=$(BUILD)/gpu-logs tests/run_tests.sh $(GPU_BINS)
-	FI_PREFILL_WG=2x128 FI_BUILD=$(BUILD) FT_LOGDIR=$(BUILD)/gpu-logs-wg tests/run_tests.sh $(BUILD)/tests/gpu_prefill
-	FI_PREFILL_PERSIST=3 FI_BUILD=$(BUILD) FT_LOGDIR=$(BUILD)/gpu-logs-persist tests/run_tests.sh $(BUILD)/tests/gpu_prefill
-	FI_PREFILL_WGMMA=0 FI_BUILD=$(BUILD) FT_LOGDIR=$(BUILD)/gpu-logs-mma tests/run_tests.sh $(BUILD)/tests/gpu_prefill
-	FI_PREFILL_WS=1 FI_BUILD=$(BUILD) FT_LOGDIR=$(BUILD)/gpu-logs-ws1 tests/run_tests.sh $(BUILD)/tests/gpu_prefill
-	FI_SAMPLING_TOPP=exact FI_BUILD=$(BUILD) FT_LOGDIR=$(BUILD)/gpu-logs-topp tests/run_tests.sh $(BUILD)/tests/gpu_sampling
+	FI_BUILD=$(BUILD) FT_LOGDIR=$(BUILD)/gpu-logs tests/gpu/run_gpu_tests.sh $(if $(GPU_TEST_JOBS),-j $(GPU_TEST_JOBS))
 
 # What tests/gpu/decode_ab.sh runs on the GPU machine, in one folder to carry there.
 decode-stage: all $(BUILD)/tests/gpu_decode

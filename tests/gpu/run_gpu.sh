@@ -10,25 +10,13 @@ nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.mem,temperature.gpu 
   > "$OUT/gpu.txt" 2>&1
 git log -1 --format='commit %H %s' >> "$OUT/gpu.txt" 2>/dev/null
 
-# One test binary again under a tuning override: variant TITLE VAR=VALUE BINARY.
-variant() {
-  echo "== $1 ($2)"
-  env "$2" FT_LOGDIR="$L" tests/run_tests.sh "$B/tests/$3" 2>&1 | tee -a "$OUT/gpu-test.txt"
-  [ "${PIPESTATUS[0]}" = 0 ] || gpu_rc=1
-}
-
 main() {
-echo "== GPU tests"
+echo "== GPU tests (tests/gpu/run_gpu_tests.sh: every binary and variant side by side)"
 L=$(mktemp -d)
-FT_LOGDIR="$L" tests/run_tests.sh "$B"/tests/gpu_* 2>&1 | tee "$OUT/gpu-test.txt"
+FI_BUILD="$B" FT_LOGDIR="$L" "$(dirname "$0")/run_gpu_tests.sh" 2>&1 | tee "$OUT/gpu-test.txt"
 gpu_rc=${PIPESTATUS[0]}
-variant "prefill on mma.sync alone" FI_PREFILL_WGMMA=0 gpu_prefill
-variant "prefill on the wgmma kernel's large shape (producer, ping-pong)" FI_PREFILL_WG=2x128 gpu_prefill
-variant "prefill on a 3-block persistent grid (many work units a block)" FI_PREFILL_PERSIST=3 gpu_prefill
-variant "prefill with the producer but no ping-pong (two stages where the default takes four)" FI_PREFILL_WS=1 gpu_prefill
-variant "sampling with top-p's exact membership test" FI_SAMPLING_TOPP=exact gpu_sampling
 # Every case's measured error, kept with the results (few files come back).
-cat "$L"/*.err "$L"/*.out >> "$OUT/gpu-test.txt" 2>/dev/null
+cat "$L"/*/*.err "$L"/*/*.out >> "$OUT/gpu-test.txt" 2>/dev/null
 rm -rf "$L"
 
 echo "== compute-sanitizer (memcheck, racecheck) on the strided and in-place cases"
