@@ -427,7 +427,7 @@ FI_API fi_status fi_top_k_mask_logits(fi_runtime *rt, const DLTensor *logits,
                                       void *stream);
 
 /* ---- prefill / append attention: many query tokens per request against its KV ----
- * Not yet run on a GPU (see README). Conventions are decode's: GQA with any group
+ * Conventions are decode's: GQA with any group
  * (H_qo a multiple of H_kv), q / k / v / out float16 or bfloat16 (one dtype), head_dim 64,
  * 128 or 256 contiguous, other dimensions strided in multiples of 8 elements; lse float32
  * [tokens, H_qo] in natural log (fi_merge_state's convention; -inf and a zero output for
