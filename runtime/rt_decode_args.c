@@ -113,7 +113,7 @@ int rt_dec_head_prefetch(void) {
 }
 
 /* Tokens of its item a block prefetches into L2 while the previous grid in the stream
- * finishes (decode_enter in kernels/decode.cuh): FI_DECODE_PRE_PREFETCH (0 off, up to
+ * finishes (decode_enter in kernels/decode_enter.cuh): FI_DECODE_PRE_PREFETCH (0 off, up to
  * 65536; read at each batch plan) or the default. None with FI_PDL=0: with no early
  * start there is nothing to overlap, and the round only holds the block up (4-5% at
  * B <= 4 on an H100). */
