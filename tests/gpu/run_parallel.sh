@@ -27,9 +27,11 @@ one() {  # one() VARIANT BIN CASE
 export -f one; export F L
 {
   while read b c; do echo "- $b $c"; done < $F/cases.txt
-  for v in FI_PREFILL_WG=2x128 FI_PREFILL_PERSIST=3 FI_PREFILL_WGMMA=0 FI_PREFILL_WS=1 ${EXTRA_PREFILL_VARIANTS:-}; do
+  # make gpu-test's variants (one VAR=VALUE each), every case of their binary.
+  "$(dirname "$0")/run_gpu_tests.sh" --list | while read -r n v b; do
+    [ "$v" = - ] || grep "^$b " $F/cases.txt | while read b2 c; do echo "$v $b2 $c"; done; done
+  for v in ${EXTRA_PREFILL_VARIANTS:-}; do
     grep '^gpu_prefill ' $F/cases.txt | while read b c; do echo "$v $b $c"; done; done
-  grep '^gpu_sampling ' $F/cases.txt | while read b c; do echo "FI_SAMPLING_TOPP=exact $b $c"; done
 } > $L/jobs.txt
 echo "$(wc -l < $L/jobs.txt) test processes"
 xargs -P ${PAR:-48} -L 1 bash -c 'one "$0" "$1" "$2"' < $L/jobs.txt > $OUT/tests.txt 2>&1
