@@ -65,3 +65,5 @@ out=$("$R" --bogus 2>&1); rc=$?
 check unknown_argument_refused '[ $rc -eq 2 ] && echo "$out" | grep -q "unknown argument"'
 check list_names_the_variants '"$R" --list | grep -q "^prefill-persist3 .*FI_PREFILL_PERSIST=3 .*gpu_prefill$"'
 check help_prints_usage '"$R" --help | grep -q "^usage"'
+# run_parallel.sh reads --list as three words a line (name, one VAR=VALUE or -, binary).
+check list_is_three_words_a_line '[ -z "$("$R" --list | awk "NF != 3")" ] && [ "$("$R" --list | wc -l)" -eq $njobs ]'
