@@ -11,16 +11,20 @@ T=$(mktemp -d)
 trap 'rm -rf "$T"' EXIT
 
 # One stand-in for every gpu_*.c: two passing cases, and each prints the variant settings
-# it saw so the test can tell which job ran it. MODE selects a failure, a crash or no case.
+# it saw so the test can tell which job ran it. FI_STANDIN_MODE selects a failure, a crash or no case.
 mkdir -p "$T/b/tests"
 names=$(cd "$root/tests/gpu" && ls gpu_*.c | sed 's/\.c$//')
 for n in $names; do
   cat > "$T/b/tests/$n" <<'SH'
 #!/bin/bash
-[ "${MODE:-}:$(basename "$0")" = empty:gpu_cascade ] && exit 0
+[ "${FI_STANDIN_MODE:-}:$(basename "$0")" = empty:gpu_cascade ] && exit 0
+if [ -n "${FI_STANDIN_RUNDIR:-}" ]; then  # how many stand-ins run at once, at most
+  touch "$FI_STANDIN_RUNDIR/$$"; sleep 0.3
+  ls "$FI_STANDIN_RUNDIR" | grep -c '^[0-9]*$' >> "$FI_STANDIN_RUNDIR/counts"; rm "$FI_STANDIN_RUNDIR/$$"
+fi
 echo "PASS one"
 echo "PASS two ${FI_PREFILL_WGMMA-}${FI_PREFILL_WG-}${FI_PREFILL_PERSIST-}${FI_PREFILL_WS-}${FI_SAMPLING_TOPP-}"
-case "${MODE:-}:$(basename "$0")" in
+case "${FI_STANDIN_MODE:-}:$(basename "$0")" in
   fail:gpu_rope) echo "FAIL three" ;;
   crash:gpu_norms) kill -SEGV $$ ;;
 esac
@@ -42,18 +46,25 @@ check variants_see_their_settings 'grep -q "^PASS two 0$" "$T/l1/prefill-mma/gpu
   grep -q "^PASS two exact$" "$T/l1/sampling-topp-exact/gpu_sampling.out" &&
   grep -q "^PASS two $" "$T/l1/gpu_prefill/gpu_prefill.out"'
 
-out=$(MODE=fail FI_BUILD="$T/b" FT_LOGDIR="$T/l2" "$R" -j 3 2>&1); rc=$?
+out=$(FI_STANDIN_MODE=fail FI_BUILD="$T/b" FT_LOGDIR="$T/l2" "$R" -j 3 2>&1); rc=$?
 check a_failure_exits_nonzero '[ $rc -ne 0 ]'
 check a_failure_counted '[ "$(echo "$out" | tail -1)" = "$((2 * njobs)) passed, 1 failed" ]'
 check a_failure_named 'echo "$out" | grep -q "FAIL three"'
 check jobs_at_a_time_reported 'echo "$out" | grep -q "$njobs jobs, 3 at a time"'
 
-out=$(MODE=crash FI_BUILD="$T/b" FT_LOGDIR="$T/l3" "$R" -j1 2>&1); rc=$?
+out=$(FI_STANDIN_MODE=crash FI_BUILD="$T/b" FT_LOGDIR="$T/l3" "$R" -j1 2>&1); rc=$?
 check a_crash_exits_nonzero '[ $rc -ne 0 ]'
 check a_crash_counted_as_failure 'echo "$out" | tail -1 | grep -q ", 1 failed$"'
 
+# -j caps the processes at once; with no -j they all start together.
+mkdir -p "$T/r2" "$T/rall"
+FI_STANDIN_RUNDIR="$T/r2" FI_BUILD="$T/b" FT_LOGDIR="$T/l6" "$R" -j 2 > /dev/null 2>&1
+check jobs_cap_holds '[ "$(sort -n "$T/r2/counts" | tail -1)" -le 2 ] && [ "$(wc -l < "$T/r2/counts")" -eq $njobs ]'
+FI_STANDIN_RUNDIR="$T/rall" FI_BUILD="$T/b" FT_LOGDIR="$T/l7" "$R" > /dev/null 2>&1
+check no_cap_runs_them_together '[ "$(sort -n "$T/rall/counts" | tail -1)" -gt 2 ]'
+
 # A binary that runs no case at all passes nothing: the job, and so the run, fails.
-out=$(MODE=empty FI_BUILD="$T/b" FT_LOGDIR="$T/l5" "$R" 2>&1); rc=$?
+out=$(FI_STANDIN_MODE=empty FI_BUILD="$T/b" FT_LOGDIR="$T/l5" "$R" 2>&1); rc=$?
 check a_job_with_no_case_fails '[ $rc -ne 0 ] && [ "$(echo "$out" | tail -1)" = "$((2 * njobs - 2)) passed, 0 failed" ]'
 
 rm "$T/b/tests/gpu_page"

@@ -206,6 +206,7 @@ static presult run_case(const pcase *pc, CUstream stream) {
     CU_CHECK(&cu, cuMemAlloc(&dseq, sizeof(int32_t) * (size_t)B));
     CU_CHECK(&cu, cuMemcpyHtoD(daip, indptr, sizeof(int32_t) * (size_t)(B + 1)));
     CU_CHECK(&cu, cuMemcpyHtoD(dseq, seq, sizeof(int32_t) * (size_t)B));
+    CU_CHECK(&cu, cuCtxSynchronize()); /* these pageable copies may still be in flight */
     DLTensor taip = g_tensor(daip, 0, 0, 1, s_b1, NULL), tseq = g_tensor(dseq, 0, 0, 1, s_b, NULL);
     taip.dtype = tseq.dtype = i32;
     res.st = fi_get_batch_indices_positions(rt, &taip, &tseq, &tbi, &tpos, stream);

@@ -790,6 +790,8 @@ FT_TEST(cuda_graph_replays_after_replans) {
     info.max_batch = maxB;
     info.max_qo_tokens = maxQ;
     fi_prefill_plan *plan = NULL;
+    /* upload()'s pageable copies and memsets are on the legacy stream, which s does not wait for */
+    CU_CHECK(&cu, cuCtxSynchronize());
     FT_REQUIRE(run_once(&c, &h, &d, &plan, &info, s) == FI_OK, "%s", fi_last_error());
     CU_CHECK(&cu, cuStreamSynchronize(s));
     /* capture the run only */

@@ -62,7 +62,8 @@ done
 
 mkdir -p "$base"
 start=$(date +%s)
-running=0
+pids=()
+trap 'kill "${pids[@]}" 2> /dev/null; exit 130' INT TERM
 for j in "${jobs[@]}"; do
   IFS='|' read -r n e b <<< "$j"
   [ "$e" = - ] && e=
@@ -71,8 +72,9 @@ for j in "${jobs[@]}"; do
   ( env $e FT_LOGDIR="$base/$n" FI_BUILD="$B" "$root/tests/run_tests.sh" "$B/tests/$b" \
       > "$base/$n.summary" 2>&1
     echo "rc=$?" >> "$base/$n.summary" ) &
-  running=$((running + 1))
-  if [ "$running" -ge "$jobs_max" ]; then wait -n; running=$((running - 1)); fi
+  pids+=($!)
+  # At the cap, wait for the oldest job (plain wait: no bash 4.3 `wait -n` needed).
+  if [ "${#pids[@]}" -ge "$jobs_max" ]; then wait "${pids[0]}"; pids=("${pids[@]:1}"); fi
 done
 wait
 

@@ -25,10 +25,11 @@ one() {  # one() VARIANT BIN CASE
   printf '%s %s %s rc=%d pass=%d fail=%d %dms\n' "$v" "$b" "$c" $rc $(grep -c '^PASS' $L/$tag.out) $(grep -c '^FAIL' $L/$tag.out) $(( (t1 - t0) / 1000000 ))
 }
 export -f one; export F L
+variants=$("$(dirname "$0")/run_gpu_tests.sh" --list) || { echo "run_parallel.sh: run_gpu_tests.sh --list failed" >&2; exit 1; }
 {
   while read b c; do echo "- $b $c"; done < $F/cases.txt
   # make gpu-test's variants (one VAR=VALUE each), every case of their binary.
-  "$(dirname "$0")/run_gpu_tests.sh" --list | while read -r n v b; do
+  echo "$variants" | while read -r n v b; do
     [ "$v" = - ] || grep "^$b " $F/cases.txt | while read b2 c; do echo "$v $b2 $c"; done; done
   for v in ${EXTRA_PREFILL_VARIANTS:-}; do
     grep '^gpu_prefill ' $F/cases.txt | while read b c; do echo "$v $b $c"; done; done
