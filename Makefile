@@ -34,20 +34,23 @@ endif
 GPU_SRCS  := $(wildcard tests/gpu/gpu_*.c)
 GPU_BINS  := $(patsubst tests/gpu/%.c,$(BUILD)/tests/%,$(GPU_SRCS))
 
-.PHONY: all deps run test test-asan gpu-test decode-stage install clean
+.PHONY: all deps run test test-compile-all test-asan gpu-test decode-stage install clean
 all: $(BUILD)/libfi_runtime.so $(BUILD)/fi-cache $(BUILD)/fi-bench $(BUILD)/fi-example
 
 # Installs missing Debian packages (apt-get); a no-op once they are there.
 deps:
 	@tools/install-deps.sh
 
-# The main job on the default cache: build, prewarm every kernel for the
-# H200 (sm_90) into ~/.cache/fi_runtime/kernels.db (or $$FI_CACHE_PATH),
-# list it, and on a machine with a CUDA GPU run fi_rmsnorm through dlopen.
+# The main job on the default cache (~/.cache/fi_runtime/kernels.db or $$FI_CACHE_PATH):
+# build, prewarm the kernels one serving step of a model needs (RUN_PRESET, for the
+# H100/H200's sm_90; fi-cache prewarm --preset list names the others; RUN_PRESET=--all
+# compiles everything), show the cache, and on a machine with a CUDA GPU run that step's
+# kernels through dlopen (fi-example); without one it says why it skipped.
 RUN_ARCH ?= sm_90
+RUN_PRESET ?= llama3-8b
 run: deps
 	$(MAKE) all
-	$(BUILD)/fi-cache prewarm --arch $(RUN_ARCH)
+	$(BUILD)/fi-cache prewarm --arch $(RUN_ARCH) $(if $(filter --all,$(RUN_PRESET)),--all,--preset $(RUN_PRESET))
 	$(BUILD)/fi-cache stats
 	$(BUILD)/fi-example $(CURDIR)/$(BUILD)/libfi_runtime.so
 
@@ -144,16 +147,25 @@ $(BUILD)/tests/probe_store: tests/gpu/probe_store.c $(BUILD)/libfi_internal.a
 	@mkdir -p $(dir $@)
 	$(CC) $(CPPFLAGS) $(CFLAGS) $< $(BUILD)/libfi_internal.a -o $@ $(LDFLAGS) $(LIBS)
 
+# The programs run side by side, one per CPU, the slowest first (the emulator, the
+# compile sample, the CLI and concurrency scripts).
+SLOW_TESTS := $(filter %/test_prefill_emu %/test_compile,$(TEST_BINS)) $(filter %/test_cli.sh %/test_concurrency.sh,$(TEST_SCRIPTS))
 test: deps
 	$(MAKE) all $(TEST_BINS)
-	FI_BUILD=$(BUILD) tests/run_tests.sh $(TEST_BINS) $(TEST_SCRIPTS)
+	FI_BUILD=$(BUILD) tests/run_tests.sh $(SLOW_TESTS) $(filter-out $(SLOW_TESTS),$(TEST_BINS) $(TEST_SCRIPTS))
+
+# Every registered configuration compiled for sm_90 (and every 7th for sm_80, 11th for
+# sm_90a, 3rd for gfx90a), one compiler thread per CPU: .ci/run's compile matrix.
+test-compile-all: deps
+	$(MAKE) all $(BUILD)/tests/test_compile
+	FI_TEST_COMPILE=all FI_BUILD=$(BUILD) tests/run_tests.sh $(BUILD)/tests/test_compile
 
 # hiprtc 5.2 (libamdhip64) trips ASan at thread exit unless it keeps its own
 # signal stack, and leaks a few bytes of its own: both are outside our code.
-# test_compile samples every 7th configuration here (see FI_TEST_COMPILE_SAMPLE).
+# test_compile compiles make test's covering sample here too.
 test-asan:
 	ASAN_OPTIONS=use_sigaltstack=0:detect_leaks=1 LSAN_OPTIONS=suppressions=$(CURDIR)/tests/lsan.supp \
-	  FI_TEST_COMPILE_SAMPLE=7 $(MAKE) BUILD=build-asan SAN=1 test
+	  $(MAKE) BUILD=build-asan SAN=1 test
 
 # The wgmma prefill kernel outside the runtime (a development harness; see its header).
 $(BUILD)/tests/wgmma_attn: tests/gpu/wgmma_attn.c tests/gpu/wgmma_host.h

@@ -24,6 +24,25 @@ FI_API fi_status fi_admin_config_key(const char *op, int idx, char *buf, size_t 
  * "gfx90a", "gfx942", ...)? */
 FI_API int fi_admin_arch_supported(const char *arch);
 
+/** Model presets (fi-cache prewarm --preset NAME): the kernels one serving step of a
+ * model needs, found by asking each op's kernel choice for the model's shapes (batches of
+ * 1 to 256, prompts of 1 to 8192 tokens, contexts to 16384). Count, name ("llama3-8b",
+ * ...) and a one-line description; NULL for an index out of range. */
+FI_API int fi_admin_preset_count(void);
+FI_API const char *fi_admin_preset_name(int i);
+FI_API const char *fi_admin_preset_about(int i);
+
+/** One registered configuration: what fi_admin_prewarm takes. op is a static string. */
+typedef struct fi_preset_config {
+  const char *op;
+  int idx;
+} fi_preset_config;
+
+/** The configurations preset's serving step uses on arch: up to cap into out, the
+ * number there are into *n (more than cap: call again with a larger out). */
+FI_API fi_status fi_admin_preset_configs(const char *preset, const char *arch, fi_preset_config *out,
+                                         int cap, int *n);
+
 /** Result of one prewarm step. */
 typedef enum fi_prewarm_result {
   FI_PREWARM_COMPILED = 0, /* compiled now and stored */

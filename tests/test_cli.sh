@@ -39,13 +39,17 @@ run ls --frob; check usage_unknown_option '[ $rc -eq 2 ] && grep -q -- --frob "$
 run --frob ls; check usage_unknown_global_option '[ $rc -eq 2 ]'
 run ls --source; check usage_option_of_other_command '[ $rc -eq 2 ]'
 run prewarm --cache "$DB" --arch sm_1; check usage_bad_arch '[ $rc -eq 2 ] && grep -q sm_1 "$T/err"'
-run prewarm --cache "$DB" --arch sm_90 --op rmsnorm,bogus9; check usage_bad_arch_in_list '[ $rc -eq 2 ] && grep -q bogus9 "$T/err"'
+run prewarm --cache "$DB" --arch sm_90 --op gemma_rmsnorm,bogus9; check usage_bad_arch_in_list '[ $rc -eq 2 ] && grep -q bogus9 "$T/err"'
 run prewarm --cache "$DB" --arch sm_90 --op no_such_op
 check usage_unknown_op '[ $rc -eq 2 ] && grep -q no_such_op "$T/err"'
 run prewarm --cache "$DB"; check usage_prewarm_without_arch '[ $rc -eq 2 ]'
-run prewarm --cache "$DB" --arch sm_90 --op rmsnorm -j 0; check usage_bad_jobs '[ $rc -eq 2 ]'
-run prewarm --cache "$DB" --arch sm_90 --op rmsnorm -j x; check usage_bad_jobs_text '[ $rc -eq 2 ]'
+run prewarm --cache "$DB" --arch sm_90 --op gemma_rmsnorm -j 0; check usage_bad_jobs '[ $rc -eq 2 ]'
+run prewarm --cache "$DB" --arch sm_90 --op gemma_rmsnorm -j x; check usage_bad_jobs_text '[ $rc -eq 2 ]'
 run prewarm --cache "$DB" --arch; check usage_missing_value '[ $rc -eq 2 ]'
+run prewarm --cache "$DB" --arch sm_90; check usage_prewarm_needs_a_target '[ $rc -eq 2 ] && grep -q -- "--preset" "$T/err"'
+run prewarm --cache "$DB" --arch sm_90 --all --op gemma_rmsnorm; check usage_prewarm_all_and_op '[ $rc -eq 2 ]'
+run prewarm --cache "$DB" --arch sm_90 --preset llama-9; check usage_prewarm_unknown_preset '[ $rc -eq 2 ] && grep -q "llama-9" "$T/err" && grep -q "llama3-8b" "$T/err"'
+run prewarm --cache "$DB" --preset list; check prewarm_preset_list '[ $rc -eq 0 ] && [ "$(grep -c "^llama3-8b \|^llama3-70b-tp8 \|^qwen3-30b-a3b " "$T/out")" = 3 ]'
 run show --cache "$DB"; check usage_show_without_prefix '[ $rc -eq 2 ]'
 run show --cache "$DB" xyz; check usage_show_bad_prefix '[ $rc -eq 2 ]'
 run export --cache "$DB" abc; check usage_export_without_output '[ $rc -eq 2 ]'
@@ -54,7 +58,7 @@ check usage_touches_no_cache '[ ! -e "$DB" ]'
 
 # ---- prewarm sm_90 ----
 start=$(date +%s)
-run prewarm --cache "$DB" --arch sm_90 --op rmsnorm --json
+run prewarm --cache "$DB" --arch sm_90 --op gemma_rmsnorm --json
 N=$(last_json 'd["compiled"]'); failed=$(last_json 'd["failed"]')
 echo "# prewarm sm_90: $(tail -n 1 "$T/out") in $(( $(date +%s) - start ))s" >&2
 check prewarm_sm90 '[ $rc -eq 0 ] && [ "${N:-0}" -gt 0 ] && [ "$failed" = 0 ]'
@@ -62,15 +66,15 @@ check prewarm_no_bar_on_pipe '! grep -q $'"'"'\r'"'"' "$T/err"'
 run ls --cache "$DB" --json; LSN=$(json 'len(d)' <"$T/out" 2>/dev/null)
 check ls_json_valid '[ $rc -eq 0 ] && [ "${LSN:-x}" = "${N:-y}" ]'
 check ls_json_fields 'json "all(set(e)>={\"hash\",\"layer\",\"op\",\"key\",\"arch\",\"compiler\",\"bytes\",\"created\",\"last_used\",\"hits\",\"compile_ms\"} and len(e[\"hash\"])==32 for e in d)" <"$T/out" | grep -qx True'
-run prewarm --cache "$DB" --arch sm_90 --op rmsnorm --json
+run prewarm --cache "$DB" --arch sm_90 --op gemma_rmsnorm --json
 check prewarm_sm90_again_cached '[ $rc -eq 0 ] && [ "$(last_json "d[\"compiled\"]")" = 0 ] && [ "$(last_json "d[\"cached\"] + d[\"waited\"]")" = "$N" ]'
-run prewarm --cache "$DB" --arch sm_90 --op rmsnorm -j 1
+run prewarm --cache "$DB" --arch sm_90 --op gemma_rmsnorm -j 1
 check prewarm_text_summary '[ $rc -eq 0 ] && grep -Eq "^compiled 0, cached [0-9]+, waited 0, failed 0 in [0-9.]+ s$" "$T/out"'
 
 # ---- ls ----
-run ls --cache "$DB" --arch sm_90 --op rmsnorm
-check ls_filter_match '[ $rc -eq 0 ] && [ "$(grep -c " rmsnorm .* sm_90 " "$T/out")" = "$N" ]'
-check ls_layer_column '[ "$(grep -c "^[0-9a-f]\{12\}  user    rmsnorm " "$T/out")" = "$N" ] && head -n 1 "$T/out" | grep -q "^hash  *layer  *op "'
+run ls --cache "$DB" --arch sm_90 --op gemma_rmsnorm
+check ls_filter_match '[ $rc -eq 0 ] && [ "$(grep -c " gemma_rmsnorm .* sm_90 " "$T/out")" = "$N" ]'
+check ls_layer_column '[ "$(grep -c "^[0-9a-f]\{12\}  user  *gemma_rmsnorm " "$T/out")" = "$N" ] && head -n 1 "$T/out" | grep -q "^hash  *layer  *op "'
 run ls --cache "$DB" --arch sm_80 --json; check ls_filter_other_arch '[ $rc -eq 0 ] && [ "$(json "len(d)" <"$T/out")" = 0 ]'
 run ls --cache "$DB" --op not_an_op --json; check ls_filter_other_op '[ $rc -eq 0 ] && [ "$(json "len(d)" <"$T/out")" = 0 ]'
 
@@ -99,10 +103,10 @@ run stats --cache "$DB"; check stats_text '[ $rc -eq 0 ] && grep -qx "entries: $
 
 # ---- clear ----
 start=$(date +%s)
-run prewarm --cache "$DB" --arch sm_80 --op rmsnorm --json
+run prewarm --cache "$DB" --arch sm_80 --op gemma_rmsnorm --json
 echo "# prewarm sm_80: $(tail -n 1 "$T/out") in $(( $(date +%s) - start ))s" >&2
 check prewarm_sm80 '[ $rc -eq 0 ] && [ "$(last_json "d[\"compiled\"]")" = "$N" ]'
-run clear --cache "$DB" --op rmsnorm --arch sm_80; check clear_one_arch '[ $rc -eq 0 ] && grep -qx "removed $N" "$T/out"'
+run clear --cache "$DB" --op gemma_rmsnorm --arch sm_80; check clear_one_arch '[ $rc -eq 0 ] && grep -qx "removed $N" "$T/out"'
 run ls --cache "$DB" --json
 check clear_kept_other_arch '[ "$(json "sum(e[\"arch\"]==\"sm_90\" for e in d), len(d)" <"$T/out")" = "$N $N" ]'
 run clear --cache "$DB"; check clear_all '[ $rc -eq 0 ] && grep -qx "removed $N" "$T/out"'
@@ -135,12 +139,12 @@ if [ -n "$(ldconfig -p 2>/dev/null | grep -E 'libamdhip64|libhiprtc')" ]; then
   export ASAN_OPTIONS="${ASAN_OPTIONS:+$ASAN_OPTIONS:}use_sigaltstack=0"
   export LSAN_OPTIONS="${LSAN_OPTIONS:+$LSAN_OPTIONS:}suppressions=$T/lsan.supp"
   start=$(date +%s)
-  run prewarm --cache "$DB" --arch gfx90a --op rmsnorm -j 2 --json
+  run prewarm --cache "$DB" --arch gfx90a --op gemma_rmsnorm -j 2 --json
   echo "# prewarm gfx90a: rc=$rc $(tail -n 1 "$T/out") in $(( $(date +%s) - start ))s" >&2
   check prewarm_gfx90a '[ $rc -eq 0 ] && [ "$(last_json "d[\"compiled\"]")" = "$N" ] && [ "$(last_json "d[\"failed\"]")" = 0 ]'
   run ls --cache "$DB" --arch gfx90a --json
   check ls_gfx90a_hiprtc '[ "$(json "len(d), all(e[\"compiler\"].startswith(\"hiprtc\") for e in d)" <"$T/out")" = "$N True" ]'
-  run prewarm --cache "$DB" --arch gfx942 --op rmsnorm --json
+  run prewarm --cache "$DB" --arch gfx942 --op gemma_rmsnorm --json
   check prewarm_gfx942_unsupported '[ $rc -eq 1 ] && grep -q gfx942 "$T/err" && [ "$(last_json "d[\"failed\"]")" = "$N" ]'
 else
   echo "# no hiprtc here: AMD checks skipped" >&2

@@ -1,5 +1,7 @@
 /* test_compile.c: every registered configuration compiled with the real NVRTC
- * (sm_90, a sample for sm_80 and sm_90a) and hiprtc (gfx90a); unsupported targets refused cleanly. */
+ * and hiprtc (gfx90a): in make test a sample covering every op x dtype x arch class, in
+ * make test-compile-all every configuration for sm_90 and a sample for sm_80, sm_90a and
+ * gfx90a; unsupported targets refused cleanly. */
 #include <pthread.h>
 #include <stdatomic.h>
 #include <stdio.h>
@@ -16,7 +18,8 @@
 typedef struct job {
   fi_runtime *rt;
   const char *op, *arch;
-  int stride; /* compile every stride-th configuration */
+  const int *idx; /* the configurations to compile */
+  int n;
   atomic_int next, compiled, failed, skipped; /* skipped: the op has no kernel for the arch */
   char first_error[2048];
   pthread_mutex_t mu;
@@ -24,10 +27,10 @@ typedef struct job {
 
 static void *worker(void *arg) {
   job *j = arg;
-  int n = fi_admin_config_count(j->op);
   for (;;) {
-    int i = atomic_fetch_add(&j->next, 1) * j->stride;
-    if (i >= n) break;
+    int k = atomic_fetch_add(&j->next, 1);
+    if (k >= j->n) break;
+    int i = j->idx[k];
     fi_prewarm_result r;
     double ms;
     fi_status st = fi_admin_prewarm(j->rt, j->op, i, j->arch, &r, &ms);
@@ -49,9 +52,9 @@ static void *worker(void *arg) {
   return NULL;
 }
 
-/* Compiles op's configurations for arch on 2 threads; returns failures. */
-static int compile_all(const char *op, const char *arch, int stride, int *compiled, int *skipped,
-                       char *err, size_t errlen) {
+/* Compiles the n configurations idx of op for arch; returns failures. */
+static int compile_all(const char *op, const char *arch, const int *idx, int n, int *compiled,
+                       int *skipped, char *err, size_t errlen) {
   fi_options o;
   fi_options_init(&o);
   o.cache_path = ":memory:";
@@ -61,42 +64,112 @@ static int compile_all(const char *op, const char *arch, int stride, int *compil
   if (fi_runtime_create(&o, &j.rt) != FI_OK) return -1;
   j.op = op;
   j.arch = arch;
-  j.stride = stride;
-  pthread_t t[2];
-  for (int i = 0; i < 2; i++) pthread_create(&t[i], NULL, worker, &j);
-  for (int i = 0; i < 2; i++) pthread_join(t[i], NULL);
+  j.idx = idx;
+  j.n = n;
+  /* One worker per online CPU (at most 32), at least 2: the single-flight claims run in parallel. */
+  long cpus = sysconf(_SC_NPROCESSORS_ONLN);
+  int nt = cpus < 2 ? 2 : cpus > 32 ? 32 : (int)cpus;
+  pthread_t t[32];
+  for (int i = 0; i < nt; i++) pthread_create(&t[i], NULL, worker, &j);
+  for (int i = 0; i < nt; i++) pthread_join(t[i], NULL);
   *compiled = atomic_load(&j.compiled);
   *skipped = atomic_load(&j.skipped);
   snprintf(err, errlen, "%s", j.first_error);
-  /* Every stored binary is an ELF file of the right machine. */
   fi_runtime_destroy(j.rt);
   pthread_mutex_destroy(&j.mu);
   return atomic_load(&j.failed);
 }
 
-/* FI_TEST_COMPILE_SAMPLE=N compiles every N-th of what would be compiled: the
- * sanitizer run sets it, since the compilers are not instrumented and the full
- * set already compiled in the plain run; only our host paths differ. */
+/* make test compiles a covering sample; make test-compile-all (FI_TEST_COMPILE=all)
+ * the whole matrix, where FI_TEST_COMPILE_SAMPLE=N keeps every N-th of it. */
+static int compile_everything(void) {
+  const char *s = getenv("FI_TEST_COMPILE");
+  return s && strcmp(s, "all") == 0;
+}
+
 static int sample_scale(void) {
   const char *s = getenv("FI_TEST_COMPILE_SAMPLE");
   int n = s ? atoi(s) : 1;
   return n > 1 ? n : 1;
 }
 
-static void check_op_arch(const char *arch, int stride) {
+/* Does key (a canonical "f=v;f=v" string) hold a field=value pair that none of the
+ * n keys in seen[] holds? Only the fields covers() accepts count. */
+typedef int (*field_pred)(const char *field, size_t len);
+static int dtype_field(const char *f, size_t len) {
+  for (size_t i = 0; i + 5 <= len; i++)
+    if (memcmp(f + i, "dtype", 5) == 0) return 1;
+  return 0;
+}
+static int shape_field(const char *f, size_t len) {
+  static const char *const more[] = {"head_dim", "kind", "act", "mode", "pos", "layout"};
+  if (dtype_field(f, len)) return 1;
+  for (size_t i = 0; i < sizeof more / sizeof *more; i++)
+    if (strlen(more[i]) == len && memcmp(f, more[i], len) == 0) return 1;
+  return 0;
+}
+static int pair_in(const char *key, const char *pair, size_t len) {
+  for (const char *p = key; p && *p; p = strchr(p, ';'), p = p ? p + 1 : NULL)
+    if (strncmp(p, pair, len) == 0 && (p[len] == ';' || p[len] == 0)) return 1;
+  return 0;
+}
+static int adds_pair(const char *key, char (*seen)[256], int n, field_pred pred) {
+  for (const char *p = key; *p;) {
+    const char *end = strchr(p, ';'), *eq = strchr(p, '=');
+    size_t len = end ? (size_t)(end - p) : strlen(p);
+    if (eq && eq < p + len && pred(p, (size_t)(eq - p))) {
+      int found = 0;
+      for (int i = 0; i < n && !found; i++) found = pair_in(seen[i], p, len);
+      if (!found) return 1;
+    }
+    p += len + (end != NULL);
+  }
+  return 0;
+}
+
+/* The configurations of op to compile: the whole matrix (every stride-th), or the
+ * first configuration and then each that brings a field value (a dtype; with
+ * pred = shape_field also a head dim, kind, mode...) no earlier pick had. */
+static int pick(const char *op, int stride, field_pred pred, int *idx) {
+  int n = fi_admin_config_count(op), m = 0;
+  char (*seen)[256] = calloc((size_t)n, sizeof *seen);
+  if (!seen) return 0;
+  for (int i = 0; i < n; i++) {
+    if (compile_everything()) {
+      if (i % stride == 0) idx[m++] = i;
+      continue;
+    }
+    char key[256] = "";
+    if (fi_admin_config_key(op, i, key, sizeof key) != FI_OK) continue;
+    if (m == 0 || (pred && adds_pair(key, seen, m, pred))) {
+      snprintf(seen[m], sizeof seen[m], "%s", key);
+      idx[m++] = i;
+    }
+  }
+  free(seen);
+  return m;
+}
+
+static void check_op_arch(const char *arch, int stride, field_pred pred) {
   stride *= sample_scale();
+  int total = 0;
   for (int i = 0; i < fi_admin_op_count(); i++) {
     const char *op = fi_admin_op_name(i);
     int n = fi_admin_config_count(op), compiled = 0, skipped = 0;
+    int *idx = calloc((size_t)n, sizeof *idx);
+    FT_REQUIRE(idx != NULL);
+    int want = pick(op, stride, pred, idx);
+    FT_CHECK(want >= 1, "%s: nothing picked", op);
     char err[2048];
     struct timespec t0, t1;
     clock_gettime(CLOCK_MONOTONIC, &t0);
-    int failed = compile_all(op, arch, stride, &compiled, &skipped, err, sizeof err);
+    int failed = compile_all(op, arch, idx, want, &compiled, &skipped, err, sizeof err);
     clock_gettime(CLOCK_MONOTONIC, &t1);
-    int want = (n + stride - 1) / stride;
+    free(idx);
+    total += want;
     /* The seconds say where CI's time goes (this test is most of it). */
-    fprintf(stderr, "  %s %s: %d of %d compiled, %d skipped, %.1f s\n", op, arch, compiled, want, skipped,
-            (double)(t1.tv_sec - t0.tv_sec) + 1e-9 * (double)(t1.tv_nsec - t0.tv_nsec));
+    fprintf(stderr, "  %s %s: %d of %d compiled (of %d), %d skipped, %.1f s\n", op, arch, compiled, want, n,
+            skipped, (double)(t1.tv_sec - t0.tv_sec) + 1e-9 * (double)(t1.tv_nsec - t0.tv_nsec));
     FT_CHECK(failed == 0, "%s for %s: %d failed; first: %s", op, arch, failed, err);
     FT_CHECK(compiled + skipped == want, "%s for %s: %d compiled and %d skipped, expected %d", op,
              arch, compiled, skipped, want);
@@ -106,12 +179,16 @@ static void check_op_arch(const char *arch, int stride) {
     FT_CHECK(skipped == 0 || (!hopper && wg_op), "%s for %s: %d skipped", op, arch, skipped);
     if (wg_op) FT_CHECK(hopper || compiled == 0, "%s compiled for %s", op, arch);
   }
+  fprintf(stderr, "  %s: %d configurations (%s)\n", arch, total,
+          compile_everything() ? "the whole matrix" : "a covering sample; make test-compile-all for all");
 }
 
-FT_TEST(nvrtc_sm90_every_config) { check_op_arch("sm_90", 1); }
-FT_TEST(nvrtc_sm80_sample) { check_op_arch("sm_80", 7); }
-FT_TEST(nvrtc_sm90a_sample) { check_op_arch("sm_90a", 11); }
-FT_TEST(hiprtc_gfx90a_sample) { check_op_arch("gfx90a", 3); }
+/* sm_90 is the arch served: every config in the full run, each dtype, head dim,
+ * kind and mode of every op in the sample. The others: every dtype of every op. */
+FT_TEST(nvrtc_sm90_every_config) { check_op_arch("sm_90", 1, shape_field); }
+FT_TEST(nvrtc_sm80_sample) { check_op_arch("sm_80", 7, dtype_field); }
+FT_TEST(nvrtc_sm90a_sample) { check_op_arch("sm_90a", 11, NULL); }
+FT_TEST(hiprtc_gfx90a_sample) { check_op_arch("gfx90a", 3, dtype_field); }
 
 static int elf_machine(const void *bin, size_t n) {
   const unsigned char *b = bin;
@@ -208,5 +285,71 @@ FT_TEST(compile_error_carries_compiler_log) {
   fi_admin_stats s;
   fi_admin_stats_get(rt, &s);
   FT_CHECK(s.compile_failures == 1, "failures %lld", (long long)s.compile_failures);
+  fi_runtime_destroy(rt);
+}
+
+/* Model presets: each resolves on every arch class to registered configurations, covers
+ * every op family of a serving step, has no repeats, and refuses unknown names and arches.
+ * make test-compile-all also compiles llama3-8b's for sm_90 (what make run prewarms). */
+FT_TEST(presets_resolve_to_a_serving_step) {
+  static const char *const archs[] = {"sm_90", "sm_80", "gfx90a"};
+  static const char *const step[] = {"rmsnorm", "fused_add_rmsnorm", "rope", "append_paged_kv",
+                                     "batch_indices_positions", "act_and_mul", "sampling", "batch_decode",
+                                     "decode_upload", "prefill_merge"};
+  FT_REQUIRE(fi_admin_preset_count() >= 3);
+  for (int p = 0; p < fi_admin_preset_count(); p++) {
+    const char *name = fi_admin_preset_name(p);
+    FT_REQUIRE(name && fi_admin_preset_about(p));
+    for (int a = 0; a < 3; a++) {
+      fi_preset_config c[256];
+      int n = -1;
+      FT_REQUIRE(fi_admin_preset_configs(name, archs[a], c, 256, &n) == FI_OK, "%s %s: %s", name, archs[a],
+                 fi_last_error());
+      FT_CHECK(n > 10 && n <= 256, "%s %s: %d configurations", name, archs[a], n);
+      for (size_t s = 0; s < sizeof step / sizeof *step; s++) {
+        int found = 0;
+        for (int i = 0; i < n; i++) found |= strcmp(c[i].op, step[s]) == 0;
+        FT_CHECK(found, "%s %s: no %s kernel", name, archs[a], step[s]);
+      }
+      /* prefill: the wgmma kernel on Hopper, mma.sync elsewhere */
+      int wg = 0, mma = 0;
+      for (int i = 0; i < n; i++) {
+        wg += strcmp(c[i].op, "batch_prefill_sm90") == 0;
+        mma += strcmp(c[i].op, "batch_prefill") == 0;
+        FT_CHECK(c[i].idx >= 0 && c[i].idx < fi_admin_config_count(c[i].op), "%s idx %d", c[i].op, c[i].idx);
+        for (int j = 0; j < i; j++)
+          FT_CHECK(!(c[j].idx == c[i].idx && strcmp(c[j].op, c[i].op) == 0), "%s: %s #%d twice", name, c[i].op,
+                   c[i].idx);
+      }
+      FT_CHECK(a == 0 ? wg > 0 : wg == 0 && mma > 0, "%s %s: %d wgmma and %d mma.sync prefill kernels", name,
+               archs[a], wg, mma);
+      /* the count alone, then too small a buffer: the count is still the whole */
+      int m = -1;
+      FT_CHECK(fi_admin_preset_configs(name, archs[a], NULL, 0, &m) == FI_OK && m == n, "count %d vs %d", m, n);
+      FT_CHECK(fi_admin_preset_configs(name, archs[a], c, 3, &m) == FI_OK && m == n, "short buffer %d vs %d", m, n);
+    }
+  }
+  int n;
+  FT_CHECK(fi_admin_preset_configs("llama-9", "sm_90", NULL, 0, &n) == FI_ERR_INVALID_ARGUMENT &&
+               strstr(fi_last_error(), "llama-9"),
+           "%s", fi_last_error());
+  FT_CHECK(fi_admin_preset_configs("llama3-8b", "sm_1", NULL, 0, &n) == FI_ERR_INVALID_ARGUMENT &&
+               strstr(fi_last_error(), "sm_1"),
+           "%s", fi_last_error());
+  FT_CHECK(fi_admin_preset_name(fi_admin_preset_count()) == NULL);
+  if (!compile_everything()) return;
+  fi_preset_config c[256];
+  FT_REQUIRE(fi_admin_preset_configs("llama3-8b", "sm_90", c, 256, &n) == FI_OK);
+  fi_options o;
+  fi_options_init(&o);
+  o.cache_path = ":memory:";
+  fi_runtime *rt;
+  FT_REQUIRE(fi_runtime_create(&o, &rt) == FI_OK);
+  for (int i = 0; i < n; i++) {
+    fi_prewarm_result r;
+    double ms;
+    FT_CHECK(fi_admin_prewarm(rt, c[i].op, c[i].idx, "sm_90", &r, &ms) == FI_OK, "%s #%d: %s", c[i].op,
+             c[i].idx, fi_last_error());
+  }
   fi_runtime_destroy(rt);
 }

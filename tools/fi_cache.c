@@ -19,14 +19,20 @@
 /* ---- command line ---- */
 
 static const command commands[] = {
-    {"prewarm", O_ARCH | O_OP | O_JOBS | O_JSON, P_NONE, cmd_prewarm,
-     "prewarm --arch ARCH[,ARCH...] [--op OP]... [-j N] [--json]",
+    {"prewarm", O_ARCH | O_OP | O_JOBS | O_JSON | O_PRESET | O_ALL, P_NONE, cmd_prewarm,
+     "prewarm --arch ARCH[,ARCH...] (--preset NAME | --op OP | --all)... [-j N] [--json]",
      "compile kernels ahead of time, skipping what is cached",
-     "Compile every registered configuration of the ops (all ops if none) for each\n"
-     "arch, skipping what is cached (in either layer). An op whose kernels need\n"
-     "another GPU is skipped and counted (the wgmma ops: sm_90 only, compiled as\n"
-     "sm_90a). -j: worker threads (default: online CPUs). --json: one summary object\n"
-     "on the last line.\n"},
+     "Compile kernels for each arch, skipping what is cached (in either layer):\n"
+     "  --preset NAME  the kernels one serving step of a model needs (norms, RoPE, KV\n"
+     "                 append, prefill, decode, SiLU-mul, sampling for its shapes);\n"
+     "                 --preset list names the presets (llama3-8b, ...)\n"
+     "  --op OP        every registered configuration of the op (a comma list too)\n"
+     "  --all          every registered configuration of every op (about 1100 for\n"
+     "                 sm_90: tens of minutes on a few cores; see README)\n"
+     "An op whose kernels need another GPU is skipped and counted (the wgmma ops:\n"
+     "sm_90 only, compiled as sm_90a). Progress and an ETA go to stderr (a bar on a\n"
+     "terminal, a line every few seconds otherwise). -j: worker threads (default:\n"
+     "online CPUs). --json: one summary object on the last line.\n"},
     {"ls", O_ARCH | O_OP | O_JSON, P_NONE, cmd_ls,
      "ls [--op OP] [--arch ARCH] [--json]", "list cache entries of both layers",
      "List cache entries, optionally filtered (--op and --arch take comma lists):\n"
@@ -173,6 +179,16 @@ static int parse(int argc, char **argv, args *a, const command **cmd) {
       int rc = v && v[strspn(v, ",")] ? add_list(a->ops, &a->nop, (char *)v, "--op")
                                        : usage_error("--op needs a value");
       if (rc) return rc;
+      continue;
+    }
+    if ((allowed & O_PRESET) && ((v = opt_value(argc, argv, &i, "--preset", NULL, &m)), m)) {
+      int rc = v && v[strspn(v, ",")] ? add_list(a->presets, &a->npreset, (char *)v, "--preset")
+                                       : usage_error("--preset needs a NAME (--preset list names them)");
+      if (rc) return rc;
+      continue;
+    }
+    if ((allowed & O_ALL) && strcmp(arg, "--all") == 0) {
+      a->all = 1;
       continue;
     }
     if ((allowed & O_JOBS) && ((v = opt_value(argc, argv, &i, "--jobs", "-j", &m)), m)) {
@@ -340,11 +356,30 @@ int main(int argc, char **argv) {
     }
   }
   if (cmd->run == cmd_prewarm) {
+    for (int i = 0; i < a.npreset; i++)
+      if (strcmp(a.presets[i], "list") == 0) {
+        for (int k = 0; k < fi_admin_preset_count(); k++)
+          printf("%-16s %s\n", fi_admin_preset_name(k), fi_admin_preset_about(k));
+        return 0;
+      }
     if (!a.narch) return usage_error("prewarm: missing --arch ARCH[,ARCH...]");
     for (int i = 0; i < a.narch; i++)
       if (!fi_admin_arch_supported(a.archs[i]))
         return usage_error("prewarm: unknown arch '%s' (sm_75 ... sm_120, sm_90a, gfx90a, gfx942, ...)",
                            a.archs[i]);
+    if (!a.nop && !a.npreset && !a.all)
+      return usage_error("prewarm: say what to compile: --preset NAME (--preset list), --op OP or --all");
+    if (a.all && (a.nop || a.npreset)) return usage_error("prewarm: --all already takes every op");
+    for (int i = 0; i < a.npreset; i++) {
+      int known = 0;
+      for (int k = 0; k < fi_admin_preset_count(); k++) known |= strcmp(a.presets[i], fi_admin_preset_name(k)) == 0;
+      if (!known) {
+        fprintf(stderr, "%s: prewarm: unknown preset '%s'; presets:", prog, a.presets[i]);
+        for (int k = 0; k < fi_admin_preset_count(); k++) fprintf(stderr, " %s", fi_admin_preset_name(k));
+        fputc('\n', stderr);
+        return EXIT_USAGE;
+      }
+    }
     for (int i = 0; i < a.nop; i++)
       if (fi_admin_config_count(a.ops[i]) < 0) {
         fprintf(stderr, "%s: prewarm: unknown op '%s'; registered ops:", prog, a.ops[i]);

@@ -16,7 +16,7 @@
 /* Everything the command line can say; each command accepts a subset (mask). */
 enum {
   O_ARCH = 1, O_OP = 2, O_JOBS = 4, O_JSON = 8, O_SOURCE = 16, O_OUT = 32,
-  O_MAX_BYTES = 64, O_STALE = 128, O_REPAIR = 256, O_TO = 512
+  O_MAX_BYTES = 64, O_STALE = 128, O_REPAIR = 256, O_TO = 512, O_PRESET = 1024, O_ALL = 2048
 };
 
 /* What a command's positional argument is. */
@@ -24,8 +24,8 @@ enum { P_NONE = 0, P_HASH = 1, P_FILE = 2 };
 
 typedef struct args {
   const char *cache;
-  const char *archs[MAX_LIST], *ops[MAX_LIST];
-  int narch, nop, jobs, json, source, help, stale, repair;
+  const char *archs[MAX_LIST], *ops[MAX_LIST], *presets[MAX_LIST];
+  int narch, nop, npreset, all, jobs, json, source, help, stale, repair;
   int64_t max_bytes; /* gc --max-bytes; -1: the runtime's cap */
   const char *out, *prefix, *to, *file;
 } args;

@@ -35,14 +35,32 @@ typedef struct prewarm_ctx {
   char last_err[4096];    /* to collapse a failure repeated for every config */
 } prewarm_ctx;
 
+/* "ETA 12s" from the pace so far (the first configurations compile on every thread at
+ * once, so the pace settles after a few). */
+static void eta(const prewarm_ctx *c, size_t done, char *buf, size_t n) {
+  const double el = now_s() - c->t0;
+  if (done == 0 || done >= c->njobs) {
+    snprintf(buf, n, "%s", done ? "" : "ETA ?");
+    return;
+  }
+  snprintf(buf, n, "ETA %.0fs", el / (double)done * (double)(c->njobs - done));
+}
+
+/* On a terminal a bar redrawn in place; otherwise (make run, a log) a plain line. */
 static void draw_bar(prewarm_ctx *c) {
   size_t done = atomic_load(&c->done), w = 30, fill = c->njobs ? done * w / c->njobs : w;
-  char bar[64];
+  char bar[64], e[32];
   for (size_t i = 0; i < w; i++) bar[i] = i < fill ? '#' : '.';
   bar[w] = 0;
-  fprintf(stderr, "\r[%s] %zu/%zu compiled %d cached %d failed %d  %.1fs\033[K", bar, done,
-          c->njobs, atomic_load(&c->compiled), atomic_load(&c->cached) + atomic_load(&c->waited),
-          atomic_load(&c->failed), now_s() - c->t0);
+  eta(c, done, e, sizeof e);
+  if (c->tty)
+    fprintf(stderr, "\r[%s] %zu/%zu compiled %d cached %d failed %d  %.1fs %s\033[K", bar, done,
+            c->njobs, atomic_load(&c->compiled), atomic_load(&c->cached) + atomic_load(&c->waited),
+            atomic_load(&c->failed), now_s() - c->t0, e);
+  else
+    fprintf(stderr, "%s: prewarm: %zu/%zu done (compiled %d, cached %d, failed %d) in %.0fs %s\n", prog,
+            done, c->njobs, atomic_load(&c->compiled), atomic_load(&c->cached) + atomic_load(&c->waited),
+            atomic_load(&c->failed), now_s() - c->t0, e);
   fflush(stderr);
 }
 
@@ -103,33 +121,61 @@ static void *prewarm_worker(void *user) {
   return NULL;
 }
 
-int cmd_prewarm(fi_runtime *rt, const args *a) {
-  /* No --op: every registered op, however many the library has. */
-  int nop = a->nop ? a->nop : fi_admin_op_count();
-  const char **ops = calloc(nop > 0 ? (size_t)nop : 1, sizeof *ops);
-  size_t njobs = 0;
-  for (int i = 0; ops && i < nop; i++) {
-    ops[i] = a->nop ? a->ops[i] : fi_admin_op_name(i);
-    int n = ops[i] ? fi_admin_config_count(ops[i]) : -1;
-    if (n > 0) njobs += (size_t)n * (size_t)a->narch;
+/* Appends (op, idx, arch) unless it is there already (a preset and --op may overlap). */
+static int add_job(prewarm_ctx *c, size_t *cap, const char *op, int idx, const char *arch) {
+  for (size_t i = 0; i < c->njobs; i++)
+    if (c->jobs[i].idx == idx && strcmp(c->jobs[i].op, op) == 0 && strcmp(c->jobs[i].arch, arch) == 0) return 0;
+  if (c->njobs == *cap) {
+    size_t n = *cap ? 2 * *cap : 256;
+    job *p = realloc(c->jobs, n * sizeof *p);
+    if (!p) return -1;
+    c->jobs = p, *cap = n;
   }
+  c->jobs[c->njobs++] = (job){op, arch, idx};
+  return 0;
+}
+
+/* The jobs, arch-major: the first configurations of every arch do not wait behind the
+ * last ones of another, and each compiler is loaded early. */
+static int make_jobs(prewarm_ctx *c, const args *a) {
+  size_t cap = 0;
+  for (int r = 0; r < a->narch; r++) {
+    for (int p = 0; p < a->npreset; p++) {
+      int n = 0;
+      fi_status st = fi_admin_preset_configs(a->presets[p], a->archs[r], NULL, 0, &n);
+      fi_preset_config *pc = st == FI_OK ? calloc(n ? (size_t)n : 1, sizeof *pc) : NULL;
+      if (st == FI_OK && !pc) return -1;
+      if (st == FI_OK) st = fi_admin_preset_configs(a->presets[p], a->archs[r], pc, n, &n);
+      if (st != FI_OK) {
+        fprintf(stderr, "%s: prewarm: preset %s on %s: %s\n", prog, a->presets[p], a->archs[r], fi_last_error());
+        free(pc);
+        return -2;
+      }
+      for (int i = 0; i < n; i++)
+        if (add_job(c, &cap, pc[i].op, pc[i].idx, a->archs[r])) return -1;
+      free(pc);
+    }
+    const int nop = a->all ? fi_admin_op_count() : a->nop;
+    for (int i = 0; i < nop; i++) {
+      const char *op = a->all ? fi_admin_op_name(i) : a->ops[i];
+      for (int x = 0, n = fi_admin_config_count(op); x < n; x++)
+        if (add_job(c, &cap, op, x, a->archs[r])) return -1;
+    }
+  }
+  return 0;
+}
+
+int cmd_prewarm(fi_runtime *rt, const args *a) {
   prewarm_ctx c;
   memset(&c, 0, sizeof c);
   c.rt = rt;
-  c.njobs = njobs;
-  c.jobs = ops ? calloc(njobs ? njobs : 1, sizeof *c.jobs) : NULL;
-  if (!c.jobs) {
-    fprintf(stderr, "%s: out of memory\n", prog);
-    free(ops);
+  int mj = make_jobs(&c, a);
+  if (mj) {
+    if (mj == -1) fprintf(stderr, "%s: out of memory\n", prog);
+    free(c.jobs);
     return 1;
   }
-  /* Arch-major order: the first configurations of every arch do not wait
-   * behind the last ones of another, and each compiler is loaded early. */
-  size_t k = 0;
-  for (int r = 0; r < a->narch; r++)
-    for (int i = 0; i < nop; i++)
-      for (int x = 0, n = ops[i] ? fi_admin_config_count(ops[i]) : 0; x < n; x++)
-        c.jobs[k++] = (job){ops[i], a->archs[r], x};
+  const size_t njobs = c.njobs;
   pthread_mutex_init(&c.out_mu, NULL);
   c.tty = isatty(STDERR_FILENO);
   c.t0 = now_s();
@@ -141,11 +187,14 @@ int cmd_prewarm(fi_runtime *rt, const args *a) {
   for (; th && started < nthreads; started++)
     if (pthread_create(&th[started], NULL, prewarm_worker, &c) != 0) break;
   if (started == 0) prewarm_worker(&c); /* no thread could start: do it here */
-  /* The main thread only draws the bar; workers draw on failures. */
-  while (c.tty && atomic_load(&c.done) < njobs) {
-    pthread_mutex_lock(&c.out_mu);
-    draw_bar(&c);
-    pthread_mutex_unlock(&c.out_mu);
+  /* The main thread only draws the progress; workers draw on failures. Off a terminal
+   * a line every 5 s, and none for work done in less. */
+  for (int tick = 0; atomic_load(&c.done) < njobs; tick++) {
+    if (c.tty || (tick > 0 && tick % 50 == 0)) {
+      pthread_mutex_lock(&c.out_mu);
+      draw_bar(&c);
+      pthread_mutex_unlock(&c.out_mu);
+    }
     nanosleep(&(struct timespec){0, 100 * 1000 * 1000}, NULL);
   }
   for (int i = 0; i < started; i++) pthread_join(th[i], NULL);
@@ -166,7 +215,6 @@ int cmd_prewarm(fi_runtime *rt, const args *a) {
     printf("compiled %d, cached %d, waited %d, failed %d in %.1f s\n", comp, cach, wait, bad, secs);
   free(th);
   free(c.jobs);
-  free(ops);
   pthread_mutex_destroy(&c.out_mu);
   return bad ? 1 : 0;
 }

@@ -1,0 +1,230 @@
+/* rt_preset.c: model presets for prewarm: the kernels one serving step of a model
+ * needs (norms, RoPE, KV append, prefill, decode, activation, sampling) on an arch,
+ * found by asking each op's own kernel choice for the model's shapes. */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "jit_compiler.h"
+#include "jit_registry.h"
+#include "sampling_params.h"
+#include "ops_act.h"
+#include "ops_decode.h"
+#include "ops_norm.h"
+#include "ops_page.h"
+#include "ops_prefill.h"
+#include "ops_rope.h"
+#include "ops_sampling.h"
+#include "rt_decode.h"
+#include "rt_internal.h"
+#include "rt_prefill.h"
+
+/* A model's attention and MLP shapes on one rank (tensor parallelism divides the heads
+ * and the intermediate size; the vocabulary is gathered before sampling). */
+typedef struct rt_model {
+  const char *name, *about;
+  int head_dim, hq, hkv, hidden, inter, vocab;
+  int qk_norm; /* RMSNorm over each head of q and k (Qwen3) */
+} rt_model;
+
+static const rt_model models[] = {
+    {"llama3-8b", "Llama-3-8B: bf16, 32/8 heads of 128, hidden 4096, intermediate 14336, page 16",
+     128, 32, 8, 4096, 14336, 128256, 0},
+    {"llama3-70b-tp8", "Llama-3-70B on 8 GPUs: bf16, 8/1 heads of 128 a rank, hidden 8192, intermediate 3584 a rank",
+     128, 8, 1, 8192, 3584, 128256, 0},
+    {"qwen3-30b-a3b", "Qwen3-30B-A3B's attention, norms and sampling: bf16, 32/4 heads of 128 with q/k norm, "
+                      "hidden 2048 (its MoE experts are not kernels of this library yet)",
+     128, 32, 4, 2048, 768, 151936, 1},
+};
+#define NMODELS ((int)(sizeof models / sizeof models[0]))
+
+FI_API int fi_admin_preset_count(void) { return NMODELS; }
+
+FI_API const char *fi_admin_preset_name(int i) { return i >= 0 && i < NMODELS ? models[i].name : NULL; }
+
+FI_API const char *fi_admin_preset_about(int i) { return i >= 0 && i < NMODELS ? models[i].about : NULL; }
+
+/* The keys found so far, without repeats. */
+typedef struct keyset {
+  jit_key *k;
+  int n, cap;
+} keyset;
+
+static int add(keyset *s, const jit_key *k) {
+  for (int i = 0; i < s->n; i++)
+    if (s->k[i].op == k->op && memcmp(s->k[i].v, k->v, sizeof k->v) == 0) return 0;
+  if (s->n == s->cap) {
+    int cap = s->cap ? 2 * s->cap : 64;
+    jit_key *p = realloc(s->k, (size_t)cap * sizeof *p);
+    if (!p) return -1;
+    s->k = p, s->cap = cap;
+  }
+  s->k[s->n++] = *k;
+  return 0;
+}
+
+/* Sixteen-byte vectors where the row allows (every preset's rows do). */
+static int vec16(int dt, int64_t n) {
+  int v = 16 / jit_dtype_bytes(dt);
+  while (v > 1 && n % v) v /= 2;
+  return v;
+}
+
+/* The norms, RoPE, append, activation and sampling kernels of one step. */
+static int small_ops(const rt_model *m, int dt, int warp, int hopper, keyset *s) {
+  jit_key k;
+  int threads, rc = 0;
+  jit_rmsnorm_select(dt, vec16(dt, m->hidden), m->hidden, &k);
+  rc |= add(s, &k);
+  jit_norm_select(&jit_op_fused_add_rmsnorm, dt, vec16(dt, m->hidden), m->hidden, warp, &k, &threads);
+  rc |= add(s, &k);
+  if (m->qk_norm) {
+    jit_rmsnorm_select(dt, vec16(dt, m->head_dim), m->head_dim, &k);
+    rc |= add(s, &k);
+  }
+  /* RoPE from positions (int32 or int64 ids) and from a cos/sin cache, as engines call it. */
+  for (int pos = 0; pos < 2; pos++)
+    for (int mode = 0; mode < JIT_ROPE_MODE_COUNT; mode++) {
+      jit_rope_select(dt, pos ? JIT_DT_I64 : JIT_DT_I32, mode, 0, vec16(dt, m->head_dim), &k);
+      rc |= add(s, &k);
+    }
+  jit_page_select(dt, dt, 0, vec16(dt, m->head_dim), &k); /* NHD */
+  rc |= add(s, &k);
+  jit_page_select(dt, dt, 1, vec16(dt, m->head_dim), &k); /* HND */
+  rc |= add(s, &k);
+  jit_bip_select(&k);
+  rc |= add(s, &k);
+  jit_act_select(JIT_ACT_SILU, dt, vec16(dt, m->inter), &k);
+  rc |= add(s, &k);
+  /* Sampling on float32 logits: softmax, sampling from probs, top-k/top-p from logits;
+   * a cluster of 8 or 4 blocks a row on Hopper for small batches (rt_sampling.c). */
+  static const int kinds[] = {FI_SMP_SOFTMAX, FI_SMP_SAMPLE, FI_SMP_TOPK_TOPP_LOGITS};
+  static const int clusters[] = {1, 4, 8};
+  for (int i = 0; i < 3; i++)
+    for (int c = 0; c < (hopper ? 3 : 1); c++) {
+      const int op = kinds[i];
+      const int sel = op == FI_SMP_TOPK || op == FI_SMP_TOPK_TOPP_LOGITS;
+      jit_sampling_select(op, JIT_DT_F32, m->vocab % 4 ? 1 : 4, clusters[c], sel, &k);
+      rc |= add(s, &k);
+    }
+  return rc;
+}
+
+/* Batch decode's kernels for batches from 1 to 256 and short and long contexts, as the
+ * planner picks them on a device of sms SMs with `resident` blocks at once. */
+static int decode_ops(const rt_model *m, int devtype, int sms, int resident, keyset *s) {
+  static const int batches[] = {1, 4, 16, 64, 128, 256};
+  static const int lens[] = {256, 2048, 16384};
+  const int page = 16;
+  int32_t *ip = malloc(257 * sizeof *ip), *lp = malloc(256 * sizeof *lp);
+  int rc = ip && lp ? 0 : -1;
+  for (size_t b = 0; !rc && b < sizeof batches / sizeof *batches; b++)
+    for (size_t l = 0; !rc && l < sizeof lens / sizeof *lens; l++) {
+      const int B = batches[b], pages = (lens[l] + page - 1) / page;
+      for (int i = 0; i <= B; i++) ip[i] = i * pages;
+      for (int i = 0; i < B; i++) lp[i] = lens[l] - (pages - 1) * page;
+      fi_batch_decode_info info;
+      memset(&info, 0, sizeof info);
+      info.batch = B;
+      info.indptr = ip;
+      info.last_page_len = lp;
+      info.num_qo_heads = m->hq;
+      info.num_kv_heads = m->hkv;
+      info.head_dim = m->head_dim;
+      info.page_size = page;
+      info.q_dtype = info.kv_dtype = (DLDataType){kDLBfloat, 16, 1};
+      fi_attention_params p;
+      fi_attention_params_init(&p);
+      fi_decode_plan *plan = NULL;
+      /* The workspace address is never written offline; it only has to be aligned. */
+      if (rt_decode_plan_offline(&info, &p, (void *)(uintptr_t)0x100000, devtype, sms, resident, &plan) != 0) {
+        rc = -1;
+        break;
+      }
+      rc |= add(s, rt_decode_plan_key(plan));
+      fi_batch_decode_plan_destroy(plan);
+    }
+  free(ip);
+  free(lp);
+  jit_key k;
+  jit_decode_upload_select(&k);
+  return rc | add(s, &k);
+}
+
+/* Batch prefill's kernels for prompts of 1 to 8192 tokens a request (packed rows: tokens
+ * x group), fresh plans and CUDA-graph mode, and the merge of split-KV partials. */
+static int prefill_ops(const rt_model *m, int dt, int hopper, keyset *s) {
+  static const int tokens[] = {1, 4, 16, 64, 128, 256, 512, 1024, 2048, 4096, 8192};
+  const int group = m->hq / m->hkv, D = m->head_dim;
+  jit_key k;
+  int rc = 0;
+  for (size_t t = 0; t < sizeof tokens / sizeof *tokens; t++) {
+    const int64_t rows = (int64_t)tokens[t] * group;
+    if (hopper && rows > 16) {
+      const int64_t kvs[] = {-1, tokens[t], 16384};
+      for (int i = 0; i < 3; i++) {
+        rt_prefill_wgmma_key(0, dt, D, rows, rt_prefill_kvsel(NULL, kvs[i] < 0, kvs[i]), 0, &k);
+        rc |= add(s, &k);
+      }
+    } else {
+      jit_prefill_select(0, dt, D, jit_prefill_q_tile(D, rows), 0, &k);
+      rc |= add(s, &k);
+    }
+  }
+  jit_prefill_merge_select(dt, D, &k);
+  return rc | add(s, &k);
+}
+
+static const rt_model *find(const char *name) {
+  for (int i = 0; name && i < NMODELS; i++)
+    if (strcmp(models[i].name, name) == 0) return &models[i];
+  return NULL;
+}
+
+FI_API fi_status fi_admin_preset_configs(const char *preset, const char *arch, fi_preset_config *out,
+                                         int cap, int *n) {
+  const rt_model *m = find(preset);
+  if (!m) return rt_fail(FI_ERR_INVALID_ARGUMENT, "preset: no preset named '%s'", preset ? preset : "(null)");
+  if (!n) return rt_fail(FI_ERR_INVALID_ARGUMENT, "n is NULL");
+  if (cap < 0 || (cap > 0 && !out)) return rt_fail(FI_ERR_INVALID_ARGUMENT, "out/cap: %d entries at %p", cap, (void *)out);
+  const jit_compiler *cc = jit_compiler_for_arch(arch);
+  if (!cc)
+    return rt_fail(FI_ERR_INVALID_ARGUMENT, "arch: '%s' is not a target (sm_XY with XY >= 70, sm_90a, gfx90a, ...)",
+                   arch ? arch : "(null)");
+  const int amd = strncmp(arch, "gfx", 3) == 0;
+  const int hopper = strcmp(arch, "sm_90") == 0 || strcmp(arch, "sm_90a") == 0;
+  const int sms = amd ? 104 : hopper ? 132 : 108;
+  keyset s = {0};
+  const int dt = JIT_DT_BF16;
+  int rc = small_ops(m, dt, amd ? 64 : 32, hopper, &s);
+  rc |= decode_ops(m, amd ? kDLROCM : kDLCUDA, sms, 2 * sms, &s);
+  rc |= prefill_ops(m, dt, hopper, &s);
+  if (rc) {
+    free(s.k);
+    return rt_fail(FI_ERR_OUT_OF_MEMORY, "preset %s: out of memory", m->name);
+  }
+  /* Each key as an (op, registered configuration) pair, which prewarm compiles. */
+  fi_status st = FI_OK;
+  int found = 0;
+  for (int i = 0; i < s.n && st == FI_OK; i++) {
+    const jit_op *op = s.k[i].op;
+    int idx = -1;
+    for (int c = 0, nc = op->config_count(); c < nc && idx < 0; c++) {
+      jit_key r;
+      op->config(c, &r);
+      if (memcmp(r.v, s.k[i].v, sizeof r.v) == 0) idx = c;
+    }
+    if (idx < 0) {
+      char key[512];
+      jit_key_canonical(&s.k[i], key, sizeof key);
+      st = rt_fail(FI_ERR_INTERNAL, "preset %s: the kernel %s is not a registered configuration", m->name, key);
+    } else if (found < cap) {
+      out[found++] = (fi_preset_config){op->name, idx};
+    } else {
+      found++;
+    }
+  }
+  free(s.k);
+  *n = found;
+  return st;
+}
