@@ -612,7 +612,7 @@ FI_DEVICE void decode_heads(const fi_decode_params &p) {
   // KV head) merges all of them. The partial output is rounded to the output's dtype
   // (as FlashInfer's tmp_v; its LSE stays fp32): the merging block reads every chunk's
   // partial through one SM, at B = 1 (32 chunks) its slowest step, and half the bytes
-  // cut that step (H100, tools/decode_trace). ----
+  // cut that step (H100, lab/decode_trace). ----
   const int64_t hq = (int64_t)p.num_kv_heads * G;  // H_qo
   {
     QT *po = static_cast<QT *>(p.partial_o) + ((int64_t)item * hq + head0) * D;

@@ -38,7 +38,7 @@ template <typename TI, typename TC, int LAYOUT, int VEC, int THREADS>
 FI_DEVICE void append_paged_kv(const fi_append_paged_kv_params &p) {
   constexpr int ACCESS = VEC * (int)sizeof(TI);
   // 16-byte accesses into a 16-bit cache: one vector of K and V a thread on a
-  // block per tile (78.5% of memcpy in tools/membench against 76.1% for two).
+  // block per tile (78.5% of memcpy in lab/membench against 76.1% for two).
   constexpr int CHUNKS = ACCESS >= 16 ? (sizeof(TC) == sizeof(TI) ? 1 : 2)
                                       : 32 / ACCESS > 16 ? 16 : 32 / ACCESS;
   constexpr uint32_t TILE = (uint32_t)THREADS * CHUNKS;

@@ -33,7 +33,7 @@
 // (SBO) >> 4 in bits 32-45, base offset in bits 49-51 (0), swizzle in bits 62-63 (1 =
 // 128B). The encodings are selected by FI_WG_KDESC (K-major Q and K tiles) and
 // FI_WG_VDESC (MN-major V tile); the defaults (0) pass every GPU test, and the others are
-// kept for tests/gpu/wgmma_attn's --kdesc / --vdesc:
+// kept for lab/gpu/wgmma_attn's --kdesc / --vdesc:
 //   FI_WG_KDESC 0: LBO 16 (unused for swizzled K-major; CUTLASS writes 1), SBO 1024 (8 rows
 //     of 128 bytes): cute make_gmma_desc, Major::K, B128 ((8,n),2):((8,SBO),1).
 //   FI_WG_KDESC 1: LBO = the atom-column stride, SBO 1024.   2: LBO 0, SBO 1024.
@@ -63,7 +63,7 @@
 #ifndef FI_WG_KDESC
 #define FI_WG_KDESC 0
 #endif
-// Phase marks for tools/prefill_trace (an nvcc build that defines FI_WG_TRACE and
+// Phase marks for lab/prefill_trace (an nvcc build that defines FI_WG_TRACE and
 // fi_wg_mark); nothing otherwise, so the runtime's kernels are unchanged. Placed only where
 // no wgmma is in flight (a branch there would serialize it).
 #ifdef FI_WG_TRACE

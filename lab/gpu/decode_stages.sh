@@ -3,8 +3,8 @@
 # gpu_decode case from each build, then fi-bench's picked rows from each in turn, round
 # after round (ABBA order), and one table of every row against the first build.
 #
-# usage (on the GPU machine): tests/gpu/decode_stages.sh [NAME=]STAGE_DIR...
-#   STAGE_DIR    a stage (tests/gpu/build_stage.sh or `make decode-stage`: fi-bench, fi-cache,
+# usage (on the GPU machine): lab/gpu/decode_stages.sh [NAME=]STAGE_DIR...
+#   STAGE_DIR    a stage (lab/gpu/build_stage.sh or `make decode-stage`: fi-bench, fi-cache,
 #                libfi_runtime.so.0, tests/gpu_decode); NAME labels it (default: the
 #                folder's name). The first is the baseline the table's deltas are against.
 #   DS_PICK      FI_BENCH_DECODE_PICK (default 0,1,2,3,4,5,6,7,8: issue 4's rows)
@@ -23,7 +23,7 @@
 #                time left, and one with under 15 s left is skipped (a failure)
 # Every process shares one private cache (a build's kernels differ in their source hash,
 # so stages never share a binary they should not). Logs and fi-bench's JSON lines under
-# $OUT (bench/NAME/rR.*); the table last (tests/gpu/stages_table.py, also $OUT/table.md).
+# $OUT (bench/NAME/rR.*); the table last (lab/gpu/stages_table.py, also $OUT/table.md).
 # Exit status: 0 when every prewarm, test case and fi-bench run passed and the table holds
 # every run; 1 otherwise; 2 on bad usage (checked before anything runs).
 set -u
@@ -42,7 +42,7 @@ for a in "$@"; do
   d=$(CDPATH="" cd -- "$d" 2> /dev/null && pwd) || { echo "decode_stages.sh: no folder in $a" >&2; exit 2; }
   [ "$n" = "$a" ] && n=$(basename "$d")
   for f in fi-bench fi-cache libfi_runtime.so.0 tests/gpu_decode; do
-    [ -e "$d/$f" ] || { echo "decode_stages.sh: $d/$f missing (tests/gpu/build_stage.sh)" >&2; exit 2; }
+    [ -e "$d/$f" ] || { echo "decode_stages.sh: $d/$f missing (lab/gpu/build_stage.sh)" >&2; exit 2; }
   done
   # The name is a folder under $OUT/bench and part of the table's glob: no empty, ".",
   # "..", slash or glob character.

@@ -2,7 +2,7 @@
 # decode_ab.sh: one focused GPU call for decode tuning work: every gpu_decode case under
 # each tuning setting, then an in-process fi-bench A/B of the settings; logs under $OUT.
 #
-# usage (on the GPU machine): tests/gpu/decode_ab.sh STAGE_DIR
+# usage (on the GPU machine): lab/gpu/decode_ab.sh STAGE_DIR
 #   STAGE_DIR          what `make decode-stage` copies: fi-bench, fi-cache,
 #                      libfi_runtime.so.0 and tests/gpu_decode (build/decode-stage)
 #   AB_TEST_ENVS       settings gpu_decode runs under, ';'-separated, each a list of

@@ -17,7 +17,7 @@
  * Exit status: 0 all cases pass, 1 a case failed, 2 set-up / compile error.
  * Only the every-thread-loads variant (WS 0, two K/V stages): the producer's variants and
  * three consumers (head_dim 64, which need the producer) are measured with
- * tools/prefill_trace and fi-bench, which launch them as the runtime does.
+ * lab/prefill_trace and fi-bench, which launch them as the runtime does.
  */
 #include <stdint.h>
 
@@ -274,7 +274,7 @@ int main(int argc, char **argv) {
     }
   }
   if ((g_kt != 64 && g_kt != 128) || g_nwg < 1 || g_nwg > 2) {
-    fprintf(stderr, "--kt 64|128, --nwg 1|2 (three consumers need the producer warpgroup: tools/prefill_trace)\n");
+    fprintf(stderr, "--kt 64|128, --nwg 1|2 (three consumers need the producer warpgroup: lab/prefill_trace)\n");
     return 2;
   }
   char src[8192];

@@ -1,6 +1,6 @@
 #!/usr/bin/env python3
 """patch_trace.py IN OUT: writes a copy of kernels/decode.cuh with a per-phase clock trace
-and two experiment switches, for tools/decode_trace/decode_trace.cu (nvcc, not NVRTC).
+and two experiment switches, for lab/decode_trace/decode_trace.cu (nvcc, not NVRTC).
 The kernel template gets one more parameter, TRC (bits): 1 trace (lane 0 of every warp
 stores %clock64 at each phase, %globaltimer at the block's entry, after the PDL wait and
 at the end), 4 no merge (a split block returns after its partial: the merge's cost
@@ -39,7 +39,7 @@ rep("  decode_heads<QT, KVT, D, GM, PF, ROPE, SINGLE, WARPS, 1>(p);",
 rep("struct tok_loc {\n  int32_t page, slot;\n};", r'''struct tok_loc {
   int32_t page, slot;
 };
-// ---- trace (tools/decode_trace) ----
+// ---- trace (lab/decode_trace) ----
 __device__ unsigned long long *g_tr;  // [block][warp][NSL]
 #define NSL 24
 FI_DEVICE unsigned long long gclk() { unsigned long long t; asm volatile("mov.u64 %0, %%clock64;" : "=l"(t)); return t; }

@@ -11,7 +11,7 @@
 # second consumer idle in 75 of them). Random interleavings; prints DEADLOCK with the
 # grid and seed if no warp and no pending arrival can move. The kernel's per-warp logic is
 # transcribed by hand: re-check it against the kernel after a change there.
-#   python3 tools/wgmma_model/sync.py [seeds]   (--mutate: drop one release; must deadlock)
+#   python3 lab/wgmma_model/sync.py [seeds]   (--mutate: drop one release; must deadlock)
 import random, sys
 def tile_range(r0,rows,g,lq,lkv,causal,wl):
     off=lkv-lq; tq0=r0//g; tq1=(r0+rows-1)//g

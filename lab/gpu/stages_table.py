@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-# stages_table.py: the table tests/gpu/decode_stages.sh ends with: fi-bench's decode rows
+# stages_table.py: the table lab/gpu/decode_stages.sh ends with: fi-bench's decode rows
 # (its --json lines) of several builds side by side, each against the first build.
 """usage: stages_table.py NAME=GLOB [NAME=GLOB ...]
 

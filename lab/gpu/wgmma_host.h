@@ -1,4 +1,4 @@
-/* wgmma_host.h: what tests/gpu/wgmma_attn.c needs: NVRTC (dlopen'ed,
+/* wgmma_host.h: what lab/gpu/wgmma_attn.c needs: NVRTC (dlopen'ed,
  * as jit/jit_nvrtc.c does) compiling a kernel source for sm_90a with -I<repo>/kernels,
  * and the driver calls fi_cuda_min.h does not load (modules, function attributes). */
 #ifndef WGMMA_HOST_H

@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""patch_variants.py IN OUT: writes a copy of kernels/decode.cuh for tools/decode_fp8/fp8_bench.cu
+"""patch_variants.py IN OUT: writes a copy of kernels/decode.cuh for lab/decode_fp8/fp8_bench.cu
 (nvcc, not NVRTC) whose kernel template takes one more parameter, X (bits): 1 request-major
 block order (the heads of a request in consecutive blocks), 2 loads only (K and V xor-ed,
 no math: the bound of the access pattern), 4 e4m3 "widened" by byte moves only (wrong

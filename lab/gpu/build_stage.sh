@@ -1,11 +1,11 @@
 #!/bin/bash
 # build_stage.sh: a decode stage (what `make decode-stage` copies: fi-bench, fi-cache, the
-# library, gpu_decode) of any commit with patches applied, for tests/gpu/decode_stages.sh.
+# library, gpu_decode) of any commit with patches applied, for lab/gpu/decode_stages.sh.
 #
-# usage (here, not on the GPU machine): tests/gpu/build_stage.sh DEST REV [PATCH...]
+# usage (here, not on the GPU machine): lab/gpu/build_stage.sh DEST REV [PATCH...]
 #   DEST   the stage's folder (replaced), e.g. build/stages/widen; carry build/stages
 #   REV    the commit (HEAD, a hash, a branch)
-#   PATCH  applied in order with `git apply` (e.g. tests/gpu/patches/*.patch)
+#   PATCH  applied in order with `git apply` (e.g. lab/gpu/patches/*.patch)
 # The build runs in a scratch worktree of REV, removed afterwards; DEST/STAGE says what
 # was built (commit, patches, and whether the working tree's own changes are left out:
 # they are; commit or stash them into a patch first). The repository is the script's own,
