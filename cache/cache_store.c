@@ -5,7 +5,6 @@
 #include <errno.h>
 #include <pthread.h>
 #include <sqlite3.h>
-#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -35,15 +34,6 @@ static const char *const SCHEMA_SQL =
     " start INTEGER NOT NULL, host TEXT NOT NULL, started INTEGER NOT NULL) WITHOUT ROWID;";
 /* No index on (op, arch): listing scans a few thousand rows at most, while
  * every process that opens the file parses each index's schema once. */
-
-void cache_seterr(char *err, size_t errlen, const char *fmt, ...) {
-  if (!err || errlen == 0) return;
-  va_list ap;
-  va_start(ap, fmt);
-  vsnprintf(err, errlen, fmt, ap);
-  va_end(ap);
-  err[errlen - 1] = '\0';
-}
 
 /* A damaged or foreign file is CORRUPT so that the caller can move it aside;
  * anything else (locks, I/O, full disk) is a plain error worth retrying. */

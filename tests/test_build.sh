@@ -39,3 +39,8 @@ out=$(FI_CACHE_PATH="$T/k.db" "$B/fi-example" "$PWD/$B/libfi_runtime.so" 2>&1); 
 check example_without_gpu '[ $rc -eq 0 ] && [[ "$out" == *"no CUDA GPU here"* ]]'
 out=$("$B/fi-example" /nonexistent/libfi_runtime.so 2>&1); rc=$?
 check example_reports_missing_library '[ $rc -eq 1 ] && [[ "$out" == *"nonexistent"* ]]'
+
+# The layer rules (tools/check_layers.py): each folder includes only what DESIGN.md's arrows
+# allow, no header name twice, and no two object files of the library need each other.
+out=$(python3 tools/check_layers.py "$B" 2>&1)
+check layers_and_no_circles '[ $? -eq 0 ] || { echo "$out" >&2; false; }'
