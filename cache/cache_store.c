@@ -83,6 +83,60 @@ void cache_rollback(cache_store *s) {
     sqlite3_exec(s->db, "ROLLBACK", NULL, NULL, NULL);
 }
 
+/* The tables and columns SCHEMA_SQL makes, as the shape query below lists
+ * them (name, declared type, NOT NULL, primary key; in column order), and
+ * the column of the key_hash index. A file whose version is right but whose
+ * shape is not would fail every store: it counts as damaged. */
+static const char *const SHAPE_SQL =
+    "SELECT (SELECT group_concat(x, ',') FROM (SELECT name || ' ' || type || ' ' || \"notnull\""
+    " || ' ' || pk AS x FROM pragma_table_info('meta') ORDER BY cid)),"
+    " (SELECT group_concat(x, ',') FROM (SELECT name || ' ' || type || ' ' || \"notnull\""
+    " || ' ' || pk AS x FROM pragma_table_info('kernels') ORDER BY cid)),"
+    " (SELECT group_concat(x, ',') FROM (SELECT name || ' ' || type || ' ' || \"notnull\""
+    " || ' ' || pk AS x FROM pragma_table_info('claims') ORDER BY cid)),"
+    " (SELECT group_concat(name, ',') FROM pragma_index_info('kernels_key_hash'))";
+static const struct {
+  const char *what, *want;
+} SHAPE[] = {
+    {"table meta", "k TEXT 0 1,v TEXT 0 0"},
+    {"table kernels",
+     "hash BLOB 0 1,key_hash BLOB 1 0,op TEXT 1 0,key TEXT 1 0,arch TEXT 1 0,compiler TEXT 1 0,"
+     "options TEXT 1 0,entry TEXT 1 0,bytes INTEGER 1 0,checksum INTEGER 1 0,compile_ms REAL 0 0,"
+     "created INTEGER 0 0,last_used INTEGER 0 0,hits INTEGER 0 0,templates TEXT 1 0,"
+     "abi TEXT 1 0,source TEXT 0 0,binary BLOB 1 0"},
+    {"table claims",
+     "key_hash BLOB 1 1,pid INTEGER 1 0,start INTEGER 1 0,host TEXT 1 0,started INTEGER 1 0"},
+    {"index kernels_key_hash", "key_hash"},
+};
+
+/* Compares the file's tables and columns with SCHEMA_SQL's (in the current
+ * transaction, or its own snapshot). CACHE_ERR_CORRUPT names what differs. */
+static int cache_check_shape(cache_store *s, char *err, size_t errlen) {
+  sqlite3_stmt *st = NULL;
+  int rc = sqlite3_prepare_v2(s->db, SHAPE_SQL, -1, &st, NULL);
+  if (rc != SQLITE_OK) {
+    sqlite3_finalize(st);
+    return cache_sqerr(s, rc, "reading the schema's shape", err, errlen);
+  }
+  rc = sqlite3_step(st);
+  int ret = CACHE_OK;
+  if (rc != SQLITE_ROW) {
+    ret = cache_sqerr(s, rc, "reading the schema's shape", err, errlen);
+  } else {
+    for (int i = 0; i < (int)(sizeof SHAPE / sizeof SHAPE[0]); i++) {
+      const char *got = (const char *)sqlite3_column_text(st, i);
+      if (got && strcmp(got, SHAPE[i].want) == 0) continue;
+      cache_seterr(err, errlen, "%s: damaged schema: %s is %s%s%s (this runtime needs %s)",
+                   s->path, SHAPE[i].what, got ? "'" : "missing", got ? got : "",
+                   got ? "'" : "", SHAPE[i].want);
+      ret = CACHE_ERR_CORRUPT;
+      break;
+    }
+  }
+  sqlite3_finalize(st);
+  return ret;
+}
+
 /* Reads meta.schema_version inside the current transaction: *found = 0 when
  * the database has no tables at all (a fresh file). */
 static int cache_check_schema(cache_store *s, int *found, char *err, size_t errlen) {
@@ -134,6 +188,8 @@ static int cache_check_schema(cache_store *s, int *found, char *err, size_t errl
                    s->path, CACHE_SCHEMA_VERSION);
     return CACHE_ERR_CORRUPT;
   }
+  int ret = cache_check_shape(s, err, errlen);
+  if (ret != CACHE_OK) return ret;
   *found = 1;
   return CACHE_OK;
 }
@@ -169,7 +225,7 @@ static int cache_read_schema(cache_store *s, int *found, char *err, size_t errle
     sqlite3_finalize(st);
     if (ok) {
       *found = 1;
-      return CACHE_OK;
+      return cache_check_shape(s, err, errlen);
     }
   } else {
     sqlite3_finalize(st);
