@@ -52,6 +52,28 @@ void json_str(FILE *f, const char *s) {
   fputc('"', f);
 }
 
+const char *text_safe(const char *s, char *buf, size_t n) {
+  static const char hex[] = "0123456789abcdef";
+  size_t o = 0;
+  if (n == 0) return "";
+  for (const unsigned char *p = (const unsigned char *)(s ? s : ""); *p && o + 5 < n; p++) {
+    if (*p < 0x20 || *p >= 0x7f || *p == '\\') {
+      buf[o++] = '\\';
+      if (*p == '\\') {
+        buf[o++] = '\\';
+        continue;
+      }
+      buf[o++] = 'x';
+      buf[o++] = hex[*p >> 4];
+      buf[o++] = hex[*p & 15];
+    } else {
+      buf[o++] = (char)*p;
+    }
+  }
+  buf[o] = 0;
+  return buf;
+}
+
 /* JSON has no NaN or Infinity; a corrupt compile_ms must not break parsers. */
 double json_num(double v) { return isfinite(v) ? v : 0.0; }
 
