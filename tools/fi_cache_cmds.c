@@ -263,11 +263,11 @@ int cmd_import(fi_runtime *rt, const args *a) {
   fi_import_report r;
   fi_status st = fi_admin_import(rt, a->file, &r);
   if (st != FI_OK) return fail("import", st);
-  printf("imported %" PRId64 ", skipped %" PRId64 " (already present %" PRId64 ", refused %" PRId64
-         ")",
-         r.copied, r.present + r.refused, r.present, r.refused);
-  if (r.evicted) printf(", evicted %" PRId64 " to stay under FI_CACHE_MAX_BYTES", r.evicted);
-  putchar('\n');
+  printf("imported %" PRId64 ", skipped %" PRId64 "\n", r.copied, r.present + r.refused);
+  if (r.refused || r.evicted)
+    printf("  already present %" PRId64 ", refused %" PRId64 ", evicted afterwards %" PRId64
+           " (FI_CACHE_MAX_BYTES)\n",
+           r.present, r.refused, r.evicted);
   /* Each refused entry, and why: a damaged or mislabelled file is worth knowing about. */
   print_detail(r.detail, 0);
   return r.refused ? 1 : 0;
