@@ -264,15 +264,41 @@ typedef struct rebuild_fill {
   cache_store *s, *n;
   int64_t found, copied;
   int wal;
+  uint32_t counter; /* rollback journal: the file change counter the copy saw */
   char *err;
   size_t errlen;
 } rebuild_fill;
 
-/* Under the held write lock: reads the damaged file through a second
- * connection (WAL readers do not wait for the writer) into n. */
+enum { REBUILD_AGAIN = 2 }; /* a commit slipped in before the lock: copy again */
+
+/* The file change counter (header bytes 24-27), which every commit in
+ * rollback-journal mode increments, read through SQLite's own descriptor
+ * (a descriptor of our own, once closed, would drop SQLite's POSIX locks). */
+static int change_counter(cache_store *s, uint32_t *out) {
+  sqlite3_file *f = NULL;
+  unsigned char b[4];
+  if (sqlite3_file_control(s->db, "main", SQLITE_FCNTL_FILE_POINTER, &f) != SQLITE_OK || !f ||
+      !f->pMethods || f->pMethods->xRead(f, b, 4, 24) != SQLITE_OK)
+    return -1;
+  *out = (uint32_t)b[0] << 24 | (uint32_t)b[1] << 16 | (uint32_t)b[2] << 8 | b[3];
+  return 0;
+}
+
+/* Under the held write lock. WAL: reads the damaged file through a second
+ * connection (WAL readers do not wait for the writer) into n. Rollback
+ * journal: the rows were copied before the lock (its writer excludes
+ * readers); that copy stands only if no commit came in between. */
 static int rebuild_fill_fn(void *user) {
   rebuild_fill *f = user;
-  if (!f->wal) return CACHE_OK; /* rollback journal: copied before the lock, see below */
+  if (!f->wal) {
+    uint32_t now = 0;
+    if (change_counter(f->s, &now) != 0) {
+      cache_seterr(f->err, f->errlen, "repair: cannot read the file change counter of %s",
+                   f->s->path);
+      return CACHE_ERR;
+    }
+    return now == f->counter ? CACHE_OK : REBUILD_AGAIN;
+  }
   cache_store r;
   int ret = open_reader(f->s, &r, f->err, f->errlen);
   if (ret == CACHE_OK) {
@@ -284,9 +310,20 @@ static int rebuild_fill_fn(void *user) {
   return ret;
 }
 
+/* A fresh scratch store at tmp, whatever a rebuild that died half way left there. */
+static int scratch_open(const char *tmp, cache_store **n, char *err, size_t errlen) {
+  *n = NULL;
+  if (unlink(tmp) != 0 && errno != ENOENT) {
+    cache_seterr(err, errlen, "repair: cannot remove %s: %s", tmp, strerror(errno));
+    return CACHE_ERR;
+  }
+  int ret = cache_unlink_sidecars(tmp, err, errlen);
+  return ret == CACHE_OK ? cache_store_open(tmp, CACHE_OPEN_ROLLBACK, n, err, errlen) : ret;
+}
+
 /* The file itself is damaged: every row that still reads back is copied
  * into a scratch file, whose pages then replace the damaged file's in place
- * (cache_store_replace_from). */
+ * (cache_store_replace_from). Called inside verify's write transaction. */
 static int verify_rebuild(cache_store *s, cache_verify_report *rep, char *err, size_t errlen) {
   if (s->memory) {
     cache_seterr(err, errlen, "repair: an in-memory store cannot be rebuilt");
@@ -299,27 +336,35 @@ static int verify_rebuild(cache_store *s, cache_verify_report *rep, char *err, s
     return CACHE_ERR;
   }
   snprintf(tmp, len, "%s.rebuild", s->path);
-  /* A rebuild that died half way left these: they are not ours to keep. */
+  rebuild_fill f = {s, NULL, 0, 0, is_wal(s), 0, err, errlen};
   int ret = CACHE_OK;
-  if (unlink(tmp) != 0 && errno != ENOENT) {
-    cache_seterr(err, errlen, "repair: cannot remove %s: %s", tmp, strerror(errno));
+  for (int attempt = 0; attempt < 8; attempt++) {
+    f.found = f.copied = 0;
+    ret = scratch_open(tmp, &f.n, err, errlen);
+    if (ret == CACHE_OK && !f.wal) {
+      /* Rollback journal: copied under a write transaction (other writers
+       * wait), the change counter noted for rebuild_fill_fn. */
+      if (attempt > 0) ret = cache_exec(s, "BEGIN IMMEDIATE", "repair: begin", err, errlen);
+      if (ret == CACHE_OK && change_counter(s, &f.counter) != 0) {
+        cache_seterr(err, errlen, "repair: cannot read the file change counter of %s", s->path);
+        ret = CACHE_ERR;
+      }
+      if (ret == CACHE_OK) {
+        pthread_mutex_lock(&f.n->mu);
+        ret = rebuild_copy(s, f.n, &f.found, &f.copied, err, errlen);
+        pthread_mutex_unlock(&f.n->mu);
+      }
+    }
+    if (ret == CACHE_OK) ret = cache_store_replace_from(s, f.n, rebuild_fill_fn, &f, err, errlen);
+    cache_rollback(s);
+    cache_store_close(f.n);
+    f.n = NULL;
+    if (ret != REBUILD_AGAIN) break;
+  }
+  if (ret == REBUILD_AGAIN) {
+    cache_seterr(err, errlen, "repair: %s kept changing under the rebuild; try again", s->path);
     ret = CACHE_ERR;
   }
-  if (ret == CACHE_OK) ret = cache_unlink_sidecars(tmp, err, errlen);
-  cache_store *n = NULL;
-  if (ret == CACHE_OK) ret = cache_store_open(tmp, CACHE_OPEN_ROLLBACK, &n, err, errlen);
-  rebuild_fill f = {s, n, 0, 0, is_wal(s), err, errlen};
-  if (ret == CACHE_OK && !f.wal) {
-    /* A rollback journal's writer excludes readers, so the rows are read
-     * first, under verify's write transaction (other writers wait), which
-     * ends only when the backup asks for the lock. */
-    pthread_mutex_lock(&n->mu);
-    ret = rebuild_copy(s, n, &f.found, &f.copied, err, errlen);
-    pthread_mutex_unlock(&n->mu);
-  }
-  if (ret == CACHE_OK) ret = cache_store_replace_from(s, n, rebuild_fill_fn, &f, err, errlen);
-  cache_rollback(s);
-  cache_store_close(n);
   unlink(tmp);
   cache_unlink_sidecars(tmp, NULL, 0);
   free(tmp);

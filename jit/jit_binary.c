@@ -33,8 +33,8 @@ static const struct {
   unsigned mach;
 } amd_mach[] = {
     {"gfx900", 0x2c},  {"gfx906", 0x2f},  {"gfx908", 0x30},  {"gfx90a", 0x3f},
-    {"gfx940", 0x40},  {"gfx941", 0x4b},  {"gfx942", 0x4c},  {"gfx1030", 0x36},
-    {"gfx1100", 0x41}, {"gfx1101", 0x46}, {"gfx1102", 0x47},
+    {"gfx940", 0x40},  {"gfx941", 0x4b},  {"gfx942", 0x4c},  {"gfx950", 0x4f},
+    {"gfx1030", 0x36}, {"gfx1100", 0x41}, {"gfx1200", 0x48}, {"gfx1201", 0x4e},
 };
 
 static int check_amd_elf(const uint8_t *b, size_t n, const char *base, char *why, size_t wl) {

@@ -150,6 +150,52 @@ FT_TEST(row_bound_to_key) {
   td_end(dir);
 }
 
+/* A 64-byte ELF64 header with the given machine, ABI version and flags. */
+static void elf_make(uint8_t h[64], unsigned machine, unsigned abiver, uint32_t flags) {
+  memset(h, 0, 64);
+  memcpy(h, "\177ELF", 4);
+  h[4] = 2, h[5] = 1, h[6] = 1, h[8] = (uint8_t)abiver;
+  h[18] = (uint8_t)machine, h[19] = (uint8_t)(machine >> 8);
+  for (int i = 0; i < 4; i++) h[48 + i] = (uint8_t)(flags >> (8 * i));
+}
+
+/* The binary's own arch, read from its header (issue 47 item 3). */
+FT_TEST(binary_arch_from_header) {
+  uint8_t h[64];
+  char why[200];
+  elf_make(h, 190, 8, 0x6005a04); /* NVRTC 13's sm_90 cubin */
+  FT_CHECK(jit_binary_arch_check(h, 64, "sm_90", why, sizeof why) == 0, "%s", why);
+  FT_CHECK(jit_binary_arch_check(h, 64, "sm_90a", why, sizeof why) == 0, "%s", why);
+  FT_CHECK(jit_binary_arch_check(h, 64, "sm_80", why, sizeof why) != 0 && strstr(why, "sm_90"),
+           "sm_90 cubin taken for sm_80: %s", why);
+  elf_make(h, 190, 7, 0x50005a); /* older ELF ABI: the SM in the low byte */
+  FT_CHECK(jit_binary_arch_check(h, 64, "sm_90", why, sizeof why) == 0, "%s", why);
+  FT_CHECK(jit_binary_arch_check(h, 64, "sm_120", why, sizeof why) != 0, "abi 7 sm_90 as sm_120");
+  FT_CHECK(jit_binary_arch_check(h, 64, "gfx90a", why, sizeof why) != 0, "a cubin taken for gfx90a");
+  elf_make(h, 224, 2, 0x53f); /* hiprtc's gfx90a code object */
+  FT_CHECK(jit_binary_arch_check(h, 64, "gfx90a", why, sizeof why) == 0, "%s", why);
+  FT_CHECK(jit_binary_arch_check(h, 64, "gfx90a:xnack-", why, sizeof why) == 0, "%s", why);
+  FT_CHECK(jit_binary_arch_check(h, 64, "gfx942", why, sizeof why) != 0, "gfx90a taken for gfx942");
+  FT_CHECK(jit_binary_arch_check(h, 64, "sm_90", why, sizeof why) != 0, "AMD code taken for sm_90");
+  FT_CHECK(jit_binary_arch_check(h, 63, "gfx90a", why, sizeof why) != 0, "a short header");
+  FT_CHECK(jit_binary_arch_check("not an elf at all, not at all, no, no, no, no, no, no", 56,
+                                 "sm_90", why, sizeof why) != 0, "text taken for a cubin");
+  /* An offload bundle holding a gfx942 code object. */
+  uint8_t b[256];
+  memset(b, 0, sizeof b);
+  const char *id = "hipv4-amdgcn-amd-amdhsa--gfx942";
+  size_t idl = strlen(id), pos = 24;
+  memcpy(b, "__CLANG_OFFLOAD_BUNDLE__", 24);
+  b[pos] = 1;
+  pos += 8;
+  uint64_t off = 128, size = 64;
+  memcpy(b + pos, &off, 8), memcpy(b + pos + 8, &size, 8), memcpy(b + pos + 16, &idl, 8);
+  memcpy(b + pos + 24, id, idl);
+  elf_make(b + 128, 224, 2, 0x54c);
+  FT_CHECK(jit_binary_arch_check(b, 192, "gfx942", why, sizeof why) == 0, "%s", why);
+  FT_CHECK(jit_binary_arch_check(b, 192, "gfx90a", why, sizeof why) != 0, "bundle for gfx90a");
+}
+
 /* Issue 47 item 19: import keeps FI_CACHE_MAX_BYTES. */
 FT_TEST(import_keeps_the_cap) {
   char dir[64], src[128], dst[128], err[256];
@@ -248,21 +294,22 @@ static int smash_page(const char *path, int64_t page) {
 }
 
 /* Issue 47 items 8 and 22: repair rebuilds a damaged file while another
- * process writes to it; every row that process reported stored is there after. */
-FT_TEST(repair_in_place_keeps_concurrent_writes) {
+ * process writes to it; every row that process reported stored is there after.
+ * flags: the journal mode of both (0: WAL, or CACHE_OPEN_ROLLBACK). */
+static void repair_with_writer(int flags) {
   char dir[64], path[128], flag[128], err[512];
   td_begin(dir);
   snprintf(path, sizeof path, "%s/k.db", dir);
   snprintf(flag, sizeof flag, "%s/repaired", dir);
   cache_store *s = NULL;
-  FT_REQUIRE(cache_store_open(path, 0, &s, err, sizeof err) == CACHE_OK, "%s", err);
+  FT_REQUIRE(cache_store_open(path, flags, &s, err, sizeof err) == CACHE_OK, "%s", err);
   test_rec t[40];
   for (int i = 0; i < 40; i++) {
     rec_make(&t[i], i, "gelu", "sm_90", "nvrtc-13.0", 3000);
     FT_REQUIRE(cache_store_put(s, &t[i].r, err, sizeof err) == CACHE_OK, "%s", err);
   }
   cache_store_close(s);
-  FT_REQUIRE(raw_exec(path, "PRAGMA wal_checkpoint(TRUNCATE)") == SQLITE_OK, "checkpoint");
+  if (!flags) FT_REQUIRE(raw_exec(path, "PRAGMA wal_checkpoint(TRUNCATE)") == SQLITE_OK, "checkpoint");
   /* A leaf of the table in the middle of the file: some rows are lost to it. */
   int64_t root = raw_int(path, "SELECT rootpage FROM sqlite_schema WHERE name = 'kernels'");
   int64_t pages = raw_int(path, "PRAGMA page_count");
@@ -275,7 +322,7 @@ FT_TEST(repair_in_place_keeps_concurrent_writes) {
     close(fds[0]);
     cache_store *w = NULL;
     char e[512];
-    if (cache_store_open(path, 0, &w, e, sizeof e) != CACHE_OK) _exit(3);
+    if (cache_store_open(path, flags, &w, e, sizeof e) != CACHE_OK) _exit(3);
     int after = 0;
     struct timespec t0, now;
     clock_gettime(CLOCK_MONOTONIC, &t0);
@@ -297,7 +344,7 @@ FT_TEST(repair_in_place_keeps_concurrent_writes) {
   }
   close(fds[1]);
   usleep(100 * 1000);
-  FT_REQUIRE(cache_store_open(path, 0, &s, err, sizeof err) == CACHE_OK, "%s", err);
+  FT_REQUIRE(cache_store_open(path, flags, &s, err, sizeof err) == CACHE_OK, "%s", err);
   cache_verify_report rep;
   FT_CHECK(cache_store_verify(s, 1, &rep, err, sizeof err) == CACHE_OK, "%s", err);
   FT_CHECK(rep.repaired >= 1 && strstr(rep.detail, "rebuilt"), "repair: %s", rep.detail);
@@ -324,6 +371,9 @@ FT_TEST(repair_in_place_keeps_concurrent_writes) {
   for (int i = 0; i < 40; i++) free(t[i].bin);
   td_end(dir);
 }
+
+FT_TEST(repair_in_place_keeps_concurrent_writes) { repair_with_writer(0); }
+FT_TEST(repair_in_place_keeps_concurrent_writes_rollback) { repair_with_writer(CACHE_OPEN_ROLLBACK); }
 
 /* A small tmpfs at dir/mnt, 0700; 0 when mounting is not allowed here. */
 static int mount_small(const char *dir, char mnt[128], const char *size) {
