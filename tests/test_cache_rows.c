@@ -269,6 +269,17 @@ FT_TEST(schema_shape_checked) {
            "a file without kernels.hits opened");
   FT_CHECK(strstr(err, "kernels"), "message: %s", err);
   cache_store_close(s);
+  /* An object added by hand (a trigger would act on every store). */
+  char p2[128];
+  snprintf(p2, sizeof p2, "%s/t.db", dir);
+  FT_REQUIRE(cache_store_open(p2, 0, &s, err, sizeof err) == CACHE_OK, "%s", err);
+  cache_store_close(s);
+  s = NULL;
+  FT_REQUIRE(raw_exec(p2, "CREATE TRIGGER t AFTER INSERT ON kernels BEGIN DELETE FROM kernels; END")
+                 == SQLITE_OK, "trigger");
+  FT_CHECK(cache_store_open(p2, 0, &s, err, sizeof err) == CACHE_ERR_CORRUPT && strstr(err, "'t'"),
+           "a file with a trigger opened: %s", err);
+  cache_store_close(s);
   /* The runtime moves it aside and stores into a new file. */
   fi_runtime *rt = rt_at(path);
   fi_admin_stats st;
