@@ -105,8 +105,11 @@ int jit_binary_arch_check(const void *binary, size_t bytes, const char *arch, ch
                (unsigned)EM_CUDA_);
       return -1;
     }
-    /* The SM moved from bits 0-7 to bits 8-15 with ELF ABI version 8. */
-    unsigned sm = abiver >= 8 ? (flags >> 8) & 0xff : flags & 0xff;
+    /* The SM moved from bits 0-7 to bits 8-15 with ELF ABI version 8. A
+     * later version may move it again: judged by e_machine alone until it is
+     * known here (a binary for another GPU still fails at its module load). */
+    if (abiver > 8) return 0;
+    unsigned sm = abiver == 8 ? (flags >> 8) & 0xff : flags & 0xff;
     unsigned want = (unsigned)strtoul(arch + 3, NULL, 10);
     if (sm != want) {
       snprintf(why, whylen, "the cubin is for sm_%u, not %s", sm, arch);

@@ -101,7 +101,8 @@ void jit_entry_name_op(const char *op, const uint8_t key_hash[16], char *buf, si
 
 /* Does binary (a cubin or an AMD code object) say it was built for arch?
  * A cubin: 64-bit ELF, e_machine EM_CUDA (190), the SM in e_flags (bits 0-7
- * before ELF ABI version 8, bits 8-15 from it). An AMD code object: ELF with
+ * before ELF ABI version 8, bits 8-15 in it, the machine alone in a later
+ * version). An AMD code object: ELF with
  * e_machine EM_AMDGPU (224) and the gfx target in e_flags' low byte, or a
  * clang offload bundle naming that target. 0 yes; -1 with the reason in why. */
 int jit_binary_arch_check(const void *binary, size_t bytes, const char *arch, char *why,

@@ -139,7 +139,14 @@ static fi_status compile_and_store(fi_runtime *rt, cache_store *store, const jit
   char abi[32];
   snprintf(abi, sizeof abi, "%d.%d", FI_KERNEL_ABI_VERSION, JIT_CACHE_FORMAT);
   rec.abi = abi;
-  int put_rc = cache_store_put(store, &rec, err, sizeof err);
+  /* A row the row check would refuse at its next load is not worth storing:
+   * it would be dropped and compiled again by every process. */
+  char why[256];
+  int put_rc = rt_row_check(&rec, why, sizeof why) == 0 ? CACHE_OK : CACHE_ERR;
+  if (put_rc != CACHE_OK)
+    snprintf(err, sizeof err, "the compiled binary fails the check of a stored row: %s", why);
+  else
+    put_rc = cache_store_put(store, &rec, err, sizeof err);
   if (put_rc == CACHE_OK)
     rt_log(rt, RT_LOG_DEBUG, "stored %s at %lld", canon, wall_us());
   if (put_rc != CACHE_OK) {

@@ -172,6 +172,8 @@ FT_TEST(binary_arch_from_header) {
   FT_CHECK(jit_binary_arch_check(h, 64, "sm_90", why, sizeof why) == 0, "%s", why);
   FT_CHECK(jit_binary_arch_check(h, 64, "sm_120", why, sizeof why) != 0, "abi 7 sm_90 as sm_120");
   FT_CHECK(jit_binary_arch_check(h, 64, "gfx90a", why, sizeof why) != 0, "a cubin taken for gfx90a");
+  elf_make(h, 190, 9, 0x12345678); /* an ELF ABI not known here: the machine alone */
+  FT_CHECK(jit_binary_arch_check(h, 64, "sm_90", why, sizeof why) == 0, "%s", why);
   elf_make(h, 224, 2, 0x53f); /* hiprtc's gfx90a code object */
   FT_CHECK(jit_binary_arch_check(h, 64, "gfx90a", why, sizeof why) == 0, "%s", why);
   FT_CHECK(jit_binary_arch_check(h, 64, "gfx90a:xnack-", why, sizeof why) == 0, "%s", why);
