@@ -27,6 +27,7 @@ if [ ! -x "$FI" ]; then fail fi_cache_built "$FI missing"; exit 1; fi
 # ---- item 23: a typo in clear's names is bad usage, not "removed 0" ----
 run clear --cache "$DB" --op rmsnrom; check clear_unknown_op '[ $rc -eq 2 ] && grep -q rmsnrom "$T/err"'
 run clear --cache "$DB" --arch sm90; check clear_unknown_arch '[ $rc -eq 2 ] && grep -q sm90 "$T/err"'
+run export --cache "$DB" --to "$T/ship.db" --op rmsnrom; check export_unknown_op '[ $rc -eq 2 ] && [ ! -e "$T/ship.db" ]'
 check clear_typo_touches_no_cache '[ ! -e "$DB" ]'
 
 # ---- item 24: an arch the loaded compiler cannot target: one error, up front ----

@@ -341,8 +341,10 @@ int main(int argc, char **argv) {
   }
   if (cmd->run == cmd_prewarm && !a.narch) return usage_error("prewarm: missing --arch ARCH[,ARCH...]");
   /* The commands that act on what they name refuse a name nothing could
-   * match: a typo must not quietly do nothing (clear) or compile nothing. */
-  if (cmd->run == cmd_prewarm || cmd->run == cmd_clear) {
+   * match: a typo must not quietly do nothing (clear), compile nothing or
+   * ship an empty file (export --to). ls only looks, and may look for rows
+   * of ops this version no longer has. */
+  if (cmd->run == cmd_prewarm || cmd->run == cmd_clear || cmd->run == cmd_export) {
     for (int i = 0; i < a.narch; i++)
       if (!fi_admin_arch_supported(a.archs[i]))
         return usage_error("%s: unknown arch '%s' (sm_XY from sm_70 on, e.g. sm_80, sm_90, sm_90a, "
