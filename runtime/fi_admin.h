@@ -39,9 +39,7 @@ typedef enum fi_prewarm_result {
 } fi_prewarm_result;
 
 /** Ensures configuration idx of op is compiled for arch and stored in the
- * cache. Thread-safe: fi-cache calls it from -j threads on one runtime.
- * FI_ERR_CACHE when the runtime has no cache file to store into (none found,
- * or the one named could not be used): prewarm's work would be lost. */
+ * cache. Thread-safe: fi-cache calls it from -j threads on one runtime. */
 FI_API fi_status fi_admin_prewarm(fi_runtime *rt, const char *op, int idx, const char *arch,
                                   fi_prewarm_result *result, double *compile_ms);
 

@@ -59,13 +59,6 @@ FI_API fi_status fi_admin_prewarm(fi_runtime *rt, const char *op, int idx, const
     return rt_fail(FI_ERR_INVALID_ARGUMENT,
                    "arch: '%s' is not a target (sm_XY with XY >= 70, sm_90a, gfx90a, gfx942, ...)",
                    arch ? arch : "(null)");
-  /* Prewarm exists to fill the file: with none to fill, it would compile
-   * into memory and report success for nothing that outlives the process. */
-  rt_fork_check(rt);
-  if (rt_store(rt) && rt->store_is_fallback)
-    return rt_fail(FI_ERR_CACHE, "nothing can be stored: %s%s%s",
-                   rt->cache_path[0] ? rt->cache_path : "", rt->cache_path[0] ? ": " : "",
-                   rt->fallback_reason);
   jit_key k;
   o->config(idx, &k);
   if (o->target_arch && !o->target_arch(arch)) {

@@ -295,29 +295,6 @@ FT_TEST(schema_shape_checked) {
   td_end(dir);
 }
 
-/* Issue 47 item 9: prewarm into a runtime with no usable cache file fails
- * instead of compiling into memory. */
-FT_TEST(prewarm_needs_a_file) {
-  char dir[64], path[160];
-  td_begin(dir);
-  /* A regular file where the cache's directory should be: nothing can be created. */
-  snprintf(path, sizeof path, "%s/plain", dir);
-  FILE *f = fopen(path, "w");
-  if (f) fclose(f);
-  snprintf(path, sizeof path, "%s/plain/k.db", dir);
-  fi_runtime *rt = rt_at(path);
-  FT_REQUIRE(rt, "runtime");
-  fi_prewarm_result r = FI_PREWARM_CACHED;
-  fi_status st = fi_admin_prewarm(rt, "decode_upload", 0, "sm_90", &r, NULL);
-  FT_CHECK(st == FI_ERR_CACHE && strstr(fi_last_error(), "nothing can be stored"),
-           "prewarm without a file: status %d (%s)", (int)st, fi_last_error());
-  fi_stats ps = {.struct_size = sizeof ps};
-  FT_CHECK(fi_runtime_stats(rt, &ps) == FI_OK && ps.compiles == 0, "compiled %lld kernels",
-           (long long)ps.compiles);
-  fi_runtime_destroy(rt);
-  td_end(dir);
-}
-
 /* Overwrites page `page` (1-based) of the file with a pattern. */
 static int smash_page(const char *path, int64_t page) {
   int fd = open(path, O_WRONLY);
