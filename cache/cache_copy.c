@@ -1,5 +1,6 @@
 /* cache_copy.c: moving rows between cache files (fleet export and import, the
  * rebuild of a damaged file) and sealing a file to be shipped read-only. */
+#include <stdarg.h>
 #include <stdio.h>
 #include <string.h>
 
@@ -41,9 +42,23 @@ static int copy_exists(cache_store *to, sqlite3_stmt *has, const void *hash, int
                                                : cache_sqerr(to, rc, "copy: lookup", err, errlen);
 }
 
+/* Appends one line to the report's detail while it has room. */
+static void copy_note(cache_copy_report *rep, const char *fmt, ...)
+    __attribute__((format(printf, 2, 3)));
+static void copy_note(cache_copy_report *rep, const char *fmt, ...) {
+  size_t used = strlen(rep->detail), cap = sizeof rep->detail;
+  if (used + 2 >= cap) return;
+  va_list ap;
+  va_start(ap, fmt);
+  vsnprintf(rep->detail + used, cap - used, fmt, ap);
+  va_end(ap);
+  used = strlen(rep->detail);
+  if (used + 1 < cap) strcpy(rep->detail + used, "\n");
+}
+
 /* The walk over `from`'s rows, in `to`'s batches of write transactions. */
 static int copy_rows(cache_store *from, cache_store *to, const char *op, const char *arch,
-                     int64_t *copied, int64_t *skipped, char *err, size_t errlen) {
+                     int64_t max_row_bytes, cache_copy_report *rep, char *err, size_t errlen) {
   sqlite3_stmt *sel = NULL, *has = NULL;
   int rc = sqlite3_prepare_v2(from->db,
                               "SELECT " REC_COLS " FROM kernels" CACHE_FILTER_SQL,
@@ -70,18 +85,27 @@ static int copy_rows(cache_store *from, cache_store *to, const char *op, const c
     }
     int exists = 0, inserted = 0;
     const void *hash = sqlite3_column_blob(sel, 0);
-    if (hash && sqlite3_column_bytes(sel, 0) == 16 &&
-        (ret = copy_exists(to, has, hash, &exists, err, errlen)))
-      break;
-    /* A damaged row is left behind: the destination must not inherit it. */
-    if (!exists && cache_row_intact(sel)) {
+    int hash_ok = hash && sqlite3_column_bytes(sel, 0) == 16;
+    if (hash_ok && (ret = copy_exists(to, has, hash, &exists, err, errlen))) break;
+    char why[256] = "", hex[33] = "?";
+    if (hash_ok) cache_hash_hex(hash, hex);
+    int64_t row_bytes = sqlite3_column_int64(sel, 8);
+    if (exists) {
+      rep->present++;
+    } else if (!cache_row_judge(from, sel, why, sizeof why)) {
+      /* A damaged or mislabelled row is left behind: the destination must not inherit it. */
+      rep->refused++;
+      copy_note(rep, "kernel %s refused: %s", hex, why);
+    } else if (max_row_bytes > 0 && row_bytes > max_row_bytes) {
+      rep->refused++;
+      copy_note(rep, "kernel %s refused: its %lld-byte binary is larger than the cache's cap of "
+                "%lld bytes", hex, (long long)row_bytes, (long long)max_row_bytes);
+    } else {
       if ((ret = cache_copy_row(to, sel, &inserted, err, errlen))) break;
-      bytes += sqlite3_column_int64(sel, 8);
+      bytes += row_bytes;
+      if (inserted) rep->copied++;
+      else rep->present++; /* written by another process meanwhile */
     }
-    if (inserted)
-      (*copied)++;
-    else
-      (*skipped)++;
     if (++rows % COPY_BATCH_ROWS == 0 || bytes >= COPY_BATCH_BYTES) {
       if ((ret = cache_exec(to, "COMMIT", "copy: commit", err, errlen))) break;
       in_txn = 0;
@@ -96,11 +120,12 @@ static int copy_rows(cache_store *from, cache_store *to, const char *op, const c
   return ret;
 }
 
-int cache_store_copy(cache_store *from, cache_store *to, const char *op, const char *arch,
-                     int64_t *copied, int64_t *skipped, char *err, size_t errlen) {
-  int64_t n_copied = 0, n_skipped = 0;
-  if (copied) *copied = 0;
-  if (skipped) *skipped = 0;
+int cache_store_copy_checked(cache_store *from, cache_store *to, const char *op,
+                             const char *arch, int64_t max_row_bytes, cache_copy_report *rep,
+                             char *err, size_t errlen) {
+  cache_copy_report local;
+  if (!rep) rep = &local;
+  memset(rep, 0, sizeof *rep);
   if (!from) {
     cache_seterr(err, errlen, "copy: NULL source");
     return CACHE_ERR;
@@ -117,14 +142,21 @@ int cache_store_copy(cache_store *from, cache_store *to, const char *op, const c
   /* One read transaction on the source: the copy is of one snapshot. */
   int ret = cache_exec(from, "BEGIN", "copy: begin", err, errlen);
   if (ret == CACHE_OK) {
-    ret = copy_rows(from, to, op, arch, &n_copied, &n_skipped, err, errlen);
+    ret = copy_rows(from, to, op, arch, max_row_bytes, rep, err, errlen);
     cache_rollback(from);
   }
   if (ret == CACHE_OK) ret = cache_checkpoint(to, err, errlen);
   pthread_mutex_unlock(&second->mu);
   pthread_mutex_unlock(&first->mu);
-  if (copied) *copied = n_copied;
-  if (skipped) *skipped = n_skipped;
+  return ret;
+}
+
+int cache_store_copy(cache_store *from, cache_store *to, const char *op, const char *arch,
+                     int64_t *copied, int64_t *skipped, char *err, size_t errlen) {
+  cache_copy_report rep;
+  int ret = cache_store_copy_checked(from, to, op, arch, 0, &rep, err, errlen);
+  if (copied) *copied = rep.copied;
+  if (skipped) *skipped = rep.present + rep.refused;
   return ret;
 }
 

@@ -51,6 +51,33 @@ int cache_store_delete(cache_store *s, const char *op, const char *arch, int64_t
                       texts, 2, removed, err, errlen);
 }
 
+int cache_store_reset(cache_store *s, int64_t *removed, char *err, size_t errlen) {
+  if (removed) *removed = 0;
+  if (!cache_writable(s, "clear", err, errlen)) return CACHE_ERR;
+  if (s->memory) return cache_store_delete(s, NULL, NULL, removed, err, errlen);
+  /* An empty store in memory: creating it needs no disk, and copying its
+   * few pages over the file's needs at most a few pages of journal. */
+  cache_store *e = NULL;
+  int ret = cache_store_open(":memory:", 0, &e, err, errlen);
+  if (ret != CACHE_OK) return ret;
+  pthread_mutex_lock(&s->mu);
+  int64_t n = 0;
+  /* The count is for the report only: a damaged file may not give it. */
+  if (cache_int_query(s, "SELECT count(*) FROM kernels", "count", &n, NULL, NULL, 0) != CACHE_OK)
+    n = 0;
+  ret = cache_store_replace_from(s, e, NULL, NULL, err, errlen);
+  if (ret == CACHE_OK) {
+    char err2[512];
+    cache_disconnect(s);
+    ret = cache_reconnect(s, err2, sizeof err2);
+    if (ret != CACHE_OK) cache_seterr(err, errlen, "clear: reopening: %s", err2);
+  }
+  pthread_mutex_unlock(&s->mu);
+  cache_store_close(e);
+  if (removed && ret == CACHE_OK) *removed = n;
+  return ret;
+}
+
 int cache_store_remove(cache_store *s, const uint8_t hash[16], char *err, size_t errlen) {
   char hex[33];
   cache_hash_hex(hash, hex);

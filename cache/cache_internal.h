@@ -51,6 +51,7 @@ struct cache_store {
   /* This process as a claim owner; recomputed when getpid() changes (fork). */
   int64_t self_pid, self_start;
   char host[256];
+  cache_row_check_fn row_check; /* NULL: the checksum alone */
 };
 
 void cache_seterr(char *err, size_t errlen, const char *fmt, ...)
@@ -63,7 +64,7 @@ void cache_rollback(cache_store *s);
 int64_t cache_now(void);
 /* 0 with a message when s is NULL or read-only. */
 int cache_writable(cache_store *s, const char *what, char *err, size_t errlen);
-/* PASSIVE WAL checkpoint; BUSY is not an error. */
+/* PASSIVE WAL checkpoint after a commit: always CACHE_OK (the commit stands). */
 int cache_checkpoint(cache_store *s, char *err, size_t errlen);
 
 /* The statement of slot `which` (prepared from sql at first use), or NULL
@@ -91,9 +92,10 @@ int cache_file_bytes(cache_store *s, int64_t *bytes, char *err, size_t errlen);
 /* Fills rec from a row whose first columns are REC_META_COLS; the strings
  * point into the statement. 0 when a hash or a NOT NULL text is malformed. */
 int cache_row_meta(sqlite3_stmt *st, cache_record *rec);
-/* 1 when a REC_COLS row is whole: metadata well formed, binary length and
- * checksum as recorded. */
-int cache_row_intact(sqlite3_stmt *st);
+/* 1 when the current row of st (REC_COLS first) is whole: metadata well
+ * formed, binary length and checksum as recorded, and s's row check passed;
+ * else 0 with the reason in why (may be NULL). */
+int cache_row_judge(const cache_store *s, sqlite3_stmt *st, char *why, size_t whylen);
 
 /* Closes the connection (statements first) and opens s->path again with
  * s's flags: after the file was replaced underneath. On failure the store

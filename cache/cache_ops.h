@@ -41,6 +41,12 @@ int cache_store_unclaim(cache_store *s, const uint8_t key_hash[16], char *err, s
 int cache_store_evict(cache_store *s, int64_t max_bytes, int64_t *evicted, char *err,
                       size_t errlen);
 
+/* Empties the store: its content is replaced in place by an empty cache's
+ * (cache_store_replace_from), which works where a DELETE cannot: on a
+ * damaged file, and on a full disk as long as the journal has the few
+ * pages it needs. *removed gets the rows there were (0 if uncountable). */
+int cache_store_reset(cache_store *s, int64_t *removed, char *err, size_t errlen);
+
 /* Deletes the row of one hash (a binary the driver rejected). */
 int cache_store_remove(cache_store *s, const uint8_t hash[16], char *err, size_t errlen);
 
@@ -68,6 +74,14 @@ typedef struct cache_verify_report {
 int cache_store_verify(cache_store *s, int repair, cache_verify_report *rep, char *err,
                        size_t errlen);
 
+/* Replaces s's whole content by src's, in place: the file keeps its inode,
+ * so other processes' connections stay valid and see the new content. The
+ * write lock is taken first and held throughout; fill(user), if non-NULL,
+ * runs while it is held (to fill src from what s holds at that moment).
+ * Ends any transaction open on s. Used by repair, clear and gc. */
+int cache_store_replace_from(cache_store *s, cache_store *src, int (*fill)(void *), void *user,
+                             char *err, size_t errlen);
+
 /* ---- copying (cache_copy.c): fleet export and import ---- */
 
 /* Copies rows matching op and arch (NULL: any) from `from` into `to`
@@ -75,6 +89,19 @@ int cache_store_verify(cache_store *s, int repair, cache_verify_report *rep, cha
  * `to` already has. *skipped counts both kinds of rows left out. */
 int cache_store_copy(cache_store *from, cache_store *to, const char *op, const char *arch,
                      int64_t *copied, int64_t *skipped, char *err, size_t errlen);
+
+typedef struct cache_copy_report {
+  int64_t copied;    /* rows inserted */
+  int64_t present;   /* rows `to` already had */
+  int64_t refused;   /* rows left out: damaged, not bound to their key, over the cap */
+  char detail[1024]; /* the first refused rows, one a line, each with its reason */
+} cache_copy_report;
+
+/* The same, judging each row by `from`'s checks (cache_store_set_row_check)
+ * and refusing one whose binary is larger than max_row_bytes (<= 0: no cap). */
+int cache_store_copy_checked(cache_store *from, cache_store *to, const char *op,
+                             const char *arch, int64_t max_row_bytes, cache_copy_report *rep,
+                             char *err, size_t errlen);
 
 /* Prepares a freshly written store to be shipped read-only: checkpoint,
  * rollback journal (no -wal/-shm needed by readers), VACUUM. Fails when

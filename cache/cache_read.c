@@ -55,12 +55,51 @@ int cache_row_meta(sqlite3_stmt *st, cache_record *rec) {
   return 1;
 }
 
-int cache_row_intact(sqlite3_stmt *st) {
+uint64_t cache_row_checksum(const uint8_t hash[16], const uint8_t key_hash[16], const char *arch,
+                            const char *entry, const void *binary, size_t bytes) {
+  XXH3_state_t st;
+  XXH3_64bits_reset(&st);
+  XXH3_64bits_update(&st, hash, 16);
+  XXH3_64bits_update(&st, key_hash, 16);
+  /* Each string with its NUL, so that no two (arch, entry) pairs run together. */
+  XXH3_64bits_update(&st, arch, strlen(arch) + 1);
+  XXH3_64bits_update(&st, entry, strlen(entry) + 1);
+  XXH3_64bits_update(&st, binary, bytes);
+  return XXH3_64bits_digest(&st);
+}
+
+void cache_store_set_row_check(cache_store *s, cache_row_check_fn fn) {
+  if (s) s->row_check = fn;
+}
+
+int cache_row_judge(const cache_store *s, sqlite3_stmt *st, char *why, size_t whylen) {
+  char spare[8];
+  if (!why || whylen == 0) why = spare, whylen = sizeof spare;
+  why[0] = 0;
   cache_record r;
-  if (!cache_row_meta(st, &r)) return 0;
+  if (!cache_row_meta(st, &r)) {
+    snprintf(why, whylen, "malformed hash or missing text field");
+    return 0;
+  }
   const void *bin = sqlite3_column_blob(st, REC_COL_BINARY);
   size_t n = (size_t)sqlite3_column_bytes(st, REC_COL_BINARY);
-  return bin && n == r.bytes && XXH3_64bits(bin, n) == r.checksum;
+  if (!bin || n != r.bytes) {
+    snprintf(why, whylen, "length mismatch");
+    return 0;
+  }
+  if (cache_row_checksum(r.hash, r.key_hash, r.arch, r.entry, bin, n) != r.checksum) {
+    snprintf(why, whylen, "checksum mismatch");
+    return 0;
+  }
+  if (s && s->row_check) {
+    r.binary = bin;
+    r.source = (const char *)sqlite3_column_text(st, REC_COL_SOURCE);
+    if (s->row_check(&r, why, whylen) != 0) {
+      if (!why[0]) snprintf(why, whylen, "refused by the row check");
+      return 0;
+    }
+  }
+  return 1;
 }
 
 /* After cache_row_meta failed: out of memory, or a row put there by hand. */
@@ -84,7 +123,8 @@ static int cache_read_row(cache_store *s, sqlite3_stmt *st, cache_record *rec, c
   const char *source = (const char *)sqlite3_column_text(st, REC_COL_SOURCE);
   const void *bin = sqlite3_column_blob(st, REC_COL_BINARY);
   size_t n = (size_t)sqlite3_column_bytes(st, REC_COL_BINARY);
-  if (n != r.bytes || !bin || XXH3_64bits(bin, n) != r.checksum) {
+  char why[256];
+  if (!cache_row_judge(s, st, why, sizeof why)) {
     uint8_t hash[16];
     char hex[33];
     memcpy(hash, r.hash, 16);
@@ -102,8 +142,7 @@ static int cache_read_row(cache_store *s, sqlite3_stmt *st, cache_record *rec, c
         sqlite3_clear_bindings(del);
       }
     }
-    cache_seterr(err, errlen, "kernel %s in %s: %s mismatch (%s)", hex, s->path,
-                 n != r.bytes ? "length" : "checksum",
+    cache_seterr(err, errlen, "kernel %s in %s: %s (%s)", hex, s->path, why,
                  removed ? "row removed" : "row left in place");
     return CACHE_ERR_CORRUPT;
   }

@@ -21,17 +21,24 @@
  * row's metadata (list) never walks the binary's overflow pages. claims is
  * WITHOUT ROWID: its rows are tiny and only ever found by key_hash, so one
  * b-tree instead of a table and its primary-key index. */
-static const char *const SCHEMA_SQL =
-    "CREATE TABLE IF NOT EXISTS meta(k TEXT PRIMARY KEY, v TEXT);"
-    "CREATE TABLE IF NOT EXISTS kernels("
-    " hash BLOB PRIMARY KEY, key_hash BLOB NOT NULL, op TEXT NOT NULL, key TEXT NOT NULL,"
-    " arch TEXT NOT NULL, compiler TEXT NOT NULL, options TEXT NOT NULL, entry TEXT NOT NULL,"
-    " bytes INTEGER NOT NULL, checksum INTEGER NOT NULL, compile_ms REAL, created INTEGER,"
-    " last_used INTEGER, hits INTEGER, templates TEXT NOT NULL DEFAULT '',"
-    " abi TEXT NOT NULL DEFAULT '', source TEXT, binary BLOB NOT NULL);"
-    "CREATE INDEX IF NOT EXISTS kernels_key_hash ON kernels(key_hash);"
-    "CREATE TABLE IF NOT EXISTS claims(key_hash BLOB PRIMARY KEY, pid INTEGER NOT NULL,"
-    " start INTEGER NOT NULL, host TEXT NOT NULL, started INTEGER NOT NULL) WITHOUT ROWID;";
+/* The statements that make the schema, without IF NOT EXISTS (they run only
+ * on a file with no table, checked in the same transaction), so that SQLite
+ * keeps each one's text verbatim in sqlite_schema: the shape check compares
+ * those texts. Changing one of them changes the schema: bump
+ * CACHE_SCHEMA_VERSION with it. */
+#define SQL_META "CREATE TABLE meta(k TEXT PRIMARY KEY, v TEXT)"
+#define SQL_KERNELS                                                                        \
+  "CREATE TABLE kernels("                                                                  \
+  " hash BLOB PRIMARY KEY, key_hash BLOB NOT NULL, op TEXT NOT NULL, key TEXT NOT NULL,"  \
+  " arch TEXT NOT NULL, compiler TEXT NOT NULL, options TEXT NOT NULL, entry TEXT NOT NULL," \
+  " bytes INTEGER NOT NULL, checksum INTEGER NOT NULL, compile_ms REAL, created INTEGER,"   \
+  " last_used INTEGER, hits INTEGER, templates TEXT NOT NULL DEFAULT '',"                  \
+  " abi TEXT NOT NULL DEFAULT '', source TEXT, binary BLOB NOT NULL)"
+#define SQL_KEY_INDEX "CREATE INDEX kernels_key_hash ON kernels(key_hash)"
+#define SQL_CLAIMS                                                                         \
+  "CREATE TABLE claims(key_hash BLOB PRIMARY KEY, pid INTEGER NOT NULL,"                   \
+  " start INTEGER NOT NULL, host TEXT NOT NULL, started INTEGER NOT NULL) WITHOUT ROWID"
+static const char *const SCHEMA_SQL = SQL_META ";" SQL_KERNELS ";" SQL_KEY_INDEX ";" SQL_CLAIMS ";";
 /* No index on (op, arch): listing scans a few thousand rows at most, while
  * every process that opens the file parses each index's schema once. */
 
@@ -71,6 +78,78 @@ void cache_rollback(cache_store *s) {
   /* Fails harmlessly when SQLite already rolled back (e.g. after SQLITE_FULL). */
   if (s->db && sqlite3_get_autocommit(s->db) == 0)
     sqlite3_exec(s->db, "ROLLBACK", NULL, NULL, NULL);
+}
+
+/* The schema's objects and the text each was made from. A file whose
+ * version is right but whose tables, columns or index differ (one dropped,
+ * altered or made by hand) would fail every store: it counts as damaged. */
+static const struct {
+  const char *name, *sql;
+} SHAPE[] = {
+    {"meta", SQL_META},
+    {"kernels", SQL_KERNELS},
+    {"kernels_key_hash", SQL_KEY_INDEX},
+    {"claims", SQL_CLAIMS},
+};
+enum { NSHAPE = sizeof SHAPE / sizeof SHAPE[0] };
+
+/* One statement for the open's common case: each schema object's text, and
+ * on every row meta's schema_version (its prepare fails without a meta table).
+ * All of sqlite_schema's few rows: a WHERE on the names cost more to plan. */
+#define SHAPE_SQL \
+  "SELECT name, sql, (SELECT v FROM meta WHERE k = 'schema_version') FROM sqlite_schema"
+
+/* Steps a prepared SHAPE_SQL and compares the file's schema with SCHEMA_SQL's,
+ * object by object (and nothing more), from the schema SQLite has already
+ * read (no page beyond the first). *version gets meta's schema_version (-1: none). CACHE_OK, or
+ * CACHE_ERR_CORRUPT naming what differs (the version is for the caller). */
+static int cache_shape_rows(cache_store *s, sqlite3_stmt *st, long *version, char *err,
+                            size_t errlen) {
+  int seen[NSHAPE] = {0}, ret = CACHE_OK, rc;
+  *version = -1;
+  while ((rc = sqlite3_step(st)) == SQLITE_ROW) {
+    const char *name = (const char *)sqlite3_column_text(st, 0);
+    const char *sql = (const char *)sqlite3_column_text(st, 1);
+    const char *v = (const char *)sqlite3_column_text(st, 2);
+    char *end = NULL;
+    long ver = v ? strtol(v, &end, 10) : -1;
+    *version = v && end != v && *end == 0 ? ver : -1;
+    int known = 0;
+    for (int i = 0; i < NSHAPE; i++) {
+      if (!name || strcmp(name, SHAPE[i].name) != 0) continue;
+      seen[i]++;
+      known = 1;
+      if (ret == CACHE_OK && (!sql || strcmp(sql, SHAPE[i].sql) != 0)) {
+        cache_seterr(err, errlen, "%s: damaged schema: %s is '%.300s' (this runtime needs '%s')",
+                     s->path, name, sql ? sql : "", SHAPE[i].sql);
+        ret = CACHE_ERR_CORRUPT;
+      }
+    }
+    /* Nothing else belongs there but the indexes of the primary keys: a
+     * trigger or view added by hand would act on every store. */
+    if (!known && ret == CACHE_OK && (!name || strncmp(name, "sqlite_autoindex_", 17) != 0)) {
+      cache_seterr(err, errlen, "%s: damaged schema: unexpected object '%.100s'", s->path,
+                   name ? name : "");
+      ret = CACHE_ERR_CORRUPT;
+    }
+  }
+  if (rc != SQLITE_DONE) return cache_sqerr(s, rc, "reading the schema", err, errlen);
+  for (int i = 0; i < NSHAPE && ret == CACHE_OK; i++)
+    if (seen[i] != 1) {
+      cache_seterr(err, errlen, "%s: damaged schema: %s is missing", s->path, SHAPE[i].name);
+      ret = CACHE_ERR_CORRUPT;
+    }
+  return ret;
+}
+
+static int cache_check_shape(cache_store *s, char *err, size_t errlen) {
+  sqlite3_stmt *st = NULL;
+  long version;
+  int rc = sqlite3_prepare_v2(s->db, SHAPE_SQL, -1, &st, NULL);
+  int ret = rc == SQLITE_OK ? cache_shape_rows(s, st, &version, err, errlen)
+                            : cache_sqerr(s, rc, "reading the schema", err, errlen);
+  sqlite3_finalize(st);
+  return ret;
 }
 
 /* Reads meta.schema_version inside the current transaction: *found = 0 when
@@ -124,6 +203,8 @@ static int cache_check_schema(cache_store *s, int *found, char *err, size_t errl
                    s->path, CACHE_SCHEMA_VERSION);
     return CACHE_ERR_CORRUPT;
   }
+  int ret = cache_check_shape(s, err, errlen);
+  if (ret != CACHE_OK) return ret;
   *found = 1;
   return CACHE_OK;
 }
@@ -152,14 +233,15 @@ static int cache_read_schema(cache_store *s, int *found, char *err, size_t errle
   /* The common case in one statement: a fi_runtime cache of our version.
    * Anything else (a fresh file, a foreign or newer one) gets the full check. */
   sqlite3_stmt *st = NULL;
-  if (sqlite3_prepare_v2(s->db, "SELECT v FROM meta WHERE k = 'schema_version'", -1, &st, NULL) ==
-      SQLITE_OK) {
-    int ok = sqlite3_step(st) == SQLITE_ROW && sqlite3_column_type(st, 0) == SQLITE_TEXT &&
-             atol((const char *)sqlite3_column_text(st, 0)) == CACHE_SCHEMA_VERSION;
+  if (sqlite3_prepare_v2(s->db, SHAPE_SQL, -1, &st, NULL) == SQLITE_OK) {
+    long version = -1;
+    char err2[1024];
+    int shape = cache_shape_rows(s, st, &version, err2, sizeof err2);
     sqlite3_finalize(st);
-    if (ok) {
+    if (version == CACHE_SCHEMA_VERSION) {
       *found = 1;
-      return CACHE_OK;
+      if (shape != CACHE_OK) cache_seterr(err, errlen, "%s", err2);
+      return shape;
     }
   } else {
     sqlite3_finalize(st);

@@ -10,8 +10,10 @@ typedef struct cache_store cache_store;
 
 /* Schema version kept in the meta table. A file with another version is
  * refused with CACHE_ERR_CORRUPT ("older schema" or "newer"): the runtime
- * moves it aside and starts a new one. 2: templates, abi, claims. */
-#define CACHE_SCHEMA_VERSION 2
+ * moves it aside and starts a new one (a cache refills itself; no row is
+ * migrated, since an old row's checksum does not bind it to its key).
+ * 2: templates, abi, claims. 3: the checksum covers the row's identity. */
+#define CACHE_SCHEMA_VERSION 3
 
 enum {
   CACHE_OK = 0,
@@ -43,7 +45,7 @@ typedef struct cache_record {
   const char *abi;       /* kernel ABI / cache format version (put: NULL = "") */
   const void *binary;
   size_t bytes;
-  uint64_t checksum;    /* XXH3-64 of binary; computed by put, checked by reads */
+  uint64_t checksum;    /* cache_row_checksum; computed by put, checked by reads */
   double compile_ms;
   int64_t created, last_used, hits; /* unix seconds; filled by put and lookups */
 } cache_record;
@@ -110,6 +112,22 @@ int cache_store_delete(cache_store *s, const char *op, const char *arch, int64_t
 /* Totals: entries, sum of binary bytes, file size in bytes (page_count * page_size). */
 int cache_store_totals(cache_store *s, int64_t *entries, int64_t *bytes, int64_t *file_bytes,
                        char *err, size_t errlen);
+
+/* A row's checksum: XXH3-64 over its hash, key_hash, arch, entry and binary,
+ * so that a binary moved to another row, or relabelled, no longer matches.
+ * It guards against damage and mix-ups, not against someone who may write
+ * the file (they can recompute it): see cache_store_set_row_check. */
+uint64_t cache_row_checksum(const uint8_t hash[16], const uint8_t key_hash[16], const char *arch,
+                            const char *entry, const void *binary, size_t bytes);
+
+/* A check of a whole row (binary included) that the store cannot make
+ * itself: that the row belongs to its key (hashes recomputed from its
+ * fields, the entry name the key implies, the binary's own arch). 0: the
+ * row is good; else the reason in why. Called once per row read from the
+ * file (lookups, verify, copy), never on the in-process memo. */
+typedef int (*cache_row_check_fn)(const cache_record *rec, char *why, size_t whylen);
+/* Installs fn on s (NULL: none); set it before s is shared between threads. */
+void cache_store_set_row_check(cache_store *s, cache_row_check_fn fn);
 
 /* Hex helpers: 32 lowercase digits plus NUL. */
 void cache_hash_hex(const uint8_t hash[16], char out[33]);

@@ -87,28 +87,18 @@ static int verify_integrity(cache_store *s, cache_verify_report *rep, char *err,
 static int verify_rows(cache_store *s, cache_verify_report *rep, rowids *bad, int *damaged,
                        char *err, size_t errlen) {
   sqlite3_stmt *st = NULL;
-  int rc = sqlite3_prepare_v2(s->db,
-                              "SELECT rowid, hash, key_hash, bytes, checksum, binary FROM kernels",
-                              -1, &st, NULL);
+  int rc = sqlite3_prepare_v2(s->db, "SELECT " REC_COLS ", rowid FROM kernels", -1, &st, NULL);
   while (rc == SQLITE_OK && (rc = sqlite3_step(st)) == SQLITE_ROW) {
     rc = SQLITE_OK;
     rep->rows++;
-    const void *hash = sqlite3_column_blob(st, 1);
-    int hash_ok = hash && sqlite3_column_bytes(st, 1) == 16 && sqlite3_column_bytes(st, 2) == 16;
-    const void *bin = sqlite3_column_blob(st, 5);
-    size_t n = (size_t)sqlite3_column_bytes(st, 5);
-    size_t want = (size_t)sqlite3_column_int64(st, 3);
-    uint64_t sum = (uint64_t)sqlite3_column_int64(st, 4);
-    const char *why = !hash_ok        ? "malformed hash"
-                      : n != want || !bin ? "length mismatch"
-                      : XXH3_64bits(bin, n) != sum ? "checksum mismatch"
-                                                   : NULL;
-    if (!why) continue;
+    char why[256];
+    if (cache_row_judge(s, st, why, sizeof why)) continue;
     rep->bad_rows++;
     char hex[33] = "?";
-    if (hash_ok) cache_hash_hex(hash, hex);
+    const void *hash = sqlite3_column_blob(st, 0);
+    if (hash && sqlite3_column_bytes(st, 0) == 16) cache_hash_hex(hash, hex);
     note(rep, "kernel %s: %s", hex, why);
-    if (!rowids_add(bad, sqlite3_column_int64(st, 0))) {
+    if (!rowids_add(bad, sqlite3_column_int64(st, REC_NCOLS))) {
       rc = SQLITE_NOMEM;
       break;
     }
@@ -192,7 +182,7 @@ static int rebuild_copy(cache_store *s, cache_store *n, int64_t *found, int64_t 
     rc = sqlite3_bind_int64(st, 1, ids.v[i]);
     if (rc == SQLITE_OK) rc = sqlite3_step(st);
     int inserted = 0;
-    if (rc == SQLITE_ROW && cache_row_intact(st)) {
+    if (rc == SQLITE_ROW && cache_row_judge(s, st, NULL, 0)) {
       ret = cache_copy_row(n, st, &inserted, err, errlen);
       *copied += inserted;
     } else if (rc != SQLITE_ROW && rc != SQLITE_DONE && !is_damage(rc)) {
@@ -208,8 +198,132 @@ static int rebuild_copy(cache_store *s, cache_store *n, int64_t *found, int64_t 
   return ret;
 }
 
-/* The file itself is damaged: every row that still reads back goes into a
- * new file, which then replaces the old one, and s is reopened on it. */
+/* The journal mode in force on s's connection: 1 for WAL. */
+static int is_wal(cache_store *s) {
+  sqlite3_stmt *st = NULL;
+  int wal = 0;
+  if (sqlite3_prepare_v2(s->db, "PRAGMA journal_mode", -1, &st, NULL) == SQLITE_OK &&
+      sqlite3_step(st) == SQLITE_ROW) {
+    const char *m = (const char *)sqlite3_column_text(st, 0);
+    wal = m && strcmp(m, "wal") == 0;
+  }
+  sqlite3_finalize(st);
+  return wal;
+}
+
+/* A second, read-only connection to s's file, as a store that rebuild_copy
+ * can read (the same path and row check; no statements, no mutex use). */
+static int open_reader(cache_store *s, cache_store *r, char *err, size_t errlen) {
+  memset(r, 0, sizeof *r);
+  r->path = s->path;
+  r->readonly = 1;
+  r->row_check = s->row_check;
+  int rc = sqlite3_open_v2(s->path, &r->db, SQLITE_OPEN_READONLY | SQLITE_OPEN_NOMUTEX, NULL);
+  if (rc == SQLITE_OK) rc = sqlite3_busy_timeout(r->db, 10000);
+  if (rc != SQLITE_OK) return cache_sqerr(r, rc, "repair: a second connection", err, errlen);
+  return CACHE_OK;
+}
+
+int cache_store_replace_from(cache_store *s, cache_store *src, int (*fill)(void *), void *user,
+                             char *err, size_t errlen) {
+  /* The new content is copied page by page into the file itself, through
+   * s's connection and under SQLite's own write lock, so that every other
+   * process with the file open keeps a valid connection and sees the new
+   * content at its next transaction (replacing the file by a rename left
+   * them writing into the old, unlinked one). The backup takes the write
+   * lock at its first step and keeps it to the last: fill (which fills src)
+   * runs in between, so that nothing another process commits meanwhile is
+   * lost, and writers wait for the swap rather than write into what it
+   * replaces. */
+  cache_rollback(s);
+  sqlite3_backup *b = sqlite3_backup_init(s->db, "main", src->db, "main");
+  if (!b) return cache_sqerr(s, sqlite3_errcode(s->db), "replacing the file's content", err, errlen);
+  int rc = sqlite3_backup_step(b, 0); /* takes the write lock, copies nothing */
+  int ret = CACHE_OK;
+  if (rc != SQLITE_OK && rc != SQLITE_DONE) {
+    sqlite3_backup_finish(b);
+    return cache_sqerr(s, rc, "replacing the file's content: taking the write lock", err, errlen);
+  }
+  if (fill && rc == SQLITE_OK) ret = fill(user);
+  if (ret == CACHE_OK) {
+    rc = sqlite3_backup_step(b, -1);
+    if (rc != SQLITE_DONE) ret = cache_sqerr(s, rc, "replacing the file's content", err, errlen);
+  }
+  /* finish releases the lock; on an error it rolls the destination back. */
+  int frc = sqlite3_backup_finish(b);
+  if (ret == CACHE_OK && frc != SQLITE_OK)
+    ret = cache_sqerr(s, frc, "replacing the file's content", err, errlen);
+  if (ret == CACHE_OK) {
+    /* Moves the new pages into the main file, which shrinks to their size. */
+    sqlite3_wal_checkpoint_v2(s->db, NULL, SQLITE_CHECKPOINT_PASSIVE, NULL, NULL);
+  }
+  return ret;
+}
+
+typedef struct rebuild_fill {
+  cache_store *s, *n;
+  int64_t found, copied;
+  int wal;
+  uint32_t counter; /* rollback journal: the file change counter the copy saw */
+  char *err;
+  size_t errlen;
+} rebuild_fill;
+
+enum { REBUILD_AGAIN = 2 }; /* a commit slipped in before the lock: copy again */
+
+/* The file change counter (header bytes 24-27), which every commit in
+ * rollback-journal mode increments, read through SQLite's own descriptor
+ * (a descriptor of our own, once closed, would drop SQLite's POSIX locks). */
+static int change_counter(cache_store *s, uint32_t *out) {
+  sqlite3_file *f = NULL;
+  unsigned char b[4];
+  if (sqlite3_file_control(s->db, "main", SQLITE_FCNTL_FILE_POINTER, &f) != SQLITE_OK || !f ||
+      !f->pMethods || f->pMethods->xRead(f, b, 4, 24) != SQLITE_OK)
+    return -1;
+  *out = (uint32_t)b[0] << 24 | (uint32_t)b[1] << 16 | (uint32_t)b[2] << 8 | b[3];
+  return 0;
+}
+
+/* Under the held write lock. WAL: reads the damaged file through a second
+ * connection (WAL readers do not wait for the writer) into n. Rollback
+ * journal: the rows were copied before the lock (its writer excludes
+ * readers); that copy stands only if no commit came in between. */
+static int rebuild_fill_fn(void *user) {
+  rebuild_fill *f = user;
+  if (!f->wal) {
+    uint32_t now = 0;
+    if (change_counter(f->s, &now) != 0) {
+      cache_seterr(f->err, f->errlen, "repair: cannot read the file change counter of %s",
+                   f->s->path);
+      return CACHE_ERR;
+    }
+    return now == f->counter ? CACHE_OK : REBUILD_AGAIN;
+  }
+  cache_store r;
+  int ret = open_reader(f->s, &r, f->err, f->errlen);
+  if (ret == CACHE_OK) {
+    pthread_mutex_lock(&f->n->mu);
+    ret = rebuild_copy(&r, f->n, &f->found, &f->copied, f->err, f->errlen);
+    pthread_mutex_unlock(&f->n->mu);
+  }
+  sqlite3_close(r.db);
+  return ret;
+}
+
+/* A fresh scratch store at tmp, whatever a rebuild that died half way left there. */
+static int scratch_open(const char *tmp, cache_store **n, char *err, size_t errlen) {
+  *n = NULL;
+  if (unlink(tmp) != 0 && errno != ENOENT) {
+    cache_seterr(err, errlen, "repair: cannot remove %s: %s", tmp, strerror(errno));
+    return CACHE_ERR;
+  }
+  int ret = cache_unlink_sidecars(tmp, err, errlen);
+  return ret == CACHE_OK ? cache_store_open(tmp, CACHE_OPEN_ROLLBACK, n, err, errlen) : ret;
+}
+
+/* The file itself is damaged: every row that still reads back is copied
+ * into a scratch file, whose pages then replace the damaged file's in place
+ * (cache_store_replace_from). Called inside verify's write transaction. */
 static int verify_rebuild(cache_store *s, cache_verify_report *rep, char *err, size_t errlen) {
   if (s->memory) {
     cache_seterr(err, errlen, "repair: an in-memory store cannot be rebuilt");
@@ -222,52 +336,48 @@ static int verify_rebuild(cache_store *s, cache_verify_report *rep, char *err, s
     return CACHE_ERR;
   }
   snprintf(tmp, len, "%s.rebuild", s->path);
-  /* A rebuild that died half way left these: they are not ours to keep. */
+  rebuild_fill f = {s, NULL, 0, 0, is_wal(s), 0, err, errlen};
   int ret = CACHE_OK;
-  if (unlink(tmp) != 0 && errno != ENOENT) {
-    cache_seterr(err, errlen, "repair: cannot remove %s: %s", tmp, strerror(errno));
+  for (int attempt = 0; attempt < 8; attempt++) {
+    f.found = f.copied = 0;
+    ret = scratch_open(tmp, &f.n, err, errlen);
+    if (ret == CACHE_OK && !f.wal) {
+      /* Rollback journal: copied under a write transaction (other writers
+       * wait), the change counter noted for rebuild_fill_fn. */
+      if (attempt > 0) ret = cache_exec(s, "BEGIN IMMEDIATE", "repair: begin", err, errlen);
+      if (ret == CACHE_OK && change_counter(s, &f.counter) != 0) {
+        cache_seterr(err, errlen, "repair: cannot read the file change counter of %s", s->path);
+        ret = CACHE_ERR;
+      }
+      if (ret == CACHE_OK) {
+        pthread_mutex_lock(&f.n->mu);
+        ret = rebuild_copy(s, f.n, &f.found, &f.copied, err, errlen);
+        pthread_mutex_unlock(&f.n->mu);
+      }
+    }
+    if (ret == CACHE_OK) ret = cache_store_replace_from(s, f.n, rebuild_fill_fn, &f, err, errlen);
+    cache_rollback(s);
+    cache_store_close(f.n);
+    f.n = NULL;
+    if (ret != REBUILD_AGAIN) break;
+  }
+  if (ret == REBUILD_AGAIN) {
+    cache_seterr(err, errlen, "repair: %s kept changing under the rebuild; try again", s->path);
     ret = CACHE_ERR;
   }
-  if (ret == CACHE_OK) ret = cache_unlink_sidecars(tmp, err, errlen);
-  cache_store *n = NULL;
-  if (ret == CACHE_OK) ret = cache_store_open(tmp, CACHE_OPEN_ROLLBACK, &n, err, errlen);
-  int64_t found = 0, copied = 0;
-  if (ret == CACHE_OK) {
-    pthread_mutex_lock(&n->mu);
-    ret = rebuild_copy(s, n, &found, &copied, err, errlen);
-    pthread_mutex_unlock(&n->mu);
-  }
-  cache_store_close(n);
-  /* The new file gets the old one's mode: a shared or shipped cache stays so. */
-  struct stat st;
-  if (ret == CACHE_OK && stat(s->path, &st) == 0 && chmod(tmp, st.st_mode & 0777) != 0) {
-    cache_seterr(err, errlen, "repair: chmod %s: %s", tmp, strerror(errno));
-    ret = CACHE_ERR;
-  }
+  unlink(tmp);
+  cache_unlink_sidecars(tmp, NULL, 0);
+  free(tmp);
+  if (ret != CACHE_OK) return ret;
+  /* A fresh connection: nothing of the damaged file's schema or pages stays cached. */
+  char err2[512] = "";
+  cache_disconnect(s);
+  ret = cache_reconnect(s, err2, sizeof err2);
   if (ret != CACHE_OK) {
-    unlink(tmp);
-    free(tmp);
+    cache_seterr(err, errlen, "repair: reopening after the rebuild: %s", err2);
     return ret;
   }
-  /* Closed before the swap, and the old file's -wal and -shm removed: SQLite
-   * would apply that WAL to the new file. */
-  cache_rollback(s);
-  cache_disconnect(s);
-  ret = cache_unlink_sidecars(s->path, err, errlen);
-  if (ret == CACHE_OK && rename(tmp, s->path) != 0) {
-    cache_seterr(err, errlen, "repair: cannot rename %s to %s: %s", tmp, s->path,
-                 strerror(errno));
-    ret = CACHE_ERR;
-  }
-  if (ret != CACHE_OK) unlink(tmp);
-  free(tmp);
-  char err2[512] = "";
-  int rc = cache_reconnect(s, err2, sizeof err2);
-  if (ret == CACHE_OK && rc != CACHE_OK) {
-    cache_seterr(err, errlen, "repair: reopening after the rebuild: %s", err2);
-    ret = rc;
-  }
-  if (ret != CACHE_OK) return ret;
+  int64_t found = f.found, copied = f.copied;
   if (found > rep->rows) rep->rows = found;
   rep->bad_rows = found - copied;
   rep->repaired = found - copied + 1; /* the rows left behind, and the rebuild */

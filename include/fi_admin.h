@@ -43,6 +43,12 @@ typedef struct fi_preset_config {
 FI_API fi_status fi_admin_preset_configs(const char *preset, const char *arch, fi_preset_config *out,
                                          int cap, int *n);
 
+/** Whether the compiler for arch, loaded now if need be, can target it:
+ * FI_OK; FI_ERR_UNSUPPORTED with its range in fi_last_error ("nvrtc-13.0 does
+ * not support sm_70 (supported: sm_75 to sm_121)"); FI_ERR_COMPILE when no
+ * such compiler can be loaded; FI_ERR_INVALID_ARGUMENT for an unknown arch. */
+FI_API fi_status fi_admin_arch_check(const char *arch);
+
 /** Result of one prewarm step. */
 typedef enum fi_prewarm_result {
   FI_PREWARM_COMPILED = 0, /* compiled now and stored */
@@ -130,9 +136,24 @@ FI_API fi_status fi_admin_export_cache(fi_runtime *rt, const char *file, const c
                                        const char *arch, int64_t *copied);
 
 /** Merges another cache file into the user cache (checksums verified;
- * entries already present are kept). */
+ * entries already present are kept). skipped counts both the entries
+ * present and those refused; fi_admin_import says which and why. */
 FI_API fi_status fi_admin_import_cache(fi_runtime *rt, const char *file, int64_t *copied,
                                        int64_t *skipped);
+
+typedef struct fi_import_report {
+  int64_t copied;    /* entries added to the user cache */
+  int64_t present;   /* entries the user cache already had */
+  int64_t refused;   /* entries left out: damaged, not bound to their key (checksum, hash,
+                        entry name or the binary's own arch), or larger than the cap */
+  int64_t evicted;   /* entries evicted afterwards to keep the file under FI_CACHE_MAX_BYTES */
+  char detail[1024]; /* the first refused entries, one a line, each with its reason */
+} fi_import_report;
+
+/** fi_admin_import_cache with the whole story: every entry of file is checked
+ * as the runtime checks a row it loads, and the user cache's size cap
+ * (FI_CACHE_MAX_BYTES) holds afterwards. */
+FI_API fi_status fi_admin_import(fi_runtime *rt, const char *file, fi_import_report *rep);
 
 /** For fi-bench: the loaded function (CUfunction) and launch geometry that
  * fi_rmsnorm would use for these tensors; lets a benchmark compare a bare

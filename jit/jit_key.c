@@ -93,19 +93,25 @@ static void to_bytes(XXH128_hash_t h, uint8_t out[16]) {
 
 void jit_key_hashes(const jit_key *k, const jit_target *t, uint8_t key_hash[16],
                     uint8_t hash[16]) {
-  char canon[1024];
+  char canon[1024], abi[32];
   if (jit_key_canonical(k, canon, sizeof canon) < 0) canon[0] = 0;
+  snprintf(abi, sizeof abi, "%d.%d", FI_KERNEL_ABI_VERSION, JIT_CACHE_FORMAT);
+  jit_row_hashes(canon, t->template_hash, t->arch, t->options, abi, t->compiler, key_hash, hash);
+}
+
+void jit_row_hashes(const char *canon, const char *templates, const char *arch,
+                    const char *options, const char *abi, const char *compiler,
+                    uint8_t key_hash[16], uint8_t hash[16]) {
   char buf[2048];
   int n = snprintf(buf, sizeof buf,
-                   "fi_runtime\nkey=%s\ntemplates=%s\narch=%s\noptions=%s\nabi=%d.%d\n", canon,
-                   t->template_hash ? t->template_hash : "", t->arch ? t->arch : "",
-                   t->options ? t->options : "", FI_KERNEL_ABI_VERSION, JIT_CACHE_FORMAT);
+                   "fi_runtime\nkey=%s\ntemplates=%s\narch=%s\noptions=%s\nabi=%s\n",
+                   canon ? canon : "", templates ? templates : "", arch ? arch : "",
+                   options ? options : "", abi ? abi : "");
   if (n < 0) n = 0;
   if ((size_t)n >= sizeof buf) n = sizeof buf - 1;
   if (key_hash) to_bytes(XXH3_128bits(buf, (size_t)n), key_hash);
   if (hash) {
-    int m = snprintf(buf + n, sizeof buf - (size_t)n, "compiler=%s\n",
-                     t->compiler ? t->compiler : "");
+    int m = snprintf(buf + n, sizeof buf - (size_t)n, "compiler=%s\n", compiler ? compiler : "");
     if (m < 0) m = 0;
     if ((size_t)(n + m) >= sizeof buf) m = (int)(sizeof buf - 1 - (size_t)n);
     to_bytes(XXH3_128bits(buf, (size_t)(n + m)), hash);
@@ -126,7 +132,10 @@ void jit_key_fast(const jit_key *k, uint64_t *k0, uint64_t *k1) {
 }
 
 void jit_entry_name(const jit_key *k, const uint8_t key_hash[16], char *buf, size_t buflen) {
-  snprintf(buf, buflen, "fi_%s_%02x%02x%02x%02x%02x%02x%02x%02x", k->op->name, key_hash[0],
-           key_hash[1], key_hash[2], key_hash[3], key_hash[4], key_hash[5], key_hash[6],
-           key_hash[7]);
+  jit_entry_name_op(k->op->name, key_hash, buf, buflen);
+}
+
+void jit_entry_name_op(const char *op, const uint8_t key_hash[16], char *buf, size_t buflen) {
+  snprintf(buf, buflen, "fi_%s_%02x%02x%02x%02x%02x%02x%02x%02x", op, key_hash[0], key_hash[1],
+           key_hash[2], key_hash[3], key_hash[4], key_hash[5], key_hash[6], key_hash[7]);
 }

@@ -85,10 +85,27 @@ typedef struct jit_target {
 void jit_key_hashes(const jit_key *k, const jit_target *t, uint8_t key_hash[16],
                     uint8_t hash[16]);
 
+/* The same hashes from a stored row's own fields (abi as the row spells it,
+ * "<kernel ABI>.<cache format>"): a row whose hash or key_hash differs from
+ * these was not written for the key it carries. */
+void jit_row_hashes(const char *canon, const char *templates, const char *arch,
+                    const char *options, const char *abi, const char *compiler,
+                    uint8_t key_hash[16], uint8_t hash[16]);
+
 /* The in-process memo key: cheap (no formatting), never stored. */
 void jit_key_fast(const jit_key *k, uint64_t *k0, uint64_t *k1);
 
 /* Entry symbol for a key_hash: "fi_<op>_<16 hex>". */
 void jit_entry_name(const jit_key *k, const uint8_t key_hash[16], char *buf, size_t buflen);
+void jit_entry_name_op(const char *op, const uint8_t key_hash[16], char *buf, size_t buflen);
+
+/* Does binary (a cubin or an AMD code object) say it was built for arch?
+ * A cubin: 64-bit ELF, e_machine EM_CUDA (190), the SM in e_flags (bits 0-7
+ * before ELF ABI version 8, bits 8-15 in it, the machine alone in a later
+ * version). An AMD code object: ELF with
+ * e_machine EM_AMDGPU (224) and the gfx target in e_flags' low byte, or a
+ * clang offload bundle naming that target. 0 yes; -1 with the reason in why. */
+int jit_binary_arch_check(const void *binary, size_t bytes, const char *arch, char *why,
+                          size_t whylen);
 
 #endif

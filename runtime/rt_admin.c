@@ -4,6 +4,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "cache_ops.h"
 #include "jit_compiler.h"
 #include "jit_registry.h"
 #include "rt_internal.h"
@@ -35,6 +36,16 @@ FI_API fi_status fi_admin_config_key(const char *op, int idx, char *buf, size_t 
 
 FI_API int fi_admin_arch_supported(const char *arch) {
   return jit_compiler_for_arch(arch) != NULL;
+}
+
+FI_API fi_status fi_admin_arch_check(const char *arch) {
+  const jit_compiler *cc = jit_compiler_for_arch(arch);
+  if (!cc)
+    return rt_fail(FI_ERR_INVALID_ARGUMENT, "arch: '%s' is not a target", arch ? arch : "(null)");
+  char err[1024];
+  if (cc->load(err, sizeof err) != 0) return rt_fail(FI_ERR_COMPILE, "%s", err);
+  if (cc->check_arch(arch, err, sizeof err) != 0) return rt_fail(FI_ERR_UNSUPPORTED, "%s", err);
+  return FI_OK;
 }
 
 FI_API fi_status fi_admin_prewarm(fi_runtime *rt, const char *op, int idx, const char *arch,
@@ -150,13 +161,37 @@ FI_API void fi_admin_free(void *p) { free(p); }
 
 FI_API fi_status fi_admin_clear(fi_runtime *rt, const char *op, const char *arch,
                                 int64_t *removed) {
+  if (removed) *removed = 0;
   if (!rt) return rt_fail(FI_ERR_INVALID_ARGUMENT, "rt is NULL");
   cache_store *s = rt_store(rt);
   if (!s) return rt_fail(FI_ERR_CACHE, "no cache store");
   int64_t n = 0;
   char err[1024];
-  if (cache_store_delete(s, op, arch, &n, err, sizeof err) != CACHE_OK)
+  int rc;
+  if (!op && !arch) {
+    /* Everything: the content replaced by an empty cache's, which needs
+     * neither a readable file nor free disk space for a delete. */
+    rc = cache_store_reset(s, &n, err, sizeof err);
+  } else {
+    rc = cache_store_delete(s, op, arch, &n, err, sizeof err);
+    if (rc == CACHE_ERR_CORRUPT) {
+      /* A damaged file: mended first (what reads back is kept), then cleared. */
+      cache_verify_report r;
+      char err2[1024];
+      if (cache_store_verify(s, 1, &r, err2, sizeof err2) == CACHE_OK) {
+        atomic_fetch_add(&rt->repairs, r.repaired);
+        rc = cache_store_delete(s, op, arch, &n, err, sizeof err);
+      }
+    }
+  }
+  if (rc != CACHE_OK) {
+    if (strstr(err, "full"))
+      return rt_fail(FI_ERR_CACHE,
+                     "clearing %s: %s. The disk is full: clearing everything (no op or arch) "
+                     "needs no free space; else free space on its filesystem",
+                     rt->cache_path, err);
     return rt_fail(FI_ERR_CACHE, "clearing %s: %s", rt->cache_path, err);
+  }
   if (removed) *removed = n;
   return FI_OK;
 }
@@ -167,6 +202,11 @@ FI_API fi_status fi_admin_stats_get(fi_runtime *rt, fi_admin_stats *st) {
   cache_store *s = rt_store(rt);
   if (!s) return rt_fail(FI_ERR_CACHE, "no cache store");
   char err[1024];
+  /* Everything but the totals first: a caller that gets the error still
+   * learns the path and whether the file is in use at all. */
+  st->path = rt->cache_path;
+  st->fallback = rt->store_is_fallback;
+  st->fallback_reason = rt->fallback_reason;
   if (cache_store_totals(s, &st->entries, &st->bytes, &st->file_bytes, err, sizeof err) != CACHE_OK)
     return rt_fail(FI_ERR_CACHE, "reading totals of %s: %s", rt->cache_path, err);
   st->memo_hits = atomic_load(&rt->memo_hits);
@@ -174,9 +214,6 @@ FI_API fi_status fi_admin_stats_get(fi_runtime *rt, fi_admin_stats *st) {
   st->compiles = atomic_load(&rt->compiles);
   st->compile_failures = atomic_load(&rt->compile_failures);
   st->compile_ms = atomic_load(&rt->compile_ms_total);
-  st->path = rt->cache_path;
-  st->fallback = rt->store_is_fallback;
-  st->fallback_reason = rt->fallback_reason;
   st->store_open_ms = atomic_load(&rt->store_open_ms);
   st->lookup_ms = atomic_load(&rt->lookup_ms);
   st->module_load_ms = atomic_load(&rt->module_load_ms);

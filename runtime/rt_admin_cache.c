@@ -41,8 +41,16 @@ FI_API fi_status fi_admin_gc(fi_runtime *rt, int64_t max_bytes, int stale, int64
       return rt_fail(FI_ERR_CACHE, "removing stale entries from %s: %s", rt->cache_path, err);
   }
   int64_t cap = max_bytes < 0 ? rt->max_bytes : max_bytes;
-  if (cap > 0 && cache_store_evict(s, cap, &n, err, sizeof err) != CACHE_OK)
+  if (cap > 0 && cache_store_evict(s, cap, &n, err, sizeof err) != CACHE_OK) {
+    /* Deleting rows writes pages; with no room for them, say the way out. */
+    if (strstr(err, "full"))
+      return rt_fail(FI_ERR_CACHE,
+                     "evicting from %s: %s. The disk is full, and evicting needs a little "
+                     "space: free some on that filesystem, or empty the cache with "
+                     "'fi-cache clear' (fi_admin_clear with no op or arch), which needs none",
+                     rt->cache_path, err);
     return rt_fail(FI_ERR_CACHE, "evicting from %s: %s", rt->cache_path, err);
+  }
   atomic_fetch_add(&rt->evictions, n);
   if (evicted) *evicted = n;
   if (stale_removed) *stale_removed = m;
@@ -107,8 +115,9 @@ FI_API fi_status fi_admin_export_cache(fi_runtime *rt, const char *file, const c
   return FI_OK;
 }
 
-FI_API fi_status fi_admin_import_cache(fi_runtime *rt, const char *file, int64_t *copied,
-                                       int64_t *skipped) {
+FI_API fi_status fi_admin_import(fi_runtime *rt, const char *file, fi_import_report *rep) {
+  if (!rep) return rt_fail(FI_ERR_INVALID_ARGUMENT, "rep is NULL");
+  memset(rep, 0, sizeof *rep);
   if (!file || !file[0]) return rt_fail(FI_ERR_INVALID_ARGUMENT, "file is empty");
   fi_status st;
   cache_store *s = user_store(rt, &st);
@@ -117,11 +126,32 @@ FI_API fi_status fi_admin_import_cache(fi_runtime *rt, const char *file, int64_t
   cache_store *in = NULL;
   if (cache_store_open(file, CACHE_OPEN_READONLY, &in, err, sizeof err) != CACHE_OK)
     return rt_fail(FI_ERR_INVALID_ARGUMENT, "file: %s is not a usable cache: %s", file, err);
-  int64_t n = 0, k = 0;
-  int rc = cache_store_copy(in, s, NULL, NULL, &n, &k, err, sizeof err);
+  /* Rows from elsewhere are judged as the runtime judges a row it loads. */
+  cache_store_set_row_check(in, rt_row_check);
+  cache_copy_report r;
+  int rc = cache_store_copy_checked(in, s, NULL, NULL, rt->max_bytes, &r, err, sizeof err);
   cache_store_close(in);
+  rep->copied = r.copied;
+  rep->present = r.present;
+  rep->refused = r.refused;
+  snprintf(rep->detail, sizeof rep->detail, "%s", r.detail);
   if (rc != CACHE_OK) return rt_fail(FI_ERR_CACHE, "importing %s: %s", file, err);
-  if (copied) *copied = n;
-  if (skipped) *skipped = k;
+  /* The cap holds for imported entries as for compiled ones. */
+  int64_t n = 0;
+  if (rt->max_bytes > 0 && cache_store_evict(s, rt->max_bytes, &n, err, sizeof err) != CACHE_OK)
+    return rt_fail(FI_ERR_CACHE, "imported %s, but evicting down to the cap failed: %s", file,
+                   err);
+  atomic_fetch_add(&rt->evictions, n);
+  rep->evicted = n;
+  return FI_OK;
+}
+
+FI_API fi_status fi_admin_import_cache(fi_runtime *rt, const char *file, int64_t *copied,
+                                       int64_t *skipped) {
+  fi_import_report r;
+  fi_status st = fi_admin_import(rt, file, &r);
+  if (st != FI_OK) return st;
+  if (copied) *copied = r.copied;
+  if (skipped) *skipped = r.present + r.refused;
   return FI_OK;
 }

@@ -129,6 +129,12 @@ fi_status rt_launch_kernel(fi_runtime *rt, const rt_kernel *k, const rt_launch *
 /* The user store, opened at first need (memory if the file is unusable). */
 cache_store *rt_store(fi_runtime *rt);
 
+/* The check every store the runtime opens applies to each row it reads from
+ * a file (cache_row_check_fn): the row's hash and key_hash are those of its
+ * own key, templates, arch, options, ABI and compiler; its entry is the name
+ * that key gives its kernel; its binary says it was built for its arch. */
+int rt_row_check(const cache_record *rec, char *why, size_t whylen);
+
 /* How many blocks of `threads` threads of k fit on its whole device at once
  * (SMs x blocks per SM), asked of the driver once and remembered. */
 fi_status rt_kernel_resident(fi_runtime *rt, rt_kernel *k, int threads, int *resident);

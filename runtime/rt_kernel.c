@@ -139,7 +139,14 @@ static fi_status compile_and_store(fi_runtime *rt, cache_store *store, const jit
   char abi[32];
   snprintf(abi, sizeof abi, "%d.%d", FI_KERNEL_ABI_VERSION, JIT_CACHE_FORMAT);
   rec.abi = abi;
-  int put_rc = cache_store_put(store, &rec, err, sizeof err);
+  /* A row the row check would refuse at its next load is not worth storing:
+   * it would be dropped and compiled again by every process. */
+  char why[256];
+  int put_rc = rt_row_check(&rec, why, sizeof why) == 0 ? CACHE_OK : CACHE_ERR;
+  if (put_rc != CACHE_OK)
+    snprintf(err, sizeof err, "the compiled binary fails the check of a stored row: %s", why);
+  else
+    put_rc = cache_store_put(store, &rec, err, sizeof err);
   if (put_rc == CACHE_OK)
     rt_log(rt, RT_LOG_DEBUG, "stored %s at %lld", canon, wall_us());
   if (put_rc != CACHE_OK) {
@@ -193,7 +200,8 @@ static fi_status compile_and_store(fi_runtime *rt, cache_store *store, const jit
 /* Looks key_hash up in the system layer, then the user layer. */
 static int find_layers(fi_runtime *rt, cache_store *sys, cache_store *user,
                        const uint8_t key_hash[16], const char *prefer, const char *need,
-                       const char *canon, cache_record *found) {
+                       const char *canon, const char *want_entry, const char *arch,
+                       cache_record *found) {
   cache_store *layers[2] = {sys, user};
   char err[1024];
   for (int i = 0; i < 2; i++) {
@@ -204,6 +212,15 @@ static int find_layers(fi_runtime *rt, cache_store *sys, cache_store *user,
     if (r == CACHE_OK && need && strcmp(found->compiler, need) != 0) {
       cache_record_free(found); /* another compiler's binary: prewarm builds our own */
       r = CACHE_NOT_FOUND;
+    }
+    /* The store's row check bound the row to its own key; this binds it to
+     * the key asked for: the entry this key's kernel has and the arch
+     * compiled for. Once per load from the file, never on a memo hit. */
+    if (r == CACHE_OK && (strcmp(found->entry, want_entry) != 0 || strcmp(found->arch, arch) != 0)) {
+      snprintf(err, sizeof err, "row %s for %s (%s) is not the kernel %s for %s", found->entry,
+               found->arch, found->key, want_entry, arch);
+      cache_record_free(found);
+      r = CACHE_ERR_CORRUPT;
     }
     if (r == CACHE_OK) return i;
     if (r == CACHE_ERR_CORRUPT) {
@@ -259,7 +276,9 @@ fi_status rt_binary_ensure(fi_runtime *rt, const jit_key *key, const char *arch,
    * its version. */
   const char *prefer = cc->identity()[0] ? cc->identity() : NULL;
   const char *need = exact_compiler ? cc->identity() : NULL;
-  int layer = find_layers(rt, sys, user, key_hash, prefer, need, canon, &found);
+  char want_entry[128];
+  jit_entry_name(key, key_hash, want_entry, sizeof want_entry);
+  int layer = find_layers(rt, sys, user, key_hash, prefer, need, canon, want_entry, arch, &found);
   if (layer < 0) {
     if (cc->load(err, sizeof err) != 0) {
       st = rt_fail(FI_ERR_COMPILE, "%s is not cached for %s and no compiler is available: %s",
@@ -291,7 +310,7 @@ fi_status rt_binary_ensure(fi_runtime *rt, const jit_key *key, const char *arch,
     if (took_over)
       rt_log(rt, RT_LOG_INFO, "took over the compile of %s from a process that is gone", canon);
     if (outcome == CACHE_CLAIM_READY) {
-      layer = find_layers(rt, NULL, user, key_hash, prefer, need, canon, &found);
+      layer = find_layers(rt, NULL, user, key_hash, prefer, need, canon, want_entry, arch, &found);
       if (counted && layer >= 0)
         rt_log(rt, RT_LOG_DEBUG, "loaded %s after waiting, at %lld", canon, wall_us());
     }

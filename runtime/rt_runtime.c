@@ -74,7 +74,9 @@ FI_API fi_status fi_runtime_create(const fi_options *opts, fi_runtime **out) {
   if (resolve_cache_path(o.cache_path, rt->cache_path, sizeof rt->cache_path) != 0) {
     rt_log(rt, RT_LOG_WARN, "no cache path (no HOME, XDG_CACHE_HOME or FI_CACHE_PATH): "
                             "kernels are kept in memory only");
-    snprintf(rt->cache_path, sizeof rt->cache_path, ":memory:");
+    /* Empty: the store opens in memory as a fallback, which fi_admin_stats
+     * reports, so that a tool meant to fill the file can refuse to run. */
+    rt->cache_path[0] = 0;
   }
   const char *journal = getenv("FI_CACHE_JOURNAL");
   if (journal && strcmp(journal, "delete") == 0) {

@@ -11,7 +11,34 @@
 #include <unistd.h>
 
 #include "cache_ops.h"
+#include "jit_key.h"
 #include "rt_internal.h"
+
+int rt_row_check(const cache_record *r, char *why, size_t whylen) {
+  size_t ol = strlen(r->op);
+  if (strncmp(r->key, "op=", 3) != 0 || strncmp(r->key + 3, r->op, ol) != 0 ||
+      (r->key[3 + ol] != ';' && r->key[3 + ol] != 0)) {
+    snprintf(why, whylen, "its op %.64s is not the op of its key", r->op);
+    return -1;
+  }
+  uint8_t kh[16], h[16];
+  jit_row_hashes(r->key, r->templates, r->arch, r->options, r->abi, r->compiler, kh, h);
+  if (memcmp(kh, r->key_hash, 16) != 0 || memcmp(h, r->hash, 16) != 0) {
+    snprintf(why, whylen, "its %s is not the hash of its key, arch and options",
+             memcmp(h, r->hash, 16) != 0 ? "hash" : "key hash");
+    return -1;
+  }
+  char entry[160];
+  jit_entry_name_op(r->op, r->key_hash, entry, sizeof entry);
+  if (strcmp(entry, r->entry) != 0) {
+    snprintf(why, whylen, "its entry %.64s is not %s, the name its key gives the kernel",
+             r->entry, entry);
+    return -1;
+  }
+  if (r->binary && jit_binary_arch_check(r->binary, r->bytes, r->arch, why, whylen) != 0)
+    return -1;
+  return 0;
+}
 
 static double now_ms(void) {
   struct timespec t;
@@ -52,6 +79,10 @@ static cache_store *open_memory(fi_runtime *rt, const char *why) {
 static cache_store *open_user(fi_runtime *rt) {
   char err[1024] = "";
   cache_store *s = NULL;
+  if (!rt->cache_path[0])
+    return open_memory(rt, "no cache path: none given, and neither FI_CACHE_PATH, "
+                           "XDG_CACHE_HOME nor a home directory (HOME, or this user's passwd "
+                           "entry) says where one goes");
   if (strcmp(rt->cache_path, ":memory:") == 0) {
     if (cache_store_open(":memory:", 0, &s, err, sizeof err) != CACHE_OK) s = NULL;
     return s;
@@ -110,6 +141,7 @@ cache_store *rt_store(fi_runtime *rt) {
   if (!rt->store) {
     double t0 = now_ms();
     cache_store *opened = open_user(rt);
+    cache_store_set_row_check(opened, rt_row_check);
     double ms = now_ms() - t0;
     double old = atomic_load(&rt->store_open_ms);
     while (!atomic_compare_exchange_weak(&rt->store_open_ms, &old, old + ms)) {
@@ -158,6 +190,7 @@ cache_store *rt_system_store(fi_runtime *rt) {
       rt_log(rt, RT_LOG_WARN, "system cache %s not used: %s", rt->system_path, err);
       __atomic_store_n(&rt->system_failed, 1, __ATOMIC_RELEASE);
     } else {
+      cache_store_set_row_check(opened, rt_row_check);
       __atomic_store_n(&rt->system_store, opened, __ATOMIC_RELEASE);
     }
   }

@@ -104,7 +104,8 @@ static inline int rec_same(const cache_record *got, const test_rec *want) {
          streq(got->templates, want->r.templates ? want->r.templates : "") &&
          streq(got->abi, want->r.abi ? want->r.abi : "") && got->bytes == want->r.bytes &&
          got->binary && memcmp(got->binary, want->bin, got->bytes) == 0 &&
-         got->checksum == XXH3_64bits(want->bin, want->r.bytes);
+         got->checksum == cache_row_checksum(want->r.hash, want->r.key_hash, want->arch, want->entry,
+                                             want->bin, want->r.bytes);
 }
 
 /* Whether the store holds t, whole. */

@@ -103,7 +103,8 @@ static int rec_same(const cache_record *got, const test_rec *want) {
          streq(got->compiler, want->compiler) && streq(got->options, want->options) &&
          streq(got->entry, want->entry) && got->bytes == want->r.bytes && got->binary &&
          memcmp(got->binary, want->bin, got->bytes) == 0 &&
-         got->checksum == XXH3_64bits(want->bin, want->r.bytes);
+         got->checksum == cache_row_checksum(want->r.hash, want->r.key_hash, want->arch, want->entry,
+                                             want->bin, want->r.bytes);
 }
 
 static int64_t file_size(const char *p) {

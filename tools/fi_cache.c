@@ -363,29 +363,49 @@ int main(int argc, char **argv) {
         return 0;
       }
     if (!a.narch) return usage_error("prewarm: missing --arch ARCH[,ARCH...]");
+  }
+  /* The commands that act on what they name refuse a name nothing could
+   * match: a typo must not quietly do nothing (clear), compile nothing or
+   * ship an empty file (export --to). ls only looks, and may look for rows
+   * of ops this version no longer has. */
+  if (cmd->run == cmd_prewarm || cmd->run == cmd_clear || cmd->run == cmd_export) {
     for (int i = 0; i < a.narch; i++)
       if (!fi_admin_arch_supported(a.archs[i]))
-        return usage_error("prewarm: unknown arch '%s' (sm_75 ... sm_120, sm_90a, gfx90a, gfx942, ...)",
-                           a.archs[i]);
-    if (!a.nop && !a.npreset && !a.all)
-      return usage_error("prewarm: say what to compile: --preset NAME (--preset list), --op OP or --all");
-    if (a.all && (a.nop || a.npreset)) return usage_error("prewarm: --all already takes every op");
-    for (int i = 0; i < a.npreset; i++) {
-      int known = 0;
-      for (int k = 0; k < fi_admin_preset_count(); k++) known |= strcmp(a.presets[i], fi_admin_preset_name(k)) == 0;
-      if (!known) {
-        fprintf(stderr, "%s: prewarm: unknown preset '%s'; presets:", prog, a.presets[i]);
-        for (int k = 0; k < fi_admin_preset_count(); k++) fprintf(stderr, " %s", fi_admin_preset_name(k));
-        fputc('\n', stderr);
-        return EXIT_USAGE;
+        return usage_error("%s: unknown arch '%s' (sm_XY from sm_70 on, e.g. sm_80, sm_90, sm_90a, "
+                           "sm_120; gfx90a, gfx942, ...)",
+                           cmd->name, a.archs[i]);
+    if (cmd->run == cmd_prewarm) {
+      if (!a.nop && !a.npreset && !a.all)
+        return usage_error("prewarm: say what to compile: --preset NAME (--preset list), --op OP or --all");
+      if (a.all && (a.nop || a.npreset)) return usage_error("prewarm: --all already takes every op");
+      for (int i = 0; i < a.npreset; i++) {
+        int known = 0;
+        for (int k = 0; k < fi_admin_preset_count(); k++) known |= strcmp(a.presets[i], fi_admin_preset_name(k)) == 0;
+        if (!known) {
+          fprintf(stderr, "%s: prewarm: unknown preset '%s'; presets:", prog, a.presets[i]);
+          for (int k = 0; k < fi_admin_preset_count(); k++) fprintf(stderr, " %s", fi_admin_preset_name(k));
+          fputc('\n', stderr);
+          return EXIT_USAGE;
+        }
       }
     }
     for (int i = 0; i < a.nop; i++)
       if (fi_admin_config_count(a.ops[i]) < 0) {
-        fprintf(stderr, "%s: prewarm: unknown op '%s'; registered ops:", prog, a.ops[i]);
+        fprintf(stderr, "%s: %s: unknown op '%s'; registered ops:", prog, cmd->name, a.ops[i]);
         for (int k = 0; k < fi_admin_op_count(); k++) fprintf(stderr, " %s", fi_admin_op_name(k));
         fputc('\n', stderr);
         return EXIT_USAGE;
+      }
+  }
+  if (cmd->run == cmd_prewarm) {
+    /* Once per arch, before any compile: an arch the loaded compiler cannot
+     * target is one error naming its range, not one failure per kernel. A
+     * compiler that cannot be loaded is left to the compiles (what is cached
+     * needs none). */
+    for (int i = 0; i < a.narch; i++)
+      if (fi_admin_arch_check(a.archs[i]) == FI_ERR_UNSUPPORTED) {
+        fprintf(stderr, "%s: prewarm: %s\n", prog, fi_last_error());
+        return 1;
       }
   }
   fi_options o;
@@ -398,14 +418,23 @@ int main(int argc, char **argv) {
    * opened; for a tool whose whole job is that file, that is an error. */
   fi_admin_stats s;
   st = fi_admin_stats_get(rt, &s);
-  if (st != FI_OK) {
-    rc = fail("opening the cache", st);
+  /* verify and clear are how a damaged file is mended: they run on a file
+   * whose totals cannot be read; the other commands stop there. */
+  int mends = cmd->run == cmd_verify || cmd->run == cmd_clear;
+  if (s.fallback && (!s.path || !s.path[0])) {
+    fprintf(stderr, "%s: no cache file: %s. Pass --cache PATH or set FI_CACHE_PATH\n", prog,
+            s.fallback_reason && s.fallback_reason[0] ? s.fallback_reason : "no path is known");
+    rc = 1;
   } else if (s.fallback) {
     char why[1024];
     explain_unusable(s.path, why, sizeof why);
     fprintf(stderr, "%s: the cache file %s cannot be used (the runtime would keep kernels in "
                     "memory only): %s\n", prog, s.path, why);
     rc = 1;
+  } else if (st != FI_OK && !mends) {
+    rc = fail("opening the cache", st);
+    fprintf(stderr, "%s: '%s verify --repair' mends a damaged file; '%s clear' empties it\n",
+            prog, prog, prog);
   } else {
     rc = cmd->run(rt, &a);
   }

@@ -58,6 +58,13 @@ int usage_error(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
 int fail(const char *what, fi_status st);
 double now_s(void);
 void json_str(FILE *f, const char *s);
+/* s for a terminal: every byte that is not printable ASCII (control
+ * characters, escape sequences, bytes above 0x7e) as \xHH, and a backslash
+ * doubled, so that a row's text can neither move the cursor nor fake lines
+ * and reads back unambiguously. Writes into buf (truncating) and returns it. */
+const char *text_safe(const char *s, char *buf, size_t n);
+void text_safe_lines(FILE *f, const char *s);
+#define TEXT_SAFE(s) text_safe((s), (char[1024]){0}, 1024)
 double json_num(double v); /* JSON has no NaN or Infinity: 0 instead */
 void local_time(int64_t t, char *buf, size_t n);
 /* Copies the entries of every (op, arch) filter combination out of the store. */

@@ -18,6 +18,8 @@
 
 /* ---- ls, show, stats, export, clear ---- */
 
+static void print_detail(const char *d, int json);
+
 int cmd_ls(fi_runtime *rt, const args *a) {
   entries l;
   int rc = collect(rt, a, &l);
@@ -45,9 +47,9 @@ int cmd_ls(fi_runtime *rt, const args *a) {
     int wop = 2, warch = 4, wcc = 8; /* widths of the header words */
     for (size_t i = 0; i < l.n; i++) {
       int n;
-      if ((n = (int)strlen(l.v[i].op)) > wop) wop = n;
-      if ((n = (int)strlen(l.v[i].arch)) > warch) warch = n;
-      if ((n = (int)strlen(l.v[i].compiler)) > wcc) wcc = n;
+      if ((n = (int)strlen(TEXT_SAFE(l.v[i].op))) > wop) wop = n;
+      if ((n = (int)strlen(TEXT_SAFE(l.v[i].arch))) > warch) warch = n;
+      if ((n = (int)strlen(TEXT_SAFE(l.v[i].compiler))) > wcc) wcc = n;
     }
     printf("%-12s  %-6s  %-*s  %-*s  %-*s  %10s  %6s  %-19s  %s\n", "hash", "layer", wop, "op",
            warch, "arch", wcc, "compiler", "bytes", "hits", "last used", "key");
@@ -55,9 +57,10 @@ int cmd_ls(fi_runtime *rt, const args *a) {
       const entry *e = &l.v[i];
       char when[32];
       local_time(e->last_used, when, sizeof when);
+      /* Text from the file goes to a terminal escaped, as JSON escapes it. */
       printf("%.12s  %-6s  %-*s  %-*s  %-*s  %10" PRId64 "  %6" PRId64 "  %-19s  %s\n", e->hash,
-             e->layer, wop, e->op, warch, e->arch, wcc, e->compiler, e->bytes, e->hits, when,
-             e->key);
+             e->layer, wop, TEXT_SAFE(e->op), warch, TEXT_SAFE(e->arch), wcc,
+             TEXT_SAFE(e->compiler), e->bytes, e->hits, when, TEXT_SAFE(e->key));
     }
   }
   entries_free(&l);
@@ -70,8 +73,8 @@ static int show_cb(const fi_cache_entry *e, void *user) {
   local_time(e->created, created, sizeof created);
   local_time(e->last_used, used, sizeof used);
   printf("hash: %.32s\nop: %s\nkey: %s\narch: %s\ncompiler: %s\nentry: %s\nlayer: %s\n", e->hash,
-         e->op ? e->op : "", e->key ? e->key : "", e->arch ? e->arch : "",
-         e->compiler ? e->compiler : "", e->entry ? e->entry : "", e->layer ? e->layer : "");
+         TEXT_SAFE(e->op), TEXT_SAFE(e->key), TEXT_SAFE(e->arch), TEXT_SAFE(e->compiler),
+         TEXT_SAFE(e->entry), TEXT_SAFE(e->layer));
   printf("bytes: %" PRId64 "\ncreated: %" PRId64 " (%s)\nlast_used: %" PRId64
          " (%s)\nhits: %" PRId64 "\ncompile_ms: %.3f\n",
          e->bytes, e->created, created, e->last_used, used, e->hits, e->compile_ms);
@@ -154,13 +157,13 @@ int cmd_stats(fi_runtime *rt, const args *a) {
            json_num(ps.compile_ms), ps.waits, ps.evictions, ps.repairs);
   } else if (!rc) {
     printf("path: %s\nentries: %" PRId64 "\nbytes: %" PRId64 "\nfile_bytes: %" PRId64 "\n",
-           s.path ? s.path : "", s.entries, s.bytes, s.file_bytes);
-    if (sys) printf("system_path: %s\n", sys);
+           TEXT_SAFE(s.path), s.entries, s.bytes, s.file_bytes);
+    if (sys) printf("system_path: %s\n", TEXT_SAFE(sys));
     printf("hits: %" PRId64 "\nlayers: user %" PRId64 ", system %" PRId64 "\n", hits, n_user,
            n_system);
     for (size_t k = 0; k < ng; k++)
-      printf("  %-6s %-20s %-10s %6" PRId64 " entries %10" PRId64 " bytes\n", g[k].layer, g[k].op,
-             g[k].arch, g[k].entries, g[k].bytes);
+      printf("  %-6s %-20s %-10s %6" PRId64 " entries %10" PRId64 " bytes\n", g[k].layer,
+             TEXT_SAFE(g[k].op), TEXT_SAFE(g[k].arch), g[k].entries, g[k].bytes);
     printf("this process: memo_hits %" PRId64 ", cache_hits %" PRId64 ", compiles %" PRId64
            ", compile_failures %" PRId64 ", compile_ms %.1f, waits %" PRId64
            ", evictions %" PRId64 ", repairs %" PRId64 "\n",
@@ -257,11 +260,17 @@ int cmd_import(fi_runtime *rt, const args *a) {
     fprintf(stderr, "%s: import: %s is the cache itself\n", prog, a->file);
     return 1;
   }
-  int64_t n = 0, k = 0;
-  fi_status st = fi_admin_import_cache(rt, a->file, &n, &k);
+  fi_import_report r;
+  fi_status st = fi_admin_import(rt, a->file, &r);
   if (st != FI_OK) return fail("import", st);
-  printf("imported %" PRId64 ", skipped %" PRId64 "\n", n, k);
-  return 0;
+  printf("imported %" PRId64 ", skipped %" PRId64 "\n", r.copied, r.present + r.refused);
+  if (r.refused || r.evicted)
+    printf("  already present %" PRId64 ", refused %" PRId64 ", evicted afterwards %" PRId64
+           " (FI_CACHE_MAX_BYTES)\n",
+           r.present, r.refused, r.evicted);
+  /* Each refused entry, and why: a damaged or mislabelled file is worth knowing about. */
+  print_detail(r.detail, 0);
+  return r.refused ? 1 : 0;
 }
 
 int cmd_gc(fi_runtime *rt, const args *a) {
@@ -283,13 +292,13 @@ static void print_detail(const char *d, int json) {
     const char *nl = strchr(d, '\n');
     size_t len = nl ? (size_t)(nl - d) : strlen(d);
     if (len) {
-      char line[sizeof ((fi_verify_report *)0)->detail];
+      char line[1024];
       snprintf(line, sizeof line, "%.*s", (int)len, d);
       if (json) {
         if (!first) fputc(',', stdout);
         json_str(stdout, line);
       } else {
-        printf("  %s\n", line);
+        printf("  %s\n", TEXT_SAFE(line));
       }
       first = 0;
     }

@@ -84,7 +84,11 @@ static void report_failure(prewarm_ctx *c, const job *j, fi_status st) {
     while (*p && line < 12) {
       const char *nl = strchr(p, '\n');
       int len = nl ? (int)(nl - p) : (int)strlen(p);
-      fprintf(stderr, "    %.*s\n", len, p);
+      char text[4096];
+      snprintf(text, sizeof text, "%.*s", len, p);
+      fputs("    ", stderr);
+      text_safe_lines(stderr, text);
+      fputc('\n', stderr);
       line++;
       p = nl ? nl + 1 : p + len;
     }

@@ -28,8 +28,21 @@ int usage_error(const char *fmt, ...) {
   return EXIT_USAGE;
 }
 
+/* A message that may quote a row (its key, its entry) or a compiler log, for
+ * a terminal: line breaks and tabs kept, every other control byte as \xHH. */
+void text_safe_lines(FILE *f, const char *s) {
+  for (const unsigned char *p = (const unsigned char *)(s ? s : ""); *p; p++) {
+    if ((*p < 0x20 && *p != '\n' && *p != '\t') || *p == 0x7f)
+      fprintf(f, "\\x%02x", *p);
+    else
+      fputc(*p, f);
+  }
+}
+
 int fail(const char *what, fi_status st) {
-  fprintf(stderr, "%s: %s: %s: %s\n", prog, what, fi_status_string(st), fi_last_error());
+  fprintf(stderr, "%s: %s: %s: ", prog, what, fi_status_string(st));
+  text_safe_lines(stderr, fi_last_error());
+  fputc('\n', stderr);
   return 1;
 }
 
@@ -50,6 +63,28 @@ void json_str(FILE *f, const char *s) {
     else fputc(*p, f);
   }
   fputc('"', f);
+}
+
+const char *text_safe(const char *s, char *buf, size_t n) {
+  static const char hex[] = "0123456789abcdef";
+  size_t o = 0;
+  if (n == 0) return "";
+  for (const unsigned char *p = (const unsigned char *)(s ? s : ""); *p && o + 5 < n; p++) {
+    if (*p < 0x20 || *p >= 0x7f || *p == '\\') {
+      buf[o++] = '\\';
+      if (*p == '\\') {
+        buf[o++] = '\\';
+        continue;
+      }
+      buf[o++] = 'x';
+      buf[o++] = hex[*p >> 4];
+      buf[o++] = hex[*p & 15];
+    } else {
+      buf[o++] = (char)*p;
+    }
+  }
+  buf[o] = 0;
+  return buf;
 }
 
 /* JSON has no NaN or Infinity; a corrupt compile_ms must not break parsers. */
