@@ -39,3 +39,11 @@ out=$(FI_CACHE_PATH="$T/k.db" "$B/fi-example" "$PWD/$B/libfi_runtime.so" 2>&1); 
 check example_without_gpu '[ $rc -eq 0 ] && [[ "$out" == *"no CUDA GPU here"* ]]'
 out=$("$B/fi-example" /nonexistent/libfi_runtime.so 2>&1); rc=$?
 check example_reports_missing_library '[ $rc -eq 1 ] && [[ "$out" == *"nonexistent"* ]]'
+
+# No code names a backend outside its own file and its registry (issue 41): what differs
+# between vendors is a capability field or an optional member. Files are matched by name,
+# wherever a folder move puts them; tests may name a backend to check the registry.
+own='/(rt_device_cuda|rt_device_hip|rt_device_reg|jit_nvrtc|jit_hiprtc|jit_compiler)\.c$'
+named=$(for d in runtime jit cache tools device include; do [ -d "$d" ] && find "$d" -name '*.[ch]'; done |
+  grep -Ev "$own" | xargs grep -n "rt_device_hip\|rt_device_cuda\|jit_nvrtc\b\|jit_hiprtc\b" 2>/dev/null)
+check no_backend_named_outside_its_file '[ -z "$named" ] || { echo "$named" >&2; false; }'
