@@ -1,23 +1,39 @@
 /* rt_device.h: the device backend interface (CUDA driver, HIP), one table of
- * function pointers per backend plus its state; the runtime never calls cu* or hip* directly. */
+ * function pointers per backend plus its state, and the registry that lists the backends;
+ * the runtime never calls cu* or hip* directly, and never names a backend: what differs
+ * between vendors is a capability (rt_device_caps) or an optional member left NULL. */
 #ifndef RT_DEVICE_H
 #define RT_DEVICE_H
 
 #include <stddef.h>
 #include <stdlib.h>
 
-#define RT_DEVICE_IFACE_VERSION 3
+#define RT_DEVICE_IFACE_VERSION 4
 #define RT_MAX_DEVICES 64
+#define RT_MAX_BACKENDS 4 /* registry slots the runtime keeps state for */
 
 /* Launch geometry of one call. */
 typedef struct rt_launch {
   unsigned grid[3], block[3], shared_bytes;
 } rt_launch;
 
+/* What differs between backends and devices, as fields a caller reads. */
+typedef struct rt_device_caps {
+  int warp_size;    /* threads that shuffle together: blocks are whole warps */
+  int clusters;     /* thread-block clusters (distributed shared memory) */
+  int pdl;          /* programmatic dependent launch */
+  int wgmma;        /* the warpgroup-MMA kernels (prefill_wgmma.cuh) run on this arch */
+  int scratch_pool; /* stream-ordered scratch memory (scratch_alloc) */
+} rt_device_caps;
+
 typedef struct rt_device_i {
   int iface_version;
   const char *name;     /* "cuda", "hip" */
   int dlpack_type;      /* kDLCUDA, kDLROCM: tensors of this type go here */
+  int warp_size;        /* of every device of this backend */
+  /* Optional (NULL: none of the arch-dependent capabilities): fills clusters, pdl and
+   * wgmma for a device of arch (as arch() writes it). */
+  void (*arch_caps)(const char *arch, rt_device_caps *caps);
   /* Loads the driver at first use and initializes it. Thread-safe and
    * idempotent. 0 on success; -1 with err (no library, no device, ...). */
   int (*load)(void *state, char *err, size_t errlen);
@@ -38,7 +54,8 @@ typedef struct rt_device_i {
    * allocation, no synchronization. Returns 0, or -1 with err. */
   int (*launch)(void *state, int dev, void *fn, const rt_launch *l, void *stream,
                 void *params, size_t bytes, char *err, size_t errlen);
-  /* Stream-ordered scratch memory (single decode's split partials): allocated and freed
+  /* Optional (NULL: no scratch pool; call through rt_device_scratch_alloc/free).
+   * Stream-ordered scratch memory (single decode's split partials): allocated and freed
    * on the caller's stream, from a pool of the backend's own that keeps what is freed, so
    * calls on concurrent streams each get their own. 0 on success; 1: none here (no pool
    * support, or the stream is being captured into a graph: the caller goes without);
@@ -51,8 +68,35 @@ typedef struct rt_device_i {
   void (*destroy)(void *state);
 } rt_device_i;
 
-extern const rt_device_i rt_device_cuda;
-extern const rt_device_i rt_device_hip;
+/* The registry (rt_device_reg.c): every backend, one line each. A slot is a backend's
+ * index in it; the runtime keeps each backend's state in an array by slot. */
+extern const rt_device_i *const rt_device_registry[];
+extern const int rt_device_registered;
+static inline int rt_device_count(void) { return rt_device_registered; }
+static inline const rt_device_i *rt_device_at(int slot) {
+  return slot >= 0 && slot < rt_device_registered ? rt_device_registry[slot] : NULL;
+}
+/* The slot of a registered backend, -1 for one not in the registry (on the hot path:
+ * a compare or two). */
+static inline int rt_device_slot(const rt_device_i *be) {
+  for (int i = 0; i < rt_device_registered; i++)
+    if (rt_device_registry[i] == be) return i;
+  return -1;
+}
+/* The slot of the backend for tensors of a DLPack device type, -1 if none takes them. */
+int rt_device_slot_for(int dlpack_type);
+
+/* A device's capabilities: the backend's warp size and scratch pool, then what its arch
+ * allows (arch_caps). 0, or -1 with err when the device's arch cannot be read (caps then
+ * holds the arch-independent fields, the rest 0). */
+int rt_device_caps_get(const rt_device_i *be, void *state, int dev, rt_device_caps *caps,
+                       char *err, size_t errlen);
+
+/* Dispatch of the optional scratch members: without a pool, alloc answers 1 (go without). */
+int rt_device_scratch_alloc(const rt_device_i *be, void *state, int dev, size_t bytes,
+                            void *stream, void **ptr, char *err, size_t errlen);
+int rt_device_scratch_free(const rt_device_i *be, void *state, int dev, void *ptr, void *stream,
+                           char *err, size_t errlen);
 
 /* FI_PDL=0 in the environment: the CUDA backend launches without programmatic
  * dependent launch, and decode plans take no pre-wait prefetch (nothing to overlap). */

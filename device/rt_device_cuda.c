@@ -461,7 +461,16 @@ int rt_cuda_fault(const char *name, void *fn, void **old) {
   return jit_dl_replace(syms, NSYMS, name, fn, old);
 }
 
+/* From compute capability 9.0 (Hopper): clusters and programmatic dependent launch; the
+ * wgmma kernels are built for sm_90 alone (their instructions are sm_90a's). */
+static void arch_caps(const char *arch, rt_device_caps *caps) {
+  const int cc = strncmp(arch, "sm_", 3) == 0 ? atoi(arch + 3) : 0;
+  caps->clusters = cc >= 90;
+  caps->pdl = cc >= 90;
+  caps->wgmma = strcmp(arch, "sm_90") == 0;
+}
+
 const rt_device_i rt_device_cuda = {
-    RT_DEVICE_IFACE_VERSION, "cuda", kDLCUDA, load, arch, sm_count, module_load, module_unload,
-    occupancy, launch, scratch_alloc, scratch_free, create, destroy,
+    RT_DEVICE_IFACE_VERSION, "cuda", kDLCUDA, 32, arch_caps, load, arch, sm_count, module_load,
+    module_unload, occupancy, launch, scratch_alloc, scratch_free, create, destroy,
 };

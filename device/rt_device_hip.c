@@ -250,19 +250,10 @@ static void destroy(void *state) {
   free(s);
 }
 
-/* No scratch on ROCm yet (hipMallocFromPoolAsync is not in every ROCm this loads): single
- * decode runs unsplit there. */
-static int scratch_alloc(void *state, int dev, size_t bytes, void *stream, void **ptr, char *err,
-                         size_t errlen) {
-  (void)state, (void)dev, (void)bytes, (void)stream, (void)ptr, (void)err, (void)errlen;
-  return 1;
-}
-static int scratch_free(void *state, int dev, void *ptr, void *stream, char *err, size_t errlen) {
-  (void)state, (void)dev, (void)ptr, (void)stream;
-  snprintf(err, errlen, "hip: no scratch memory");
-  return -1;
-}
+/* No scratch on ROCm yet (hipMallocFromPoolAsync is not in every ROCm this loads): the
+ * members stay NULL, and single decode runs unsplit there. No arch-dependent capability
+ * either (no clusters, PDL or wgmma). */
 const rt_device_i rt_device_hip = {
-    RT_DEVICE_IFACE_VERSION, "hip", kDLROCM, load, arch, sm_count, module_load, module_unload,
-    occupancy, launch, scratch_alloc, scratch_free, create, destroy,
+    RT_DEVICE_IFACE_VERSION, "hip", kDLROCM, 64, NULL, load, arch, sm_count, module_load,
+    module_unload, occupancy, launch, NULL, NULL, create, destroy,
 };

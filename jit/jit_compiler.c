@@ -6,10 +6,23 @@
 #include <stdlib.h>
 #include <string.h>
 
+extern const jit_compiler jit_nvrtc;
+extern const jit_compiler jit_hiprtc;
+
+/* A compiler for another vendor is one more line here and its own file. */
+static const jit_compiler *const all[] = {
+    &jit_nvrtc,
+    &jit_hiprtc,
+};
+#define NCOMPILERS ((int)(sizeof all / sizeof all[0]))
+
+int jit_compiler_count(void) { return NCOMPILERS; }
+
+const jit_compiler *jit_compiler_at(int i) { return i >= 0 && i < NCOMPILERS ? all[i] : NULL; }
+
 const jit_compiler *jit_compiler_for_arch(const char *arch) {
-  static const jit_compiler *const all[] = {&jit_nvrtc, &jit_hiprtc};
   if (!jit_arch_valid(arch)) return NULL;
-  for (size_t i = 0; i < sizeof all / sizeof all[0]; i++)
+  for (int i = 0; i < NCOMPILERS; i++)
     if (all[i]->handles_arch(arch)) return all[i];
   return NULL;
 }

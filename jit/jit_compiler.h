@@ -32,8 +32,10 @@ typedef struct jit_compiler {
                  char *err, size_t errlen);
 } jit_compiler;
 
-extern const jit_compiler jit_nvrtc;
-extern const jit_compiler jit_hiprtc;
+/* The registry (jit_compiler.c): every compiler, one line each; nothing outside a
+ * compiler's own file and the registry names one. */
+int jit_compiler_count(void);
+const jit_compiler *jit_compiler_at(int i);
 
 /* The backend for arch, or NULL if no backend knows it. */
 const jit_compiler *jit_compiler_for_arch(const char *arch);

@@ -31,9 +31,12 @@ FI_API fi_status fi_admin_gc(fi_runtime *rt, int64_t max_bytes, int stale, int64
   char err[1024];
   int64_t n = 0, m = 0;
   if (stale) {
-    /* A compiler that is not installed here says nothing about its rows. */
-    const char *nv = jit_nvrtc.load(err, sizeof err) == 0 ? jit_nvrtc.identity() : NULL;
-    const char *hip = jit_hiprtc.load(err, sizeof err) == 0 ? jit_hiprtc.identity() : NULL;
+    /* A compiler that is not installed here says nothing about its rows. The store judges
+     * sm_* rows by one identity and gfx* rows by another: the registry says which
+     * compiler builds each family. */
+    const jit_compiler *ncc = jit_compiler_for_arch("sm_80"), *acc = jit_compiler_for_arch("gfx90a");
+    const char *nv = ncc && ncc->load(err, sizeof err) == 0 ? ncc->identity() : NULL;
+    const char *hip = acc && acc->load(err, sizeof err) == 0 ? acc->identity() : NULL;
     char abi[32];
     snprintf(abi, sizeof abi, "%d.%d", FI_KERNEL_ABI_VERSION, JIT_CACHE_FORMAT);
     if (cache_store_remove_stale(s, nv, hip, jit_template_set_hash(), abi, &m, err, sizeof err) !=

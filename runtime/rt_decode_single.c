@@ -59,7 +59,7 @@ static fi_status launch_split(fi_runtime *rt, int devtype, int device, const jit
     const int64_t o_bytes = up256((int64_t)n * hq * D * 2);
     const int64_t bytes = o_bytes + up256((int64_t)n * hq * 4);
     char err[512] = "";
-    const int rc = be->scratch_alloc(state, device, (size_t)bytes, stream, &scratch, err, sizeof err);
+    const int rc = rt_device_scratch_alloc(be, state, device, (size_t)bytes, stream, &scratch, err, sizeof err);
     if (rc == 0) {
       kp->num_items = n;
       kp->partial_o = scratch;
@@ -82,7 +82,7 @@ static fi_status launch_split(fi_runtime *rt, int devtype, int device, const jit
     }
     char err[512] = "";
     /* Freed in stream order after the launches (also after a failed one: nothing uses it). */
-    if (be->scratch_free(state, device, scratch, stream, err, sizeof err) != 0 && st == FI_OK)
+    if (rt_device_scratch_free(be, state, device, scratch, stream, err, sizeof err) != 0 && st == FI_OK)
       st = rt_fail(FI_ERR_DEVICE, "fi_single_decode: freeing the split scratch on %s device %d: %s", be->name,
                    device, err);
   }

@@ -56,10 +56,12 @@ struct fi_runtime {
   pthread_mutex_t mu;        /* guards inflight, the device state load, store switch */
   pthread_cond_t cv;
   rt_inflight *inflight;
-  /* Device backends: state created at first use. */
-  void *cuda_state, *hip_state;
-  int cuda_loaded, hip_loaded; /* 0 not tried, 1 ok, -1 failed */
-  char cuda_err[512], hip_err[512];
+  /* Device backends, by registry slot (rt_device.h): state created at first use. */
+  struct rt_backend_state {
+    void *state;
+    int loaded; /* 0 not tried, 1 ok, -1 failed */
+    char err[512];
+  } dev[RT_MAX_BACKENDS];
   /* Statistics. */
   atomic_llong memo_hits, cache_hits, compiles, compile_failures, waits, evictions, repairs;
   _Atomic double compile_ms_total, store_open_ms, lookup_ms, module_load_ms;
@@ -107,8 +109,8 @@ static inline fi_status rt_kernel_get(fi_runtime *rt, const jit_key *key, const 
   rt_fork_check(rt);
   uint64_t k0, k1;
   jit_key_fast(key, &k0, &k1);
-  /* Backends share the memo; their device ordinals are kept apart. */
-  int slot = be == &rt_device_hip ? device + RT_MAX_DEVICES : device;
+  /* Backends share the memo; their device ordinals are kept apart by registry slot. */
+  int slot = rt_device_slot(be) * RT_MAX_DEVICES + device;
   rt_kernel *k = (rt_kernel *)cache_memo_get(rt->memo, k0, k1, slot);
   if (k) {
     atomic_fetch_add_explicit(&rt->memo_hits, 1, memory_order_relaxed);
@@ -121,6 +123,11 @@ static inline fi_status rt_kernel_get(fi_runtime *rt, const jit_key *key, const 
 /* The backend for a DLPack device type, loading it at first use;
  * FI_ERR_NO_DEVICE when its driver is missing. */
 fi_status rt_backend(fi_runtime *rt, int dlpack_type, const rt_device_i **be, void **state);
+
+/* The runtime's state of a registered backend (NULL before its first use). */
+static inline void *rt_backend_state(const fi_runtime *rt, const rt_device_i *be) {
+  return rt->dev[rt_device_slot(be)].state;
+}
 
 /* Launches a loaded kernel with params; reports failures with its key. */
 fi_status rt_launch_kernel(fi_runtime *rt, const rt_kernel *k, const rt_launch *l, void *stream,

@@ -336,7 +336,7 @@ out:
 
 fi_status rt_kernel_get_slow(fi_runtime *rt, const jit_key *key, const rt_device_i *be,
                              int device, uint64_t k0, uint64_t k1, rt_kernel **out) {
-  void *state = be == &rt_device_hip ? rt->hip_state : rt->cuda_state;
+  void *state = rt_backend_state(rt, be);
   char arch[32], err[1024];
   if (be->arch(state, device, arch, sizeof arch, err, sizeof err) != 0)
     return rt_fail(FI_ERR_NO_DEVICE, "%s device %d: %s", be->name, device, err);
@@ -382,7 +382,7 @@ fi_status rt_kernel_get_slow(fi_runtime *rt, const jit_key *key, const rt_device
     free(k);
     return st;
   }
-  int slot = be == &rt_device_hip ? device + RT_MAX_DEVICES : device;
+  int slot = rt_device_slot(be) * RT_MAX_DEVICES + device;
   rt_kernel *stored = cache_memo_put(rt->memo, k0, k1, slot, k);
   if (stored != k) {
     be->module_unload(state, device, k->module);
@@ -399,7 +399,7 @@ fi_status rt_kernel_resident(fi_runtime *rt, rt_kernel *k, int threads, int *res
     *resident = r;
     return FI_OK;
   }
-  void *state = k->backend == &rt_device_hip ? rt->hip_state : rt->cuda_state;
+  void *state = rt_backend_state(rt, k->backend);
   char err[512];
   int bps = 0, sms = 0;
   if (k->backend->occupancy(state, k->device, k->fn, threads, k->dyn_smem, &bps, err, sizeof err) != 0)
@@ -415,7 +415,7 @@ fi_status rt_kernel_resident(fi_runtime *rt, rt_kernel *k, int threads, int *res
 
 fi_status rt_launch_kernel(fi_runtime *rt, const rt_kernel *k, const rt_launch *l, void *stream,
                            void *params, size_t bytes) {
-  void *state = k->backend == &rt_device_hip ? rt->hip_state : rt->cuda_state;
+  void *state = rt_backend_state(rt, k->backend);
   char err[512];
   rt_launch dl;
   if (k->dyn_smem > l->shared_bytes) { /* the kernel's own need, whatever the caller set */

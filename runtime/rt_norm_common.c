@@ -84,7 +84,7 @@ fi_status rt_norm_launch(fi_runtime *rt, rt_norm_call *c, void *stream) {
   fi_status st = rt_backend(rt, c->device_type, &be, &state);
   if (st != FI_OK) return st;
   /* Blocks are whole warps: the kernels' reductions shuffle across full ones. */
-  const int warp = be == &rt_device_hip ? 64 : 32;
+  const int warp = be->warp_size;
   jit_key key;
   int threads;
   if (c->op == &jit_op_layernorm)

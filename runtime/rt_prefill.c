@@ -197,9 +197,10 @@ static int pick_kernel(fi_runtime *rt, int devtype, int device, int single, int 
   if (rt && allow && !rope && (D == 64 || D == 128 || D == 256) && rows > 16) { /* rt: NULL when planning offline (tests) */
     const rt_device_i *be;
     void *state;
-    char arch[32], err[128];
-    if (rt_backend(rt, devtype, &be, &state) == FI_OK && be == &rt_device_cuda &&
-        be->arch(state, device, arch, sizeof arch, err, sizeof err) == 0 && strcmp(arch, "sm_90") == 0) {
+    rt_device_caps caps;
+    char err[128];
+    if (rt_backend(rt, devtype, &be, &state) == FI_OK &&
+        rt_device_caps_get(be, state, device, &caps, err, sizeof err) == 0 && caps.wgmma) {
       rt_prefill_wgmma_key(single, dt, D, rows, maxkv, cap, key);
       return jit_prefill_key_q_tile(key);
     }

@@ -122,8 +122,7 @@ static void unload_kernel(void *value, void *user) {
   unload_ctx *u = user;
   rt_kernel *k = value;
   if (k->backend && k->module) {
-    void *state = k->backend == &rt_device_hip ? u->rt->hip_state : u->rt->cuda_state;
-    k->backend->module_unload(state, k->device, k->module);
+    k->backend->module_unload(rt_backend_state(u->rt, k->backend), k->device, k->module);
   }
   free(k);
 }
@@ -143,8 +142,8 @@ FI_API void fi_runtime_destroy(fi_runtime *rt) {
   }
   if (rt->store) cache_store_close(rt->store);
   if (rt->system_store) cache_store_close(rt->system_store);
-  if (rt->cuda_state) rt_device_cuda.destroy(rt->cuda_state);
-  if (rt->hip_state) rt_device_hip.destroy(rt->hip_state);
+  for (int i = 0; i < rt_device_count(); i++)
+    if (rt->dev[i].state) rt_device_at(i)->destroy(rt->dev[i].state);
   free(rt->touched);
   pthread_cond_destroy(&rt->cv);
   pthread_mutex_destroy(&rt->mu);
@@ -153,10 +152,15 @@ FI_API void fi_runtime_destroy(fi_runtime *rt) {
 
 fi_status rt_backend(fi_runtime *rt, int dlpack_type, const rt_device_i **be, void **state) {
   rt_fork_check(rt); /* in a forked child the parent's device state is void */
-  const rt_device_i *b = dlpack_type == kDLROCM ? &rt_device_hip : &rt_device_cuda;
-  int *loaded = b == &rt_device_hip ? &rt->hip_loaded : &rt->cuda_loaded;
-  void **st = b == &rt_device_hip ? &rt->hip_state : &rt->cuda_state;
-  char *err = b == &rt_device_hip ? rt->hip_err : rt->cuda_err;
+  /* A type no backend takes goes to the first one, which reports the device it lacks
+   * (the tensor checks have refused every type but the registered ones before). */
+  int slot = rt_device_slot_for(dlpack_type);
+  if (slot < 0) slot = 0;
+  const rt_device_i *b = rt_device_at(slot);
+  struct rt_backend_state *bs = &rt->dev[slot];
+  int *loaded = &bs->loaded;
+  void **st = &bs->state;
+  char *err = bs->err;
   if (__atomic_load_n(loaded, __ATOMIC_ACQUIRE) == 1) {
     *be = b;
     *state = *st;
@@ -166,9 +170,9 @@ fi_status rt_backend(fi_runtime *rt, int dlpack_type, const rt_device_i **be, vo
   if (*loaded == 0) {
     *st = b->create();
     if (!*st) {
-      snprintf(err, 512, "out of memory");
+      snprintf(err, sizeof bs->err, "out of memory");
       *loaded = -1;
-    } else if (b->load(*st, err, 512) != 0) {
+    } else if (b->load(*st, err, sizeof bs->err) != 0) {
       *loaded = -1;
     } else {
       __atomic_store_n(loaded, 1, __ATOMIC_RELEASE);

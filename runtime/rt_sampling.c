@@ -160,14 +160,13 @@ static fi_status out_arg(const char *fn, const DLTensor *out, int want, const ch
   return FI_OK;
 }
 
-/* CTAs per row: a cluster of 8 or 4 on sm_90 and newer while the grid still fits on the
- * device at once (4 CTAs of 256 threads per SM), else one. */
+/* CTAs per row: a cluster of 8 or 4 on a device with clusters (sm_90 and newer) while the
+ * grid still fits on the device at once (4 CTAs of 256 threads per SM), else one. */
 static int pick_cluster(const rt_device_i *be, void *state, int device, int64_t batch) {
-  if (be != &rt_device_cuda) return 1;
-  char arch[32], err[256];
+  rt_device_caps caps;
+  char err[256];
   int sms = 0;
-  if (be->arch(state, device, arch, sizeof arch, err, sizeof err) != 0) return 1;
-  if (strncmp(arch, "sm_", 3) != 0 || atoi(arch + 3) < 90) return 1;
+  if (rt_device_caps_get(be, state, device, &caps, err, sizeof err) != 0 || !caps.clusters) return 1;
   if (be->sm_count(state, device, &sms) != 0 || sms <= 0) return 1;
   const int64_t slots = (int64_t)sms * 4;
   if (batch * 8 <= slots) return 8;

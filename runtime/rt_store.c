@@ -232,8 +232,7 @@ void rt_after_fork(fi_runtime *rt) {
   rt->ntouched = 0;
   cache_memo *fresh = cache_memo_create();
   if (fresh) rt->memo = fresh;
-  rt->cuda_state = rt->hip_state = NULL;
-  rt->cuda_loaded = rt->hip_loaded = 0;
+  memset(rt->dev, 0, sizeof rt->dev);
   rt->fork_gen = gen;
   rt_log(rt, RT_LOG_DEBUG, "runtime used in a forked child: cache reopened, kernels reloaded");
 }

@@ -644,8 +644,8 @@ FT_TEST(rmsnorm_zero_tokens_is_ok) {
     FT_CHECK(st == FI_ERR_INVALID_ARGUMENT, "0 tokens, eps -1: %s", fi_status_string(st));
   }
   /* Nothing was launched, so no device layer was even loaded. */
-  FT_CHECK(rt->cuda_loaded == 0 && rt->hip_loaded == 0, "backends touched: cuda %d hip %d",
-           rt->cuda_loaded, rt->hip_loaded);
+  for (int i = 0; i < rt_device_count(); i++)
+    FT_CHECK(rt->dev[i].loaded == 0, "backend %s touched: %d", rt_device_at(i)->name, rt->dev[i].loaded);
   fi_runtime_destroy(rt);
 }
 

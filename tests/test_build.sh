@@ -44,3 +44,11 @@ check example_reports_missing_library '[ $rc -eq 1 ] && [[ "$out" == *"nonexiste
 # allow, no header name twice, and no two object files of the library need each other.
 out=$(python3 tools/check_layers.py "$B" 2>&1)
 check layers_and_no_circles '[ $? -eq 0 ] || { echo "$out" >&2; false; }'
+
+# No code names a backend outside its own file and its registry (issue 41): what differs
+# between vendors is a capability field or an optional member. Files are matched by name,
+# wherever a folder move puts them; tests may name a backend to check the registry.
+own='/(rt_device_cuda|rt_device_hip|rt_device_reg|jit_nvrtc|jit_hiprtc|jit_compiler)\.c$'
+named=$(for d in runtime jit cache tools device include; do [ -d "$d" ] && find "$d" -name '*.[ch]'; done |
+  grep -Ev "$own" | xargs grep -n "rt_device_hip\|rt_device_cuda\|jit_nvrtc\b\|jit_hiprtc\b" 2>/dev/null)
+check no_backend_named_outside_its_file '[ -z "$named" ] || { echo "$named" >&2; false; }'

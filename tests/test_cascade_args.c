@@ -561,8 +561,8 @@ FT_TEST(cascade_zero_rows) {
   FT_CHECK(call_many(rt, &m, 1) == FI_OK, "%s", fi_last_error());
   m.v.shape[1] = m.s.shape[1] = 0;
   EXPECT_INVALID(call_many(rt, &m, 1), "0 rows, N 0", NAMES("states"));
-  FT_CHECK(rt->cuda_loaded == 0 && rt->hip_loaded == 0, "backends touched: cuda %d hip %d",
-           rt->cuda_loaded, rt->hip_loaded);
+  for (int i = 0; i < rt_device_count(); i++)
+    FT_CHECK(rt->dev[i].loaded == 0, "backend %s touched: %d", rt_device_at(i)->name, rt->dev[i].loaded);
   fi_runtime_destroy(rt);
 }
 

@@ -200,7 +200,7 @@ static int helper_hit_without_nvrtc(const char *db) {
   if (nvrtc_loaded()) return 28;
   /* Control: the check does see NVRTC once it is loaded. */
   char err[1024];
-  if (jit_nvrtc.load(err, sizeof err) != 0) {
+  if (jit_compiler_for_arch("sm_90")->load(err, sizeof err) != 0) {
     fprintf(stderr, "helper: NVRTC cannot be loaded: %s\n", err);
     return 29;
   }
@@ -886,4 +886,51 @@ FT_TEST(prewarm_reports_a_failed_store) {
     FT_CHECK(st == FI_ERR_CACHE, "failed store reported as %s: %s", fi_status_string(st), err);
   }
   td_end(d);
+}
+
+/* The device registry: every backend once, each DLPack type to one backend, and what
+ * differs between vendors read as capabilities (no GPU needed: arch_caps takes an arch
+ * name, and the backends' static fields need no driver). */
+FT_TEST(device_registry_and_capabilities) {
+  FT_REQUIRE(rt_device_count() >= 2 && rt_device_count() <= RT_MAX_BACKENDS, "%d backends",
+             rt_device_count());
+  int seen_cuda = 0, seen_hip = 0;
+  for (int i = 0; i < rt_device_count(); i++) {
+    const rt_device_i *be = rt_device_at(i);
+    FT_REQUIRE(be && be->iface_version == RT_DEVICE_IFACE_VERSION, "slot %d", i);
+    FT_CHECK(rt_device_slot(be) == i, "%s at slot %d", be->name, rt_device_slot(be));
+    FT_CHECK(rt_device_slot_for(be->dlpack_type) == i, "%s's type %d", be->name, be->dlpack_type);
+    FT_CHECK(be->warp_size == 32 || be->warp_size == 64, "%s warp %d", be->name, be->warp_size);
+    /* The members every backend must fill. */
+    FT_CHECK(be->load && be->arch && be->module_load && be->launch && be->create && be->destroy,
+             "%s lacks a required member", be->name);
+    rt_device_caps c;
+    if (strcmp(be->name, "cuda") == 0) {
+      seen_cuda = 1;
+      FT_CHECK(be->warp_size == 32 && be->scratch_alloc && be->arch_caps);
+      be->arch_caps("sm_90", &c);
+      FT_CHECK(c.clusters && c.pdl && c.wgmma, "sm_90: %d %d %d", c.clusters, c.pdl, c.wgmma);
+      memset(&c, 0, sizeof c);
+      be->arch_caps("sm_100", &c);
+      FT_CHECK(c.clusters && c.pdl && !c.wgmma, "sm_100: %d %d %d", c.clusters, c.pdl, c.wgmma);
+      memset(&c, 0, sizeof c);
+      be->arch_caps("sm_80", &c);
+      FT_CHECK(!c.clusters && !c.pdl && !c.wgmma, "sm_80: %d %d %d", c.clusters, c.pdl, c.wgmma);
+    } else if (strcmp(be->name, "hip") == 0) {
+      seen_hip = 1;
+      FT_CHECK(be->warp_size == 64);
+      /* No pool: the optional members are NULL and the dispatcher answers "go without". */
+      FT_CHECK(!be->scratch_alloc && !be->scratch_free);
+      void *p = NULL;
+      char err[128] = "";
+      FT_CHECK(rt_device_scratch_alloc(be, NULL, 0, 64, NULL, &p, err, sizeof err) == 1 && !p);
+      FT_CHECK(rt_device_scratch_free(be, NULL, 0, NULL, NULL, err, sizeof err) == -1 && err[0]);
+      /* Without arch_caps, the caps are the static fields alone, no device asked. */
+      FT_CHECK(rt_device_caps_get(be, NULL, 0, &c, err, sizeof err) == 0);
+      FT_CHECK(c.warp_size == 64 && !c.scratch_pool && !c.clusters && !c.pdl && !c.wgmma);
+    }
+  }
+  FT_CHECK(seen_cuda && seen_hip);
+  FT_CHECK(rt_device_slot_for(-12345) == -1);
+  FT_CHECK(rt_device_at(rt_device_count()) == NULL && rt_device_at(-1) == NULL);
 }
