@@ -519,6 +519,40 @@ FI_API fi_status fi_batch_prefill_paged_run(fi_runtime *rt, const fi_prefill_pla
 
 FI_API void fi_batch_prefill_plan_destroy(fi_prefill_plan *plan);
 
+/* ---- mixture of experts ---- */
+
+/** Routing methods of fi_moe_routing. Every method picks each token's top_k experts one
+ * at a time, ties to the smaller expert index; weights are float32, then multiplied by
+ * routed_scaling_factor. */
+typedef enum fi_moe_routing_method {
+  FI_MOE_ROUTING_SOFTMAX_TOPK = 0,        /**< softmax over all experts, top-k; weights the softmax values */
+  FI_MOE_ROUTING_RENORMALIZE = 1,         /**< top-k of the logits, softmax over those k (Mixtral) */
+  FI_MOE_ROUTING_SOFTMAX_TOPK_RENORM = 2, /**< softmax, top-k, weights divided by their sum (Qwen3) */
+  /** DeepSeek-V3/R1, Kimi-K2: s = sigmoid(logit), b = s + correction_bias; experts in n_group
+   * groups; a group's score is the sum of its two largest b; the topk_group best groups are
+   * kept (ties to the smaller group); top-k by b among their experts; weight = s /
+   * (sum of the chosen s + 1e-20). */
+  FI_MOE_ROUTING_DEEPSEEK_V3 = 3,
+  FI_MOE_ROUTING_LLAMA4 = 4 /**< top-k of the logits (Llama-4: k = 1), weight sigmoid(logit) */
+} fi_moe_routing_method;
+
+typedef struct fi_moe_routing_params {
+  int method;                   /**< fi_moe_routing_method */
+  int top_k;                    /**< 1 .. min(experts, 32) */
+  int n_group, topk_group;      /**< DeepSeek-V3 only: groups (dividing experts, at most 32) and groups kept */
+  double routed_scaling_factor; /**< weights are multiplied by it (DeepSeek-V3: 2.5); 1 by default */
+} fi_moe_routing_params;
+
+/** Defaults: softmax + top-k, top_k 2, no groups, scaling 1. */
+FI_API void fi_moe_routing_params_init(fi_moe_routing_params *p);
+
+/** Routes tokens to experts: logits [T, E] float32 or bfloat16 (unit column stride), E at
+ * most 512; correction_bias [E] float32 (DeepSeek-V3; NULL means zeros) or NULL;
+ * expert_ids [T, top_k] int32 and weights [T, top_k] float32 written. */
+FI_API fi_status fi_moe_routing(fi_runtime *rt, const DLTensor *logits, const DLTensor *correction_bias,
+                                const fi_moe_routing_params *p, DLTensor *expert_ids, DLTensor *weights,
+                                void *stream);
+
 #ifdef __cplusplus
 }
 #endif

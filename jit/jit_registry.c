@@ -28,6 +28,7 @@ static const jit_op *const ops[] = {
     &jit_op_prefill_merge,
     &jit_op_mma_probe,
     &jit_op_wgmma_probe,
+    &jit_op_moe_routing,
 };
 
 int jit_registry_count(void) { return (int)(sizeof ops / sizeof ops[0]); }

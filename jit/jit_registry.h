@@ -33,5 +33,6 @@ extern const jit_op jit_op_batch_prefill_sm90;
 extern const jit_op jit_op_prefill_merge;
 extern const jit_op jit_op_mma_probe;
 extern const jit_op jit_op_wgmma_probe;
+extern const jit_op jit_op_moe_routing;
 
 #endif

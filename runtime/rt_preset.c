@@ -9,7 +9,9 @@
 #include "jit_registry.h"
 #include "sampling_params.h"
 #include "ops_act.h"
+#include "moe_params.h"
 #include "ops_decode.h"
+#include "ops_moe.h"
 #include "ops_norm.h"
 #include "ops_page.h"
 #include "ops_prefill.h"
@@ -25,16 +27,17 @@ typedef struct rt_model {
   const char *name, *about;
   int head_dim, hq, hkv, hidden, inter, vocab;
   int qk_norm; /* RMSNorm over each head of q and k (Qwen3) */
+  int experts, routing; /* mixture of experts: routed experts and fi_moe_routing_method; 0 experts: dense */
 } rt_model;
 
 static const rt_model models[] = {
     {"llama3-8b", "Llama-3-8B: bf16, 32/8 heads of 128, hidden 4096, intermediate 14336, page 16",
-     128, 32, 8, 4096, 14336, 128256, 0},
+     128, 32, 8, 4096, 14336, 128256, 0, 0, 0},
     {"llama3-70b-tp8", "Llama-3-70B on 8 GPUs: bf16, 8/1 heads of 128 a rank, hidden 8192, intermediate 3584 a rank",
-     128, 8, 1, 8192, 3584, 128256, 0},
+     128, 8, 1, 8192, 3584, 128256, 0, 0, 0},
     {"qwen3-30b-a3b", "Qwen3-30B-A3B's attention, norms and sampling: bf16, 32/4 heads of 128 with q/k norm, "
-                      "hidden 2048 (its MoE experts are not kernels of this library yet)",
-     128, 32, 4, 2048, 768, 151936, 1},
+                      "hidden 2048, 128 experts (routing; the expert GEMMs are not kernels of this library yet)",
+     128, 32, 4, 2048, 768, 151936, 1, 128, FI_MOE_SOFTMAX_TOPK_RENORM},
 };
 #define NMODELS ((int)(sizeof models / sizeof models[0]))
 
@@ -96,6 +99,11 @@ static int small_ops(const rt_model *m, int dt, int warp, int hopper, keyset *s)
   rc |= add(s, &k);
   jit_act_select(JIT_ACT_SILU, dt, vec16(dt, m->inter), &k);
   rc |= add(s, &k);
+  /* MoE routing on router logits of float32 or bfloat16 */
+  for (int i = 0; m->experts && i < 2; i++) {
+    jit_moe_routing_select(i ? JIT_DT_BF16 : JIT_DT_F32, m->routing, m->experts, warp, &k);
+    rc |= add(s, &k);
+  }
   /* Sampling on float32 logits: softmax, sampling from probs, top-k/top-p from logits;
    * a cluster of 8 or 4 blocks a row on Hopper for small batches (rt_sampling.c). */
   static const int kinds[] = {FI_SMP_SOFTMAX, FI_SMP_SAMPLE, FI_SMP_TOPK_TOPP_LOGITS};

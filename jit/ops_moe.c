@@ -1,0 +1,52 @@
+/* ops_moe.c: the mixture-of-experts op families: routing's key, entry wrapper and
+ * registered configurations (every key jit_moe_routing_select can return). */
+#include <stdio.h>
+
+#include "jit_registry.h"
+#include "moe_params.h"
+#include "ops_moe.h"
+
+static const int dtypes[2] = {JIT_DT_F32, JIT_DT_BF16};
+#define NEPL 5 /* 1, 2, 4, 8, 16 experts a lane */
+
+void jit_moe_routing_select(int dtype, int method, int experts, int warp, jit_key *out) {
+  int epl = 1;
+  while (epl * warp < experts && epl < MOE_ROUTE_MAX_EPL) epl *= 2;
+  out->op = &jit_op_moe_routing;
+  for (int i = 0; i < JIT_MAX_PARAMS; i++) out->v[i] = 0;
+  out->v[MOE_ROUTE_P_DTYPE] = dtype;
+  out->v[MOE_ROUTE_P_METHOD] = method;
+  out->v[MOE_ROUTE_P_EPL] = epl;
+}
+
+static int render(const jit_key *k, const char *entry, char *buf, size_t n) {
+  const int threads = MOE_ROUTE_WARPS * 32;
+  int w = snprintf(buf, n,
+                   "extern \"C\" __global__ void __launch_bounds__(%d * FI_WARP / 32)\n"
+                   "%s(fi_moe_route_params p) {\n"
+                   "  fi_pdl_enter();\n"
+                   "  fi::moe::routing<%s, %d, %d, %d>(p);\n"
+                   "}\n",
+                   threads, entry, jit_dtype_cxx((int)k->v[MOE_ROUTE_P_DTYPE]), (int)k->v[MOE_ROUTE_P_METHOD],
+                   (int)k->v[MOE_ROUTE_P_EPL], MOE_ROUTE_WARPS);
+  return w < 0 || (size_t)w >= n ? -1 : w;
+}
+
+/* Every (dtype, method, experts a lane) once. */
+static int count(void) { return 2 * FI_MOE_METHOD_COUNT * NEPL; }
+
+static void config(int idx, jit_key *out) {
+  const int epl = 1 << (idx % NEPL);
+  jit_moe_routing_select(dtypes[idx / NEPL / FI_MOE_METHOD_COUNT], idx / NEPL % FI_MOE_METHOD_COUNT, epl * 32, 32,
+                         out);
+}
+
+const jit_op jit_op_moe_routing = {
+    .name = "moe_routing",
+    .template_name = "moe_routing.cuh",
+    .nparams = 3,
+    .params = {{"dtype", JIT_P_DTYPE}, {"method", JIT_P_INT}, {"epl", JIT_P_INT}},
+    .render_entry = render,
+    .config_count = count,
+    .config = config,
+};

@@ -1,0 +1,23 @@
+/* ops_moe.h: compile-time choices of the mixture-of-experts kernels (routing), shared by
+ * the runtime (which picks one per call) and the registry (prewarm). */
+#ifndef OPS_MOE_H
+#define OPS_MOE_H
+
+#include "jit_key.h"
+
+enum {
+  MOE_ROUTE_P_DTYPE,  /* the logits' dtype: f32 or bf16 */
+  MOE_ROUTE_P_METHOD, /* FI_MOE_* of kernels/moe_params.h */
+  MOE_ROUTE_P_EPL     /* experts a lane holds: 1, 2, 4, 8 or 16 */
+};
+
+/* Tokens (warps) a routing block takes. */
+#define MOE_ROUTE_WARPS 4
+/* The most experts a lane holds: 512 experts on a 32-lane warp. */
+#define MOE_ROUTE_MAX_EPL 16
+
+/* The routing kernel for logits of dtype over `experts` experts on a warp of `warp` lanes;
+ * experts must be at most MOE_ROUTE_MAX_EPL * warp. */
+void jit_moe_routing_select(int dtype, int method, int experts, int warp, jit_key *out);
+
+#endif

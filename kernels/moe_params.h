@@ -1,0 +1,38 @@
+/* moe_params.h: the kernel ABI of the mixture-of-experts family, one struct a kernel
+ * passed by value. Included by the host C code and, embedded, by kernels/moe_*.cuh. */
+#ifndef FI_MOE_PARAMS_H
+#define FI_MOE_PARAMS_H
+
+#include "fi_params.h"
+
+/* Routing methods (the routing kernel's "method", and fi_moe_routing_params.method). */
+enum {
+  FI_MOE_SOFTMAX_TOPK = 0,        /* softmax over all experts, top-k; weights the softmax values */
+  FI_MOE_RENORMALIZE = 1,         /* top-k of the logits, softmax over those k (Mixtral) */
+  FI_MOE_SOFTMAX_TOPK_RENORM = 2, /* softmax, top-k, weights divided by their sum (Qwen3) */
+  FI_MOE_DEEPSEEK_V3 = 3,         /* sigmoid + correction bias, grouped top-k (DeepSeek-V3/R1, Kimi-K2) */
+  FI_MOE_LLAMA4 = 4,              /* top-k of the logits, weights sigmoid(logit) (Llama-4: k = 1) */
+  FI_MOE_METHOD_COUNT = 5
+};
+
+/* Routing of tokens rows of experts logits: logits [tokens, experts] (row stride in
+ * elements, unit column stride), bias [experts] float32 or NULL (DeepSeek-V3's correction
+ * bias), ids [tokens, top_k] int32 and weights [tokens, top_k] float32 (row strides in
+ * elements). DeepSeek-V3: experts in n_group groups of experts / n_group, topk_group kept. */
+typedef struct fi_moe_route_params {
+  const void *logits;
+  const float *bias;
+  int32_t *ids;
+  float *weights;
+  int64_t logits_stride;
+  int64_t ids_stride;
+  int64_t weights_stride;
+  int32_t tokens;
+  int32_t experts;
+  int32_t top_k;
+  int32_t n_group;
+  int32_t topk_group;
+  float scale; /* routed_scaling_factor: the weights are multiplied by it */
+} fi_moe_route_params;
+
+#endif
