@@ -6,7 +6,9 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "decode_params.h"
 #include "fi_params.h"
+#include "prefill_params.h"
 #include "jit_registry.h"
 
 #define XXH_INLINE_ALL
@@ -91,12 +93,20 @@ static void to_bytes(XXH128_hash_t h, uint8_t out[16]) {
   memcpy(out, c.digest, 16);
 }
 
+/* Every kernel ABI version (fi_params.h's, the decode and prefill families') and the
+ * cache format, as one string: a bump of any retires every binary built before it. */
+#define JIT_STR2(x) #x
+#define JIT_STR(x) JIT_STR2(x)
+const char *jit_abi_string(void) {
+  return JIT_STR(FI_KERNEL_ABI_VERSION) "." JIT_STR(FI_DECODE_ABI_VERSION) "." JIT_STR(
+      FI_PREFILL_ABI_VERSION) "." JIT_STR(JIT_CACHE_FORMAT);
+}
+
 void jit_key_hashes(const jit_key *k, const jit_target *t, uint8_t key_hash[16],
                     uint8_t hash[16]) {
-  char canon[1024], abi[32];
+  char canon[1024];
   if (jit_key_canonical(k, canon, sizeof canon) < 0) canon[0] = 0;
-  snprintf(abi, sizeof abi, "%d.%d", FI_KERNEL_ABI_VERSION, JIT_CACHE_FORMAT);
-  jit_row_hashes(canon, t->template_hash, t->arch, t->options, abi, t->compiler, key_hash, hash);
+  jit_row_hashes(canon, t->template_hash, t->arch, t->options, jit_abi_string(), t->compiler, key_hash, hash);
 }
 
 void jit_row_hashes(const char *canon, const char *templates, const char *arch,

@@ -79,6 +79,9 @@ typedef struct jit_target {
 /* The version of the cache format and kernel ABI folded into every hash. */
 #define JIT_CACHE_FORMAT 1
 
+/* "kernel.decode.prefill.format": the ABI versions every row records and every hash covers. */
+const char *jit_abi_string(void);
+
 /* key_hash: XXH3-128 over the canonical key, template set, arch, options
  * and ABI; what a process that has not loaded a compiler can compute.
  * hash: the same plus the compiler's name and version; the row's identity. */

@@ -37,8 +37,7 @@ FI_API fi_status fi_admin_gc(fi_runtime *rt, int64_t max_bytes, int stale, int64
     const jit_compiler *ncc = jit_compiler_for_arch("sm_80"), *acc = jit_compiler_for_arch("gfx90a");
     const char *nv = ncc && ncc->load(err, sizeof err) == 0 ? ncc->identity() : NULL;
     const char *hip = acc && acc->load(err, sizeof err) == 0 ? acc->identity() : NULL;
-    char abi[32];
-    snprintf(abi, sizeof abi, "%d.%d", FI_KERNEL_ABI_VERSION, JIT_CACHE_FORMAT);
+    const char *abi = jit_abi_string();
     if (cache_store_remove_stale(s, nv, hip, jit_template_set_hash(), abi, &m, err, sizeof err) !=
         CACHE_OK)
       return rt_fail(FI_ERR_CACHE, "removing stale entries from %s: %s", rt->cache_path, err);

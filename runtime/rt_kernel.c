@@ -136,8 +136,7 @@ static fi_status compile_and_store(fi_runtime *rt, cache_store *store, const jit
   rec.bytes = co.bytes;
   rec.compile_ms = ms;
   rec.templates = t->template_hash;
-  char abi[32];
-  snprintf(abi, sizeof abi, "%d.%d", FI_KERNEL_ABI_VERSION, JIT_CACHE_FORMAT);
+  const char *abi = jit_abi_string();
   rec.abi = abi;
   /* A row the row check would refuse at its next load is not worth storing:
    * it would be dropped and compiled again by every process. */
