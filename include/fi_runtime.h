@@ -553,6 +553,51 @@ FI_API fi_status fi_moe_routing(fi_runtime *rt, const DLTensor *logits, const DL
                                 const fi_moe_routing_params *p, DLTensor *expert_ids, DLTensor *weights,
                                 void *stream);
 
+/** The tile tables a grouped GEMM over the experts reads (fi_moe_sort). The routes are
+ * the expanded indices x = token * top_k + k of a [T, top_k] expert_ids table; those to
+ * the local experts [local_expert_offset, local_expert_offset + local_num_experts) of
+ * this rank (expert parallelism) are sorted by expert, each expert with c routes
+ * getting ceil(c / tile_size) contiguous tiles in expert order, its routes in
+ * increasing x. Rows are permuted indices. Invariants (tests/gpu/gpu_moe.c checks each):
+ * permuted_idx_to_expanded_idx[expanded_idx_to_permuted_idx[x]] == x for every local
+ * route; expanded_idx_to_permuted_idx[x] == -1 exactly for the other routes; tile t's live
+ * rows [t * tile_size, tile_idx_to_mn_limit[t]) all belong to tile_idx_to_expert_idx[t]
+ * (a local index), the rest of its rows hold -1; tiles from num_non_exiting_tiles on have
+ * expert -1 and no live rows; total_num_padded_tokens = tiles used * tile_size. */
+typedef struct fi_moe_sort_params {
+  int num_experts;         /**< every expert of the model (ids outside [0, num_experts) go nowhere) */
+  int local_expert_offset; /**< this rank's first expert */
+  int local_num_experts;   /**< this rank's experts, 1 .. 256 */
+  int tile_size;           /**< 64, 128 or 256 rows a tile */
+} fi_moe_sort_params;
+
+/** The most tiles the sort can use for T tokens of top_k routes over local_num_experts
+ * experts at tile_size, a bound some routing reaches: with R = T * top_k, R when R <=
+ * local_num_experts, else (R + (tile_size - 1) * local_num_experts) / tile_size. -1 for
+ * arguments out of range. The tile tables have this many entries and
+ * permuted_idx_to_expanded_idx this many times tile_size. */
+FI_API int64_t fi_moe_max_tiles(int64_t num_tokens, int top_k, int local_num_experts, int tile_size);
+
+/** Workspace bytes fi_moe_sort needs for num_tokens tokens of top_k routes (device memory,
+ * 256-byte aligned, the caller's; it may be kept for every later call of at most as many). */
+FI_API fi_status fi_moe_sort_workspace_size(fi_runtime *rt, int64_t num_tokens, int top_k,
+                                            const fi_moe_sort_params *p, size_t *bytes);
+
+/** The outputs of fi_moe_sort, all int32 device tensors, contiguous. */
+typedef struct fi_moe_sort_outputs {
+  DLTensor *tile_idx_to_expert_idx;        /**< [max_tiles] */
+  DLTensor *tile_idx_to_mn_limit;          /**< [max_tiles] */
+  DLTensor *expanded_idx_to_permuted_idx;  /**< [T, top_k] */
+  DLTensor *permuted_idx_to_expanded_idx;  /**< [max_tiles * tile_size] */
+  DLTensor *num_non_exiting_tiles;         /**< [1] */
+  DLTensor *total_num_padded_tokens;       /**< [1] */
+} fi_moe_sort_outputs;
+
+/** Sorts the routes of expert_ids [T, top_k] int32 (contiguous) into the tile tables (three
+ * launches on stream; no host synchronization, so CUDA-graph safe for a fixed T). */
+FI_API fi_status fi_moe_sort(fi_runtime *rt, const DLTensor *expert_ids, const fi_moe_sort_params *p,
+                             DLTensor *workspace, const fi_moe_sort_outputs *out, void *stream);
+
 #ifdef __cplusplus
 }
 #endif

@@ -1,5 +1,5 @@
-/* ops_moe.c: the mixture-of-experts op families: routing's key, entry wrapper and
- * registered configurations (every key jit_moe_routing_select can return). */
+/* ops_moe.c: the mixture-of-experts op families: routing's and the sort's keys, entry
+ * wrappers and registered configurations (every key their select functions can return). */
 #include <stdio.h>
 
 #include "jit_registry.h"
@@ -49,4 +49,33 @@ const jit_op jit_op_moe_routing = {
     .render_entry = render,
     .config_count = count,
     .config = config,
+};
+
+void jit_moe_sort_select(int phase, jit_key *out) {
+  out->op = &jit_op_moe_sort;
+  for (int i = 0; i < JIT_MAX_PARAMS; i++) out->v[i] = 0;
+  out->v[MOE_SORT_P_PHASE] = phase;
+}
+
+static int render_sort(const jit_key *k, const char *entry, char *buf, size_t n) {
+  int w = snprintf(buf, n,
+                   "extern \"C\" __global__ void __launch_bounds__(1024)\n"
+                   "%s(fi_moe_sort_params_k p) {\n"
+                   "  fi::moe::sort<%d>(p);\n"
+                   "}\n",
+                   entry, (int)k->v[MOE_SORT_P_PHASE]);
+  return w < 0 || (size_t)w >= n ? -1 : w;
+}
+
+static int count_sort(void) { return 3; }
+static void config_sort(int idx, jit_key *out) { jit_moe_sort_select(idx, out); }
+
+const jit_op jit_op_moe_sort = {
+    .name = "moe_sort",
+    .template_name = "moe_sort.cuh",
+    .nparams = 1,
+    .params = {{"phase", JIT_P_INT}},
+    .render_entry = render_sort,
+    .config_count = count_sort,
+    .config = config_sort,
 };

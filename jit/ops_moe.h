@@ -20,4 +20,8 @@ enum {
  * experts must be at most MOE_ROUTE_MAX_EPL * warp. */
 void jit_moe_routing_select(int dtype, int method, int experts, int warp, jit_key *out);
 
+/* The sort's three kernels (moe_sort.cuh): 0 count, 1 scan, 2 scatter. */
+enum { MOE_SORT_P_PHASE };
+void jit_moe_sort_select(int phase, jit_key *out);
+
 #endif

@@ -35,4 +35,31 @@ typedef struct fi_moe_route_params {
   float scale; /* routed_scaling_factor: the weights are multiplied by it */
 } fi_moe_route_params;
 
+/* Sort of the routes (expanded index x = token * top_k + k) by local expert into tiles of
+ * tile_size rows (moe_sort.cuh). ids [routes] (row stride 1: the [tokens, top_k] table as
+ * one run); an id in [expert_offset, expert_offset + local_experts) is local. counts: the
+ * workspace, [blocks, local_experts] int32 (each block's count per expert, then the
+ * permuted row of its first route per expert). */
+typedef struct fi_moe_sort_params_k {
+  const int32_t *ids;
+  int32_t *counts;
+  int32_t *tile_expert;       /* [max_tiles] local expert of each tile, -1 past the used ones */
+  int32_t *tile_mn_limit;     /* [max_tiles] exclusive end row of each tile's live rows */
+  int32_t *e2p;               /* [routes] permuted row of each route, -1 when not local */
+  int32_t *p2e;               /* [max_tiles * tile_size] route of each row, -1 for padding */
+  int32_t *num_tiles;         /* [1] tiles used */
+  int32_t *total_padded;      /* [1] tiles used * tile_size */
+  int32_t routes;
+  int32_t blocks;             /* of the count and scatter kernels: routes per block FI_MOE_SORT_CHUNK */
+  int32_t expert_offset;
+  int32_t local_experts;
+  int32_t tile_size;
+  int32_t max_tiles;
+} fi_moe_sort_params_k;
+
+/* Routes one count or scatter block takes (1024 threads, 4 rounds), and the most local
+ * experts the sort supports (its per-warp counts live in shared memory). */
+#define FI_MOE_SORT_CHUNK 4096
+#define FI_MOE_SORT_MAX_EXPERTS 256
+
 #endif

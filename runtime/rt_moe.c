@@ -145,3 +145,151 @@ FI_API fi_status fi_moe_routing(fi_runtime *rt, const DLTensor *logits, const DL
   const rt_launch l = {{(unsigned)blocks, 1, 1}, {(unsigned)(MOE_ROUTE_WARPS * be->warp_size), 1, 1}, 0};
   return rt_launch_kernel(rt, k, &l, stream, &kp, sizeof kp);
 }
+
+/* ---- the sort ---- */
+
+FI_API int64_t fi_moe_max_tiles(int64_t num_tokens, int top_k, int local_num_experts, int tile_size) {
+  if (num_tokens < 0 || num_tokens > INT32_MAX || top_k < 1 || top_k > 32 || local_num_experts < 1 ||
+      tile_size < 1)
+    return -1;
+  const int64_t R = num_tokens * top_k, L = local_num_experts;
+  return R <= L ? R : (R + (int64_t)(tile_size - 1) * L) / tile_size;
+}
+
+static fi_status check_sort_params(const char *fn, const fi_moe_sort_params *p) {
+  if (!p) return rt_fail(FI_ERR_INVALID_ARGUMENT, "%s: p is NULL", fn);
+  if (p->tile_size != 64 && p->tile_size != 128 && p->tile_size != 256)
+    return rt_fail(FI_ERR_INVALID_ARGUMENT, "%s: p->tile_size is %d; 64, 128 or 256 is needed", fn, p->tile_size);
+  if (p->local_num_experts < 1 || p->local_num_experts > FI_MOE_SORT_MAX_EXPERTS)
+    return rt_fail(FI_ERR_INVALID_ARGUMENT, "%s: p->local_num_experts is %d; 1 to %d is supported", fn,
+                   p->local_num_experts, FI_MOE_SORT_MAX_EXPERTS);
+  if (p->num_experts < 1 || p->local_expert_offset < 0 ||
+      (int64_t)p->local_expert_offset + p->local_num_experts > p->num_experts)
+    return rt_fail(FI_ERR_INVALID_ARGUMENT,
+                   "%s: p->local_expert_offset %d + p->local_num_experts %d must lie within p->num_experts %d",
+                   fn, p->local_expert_offset, p->local_num_experts, p->num_experts);
+  return FI_OK;
+}
+
+/* Blocks of the count and scatter kernels, and the workspace: their counts per expert. */
+static int64_t sort_blocks(int64_t routes) { return (routes + FI_MOE_SORT_CHUNK - 1) / FI_MOE_SORT_CHUNK; }
+
+FI_API fi_status fi_moe_sort_workspace_size(fi_runtime *rt, int64_t num_tokens, int top_k,
+                                            const fi_moe_sort_params *p, size_t *bytes) {
+  const char *fn = "fi_moe_sort_workspace_size";
+  fi_status st;
+  (void)rt;
+  if ((st = check_sort_params(fn, p)) != FI_OK) return st;
+  if (!bytes) return rt_fail(FI_ERR_INVALID_ARGUMENT, "%s: bytes is NULL", fn);
+  if (num_tokens < 0 || top_k < 1 || top_k > 32 || num_tokens * top_k > INT32_MAX / 2)
+    return rt_fail(FI_ERR_INVALID_ARGUMENT, "%s: num_tokens %lld x top_k %d is out of range", fn,
+                   (long long)num_tokens, top_k);
+  const int64_t b = sort_blocks(num_tokens * top_k);
+  *bytes = (size_t)(((b ? b : 1) * p->local_num_experts * 4 + 255) / 256 * 256);
+  return FI_OK;
+}
+
+/* A contiguous int32 device tensor of n elements on dev, whose data goes into *ptr. */
+static fi_status check_i32(const char *fn, const char *name, const DLTensor *t, int ndim, const int64_t *shape,
+                           DLDevice dev, int32_t **ptr) {
+  fi_status st = rt_check_tensor(fn, name, t, ndim);
+  if (st != FI_OK) return st;
+  char b[32];
+  if (rt_tensor_dtype(t) != JIT_DT_I32)
+    return rt_fail(FI_ERR_INVALID_ARGUMENT, "%s: %s has dtype %s; int32 is needed", fn, name,
+                   rt_dtype_string(t->dtype, b, sizeof b));
+  for (int i = 0; i < ndim; i++)
+    if (t->shape[i] != shape[i])
+      return rt_fail(FI_ERR_INVALID_ARGUMENT, "%s: %s has shape[%d] %lld; %lld is needed", fn, name, i,
+                     (long long)t->shape[i], (long long)shape[i]);
+  if (ndim == 2 && shape[0] > 1 && shape[1] > 0 && rt_stride(t, 0) != shape[1])
+    return rt_fail(FI_ERR_INVALID_ARGUMENT, "%s: %s must be contiguous", fn, name);
+  if (shape[ndim - 1] > 1 && rt_stride(t, ndim - 1) != 1)
+    return rt_fail(FI_ERR_INVALID_ARGUMENT, "%s: %s must be contiguous", fn, name);
+  if ((uintptr_t)rt_data(t) % 4) return rt_fail(FI_ERR_INVALID_ARGUMENT, "%s: %s is not 4-byte aligned", fn, name);
+  if (t->device.device_type != dev.device_type || t->device.device_id != dev.device_id)
+    return rt_fail(FI_ERR_INVALID_ARGUMENT, "%s: %s is on another device than expert_ids", fn, name);
+  *ptr = (int32_t *)rt_data(t);
+  return FI_OK;
+}
+
+FI_API fi_status fi_moe_sort(fi_runtime *rt, const DLTensor *expert_ids, const fi_moe_sort_params *p,
+                             DLTensor *workspace, const fi_moe_sort_outputs *out, void *stream) {
+  const char *fn = "fi_moe_sort";
+  fi_status st;
+  if (!rt) return rt_fail(FI_ERR_INVALID_ARGUMENT, "%s: rt is NULL", fn);
+  if ((st = check_sort_params(fn, p)) != FI_OK) return st;
+  if (!out) return rt_fail(FI_ERR_INVALID_ARGUMENT, "%s: out is NULL", fn);
+  if ((st = rt_check_tensor(fn, "expert_ids", expert_ids, 2)) != FI_OK) return st;
+  const int64_t T = expert_ids->shape[0], K = expert_ids->shape[1];
+  if (K < 1 || K > 32)
+    return rt_fail(FI_ERR_INVALID_ARGUMENT, "%s: expert_ids has top_k %lld; 1 to 32 is needed", fn, (long long)K);
+  if (T * K > INT32_MAX / 2)
+    return rt_fail(FI_ERR_INVALID_ARGUMENT, "%s: expert_ids has %lld routes; at most 2^30", fn, (long long)(T * K));
+  const DLDevice dev = expert_ids->device;
+  fi_moe_sort_params_k kp;
+  memset(&kp, 0, sizeof kp);
+  int32_t *ids;
+  const int64_t max_tiles = fi_moe_max_tiles(T, (int)K, p->local_num_experts, p->tile_size);
+  const int64_t s_ids[2] = {T, K}, s_tiles[1] = {max_tiles}, s_rows[1] = {max_tiles * p->tile_size}, s_one[1] = {1};
+  if ((st = check_i32(fn, "expert_ids", expert_ids, 2, s_ids, dev, &ids)) != FI_OK) return st;
+  kp.ids = ids;
+  if ((st = check_i32(fn, "out->tile_idx_to_expert_idx", out->tile_idx_to_expert_idx, 1, s_tiles, dev,
+                      &kp.tile_expert)) != FI_OK ||
+      (st = check_i32(fn, "out->tile_idx_to_mn_limit", out->tile_idx_to_mn_limit, 1, s_tiles, dev,
+                      &kp.tile_mn_limit)) != FI_OK ||
+      (st = check_i32(fn, "out->expanded_idx_to_permuted_idx", out->expanded_idx_to_permuted_idx, 2, s_ids, dev,
+                      &kp.e2p)) != FI_OK ||
+      (st = check_i32(fn, "out->permuted_idx_to_expanded_idx", out->permuted_idx_to_expanded_idx, 1, s_rows, dev,
+                      &kp.p2e)) != FI_OK ||
+      (st = check_i32(fn, "out->num_non_exiting_tiles", out->num_non_exiting_tiles, 1, s_one, dev,
+                      &kp.num_tiles)) != FI_OK ||
+      (st = check_i32(fn, "out->total_num_padded_tokens", out->total_num_padded_tokens, 1, s_one, dev,
+                      &kp.total_padded)) != FI_OK)
+    return st;
+  size_t need;
+  if ((st = fi_moe_sort_workspace_size(rt, T, (int)K, p, &need)) != FI_OK) return st;
+  if ((st = rt_check_tensor(fn, "workspace", workspace, 1)) != FI_OK) return st;
+  const int64_t wsb = rt_extent_bytes(workspace);
+  if (wsb < (int64_t)need)
+    return rt_fail(FI_ERR_INVALID_ARGUMENT, "%s: workspace has %lld bytes; %zu are needed (fi_moe_sort_workspace_size)",
+                   fn, (long long)wsb, need);
+  if ((uintptr_t)rt_data(workspace) % 256)
+    return rt_fail(FI_ERR_INVALID_ARGUMENT, "%s: workspace is not 256-byte aligned", fn);
+  kp.counts = (int32_t *)rt_data(workspace);
+  /* Every output apart from every other and from the ids and the workspace. */
+  const DLTensor *all[8] = {expert_ids, workspace, out->tile_idx_to_expert_idx, out->tile_idx_to_mn_limit,
+                            out->expanded_idx_to_permuted_idx, out->permuted_idx_to_expanded_idx,
+                            out->num_non_exiting_tiles, out->total_num_padded_tokens};
+  static const char *const names[8] = {"expert_ids", "workspace", "tile_idx_to_expert_idx", "tile_idx_to_mn_limit",
+                                       "expanded_idx_to_permuted_idx", "permuted_idx_to_expanded_idx",
+                                       "num_non_exiting_tiles", "total_num_padded_tokens"};
+  for (int i = 0; i < 8; i++)
+    for (int j = i + 1; j < 8; j++) {
+      const uintptr_t a = (uintptr_t)rt_data(all[i]), b = (uintptr_t)rt_data(all[j]);
+      const int64_t na = i == 1 ? (int64_t)need : rt_extent_bytes(all[i]), nb = j == 1 ? (int64_t)need : rt_extent_bytes(all[j]);
+      if (na > 0 && nb > 0 && a < b + (uint64_t)nb && b < a + (uint64_t)na)
+        return rt_fail(FI_ERR_INVALID_ARGUMENT, "%s: %s and %s overlap", fn, names[i], names[j]);
+    }
+  kp.routes = (int32_t)(T * K);
+  kp.blocks = (int32_t)sort_blocks(T * K);
+  kp.expert_offset = p->local_expert_offset;
+  kp.local_experts = p->local_num_experts;
+  kp.tile_size = p->tile_size;
+  kp.max_tiles = (int32_t)max_tiles;
+
+  const rt_device_i *be;
+  void *state;
+  if ((st = rt_backend(rt, dev.device_type, &be, &state)) != FI_OK) return st;
+  for (int phase = 0; phase < 3; phase++) {
+    const unsigned grid = phase == 1 ? 1u : (unsigned)kp.blocks;
+    if (grid == 0) continue; /* no routes: the scan alone writes the (empty) tables */
+    jit_key key;
+    jit_moe_sort_select(phase, &key);
+    rt_kernel *k;
+    if ((st = rt_kernel_get(rt, &key, be, dev.device_id, &k)) != FI_OK) return st;
+    const rt_launch l = {{grid, 1, 1}, {1024, 1, 1}, 0};
+    if ((st = rt_launch_kernel(rt, k, &l, stream, &kp, sizeof kp)) != FI_OK) return st;
+  }
+  return FI_OK;
+}

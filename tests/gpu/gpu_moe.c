@@ -250,3 +250,157 @@ FT_TEST(moe_routing_refuses_bad_arguments) {
            strstr(fi_last_error(), "aligned"));
   CU_CHECK(&cu, cuMemFree(d));
 }
+
+/* ---- the sort ---- */
+
+typedef struct scase {
+  const char *what;
+  int64_t T;
+  int K, E, off, L, tile;
+  int pattern; /* 0 random, 1 all to expert 0 (global), 2 every route to its own expert, 3 the bound:
+                  every local expert c = 1 + tile routes (K = 1) */
+} scase;
+
+/* The tables on the CPU: the same stable sort, to compare with the GPU's bit for bit. */
+static int run_sort(const scase *c) {
+  const int64_t T = c->T, K = c->K, R = T * K, L = c->L, TS = c->tile;
+  const int64_t MT = fi_moe_max_tiles(T, c->K, c->L, c->tile);
+  int32_t *ids = malloc(sizeof(int32_t) * (size_t)(R ? R : 1));
+  for (int64_t x = 0; x < R; x++) {
+    if (c->pattern == 0) { /* distinct experts within a token, as routing gives */
+      for (;;) {
+        int e = (int)(g_uniform(&seed) * c->E), dup = 0;
+        for (int64_t j = x - x % K; j < x; j++) dup |= ids[j] == e;
+        if (!dup) { ids[x] = e; break; }
+      }
+    } else if (c->pattern == 1) {
+      ids[x] = (int32_t)(x % K == 0 ? c->off : c->off + (x % K) % c->L);
+    } else if (c->pattern == 2) {
+      ids[x] = (int32_t)(c->off + x);
+    } else {
+      ids[x] = (int32_t)(c->off + x / (1 + TS));
+    }
+  }
+  /* reference */
+  int64_t *cnt = calloc((size_t)L, sizeof(int64_t)), *start = calloc((size_t)L + 1, sizeof(int64_t));
+  for (int64_t x = 0; x < R; x++)
+    if (ids[x] >= c->off && ids[x] < c->off + L) cnt[ids[x] - c->off]++;
+  for (int64_t e = 0; e < L; e++) start[e + 1] = start[e] + (cnt[e] + TS - 1) / TS;
+  const int64_t used = start[L];
+  int32_t *r_te = malloc(4 * (size_t)MT), *r_mn = malloc(4 * (size_t)MT), *r_e2p = malloc(4 * (size_t)(R ? R : 1));
+  int32_t *r_p2e = malloc(4 * (size_t)(MT * TS > 0 ? MT * TS : 1));
+  for (int64_t t = 0; t < MT; t++) r_te[t] = -1, r_mn[t] = (int32_t)(t * TS);
+  for (int64_t r = 0; r < MT * TS; r++) r_p2e[r] = -1;
+  int64_t *fill = calloc((size_t)L, sizeof(int64_t));
+  for (int64_t x = 0; x < R; x++) {
+    const int64_t e = ids[x] - c->off;
+    if (e < 0 || e >= L) { r_e2p[x] = -1; continue; }
+    const int64_t row = start[e] * TS + fill[e]++;
+    r_e2p[x] = (int32_t)row, r_p2e[row] = (int32_t)x;
+  }
+  for (int64_t e = 0; e < L; e++)
+    for (int64_t t = start[e]; t < start[e + 1]; t++) {
+      r_te[t] = (int32_t)e;
+      const int64_t end = start[e] * TS + cnt[e];
+      r_mn[t] = (int32_t)((t + 1) * TS < end ? (t + 1) * TS : end);
+    }
+  /* GPU, every output poisoned */
+  fi_moe_sort_params p = {c->E, c->off, c->L, c->tile};
+  size_t wsb = 0;
+  FT_CHECK(fi_moe_sort_workspace_size(rt, T, c->K, &p, &wsb) == FI_OK, "%s", fi_last_error());
+  const size_t b_ids = 4 * (size_t)(R ? R : 1), b_t = 4 * (size_t)MT, b_rows = 4 * (size_t)(MT * TS > 0 ? MT * TS : 1);
+  CUdeviceptr d_ids, d_ws, d_te, d_mn, d_e2p, d_p2e, d_n;
+  CU_CHECK(&cu, cuMemAlloc(&d_ids, b_ids));
+  CU_CHECK(&cu, cuMemAlloc(&d_ws, wsb));
+  CU_CHECK(&cu, cuMemAlloc(&d_te, b_t ? b_t : 4));
+  CU_CHECK(&cu, cuMemAlloc(&d_mn, b_t ? b_t : 4));
+  CU_CHECK(&cu, cuMemAlloc(&d_e2p, b_ids));
+  CU_CHECK(&cu, cuMemAlloc(&d_p2e, b_rows));
+  CU_CHECK(&cu, cuMemAlloc(&d_n, 8));
+  if (R) CU_CHECK(&cu, cuMemcpyHtoD(d_ids, ids, (size_t)R * 4));
+  CU_CHECK(&cu, cuMemsetD8(d_ws, 0x5a, wsb));
+  CU_CHECK(&cu, cuMemsetD8(d_te, 0x7b, b_t ? b_t : 4));
+  CU_CHECK(&cu, cuMemsetD8(d_mn, 0x7b, b_t ? b_t : 4));
+  CU_CHECK(&cu, cuMemsetD8(d_e2p, 0x7b, b_ids));
+  CU_CHECK(&cu, cuMemsetD8(d_p2e, 0x7b, b_rows));
+  CU_CHECK(&cu, cuMemsetD8(d_n, 0x7b, 8));
+  CU_CHECK(&cu, cuCtxSynchronize());
+  int64_t s_ids[2] = {T, K}, s_t[1] = {MT}, s_rows[1] = {MT * TS}, s_one[1] = {1}, s_ws[1] = {(int64_t)wsb};
+  DLTensor t_ids = g_tensor(d_ids, 0, 2, 2, s_ids, NULL), t_ws = g_tensor(d_ws, 0, 2, 1, s_ws, NULL);
+  DLTensor t_te = g_tensor(d_te, 0, 2, 1, s_t, NULL), t_mn = g_tensor(d_mn, 0, 2, 1, s_t, NULL);
+  DLTensor t_e2p = g_tensor(d_e2p, 0, 2, 2, s_ids, NULL), t_p2e = g_tensor(d_p2e, 0, 2, 1, s_rows, NULL);
+  DLTensor t_nt = g_tensor(d_n, 0, 2, 1, s_one, NULL), t_tp = g_tensor(d_n, 4, 2, 1, s_one, NULL);
+  DLTensor *all[] = {&t_ids, &t_te, &t_mn, &t_e2p, &t_p2e, &t_nt, &t_tp};
+  for (size_t i = 0; i < sizeof all / sizeof *all; i++) all[i]->dtype = (DLDataType){kDLInt, 32, 1};
+  t_ws.dtype = (DLDataType){kDLUInt, 8, 1};
+  fi_moe_sort_outputs o = {&t_te, &t_mn, &t_e2p, &t_p2e, &t_nt, &t_tp};
+  int bad = 0;
+  fi_status st = fi_moe_sort(rt, &t_ids, &p, &t_ws, &o, NULL);
+  if (st != FI_OK) {
+    fprintf(stderr, "  %s: %s: %s\n", c->what, fi_status_string(st), fi_last_error());
+    return 1;
+  }
+  CU_CHECK(&cu, cuCtxSynchronize());
+  int32_t *g_te = malloc(b_t ? b_t : 4), *g_mn = malloc(b_t ? b_t : 4), *g_e2p = malloc(b_ids), *g_p2e = malloc(b_rows), g_n[2];
+  CU_CHECK(&cu, cuMemcpyDtoH(g_te, d_te, b_t ? b_t : 4));
+  CU_CHECK(&cu, cuMemcpyDtoH(g_mn, d_mn, b_t ? b_t : 4));
+  CU_CHECK(&cu, cuMemcpyDtoH(g_e2p, d_e2p, b_ids));
+  CU_CHECK(&cu, cuMemcpyDtoH(g_p2e, d_p2e, b_rows));
+  CU_CHECK(&cu, cuMemcpyDtoH(g_n, d_n, 8));
+  if (g_n[0] != used || g_n[1] != used * TS)
+    fprintf(stderr, "  %s: tiles %d padded %d; expected %lld, %lld\n", c->what, g_n[0], g_n[1], (long long)used,
+            (long long)(used * TS)), bad++;
+  if (used > MT) fprintf(stderr, "  %s: %lld tiles past the bound %lld\n", c->what, (long long)used, (long long)MT), bad++;
+  if (memcmp(g_te, r_te, (size_t)MT * 4) || memcmp(g_mn, r_mn, (size_t)MT * 4))
+    fprintf(stderr, "  %s: tile tables differ\n", c->what), bad++;
+  if (memcmp(g_e2p, r_e2p, (size_t)R * 4)) fprintf(stderr, "  %s: expanded_idx_to_permuted_idx differs\n", c->what), bad++;
+  if (memcmp(g_p2e, r_p2e, (size_t)(MT * TS) * 4)) fprintf(stderr, "  %s: permuted_idx_to_expanded_idx differs\n", c->what), bad++;
+  /* The invariants, on the GPU's tables themselves. */
+  int64_t live = 0, local = 0;
+  for (int64_t x = 0; x < R; x++) {
+    const int isl = ids[x] >= c->off && ids[x] < c->off + L;
+    local += isl;
+    if (isl != (g_e2p[x] >= 0)) { bad++; break; }
+    if (isl && (g_e2p[x] >= MT * TS || g_p2e[g_e2p[x]] != x)) { bad++; break; }
+  }
+  for (int64_t t = 0; t < MT; t++)
+    for (int64_t r = t * TS; r < (t + 1) * TS; r++) {
+      const int in = r < g_mn[t];
+      if (in != (g_p2e[r] >= 0)) { bad++; t = MT; break; }
+      if (in) {
+        live++;
+        if (ids[g_p2e[r]] - c->off != g_te[t]) { bad++; t = MT; break; }
+      }
+    }
+  if (live != local) fprintf(stderr, "  %s: %lld live rows, %lld local routes\n", c->what, (long long)live, (long long)local), bad++;
+  fprintf(stderr, "  %-30s T=%lld K=%d E=%d L=%d@%d tile %d: %lld tiles of %lld at most%s\n", c->what, (long long)T,
+          c->K, c->E, c->L, c->off, c->tile, (long long)used, (long long)MT, used == MT ? " (the bound)" : "");
+  if (c->pattern >= 2 && used != MT) fprintf(stderr, "  %s: the bound was not reached\n", c->what), bad++;
+  CUdeviceptr ds[] = {d_ids, d_ws, d_te, d_mn, d_e2p, d_p2e, d_n};
+  for (size_t i = 0; i < sizeof ds / sizeof *ds; i++) CU_CHECK(&cu, cuMemFree(ds[i]));
+  free(ids), free(cnt), free(start), free(fill), free(r_te), free(r_mn), free(r_e2p), free(r_p2e);
+  free(g_te), free(g_mn), free(g_e2p), free(g_p2e);
+  return bad;
+}
+
+FT_TEST(moe_sort_tables_and_invariants) {
+  FT_REQUIRE(setup() == 0);
+  const scase cases[] = {
+      {"deepseek 4096 tokens", 4096, 8, 256, 0, 256, 128, 0},
+      {"deepseek 16384 tokens", 16384, 8, 256, 0, 256, 256, 0},
+      {"deepseek 64 tokens, tile 64", 64, 8, 256, 0, 256, 64, 0},
+      {"qwen3 777 tokens", 777, 8, 128, 0, 128, 64, 0},
+      {"mixtral 1000 tokens", 1000, 2, 8, 0, 8, 128, 0},
+      {"ep rank 0 of 8", 3000, 8, 256, 0, 32, 128, 0},
+      {"ep rank 3 of 8", 3000, 8, 256, 96, 32, 64, 0},
+      {"ep rank 7 of 8", 3000, 8, 256, 224, 32, 256, 0},
+      {"all to one expert", 5000, 1, 64, 0, 64, 128, 1},
+      {"one expert, k 4", 2000, 4, 64, 8, 16, 64, 1},
+      {"T < L", 5, 2, 256, 0, 256, 128, 0},
+      {"T x K < L: the bound R", 3, 2, 64, 0, 32, 64, 2},
+      {"the bound (R + (tile-1) L) / tile", 8 * 65, 1, 8, 0, 8, 64, 3},
+      {"the bound, tile 256", 16 * 257, 1, 32, 16, 16, 256, 3},
+      {"no tokens", 0, 8, 256, 0, 256, 128, 0},
+  };
+  for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) FT_CHECK(run_sort(&cases[i]) == 0, "%s", cases[i].what);
+}
