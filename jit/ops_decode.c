@@ -52,7 +52,7 @@ void jit_decode_select(int single, int dtype_q, int dtype_kv, int head_dim, int 
    * bytes there (255 registers): the one-buffer kernel has the same 8 warps an SM and half
    * the loads in flight. H200, bf16, default against two buffers: 128/8 B=32 L=4096 2.90
    * against 3.71 TB/s, B=16 L=16384 2.98 / 3.85, 64/4 B=64 L=2048 2.71 / 3.38, 48/4 2.90 /
-   * 3.69, HND 3.02 / 3.75, e4m3 2.68 / 2.87; B=1 L=8192 64/4 27.7 / 28.8 us (BENCHMARKS.md,
+   * 3.69, HND 3.02 / 3.75, e4m3 2.68 / 2.87; B=1 L=8192 64/4 27.7 / 28.8 us (docs/decode.md,
    * 2026-12-04). RoPE (more registers) and single decode were not measured: one buffer. */
   out->v[DECODE_P_PIPELINE] = !single && head_dim == 128 && !rope && jit_decode_can_cap(dtype_kv, head_dim, rows)
                                   ? DECODE_PIPE_CAPPED
