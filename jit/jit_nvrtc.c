@@ -1,5 +1,6 @@
 /* jit_nvrtc.c: the NVRTC backend: dlopen'ed at first compile (never on a cache
- * hit: loading its 100 MB library costs 6-300 ms), cubin out, templates as in-memory headers. */
+ * hit: loading its 100 MB library is slow, docs/runtime.md, figures from comments), cubin
+ * out, templates as in-memory headers. */
 #include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>

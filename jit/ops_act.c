@@ -6,15 +6,15 @@
 #include "ops_act.h"
 
 /* The block shape, measured on the H200 (fi-bench act, and sweeps of block
- * shapes at 16384 x 2*8192, 1024 x 2*14336 and odd sizes):
- * - silu and gelu_tanh with 16-byte accesses: 256 threads x 1 vector,
- *   94-96% of copy at 16384 tokens; small tiles (4 KB of output) also
- *   spread 1024 tokens over every SM: 88% there against 83% for 512 x 2.
+ * shapes at 16384 x 2*8192, 1024 x 2*14336 and odd sizes; figures: docs/ops.md,
+ * figures from comments):
+ * - silu and gelu_tanh with 16-byte accesses: 256 threads x 1 vector; small
+ *   tiles (4 KB of output) also spread 1024 tokens over every SM, ahead of
+ *   512 x 2 there.
  * - gelu's erff is a long dependent chain: 1024 threads hide it (16 bytes:
- *   95% against 89% with 256 threads, whether 1 or 2 vectors each).
+ *   ahead of 256 threads, whether 1 or 2 vectors each).
  * - Narrower accesses (odd sizes or strides): 1024 threads, 8 bytes of
- *   output each per step: 8-byte 90-96%, 4-byte 92-96% (gelu 73%), 2-byte
- *   55-75%; 512 threads, or 16 bytes a thread, lost 4-10 points. */
+ *   output each per step; 512 threads, or 16 bytes a thread, lost. */
 static int threads_for(int act, int access_bytes) {
   return access_bytes >= 16 && act != JIT_ACT_GELU ? 256 : 1024;
 }

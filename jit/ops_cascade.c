@@ -6,11 +6,11 @@
 #include "ops_cascade.h"
 
 /* Block shape and grid, as measured on the H200 at 16384 x 32 x 128 bf16
- * (fi-bench cascade, copy 4.2 TB/s), merge_state / merge_states N=4:
- *   persistent grid, next row prefetched, 256 threads, 2 states a batch: 90.0% / 94.6%
- *   the same with 512 threads:                                          89.5% / 92.1%
- *   a grid of all rows, no prefetch, 256 threads, 4 states a batch:     92.2% / 95.8%
- *   a grid of all rows, no prefetch, 128 threads, 2 states a batch:     96.6% / 98.0%
+ * (fi-bench cascade; figures: docs/ops.md, figures from comments), merge_state
+ * and merge_states N=4, slowest first:
+ *   a persistent grid, next row prefetched, 2 states a batch (512 threads, then 256);
+ *   a grid of all rows, no prefetch, 256 threads, 4 states a batch;
+ *   a grid of all rows, no prefetch, 128 threads, 2 states a batch.
  * The last (the default) needs the fewest registers (48 for merge_state),
  * so the most rows are in flight per SM, and small blocks refill the SMs
  * as they finish. Each macro can be set at build time (-D) for such a sweep. */

@@ -42,18 +42,17 @@ void jit_decode_select(int single, int dtype_q, int dtype_kv, int head_dim, int 
    * accumulators (the whole next step loads during this one; 248 registers, 8 warps an
    * SM); beyond, one buffer (the next K loads while this V is used). At head_dim 128 a
    * 16-bit cache without RoPE takes one buffer with the registers capped at 128
-   * (DECODE_PIPE_CAPPED: 16 warps an SM, twice the loads in flight). H200, bf16 32/8,
-   * nvcc build of the same kernel: B=64 L=4096 4.23 TB/s with 4 warps capped against
-   * 3.92 with 2 warps and two buffers; B=128 L=1024 4.12 with 2 warps capped against
-   * 4.01-4.03 with 1 warp and two buffers. (Head_dim 64 capped spills 192 bytes.) Single
-   * decode keeps two buffers: split, it is batch decode of one request, where few blocks
-   * want loads in flight a warp, not warps an SM (23.4 us capped against 20.8).
+   * (DECODE_PIPE_CAPPED: 16 warps an SM, twice the loads in flight): on the H200 (bf16
+   * 32/8, nvcc build of the same kernel) capped blocks beat two buffers at B=64 L=4096 and
+   * B=128 L=1024 (docs/decode.md, figures from comments). (Head_dim 64 capped spills 192
+   * bytes.) Single decode keeps two buffers: split, it is batch decode of one request,
+   * where few blocks want loads in flight a warp, not warps an SM (capped was slower).
    * Batch decode with 16 rows and no RoPE takes two buffers too, though ptxas spills 16-80
    * bytes there (255 registers): the one-buffer kernel has the same 8 warps an SM and half
-   * the loads in flight. H200, bf16, default against two buffers: 128/8 B=32 L=4096 2.90
-   * against 3.71 TB/s, B=16 L=16384 2.98 / 3.85, 64/4 B=64 L=2048 2.71 / 3.38, 48/4 2.90 /
-   * 3.69, HND 3.02 / 3.75, e4m3 2.68 / 2.87; B=1 L=8192 64/4 27.7 / 28.8 us (BENCHMARKS.md,
-   * 2026-12-04). RoPE (more registers) and single decode were not measured: one buffer. */
+   * the loads in flight. On the H200 two buffers beat the old default at every batched
+   * shape tried (128/8, 64/4, 48/4, HND, e4m3) and lost at B=1 L=8192 (docs/decode.md,
+   * 2026-12-04, and figures from comments). RoPE (more registers) and single decode were
+   * not measured: one buffer. */
   out->v[DECODE_P_PIPELINE] = !single && head_dim == 128 && !rope && jit_decode_can_cap(dtype_kv, head_dim, rows)
                                   ? DECODE_PIPE_CAPPED
                               : head_dim <= 128 && (rows == 8 || (!single && !rope)) ? 1

@@ -22,8 +22,8 @@ static const struct {
 
 /* gamma and beta are read from L1 every row: kept in registers (as floats,
  * the way the compiler hoists their conversions) they cost a block an SM
- * and measured slower in every case (69% against 80% at 8192 x 8192
- * bf16/f32); the key keeps the choice for tuning. */
+ * and measured slower in every case (docs/ops.md, figures from comments);
+ * the key keeps the choice for tuning. */
 static int wreg(int wdtype, int vec, int chunks) {
   (void)wdtype, (void)vec, (void)chunks;
   return 0;
@@ -45,8 +45,8 @@ void jit_layernorm_select(int dtype, int wdtype, int vec, int hidden, int warp, 
   const int full = 16 / jit_dtype_bytes(dtype), wide = vec >= full, v = wide ? full : 1;
   const int nv = hidden / v;
   /* 4 vectors a thread up to blocks of 256, then 8: at hidden 16384 bf16,
-   * one block per row, 256 x 8 measured 86.3% of copy against 83.6% for
-   * 512 x 4 (equal at 8192: 87.9% and 87.8%). */
+   * one block per row, 256 x 8 measured faster than 512 x 4 (level at 8192;
+   * docs/ops.md, figures from comments). */
   int c = 0;
   if (wide && nv <= 4 * (JIT_NORM_MAX_THREADS / 2))
     c = 4;

@@ -44,13 +44,15 @@ static int pow2ceil(int x) {
 
 void jit_rmsnorm_select(int dtype, int vec, int hidden, jit_key *out) {
   /* Two vectors per thread: measured on the H200 at 8192 x 8192 bf16, 512
-   * threads x 2 reached 92% of copy against 88-89% for 256 x 4 and 128 x 8;
+   * threads x 2 ahead of 256 x 4 and 128 x 8 (docs/ops.md, 2026-11-29, runtime
+   * core and fi_rmsnorm);
    * a lower register cap (more blocks per SM) spilled and lost. */
   int nv = (hidden + vec - 1) / vec;
   int threads = pow2ceil((nv + 1) / 2);
   if (threads < 32) threads = 32;
-  /* 1024-thread blocks measured slower (f32 8192 x 8192: 78% against 90%
-   * for 512 x 4): longer rows take more vectors per thread instead. */
+  /* 1024-thread blocks measured slower than 512 x 4 (f32 8192 x 8192;
+   * docs/ops.md, 2026-11-29, runtime core and fi_rmsnorm): longer rows take
+   * more vectors per thread instead. */
   if (threads > 512) threads = 512;
   int chunks = pow2ceil((nv + threads - 1) / threads);
   const int row_bytes = chunks * vec * jit_dtype_bytes(dtype);
@@ -175,7 +177,8 @@ static int norm_wreg(const jit_op *op, int dtype, int vec, int chunks) {
   const int row_bytes = chunks * vec * jit_dtype_bytes(dtype) * (is_residual(op) ? 2 : 1);
   /* From 4 vectors on a block does one row (rt_norm_launch): nothing to keep
    * the weight for, and held as floats it cost bf16 gemma_rmsnorm at 8192 a
-   * block an SM (85.5% of copy against 89.5% before the block-per-row change). */
+   * block an SM, and bandwidth against the kernel before the block-per-row change
+   * (docs/ops.md, sixth session, norms one block per row). */
   return chunks > 0 && chunks < 4 && row_bytes <= ROW_BYTES_PER_THREAD / 2;
 }
 
@@ -191,11 +194,11 @@ static void norm_key(const jit_op *op, int dtype, int vec, int chunks, jit_key *
 
 /* Four vectors per thread where that leaves a block of at least two warps:
  * rt_norm_launch then runs one block per row (no prefetch). That measured
- * 1.5-6 points of copy above 2 prefetching vectors on resident blocks at
- * every hidden size from 2048 to 16384 (bf16: 8192 x 8192 gemma 88.7%
- * against 87.0%, fused_add 93.4% against 91.6%). Shorter rows keep two
- * vectors on resident blocks (at hidden 128 a block of 32 threads per row
- * ran at a third of the speed), longer ones take two passes. The block is
+ * faster than 2 prefetching vectors on resident blocks at every hidden size
+ * from 2048 to 16384 (docs/ops.md, sixth session, norms one block per row,
+ * and figures from comments). Shorter rows keep two vectors on resident
+ * blocks (at hidden 128 a block of 32 threads per row ran far slower),
+ * longer ones take two passes. The block is
  * trimmed to the row (a multiple of the warp), not rounded up to a power
  * of two: hidden 5120 runs 160 threads, all busy. */
 static int norm_shape(int wide, int vec, int hidden, int warp, int *chunks) {

@@ -226,8 +226,8 @@ static int wg_four_ok(const int64_t *v) {
   return d == 128 && wg == 2 && kt == 64;
 }
 /* Three stages for head_dim 64's three consumers with 128-token tiles and the ping-pong
- * (198 KB with P's tiles), its default: on the H200 +0.8% to +1.7% over two stages
- * (BENCHMARKS.md, fourteenth session). */
+ * (198 KB with P's tiles), its default: on the H200 ahead of two stages
+ * (docs/prefill.md, fourteenth session). */
 static int wg_three_ok(const int64_t *v) {
   return v[PREFILL_WG_P_HEAD_DIM] == 64 && v[PREFILL_WG_P_WARPGROUPS] == 3 && v[PREFILL_WG_P_KV_TILE] == 128 &&
          v[PREFILL_WG_P_PRODUCER] == 2;

@@ -11,7 +11,8 @@ FI_DEVICE float act_fn(float x) {
   if (ACT == 0) return __fdividef(x, 1.0f + __expf(-x));
   // erff, as PyTorch's and FlashInfer's gelu: erfcf(-x / sqrt 2) would keep
   // the relative accuracy of the far negative tail (1 + erff cancels there to
-  // ~1e-7 absolute) but measured 2.8 TB/s against 4.0 on the H200.
+  // ~1e-7 absolute) but measured far slower on the H200 (docs/ops.md, figures
+  // from comments).
   if (ACT == 1) return 0.5f * x * (1.0f + erff(x * 0.70710678118654752f));
   // 0.5 x (1 + tanh(u)) is exactly x / (1 + exp(-2u)): one exp and a reciprocal
   // instead of tanhf. 2u = 2 sqrt(2/pi) (x + 0.044715 x^3).

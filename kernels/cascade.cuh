@@ -73,8 +73,9 @@ FI_DEVICE cas_w2 cas_weights2(float sa, float sb) {
 // 16 bytes of T held in registers as 4 raw words and converted only where
 // used. Split into 16-bit halves at its load, a vector puts the load's first
 // consumer (and the stall for it) right after the load, and takes twice the
-// registers: measured with the prefetching kernel, bf16 ran at 80% of copy
-// that way (80 registers) and at 90% as words (58), like f32.
+// registers: measured with the prefetching kernel, bf16 ran slower that way
+// (80 registers) than as words (58), like f32 (docs/ops.md, figures from
+// comments).
 typedef fi_vec<uint32_t, 4> cas_w16;
 
 // EPW elements of T per word: get() unpacks a word to floats, put() packs.

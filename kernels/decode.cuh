@@ -267,9 +267,10 @@ FI_DEVICE void decode_heads(const fi_decode_params &p) {
 
   // Per sub-step u: K of tokens g and 8 + g, V of tokens 2c, 2c+1, 8+2c, 9+2c. A 16-bit
   // cache is read with the hinted load under an L2 policy, evict-first unless p.kv_evict
-  // is 0 (decode_mma.cuh), except by 2-warp blocks: NVRTC's 2-warp kernel ran 5% slower with the
-  // hinted load at B=64 (3.84-3.85 TB/s against 4.06 with the plain one, either policy;
-  // its 1- and 4-warp kernels 1.5-2.5% faster), so it and fp8 caches load plainly.
+  // is 0 (decode_mma.cuh), except by 2-warp blocks: NVRTC's 2-warp kernel ran slower with the
+  // hinted load at B=64 than with the plain one, either policy (its 1- and 4-warp kernels
+  // faster; docs/decode.md, eighth session, the KV loads under an L2 evict-first policy),
+  // so it and fp8 caches load plainly.
   constexpr bool KV_HINT = !FP8 && WARPS != 2;
   const uint64_t kv_pol = KV_HINT ? l2_kv_policy(p.kv_evict) : 0;
   auto load_k = [&](int64_t off, uint32_t (&kr)[SUB][2][NQ][4]) {

@@ -12,7 +12,8 @@ namespace dec {
 // from lo, in at most two rounds of two tokens a thread, each only while the previous
 // grid still runs (*go unset): with no early start (a previous kernel that does not
 // trigger, or one already done) warp 0's wait returns at once and a round would only hold
-// the block up, 4-5% at B <= 4 (H100) when round 0 was unconditional. Unrolled and
+// the block up at B <= 4 (H100) when round 0 was unconditional (docs/decode.md,
+// twenty-eighth session). Unrolled and
 // loop-free on purpose: a loop here, or any spin or sleep before it, made ptxas spill in
 // the capped kernel's main loop.
 template <typename KVT, int DE, int SINGLE, int WARPS>

@@ -14,7 +14,8 @@ namespace dec {
 // acq_rel atomic at device scope: its release publishes what the barrier ordered before
 // it, its acquire what the next barrier orders after it (the arrive/wait pattern of
 // CUTLASS's generic barrier), in place of a fence in every thread on each side of a
-// relaxed atomic: 0.3-0.5 us less at B = 1 (H100, lab/decode_trace). HIP keeps the
+// relaxed atomic: faster at B = 1 (H100, lab/decode_trace; docs/decode.md, twenty-ninth
+// session §2). HIP keeps the
 // fences, untested on the new pattern.
 FI_DEVICE void split_publish() {
 #if !FI_CUDA

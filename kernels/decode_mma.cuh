@@ -220,11 +220,12 @@ FI_DEVICE void ldg_nc(const void *p, uint32_t (&r)[N]) {
 }
 
 // ldg_nc with an L2 cache-hint policy (evict-first: the KV cache is read once a run, and
-// should not push out what is read again). On the H200 the nvcc-built decode ran 4% faster
+// should not push out what is read again). On the H200 the nvcc-built decode ran faster
 // with the hinted load than with the plain one (B=64 and B=128 bf16, level with its loads
-// alone), an fp8 cache 2% slower; in fi-bench evict-first and evict-normal through this
+// alone), an fp8 cache slower; in fi-bench evict-first and evict-normal through this
 // instruction measured level, so the gain is the instruction's, not the policy's (not
-// understood). Only 16-bit caches use it, and not every block size (decode.cuh).
+// understood; docs/decode.md, eighth session, the KV loads under an L2 evict-first
+// policy). Only 16-bit caches use it, and not every block size (decode.cuh).
 // ROCm: plain loads. The policy: evict-first, or evict-normal (a plain load's).
 FI_DEVICE uint64_t l2_kv_policy(int evict_first) {
   uint64_t pol = 0;

@@ -73,9 +73,10 @@ FI_DEVICE void layernorm(const fi_norm_params &p) {
 
   if constexpr (CHUNKS > 0) {
     // No prefetch of the next row: rt_norm_launch runs one block per row
-    // (4 or 8 vectors a thread), which measured 92.5% of copy at 8192 x
-    // 8192 bf16 against 86.5% for resident blocks looping over rows, and
-    // those had measured 87% against 72% for 512 x 2 prefetching ones.
+    // (4 or 8 vectors a thread), which measured faster at 8192 x 8192 bf16
+    // than resident blocks looping over rows, and those had measured faster
+    // than 512 x 2 prefetching ones (docs/ops.md, sixth session, norms one
+    // block per row, and figures from comments).
     constexpr int C = CHUNKS;
     fi_vec<G, VEC> gv[WREG ? C : 1], bv[WREG ? C : 1];
     fi_vec<T, VEC> x[C];

@@ -38,7 +38,7 @@ template <typename TI, typename TC, int LAYOUT, int VEC, int THREADS>
 FI_DEVICE void append_paged_kv(const fi_append_paged_kv_params &p) {
   constexpr int ACCESS = VEC * (int)sizeof(TI);
   // 16-byte accesses into a 16-bit cache: one vector of K and V a thread on a
-  // block per tile (78.5% of memcpy in lab/membench against 76.1% for two).
+  // block per tile (ahead of two in lab/membench: docs/ops.md, figures from comments).
   constexpr int CHUNKS = ACCESS >= 16 ? (sizeof(TC) == sizeof(TI) ? 1 : 2)
                                       : 32 / ACCESS > 16 ? 16 : 32 / ACCESS;
   constexpr uint32_t TILE = (uint32_t)THREADS * CHUNKS;
@@ -105,8 +105,9 @@ FI_DEVICE void append_paged_kv(const fi_append_paged_kv_params &p) {
           vo.v[i] = page_cvt<TC, TI>::run(v[c].v[i], p.v_inv_scale);
         }
         // Evict-first: plain stores (kept in L2 for a decode step that
-        // reads the cache right after) measured 72.8% of copy at 8192
-        // tokens against 76.0%; evict-first lines still sit in L2 until
+        // reads the cache right after) measured slower at 8192 tokens
+        // (docs/ops.md, 2026-11-30, issue 5's memory-bound ops again);
+        // evict-first lines still sit in L2 until
         // something needs the room, so a small decode append keeps them.
         fi_store_stream<TC, VEC>(kc + kdst, ko);
         fi_store_stream<TC, VEC>(vc + vdst, vo);

@@ -474,7 +474,8 @@ FI_DEVICE void prefill_wgmma(const fi_prefill_kparams &p) {
     // Token offsets of tile t's rows (tokens past kv_hi repeat the last one: finite values,
     // masked out) in s_off[t % 3], written two tiles ahead from page ids read before the
     // barrier, so no load of a tile waits on the page table (read per 16-byte chunk, with a
-    // division, it held paged K/V at ~180 TFLOP/s against 280 contiguous). Three tables:
+    // division, it held paged K/V far below contiguous: docs/prefill.md, figures from
+    // comments). Three tables:
     // tile t's is read at iterations t - 1 and t (K, then V, when overlapped).
     int64_t *const s_off =
         reinterpret_cast<int64_t *>(wg_smem + (sbase - smem_addr(wg_smem)) + QREG + 2 * NS * KV_BYTES + PREG);
@@ -529,7 +530,8 @@ FI_DEVICE void prefill_wgmma(const fi_prefill_kparams &p) {
     // CH rows a step), so the row's swizzle (row % 8) is fixed a thread and each
     // destination an immediate offset; the source row (token r / G, head r % G) advances
     // by RS packed rows a step without a division (once a unit: the unit boundary is on
-    // the consumers' path, and the per-chunk form cost ~5000 cycles there).
+    // the consumers' path, and the per-chunk form was slow there: docs/prefill.md,
+    // figures from comments).
     auto load_q_prod = [&]() {
       constexpr int RS = 128 / CH, NQ = QT / RS;
       static_assert(!WS || (128 % CH == 0 && RS % 8 == 0 && 64 % RS == 0), "Q rows a step");
@@ -686,7 +688,8 @@ FI_DEVICE void prefill_wgmma(const fi_prefill_kparams &p) {
     auto softmax = [&](int t, float (&alpha)[2], const int MM, const bool CAPOK) {
       // t made opaque: at the first turn (t == ta, invariant in the unit's loop) ptxas
       // otherwise hoists the whole mask (~650 instructions of bit-packed predicates) to
-      // the unit's start, where every unit paid ~3000 cycles for it, masked or not.
+      // the unit's start, where every unit paid for it, masked or not (docs/prefill.md,
+      // figures from comments).
       asm volatile("" : "+r"(t));
       const int j0 = kv_lo + t * KT;
       const bool masked = MM == 1 || (MM == 2 && (j0 < in_lo || j0 + KT > in_hi));
@@ -917,7 +920,8 @@ FI_DEVICE void prefill_wgmma(const fi_prefill_kparams &p) {
     // With a producer and no split, O goes through this warpgroup's slice of the unit's Q
     // buffer (free: every wgmma of the unit has completed), so that each warp stores its
     // 16 rows with 16-byte stores, a row's bytes by consecutive lanes, instead of 4-byte
-    // pieces of 8 rows an instruction (which held a unit's epilogue at ~5000 cycles); the
+    // pieces of 8 rows an instruction (which held a unit's epilogue long: docs/prefill.md,
+    // ninth session, and figures from comments); the
     // buffer goes back to the producer (the unit after next) once copied out.
     if (WS && pend_rlast >= 0) copy_out();  // this warpgroup had no turn in this unit
     const bool staged = WS && nchunks <= 1;

@@ -128,10 +128,11 @@ FI_DEVICE void rmsnorm_impl(const P &p) {
     constexpr int C = CHUNKS;
     // Up to 2 vectors a thread, the next row's input and residual are loaded
     // first thing in each iteration, into a second buffer: issued after the
-    // residual's stores instead, they measured 77% of copy against 94% at
-    // 8192 x 8192 bf16. From 4 vectors on, one row's loads (8 a thread) keep
-    // enough bytes in flight, and the registers a second buffer would take
-    // are better left to occupancy: no prefetch (90% against 71% at hidden 16384).
+    // residual's stores instead, they measured far slower at 8192 x 8192
+    // bf16. From 4 vectors on, one row's loads (8 a thread) keep enough bytes
+    // in flight, and the registers a second buffer would take are better left
+    // to occupancy: no prefetch (faster at hidden 16384; docs/ops.md, figures
+    // from comments).
     constexpr bool PREFETCH = C < 4;
     constexpr int CN = PREFETCH ? C : 1;
     fi_vec<T, VEC> wv[WREG ? C : 1], x[C], rs[C], xn[CN], rsn[CN];
@@ -201,9 +202,10 @@ FI_DEVICE void rmsnorm_impl(const P &p) {
     // fi_rmsnorm (THREADS > 0) and blocks of up to 2 vectors a thread load
     // the next row while reducing this one. The launch-sized kernels with 4
     // or more run one block per row (rt_norm_launch), so there is no next
-    // row: a block per row without the second buffer measured 88.7% of copy
-    // at 8192 x 8192 bf16 (gemma) against 87.0% for 512 x 2 prefetching
-    // resident blocks, and 88.8% against 86.2% at hidden 16384.
+    // row: a block per row without the second buffer measured faster than
+    // 512 x 2 prefetching resident blocks at 8192 x 8192 bf16 (gemma) and at
+    // hidden 16384 (docs/ops.md, sixth session, norms one block per row, and
+    // figures from comments).
     constexpr bool PREFETCH = THREADS > 0 || C < 4;
     constexpr int CN = PREFETCH ? C : 1;
     fi_vec<T, VEC> wv[WREG ? C : 1], x[C], xn[CN];

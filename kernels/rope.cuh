@@ -107,8 +107,9 @@ FI_DEVICE void rope(const fi_rope_params &p) {
         const float lo = fmaf(fp, f, -ang);
         // Reduced to [-pi, pi] in double (k 2pi is exact to ~1e-11 rad for
         // any 31-bit position), where the hardware __sincosf is accurate to
-        // 2^-21 absolute: the full sincosf's range reduction cost 6% of
-        // the bandwidth against a precomputed cos_sin_cache.
+        // 2^-21 absolute: the full sincosf's range reduction cost bandwidth
+        // against a precomputed cos_sin_cache (docs/ops.md, second session,
+        // and figures from comments).
         const float kf = rintf(ang * 0.159154943091895336f);
         const float r = (float)(((double)ang - (double)kf * 6.283185307179586477) + (double)lo);
         __sincosf(r, &sn[i], &c[i]);

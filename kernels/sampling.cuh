@@ -24,8 +24,9 @@
 //     then rounds of at most 4096 bins over what is left of the range, so a row whose
 //     values span few octaves still spreads over many bins.
 // Histograms are 32-bit shared-memory counters: a 64-bit shared atomic add is a
-// compare-and-swap loop (a first version with 64-bit counters ran these ops 1.5-8x slower
-// on the H200, before the warp aggregation and the finer first level were added too);
+// compare-and-swap loop (a first version with 64-bit counters ran these ops much
+// slower on the H200, before the warp aggregation and the finer first level were added
+// too: docs/sampling.md, figures from comments);
 // masses carry into a second 32-bit word. Every pass after the first re-reads the row, which the
 // first pass left in L2 (64 rows of 128256 floats: 33 MB of the H200's 60 MB).
 //

@@ -84,7 +84,7 @@ int64_t rt_decode_partition(int batch, const int32_t *indptr, const int32_t *las
 /* Below this many attended tokens single decode runs unsplit: the split's fixed costs (the
  * scratch and the merge launch) would eat its gain. H100, 32/8 bf16, split against unsplit:
  * 512 tokens 10.8 us against 14.3-14.6, 2048 13.0 against 43.3, 8192 21.4 against 155
- * (BENCHMARKS.md, 2026-12-06, thirty-third session); shorter lengths were not measured. */
+ * (docs/decode.md, 2026-12-06, thirty-third session); shorter lengths were not measured. */
 #define RT_SINGLE_SPLIT_MIN_TOKENS 512
 
 /* Single decode's split: from RT_SINGLE_SPLIT_MIN_TOKENS tokens attended (L, or the window), cut into at most one

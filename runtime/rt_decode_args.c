@@ -131,7 +131,7 @@ int rt_dec_pre_prefetch(void) {
  * kernel, fi-bench in one process: 32/32 B=64 L=4096 -1.0%, B=16 L=16384 -0.7%, 8/8 HND
  * -1.7%; as this default, in separate processes: -0.7%, -0.7%, -1.7%, the GQA rows level;
  * on a second H100, whose capped kernel reads 99.5% of the probe at B=64: -0.2%, 0, -1.2%.
- * Groups 2 and 4 were level or slower (+8.5% at 4): they keep the mma kernel (BENCHMARKS.md,
+ * Groups 2 and 4 were level or slower (+8.5% at 4): they keep the mma kernel (docs/decode.md,
  * 2026-12-05 and 2026-12-06). */
 int rt_dec_pick_simt(int pipeline, int kv_dtype, int head_dim, int group, int rope) {
   return pipeline == DECODE_PIPE_CAPPED && group == 1 && jit_decode_can_simt(kv_dtype, head_dim, group, rope);

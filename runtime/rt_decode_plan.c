@@ -42,7 +42,7 @@ int rt_decode_pick_warps(int kv_dtype, int64_t requests, int num_kv_heads, int64
  * request in two for the same fill, and for short requests that merge costs more than the
  * capped loop gains: bf16 32/8 on the H200, two buffers against capped, B=32 L=512 +10%,
  * L=1024 +4.6%, L=2048 +2.3%, L=4096 level, L=8192 -1.7%; B=28 L=1024 +4%; 64/4 heads
- * B=64 L=1024 +5%; B=24 (73% of the wave) L=1024 level, L=2048 -5% (BENCHMARKS.md,
+ * B=64 L=1024 +5%; B=24 (73% of the wave) L=1024 level, L=2048 -5% (docs/decode.md,
  * 2026-12-04, equal lengths). Only for lengths near equal (the longest within 5/4 of the
  * mean): whole requests on two buffers put the longest on one block, where the capped plan
  * cuts it to the chunk of the rest. mean_tokens <= 0 (a CUDA-graph plan, whose kernel may
@@ -71,7 +71,7 @@ int rt_decode_pick_pipeline(int pipeline, int64_t requests, int sms, int block_h
  * B=8 3.03 / 2.90. Not so for one request at 8 KV heads (66 chunks) 1.49 / 1.59, 16/4 B=3
  * (44 chunks) level, and every group of 8, level or lost: 64/8 B=2 2.10 / 2.24, B=4 L=4096
  * 2.28 / 2.30, 32/4 B=2 1.20 / 1.50, B=4 2.09 / 2.24, B=8 level, 8/1 B=8 1.22 / 1.54
- * (BENCHMARKS.md, 2026-12-04). */
+ * (docs/decode.md, 2026-12-04). */
 int rt_decode_switched_warps(int64_t requests, int sms, int block_heads, int group) {
   const int64_t s = sms > 0 ? sms : 1, heads = block_heads > 0 ? block_heads : 1;
   const int wide = group <= 4 && too_few_for_capped(requests, sms, block_heads) &&
@@ -99,7 +99,7 @@ int rt_decode_kv_pair(int kv_dtype, int head_dim, int num_qo_heads, int num_kv_h
  * 3.63, B=16 L=8192 3.86 / 3.82; so do chunks above 256 tokens filling 73% of the wave:
  * B=24 L=2048 (1024 tokens) 3.16 / 3.04, L=1024 (512) level, MHA B=6 L=1024 (512) 2.76 /
  * 2.69. Groups of 8 are level: 64/8 B=16 L=1024 2.33 / 2.35, L=2048 2.97 / 2.95
- * (BENCHMARKS.md, 2026-12-04). */
+ * (docs/decode.md, 2026-12-04). */
 int rt_decode_short_chunks(int64_t items, int64_t requests, int64_t chunk_tokens, int block_heads, int sms,
                            int group) {
   const int64_t wave = (int64_t)(sms > 0 ? sms : 1) * RT_DECODE_MAX_BLOCKS_PER_SM;

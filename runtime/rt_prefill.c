@@ -128,18 +128,18 @@ void rt_prefill_wgmma_key(int single, int dt, int D, int64_t rows, int64_t maxkv
   /* head_dim 64 above 2048 rows: three consumers (q tile 192) and 128-token tiles, P
    * through shared memory (with the ping-pong and three stages: below): on the H200, 4 x 8192 32/8
    * 352.7 / 374.8 TFLOP/s causal / full against 318.8 / 327.2 with the 64-token tiles
-   * and ping-pong of three it replaced (BENCHMARKS.md, tenth session). */
+   * and ping-pong of three it replaced (docs/prefill.md, tenth session). */
   if (D == 64 && rows > 2048) qt = 192, kt = 128;
   /* Batch prefill at head_dim 128 with 512-2048 rows: two consumers, 64-token tiles
    * and four stages: on the H200, causal, 8-23% over one consumer at 512 (64 x 128
    * 32/8, 32 x 512 32/32), 1024 (32 x 256 32/8, 64 x 1024 32/32) and 2048 rows (16 x
    * 512 32/8, 16 x 2048 32/32), e.g. 64 x 1024 32/32 252.0 TFLOP/s against 228.7; at
-   * 4096 rows level with two consumers and 128-token tiles, which stay (BENCHMARKS.md,
+   * 4096 rows level with two consumers and 128-token tiles, which stay (docs/prefill.md,
    * seventh session, h7pre). Since the ninth session's kernel (shorter unit
    * boundaries), only where no request attends more than 512 tokens (maxkv; -1: not
    * known, CUDA-graph mode, whose key must not change between plans): 64 x 1024 32/32
    * 321.4 TFLOP/s with 2x128 against 306.4, 16 x 2048 32/32 377.8 against 352.7, but 32
-   * x 256 32/8 147.4 against 154.6 and 512-token requests level (BENCHMARKS.md, ninth
+   * x 256 32/8 147.4 against 154.6 and 512-token requests level (docs/prefill.md, ninth
    * session). */
   const int mid = !single && D == 128 && rows >= 512 && rows <= 2048, four = mid && maxkv <= 512;
   if (four) qt = 128, kt = 64;
@@ -153,7 +153,7 @@ void rt_prefill_wgmma_key(int single, int dt, int D, int64_t rows, int64_t maxkv
    * 64's three consumers with 128-token tiles also take three K / V stages: on the H200
    * (nvcc harness, 32/8 causal) 4 x 8192 383.2 TFLOP/s against 377.8 without the
    * ping-pong and 380.2 with it on two stages, 64 x 2048 +1.7%, 256 x 1024 +0.9% over
-   * the ping-pong on two (BENCHMARKS.md, fourteenth session). Before, the ping-pong
+   * the ping-pong on two (docs/prefill.md, fourteenth session). Before, the ping-pong
    * was taken only where no request attended more than 2048 KV tokens (thirteenth
    * session); with three stages it wins at every length, so the rule is gone. */
   int wsel = 2;
@@ -166,7 +166,7 @@ void rt_prefill_wgmma_key(int single, int dt, int D, int64_t rows, int64_t maxkv
   if ((se && atoi(se) == 3) || !(se && *se)) jit_prefill_wgmma_stages(key, 3);
   /* The soft cap's code only in the kernels of calls that have one: without it the
    * 2x128 kernel is 80 KB of code instead of 141 and a unit's first tile takes half
-   * the time (BENCHMARKS.md, ninth session). */
+   * the time (docs/prefill.md, ninth session). */
   jit_prefill_wgmma_soft_cap(key, cap);
 }
 

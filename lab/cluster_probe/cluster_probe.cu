@@ -5,7 +5,7 @@
 // threads, cluster size C) prints the SMs used, the most blocks on one SM, the launch's
 // time (one spin is about 100 us: twice that means a second wave) and cluster 0's SMs.
 // Why: the twenty-second session's answer to "can split-KV merge in clusters use every
-// SM?" (BENCHMARKS.md). Built with nvcc (make build/cluster-probe), run on the GPU machine.
+// SM?" (docs/decode.md). Built with nvcc (make build/cluster-probe), run on the GPU machine.
 #include <cuda_runtime.h>
 #include <algorithm>
 #include <cstdio>

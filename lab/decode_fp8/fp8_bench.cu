@@ -8,7 +8,7 @@
 // (blocks' starts and ends, warps' loop ends, blocks an SM) and the relative error of
 // some against a float64 CPU reference (3 requests). Built with nvcc from a patched copy
 // of kernels/decode.cuh (make build/decode-fp8-bench); the runtime's kernels are
-// untouched. Its rankings of fp8 blocks have not matched NVRTC's builds (BENCHMARKS.md,
+// untouched. Its rankings of fp8 blocks have not matched NVRTC's builds (docs/decode.md,
 // sixteenth session): check a change in fi-bench too.
 // Usage: decode-fp8-bench [all] (on the GPU machine): e4m3 at B = 64 and the capped bf16
 // kernel; with "all", the bf16 variants at B = 64 and 128 and B = 64 at L = 2048 and 8192.
