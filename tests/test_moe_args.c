@@ -142,3 +142,88 @@ FT_TEST(moe_routing_keys_registered) {
           FT_REQUIRE(op_registers(&jit_op_moe_routing, &k), "E=%d warp %d dtype %d method %d", e, warp, dts[d], m);
         }
 }
+
+/* fi_moe_max_tiles: the closed form, by brute force over small cases: the most tiles any
+ * split of R routes over L experts needs is reached and never passed. */
+FT_TEST(moe_max_tiles_is_the_tight_bound) {
+  for (int L = 1; L <= 9; L++)
+    for (int T = 1; T <= 4; T *= 2)
+      for (int R = 0; R <= 40; R++) {
+        /* the most tiles: as many experts as possible with one route past a multiple of T */
+        int64_t best = 0;
+        for (int n = 1; n <= L && n <= R; n++) { /* n nonempty experts */
+          const int64_t rest = R - n; /* n routes of 1, then whole tiles of T spread as they fit */
+          const int64_t tiles = n + rest / T;
+          if (tiles > best) best = tiles;
+        }
+        FT_CHECK(fi_moe_max_tiles(R, 1, L, T) == best, "R=%d L=%d T=%d: %lld vs %lld", R, L, T,
+                 (long long)fi_moe_max_tiles(R, 1, L, T), (long long)best);
+      }
+  FT_CHECK(fi_moe_max_tiles(4096, 8, 256, 128) == (32768 + 127 * 256) / 128);
+  FT_CHECK(fi_moe_max_tiles(3, 2, 32, 64) == 6);
+  FT_CHECK(fi_moe_max_tiles(-1, 8, 256, 128) == -1 && fi_moe_max_tiles(8, 0, 256, 128) == -1 &&
+           fi_moe_max_tiles(8, 8, 0, 128) == -1 && fi_moe_max_tiles(8, 8, 8, 0) == -1);
+}
+
+FT_TEST(moe_sort_arguments) {
+  fi_runtime *rt = mem_runtime();
+  FT_REQUIRE(rt);
+  const int64_t T = 100, K = 8, MT = fi_moe_max_tiles(T, 8, 32, 128);
+  tens ids, ws, te, mn, e2p, p2e, nt, tp;
+  char *a = (char *)ADDR;
+  mk(&ids, a, kDLInt, 32, 2, T, K, kDLCUDA);
+  mk(&ws, a + (1 << 20), kDLUInt, 8, 1, 1 << 16, 0, kDLCUDA);
+  mk(&te, a + (2 << 20), kDLInt, 32, 1, MT, 0, kDLCUDA);
+  mk(&mn, a + (3 << 20), kDLInt, 32, 1, MT, 0, kDLCUDA);
+  mk(&e2p, a + (4 << 20), kDLInt, 32, 2, T, K, kDLCUDA);
+  mk(&p2e, a + (5 << 20), kDLInt, 32, 1, MT * 128, 0, kDLCUDA);
+  mk(&nt, a + (6 << 20), kDLInt, 32, 1, 1, 0, kDLCUDA);
+  mk(&tp, a + (6 << 20) + 256, kDLInt, 32, 1, 1, 0, kDLCUDA);
+  fi_moe_sort_outputs o = {&te.t, &mn.t, &e2p.t, &p2e.t, &nt.t, &tp.t};
+  fi_moe_sort_params p = {256, 64, 32, 128};
+  poison_error();
+  fi_status st = fi_moe_sort(rt, &ids.t, &p, &ws.t, &o, NULL);
+  FT_CHECK(st == FI_ERR_NO_DEVICE || st == FI_ERR_DEVICE, "%s: %s", fi_status_string(st), fi_last_error());
+#define SORT_BAD(...)                                                                               \
+  do {                                                                                              \
+    poison_error();                                                                                 \
+    fi_status s_ = fi_moe_sort(rt, &ids.t, &p, &ws.t, &o, NULL);                                    \
+    FT_CHECK(s_ == FI_ERR_INVALID_ARGUMENT && names_all(fi_last_error(), NAMES(__VA_ARGS__)), "%s: %s", \
+             fi_status_string(s_), fi_last_error());                                                \
+  } while (0)
+  p.tile_size = 100;
+  SORT_BAD("tile_size");
+  p.tile_size = 128, p.local_num_experts = 257;
+  SORT_BAD("local_num_experts");
+  p.local_num_experts = 32, p.local_expert_offset = 240;
+  SORT_BAD("local_expert_offset", "num_experts");
+  p.local_expert_offset = 64;
+  mn.shape[0] = MT - 1;
+  SORT_BAD("tile_idx_to_mn_limit", "shape");
+  mn.shape[0] = MT;
+  p2e.shape[0] = MT * 64;
+  SORT_BAD("permuted_idx_to_expanded_idx");
+  p2e.shape[0] = MT * 128;
+  e2p.t.dtype = (DLDataType){kDLInt, 64, 1};
+  SORT_BAD("expanded_idx_to_permuted_idx", "int32");
+  e2p.t.dtype = (DLDataType){kDLInt, 32, 1};
+  tp.t.data = nt.t.data;
+  SORT_BAD("num_non_exiting_tiles", "total_num_padded_tokens", "overlap");
+  tp.t.data = a + (6 << 20) + 256;
+  ws.shape[0] = 16;
+  SORT_BAD("workspace", "fi_moe_sort_workspace_size");
+  ws.shape[0] = 1 << 16;
+  ws.t.byte_offset = 8;
+  SORT_BAD("workspace", "aligned");
+  ws.t.byte_offset = 0;
+  ids.t.device.device_type = kDLCPU;
+  SORT_BAD("expert_ids", "kDLCPU");
+  ids.t.device.device_type = kDLCUDA;
+  poison_error();
+  FT_CHECK(fi_moe_sort(rt, &ids.t, &p, &ws.t, NULL, NULL) == FI_ERR_INVALID_ARGUMENT && strstr(fi_last_error(), "out"));
+  size_t bytes = 0;
+  FT_CHECK(fi_moe_sort_workspace_size(rt, 16384, 8, &p, &bytes) == FI_OK && bytes >= 32 * 32 * 4 && bytes % 256 == 0,
+           "%zu", bytes);
+  FT_CHECK(fi_moe_sort_workspace_size(rt, 16384, 8, &p, NULL) == FI_ERR_INVALID_ARGUMENT);
+  fi_runtime_destroy(rt);
+}
