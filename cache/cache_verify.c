@@ -233,9 +233,9 @@ static int verify_rebuild(cache_store *s, cache_verify_report *rep, char *err, s
   if (ret == CACHE_OK) ret = cache_store_open(tmp, CACHE_OPEN_ROLLBACK, &n, err, errlen);
   int64_t found = 0, copied = 0;
   if (ret == CACHE_OK) {
-    pthread_mutex_lock(&n->mu);
+    cache_lock(n);
     ret = rebuild_copy(s, n, &found, &copied, err, errlen);
-    pthread_mutex_unlock(&n->mu);
+    cache_unlock(n);
   }
   cache_store_close(n);
   /* The new file gets the old one's mode: a shared or shipped cache stays so. */
@@ -283,7 +283,7 @@ int cache_store_verify(cache_store *s, int repair, cache_verify_report *rep, cha
   }
   memset(rep, 0, sizeof *rep);
   if (repair && !cache_writable(s, "repair", err, errlen)) return CACHE_ERR;
-  pthread_mutex_lock(&s->mu);
+  cache_lock(s);
   rowids bad = {0};
   int damaged = 0;
   /* Repair holds the write lock from the check to the fix: the rows it
@@ -301,7 +301,7 @@ int cache_store_verify(cache_store *s, int repair, cache_verify_report *rep, cha
     if (ret == CACHE_OK) ret = cache_checkpoint(s, err, errlen);
   }
   cache_rollback(s);
-  pthread_mutex_unlock(&s->mu);
+  cache_unlock(s);
   free(bad.v);
   return ret;
 }
