@@ -139,10 +139,16 @@ static fi_status compile_and_store(fi_runtime *rt, cache_store *store, const jit
   char abi[32];
   snprintf(abi, sizeof abi, "%d.%d", FI_KERNEL_ABI_VERSION, JIT_CACHE_FORMAT);
   rec.abi = abi;
-  int put_rc = cache_store_put(store, &rec, err, sizeof err);
+  /* A user cache that can only be read (a read-only filesystem) keeps new
+   * kernels in memory, as said once when it was opened. */
+  int ro = cache_store_readonly(store);
+  int put_rc = ro ? CACHE_ERR : cache_store_put(store, &rec, err, sizeof err);
+  if (ro) snprintf(err, sizeof err, "the cache %s can only be read", rt->cache_path);
   if (put_rc == CACHE_OK)
     rt_log(rt, RT_LOG_DEBUG, "stored %s at %lld", canon, wall_us());
-  if (put_rc != CACHE_OK) {
+  if (put_rc != CACHE_OK && ro) {
+    rt_log(rt, RT_LOG_DEBUG, "%s compiled; %s", canon, err);
+  } else if (put_rc != CACHE_OK) {
     rt_log(rt, RT_LOG_WARN, "storing %s failed (%s); it stays in memory for this process", canon,
            err);
     /* Release the claim, or other processes would wait for a row that never comes. */
