@@ -223,6 +223,7 @@ typedef struct walk {
   char *resolved; /* absolute path of the directory dfd, without links */
   size_t len, cap;
   int dfd;
+  struct stat st; /* what dfd is, taken when it was opened */
 } walk;
 
 static int walk_push(walk *w, const char *name) {
@@ -254,9 +255,8 @@ static int walk_root(walk *w, char *err, size_t errlen) {
   }
   strcpy(w->resolved, "/");
   w->len = 1;
-  struct stat st;
-  if (fstat(w->dfd, &st) != 0 || !owner_ok(st.st_uid, CACHE_PATH_ROOT_OK) ||
-      writable_by_others(&st, 0)) {
+  if (fstat(w->dfd, &w->st) != 0 || !owner_ok(w->st.st_uid, CACHE_PATH_ROOT_OK) ||
+      writable_by_others(&w->st, 0)) {
     cache_seterr(err, errlen, "the root directory can be written by other users");
     return CACHE_ERR;
   }
@@ -320,7 +320,7 @@ int cache_path_secure(const char *path, int flags, mode_t dir_mode, mode_t file_
     cache_seterr(err, errlen, "%s: refusing to create it writable by other users", path);
     return CACHE_ERR;
   }
-  walk w = {malloc(PATH_MAX + 2), 0, PATH_MAX + 2, -1};
+  walk w = {.resolved = malloc(PATH_MAX + 2), .cap = PATH_MAX + 2, .dfd = -1};
   pending pd = {malloc(4 * PATH_MAX), 4 * PATH_MAX, 4 * PATH_MAX, 4 * PATH_MAX};
   char *target = malloc(PATH_MAX + 1);
   int rc = CACHE_ERR, links = 0;
@@ -340,11 +340,7 @@ int cache_path_secure(const char *path, int flags, mode_t dir_mode, mode_t file_
   while ((c = pending_next(&pd)) != NULL) {
     if (strcmp(c, ".") == 0) continue;
     int last = pending_empty(&pd);
-    struct stat dst, st;
-    if (fstat(w.dfd, &dst) != 0) {
-      cache_seterr(err, errlen, "cannot check %s: %s", w.resolved, strerror(errno));
-      goto out;
-    }
+    struct stat dst = w.st, st;
     if (strcmp(c, "..") == 0) {
       int up = openat(w.dfd, "..", O_PATH | O_DIRECTORY | O_CLOEXEC);
       if (up < 0) {
@@ -354,6 +350,10 @@ int cache_path_secure(const char *path, int flags, mode_t dir_mode, mode_t file_
       close(w.dfd);
       w.dfd = up;
       walk_pop(&w);
+      if (fstat(w.dfd, &w.st) != 0) {
+        cache_seterr(err, errlen, "cannot check %s: %s", w.resolved, strerror(errno));
+        goto out;
+      }
       continue;
     }
     int exists = fstatat(w.dfd, c, &st, AT_SYMLINK_NOFOLLOW) == 0;
@@ -438,9 +438,9 @@ int cache_path_secure(const char *path, int flags, mode_t dir_mode, mode_t file_
       w.dfd = nd;
       /* Its owner could change it at any time: this user or root only.
        * Who else may write it is judged when stepping into it. */
-      if (fstat(w.dfd, &st) != 0 || !owner_ok(st.st_uid, CACHE_PATH_ROOT_OK)) {
+      if (fstat(w.dfd, &w.st) != 0 || !owner_ok(w.st.st_uid, CACHE_PATH_ROOT_OK)) {
         cache_seterr(err, errlen, "directory %s is owned by uid %u, not by this user (uid %u) or root",
-                     w.resolved, (unsigned)st.st_uid, (unsigned)geteuid());
+                     w.resolved, (unsigned)w.st.st_uid, (unsigned)geteuid());
         goto out;
       }
       continue;
