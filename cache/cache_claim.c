@@ -141,7 +141,7 @@ int cache_store_claim(cache_store *s, const uint8_t key_hash[16], const char *co
   }
   *outcome = CACHE_CLAIM_BUSY;
   if (!cache_writable(s, "claim", err, errlen)) return CACHE_ERR;
-  pthread_mutex_lock(&s->mu);
+  cache_lock(s);
   claim_self(s);
   /* First without the write lock: waiters polling a busy key, and callers
    * finding the kernel there, never queue behind the compiling writer. */
@@ -161,7 +161,7 @@ int cache_store_claim(cache_store *s, const uint8_t key_hash[16], const char *co
     *outcome = claim_outcome(look);
     if (took_over) *took_over = look == LOOK_GONE;
   }
-  pthread_mutex_unlock(&s->mu);
+  cache_unlock(s);
   return ret;
 }
 
@@ -171,7 +171,7 @@ int cache_store_unclaim(cache_store *s, const uint8_t key_hash[16], char *err, s
     return CACHE_ERR;
   }
   if (!cache_writable(s, "unclaim", err, errlen)) return CACHE_ERR;
-  pthread_mutex_lock(&s->mu);
+  cache_lock(s);
   claim_self(s);
   sqlite3_stmt *drop = cache_stmt_sql(s, ST_CLAIM_DROP, SQL_DROP, err, errlen);
   int ret = CACHE_ERR;
@@ -186,6 +186,6 @@ int cache_store_unclaim(cache_store *s, const uint8_t key_hash[16], char *err, s
     cache_stmt_done(drop);
     ret = rc == SQLITE_DONE ? CACHE_OK : cache_sqerr(s, rc, "unclaim", err, errlen);
   }
-  pthread_mutex_unlock(&s->mu);
+  cache_unlock(s);
   return ret;
 }

@@ -137,8 +137,8 @@ int cache_store_copy_checked(cache_store *from, cache_store *to, const char *op,
   }
   /* In address order, so two copies in opposite directions cannot deadlock. */
   cache_store *first = from < to ? from : to, *second = from < to ? to : from;
-  pthread_mutex_lock(&first->mu);
-  pthread_mutex_lock(&second->mu);
+  cache_lock(first);
+  cache_lock(second);
   /* One read transaction on the source: the copy is of one snapshot. */
   int ret = cache_exec(from, "BEGIN", "copy: begin", err, errlen);
   if (ret == CACHE_OK) {
@@ -146,8 +146,8 @@ int cache_store_copy_checked(cache_store *from, cache_store *to, const char *op,
     cache_rollback(from);
   }
   if (ret == CACHE_OK) ret = cache_checkpoint(to, err, errlen);
-  pthread_mutex_unlock(&second->mu);
-  pthread_mutex_unlock(&first->mu);
+  cache_unlock(second);
+  cache_unlock(first);
   return ret;
 }
 
@@ -162,7 +162,7 @@ int cache_store_copy(cache_store *from, cache_store *to, const char *op, const c
 
 int cache_store_seal(cache_store *s, char *err, size_t errlen) {
   if (!cache_writable(s, "seal", err, errlen)) return CACHE_ERR;
-  pthread_mutex_lock(&s->mu);
+  cache_lock(s);
   int ret = CACHE_OK;
   if (!s->memory) {
     /* Everything into the main file; a no-op on a rollback-journal file. */
@@ -201,6 +201,6 @@ int cache_store_seal(cache_store *s, char *err, size_t errlen) {
     }
   }
   if (ret == CACHE_OK) ret = cache_exec(s, "VACUUM", "seal: vacuum", err, errlen);
-  pthread_mutex_unlock(&s->mu);
+  cache_unlock(s);
   return ret;
 }

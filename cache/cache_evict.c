@@ -14,7 +14,7 @@ static int delete_where(cache_store *s, const char *what, const char *sql,
                         size_t errlen) {
   if (removed) *removed = 0;
   if (!cache_writable(s, what, err, errlen)) return CACHE_ERR;
-  pthread_mutex_lock(&s->mu);
+  cache_lock(s);
   sqlite3_stmt *st = NULL;
   int64_t n = 0;
   int ret = cache_exec(s, "BEGIN IMMEDIATE", what, err, errlen);
@@ -38,7 +38,7 @@ static int delete_where(cache_store *s, const char *what, const char *sql,
   }
   sqlite3_finalize(st);
   if (ret == CACHE_OK) ret = cache_checkpoint(s, err, errlen);
-  pthread_mutex_unlock(&s->mu);
+  cache_unlock(s);
   if (removed) *removed = n;
   return ret;
 }
@@ -60,7 +60,7 @@ int cache_store_reset(cache_store *s, int64_t *removed, char *err, size_t errlen
   cache_store *e = NULL;
   int ret = cache_store_open(":memory:", 0, &e, err, errlen);
   if (ret != CACHE_OK) return ret;
-  pthread_mutex_lock(&s->mu);
+  cache_lock(s);
   int64_t n = 0;
   /* The count is for the report only: a damaged file may not give it. */
   if (cache_int_query(s, "SELECT count(*) FROM kernels", "count", &n, NULL, NULL, 0) != CACHE_OK)
@@ -72,7 +72,7 @@ int cache_store_reset(cache_store *s, int64_t *removed, char *err, size_t errlen
     ret = cache_reconnect(s, err2, sizeof err2);
     if (ret != CACHE_OK) cache_seterr(err, errlen, "clear: reopening: %s", err2);
   }
-  pthread_mutex_unlock(&s->mu);
+  cache_unlock(s);
   cache_store_close(e);
   if (removed && ret == CACHE_OK) *removed = n;
   return ret;
@@ -175,7 +175,7 @@ int cache_store_evict(cache_store *s, int64_t max_bytes, int64_t *evicted, char 
     cache_seterr(err, errlen, "evict: negative size cap %lld", (long long)max_bytes);
     return CACHE_ERR;
   }
-  pthread_mutex_lock(&s->mu);
+  cache_lock(s);
   /* Called after every put: first a read, no write lock. The size before
    * the vacuum bounds the size after it. */
   int64_t size = 0, n = 0;
@@ -184,7 +184,7 @@ int cache_store_evict(cache_store *s, int64_t max_bytes, int64_t *evicted, char 
   while (ret == CACHE_OK && more) ret = evict_batch(s, max_bytes, &n, &more, err, errlen);
   /* Even with nothing deleted a vacuum may have shrunk the file. */
   if (ret == CACHE_OK && size > max_bytes) ret = cache_checkpoint(s, err, errlen);
-  pthread_mutex_unlock(&s->mu);
+  cache_unlock(s);
   if (evicted) *evicted = n;
   return ret;
 }
@@ -197,9 +197,9 @@ int cache_store_limit_pages(cache_store *s, int64_t max_pages, char *err, size_t
   char sql[64];
   snprintf(sql, sizeof sql, "PRAGMA max_page_count=%lld", (long long)max_pages);
   int64_t now_max = 0;
-  pthread_mutex_lock(&s->mu);
+  cache_lock(s);
   int ret = cache_int_query(s, sql, "max_page_count", &now_max, NULL, err, errlen);
-  pthread_mutex_unlock(&s->mu);
+  cache_unlock(s);
   /* SQLite answers with the limit in force, never below the current size. */
   if (ret == CACHE_OK && now_max != max_pages) {
     cache_seterr(err, errlen, "limit pages: %s already has %lld pages", s->path,

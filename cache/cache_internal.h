@@ -48,11 +48,24 @@ struct cache_store {
    * returns, so SQLITE_STATIC bindings never outlive the caller's memory
    * and no read transaction stays open between calls. */
   sqlite3_stmt *st[ST_COUNT];
+  /* cache_fork.c's list of open stores, under the gate. */
+  struct cache_store *fork_prev, *fork_next;
   /* This process as a claim owner; recomputed when getpid() changes (fork). */
   int64_t self_pid, self_start;
   char host[256];
   cache_row_check_fn row_check; /* NULL: the checksum alone */
 };
+
+/* Every use of a store's connection is between cache_lock and cache_unlock
+ * (nested freely). Besides the store's own mutex they hold the process's
+ * fork gate for reading (cache_fork.c): fork() waits until no thread of this
+ * process is inside SQLite, so a child never inherits SQLite's global
+ * mutexes or a connection's state half changed. */
+void cache_lock(cache_store *s);
+void cache_unlock(cache_store *s);
+/* The open stores, for the child after fork() (called under cache_lock). */
+void cache_fork_register(cache_store *s);
+void cache_fork_unregister(cache_store *s);
 
 void cache_seterr(char *err, size_t errlen, const char *fmt, ...)
     __attribute__((format(printf, 3, 4)));

@@ -4,6 +4,7 @@
 #define CACHE_OPS_H
 
 #include <stdint.h>
+#include <sys/types.h>
 
 #include "cache_store.h"
 
@@ -119,11 +120,33 @@ int cache_move_aside(const char *path, char *moved, size_t movedlen, char *err, 
  * memory is unsafe; 0 otherwise. */
 int cache_fs_is_network(const char *path);
 
-/* Refuses (-1 with a message) a cache file or its directory that another
- * user could write: owned by someone else than this user (root-owned is
- * accepted for directories), or group- or world-writable. With
- * allow_group_write, group write is accepted (a deliberately shared cache);
- * world write never is. A path that does not exist yet passes. */
+/* The one way to a cache-owned path: walks path from the root (a relative
+ * one from the working directory's path), each component opened relative to
+ * the one before without following links, and refuses (CACHE_ERR with a
+ * message) what another user could change:
+ * - a directory not owned by this user or root, or writable by others;
+ *   above the file's own directory a sticky one (/tmp) is fine where the
+ *   next entry is this user's or root's;
+ * - a link not owned by this user or root (others are followed by hand);
+ * - the file or a -wal/-shm/-journal beside it not owned by this user (or
+ *   root, with CACHE_PATH_ROOT_OK), not a regular file, or writable by
+ *   others.
+ * Group write passes with CACHE_PATH_GROUP_OK, world write never.
+ * With CACHE_PATH_CREATE, missing directories are made (the file's own
+ * with dir_mode, those above it with dir_mode & 0750) and a missing file
+ * is created exclusively with file_mode, each chmod'ed past the umask;
+ * modes writable by others are refused. *resolved (optional, malloc'ed)
+ * gets the absolute path without links, set once the walk reached the
+ * file's directory (the file itself may be missing without
+ * CACHE_PATH_CREATE). A path that does not exist yet passes. */
+#define CACHE_PATH_GROUP_OK 1
+#define CACHE_PATH_ROOT_OK 2
+#define CACHE_PATH_CREATE 4
+#define CACHE_PATH_NO_SIDECARS 8 /* opened immutable: sidecars are never read */
+int cache_path_secure(const char *path, int flags, mode_t dir_mode, mode_t file_mode,
+                      char **resolved, char *err, size_t errlen);
+
+/* cache_path_secure with no creation: 0 or -1 with a message. */
 int cache_check_permissions(const char *path, int allow_group_write, char *err, size_t errlen);
 
 /* Test hook: caps the database at max_pages pages (PRAGMA max_page_count),

@@ -229,11 +229,11 @@ static int cache_find_best(cache_store *s, sqlite3_stmt *q, const char *prefer, 
 int cache_store_find(cache_store *s, const uint8_t key_hash[16], const char *prefer_compiler,
                      cache_record *rec, char *err, size_t errlen) {
   if (!cache_args_ok(s, key_hash, rec, err, errlen)) return CACHE_ERR;
-  pthread_mutex_lock(&s->mu);
+  cache_lock(s);
   int ret;
   sqlite3_stmt *q = cache_stmt(s, ST_FIND, err, errlen);
   if (!q) {
-    pthread_mutex_unlock(&s->mu);
+    cache_unlock(s);
     return CACHE_ERR;
   }
   int rc = sqlite3_bind_blob(q, 1, key_hash, 16, SQLITE_STATIC);
@@ -241,14 +241,14 @@ int cache_store_find(cache_store *s, const uint8_t key_hash[16], const char *pre
     ret = cache_find_best(s, q, prefer_compiler, rec, err, errlen);
   else
     ret = cache_sqerr(s, rc, "find: bind", err, errlen);
-  pthread_mutex_unlock(&s->mu);
+  cache_unlock(s);
   return ret;
 }
 
 int cache_store_get(cache_store *s, const uint8_t hash[16], cache_record *rec, char *err,
                     size_t errlen) {
   if (!cache_args_ok(s, hash, rec, err, errlen)) return CACHE_ERR;
-  pthread_mutex_lock(&s->mu);
+  cache_lock(s);
   sqlite3_stmt *q = cache_stmt(s, ST_GET, err, errlen);
   int ret, rc = q ? sqlite3_bind_blob(q, 1, hash, 16, SQLITE_STATIC) : SQLITE_ERROR;
   if (!q)
@@ -257,7 +257,7 @@ int cache_store_get(cache_store *s, const uint8_t hash[16], cache_record *rec, c
     ret = cache_lookup(s, q, rec, err, errlen);
   else
     ret = cache_sqerr(s, rc, "get: bind", err, errlen);
-  pthread_mutex_unlock(&s->mu);
+  cache_unlock(s);
   return ret;
 }
 
@@ -291,7 +291,7 @@ int cache_store_get_prefix(cache_store *s, const char *hex_prefix, cache_record 
     lo[i / 2] = (uint8_t)(lo[i / 2] | (v << shift));
     hi[i / 2] = (uint8_t)((hi[i / 2] & ~(0xf << shift)) | (v << shift));
   }
-  pthread_mutex_lock(&s->mu);
+  cache_lock(s);
   sqlite3_stmt *st = NULL;
   int ret;
   int rc = sqlite3_prepare_v2(s->db,
@@ -329,7 +329,7 @@ int cache_store_get_prefix(cache_store *s, const char *hex_prefix, cache_record 
     }
   }
   sqlite3_finalize(st);
-  pthread_mutex_unlock(&s->mu);
+  cache_unlock(s);
   return ret;
 }
 
@@ -346,7 +346,7 @@ int cache_store_list(cache_store *s, const char *op, const char *arch, cache_rec
     cache_seterr(err, errlen, "list: NULL argument");
     return CACHE_ERR;
   }
-  pthread_mutex_lock(&s->mu);
+  cache_lock(s);
   sqlite3_stmt *st = NULL;
   int ret = CACHE_OK;
   int rc = sqlite3_prepare_v2(s->db,
@@ -366,7 +366,7 @@ int cache_store_list(cache_store *s, const char *op, const char *arch, cache_rec
   if (ret == CACHE_OK && rc != SQLITE_OK && rc != SQLITE_ROW && rc != SQLITE_DONE)
     ret = cache_sqerr(s, rc, "list", err, errlen);
   sqlite3_finalize(st);
-  pthread_mutex_unlock(&s->mu);
+  cache_unlock(s);
   return ret;
 }
 
@@ -401,7 +401,7 @@ int cache_store_totals(cache_store *s, int64_t *entries, int64_t *bytes, int64_t
     return CACHE_ERR;
   }
   int64_t n = 0, sum = 0, pages = 0, page_size = 0;
-  pthread_mutex_lock(&s->mu);
+  cache_lock(s);
   /* One read transaction, so the three numbers describe the same snapshot. */
   int ret = cache_exec(s, "BEGIN", "totals: begin", err, errlen);
   if (ret == CACHE_OK)
@@ -412,7 +412,7 @@ int cache_store_totals(cache_store *s, int64_t *entries, int64_t *bytes, int64_t
   if (ret == CACHE_OK)
     ret = cache_int_query(s, "PRAGMA page_size", "totals", &page_size, NULL, err, errlen);
   cache_rollback(s);
-  pthread_mutex_unlock(&s->mu);
+  cache_unlock(s);
   if (ret != CACHE_OK) return ret;
   if (entries) *entries = n;
   if (bytes) *bytes = sum;

@@ -3,6 +3,7 @@
 #include "cache_store.h"
 
 #include <errno.h>
+#include <limits.h>
 #include <pthread.h>
 #include <sqlite3.h>
 #include <stdio.h>
@@ -70,6 +71,10 @@ void cache_hash_hex(const uint8_t hash[16], char out[33]) {
 int64_t cache_now(void) { return (int64_t)time(NULL); }
 
 int cache_exec(cache_store *s, const char *sql, const char *what, char *err, size_t errlen) {
+  if (!s->db) {
+    cache_seterr(err, errlen, "%s: %s: this store was opened before fork()", s->path, what);
+    return CACHE_ERR;
+  }
   int rc = sqlite3_exec(s->db, sql, NULL, NULL, NULL);
   return rc == SQLITE_OK ? CACHE_OK : cache_sqerr(s, rc, what, err, errlen);
 }
@@ -319,6 +324,11 @@ static const char *const stmt_sql[ST_COUNT] = {
  * kernels up needs one. */
 sqlite3_stmt *cache_stmt_sql(cache_store *s, int which, const char *sql, char *err,
                              size_t errlen) {
+  if (!s->db) {
+    cache_seterr(err, errlen, "%s: this store was opened before fork(); open it again here",
+                 s->path);
+    return NULL;
+  }
   if (!s->st[which]) {
     int rc = sqlite3_prepare_v3(s->db, sql, -1, SQLITE_PREPARE_PERSISTENT, &s->st[which], NULL);
     if (rc != SQLITE_OK) {
@@ -341,16 +351,6 @@ void cache_stmt_done(sqlite3_stmt *st) {
   (void)sqlite3_clear_bindings(st);
 }
 
-void cache_disconnect(cache_store *s) {
-  for (int i = 0; i < ST_COUNT; i++) {
-    sqlite3_finalize(s->st[i]);
-    s->st[i] = NULL;
-  }
-  /* Every statement is finalized, so close cannot fail with SQLITE_BUSY. */
-  sqlite3_close(s->db);
-  s->db = NULL;
-}
-
 static int cache_connect(cache_store *s, const char *name, int oflags, int memory, char *err,
                          size_t errlen) {
   int rc = sqlite3_open_v2(name, &s->db, oflags | SQLITE_OPEN_NOMUTEX, NULL);
@@ -365,25 +365,14 @@ static int cache_connect(cache_store *s, const char *name, int oflags, int memor
   return cache_setup(s, memory, err, errlen);
 }
 
-/* A WAL file in a directory we cannot write (a system cache shipped in an
- * image) cannot be read normally: SQLite needs to create its -shm file.
- * With no WAL content pending, the main file is complete and nobody can
- * be writing it, so it may be opened as immutable instead. Returns that
- * URI (malloc'ed), or NULL when the fallback does not apply. */
-static char *cache_immutable_uri(cache_store *s) {
-  int prim = s->last_rc & 0xff;
-  if (prim != SQLITE_READONLY && prim != SQLITE_CANTOPEN) return NULL;
-  size_t n = strlen(s->path), cap = 3 * n + 32;
+/* "file:<path>?immutable=1" (malloc'ed): SQLite then reads the main file
+ * alone, takes no lock and never opens a -wal, -shm or -journal beside it. */
+static char *cache_immutable_name(const char *path) {
+  size_t n = strlen(path), cap = 3 * n + 32;
   char *uri = malloc(cap);
   if (!uri) return NULL;
-  struct stat st;
-  snprintf(uri, cap, "%s-wal", s->path);
-  if (stat(uri, &st) == 0 && st.st_size > 0) {
-    free(uri);
-    return NULL;
-  }
   char *o = uri + sprintf(uri, "file:");
-  for (const unsigned char *p = (const unsigned char *)s->path; *p; p++) {
+  for (const unsigned char *p = (const unsigned char *)path; *p; p++) {
     if ((*p >= 'a' && *p <= 'z') || (*p >= 'A' && *p <= 'Z') || (*p >= '0' && *p <= '9') ||
         strchr("/-._~", *p))
       *o++ = (char)*p;
@@ -394,9 +383,28 @@ static char *cache_immutable_uri(cache_store *s) {
   return uri;
 }
 
+/* A WAL file in a directory we cannot write (a system cache shipped in an
+ * image, a user cache on a read-only filesystem) cannot be read normally:
+ * SQLite needs to create its -shm file. With no WAL content pending, the
+ * main file is complete and nobody can be writing it, so it may be opened
+ * as immutable instead. Returns that URI (malloc'ed), or NULL when the
+ * fallback does not apply. */
+static char *cache_immutable_uri(cache_store *s) {
+  int prim = s->last_rc & 0xff;
+  if (prim != SQLITE_READONLY && prim != SQLITE_CANTOPEN) return NULL;
+  char side[PATH_MAX + 8];
+  struct stat st;
+  snprintf(side, sizeof side, "%s-wal", s->path);
+  if (stat(side, &st) == 0 && st.st_size > 0) return NULL;
+  return cache_immutable_name(s->path);
+}
+
 void cache_store_close(cache_store *s) {
   if (!s) return;
+  cache_lock(s);
   cache_disconnect(s);
+  cache_fork_unregister(s);
+  cache_unlock(s);
   pthread_mutex_destroy(&s->mu);
   free(s->path);
   free(s);
@@ -412,19 +420,21 @@ int cache_store_open(const char *path, int flags, cache_store **out, char *err, 
     cache_seterr(err, errlen, "cache_store_open: empty path");
     return CACHE_ERR;
   }
-  int readonly = (flags & CACHE_OPEN_READONLY) != 0;
+  int immutable = (flags & CACHE_OPEN_IMMUTABLE) != 0;
+  int readonly = immutable || (flags & CACHE_OPEN_READONLY) != 0;
   int memory = strcmp(path, ":memory:") == 0;
   if (memory && readonly) {
     cache_seterr(err, errlen, "cache_store_open: a read-only :memory: store would be empty");
     return CACHE_ERR;
   }
-  int rc;
+  int rc, created = 0;
   struct stat pst;
   /* An existing file needs neither its directory nor itself created: one
    * stat instead of a mkdir per path component and an open. */
-  if (!memory && !readonly && !(stat(path, &pst) == 0 && S_ISREG(pst.st_mode))) {
+  if (!memory && !readonly && !(lstat(path, &pst) == 0 && S_ISREG(pst.st_mode))) {
     if ((rc = cache_make_parent(path, err, errlen)) != CACHE_OK) return rc;
     if ((rc = cache_create_file(path, err, errlen)) != CACHE_OK) return rc;
+    created = 1;
   }
   if (readonly && access(path, F_OK) != 0) {
     cache_seterr(err, errlen, "cannot open %s read-only: %s", path, strerror(errno));
@@ -452,15 +462,32 @@ int cache_store_open(const char *path, int flags, cache_store **out, char *err, 
     cache_seterr(err, errlen, "cannot initialize mutex: %s", strerror(mrc));
     return CACHE_ERR;
   }
-  /* NOMUTEX (added by cache_connect): every use of the connection is under s->mu. */
+  /* NOMUTEX (added by cache_connect): every use of the connection is under s->mu.
+   * A file that was just created is not followed if a link took its place. */
   int oflags = readonly ? SQLITE_OPEN_READONLY : SQLITE_OPEN_READWRITE | SQLITE_OPEN_CREATE;
-  rc = cache_connect(s, path, oflags, memory, err, errlen);
-  char *uri = rc != CACHE_OK && readonly ? cache_immutable_uri(s) : NULL;
+  if (created) oflags |= SQLITE_OPEN_NOFOLLOW;
+  char *uri = NULL;
+  cache_lock(s);
+  cache_fork_register(s);
+  if (immutable) {
+    if (!(uri = cache_immutable_name(path))) {
+      rc = CACHE_ERR;
+      cache_seterr(err, errlen, "out of memory");
+    } else {
+      rc = cache_connect(s, uri, SQLITE_OPEN_READONLY | SQLITE_OPEN_URI, 0, err, errlen);
+    }
+    free(uri);
+    uri = NULL;
+  } else {
+    rc = cache_connect(s, path, oflags, memory, err, errlen);
+    uri = rc != CACHE_OK && readonly ? cache_immutable_uri(s) : NULL;
+  }
   if (uri) {
     cache_disconnect(s);
     rc = cache_connect(s, uri, SQLITE_OPEN_READONLY | SQLITE_OPEN_URI, 0, err, errlen);
     free(uri);
   }
+  cache_unlock(s);
   if (rc != CACHE_OK) {
     cache_store_close(s);
     return rc;
@@ -478,3 +505,5 @@ int cache_reconnect(cache_store *s, char *err, size_t errlen) {
 }
 
 const char *cache_store_path(const cache_store *s) { return s ? s->path : NULL; }
+
+int cache_store_readonly(const cache_store *s) { return s ? s->readonly : 0; }

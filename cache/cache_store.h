@@ -27,6 +27,11 @@ enum {
 /* Rollback journal instead of WAL: no -wal/-shm files, the mode that is safe
  * on network filesystems, and a cheaper open where file locking is slow. */
 #define CACHE_OPEN_ROLLBACK 2
+/* Read-only, and only the main file: no lock is taken and no -wal, -shm or
+ * -journal beside it is ever read, so nothing planted there can change what
+ * is read (SQLite's immutable=1). For a file nobody writes while it is
+ * open: the system layer. */
+#define CACHE_OPEN_IMMUTABLE 4
 
 /* One stored binary. On input to cache_store_put every field is read; on
  * output from lookups the pointers stay valid until the next call on the
@@ -60,6 +65,8 @@ typedef struct cache_record {
 int cache_store_open(const char *path, int flags, cache_store **out, char *err, size_t errlen);
 void cache_store_close(cache_store *s);
 const char *cache_store_path(const cache_store *s);
+/* 1 when the store was opened read-only (or immutable). */
+int cache_store_readonly(const cache_store *s);
 
 /* Looks up a binary by key_hash (the compiler-independent hash). Among
  * several rows with that key_hash (several compiler versions) the one whose

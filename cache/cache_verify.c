@@ -302,9 +302,9 @@ static int rebuild_fill_fn(void *user) {
   cache_store r;
   int ret = open_reader(f->s, &r, f->err, f->errlen);
   if (ret == CACHE_OK) {
-    pthread_mutex_lock(&f->n->mu);
+    cache_lock(f->n);
     ret = rebuild_copy(&r, f->n, &f->found, &f->copied, f->err, f->errlen);
-    pthread_mutex_unlock(&f->n->mu);
+    cache_unlock(f->n);
   }
   sqlite3_close(r.db);
   return ret;
@@ -350,9 +350,9 @@ static int verify_rebuild(cache_store *s, cache_verify_report *rep, char *err, s
         ret = CACHE_ERR;
       }
       if (ret == CACHE_OK) {
-        pthread_mutex_lock(&f.n->mu);
+        cache_lock(f.n);
         ret = rebuild_copy(s, f.n, &f.found, &f.copied, err, errlen);
-        pthread_mutex_unlock(&f.n->mu);
+        cache_unlock(f.n);
       }
     }
     if (ret == CACHE_OK) ret = cache_store_replace_from(s, f.n, rebuild_fill_fn, &f, err, errlen);
@@ -393,7 +393,7 @@ int cache_store_verify(cache_store *s, int repair, cache_verify_report *rep, cha
   }
   memset(rep, 0, sizeof *rep);
   if (repair && !cache_writable(s, "repair", err, errlen)) return CACHE_ERR;
-  pthread_mutex_lock(&s->mu);
+  cache_lock(s);
   rowids bad = {0};
   int damaged = 0;
   /* Repair holds the write lock from the check to the fix: the rows it
@@ -411,7 +411,7 @@ int cache_store_verify(cache_store *s, int repair, cache_verify_report *rep, cha
     if (ret == CACHE_OK) ret = cache_checkpoint(s, err, errlen);
   }
   cache_rollback(s);
-  pthread_mutex_unlock(&s->mu);
+  cache_unlock(s);
   free(bad.v);
   return ret;
 }

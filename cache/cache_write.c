@@ -46,7 +46,7 @@ int cache_store_put(cache_store *s, const cache_record *rec, char *err, size_t e
   }
   uint64_t sum = cache_row_checksum(rec->hash, rec->key_hash, rec->arch, rec->entry, rec->binary,
                                     rec->bytes);
-  pthread_mutex_lock(&s->mu);
+  cache_lock(s);
   sqlite3_stmt *st = cache_stmt(s, ST_PUT, err, errlen);
   sqlite3_stmt *unclaim = st ? cache_stmt(s, ST_PUT_UNCLAIM, err, errlen) : NULL;
   int ret = unclaim ? cache_exec(s, "BEGIN IMMEDIATE", "put: begin", err, errlen) : CACHE_ERR;
@@ -84,7 +84,7 @@ int cache_store_put(cache_store *s, const cache_record *rec, char *err, size_t e
     if (ret != CACHE_OK) cache_rollback(s);
   }
   if (ret == CACHE_OK) ret = cache_checkpoint(s, err, errlen);
-  pthread_mutex_unlock(&s->mu);
+  cache_unlock(s);
   return ret;
 }
 
@@ -97,7 +97,7 @@ int cache_store_touch(cache_store *s, const uint8_t (*hashes)[16], int n, char *
   }
   if (n == 0) return CACHE_OK;
   int64_t now = cache_now();
-  pthread_mutex_lock(&s->mu);
+  cache_lock(s);
   sqlite3_stmt *st = cache_stmt(s, ST_TOUCH, err, errlen);
   int ret = st ? cache_exec(s, "BEGIN IMMEDIATE", "touch: begin", err, errlen) : CACHE_ERR;
   for (int i = 0; i < n && ret == CACHE_OK; i++) {
@@ -111,6 +111,6 @@ int cache_store_touch(cache_store *s, const uint8_t (*hashes)[16], int n, char *
   if (ret == CACHE_OK) ret = cache_exec(s, "COMMIT", "touch: commit", err, errlen);
   if (ret != CACHE_OK) cache_rollback(s);
   if (ret == CACHE_OK) ret = cache_checkpoint(s, err, errlen);
-  pthread_mutex_unlock(&s->mu);
+  cache_unlock(s);
   return ret;
 }

@@ -3,6 +3,8 @@
 #include "jit_dl.h"
 
 #include <dlfcn.h>
+#include <errno.h>
+#include <sys/stat.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -19,7 +21,21 @@ void *jit_dl_open(const char *env_var, const char *const *names, const char **wh
   if (err && errlen) err[0] = 0;
   const char *env = env_var ? getenv(env_var) : NULL;
   if (env && env[0]) {
-    /* An explicit choice is honoured or reported, never silently replaced. */
+    /* An explicit choice is honoured or reported, never silently replaced.
+     * A path must name a regular file (a link to one is fine): the loader
+     * would wait forever on a FIFO and read a device or a directory. A bare
+     * name is the loader's to search, in its own directories. */
+    struct stat st;
+    int found = strchr(env, '/') ? stat(env, &st) : 0;
+    if (strchr(env, '/') && (found != 0 || !S_ISREG(st.st_mode))) {
+      const char *why = found != 0             ? strerror(errno)
+                        : S_ISFIFO(st.st_mode) ? "not a regular file (a FIFO)"
+                        : S_ISDIR(st.st_mode)  ? "not a regular file (a directory)"
+                        : S_ISSOCK(st.st_mode) ? "not a regular file (a socket)"
+                                               : "not a regular file (a device)";
+      if (err && errlen) snprintf(err, errlen, "%s: %s: %s", env_var, env, why);
+      return NULL;
+    }
     void *h = dlopen(env, RTLD_NOW | RTLD_LOCAL);
     if (h) {
       if (which) *which = env;

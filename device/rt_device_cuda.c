@@ -6,6 +6,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "dlpack/dlpack.h"
 #include "jit_dl.h"
@@ -137,11 +138,23 @@ typedef struct cuda_state {
   int pool_state[RT_MAX_DEVICES];    /* 0 untried, 1 made, -1 not supported */
 } cuda_state;
 
+/* The process that initialized the driver: a CUDA call in another one is
+ * in a fork() child, where the driver refuses everything. */
+static pid_t init_pid;
+
 static void cu_msg(CUresult r, const char *what, char *err, size_t errlen) {
   const char *name = NULL, *str = NULL;
   if (api.cuGetErrorName) api.cuGetErrorName(r, &name);
   if (api.cuGetErrorString) api.cuGetErrorString(r, &str);
-  snprintf(err, errlen, "%s: %s (%d): %s", what, name ? name : "CUDA_ERROR", r, str ? str : "");
+  int n = snprintf(err, errlen, "%s: %s (%d): %s", what, name ? name : "CUDA_ERROR", r,
+                   str ? str : "");
+  pid_t me = getpid();
+  if (init_pid && me != init_pid && n >= 0 && (size_t)n < errlen)
+    snprintf(err + n, errlen - (size_t)n,
+             "; this process (pid %d) is a fork() child of pid %d, which initialized CUDA, and "
+             "CUDA cannot be used after fork(): create the runtime and use the GPU only in "
+             "processes started fresh (spawn), or fork before the parent uses CUDA",
+             (int)me, (int)init_pid);
 }
 
 static int load(void *state, char *err, size_t errlen) {
@@ -157,6 +170,7 @@ static int load(void *state, char *err, size_t errlen) {
       snprintf(lib_err, sizeof lib_err, "%.500s", tmp);
     } else if (jit_dl_resolve(h, syms, NSYMS, "libcuda.so.1", lib_err, sizeof lib_err) == 0) {
       CUresult r = api.cuInit(0);
+      if (r == 0) init_pid = getpid();
       if (r != 0)
         cu_msg(r, "cuInit", lib_err, sizeof lib_err);
       else if ((r = api.cuDeviceGetCount(&ndevices)) != 0)

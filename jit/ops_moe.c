@@ -61,6 +61,7 @@ static int render_sort(const jit_key *k, const char *entry, char *buf, size_t n)
   int w = snprintf(buf, n,
                    "extern \"C\" __global__ void __launch_bounds__(1024)\n"
                    "%s(fi_moe_sort_params_k p) {\n"
+                   "  fi_pdl_enter();\n"
                    "  fi::moe::sort<%d>(p);\n"
                    "}\n",
                    entry, (int)k->v[MOE_SORT_P_PHASE]);

@@ -1,5 +1,9 @@
 /* rt_admin_cache.c: the maintenance half of the admin API: garbage collection,
  * verify and repair, and moving caches between machines (export, import). */
+#include <dirent.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -78,41 +82,110 @@ FI_API fi_status fi_admin_verify(fi_runtime *rt, int repair, fi_verify_report *r
   return FI_OK;
 }
 
+/* Export builds the file in a directory of its own beside FILE,
+ * "FILE.tmp-<pid>", made here (mode 0700, exclusively: mkdir never follows
+ * a link), so that nothing another user put in FILE's directory can be
+ * written through, and SQLite's journal lands there too. The finished file
+ * is renamed onto FILE, which replaces a link at FILE, never its target. */
+
+/* Removes dir (opened as dfd) and the files directly in it, which must be
+ * this user's; no link is followed. */
+static void remove_tmp_dir(int parent, const char *name) {
+  int dfd = openat(parent, name, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+  if (dfd < 0) return;
+  struct stat st;
+  DIR *d = fstat(dfd, &st) == 0 && st.st_uid == geteuid() ? fdopendir(dfd) : NULL;
+  if (!d) {
+    close(dfd);
+    return;
+  }
+  struct dirent *e;
+  while ((e = readdir(d)) != NULL)
+    if (strcmp(e->d_name, ".") != 0 && strcmp(e->d_name, "..") != 0)
+      unlinkat(dfd, e->d_name, 0);
+  closedir(d);
+  unlinkat(parent, name, AT_REMOVEDIR);
+}
+
+/* An export killed before its rename (kill -9, OOM) left FILE.tmp-<pid>
+ * with a half-written file and journal in it; the next export to the same
+ * FILE removes those of this user's processes that are gone. Also the
+ * plain FILE.tmp-<pid> and its -journal that earlier versions left. */
+static void clean_stale_exports(const char *dir, const char *base) {
+  int dfd = open(dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+  if (dfd < 0) return;
+  DIR *d = fdopendir(dfd);
+  if (!d) {
+    close(dfd);
+    return;
+  }
+  size_t bl = strlen(base);
+  struct dirent *e;
+  while ((e = readdir(d)) != NULL) {
+    const char *n = e->d_name;
+    if (strncmp(n, base, bl) != 0 || strncmp(n + bl, ".tmp-", 5) != 0) continue;
+    char *end;
+    long pid = strtol(n + bl + 5, &end, 10);
+    if (pid <= 0 || end == n + bl + 5 || (*end && strcmp(end, "-journal") != 0)) continue;
+    if (kill((pid_t)pid, 0) == 0 || errno != ESRCH) continue; /* alive, or not ours to judge */
+    struct stat st;
+    if (fstatat(dfd, n, &st, AT_SYMLINK_NOFOLLOW) != 0 || st.st_uid != geteuid()) continue;
+    if (S_ISDIR(st.st_mode))
+      remove_tmp_dir(dfd, n);
+    else if (S_ISREG(st.st_mode))
+      unlinkat(dfd, n, 0);
+  }
+  closedir(d);
+}
+
 FI_API fi_status fi_admin_export_cache(fi_runtime *rt, const char *file, const char *op,
                                        const char *arch, int64_t *copied) {
   if (!file || !file[0]) return rt_fail(FI_ERR_INVALID_ARGUMENT, "file is empty");
   fi_status st;
   cache_store *s = user_store(rt, &st);
   if (!s) return st;
-  char tmp[4200], err[1024];
+  char dir[4200], tmpdir[4200], tmp[4300], err[1024];
   /* The file is meant for other machines and users: into a directory that
    * exists, rather than one created here with this cache's private mode. */
-  snprintf(tmp, sizeof tmp, "%s", file);
-  char *slash = strrchr(tmp, '/');
-  if (slash && slash != tmp) {
+  snprintf(dir, sizeof dir, "%s", file);
+  char *slash = strrchr(dir, '/');
+  const char *base = slash ? slash + 1 : file;
+  if (!base[0]) return rt_fail(FI_ERR_INVALID_ARGUMENT, "file: %s names a directory", file);
+  if (slash == dir)
+    dir[1] = 0;
+  else if (slash)
     *slash = 0;
-    struct stat d;
-    if (stat(tmp, &d) != 0 || !S_ISDIR(d.st_mode))
-      return rt_fail(FI_ERR_INVALID_ARGUMENT, "file: directory %s does not exist", tmp);
-  }
-  snprintf(tmp, sizeof tmp, "%s.tmp-%d", file, (int)getpid());
-  unlink(tmp);
+  else
+    snprintf(dir, sizeof dir, ".");
+  struct stat d;
+  if (stat(dir, &d) != 0 || !S_ISDIR(d.st_mode))
+    return rt_fail(FI_ERR_INVALID_ARGUMENT, "file: directory %s does not exist", dir);
+  clean_stale_exports(dir, base);
+  snprintf(tmpdir, sizeof tmpdir, "%s.tmp-%d", file, (int)getpid());
+  if (mkdir(tmpdir, 0700) != 0)
+    return rt_fail(FI_ERR_CACHE, "exporting to %s: cannot create %s: %s", file, tmpdir,
+                   strerror(errno));
+  snprintf(tmp, sizeof tmp, "%s/%s", tmpdir, base);
   cache_store *out = NULL;
-  if (cache_store_open(tmp, CACHE_OPEN_ROLLBACK, &out, err, sizeof err) != CACHE_OK)
-    return rt_fail(FI_ERR_CACHE, "creating %s: %s", tmp, err);
+  int rc = cache_store_open(tmp, CACHE_OPEN_ROLLBACK, &out, err, sizeof err);
   int64_t n = 0, skipped = 0;
-  int rc = cache_store_copy(s, out, op, arch, &n, &skipped, err, sizeof err);
+  if (rc == CACHE_OK) rc = cache_store_copy(s, out, op, arch, &n, &skipped, err, sizeof err);
   if (rc == CACHE_OK) rc = cache_store_seal(out, err, sizeof err);
   cache_store_close(out);
-  if (rc == CACHE_OK && chmod(tmp, 0644) != 0) rc = CACHE_ERR; /* a system layer others read */
-  if (rc == CACHE_OK && rename(tmp, file) != 0) {
-    snprintf(err, sizeof err, "rename to %s failed", file);
+  if (rc == CACHE_OK && chmod(tmp, 0644) != 0) { /* a system layer others read */
+    snprintf(err, sizeof err, "chmod %.900s: %s", tmp, strerror(errno));
     rc = CACHE_ERR;
   }
-  if (rc != CACHE_OK) {
-    unlink(tmp);
-    return rt_fail(FI_ERR_CACHE, "exporting to %s: %s", file, err);
+  if (rc == CACHE_OK && rename(tmp, file) != 0) {
+    snprintf(err, sizeof err, "rename to %.900s failed: %s", file, strerror(errno));
+    rc = CACHE_ERR;
   }
+  int pfd = open(dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+  if (pfd >= 0) {
+    remove_tmp_dir(pfd, strrchr(tmpdir, '/') ? strrchr(tmpdir, '/') + 1 : tmpdir);
+    close(pfd);
+  }
+  if (rc != CACHE_OK) return rt_fail(FI_ERR_CACHE, "exporting to %s: %s", file, err);
   if (copied) *copied = n;
   return FI_OK;
 }

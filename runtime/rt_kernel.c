@@ -139,16 +139,23 @@ static fi_status compile_and_store(fi_runtime *rt, cache_store *store, const jit
   const char *abi = jit_abi_string();
   rec.abi = abi;
   /* A row the row check would refuse at its next load is not worth storing:
-   * it would be dropped and compiled again by every process. */
+   * it would be dropped and compiled again by every process. A user cache that can
+   * only be read (a read-only filesystem) keeps new kernels in memory, as said once
+   * when it was opened. */
   char why[256];
-  int put_rc = rt_row_check(&rec, why, sizeof why) == 0 ? CACHE_OK : CACHE_ERR;
-  if (put_rc != CACHE_OK)
+  const int ro = cache_store_readonly(store);
+  int put_rc = ro ? CACHE_ERR : rt_row_check(&rec, why, sizeof why) == 0 ? CACHE_OK : CACHE_ERR;
+  if (ro)
+    snprintf(err, sizeof err, "the cache %s can only be read", rt->cache_path);
+  else if (put_rc != CACHE_OK)
     snprintf(err, sizeof err, "the compiled binary fails the check of a stored row: %s", why);
   else
     put_rc = cache_store_put(store, &rec, err, sizeof err);
   if (put_rc == CACHE_OK)
     rt_log(rt, RT_LOG_DEBUG, "stored %s at %lld", canon, wall_us());
-  if (put_rc != CACHE_OK) {
+  if (put_rc != CACHE_OK && ro) {
+    rt_log(rt, RT_LOG_DEBUG, "%s compiled; %s", canon, err);
+  } else if (put_rc != CACHE_OK) {
     rt_log(rt, RT_LOG_WARN, "storing %s failed (%s); it stays in memory for this process", canon,
            err);
     /* Release the claim, or other processes would wait for a row that never comes. */

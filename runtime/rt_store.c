@@ -46,26 +46,6 @@ static double now_ms(void) {
   return (double)t.tv_sec * 1e3 + (double)t.tv_nsec / 1e6;
 }
 
-/* With FI_CACHE_UMASK (a cache shared on purpose) the directory and file are
- * created here with that umask; cache_store_open then finds them existing
- * and keeps their modes (SQLite gives -wal and -shm the file's mode). */
-static void create_shared(const char *path, mode_t mask) {
-  char dir[4096];
-  snprintf(dir, sizeof dir, "%s", path);
-  for (char *p = dir + 1; *p; p++)
-    if (*p == '/') {
-      *p = 0;
-      if (mkdir(dir, 0777 & ~mask) == 0) chmod(dir, 0777 & ~mask);
-      *p = '/';
-    }
-  int fd = open(path, O_RDWR | O_CREAT | O_EXCL | O_CLOEXEC, 0666 & ~mask);
-  if (fd >= 0) {
-    if (fchmod(fd, 0666 & ~mask) != 0) { /* best effort: the open below reports problems */
-    }
-    close(fd);
-  }
-}
-
 static cache_store *open_memory(fi_runtime *rt, const char *why) {
   snprintf(rt->fallback_reason, sizeof rt->fallback_reason, "%s", why);
   char err[256];
@@ -73,6 +53,42 @@ static cache_store *open_memory(fi_runtime *rt, const char *why) {
   if (cache_store_open(":memory:", 0, &s, err, sizeof err) != CACHE_OK) s = NULL;
   rt->store_is_fallback = 1;
   return s;
+}
+
+/* FI_CACHE_UMASK, for a cache shared on purpose: the modes of the cache's own
+ * directory and file. 0 with the modes set (private 0700/0600 when unset),
+ * -1 when the value is refused (logged). */
+static int cache_modes(fi_runtime *rt, mode_t *dir_mode, mode_t *file_mode, int *shared) {
+  *dir_mode = 0700;
+  *file_mode = 0600;
+  *shared = 0;
+  const char *um = getenv("FI_CACHE_UMASK");
+  if (!um || !um[0]) return 0;
+  unsigned m = 0;
+  size_t n = strlen(um);
+  int ok = n <= 4;
+  for (size_t i = 0; ok && i < n; i++) {
+    ok = um[i] >= '0' && um[i] <= '7';
+    m = m * 8 + (unsigned)(um[i] - '0');
+  }
+  if (!ok || m > 0777) {
+    rt_log(rt, RT_LOG_WARN, "FI_CACHE_UMASK=%s ignored: an octal umask like 007 is expected", um);
+    return 0;
+  }
+  /* Judged before anything is created: a cache every user may write is a
+   * way into every process that loads it, and an owner without rwx could
+   * not use it. */
+  if (!(m & 002) || (m & 0700)) {
+    rt_log(rt, RT_LOG_WARN,
+           "FI_CACHE_UMASK=%s refused: %s; kernels are kept in memory only", um,
+           !(m & 002) ? "the cache would be writable by every user (007 shares it with the group)"
+                      : "the owner would lose access to the cache");
+    return -1;
+  }
+  *dir_mode = 0777 & ~m;
+  *file_mode = 0666 & ~m;
+  *shared = !(m & 020);
+  return 0;
 }
 
 /* The policy around cache_store_open for the user layer. Called once, under rt->mu. */
@@ -87,45 +103,62 @@ static cache_store *open_user(fi_runtime *rt) {
     if (cache_store_open(":memory:", 0, &s, err, sizeof err) != CACHE_OK) s = NULL;
     return s;
   }
-  const char *um = getenv("FI_CACHE_UMASK");
-  int shared = 0;
-  if (um && um[0]) {
-    char *end;
-    long m = strtol(um, &end, 8);
-    if (*end == 0 && m >= 0 && m <= 0777) {
-      shared = (m & 020) == 0; /* group may write */
-      create_shared(rt->cache_path, (mode_t)m);
-    } else {
-      rt_log(rt, RT_LOG_WARN, "FI_CACHE_UMASK=%s ignored: an octal umask like 007 is expected", um);
-    }
-  }
-  /* Code from this file runs in the host process: refuse a file or
-   * directory that someone else could have written (ssh's StrictModes). */
-  if (cache_check_permissions(rt->cache_path, shared, err, sizeof err) != 0) {
+  mode_t dmode, fmode;
+  int shared;
+  if (cache_modes(rt, &dmode, &fmode, &shared) != 0)
+    return open_memory(rt, "FI_CACHE_UMASK would make the cache writable by others");
+  int pflags = CACHE_PATH_CREATE | (shared ? CACHE_PATH_GROUP_OK : 0);
+  /* Code from this file runs in the host process: every directory from
+   * the root, the file and its sidecars are checked and what is missing is
+   * created, refusing whatever someone else could have written (ssh's
+   * StrictModes). SQLite then opens the resolved path, which nobody else
+   * can change. */
+  char *path = NULL;
+  if (cache_path_secure(rt->cache_path, pflags, dmode, fmode, &path, err, sizeof err) != 0 ||
+      !path) {
+    if (!path && !err[0]) snprintf(err, sizeof err, "the file could not be created");
     rt_log(rt, RT_LOG_WARN, "cache %s refused: %s; kernels are kept in memory only",
            rt->cache_path, err);
+    free(path);
     return open_memory(rt, err);
   }
   int flags = rt->store_flags;
-  if (!rt->journal_explicit && cache_fs_is_network(rt->cache_path)) {
+  if (!rt->journal_explicit && cache_fs_is_network(path)) {
     /* WAL needs shared memory between processes that NFS, Lustre and the
      * like do not provide: a rollback journal with file locks is safe there. */
     flags |= CACHE_OPEN_ROLLBACK;
     rt_log(rt, RT_LOG_INFO, "cache %s is on a network filesystem: rollback journal, not WAL",
            rt->cache_path);
   }
-  int rc = cache_store_open(rt->cache_path, flags, &s, err, sizeof err);
+  int rc = cache_store_open(path, flags, &s, err, sizeof err);
   if (rc == CACHE_ERR_CORRUPT) {
     char moved[4200], err2[512];
-    if (cache_move_aside(rt->cache_path, moved, sizeof moved, err2, sizeof err2) == 0) {
+    if (cache_move_aside(path, moved, sizeof moved, err2, sizeof err2) == 0) {
       rt_log(rt, RT_LOG_WARN, "cache %s unusable (%s): moved aside to %s, starting a new one",
              rt->cache_path, err, moved);
       atomic_fetch_add(&rt->repairs, 1);
-      rc = cache_store_open(rt->cache_path, flags, &s, err, sizeof err);
+      char *again = NULL;
+      rc = cache_path_secure(path, pflags, dmode, fmode, &again, err, sizeof err);
+      if (rc == CACHE_OK && again) rc = cache_store_open(again, flags, &s, err, sizeof err);
+      else if (rc == CACHE_OK) rc = CACHE_ERR;
+      free(again);
     } else {
       snprintf(err + strlen(err), sizeof err - strlen(err), "; moving it aside failed: %s", err2);
     }
+  } else if (rc != CACHE_OK) {
+    /* A complete cache that cannot be written (a read-only filesystem, a
+     * directory of another mode) is still read, as the system layer is:
+     * new kernels then stay in memory. */
+    char err2[512];
+    if (cache_store_open(path, CACHE_OPEN_READONLY, &s, err2, sizeof err2) == CACHE_OK) {
+      rt_log(rt, RT_LOG_WARN,
+             "cache %s cannot be written (%s): its kernels are used, new ones are kept in memory",
+             rt->cache_path, err);
+      free(path);
+      return s;
+    }
   }
+  free(path);
   if (rc != CACHE_OK) {
     rt_log(rt, RT_LOG_WARN, "cache %s unusable (%s); kernels are kept in memory only",
            rt->cache_path, err);
@@ -135,6 +168,9 @@ static cache_store *open_user(fi_runtime *rt) {
 }
 
 cache_store *rt_store(fi_runtime *rt) {
+  /* Every way to the stores goes through here and rt_system_store: a
+   * forked child gets its own, whichever call comes first. */
+  rt_fork_check(rt);
   cache_store *s = __atomic_load_n(&rt->store, __ATOMIC_ACQUIRE);
   if (s) return s;
   pthread_mutex_lock(&rt->mu);
@@ -153,46 +189,47 @@ cache_store *rt_store(fi_runtime *rt) {
   return s;
 }
 
-/* A system layer is code somebody else prepared: it must not be writable by
- * anyone but its owner, who must be root or this user. */
-static int system_file_ok(const char *path, char *err, size_t errlen) {
-  struct stat st;
-  if (stat(path, &st) != 0) {
-    snprintf(err, errlen, "%s", strerror(errno));
-    return 0;
-  }
-  if (!S_ISREG(st.st_mode)) {
-    snprintf(err, errlen, "not a regular file");
-    return 0;
-  }
-  if (st.st_mode & 022) {
-    snprintf(err, errlen, "group- or world-writable (mode %03o)", (unsigned)(st.st_mode & 0777));
-    return 0;
-  }
-  if (st.st_uid != 0 && st.st_uid != getuid()) {
-    snprintf(err, errlen, "owned by uid %u, neither root nor this user", (unsigned)st.st_uid);
-    return 0;
-  }
-  return 1;
-}
-
+/* A system layer is code somebody else prepared: every directory on its
+ * path must be writable only by root or this user, and the file owned by
+ * one of them and writable by nobody else. It is opened immutable: SQLite
+ * reads the main file alone, so a -wal or -journal beside it, whoever put
+ * it there, is never applied. */
 cache_store *rt_system_store(fi_runtime *rt) {
   if (!rt->system_path[0]) return NULL;
+  rt_fork_check(rt);
   cache_store *s = __atomic_load_n(&rt->system_store, __ATOMIC_ACQUIRE);
   if (s || __atomic_load_n(&rt->system_failed, __ATOMIC_ACQUIRE)) return s;
   pthread_mutex_lock(&rt->mu);
   if (!rt->system_store && !rt->system_failed) {
     char err[1024] = "";
+    char *path = NULL;
     cache_store *opened = NULL;
-    if (!system_file_ok(rt->system_path, err, sizeof err) ||
-        cache_store_open(rt->system_path, CACHE_OPEN_READONLY, &opened, err, sizeof err) !=
-            CACHE_OK) {
+    int rc = cache_path_secure(rt->system_path, CACHE_PATH_ROOT_OK | CACHE_PATH_NO_SIDECARS, 0, 0,
+                               &path, err, sizeof err);
+    if (rc == CACHE_OK && !path) {
+      snprintf(err, sizeof err, "no such file");
+      rc = CACHE_ERR;
+    }
+    if (rc == CACHE_OK)
+      rc = cache_store_open(path, CACHE_OPEN_IMMUTABLE, &opened, err, sizeof err);
+    if (rc != CACHE_OK) {
       rt_log(rt, RT_LOG_WARN, "system cache %s not used: %s", rt->system_path, err);
       __atomic_store_n(&rt->system_failed, 1, __ATOMIC_RELEASE);
     } else {
       cache_store_set_row_check(opened, rt_row_check);
+      char side[4200];
+      struct stat st;
+      for (int i = 0; i < 2; i++) {
+        snprintf(side, sizeof side, "%s%s", path, i ? "-journal" : "-wal");
+        if (lstat(side, &st) == 0 && st.st_size > 0)
+          rt_log(rt, RT_LOG_WARN,
+                 "system cache %s: %s is ignored (the system layer is read as one file; "
+                 "`fi-cache export --to` makes one)",
+                 rt->system_path, side);
+      }
       __atomic_store_n(&rt->system_store, opened, __ATOMIC_RELEASE);
     }
+    free(path);
   }
   s = rt->system_store;
   pthread_mutex_unlock(&rt->mu);
@@ -204,8 +241,9 @@ cache_store *rt_system_store(fi_runtime *rt) {
  * survive fork. A child starts over: new connections, an empty memo, the
  * device backends loaded anew (CUDA then reports, in a clear error, that it
  * cannot be used in a child of a process that initialized it). The parent's
- * objects are abandoned, not closed: closing a connection in the child
- * would touch locks the parent holds. */
+ * connections were already closed by the cache's own fork handler
+ * (cache_fork.c), which made sure no thread was inside SQLite at fork();
+ * the stores that held them are freed here. Device modules are abandoned. */
 atomic_uint rt_fork_generation;
 static pthread_once_t atfork_once = PTHREAD_ONCE_INIT;
 
@@ -225,6 +263,8 @@ void rt_after_fork(fi_runtime *rt) {
   pthread_mutex_init(&rt->mu, NULL);
   pthread_cond_init(&rt->cv, NULL);
   rt->inflight = NULL;
+  if (rt->store) cache_store_close(rt->store);
+  if (rt->system_store) cache_store_close(rt->system_store);
   rt->store = NULL;
   rt->system_store = NULL;
   rt->system_failed = 0;

@@ -24,6 +24,7 @@ static inline void ft_vmsg(const char *fmt, ...) {
 extern ft_case ft_cases[FT_MAX_CASES];
 extern int ft_ncases;
 extern int ft_failed_now;
+extern int ft_skipped_now;
 
 #define FT_TEST(name)                                                       \
   static void ft_##name(void);                                              \
@@ -53,6 +54,17 @@ extern int ft_failed_now;
       fprintf(stderr, "\n");                                                \
       return;                                                               \
     }                                                                       \
+  } while (0)
+
+/* Ends the test as skipped: a "SKIP name" line, counted neither as passed nor
+ * as failed, with the reason on stderr. For what this machine cannot do. */
+#define FT_SKIP(...)                                                        \
+  do {                                                                      \
+    ft_skipped_now = 1;                                                     \
+    fprintf(stderr, "  skipped: ");                                         \
+    ft_vmsg("" __VA_ARGS__);                                                \
+    fprintf(stderr, "\n");                                                  \
+    return;                                                                 \
   } while (0)
 
 #endif

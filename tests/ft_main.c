@@ -5,9 +5,10 @@
 ft_case ft_cases[FT_MAX_CASES];
 int ft_ncases;
 int ft_failed_now;
+int ft_skipped_now;
 
 int main(int argc, char **argv) {
-  int passed = 0, failed = 0;
+  int passed = 0, failed = 0, skipped = 0;
   /* --list: the case names, one a line (scripts run each as its own process). */
   if (argc == 2 && strcmp(argv[1], "--list") == 0) {
     for (int i = 0; i < ft_ncases; i++) printf("%s\n", ft_cases[i].name);
@@ -21,18 +22,22 @@ int main(int argc, char **argv) {
       if (!want) continue;
     }
     ft_failed_now = 0;
+    ft_skipped_now = 0;
     fprintf(stderr, "RUN  %s\n", ft_cases[i].name);
     ft_cases[i].fn();
     if (ft_failed_now) {
       failed++;
       printf("FAIL %s\n", ft_cases[i].name);
+    } else if (ft_skipped_now) {
+      skipped++;
+      printf("SKIP %s\n", ft_cases[i].name);
     } else {
       passed++;
       printf("PASS %s\n", ft_cases[i].name);
     }
     fflush(stdout);
   }
-  if (passed + failed == 0) {
+  if (passed + failed + skipped == 0) {
     printf("FAIL no test ran\n");
     return 1;
   }

@@ -1,8 +1,9 @@
 #!/bin/bash
 # run_tests.sh [-j N] PROGRAM-OR-SCRIPT...: runs the test programs and scripts, N at a
-# time (default: online CPUs; FT_JOBS overrides), counts the PASS/FAIL lines each prints,
-# and prints one line per program in the order given (its own wall time), then the
-# total time and "N passed, N failed" (non-zero exit on any failure or on no test run).
+# time (default: online CPUs; FT_JOBS overrides), counts the PASS/FAIL/SKIP lines each
+# prints, and prints one line per program in the order given (its own wall time, its SKIP
+# lines), then the total time and "N passed, N failed" (", N skipped" after it when any:
+# a skip is never a pass). Non-zero exit on any failure or on no test run.
 # Put the slowest first: they start first.
 set -u
 jobs_max=${FT_JOBS:-$(nproc 2>/dev/null || echo 2)}
@@ -16,9 +17,10 @@ run_one() { # program-or-script name: sets rc and the PASS and FAIL counts p and
   if [[ "$1" == *.sh ]]; then bash "$1" >"$logdir/$2.out" 2>"$logdir/$2.err"; rc=$?
   else "$1" >"$logdir/$2.out" 2>"$logdir/$2.err"; rc=$?; fi
   p=$(grep -c '^PASS ' "$logdir/$2.out"); f=$(grep -c '^FAIL ' "$logdir/$2.out")
+  s=$(grep -c '^SKIP ' "$logdir/$2.out")
 }
 
-job() { # program-or-script name: runs one test and writes "p f seconds" to name.result
+job() { # program-or-script name: runs one test and writes "p f s seconds" to name.result
   local start; start=$(date +%s)
   run_one "$1" "$2"
   # LeakSanitizer's stop-the-world tracer now and then segfaults at exit after every
@@ -32,7 +34,7 @@ job() { # program-or-script name: runs one test and writes "p f seconds" to name
     run_one "$1" "$2"
   fi
   if [ "$rc" -ne 0 ] && [ "$f" -eq 0 ]; then f=1; echo "FAIL $2 exited with $rc" >>"$logdir/$2.out"; fi
-  echo "$p $f $(( $(date +%s) - start ))" >"$logdir/$2.result"
+  echo "$p $f $s $(( $(date +%s) - start ))" >"$logdir/$2.result"
 }
 
 pids=()
@@ -46,18 +48,19 @@ for t in "$@"; do
 done
 wait
 
-passed=0; failed=0
+passed=0; failed=0; skipped=0
 for t in "$@"; do
   name=$(basename "$t")
-  read -r p f secs <"$logdir/$name.result" 2>/dev/null || { p=0; f=1; secs=0; echo "FAIL $name left no result" >>"$logdir/$name.out"; }
+  read -r p f s secs <"$logdir/$name.result" 2>/dev/null || { p=0; f=1; s=0; secs=0; echo "FAIL $name left no result" >>"$logdir/$name.out"; }
   [ -f "$logdir/$name.note" ] && cat "$logdir/$name.note"
-  passed=$((passed + p)); failed=$((failed + f))
-  printf '%-28s %3d passed %3d failed  %3ds\n' "$name" "$p" "$f" "$secs"
+  passed=$((passed + p)); failed=$((failed + f)); skipped=$((skipped + s))
+  printf '%-28s %3d passed %3d failed  %3ds%s\n' "$name" "$p" "$f" "$secs" "$([ "$s" -gt 0 ] && echo "  ($s skipped)")"
+  if [ "$s" -ne 0 ]; then grep '^SKIP ' "$logdir/$name.out" | sed 's/^/    /'; fi
   if [ "$f" -ne 0 ]; then
     grep '^FAIL ' "$logdir/$name.out" | sed 's/^/    /'
     tail -n 30 "$logdir/$name.err" | sed 's/^/    | /'
   fi
 done
 echo "total $(( $(date +%s) - t_all ))s with $jobs_max at a time"
-echo "$passed passed, $failed failed"
+echo "$passed passed, $failed failed$([ "$skipped" -gt 0 ] && echo ", $skipped skipped")"
 [ "$failed" -eq 0 ] && [ "$passed" -gt 0 ]

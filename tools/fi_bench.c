@@ -1,6 +1,7 @@
 /* fi_bench.c: fi-bench, the GPU benchmarks: the copy bandwidth every figure is set
  * against, the runtime's own costs, and the sections of bench_*.c in one run. */
 #include <errno.h>
+#include <fcntl.h>
 #include <math.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -390,8 +391,11 @@ int main(int argc, char **argv) {
     } else if (!strcmp(argv[i], "--quick")) {
       quick = 1;
     } else if (!strcmp(argv[i], "--json") && i + 1 < argc) {
-      json = fopen(argv[++i], "w");
+      /* Never written through a link someone else put at that name. */
+      int fd = open(argv[++i], O_WRONLY | O_CREAT | O_TRUNC | O_NOFOLLOW | O_CLOEXEC, 0644);
+      json = fd >= 0 ? fdopen(fd, "w") : NULL;
       if (!json) {
+        if (fd >= 0) close(fd);
         fprintf(stderr, "fi-bench: %s: %s\n", argv[i], strerror(errno));
         return 1;
       }

@@ -184,17 +184,23 @@ static int export_binary(fi_runtime *rt, const args *a) {
   size_t n = 0;
   fi_status st = fi_admin_get(rt, a->prefix, NULL, NULL, &bin, &n, NULL);
   if (st != FI_OK) return fail("export", st);
-  /* Write beside the target and rename: a reader never sees half a binary. */
-  size_t plen = strlen(a->out) + 5;
+  /* Write beside the target and rename: a reader never sees half a binary.
+   * The temporary is created exclusively and never through a link: whoever
+   * else can write that directory could have put one there, to make this
+   * process write wherever it points. rename() replaces a link at FILE
+   * itself, never its target. */
+  size_t plen = strlen(a->out) + 32;
   char *tmp = malloc(plen);
-  int fd = -1, rc = 1;
+  int fd = -1, rc = 1, created = 0;
   if (!tmp) goto done;
-  snprintf(tmp, plen, "%s.tmp", a->out);
-  fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+  snprintf(tmp, plen, "%s.tmp-%ld", a->out, (long)getpid());
+  fd = open(tmp, O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0644);
   if (fd < 0) {
-    fprintf(stderr, "%s: export: %s: %s\n", prog, tmp, strerror(errno));
+    fprintf(stderr, "%s: export: %s: %s\n", prog, tmp,
+            errno == EEXIST ? "exists already (remove it if it is a leftover)" : strerror(errno));
     goto done;
   }
+  created = 1;
   for (size_t off = 0; off < n;) {
     ssize_t w = write(fd, (const char *)bin + off, n - off);
     if (w < 0 && errno == EINTR) continue;
@@ -219,7 +225,7 @@ static int export_binary(fi_runtime *rt, const args *a) {
 done:
   if (!tmp) fprintf(stderr, "%s: out of memory\n", prog);
   if (fd >= 0) close(fd);
-  if (rc && tmp) unlink(tmp);
+  if (rc && created) unlink(tmp);
   free(tmp);
   fi_admin_free(bin);
   return rc;

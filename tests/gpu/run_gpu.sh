@@ -62,7 +62,7 @@ gpu_rc=$?
 san=$(grep '^sanitizer:' "$OUT/run.log" | head -1)
 echo "== summary (full log: run.log)"
 cat "$OUT/gpu.txt"
-grep -E '^[0-9]+ passed, [0-9]+ failed$' "$OUT/gpu-test.txt" | tail -1
+grep -E '^[0-9]+ passed, [0-9]+ failed(, [0-9]+ skipped)?$' "$OUT/gpu-test.txt" | tail -1
 echo "$san"
 grep -E '^copy|fresh process|of which|dispatch|cold' "$OUT/bench.txt" | cut -c1-230
 grep -E '^\| rmsnorm' "$OUT/bench.txt" | grep -v 'minblocks' | head -20

@@ -83,14 +83,14 @@ for j in "${jobs[@]}"; do
   IFS='|' read -r n e b <<< "$j"
   s="$base/$n.summary"
   echo "== $n${e:+ ($e)}" | sed 's/ (-)$//'
-  grep -v -e '^rc=' -e '^[0-9]* passed, [0-9]* failed$' "$s"
-  counts=$(grep -E '^[0-9]+ passed, [0-9]+ failed$' "$s" | tail -1)
+  grep -v -e '^rc=' -E -e '^[0-9]+ passed, [0-9]+ failed(, [0-9]+ skipped)?$' "$s"
+  counts=$(grep -E '^[0-9]+ passed, [0-9]+ failed(, [0-9]+ skipped)?$' "$s" | tail -1)
   rc=$(sed -n 's/^rc=//p' "$s" | tail -1)
   if [ -z "$counts" ]; then
     echo "    $n ended without a summary (rc ${rc:-none})"; bad=1; continue
   fi
   passed=$((passed + ${counts%% passed*}))
-  f=${counts#*, }; failed=$((failed + ${f%% failed}))
+  f=${counts#*, }; failed=$((failed + ${f%% failed*}))
   [ "${rc:-1}" = 0 ] || bad=1
 done
 echo "${#jobs[@]} jobs, $jobs_max at a time, $(( $(date +%s) - start ))s; logs under $base"
