@@ -6,6 +6,7 @@
 #pragma once
 #include <stdint.h>
 #include <string.h>
+#include <setjmp.h>
 #include <ucontext.h>
 
 #include <functional>
@@ -47,15 +48,25 @@ struct bar {
   int count, arrived, gen;
 };
 static int nthreads, cur;
+// A thread starts on its own stack through makecontext/swapcontext once; after that
+// every switch is _setjmp/_longjmp, which saves no signal mask (swapcontext makes two
+// sigprocmask system calls a switch, most of the emulators' time).
+struct jb {
+  jmp_buf b;
+};
 static ucontext_t sched;
+static jmp_buf sched_jb;
 static std::vector<ucontext_t> ctx;
-static std::vector<char> done;
+static std::vector<jb> th;
+static std::vector<char> done, started;
 static std::vector<std::vector<char>> stacks;
 static bar block_bar, warp_bar[EMU_MAX_WARPS];
 static uint32_t xbuf[EMU_MAX_WARPS][EMU_WARP];
 static std::function<void()> body;
 static long rounds;
-static void yield() { swapcontext(&ctx[cur], &sched); }
+static void yield() {
+  if (!_setjmp(th[cur].b)) _longjmp(sched_jb, 1);
+}
 static void wait(bar &b) {
   const int g = b.gen;
   if (++b.arrived == b.count) {
@@ -76,14 +87,16 @@ static uint32_t shfl_bits(uint32_t v, int src) {
 static void trampoline() {
   body();
   done[cur] = 1;
-  swapcontext(&ctx[cur], &sched);
+  _longjmp(sched_jb, 1);
 }
 // Runs body on every block of grid with `threads` threads each.
 static void launch(unsigned gx, unsigned gy, int threads, std::function<void()> f) {
   body = f;
   nthreads = threads;
   ctx.assign(threads, ucontext_t());
+  th.assign(threads, jb());
   done.assign(threads, 0);
+  started.assign(threads, 0);
   stacks.assign(threads, std::vector<char>(EMU_STACK));
   gridDim = {gx, gy, 1};
   blockDim = {(unsigned)threads, 1, 1};
@@ -94,6 +107,7 @@ static void launch(unsigned gx, unsigned gy, int threads, std::function<void()> 
       for (int w = 0; w < EMU_MAX_WARPS; w++) warp_bar[w] = {EMU_WARP, 0, 0};
       for (int t = 0; t < threads; t++) {
         done[t] = 0;
+        started[t] = 0;
         getcontext(&ctx[t]);
         ctx[t].uc_stack.ss_sp = stacks[t].data();
         ctx[t].uc_stack.ss_size = stacks[t].size();
@@ -107,7 +121,11 @@ static void launch(unsigned gx, unsigned gy, int threads, std::function<void()> 
           alive++;
           cur = t;
           threadIdx = {(unsigned)t, 0, 0};
-          swapcontext(&sched, &ctx[t]);
+          if (!_setjmp(sched_jb)) {
+            if (started[t]) _longjmp(th[t].b, 1);
+            started[t] = 1;
+            swapcontext(&sched, &ctx[t]);
+          }
         }
         if (!alive) break;
         if (++rounds > 4000000000L) {
