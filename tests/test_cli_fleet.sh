@@ -54,7 +54,7 @@ check usage_touches_no_cache '[ ! -e "$A" ] && [ ! -e "$SHIP" ]'
 
 # ---- cache A, shipped as a system layer ----
 t_step=$(date +%s)
-run --cache "$A" prewarm --arch sm_90 --op rmsnorm --json
+run --cache "$A" prewarm --arch sm_90 --op gemma_rmsnorm --json
 N=$(last_json 'd["compiled"]')
 check prewarm_a '[ $rc -eq 0 ] && [ "${N:-0}" -gt 3 ] && [ "$(last_json "d[\"failed\"]")" = 0 ]'
 N=${N:-0}
@@ -64,7 +64,7 @@ check export_to_all '[ $rc -eq 0 ] && grep -qx "exported $N entries to $SHIP" "$
 check export_to_mode_0644 '[ "$(stat -c %a "$SHIP" 2>/dev/null)" = 644 ]'
 check export_to_no_wal_shm '[ ! -e "$SHIP-wal" ] && [ ! -e "$SHIP-shm" ] && [ -z "$(ls "$T/ship" | grep -v "^ship.db$")" ]'
 check export_to_is_a_cache '[ "$(sql "$SHIP" "PRAGMA integrity_check")" = ok ] && [ "$(sql "$SHIP" "SELECT count(*) FROM kernels")" = "$N" ] && [ "$(sql "$SHIP" "PRAGMA journal_mode")" = delete ]'
-run --cache "$A" export --to "$SUB" --op rmsnorm --arch sm_80
+run --cache "$A" export --to "$SUB" --op gemma_rmsnorm --arch sm_80
 check export_to_filtered_empty '[ $rc -eq 0 ] && grep -qx "exported 0 entries to $SUB" "$T/out"'
 check export_to_empty_valid '[ "$(sql "$SUB" "PRAGMA integrity_check")" = ok ] && [ "$(sql "$SUB" "SELECT count(*) FROM kernels")" = 0 ] && [ "$(stat -c %a "$SUB")" = 644 ] && [ ! -e "$SUB-wal" ]'
 run --cache "$A" export --to "$A"; check export_to_itself_refused '[ $rc -eq 1 ] && [ "$(sql "$A" "SELECT count(*) FROM kernels")" = "$N" ]'
@@ -75,15 +75,15 @@ SUM=$(sha256sum <"$SHIP")
 FI_CACHE_SYSTEM_PATH=$SHIP run --cache "$B" ls --json
 check system_layer_listed '[ $rc -eq 0 ] && [ "$(json "len(d), all(e[\"layer\"]==\"system\" for e in d)" <"$T/out")" = "$N True" ]'
 FI_CACHE_SYSTEM_PATH=$SHIP run --cache "$B" ls
-check system_layer_ls_column '[ $rc -eq 0 ] && [ "$(grep -c "^[0-9a-f]\{12\}  system  rmsnorm " "$T/out")" = "$N" ]'
-FI_CACHE_SYSTEM_PATH=$SHIP run --cache "$B" prewarm --arch sm_90 --op rmsnorm --json
+check system_layer_ls_column '[ $rc -eq 0 ] && [ "$(grep -c "^[0-9a-f]\{12\}  system  *gemma_rmsnorm " "$T/out")" = "$N" ]'
+FI_CACHE_SYSTEM_PATH=$SHIP run --cache "$B" prewarm --arch sm_90 --op gemma_rmsnorm --json
 check prewarm_from_system_layer '[ $rc -eq 0 ] && [ "$(last_json "d[\"compiled\"], d[\"cached\"] + d[\"waited\"], d[\"failed\"]")" = "0 $N 0" ]'
 FI_CACHE_SYSTEM_PATH=$SHIP run --cache "$B" stats --json
 check stats_layers '[ $rc -eq 0 ] && [ "$(json "d[\"layers\"][\"system\"], d[\"layers\"][\"user\"], d[\"entries\"], d[\"process\"][\"compiles\"]" <"$T/out")" = "$N 0 0 0" ]'
 check system_file_unchanged '[ "$(sha256sum <"$SHIP")" = "$SUM" ] && [ ! -e "$SHIP-wal" ] && [ ! -e "$SHIP-shm" ] && [ -z "$(ls "$T/ship" | grep -v "^s[a-z]*.db$")" ]'
 timed "system layer"
 chmod 664 "$SHIP"
-FI_CACHE_SYSTEM_PATH=$SHIP run --cache "$B" prewarm --arch sm_90 --op rmsnorm --json
+FI_CACHE_SYSTEM_PATH=$SHIP run --cache "$B" prewarm --arch sm_90 --op gemma_rmsnorm --json
 check system_group_writable_refused '[ $rc -eq 0 ] && grep -q "$SHIP" "$T/err" && grep -qi writable "$T/err"'
 check system_refused_compiles_all '[ "$(last_json "d[\"compiled\"], d[\"failed\"]")" = "$N 0" ]'
 chmod 644 "$SHIP"
@@ -102,14 +102,14 @@ timed "import"
 
 # ---- gc ----
 D=$T/d/k.db; clone "$A" "$D"
-run --cache "$D" gc --max-bytes 200K --json
+run --cache "$D" gc --max-bytes 64K --json
 EV=$(last_json 'd["evicted"]')
 check gc_max_bytes '[ $rc -eq 0 ] && [ "${EV:-0}" -gt 0 ] && [ "$(last_json "d[\"stale\"]")" = 0 ]'
 run --cache "$D" stats --json
-check gc_file_bytes '[ $rc -eq 0 ] && [ "$(json "d[\"file_bytes\"]" <"$T/out")" -le 204800 ] && [ "$(json "d[\"entries\"]" <"$T/out")" = "$((N - ${EV:-0}))" ]'
-echo "# gc --max-bytes 200K: evicted ${EV:-?} of $N; file $(stat -c %s "$D") bytes (-wal $(stat -c %s "$D-wal" 2>/dev/null || echo none))" >&2
-check gc_file_size '[ "$(stat -c %s "$D")" -le 204800 ]'
-run --cache "$D" gc --max-bytes 200K; check gc_text_again '[ $rc -eq 0 ] && grep -qx "evicted 0, stale 0" "$T/out"'
+check gc_file_bytes '[ $rc -eq 0 ] && [ "$(json "d[\"file_bytes\"]" <"$T/out")" -le 65536 ] && [ "$(json "d[\"entries\"]" <"$T/out")" = "$((N - ${EV:-0}))" ]'
+echo "# gc --max-bytes 64K: evicted ${EV:-?} of $N; file $(stat -c %s "$D") bytes (-wal $(stat -c %s "$D-wal" 2>/dev/null || echo none))" >&2
+check gc_file_size '[ "$(stat -c %s "$D")" -le 65536 ]'
+run --cache "$D" gc --max-bytes 64K; check gc_text_again '[ $rc -eq 0 ] && grep -qx "evicted 0, stale 0" "$T/out"'
 E=$T/e/k.db; clone "$A" "$E"
 run --cache "$E" gc --stale; check gc_stale_fresh '[ $rc -eq 0 ] && grep -qx "evicted 0, stale 0" "$T/out"'
 sql "$E" "UPDATE kernels SET compiler='nvrtc-0.1' WHERE rowid IN (SELECT rowid FROM kernels LIMIT 3)"
@@ -138,7 +138,7 @@ timed "verify"
 # ---- a cache file of random bytes: moved aside, a new one started ----
 G=$T/g/kernels.db; mkdir -p "$T/g" && chmod 700 "$T/g"
 head -c 100000 /dev/urandom >"$G"; chmod 600 "$G"
-run --cache "$G" prewarm --arch sm_90 --op rmsnorm --json
+run --cache "$G" prewarm --arch sm_90 --op gemma_rmsnorm --json
 check corrupt_file_prewarm '[ $rc -eq 0 ] && [ "$(last_json "d[\"compiled\"], d[\"failed\"]")" = "$N 0" ]'
 check corrupt_file_moved_aside '[ "$(ls "$T/g" | grep -c "^kernels\.db\.corrupt-[0-9]\+$")" = 1 ]'
 run --cache "$G" ls --json; check corrupt_file_new_cache '[ $rc -eq 0 ] && [ "$(json "len(d)" <"$T/out")" = "$N" ]'
@@ -146,7 +146,7 @@ timed "random-bytes cache"
 
 # ---- a world-writable cache directory is refused ----
 W=$T/w; mkdir -p "$W" && chmod 777 "$W"
-run --cache "$W/k.db" prewarm --arch sm_90 --op rmsnorm
+run --cache "$W/k.db" prewarm --arch sm_90 --op gemma_rmsnorm
 check world_writable_dir_refused '[ $rc -eq 1 ] && grep -q "$W" "$T/err" && grep -qi "writable" "$T/err" && [ ! -e "$W/k.db" ]'
 FI_LOG_LEVEL=off run --cache "$W/k.db" stats
 check world_writable_dir_says_why_itself '[ $rc -eq 1 ] && grep -q "^fi-cache: .*$W is writable by every user" "$T/err"'
