@@ -39,3 +39,16 @@ out=$(FI_CACHE_PATH="$T/k.db" "$B/fi-example" "$PWD/$B/libfi_runtime.so" 2>&1); 
 check example_without_gpu '[ $rc -eq 0 ] && [[ "$out" == *"no CUDA GPU here"* ]]'
 out=$("$B/fi-example" /nonexistent/libfi_runtime.so 2>&1); rc=$?
 check example_reports_missing_library '[ $rc -eq 1 ] && [[ "$out" == *"nonexistent"* ]]'
+out=$(FI_CACHE_PATH="$T/k.db" FI_EXAMPLE_EXPECT_NO_COMPILE=1 "$B/fi-example" "$PWD/$B/libfi_runtime.so" 2>&1); rc=$?
+check example_expect_no_compile_without_gpu '[ $rc -eq 0 ] && [[ "$out" == *"no CUDA GPU here"* ]]'
+out=$("$B/fi-example" --reps 0 "$PWD/$B/libfi_runtime.so" 2>&1); rc=$?
+check example_rejects_bad_reps '[ $rc -eq 2 ] && [[ "$out" == *"--reps"*"0"* ]]'
+out=$("$B/fi-example" --reps 3x "$PWD/$B/libfi_runtime.so" 2>&1); rc=$?
+check example_rejects_reps_with_junk '[ $rc -eq 2 ] && [[ "$out" == *"--reps"* ]]'
+out=$("$B/fi-example" --frobnicate "$PWD/$B/libfi_runtime.so" 2>&1); rc=$?
+check example_rejects_unknown_option '[ $rc -eq 2 ] && [[ "$out" == *"--frobnicate"* ]]'
+# A library without the API (libm, which the runtime itself links): the first missing
+# entry point named, nothing run.
+libm=$(ldd "$B/libfi_runtime.so" | awk '/libm\.so/ {print $3}')
+out=$("$B/fi-example" "$libm" 2>&1); rc=$?
+check example_names_missing_entry_point '[ -n "$libm" ] && [ $rc -eq 1 ] && [[ "$out" == *"lacks fi_options_init"* ]]'
