@@ -12,15 +12,20 @@ static void *fetch(step *s, CUdeviceptr p, size_t bytes) {
   return h;
 }
 
-/* A check's verdict, on its own line under the kernel's. */
+/* A check's verdict: a line kept in s->notes, printed under the call's own line (a check
+ * after the first call runs before that line is printed). */
 static void verdict(step *s, int ok, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
 static void verdict(step *s, int ok, const char *fmt, ...) {
-  va_list ap;
-  va_start(ap, fmt);
-  printf("    %s: ", ok ? "ok" : "FAILED");
-  vprintf(fmt, ap);
-  printf("\n");
-  va_end(ap);
+  const size_t cap = sizeof s->notes;
+  size_t used = strlen(s->notes);
+  used += (size_t)snprintf(s->notes + used, cap - used, "    %s: ", ok ? "ok" : "FAILED");
+  if (used < cap) {
+    va_list ap;
+    va_start(ap, fmt);
+    used += (size_t)vsnprintf(s->notes + used, cap - used, fmt, ap);
+    va_end(ap);
+  }
+  if (used < cap) snprintf(s->notes + used, cap - used, "\n");
   if (!ok) s->failed = 1;
 }
 
@@ -239,7 +244,9 @@ void check_sample(step *s) {
   int32_t again[NREQ];
   CU_CHECK(s->cu, cuMemcpyDtoH(again, s->samples, sizeof again)); /* synchronous on the legacy stream */
   const int same = memcmp(again, s->first_samples, sizeof again) == 0;
-  verdict(s, ok && same, "tokens %d %d %d %d, each among its row's top %d logits%s%s; %s for the same seed and offset",
-          s->first_samples[0], s->first_samples[1], s->first_samples[2], s->first_samples[3], TOP_K,
-          ok ? "" : ": ", why, same ? "the same draws" : "OTHER draws");
+  char what[96];
+  if (ok) snprintf(what, sizeof what, "each among its row's top %d logits", TOP_K);
+  verdict(s, ok && same, "tokens %d %d %d %d: %s; %s for the same seed and offset", s->first_samples[0],
+          s->first_samples[1], s->first_samples[2], s->first_samples[3], ok ? what : why,
+          same ? "the same draws" : "OTHER draws");
 }

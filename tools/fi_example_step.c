@@ -310,6 +310,9 @@ static void stats(step *s, fi_stats *st) {
 }
 
 static int call_failed(step *s, const char *name, fi_status st) {
+  fputs(s->notes, stdout);
+  s->notes[0] = 0;
+  fflush(stdout);
   fprintf(stderr, "fi-example: fi_%s: %s: %s\n", name, s->fi->status_string(st), s->fi->last_error());
   s->failed = 1;
   return 1;
@@ -370,6 +373,8 @@ static int timed(step *s, const char *name, const char *shape, op_fn fn, check_f
     snprintf(s->res->compiled_by + used, sizeof s->res->compiled_by - used, "%sfi_%s", used ? ", " : "", name);
   }
   if (check) check(s);
+  fputs(s->notes, stdout);
+  s->notes[0] = 0;
   return 0;
 }
 

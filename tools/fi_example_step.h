@@ -31,6 +31,7 @@ typedef struct step {
   cu_api *cu;
   fi_step_result *res;
   int reps, failed;
+  char notes[2048]; /* the current call's verdicts, printed under its line */
   double gpu_us, host_us; /* the warm medians, summed */
   uint64_t rng;
   CUevent e0, e1;
