@@ -62,8 +62,8 @@ static int load_api(void *h, const char *lib, fi_api *fi) {
   return 0;
 }
 
-static void usage(void) {
-  fprintf(stderr,
+static void usage(FILE *f) {
+  fprintf(f,
           "usage: fi-example [--expect-no-compile] [--reps N] [path/to/libfi_runtime.so]\n"
           "  runs one serving step of a Llama-3-8B-class model's kernels on random data\n"
           "  --expect-no-compile  exit 3 if any kernel had to be compiled (also\n"
@@ -89,11 +89,11 @@ int main(int argc, char **argv) {
       }
       opts.reps = (int)n;
     } else if (strcmp(argv[i], "-h") == 0 || strcmp(argv[i], "--help") == 0) {
-      usage();
+      usage(stdout);
       return 0;
     } else if (argv[i][0] == '-' || have_lib) {
       fprintf(stderr, "fi-example: unexpected argument '%s'\n", argv[i]);
-      usage();
+      usage(stderr);
       return 2;
     } else {
       lib = argv[i];
