@@ -83,8 +83,9 @@ BENCH_SRCS := tools/fi_bench.c $(wildcard tools/bench_*.c)
 $(BUILD)/fi-bench: $(BENCH_SRCS) tools/bench.h tools/fi_cuda_min.h include/fi_runtime.h include/fi_admin.h $(BUILD)/libfi_runtime.so
 	$(CC) $(CPPFLAGS) -Itools $(CFLAGS) $(BENCH_SRCS) -o $@ $(LDFLAGS) -L$(BUILD) -l:libfi_runtime.so -Wl,-rpath,'$$ORIGIN' -ldl -lpthread -lm
 
-$(BUILD)/fi-example: tools/fi_example.c tools/fi_cuda_min.h include/fi_runtime.h
-	$(CC) $(CPPFLAGS) -Itools $(CFLAGS) $< -o $@ $(LDFLAGS) -ldl -lm
+EXAMPLE_SRCS := $(wildcard tools/fi_example*.c)
+$(BUILD)/fi-example: $(EXAMPLE_SRCS) tools/fi_example.h tools/fi_example_step.h tools/fi_cuda_min.h include/fi_runtime.h
+	$(CC) $(CPPFLAGS) -Itools $(CFLAGS) $(EXAMPLE_SRCS) -o $@ $(LDFLAGS) -ldl -lm
 
 $(BUILD)/obj/tests/ft_main.o: tests/ft_main.c tests/ft.h
 	@mkdir -p $(dir $@)

@@ -52,3 +52,17 @@ own='/(rt_device_cuda|rt_device_hip|rt_device_reg|jit_nvrtc|jit_hiprtc|jit_compi
 named=$(for d in runtime jit cache tools device include; do [ -d "$d" ] && find "$d" -name '*.[ch]'; done |
   grep -Ev "$own" | xargs grep -n "rt_device_hip\|rt_device_cuda\|jit_nvrtc\b\|jit_hiprtc\b" 2>/dev/null)
 check no_backend_named_outside_its_file '[ -z "$named" ] || { echo "$named" >&2; false; }'
+
+out=$(FI_CACHE_PATH="$T/k.db" FI_EXAMPLE_EXPECT_NO_COMPILE=1 "$B/fi-example" "$PWD/$B/libfi_runtime.so" 2>&1); rc=$?
+check example_expect_no_compile_without_gpu '[ $rc -eq 0 ] && [[ "$out" == *"no CUDA GPU here"* ]]'
+out=$("$B/fi-example" --reps 0 "$PWD/$B/libfi_runtime.so" 2>&1); rc=$?
+check example_rejects_bad_reps '[ $rc -eq 2 ] && [[ "$out" == *"--reps"*"0"* ]]'
+out=$("$B/fi-example" --reps 3x "$PWD/$B/libfi_runtime.so" 2>&1); rc=$?
+check example_rejects_reps_with_junk '[ $rc -eq 2 ] && [[ "$out" == *"--reps"* ]]'
+out=$("$B/fi-example" --frobnicate "$PWD/$B/libfi_runtime.so" 2>&1); rc=$?
+check example_rejects_unknown_option '[ $rc -eq 2 ] && [[ "$out" == *"--frobnicate"* ]]'
+# A library without the API (libm, which the runtime itself links): the first missing
+# entry point named, nothing run.
+libm=$(ldd "$B/libfi_runtime.so" | awk '/libm\.so/ {print $3}')
+out=$("$B/fi-example" "$libm" 2>&1); rc=$?
+check example_names_missing_entry_point '[ -n "$libm" ] && [ $rc -eq 1 ] && [[ "$out" == *"lacks fi_options_init"* ]]'

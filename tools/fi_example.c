@@ -1,62 +1,113 @@
-/* fi_example.c: what a serving engine does: dlopen libfi_runtime.so, create a
- * runtime, and run fi_rmsnorm on the GPU (checked against the CPU), or say why it cannot. */
+/* fi_example.c: what a serving engine does: dlopen libfi_runtime.so, create a runtime on
+ * the default cache, and run one serving step of a Llama-3-8B-class model's kernels on
+ * the GPU (fi_example_step.c), or say in one line why it cannot and exit 0.
+ *
+ *   fi-example [--expect-no-compile] [--reps N] [path/to/libfi_runtime.so]
+ *
+ * --expect-no-compile (or FI_EXAMPLE_EXPECT_NO_COMPILE=1): exit 3 if the step compiled
+ * anything, i.e. if the cache (prewarmed with `fi-cache prewarm --preset llama3-8b`) did
+ * not hold every kernel the step ran. */
 #include <dlfcn.h>
-#include <math.h>
-#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
-#include "fi_cuda_min.h"
-#include "fi_runtime.h"
+#include "fi_example.h"
 
-/* The entry points, looked up by name as an engine written in any language would. */
-typedef struct fi_api {
-  void (*options_init)(fi_options *);
-  fi_status (*runtime_create)(const fi_options *, fi_runtime **);
-  void (*runtime_destroy)(fi_runtime *);
-  fi_status (*rmsnorm)(fi_runtime *, const DLTensor *, const DLTensor *, double, DLTensor *, void *);
-  const char *(*last_error)(void);
-  const char *(*status_string)(fi_status);
-  const char *(*version)(void);
-} fi_api;
+/* A name and the field its address goes to. The sizeof term is never evaluated (so it
+ * does not link fi_runtime): it only makes the compiler check that the field's type is
+ * the header's prototype, which a dlsym'ed pointer would otherwise bypass. */
+typedef struct sym {
+  const char *name;
+  void *slot;
+  size_t check;
+} sym;
+#define SYM(api, f) {"fi_" #f, (void *)&(api)->f, sizeof((api)->f = fi_##f)}
 
-static float bf16_to_f32(uint16_t b) {
-  uint32_t u = (uint32_t)b << 16;
-  float f;
-  memcpy(&f, &u, 4);
-  return f;
+static int load_api(void *h, const char *lib, fi_api *fi) {
+  const sym syms[] = {
+      SYM(fi, options_init),
+      SYM(fi, runtime_create),
+      SYM(fi, runtime_destroy),
+      SYM(fi, runtime_stats),
+      SYM(fi, last_error),
+      SYM(fi, status_string),
+      SYM(fi, version),
+      SYM(fi, fused_add_rmsnorm),
+      SYM(fi, get_batch_indices_positions),
+      SYM(fi, apply_llama31_rope_pos_ids),
+      SYM(fi, append_paged_kv_cache),
+      SYM(fi, prefill_params_init),
+      SYM(fi, batch_prefill_workspace_size),
+      SYM(fi, batch_prefill_paged_plan),
+      SYM(fi, batch_prefill_paged_run),
+      SYM(fi, batch_prefill_plan_destroy),
+      SYM(fi, attention_params_init),
+      SYM(fi, batch_decode_workspace_size),
+      SYM(fi, batch_decode_plan),
+      SYM(fi, batch_decode_run),
+      SYM(fi, batch_decode_plan_destroy),
+      SYM(fi, silu_and_mul),
+      SYM(fi, top_k_top_p_sampling_from_logits),
+  };
+  for (size_t i = 0; i < sizeof syms / sizeof syms[0]; i++) {
+    void *p = dlsym(h, syms[i].name);
+    if (!p) {
+      fprintf(stderr, "fi-example: %s lacks %s\n", lib, syms[i].name);
+      return -1;
+    }
+    /* POSIX guarantees a function's address survives the trip through void *. */
+    memcpy(syms[i].slot, &p, sizeof p);
+  }
+  return 0;
 }
-static uint16_t f32_to_bf16(float f) {
-  uint32_t u;
-  memcpy(&u, &f, 4);
-  u += 0x7fffu + ((u >> 16) & 1u);
-  return (uint16_t)(u >> 16);
+
+static void usage(FILE *f) {
+  fprintf(f,
+          "usage: fi-example [--expect-no-compile] [--reps N] [path/to/libfi_runtime.so]\n"
+          "  runs one serving step of a Llama-3-8B-class model's kernels on random data\n"
+          "  --expect-no-compile  exit 3 if any kernel had to be compiled (also\n"
+          "                       FI_EXAMPLE_EXPECT_NO_COMPILE=1)\n"
+          "  --reps N             warm repetitions timed per kernel (1 to 1000; default 5)\n");
 }
 
 int main(int argc, char **argv) {
-  const char *lib = argc > 1 ? argv[1] : "libfi_runtime.so";
+  const char *lib = "libfi_runtime.so";
+  const char *env = getenv("FI_EXAMPLE_EXPECT_NO_COMPILE");
+  int expect_no_compile = env && env[0] && strcmp(env, "0") != 0;
+  fi_step_opts opts = {5};
+  int have_lib = 0;
+  for (int i = 1; i < argc; i++) {
+    if (strcmp(argv[i], "--expect-no-compile") == 0) {
+      expect_no_compile = 1;
+    } else if (strcmp(argv[i], "--reps") == 0 && i + 1 < argc) {
+      char *end;
+      long n = strtol(argv[++i], &end, 10);
+      if (*end || end == argv[i] || n < 1 || n > 1000) {
+        fprintf(stderr, "fi-example: --reps: '%s' is not a count from 1 to 1000\n", argv[i]);
+        return 2;
+      }
+      opts.reps = (int)n;
+    } else if (strcmp(argv[i], "-h") == 0 || strcmp(argv[i], "--help") == 0) {
+      usage(stdout);
+      return 0;
+    } else if (argv[i][0] == '-' || have_lib) {
+      fprintf(stderr, "fi-example: unexpected argument '%s'\n", argv[i]);
+      usage(stderr);
+      return 2;
+    } else {
+      lib = argv[i];
+      have_lib = 1;
+    }
+  }
+
   void *h = dlopen(lib, RTLD_NOW | RTLD_LOCAL);
   if (!h) {
     fprintf(stderr, "fi-example: %s\n", dlerror());
     return 1;
   }
   fi_api fi;
-  struct {
-    const char *name;
-    void **slot;
-  } syms[] = {{"fi_options_init", (void **)&fi.options_init},
-              {"fi_runtime_create", (void **)&fi.runtime_create},
-              {"fi_runtime_destroy", (void **)&fi.runtime_destroy},
-              {"fi_rmsnorm", (void **)&fi.rmsnorm},
-              {"fi_last_error", (void **)&fi.last_error},
-              {"fi_status_string", (void **)&fi.status_string},
-              {"fi_version", (void **)&fi.version}};
-  for (size_t i = 0; i < sizeof syms / sizeof syms[0]; i++)
-    if (!(*syms[i].slot = dlsym(h, syms[i].name))) {
-      fprintf(stderr, "fi-example: %s lacks %s\n", lib, syms[i].name);
-      return 1;
-    }
+  if (load_api(h, lib, &fi) != 0) return 1;
   printf("fi_runtime %s\n", fi.version());
 
   fi_options o;
@@ -64,7 +115,7 @@ int main(int argc, char **argv) {
   fi_runtime *rt;
   fi_status st = fi.runtime_create(&o, &rt);
   if (st != FI_OK) {
-    fprintf(stderr, "fi-example: %s: %s\n", fi.status_string(st), fi.last_error());
+    fprintf(stderr, "fi-example: fi_runtime_create: %s: %s\n", fi.status_string(st), fi.last_error());
     return 1;
   }
 
@@ -72,48 +123,39 @@ int main(int argc, char **argv) {
   CUcontext ctx;
   char err[256];
   if (cu_min_init(&cu, &ctx, err, sizeof err) != 0) {
-    printf("no CUDA GPU here (%s): the kernel run is skipped\n", err);
+    printf("no CUDA GPU here (%s): the serving step is skipped\n", err);
     fi.runtime_destroy(rt);
     return 0;
   }
-  enum { ROWS = 4, HIDDEN = 4096 };
-  static uint16_t x[ROWS * HIDDEN], w[HIDDEN], y[ROWS * HIDDEN];
-  srand(7);
-  for (int i = 0; i < ROWS * HIDDEN; i++) x[i] = f32_to_bf16((float)rand() / RAND_MAX - 0.5f);
-  for (int i = 0; i < HIDDEN; i++) w[i] = f32_to_bf16(1.0f + (float)i / HIDDEN);
-  CUdeviceptr dx, dw;
-  CU_CHECK(&cu, cuMemAlloc(&dx, sizeof x));
-  CU_CHECK(&cu, cuMemAlloc(&dw, sizeof w));
-  CU_CHECK(&cu, cuMemcpyHtoD(dx, x, sizeof x));
-  CU_CHECK(&cu, cuMemcpyHtoD(dw, w, sizeof w));
 
-  int64_t xshape[2] = {ROWS, HIDDEN}, wshape[1] = {HIDDEN};
-  DLDataType bf16 = {kDLBfloat, 16, 1};
-  DLTensor tx = {(void *)(uintptr_t)dx, {kDLCUDA, 0}, 2, bf16, xshape, NULL, 0};
-  DLTensor tw = {(void *)(uintptr_t)dw, {kDLCUDA, 0}, 1, bf16, wshape, NULL, 0};
-  st = fi.rmsnorm(rt, &tx, &tw, 1e-6, &tx, NULL); /* in place, legacy default stream */
+  fi_step_result res;
+  memset(&res, 0, sizeof res);
+  int rc = fi_example_step(&fi, rt, &cu, &opts, &res);
+
+  fi_stats s;
+  memset(&s, 0, sizeof s);
+  s.struct_size = sizeof s;
+  st = fi.runtime_stats(rt, &s);
   if (st != FI_OK) {
-    fprintf(stderr, "fi-example: fi_rmsnorm: %s: %s\n", fi.status_string(st), fi.last_error());
-    return 1;
+    fprintf(stderr, "fi-example: fi_runtime_stats: %s: %s\n", fi.status_string(st), fi.last_error());
+    rc = 1;
+  } else {
+    printf("runtime stats: %lld kernels loaded from the cache, %lld compiled (%.0f ms in the "
+           "compiler, %lld failed), %lld calls served from memory, %lld waits for another "
+           "compile, %lld repairs\n",
+           (long long)s.cache_hits, (long long)s.compiles, s.compile_ms,
+           (long long)s.compile_failures, (long long)s.memo_hits, (long long)s.waits,
+           (long long)s.repairs);
   }
-  CU_CHECK(&cu, cuCtxSynchronize());
-  CU_CHECK(&cu, cuMemcpyDtoH(y, dx, sizeof y));
-  double num = 0, den = 0;
-  for (int r = 0; r < ROWS; r++) {
-    double ss = 0;
-    for (int c = 0; c < HIDDEN; c++) ss += pow(bf16_to_f32(x[r * HIDDEN + c]), 2);
-    double inv = 1.0 / sqrt(ss / HIDDEN + 1e-6);
-    for (int c = 0; c < HIDDEN; c++) {
-      double ref = bf16_to_f32(x[r * HIDDEN + c]) * inv * bf16_to_f32(w[c]);
-      num += pow(bf16_to_f32(y[r * HIDDEN + c]) - ref, 2);
-      den += ref * ref;
-    }
-  }
-  double rel = sqrt(num / den);
-  printf("fi_rmsnorm bf16 %d x %d on the GPU: relative error %.2e against float64 (%s)\n", ROWS,
-         HIDDEN, rel, rel < 1e-2 ? "ok" : "WRONG");
-  CU_CHECK(&cu, cuMemFree(dx));
-  CU_CHECK(&cu, cuMemFree(dw));
   fi.runtime_destroy(rt);
-  return rel < 1e-2 ? 0 : 1;
+  if (rc) return rc;
+  if (expect_no_compile && res.compiles > 0) {
+    fprintf(stderr,
+            "fi-example: expected no compile, but the step compiled %lld kernel%s (%s): the "
+            "cache did not hold them; FI_LOG_LEVEL=debug names their keys\n",
+            res.compiles, res.compiles == 1 ? "" : "s", res.compiled_by);
+    return 3;
+  }
+  if (expect_no_compile) printf("every kernel of the step came from the cache, as expected\n");
+  return 0;
 }
