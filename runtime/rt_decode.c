@@ -51,9 +51,9 @@ FI_API void fi_attention_params_init(fi_attention_params *p) {
 /* The workspace's layout for plans of up to max_batch requests: items for one wave of
  * blocks or max_batch, and for FI_DECODE_SPLIT's scaled target above 1 (tuning: so that
  * the knob can cut requests into more chunks than a wave). */
-static void ws_layout(int64_t max_batch, int sms, int num_qo_heads, int num_kv_heads, int head_dim,
-                      rt_decode_layout *l) {
-  const double scale = rt_dec_split_scale();
+static void ws_layout(const rt_tuning *t, int64_t max_batch, int sms, int num_qo_heads, int num_kv_heads,
+                      int head_dim, rt_decode_layout *l) {
+  const double scale = rt_dec_split_scale(t);
   int64_t items = max_batch;
   if (scale > 1) {
     const int64_t want = (int64_t)(rt_decode_target_items((int64_t)sms * RT_DECODE_MAX_BLOCKS_PER_SM,
@@ -86,7 +86,7 @@ FI_API fi_status fi_batch_decode_workspace_size(fi_runtime *rt, DLDevice device,
   fi_status st = rt_dec_device_sms(rt, device.device_type, device.device_id, &sms);
   if (st != FI_OK) return st;
   rt_decode_layout l;
-  ws_layout(max_batch, sms, num_qo_heads, num_kv_heads, head_dim, &l);
+  ws_layout(&rt->env.tune, max_batch, sms, num_qo_heads, num_kv_heads, head_dim, &l);
   if (l.bytes < 0)
     return rt_fail(FI_ERR_INVALID_ARGUMENT,
                    "%s: max_batch %d with %d query heads of head_dim %d needs more than 2^63 bytes", fn,
@@ -176,7 +176,7 @@ FI_API fi_status fi_batch_decode_plan(fi_runtime *rt, const fi_batch_decode_info
   if ((st = rt_dec_device_sms(rt, workspace->device.device_type, workspace->device.device_id, &sms)) != FI_OK)
     return st;
   rt_decode_layout lay;
-  ws_layout(maxb, sms, info->num_qo_heads, info->num_kv_heads, info->head_dim, &lay);
+  ws_layout(&rt->env.tune, maxb, sms, info->num_qo_heads, info->num_kv_heads, info->head_dim, &lay);
   if (lay.bytes < 0)
     return rt_fail(FI_ERR_INVALID_ARGUMENT,
                    "%s: info->%s %d with %d query heads of head_dim %d needs more than 2^63 bytes of workspace",
@@ -186,7 +186,7 @@ FI_API fi_status fi_batch_decode_plan(fi_runtime *rt, const fi_batch_decode_info
                    "%s: workspace has %lld bytes; %lld are needed (fi_batch_decode_workspace_size)",
                    fn, (long long)ws_bytes, (long long)lay.bytes);
   /* KV head pairs (rt_decode_kv_pair): a block per request and pair of KV heads. */
-  const int pair = rt_decode_kv_pair(kvdt, info->head_dim, info->num_qo_heads, info->num_kv_heads,
+  const int pair = rt_decode_kv_pair(rt->env.tune.decode_kv_pair, kvdt, info->head_dim, info->num_qo_heads, info->num_kv_heads,
                                      p->pos_encoding == FI_POS_ROPE_LLAMA);
   const int block_heads = info->num_kv_heads / pair;
   /* The block size (rt_decode_pick_warps): the 2-warp kernel's residency decides it (a
@@ -205,7 +205,7 @@ FI_API fi_status fi_batch_decode_plan(fi_runtime *rt, const fi_batch_decode_info
    * registered (no compile at plan time). */
   int switched = key.v[DECODE_P_PIPELINE] != sel;
   if (switched) key.v[DECODE_P_WARPS] = rt_decode_switched_warps(maxb, sms, block_heads, info->num_qo_heads / info->num_kv_heads);
-  const int forced = rt_dec_tune_key(&key, info->num_qo_heads / info->num_kv_heads);
+  const int forced = rt_dec_tune_key(&rt->env.tune, &key, info->num_qo_heads / info->num_kv_heads);
   /* FI_DECODE_PIPELINE back to the selected kernel: its own block size rule below. */
   if (switched && key.v[DECODE_P_PIPELINE] == sel) {
     switched = 0;
@@ -260,7 +260,7 @@ FI_API fi_status fi_batch_decode_plan(fi_runtime *rt, const fi_batch_decode_info
   int64_t target = rt_decode_target_items(resident, block_heads);
   /* FI_DECODE_SPLIT scales the split target (tuning; 1 by default): below 1 fewer,
    * longer chunks, above 1 more chunks than one wave of blocks. */
-  target = (int64_t)(target * rt_dec_split_scale() + 0.5);
+  target = (int64_t)(target * rt_dec_split_scale(&rt->env.tune) + 0.5);
   if (target < 1) target = 1;
   if (target > lay.capacity) target = lay.capacity;
   if (target > 0x7fff) target = 0x7fff; /* a request's chunk count fits the item's 16 bits */
@@ -329,10 +329,10 @@ FI_API fi_status fi_batch_decode_plan(fi_runtime *rt, const fi_batch_decode_info
   pl->grid = graph ? lay.capacity : n;
   memset(&pl->scalars, 0, sizeof pl->scalars);
   rt_dec_fill_scalars(&pl->scalars, p, info->head_dim, kvdt);
-  pl->scalars.prefetch = rt_dec_prefetch_steps();
-  pl->scalars.head_prefetch = rt_dec_head_prefetch();
-  pl->scalars.pre_prefetch = rt_dec_pre_prefetch();
-  pl->scalars.kv_evict = rt_dec_kv_evict();
+  pl->scalars.prefetch = rt_dec_prefetch_steps(&rt->env.tune);
+  pl->scalars.head_prefetch = rt_dec_head_prefetch(&rt->env.tune);
+  pl->scalars.pre_prefetch = rt_dec_pre_prefetch(&rt->env.tune);
+  pl->scalars.kv_evict = rt_dec_kv_evict(&rt->env.tune);
   tab[0] = (int32_t)n;
   tab[1] = B;
   tab[2] = chunk;

@@ -80,51 +80,28 @@ fi_status rt_dec_check_common(const char *fn, int hq, int hkv, int D, int qdt, i
   return FI_OK;
 }
 
+/* The tuning values below come from the environment read at fi_runtime_create (rt_env.c
+ * parses and clamps them; README, Environment); t is rt->env.tune, or rt_tuning_default()
+ * for a plan made without a runtime. */
+
 /* Steps the kernel's L2 prefetch runs ahead of its register loads: FI_DECODE_PREFETCH
- * (0 off, up to 8; read at each plan, for tuning) or the default. */
-#define DECODE_PREFETCH_DEFAULT 0
-int rt_dec_prefetch_steps(void) {
-  const char *e = getenv("FI_DECODE_PREFETCH");
-  if (!e || !*e) return DECODE_PREFETCH_DEFAULT;
-  const int v = atoi(e); /* negative: the same distance with per-line prefetches */
-  return v < -8 ? -8 : v > 8 ? 8 : v;
-}
+ * (0 off, the default; negative: the same distance with per-line prefetches). */
+int rt_dec_prefetch_steps(const rt_tuning *t) { return t->decode_prefetch; }
 
 /* FI_DECODE_EVICT=0 reads a 16-bit KV cache with an evict-normal L2 policy instead of
- * evict-first (fi_decode_params.kv_evict; tuning, read at each batch plan: single
- * decode and the call-time paths keep the default without reading the environment). */
-#define DECODE_EVICT_DEFAULT 1
-int rt_dec_kv_evict(void) {
-  const char *e = getenv("FI_DECODE_EVICT");
-  return e && *e ? atoi(e) != 0 : DECODE_EVICT_DEFAULT;
-}
+ * evict-first (fi_decode_params.kv_evict; batch plans: single decode and the call-time
+ * paths keep the default). */
+int rt_dec_kv_evict(const rt_tuning *t) { return t->decode_evict; }
 
-double rt_dec_split_scale(void) {
-  const char *e = getenv("FI_DECODE_SPLIT");
-  const double v = e && *e ? atof(e) : 1.0;
-  return v > 0 ? (v < 64 ? v : 64) : 1.0;  /* 64: the workspace stays within reason */
-}
+double rt_dec_split_scale(const rt_tuning *t) { return t->decode_split; }
 
-int rt_dec_head_prefetch(void) {
-  const char *e = getenv("FI_DECODE_HEAD_PREFETCH");
-  if (!e || !*e) return 0;
-  const int v = atoi(e);
-  return v < -65536 ? -65536 : v > 65536 ? 65536 : v;
-}
+int rt_dec_head_prefetch(const rt_tuning *t) { return t->decode_head_prefetch; }
 
 /* Tokens of its item a block prefetches into L2 while the previous grid in the stream
- * finishes (decode_enter in kernels/decode_enter.cuh): FI_DECODE_PRE_PREFETCH (0 off, up to
- * 65536; read at each batch plan) or the default. None with FI_PDL=0: with no early
- * start there is nothing to overlap, and the round only holds the block up (4-5% at
- * B <= 4 on an H100). */
-#define DECODE_PRE_PREFETCH_DEFAULT 256
-int rt_dec_pre_prefetch(void) {
-  if (rt_pdl_env_off()) return 0;
-  const char *e = getenv("FI_DECODE_PRE_PREFETCH");
-  if (!e || !*e) return DECODE_PRE_PREFETCH_DEFAULT;
-  const int v = atoi(e);
-  return v < 0 ? 0 : v > 65536 ? 65536 : v;
-}
+ * finishes (decode_enter in kernels/decode_enter.cuh): FI_DECODE_PRE_PREFETCH (0 off, 256
+ * by default). None with FI_PDL=0: with no early start there is nothing to overlap, and
+ * the round only holds the block up. */
+int rt_dec_pre_prefetch(const rt_tuning *t) { return t->pdl ? t->decode_pre_prefetch : 0; }
 
 /* MHA (group 1) over a 16-bit cache: the CUDA-core kernel reads whole K and V rows an
  * instruction, where the mma fragments read 8 rows' 64 bytes. H100 against the capped
@@ -142,20 +119,16 @@ int rt_dec_pick_simt(int pipeline, int kv_dtype, int head_dim, int group, int ro
  * (0, 1, 2 = DECODE_PIPE_CAPPED or 3 = DECODE_PIPE_SIMT; see ops_decode.h) for a plan of
  * `group` query heads a KV head. Returns RT_DEC_TUNED_WARPS and RT_DEC_TUNED_PIPELINE,
  * or'ed, for the overrides applied. */
-int rt_dec_tune_key(jit_key *key, int group) {
-  const char *w = getenv("FI_DECODE_WARPS"), *pp = getenv("FI_DECODE_PIPELINE");
+int rt_dec_tune_key(const rt_tuning *t, jit_key *key, int group) {
   int forced = 0;
-  if (w && *w) {
-    const int n = atoi(w);
-    if (n == 1 || n == 2 || n == 4 || n == 8) {
-      key->v[DECODE_P_WARPS] = n;
-      forced |= RT_DEC_TUNED_WARPS;
-    }
+  if (t->decode_warps) {
+    key->v[DECODE_P_WARPS] = t->decode_warps;
+    forced |= RT_DEC_TUNED_WARPS;
   }
-  if (pp && *pp) {
+  if (t->decode_pipeline >= 0) {
     /* 0 or 1 anywhere; the capped (2) and CUDA-core (3) kernels wherever they can be built */
     const int64_t *v = key->v;
-    const int n = atoi(pp);
+    const int n = t->decode_pipeline;
     if (n == 0 || n == 1 ||
         (n == DECODE_PIPE_CAPPED &&
          jit_decode_can_cap((int)v[DECODE_P_DTYPE_KV], (int)v[DECODE_P_HEAD_DIM], (int)v[DECODE_P_ROWS]))) {
@@ -173,8 +146,9 @@ int rt_dec_tune_key(jit_key *key, int group) {
 
 /* The kernel's scale, soft cap and RoPE fields. */
 void rt_dec_fill_scalars(fi_decode_params *k, const fi_attention_params *p, int D, int kvdt) {
-  k->prefetch = DECODE_PREFETCH_DEFAULT;
-  k->kv_evict = DECODE_EVICT_DEFAULT;
+  const rt_tuning def = rt_tuning_default();
+  k->prefetch = def.decode_prefetch;
+  k->kv_evict = def.decode_evict;
   const double LOG2E = 1.4426950408889634;
   const double sm = p->sm_scale > 0 ? p->sm_scale : 1.0 / sqrt((double)D);
   /* e4m3 is widened to f16 as value / 256: the 256 comes back in the scales. */

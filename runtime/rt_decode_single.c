@@ -13,11 +13,8 @@
 #include "rt_tensor.h"
 
 /* FI_DECODE_SINGLE_SPLIT=0 runs every single decode as one block a KV head (tuning and
- * A/B; read at each call). */
-static int split_on(void) {
-  const char *e = getenv("FI_DECODE_SINGLE_SPLIT");
-  return !(e && e[0] == '0' && !e[1]);
-}
+ * A/B; read at fi_runtime_create). */
+static int split_on(const fi_runtime *rt) { return rt->env.tune.decode_single_split; }
 
 #define SINGLE_PRE_PREFETCH_MIN_TOKENS 2048
 
@@ -43,7 +40,7 @@ static fi_status launch_split(fi_runtime *rt, int devtype, int device, const jit
   const unsigned threads = 32u * (unsigned)key->v[DECODE_P_WARPS];
   const int hkv = kp->num_kv_heads;
   int n = 1, chunk = (int)tokens;
-  if (split_on() && tokens >= RT_SINGLE_SPLIT_MIN_TOKENS) { /* no occupancy query below */
+  if (split_on(rt) && tokens >= RT_SINGLE_SPLIT_MIN_TOKENS) { /* no occupancy query below */
     int resident = 0;
     if ((st = rt_kernel_resident(rt, k, (int)threads, &resident)) != FI_OK) return st;
     n = rt_single_decode_chunks(tokens, hkv, resident, &chunk);
@@ -53,7 +50,7 @@ static fi_status launch_split(fi_runtime *rt, int devtype, int device, const jit
    * (PDL), as batch decode's: its warps 1.. then prefetch their tokens into L2 while warp 0
    * waits. Only from SINGLE_PRE_PREFETCH_MIN_TOKENS: H100, back-to-back calls at 32/8,
    * L=8192 4-6% faster with it, 32768 3%, 2048 level, 512 1 us (8%) slower. */
-  kp->pre_prefetch = tokens >= SINGLE_PRE_PREFETCH_MIN_TOKENS ? rt_dec_pre_prefetch() : 0;
+  kp->pre_prefetch = tokens >= SINGLE_PRE_PREFETCH_MIN_TOKENS ? rt_dec_pre_prefetch(&rt->env.tune) : 0;
   void *scratch = NULL;
   if (n > 1) {
     const int64_t o_bytes = up256((int64_t)n * hq * D * 2);

@@ -247,7 +247,7 @@ fi_status rt_binary_ensure(fi_runtime *rt, const jit_key *key, const char *arch,
   if (compile_ms) *compile_ms = 0;
 
   char err[1024];
-  if (exact_compiler && cc->load(err, sizeof err) != 0)
+  if (exact_compiler && cc->load(rt_compiler_library(rt, cc), err, sizeof err) != 0)
     return rt_fail(FI_ERR_COMPILE, "compiler for %s unavailable: %s", arch, err);
   rt_inflight node;
   int waited = inflight_claim(rt, &node, key_hash);
@@ -261,7 +261,7 @@ fi_status rt_binary_ensure(fi_runtime *rt, const jit_key *key, const char *arch,
   const char *need = exact_compiler ? cc->identity() : NULL;
   int layer = find_layers(rt, sys, user, key_hash, prefer, need, canon, &found);
   if (layer < 0) {
-    if (cc->load(err, sizeof err) != 0) {
+    if (cc->load(rt_compiler_library(rt, cc), err, sizeof err) != 0) {
       st = rt_fail(FI_ERR_COMPILE, "%s is not cached for %s and no compiler is available: %s",
                    canon, arch, err);
       goto out;

@@ -109,16 +109,15 @@ static fi_status launch(fi_runtime *rt, int devtype, int device, const jit_key *
 
 /* The q tile for head_dim D and the most packed rows of a request, or FI_PREFILL_QTILE's
  * (16, 64 or 128; 128 only to head_dim 128: the registered tiles), for tuning. */
-static int q_tile_for(int D, int64_t rows) {
-  const char *e = getenv("FI_PREFILL_QTILE");
-  const int v = e && *e ? atoi(e) : 0;
+static int q_tile_for(const rt_tuning *t, int D, int64_t rows) {
+  const int v = t->prefill_qtile;
   if (v == 16 || v == 64 || (v == 128 && D <= 128)) return v;
   return jit_prefill_q_tile(D, rows);
 }
 
 /* The wgmma kernel's key on a Hopper device (the shape rule and its tuning variables;
  * rt_prefill.h). */
-void rt_prefill_wgmma_key(int single, int dt, int D, int64_t rows, int64_t maxkv, int cap, jit_key *key) {
+void rt_prefill_wgmma_key(const rt_tuning *t, int single, int dt, int D, int64_t rows, int64_t maxkv, int cap, jit_key *key) {
   /* One consumer warpgroup and 64-token kv tiles (two blocks an SM) for requests of at
    * most 2048 packed rows: on the H200, 16 x 512 causal 32/8 (2048 rows) ran at 159
    * TFLOP/s against 145 with two consumers and 128-token tiles, which win above (238
@@ -144,10 +143,9 @@ void rt_prefill_wgmma_key(int single, int dt, int D, int64_t rows, int64_t maxkv
   const int mid = !single && D == 128 && rows >= 512 && rows <= 2048, four = mid && maxkv <= 512;
   if (four) qt = 128, kt = 64;
   else if (mid) qt = 128, kt = 128;
-  const char *w = getenv("FI_PREFILL_WG"), *ws = getenv("FI_PREFILL_WS");
-  if (w && (w[0] == '1' || w[0] == '2' || w[0] == '3') && w[1] == 'x') {
-    qt = 64 * (w[0] - '0');
-    kt = atoi(w + 2) == 64 ? 64 : 128;
+  if (t->prefill_wg_q) {
+    qt = t->prefill_wg_q;
+    kt = t->prefill_wg_kv;
   }
   /* A producer warpgroup and the ping-pong (FI_PREFILL_WS=0 or 1 turns them off). Head_dim
    * 64's three consumers with 128-token tiles also take three K / V stages: on the H200
@@ -156,14 +154,13 @@ void rt_prefill_wgmma_key(int single, int dt, int D, int64_t rows, int64_t maxkv
    * the ping-pong on two (BENCHMARKS.md, fourteenth session). Before, the ping-pong
    * was taken only where no request attended more than 2048 KV tokens (thirteenth
    * session); with three stages it wins at every length, so the rule is gone. */
-  int wsel = 2;
-  if (ws && ws[0] >= '0' && ws[0] <= '2' && !ws[1]) wsel = ws[0] - '0';
+  const int wsel = t->prefill_ws >= 0 ? t->prefill_ws : 2;
   jit_prefill_wgmma_select(single, dt, D, qt, kt, wsel, key);
   /* FI_PREFILL_STAGES=4 (or 3): that many K / V stages where registered (tuning); 2 keeps
    * two everywhere */
-  const char *se = getenv("FI_PREFILL_STAGES");
-  if ((se && atoi(se) == 4) || (four && !(w && *w) && !(se && *se))) jit_prefill_wgmma_stages(key, 4);
-  if ((se && atoi(se) == 3) || !(se && *se)) jit_prefill_wgmma_stages(key, 3);
+  const int se = t->prefill_stages; /* 0 unset */
+  if (se == 4 || (four && !t->prefill_wg_q && !se)) jit_prefill_wgmma_stages(key, 4);
+  if (se == 3 || !se) jit_prefill_wgmma_stages(key, 3);
   /* The soft cap's code only in the kernels of calls that have one: without it the
    * 2x128 kernel is 80 KB of code instead of 141 and a unit's first tile takes half
    * the time (BENCHMARKS.md, ninth session). */
@@ -189,11 +186,12 @@ int64_t rt_prefill_kvsel(const jit_key *plan_key, int graph, int64_t maxkv) {
  * FI_PREFILL_QTILE (its tuning override); FI_PREFILL_WG=<warpgroups>x<kv tile> (1x64,
  * 2x128, 3x128: head_dim 64 only, else 2, ...) forces the wgmma kernel's shape, FI_PREFILL_WS=0 its every-thread-loads
  * variant (no producer warpgroup), FI_PREFILL_WS=1 a producer without the ping-pong, 2 with it.
- * Read at every call, so that a test or a benchmark can compare them. */
+ * Read at fi_runtime_create (rt->env.tune); a plan made without a runtime (rt NULL: the
+ * tests' offline planning) takes the defaults. */
 static int pick_kernel(fi_runtime *rt, int devtype, int device, int single, int dt, int D,
                        int64_t rows, int64_t maxkv, int rope, int cap, jit_key *key) {
-  const char *e = getenv("FI_PREFILL_WGMMA"), *qe = getenv("FI_PREFILL_QTILE");
-  const int allow = !(e && strcmp(e, "0") == 0) && !(qe && *qe);
+  const rt_tuning def = rt_tuning_default(), *t = rt ? &rt->env.tune : &def;
+  const int allow = t->prefill_wgmma && !t->prefill_qtile;
   if (rt && allow && !rope && (D == 64 || D == 128 || D == 256) && rows > 16) { /* rt: NULL when planning offline (tests) */
     const rt_device_i *be;
     void *state;
@@ -201,11 +199,11 @@ static int pick_kernel(fi_runtime *rt, int devtype, int device, int single, int 
     char err[128];
     if (rt_backend(rt, devtype, &be, &state) == FI_OK &&
         rt_device_caps_get(be, state, device, &caps, err, sizeof err) == 0 && caps.wgmma) {
-      rt_prefill_wgmma_key(single, dt, D, rows, maxkv, cap, key);
+      rt_prefill_wgmma_key(t, single, dt, D, rows, maxkv, cap, key);
       return jit_prefill_key_q_tile(key);
     }
   }
-  jit_prefill_select(single, dt, D, q_tile_for(D, rows), rope, key);
+  jit_prefill_select(single, dt, D, q_tile_for(t, D, rows), rope, key);
   return jit_prefill_key_q_tile(key);
 }
 
@@ -436,8 +434,8 @@ static fi_status plan_impl(fi_runtime *rt, const char *fn, const fi_batch_prefil
   }
   int64_t target = (int64_t)sms * RT_PREFILL_BLOCKS_PER_SM;
   /* FI_PREFILL_SPLIT scales the split target (tuning; 0 turns the split off). */
-  const char *sf = getenv("FI_PREFILL_SPLIT");
-  if (sf && *sf && atof(sf) >= 0) target = (int64_t)(target * atof(sf) + 0.5);
+  const rt_tuning def = rt_tuning_default(), *tune = rt ? &rt->env.tune : &def;
+  if (tune->prefill_split != 1.0) target = (int64_t)(target * tune->prefill_split + 0.5);
   int32_t *tab = malloc((size_t)(FI_PREFILL_HDR_WORDS + lay.capacity * FI_PREFILL_ITEM_WORDS) * 4);
   int32_t *kv_base = malloc(((size_t)B + 1) * 4);
   if (!tab || !kv_base) {
@@ -465,8 +463,7 @@ static fi_status plan_impl(fi_runtime *rt, const char *fn, const fi_batch_prefil
   tab[2] = qt;
   tab[3] = (int32_t)(chunk > INT32_MAX ? INT32_MAX : chunk);
   /* the persistent grid's units from the counter (tab[4], tab[5]: 0), below */
-  const char *pe = getenv("FI_PREFILL_PERSIST");
-  tab[6] = !(pe && pe[0] == 's');
+  tab[6] = tune->prefill_persist != RT_PERSIST_FIXED;
   if (rt && (st = upload(rt, devtype, device, (int32_t *)ws, tab,
                          FI_PREFILL_HDR_WORDS + n * FI_PREFILL_ITEM_WORDS, stream)) != FI_OK) {
     free(tab);
@@ -506,8 +503,9 @@ static fi_status plan_impl(fi_runtime *rt, const char *fn, const fi_batch_prefil
    * 32/32 fell from 221 to 200 TFLOP/s). FI_PREFILL_PERSIST=0 turns it off (tuning),
    * =s fixes each block's units (unit b + k x grid), =<n> caps the grid at n blocks
    * (tests: many units a block). */
-  const int64_t bps = pe && strcmp(pe, "0") == 0 ? 0 : jit_prefill_persistent_blocks(&key);
-  const int64_t units = pl->grid * info->num_kv_heads, cap = pe && atoi(pe) > 0 ? atoi(pe) : (int64_t)sms * bps;
+  const int64_t bps = tune->prefill_persist == RT_PERSIST_OFF ? 0 : jit_prefill_persistent_blocks(&key);
+  const int64_t units = pl->grid * info->num_kv_heads,
+                cap = tune->prefill_persist == RT_PERSIST_CAP ? tune->prefill_persist_cap : (int64_t)sms * bps;
   pl->pgrid = bps > 0 && units > 0 ? (units < cap ? units : cap) : 0;
   pl->chunk = chunk;
   pl->slots_used = slots;

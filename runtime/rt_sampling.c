@@ -180,22 +180,18 @@ static int pick_cluster(const rt_device_i *be, void *state, int device, int64_t 
  * top-k + top-p 61 against 88, the top-k mask 57 against 68, while top-p 0.9 renorm took
  * 109 against 90. Top-p sampling searches only when its draws all miss the set (rarely at
  * p 0.9), so both searches time it alike (32 us). FI_SAMPLING_SELECT=range or radix forces
- * one; read at every call (tens of ns) so that a benchmark or test can compare both. */
-static int select_variant(int op) {
-  const char *e = getenv("FI_SAMPLING_SELECT");
-  if (e && strcmp(e, "range") == 0) return 1;
-  if (e && strcmp(e, "radix") == 0) return 0;
+ * one; read at fi_runtime_create, so a benchmark or test compares both with a runtime each. */
+static int select_variant(const rt_tuning *t, int op) {
+  if (t->sampling_select >= 0) return t->sampling_select; /* 1 range, 0 radix */
   return op == FI_SMP_TOPK || op == FI_SMP_TOPK_TOPP_LOGITS || op == FI_SMP_TOPK_RENORM ||
          op == FI_SMP_TOPK_MASK;
 }
 
 /* The membership test of top-p sampling (fi_sampling_params.topp_variant): float sums with
  * an exact fallback by default; FI_SAMPLING_TOPP=exact forces the exact 64-bit sums (make
- * gpu-test runs gpu_sampling both ways). Read at every call, as select_variant. */
-static int topp_variant(void) {
-  const char *e = getenv("FI_SAMPLING_TOPP");
-  if (e && strcmp(e, "exact") == 0) return FI_SMP_TOPP_EXACT;
-  return FI_SMP_TOPP_FLOAT;
+ * gpu-test runs gpu_sampling both ways). Read at fi_runtime_create, as select_variant. */
+static int topp_variant(const rt_tuning *t) {
+  return t->sampling_topp_exact ? FI_SMP_TOPP_EXACT : FI_SMP_TOPP_FLOAT;
 }
 
 /* Chooses the kernel (vec from in's and out2d's alignment) and launches it. */
@@ -220,8 +216,8 @@ static fi_status launch(fi_runtime *rt, smp_call *c, int op, const DLTensor *out
   fi_status st = rt_backend(rt, c->devtype, &be, &state);
   if (st != FI_OK) return st;
   const int cl = pick_cluster(be, state, c->device, c->batch);
-  jit_sampling_select(op, dt, vec, cl, select_variant(op), &c->key);
-  if (op == FI_SMP_TOPP || op == FI_SMP_TOPK_TOPP_LOGITS) c->p.topp_variant = topp_variant();
+  jit_sampling_select(op, dt, vec, cl, select_variant(&rt->env.tune, op), &c->key);
+  if (op == FI_SMP_TOPP || op == FI_SMP_TOPK_TOPP_LOGITS) c->p.topp_variant = topp_variant(&rt->env.tune);
   rt_kernel *k;
   if ((st = rt_kernel_get(rt, &c->key, be, c->device, &k)) != FI_OK) return st;
   rt_launch l = {{(unsigned)(c->batch * cl), 1, 1}, {SMP_THREADS, 1, 1}, 0};

@@ -56,17 +56,11 @@ static cache_store *open_user(fi_runtime *rt) {
     if (cache_store_open(":memory:", 0, &s, err, sizeof err) != CACHE_OK) s = NULL;
     return s;
   }
-  const char *um = getenv("FI_CACHE_UMASK");
+  const int m = rt->env.umask; /* FI_CACHE_UMASK, -1 unset (rt_env.c warned of a bad one) */
   int shared = 0;
-  if (um && um[0]) {
-    char *end;
-    long m = strtol(um, &end, 8);
-    if (*end == 0 && m >= 0 && m <= 0777) {
-      shared = (m & 020) == 0; /* group may write */
-      create_shared(rt->cache_path, (mode_t)m);
-    } else {
-      rt_log(rt, RT_LOG_WARN, "FI_CACHE_UMASK=%s ignored: an octal umask like 007 is expected", um);
-    }
+  if (m >= 0) {
+    shared = (m & 020) == 0; /* group may write */
+    create_shared(rt->cache_path, (mode_t)m);
   }
   /* Code from this file runs in the host process: refuse a file or
    * directory that someone else could have written (ssh's StrictModes). */

@@ -47,3 +47,10 @@ own='/(rt_device_cuda|rt_device_hip|rt_device_reg|jit_nvrtc|jit_hiprtc|jit_compi
 named=$(for d in runtime jit cache tools device include; do [ -d "$d" ] && find "$d" -name '*.[ch]'; done |
   grep -Ev "$own" | xargs grep -n "rt_device_hip\|rt_device_cuda\|jit_nvrtc\b\|jit_hiprtc\b" 2>/dev/null)
 check no_backend_named_outside_its_file '[ -z "$named" ] || { echo "$named" >&2; false; }'
+
+# The library reads the environment in one place (runtime/rt_env.c, at fi_runtime_create),
+# besides the cache-path resolver's FI_CACHE_PATH, XDG_CACHE_HOME and HOME (issue 41).
+readers=$(for d in runtime jit cache device include; do [ -d "$d" ] && find "$d" -name '*.[ch]'; done |
+  grep -Ev '/rt_env\.c$' | xargs grep -n 'getenv\|secure_getenv' 2>/dev/null |
+  grep -Ev 'getenv\("(FI_CACHE_PATH|XDG_CACHE_HOME|HOME)"\)')
+check environment_read_in_one_place '[ -z "$readers" ] || { echo "$readers" >&2; false; }'
