@@ -12,25 +12,6 @@
 #include "rt_internal.h"
 #include "rt_tensor.h"
 
-/* A dtype's jit code, fp8 included. */
-int rt_dec_dtype(DLDataType d) {
-  if (d.lanes == 1 && d.bits == 8) {
-    if (d.code == DEC_DL_E4M3FN) return JIT_DT_E4M3;
-    if (d.code == DEC_DL_E5M2) return JIT_DT_E5M2;
-  }
-  if (d.lanes != 1) return JIT_DT_NONE;
-  if (d.code == kDLFloat && d.bits == 16) return JIT_DT_F16;
-  if (d.code == kDLBfloat && d.bits == 16) return JIT_DT_BF16;
-  if (d.code == kDLFloat && d.bits == 32) return JIT_DT_F32;
-  if (d.code == kDLInt && d.bits == 32) return JIT_DT_I32;
-  return JIT_DT_NONE;
-}
-const char *rt_dec_dtype_string(DLDataType d, char *buf, size_t n) {
-  if (d.lanes == 1 && d.bits == 8 && d.code == DEC_DL_E4M3FN) return "float8_e4m3fn";
-  if (d.lanes == 1 && d.bits == 8 && d.code == DEC_DL_E5M2) return "float8_e5m2";
-  return rt_dtype_string(d, buf, n);
-}
-
 /* Heads, head_dim, dtypes and parameters every decode call shares. */
 fi_status rt_dec_check_common(const char *fn, int hq, int hkv, int D, int qdt, int kvdt,
                               DLDataType qd, DLDataType kvd, const fi_attention_params *p) {
@@ -50,11 +31,11 @@ fi_status rt_dec_check_common(const char *fn, int hq, int hkv, int D, int qdt, i
                    fn, D);
   if (qdt != JIT_DT_F16 && qdt != JIT_DT_BF16)
     return rt_fail(FI_ERR_INVALID_ARGUMENT, "%s: q has dtype %s; float16 or bfloat16 is needed",
-                   fn, rt_dec_dtype_string(qd, b1, sizeof b1));
+                   fn, rt_check_dtype_string(qd, b1, sizeof b1));
   if (kvdt != qdt && kvdt != JIT_DT_E4M3 && kvdt != JIT_DT_E5M2)
     return rt_fail(FI_ERR_INVALID_ARGUMENT,
                    "%s: the KV cache has dtype %s; q's (%s), float8_e4m3fn or float8_e5m2 is needed",
-                   fn, rt_dec_dtype_string(kvd, b1, sizeof b1), rt_dec_dtype_string(qd, b2, sizeof b2));
+                   fn, rt_check_dtype_string(kvd, b1, sizeof b1), rt_check_dtype_string(qd, b2, sizeof b2));
   if (!p) return FI_OK;
   if (!isfinite(p->sm_scale) || p->sm_scale < 0)
     return rt_fail(FI_ERR_INVALID_ARGUMENT, "%s: params->sm_scale is %g; > 0 (or 0 for 1/sqrt(head_dim)) is needed", fn, p->sm_scale);
@@ -167,91 +148,6 @@ void rt_dec_fill_scalars(fi_decode_params *k, const fi_attention_params *p, int 
     k->rope_freq[i] = i < D / 2 ? (float)(1.0 / (p->rope_scale * pow(p->rope_theta, 2.0 * i / D))) : 0.0f;
 }
 
-fi_status rt_dec_check_qkvo(const char *fn, const DLTensor *q, const DLTensor *k,
-                            const DLTensor *v, const DLTensor *out, int qo_ndim,
-                            fi_kv_layout layout) {
-  fi_status st;
-  if ((st = rt_check_tensor(fn, "q", q, qo_ndim)) != FI_OK) return st;
-  if ((st = rt_check_tensor(fn, "k", k, 3)) != FI_OK) return st;
-  if ((st = rt_check_tensor(fn, "v", v, 3)) != FI_OK) return st;
-  if ((st = rt_check_tensor(fn, "out", out, qo_ndim)) != FI_OK) return st;
-  if ((st = rt_check_same_device(fn, "q", q, "k", k)) != FI_OK) return st;
-  if ((st = rt_check_same_device(fn, "q", q, "v", v)) != FI_OK) return st;
-  if ((st = rt_check_same_device(fn, "q", q, "out", out)) != FI_OK) return st;
-  if (layout != FI_KV_LAYOUT_NHD && layout != FI_KV_LAYOUT_HND)
-    return rt_fail(FI_ERR_INVALID_ARGUMENT,
-                   "%s: layout is %d; FI_KV_LAYOUT_NHD (0) or FI_KV_LAYOUT_HND (1) is needed", fn,
-                   (int)layout);
-  return FI_OK;
-}
-
-/* head_dim contiguous, start and strides (dims < last, of size > 1) in units of 16 bytes. */
-fi_status rt_dec_check_rows(const char *fn, const char *name, const DLTensor *t, int elem_bytes) {
-  const int last = t->ndim - 1;
-  if (t->shape[last] > 1 && rt_stride(t, last) != 1)
-    return rt_fail(FI_ERR_INVALID_ARGUMENT, "%s: %s has head_dim stride %lld; 1 is needed", fn,
-                   name, (long long)rt_stride(t, last));
-  /* elements a 16-byte load or store moves: 8 of a 16-bit type, 16 of fp8 (the kernel
-   * loads an fp8 cache 16 bytes at a time too, so 8 elements would be misaligned) */
-  const int vec = 16 / elem_bytes;
-  if ((uintptr_t)rt_data(t) % (uintptr_t)(vec * elem_bytes) != 0)
-    return rt_fail(FI_ERR_INVALID_ARGUMENT, "%s: %s starts at %p; a multiple of %d bytes is needed",
-                   fn, name, (void *)rt_data(t), vec * elem_bytes);
-  for (int d = 0; d < last; d++)
-    if (t->shape[d] > 1 && rt_stride(t, d) % vec != 0)
-      return rt_fail(FI_ERR_INVALID_ARGUMENT,
-                     "%s: %s has stride %lld in dimension %d; a multiple of %d elements is needed",
-                     fn, name, (long long)rt_stride(t, d), d, vec);
-  if (rt_extent_bytes(t) < 0)
-    return rt_fail(FI_ERR_INVALID_ARGUMENT, "%s: %s spans more than 2^63 bytes", fn, name);
-  return FI_OK;
-}
-
-fi_status rt_dec_check_shape(const char *fn, const char *name, const DLTensor *t, int n,
-                             const int64_t *want, const char *what) {
-  for (int i = 0; i < n; i++)
-    if (t->shape[i] != want[i]) {
-      char got[96] = "", exp[96] = "";
-      size_t g = 0, e = 0;
-      for (int j = 0; j < n; j++) {
-        g += (size_t)snprintf(got + g, sizeof got - g, "%s%lld", j ? ", " : "", (long long)t->shape[j]);
-        e += (size_t)snprintf(exp + e, sizeof exp - e, "%s%lld", j ? ", " : "", (long long)want[j]);
-      }
-      return rt_fail(FI_ERR_INVALID_ARGUMENT, "%s: %s has shape [%s]; [%s] is needed (%s)", fn,
-                     name, got, exp, what);
-    }
-  return FI_OK;
-}
-
-fi_status rt_dec_check_lse(const char *fn, const DLTensor *lse, const DLTensor *q, int n,
-                           const int64_t *want) {
-  fi_status st;
-  char b1[32];
-  if ((st = rt_check_tensor(fn, "lse", lse, n)) != FI_OK) return st;
-  if ((st = rt_check_same_device(fn, "q", q, "lse", lse)) != FI_OK) return st;
-  if (rt_dec_dtype(lse->dtype) != JIT_DT_F32)
-    return rt_fail(FI_ERR_INVALID_ARGUMENT, "%s: lse has dtype %s; float32 is needed", fn,
-                   rt_dtype_string(lse->dtype, b1, sizeof b1));
-  if ((st = rt_dec_check_shape(fn, "lse", lse, n, want, "q's rows and heads")) != FI_OK) return st;
-  if (rt_extent_bytes(lse) < 0)
-    return rt_fail(FI_ERR_INVALID_ARGUMENT, "%s: lse spans more than 2^63 bytes", fn);
-  return FI_OK;
-}
-
-fi_status rt_dec_check_outputs_apart(const char *fn, const DLTensor *out, const DLTensor *lse,
-                                     const DLTensor *const *ins, const char *const *names, int n) {
-  for (int i = 0; i < n; i++) {
-    if (!ins[i]) continue;
-    if (rt_tensors_overlap(out, ins[i]))
-      return rt_fail(FI_ERR_INVALID_ARGUMENT, "%s: out overlaps %s", fn, names[i]);
-    if (lse && rt_tensors_overlap(lse, ins[i]))
-      return rt_fail(FI_ERR_INVALID_ARGUMENT, "%s: lse overlaps %s", fn, names[i]);
-  }
-  if (lse && rt_tensors_overlap(lse, out))
-    return rt_fail(FI_ERR_INVALID_ARGUMENT, "%s: lse overlaps out", fn);
-  return FI_OK;
-}
-
 fi_status rt_dec_kernel(fi_runtime *rt, int devtype, int device, const jit_key *key, const rt_device_i **be,
                         void **state, rt_kernel **k) {
   fi_status st = rt_backend(rt, devtype, be, state);
@@ -277,23 +173,5 @@ fi_status rt_dec_device_sms(fi_runtime *rt, int devtype, int device, int *sms) {
   if (st != FI_OK) return st;
   if (be->sm_count(state, device, sms) != 0 || *sms <= 0)
     return rt_fail(FI_ERR_DEVICE, "the SM count of %s device %d is unknown", be->name, device);
-  return FI_OK;
-}
-
-fi_status rt_dec_check_index(const char *fn, const char *name, const DLTensor *t, const DLTensor *q,
-                             int64_t min_len, int exact) {
-  fi_status st;
-  char b1[32];
-  if ((st = rt_check_tensor(fn, name, t, 1)) != FI_OK) return st;
-  if ((st = rt_check_same_device(fn, "q", q, name, t)) != FI_OK) return st;
-  if (rt_dec_dtype(t->dtype) != JIT_DT_I32)
-    return rt_fail(FI_ERR_INVALID_ARGUMENT, "%s: %s has dtype %s; int32 is needed", fn, name,
-                   rt_dtype_string(t->dtype, b1, sizeof b1));
-  if (t->shape[0] > 1 && rt_stride(t, 0) != 1)
-    return rt_fail(FI_ERR_INVALID_ARGUMENT, "%s: %s has stride %lld; contiguous (1) is needed", fn,
-                   name, (long long)rt_stride(t, 0));
-  if (exact ? t->shape[0] != min_len : t->shape[0] < min_len)
-    return rt_fail(FI_ERR_INVALID_ARGUMENT, "%s: %s has %lld entries; %s%lld are needed (the plan's)",
-                   fn, name, (long long)t->shape[0], exact ? "" : "at least ", (long long)min_len);
   return FI_OK;
 }

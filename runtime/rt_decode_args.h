@@ -5,15 +5,8 @@
 #include "decode_params.h"
 #include "fi_runtime.h"
 #include "jit_key.h"
+#include "rt_check.h"
 #include "rt_internal.h"
-
-/* DLPack >= 1.0 fp8 type codes (kDLFloat8_e4m3fn, kDLFloat8_e5m2). */
-#define DEC_DL_E4M3FN 10
-#define DEC_DL_E5M2 12
-
-/* A dtype's jit code (fp8 included), and its name for messages. */
-int rt_dec_dtype(DLDataType d);
-const char *rt_dec_dtype_string(DLDataType d, char *buf, size_t n);
 
 /* Heads (a group of 1..16), head_dim, q and cache dtypes, and the parameters (p may be NULL). */
 fi_status rt_dec_check_common(const char *fn, int hq, int hkv, int D, int qdt, int kvdt,
@@ -38,22 +31,6 @@ int rt_dec_tune_key(const rt_tuning *t, jit_key *key, int group);
 
 /* The kernel's scale, soft cap, value scale and RoPE fields. */
 void rt_dec_fill_scalars(fi_decode_params *k, const fi_attention_params *p, int D, int kvdt);
-
-/* Tensor checks; each failure names fn and the argument. */
-/* q and out of qo_ndim dimensions, k and v of 3, all present, valid and on q's device,
- * and a known layout: what single decode and single prefill check first. */
-fi_status rt_dec_check_qkvo(const char *fn, const DLTensor *q, const DLTensor *k,
-                            const DLTensor *v, const DLTensor *out, int qo_ndim,
-                            fi_kv_layout layout);
-fi_status rt_dec_check_rows(const char *fn, const char *name, const DLTensor *t, int elem_bytes);
-fi_status rt_dec_check_shape(const char *fn, const char *name, const DLTensor *t, int n,
-                             const int64_t *want, const char *what);
-fi_status rt_dec_check_lse(const char *fn, const DLTensor *lse, const DLTensor *q, int n,
-                           const int64_t *want);
-fi_status rt_dec_check_outputs_apart(const char *fn, const DLTensor *out, const DLTensor *lse,
-                                     const DLTensor *const *ins, const char *const *names, int n);
-fi_status rt_dec_check_index(const char *fn, const char *name, const DLTensor *t,
-                             const DLTensor *q, int64_t min_len, int exact);
 
 /* The backend of devtype and the loaded kernel for key on device. */
 fi_status rt_dec_kernel(fi_runtime *rt, int devtype, int device, const jit_key *key, const rt_device_i **be,

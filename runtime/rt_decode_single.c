@@ -99,17 +99,17 @@ FI_API fi_status fi_single_decode(fi_runtime *rt, const DLTensor *q, const DLTen
     p = &defaults;
   }
   if (!rt) return rt_fail(FI_ERR_INVALID_ARGUMENT, "%s: rt is NULL", fn);
-  if ((st = rt_dec_check_qkvo(fn, q, k, v, out, 2, layout)) != FI_OK) return st;
-  const int qdt = rt_dec_dtype(q->dtype), kvdt = rt_dec_dtype(k->dtype);
+  if ((st = rt_check_qkvo(fn, q, k, v, out, 2, layout)) != FI_OK) return st;
+  const int qdt = rt_check_dtype(q->dtype), kvdt = rt_check_dtype(k->dtype);
   if (qdt != JIT_DT_F16 && qdt != JIT_DT_BF16)
     return rt_fail(FI_ERR_INVALID_ARGUMENT, "%s: q has dtype %s; float16 or bfloat16 is needed",
-                   fn, rt_dec_dtype_string(q->dtype, b1, sizeof b1));
-  if (rt_dec_dtype(v->dtype) != kvdt || v->dtype.bits != k->dtype.bits)
+                   fn, rt_check_dtype_string(q->dtype, b1, sizeof b1));
+  if (rt_check_dtype(v->dtype) != kvdt || v->dtype.bits != k->dtype.bits)
     return rt_fail(FI_ERR_INVALID_ARGUMENT, "%s: v has dtype %s but k has %s", fn,
-                   rt_dec_dtype_string(v->dtype, b1, sizeof b1), rt_dec_dtype_string(k->dtype, b2, sizeof b2));
-  if (rt_dec_dtype(out->dtype) != qdt)
+                   rt_check_dtype_string(v->dtype, b1, sizeof b1), rt_check_dtype_string(k->dtype, b2, sizeof b2));
+  if (rt_check_dtype(out->dtype) != qdt)
     return rt_fail(FI_ERR_INVALID_ARGUMENT, "%s: out has dtype %s but q has %s", fn,
-                   rt_dec_dtype_string(out->dtype, b1, sizeof b1), rt_dec_dtype_string(q->dtype, b2, sizeof b2));
+                   rt_check_dtype_string(out->dtype, b1, sizeof b1), rt_check_dtype_string(q->dtype, b2, sizeof b2));
   const int64_t hq = q->shape[0], D = q->shape[1];
   const int64_t L = layout == FI_KV_LAYOUT_NHD ? k->shape[0] : k->shape[1];
   const int64_t hkv = layout == FI_KV_LAYOUT_NHD ? k->shape[1] : k->shape[0];
@@ -121,13 +121,13 @@ FI_API fi_status fi_single_decode(fi_runtime *rt, const DLTensor *q, const DLTen
   if (k->shape[2] != D)
     return rt_fail(FI_ERR_INVALID_ARGUMENT, "%s: k has head_dim %lld but q %lld", fn,
                    (long long)k->shape[2], (long long)D);
-  if ((st = rt_dec_check_shape(fn, "v", v, 3, k->shape, lname)) != FI_OK) return st;
+  if ((st = rt_check_shape(fn, "v", v, 3, k->shape, lname)) != FI_OK) return st;
   const int64_t oshape[2] = {hq, D};
-  if ((st = rt_dec_check_shape(fn, "out", out, 2, oshape, "q's shape")) != FI_OK) return st;
-  if (lse && (st = rt_dec_check_lse(fn, lse, q, 1, oshape)) != FI_OK) return st;
+  if ((st = rt_check_shape(fn, "out", out, 2, oshape, "q's shape")) != FI_OK) return st;
+  if (lse && (st = rt_check_lse(fn, lse, q, 1, oshape)) != FI_OK) return st;
   const int kvb = jit_dtype_bytes(kvdt), qb = jit_dtype_bytes(qdt);
-  if ((st = rt_dec_check_rows(fn, "q", q, qb)) != FI_OK || (st = rt_dec_check_rows(fn, "k", k, kvb)) != FI_OK ||
-      (st = rt_dec_check_rows(fn, "v", v, kvb)) != FI_OK || (st = rt_dec_check_rows(fn, "out", out, qb)) != FI_OK)
+  if ((st = rt_check_rows(fn, "q", q, qb)) != FI_OK || (st = rt_check_rows(fn, "k", k, kvb)) != FI_OK ||
+      (st = rt_check_rows(fn, "v", v, kvb)) != FI_OK || (st = rt_check_rows(fn, "out", out, qb)) != FI_OK)
     return st;
   for (int d = 0; d < 2; d++)
     if (k->shape[d] > 1 && rt_stride(k, d) != rt_stride(v, d))
@@ -136,7 +136,7 @@ FI_API fi_status fi_single_decode(fi_runtime *rt, const DLTensor *q, const DLTen
                      fn, (long long)rt_stride(v, d), d, (long long)rt_stride(k, d));
   const DLTensor *ins[3] = {q, k, v};
   static const char *const in_names[3] = {"q", "k", "v"};
-  if ((st = rt_dec_check_outputs_apart(fn, out, lse, ins, in_names, 3)) != FI_OK) return st;
+  if ((st = rt_check_outputs_apart(fn, out, lse, ins, in_names, 3)) != FI_OK) return st;
   if (hq == 0) return FI_OK;
 
   fi_decode_params kp;

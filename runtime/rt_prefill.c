@@ -56,11 +56,11 @@ static fi_status check_common(const char *fn, int64_t hq, int64_t hkv, int64_t D
                    fn, (long long)D);
   if (qdt != JIT_DT_F16 && qdt != JIT_DT_BF16)
     return rt_fail(FI_ERR_INVALID_ARGUMENT, "%s: q has dtype %s; float16 or bfloat16 is needed",
-                   fn, rt_dec_dtype_string(qd, b1, sizeof b1));
+                   fn, rt_check_dtype_string(qd, b1, sizeof b1));
   if (kvdt != qdt)
     return rt_fail(FI_ERR_INVALID_ARGUMENT,
                    "%s: the KV has dtype %s; q's (%s) is needed (prefill has no fp8 KV yet)", fn,
-                   rt_dec_dtype_string(kvd, b1, sizeof b1), rt_dec_dtype_string(qd, b2, sizeof b2));
+                   rt_check_dtype_string(kvd, b1, sizeof b1), rt_check_dtype_string(qd, b2, sizeof b2));
   if (p->causal != 0 && p->causal != 1)
     return rt_fail(FI_ERR_INVALID_ARGUMENT, "%s: params->causal is %d; 0 or 1 is needed", fn, p->causal);
   /* The attention parameters as decode checks them (a group of 1 passes its head check). */
@@ -85,16 +85,16 @@ static fi_status check_q_out(const char *fn, const DLTensor *q, const DLTensor *
                              const DLTensor *lse, int dt) {
   fi_status st;
   char b1[32], b2[32];
-  if (rt_dec_dtype(out->dtype) != dt)
+  if (rt_check_dtype(out->dtype) != dt)
     return rt_fail(FI_ERR_INVALID_ARGUMENT, "%s: out has dtype %s but q has %s", fn,
-                   rt_dec_dtype_string(out->dtype, b1, sizeof b1), rt_dec_dtype_string(q->dtype, b2, sizeof b2));
-  if ((st = rt_dec_check_shape(fn, "out", out, 3, q->shape, "q's shape")) != FI_OK) return st;
+                   rt_check_dtype_string(out->dtype, b1, sizeof b1), rt_check_dtype_string(q->dtype, b2, sizeof b2));
+  if ((st = rt_check_shape(fn, "out", out, 3, q->shape, "q's shape")) != FI_OK) return st;
   if (lse) {
     const int64_t ls[2] = {q->shape[0], q->shape[1]};
-    if ((st = rt_dec_check_lse(fn, lse, q, 2, ls)) != FI_OK) return st;
+    if ((st = rt_check_lse(fn, lse, q, 2, ls)) != FI_OK) return st;
   }
   const int b = jit_dtype_bytes(dt);
-  if ((st = rt_dec_check_rows(fn, "q", q, b)) != FI_OK || (st = rt_dec_check_rows(fn, "out", out, b)) != FI_OK)
+  if ((st = rt_check_rows(fn, "q", q, b)) != FI_OK || (st = rt_check_rows(fn, "out", out, b)) != FI_OK)
     return st;
   return FI_OK;
 }
@@ -221,11 +221,11 @@ FI_API fi_status fi_single_prefill(fi_runtime *rt, const DLTensor *q, const DLTe
     p = &defaults;
   }
   if (!rt) return rt_fail(FI_ERR_INVALID_ARGUMENT, "%s: rt is NULL", fn);
-  if ((st = rt_dec_check_qkvo(fn, q, k, v, out, 3, layout)) != FI_OK) return st;
-  const int qdt = rt_dec_dtype(q->dtype), kvdt = rt_dec_dtype(k->dtype);
-  if (rt_dec_dtype(v->dtype) != kvdt || v->dtype.bits != k->dtype.bits)
+  if ((st = rt_check_qkvo(fn, q, k, v, out, 3, layout)) != FI_OK) return st;
+  const int qdt = rt_check_dtype(q->dtype), kvdt = rt_check_dtype(k->dtype);
+  if (rt_check_dtype(v->dtype) != kvdt || v->dtype.bits != k->dtype.bits)
     return rt_fail(FI_ERR_INVALID_ARGUMENT, "%s: v has dtype %s but k has %s", fn,
-                   rt_dec_dtype_string(v->dtype, b1, sizeof b1), rt_dec_dtype_string(k->dtype, b2, sizeof b2));
+                   rt_check_dtype_string(v->dtype, b1, sizeof b1), rt_check_dtype_string(k->dtype, b2, sizeof b2));
   const int nhd = layout == FI_KV_LAYOUT_NHD;
   const int64_t Lq = q->shape[0], hq = q->shape[1], D = q->shape[2];
   const int64_t Lkv = nhd ? k->shape[0] : k->shape[1], hkv = nhd ? k->shape[1] : k->shape[0];
@@ -234,10 +234,10 @@ FI_API fi_status fi_single_prefill(fi_runtime *rt, const DLTensor *q, const DLTe
     return rt_fail(FI_ERR_INVALID_ARGUMENT, "%s: k has head_dim %lld but q %lld", fn,
                    (long long)k->shape[2], (long long)D);
   const char *lname = nhd ? "[L_kv, H_kv, head_dim] (NHD)" : "[H_kv, L_kv, head_dim] (HND)";
-  if ((st = rt_dec_check_shape(fn, "v", v, 3, k->shape, lname)) != FI_OK) return st;
+  if ((st = rt_check_shape(fn, "v", v, 3, k->shape, lname)) != FI_OK) return st;
   if ((st = check_q_out(fn, q, out, lse, qdt)) != FI_OK) return st;
   const int b = jit_dtype_bytes(kvdt);
-  if ((st = rt_dec_check_rows(fn, "k", k, b)) != FI_OK || (st = rt_dec_check_rows(fn, "v", v, b)) != FI_OK)
+  if ((st = rt_check_rows(fn, "k", k, b)) != FI_OK || (st = rt_check_rows(fn, "v", v, b)) != FI_OK)
     return st;
   for (int d = 0; d < 2; d++)
     if (k->shape[d] > 1 && rt_stride(k, d) != rt_stride(v, d))
@@ -256,7 +256,7 @@ FI_API fi_status fi_single_prefill(fi_runtime *rt, const DLTensor *q, const DLTe
                    fn, (long long)Lq, (long long)Lkv);
   const DLTensor *ins[3] = {q, k, v};
   static const char *const in_names[3] = {"q", "k", "v"};
-  if ((st = rt_dec_check_outputs_apart(fn, out, lse, ins, in_names, 3)) != FI_OK) return st;
+  if ((st = rt_check_outputs_apart(fn, out, lse, ins, in_names, 3)) != FI_OK) return st;
   if (Lq == 0) return FI_OK;
 
   fi_prefill_kparams kp;
@@ -361,7 +361,7 @@ static fi_status plan_impl(fi_runtime *rt, const char *fn, const fi_batch_prefil
     return rt_fail(FI_ERR_INVALID_ARGUMENT,
                    "%s: info->max_qo_tokens is %d; >= 1 is needed with max_batch (CUDA-graph mode)",
                    fn, info->max_qo_tokens);
-  const int dt = rt_dec_dtype(info->q_dtype), kvdt = rt_dec_dtype(info->kv_dtype);
+  const int dt = rt_check_dtype(info->q_dtype), kvdt = rt_check_dtype(info->kv_dtype);
   if ((st = check_common(fn, info->num_qo_heads, info->num_kv_heads, info->head_dim, dt, kvdt,
                          info->q_dtype, info->kv_dtype, p)) != FI_OK)
     return st;
@@ -568,9 +568,9 @@ static fi_status run_common(fi_runtime *rt, const char *fn, const fi_prefill_pla
   if ((st = rt_check_same_device(fn, "q", q, "out", out)) != FI_OK) return st;
   if ((int)q->device.device_type != pl->devtype || q->device.device_id != pl->device)
     return rt_fail(FI_ERR_INVALID_ARGUMENT, "%s: q is on another device than the plan's workspace", fn);
-  if (rt_dec_dtype(q->dtype) != pl->dt)
+  if (rt_check_dtype(q->dtype) != pl->dt)
     return rt_fail(FI_ERR_INVALID_ARGUMENT, "%s: q has dtype %s; the plan's %s is needed", fn,
-                   rt_dec_dtype_string(q->dtype, b1, sizeof b1), jit_dtype_name(pl->dt));
+                   rt_check_dtype_string(q->dtype, b1, sizeof b1), jit_dtype_name(pl->dt));
   if (q->shape[0] < pl->qo_rows || q->shape[1] != pl->num_qo_heads || q->shape[2] != pl->head_dim)
     return rt_fail(FI_ERR_INVALID_ARGUMENT,
                    "%s: q has shape [%lld, %lld, %lld]; at least %lld rows (qo_indptr[B]), the plan's "
@@ -639,9 +639,9 @@ FI_API fi_status fi_batch_prefill_ragged_run(fi_runtime *rt, const fi_prefill_pl
     return rt_fail(FI_ERR_INVALID_ARGUMENT,
                    "%s: layout is %d; FI_KV_LAYOUT_NHD (0) or FI_KV_LAYOUT_HND (1) is needed", fn,
                    (int)layout);
-  if (rt_dec_dtype(k->dtype) != pl->dt || rt_dec_dtype(v->dtype) != pl->dt)
+  if (rt_check_dtype(k->dtype) != pl->dt || rt_check_dtype(v->dtype) != pl->dt)
     return rt_fail(FI_ERR_INVALID_ARGUMENT, "%s: k has dtype %s and v %s; the plan's %s is needed", fn,
-                   rt_dec_dtype_string(k->dtype, b1, sizeof b1), rt_dec_dtype_string(v->dtype, b2, sizeof b2),
+                   rt_check_dtype_string(k->dtype, b1, sizeof b1), rt_check_dtype_string(v->dtype, b2, sizeof b2),
                    jit_dtype_name(pl->dt));
   const int nhd = layout == FI_KV_LAYOUT_NHD;
   const int64_t rows = nhd ? k->shape[0] : k->shape[1], hkv = nhd ? k->shape[1] : k->shape[0];
@@ -652,9 +652,9 @@ FI_API fi_status fi_batch_prefill_ragged_run(fi_runtime *rt, const fi_prefill_pl
                    fn, (long long)k->shape[0], (long long)k->shape[1], (long long)k->shape[2],
                    nhd ? "[tokens, H_kv, head_dim] (NHD)" : "[H_kv, tokens, head_dim] (HND)",
                    (long long)pl->kv_rows, pl->num_kv_heads, pl->head_dim);
-  if ((st = rt_dec_check_shape(fn, "v", v, 3, k->shape, "k's shape")) != FI_OK) return st;
+  if ((st = rt_check_shape(fn, "v", v, 3, k->shape, "k's shape")) != FI_OK) return st;
   const int b = jit_dtype_bytes(pl->dt);
-  if ((st = rt_dec_check_rows(fn, "k", k, b)) != FI_OK || (st = rt_dec_check_rows(fn, "v", v, b)) != FI_OK)
+  if ((st = rt_check_rows(fn, "k", k, b)) != FI_OK || (st = rt_check_rows(fn, "v", v, b)) != FI_OK)
     return st;
   for (int d = 0; d < 2; d++)
     if (k->shape[d] > 1 && rt_stride(k, d) != rt_stride(v, d))
@@ -663,7 +663,7 @@ FI_API fi_status fi_batch_prefill_ragged_run(fi_runtime *rt, const fi_prefill_pl
                      fn, (long long)rt_stride(v, d), d, (long long)rt_stride(k, d));
   const DLTensor *ins[3] = {q, k, v};
   static const char *const in_names[3] = {"q", "k", "v"};
-  if ((st = rt_dec_check_outputs_apart(fn, out, lse, ins, in_names, 3)) != FI_OK) return st;
+  if ((st = rt_check_outputs_apart(fn, out, lse, ins, in_names, 3)) != FI_OK) return st;
   fi_prefill_kparams kp = pl->scalars;
   kp.k = rt_data(k);
   kp.v = rt_data(v);
@@ -691,34 +691,22 @@ FI_API fi_status fi_batch_prefill_paged_run(fi_runtime *rt, const fi_prefill_pla
     return rt_fail(FI_ERR_INVALID_ARGUMENT,
                    "%s: layout is %d; FI_KV_LAYOUT_NHD (0) or FI_KV_LAYOUT_HND (1) is needed", fn,
                    (int)layout);
-  if (rt_dec_dtype(kc->dtype) != pl->dt || rt_dec_dtype(vc->dtype) != pl->dt)
+  if (rt_check_dtype(kc->dtype) != pl->dt || rt_check_dtype(vc->dtype) != pl->dt)
     return rt_fail(FI_ERR_INVALID_ARGUMENT,
                    "%s: paged_k_cache has dtype %s and paged_v_cache %s; the plan's %s is needed", fn,
-                   rt_dec_dtype_string(kc->dtype, b1, sizeof b1), rt_dec_dtype_string(vc->dtype, b2, sizeof b2),
+                   rt_check_dtype_string(kc->dtype, b1, sizeof b1), rt_check_dtype_string(vc->dtype, b2, sizeof b2),
                    jit_dtype_name(pl->dt));
   const int nhd = layout == FI_KV_LAYOUT_NHD;
   const int64_t hkv = pl->num_kv_heads;
-  const int64_t want[4] = {kc->shape[0], nhd ? pl->page_size : hkv, nhd ? hkv : pl->page_size, pl->head_dim};
-  const char *lname = nhd ? "[pages, page_size, H_kv, head_dim] (NHD), the plan's"
-                          : "[pages, H_kv, page_size, head_dim] (HND), the plan's";
-  if ((st = rt_dec_check_shape(fn, "paged_k_cache", kc, 4, want, lname)) != FI_OK) return st;
-  if ((st = rt_dec_check_shape(fn, "paged_v_cache", vc, 4, want, lname)) != FI_OK) return st;
-  for (int d = 0; d < 3; d++)
-    if (kc->shape[d] > 1 && rt_stride(kc, d) != rt_stride(vc, d))
-      return rt_fail(FI_ERR_INVALID_ARGUMENT,
-                     "%s: paged_v_cache has stride %lld in dimension %d but paged_k_cache %lld; "
-                     "equal strides are needed",
-                     fn, (long long)rt_stride(vc, d), d, (long long)rt_stride(kc, d));
-  const int b = jit_dtype_bytes(pl->dt);
-  if ((st = rt_dec_check_rows(fn, "paged_k_cache", kc, b)) != FI_OK ||
-      (st = rt_dec_check_rows(fn, "paged_v_cache", vc, b)) != FI_OK)
+  if ((st = rt_check_paged_cache(fn, kc, vc, nhd, pl->page_size, hkv, pl->head_dim, jit_dtype_bytes(pl->dt))) !=
+      FI_OK)
     return st;
-  if ((st = rt_dec_check_index(fn, "kv_indices", kv_indices, q, pl->kv_rows, 0)) != FI_OK) return st;
+  if ((st = rt_check_index(fn, "kv_indices", kv_indices, q, pl->kv_rows, 0)) != FI_OK) return st;
   if (kc->shape[0] > INT32_MAX)
     return rt_fail(FI_ERR_INVALID_ARGUMENT, "%s: paged_k_cache has 2^31 pages or more", fn);
   const DLTensor *ins[4] = {q, kc, vc, kv_indices};
   static const char *const in_names[4] = {"q", "paged_k_cache", "paged_v_cache", "kv_indices"};
-  if ((st = rt_dec_check_outputs_apart(fn, out, lse, ins, in_names, 4)) != FI_OK) return st;
+  if ((st = rt_check_outputs_apart(fn, out, lse, ins, in_names, 4)) != FI_OK) return st;
   fi_prefill_kparams kp = pl->scalars;
   kp.k = rt_data(kc);
   kp.v = rt_data(vc);

@@ -1,6 +1,7 @@
 /* rt_runtime.c: creating and destroying the runtime: options, the cache path
  * and its fallback to memory, device backends at first use. */
 #include <errno.h>
+#include <stddef.h>
 #include <pwd.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -41,10 +42,18 @@ FI_API fi_status fi_runtime_create(const fi_options *opts, fi_runtime **out) {
   fi_options o;
   fi_options_init(&o);
   if (opts) {
-    if (opts->struct_size == 0 || opts->struct_size > sizeof o)
+    /* A size a caller's fi_options can have: this header's, or one that ends where a field
+     * of it starts (a header before that field was added; at least cache_path). Any other
+     * value is a struct that fi_options_init did not fill. */
+    static const size_t known[] = {offsetof(fi_options, system_cache_path), offsetof(fi_options, log_level),
+                                   sizeof(fi_options)};
+    int ok = 0;
+    for (size_t i = 0; i < sizeof known / sizeof known[0]; i++) ok |= opts->struct_size == known[i];
+    if (!ok)
       return rt_fail(FI_ERR_INVALID_ARGUMENT,
-                     "fi_runtime_create: opts->struct_size is %zu; call fi_options_init first",
-                     opts->struct_size);
+                     "fi_runtime_create: opts->struct_size is %zu, not the size of an fi_options (%zu); "
+                     "call fi_options_init first",
+                     opts->struct_size, sizeof(fi_options));
     memcpy(&o, opts, opts->struct_size);
   }
   fi_runtime *rt = calloc(1, sizeof *rt);

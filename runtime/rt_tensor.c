@@ -5,6 +5,7 @@
 #include <stdio.h>
 
 #include "jit_key.h"
+#include "rt_check.h"
 #include "rt_internal.h"
 
 int rt_tensor_dtype(const DLTensor *t) {
@@ -55,6 +56,12 @@ fi_status rt_check_tensor(const char *fn, const char *name, const DLTensor *t, i
     for (int i = 0; i < ndim; i++)
       if (t->strides[i] < 0)
         return rt_fail(FI_ERR_INVALID_ARGUMENT, "%s: %s->strides[%d] is negative", fn, name, i);
+  /* Every kernel loads whole elements at least (wider only where rt_pick_vec finds the
+   * addresses allow it): an element that starts off its own size's alignment would be a
+   * misaligned access on the device. Checked here, so every op refuses it before it looks
+   * its device up. */
+  const unsigned esize = t->dtype.bits % 8 == 0 ? (unsigned)t->dtype.bits / 8u * t->dtype.lanes : 1u;
+  if (esize > 1 && esize <= 16 && (esize & (esize - 1)) == 0) return rt_check_aligned(fn, name, t, (int)esize);
   return FI_OK;
 }
 

@@ -364,7 +364,7 @@ FT_TEST(planner_takes_the_cuda_core_kernel_for_mha) {
     info.head_dim = 128;
     info.page_size = 16;
     info.q_dtype = (DLDataType){kDLBfloat, 16, 1};
-    info.kv_dtype = cases[i].kv == JIT_DT_E4M3 ? (DLDataType){DEC_DL_E4M3FN, 8, 1}
+    info.kv_dtype = cases[i].kv == JIT_DT_E4M3 ? (DLDataType){RT_DL_E4M3FN, 8, 1}
                     : cases[i].kv == JIT_DT_F16 ? (DLDataType){kDLFloat, 16, 1}
                                                 : (DLDataType){kDLBfloat, 16, 1};
     if (cases[i].kv == JIT_DT_F16) info.q_dtype = info.kv_dtype;
@@ -862,7 +862,7 @@ FT_TEST(graph_run_needs_max_batch_index_tables) {
 FT_TEST(fp8_cache_rows_need_16_bytes) {
   fi_runtime *rt = rt_make();
   FT_REQUIRE(rt);
-  const DLDataType e4m3 = {DEC_DL_E4M3FN, 8, 1};
+  const DLDataType e4m3 = {RT_DL_E4M3FN, 8, 1};
   /* single decode */
   tens q, k, v, o;
   mk(&q, ADDR(0), kDLBfloat, 16, 2, 32, 128, 0, 0);
