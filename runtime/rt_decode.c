@@ -104,34 +104,6 @@ FI_API fi_status fi_batch_decode_workspace_size(fi_runtime *rt, DLDevice device,
 
 FI_API void fi_batch_decode_plan_destroy(fi_decode_plan *plan) { free(plan); }
 
-/* Writes n words (data, or fill_value when data is NULL) at dst on the stream. */
-static fi_status upload(fi_runtime *rt, const fi_decode_plan *pl, int32_t *dst,
-                        const int32_t *data, int64_t n, void *stream) {
-  jit_key key;
-  jit_decode_upload_select(&key);
-  fi_decode_upload_params up;
-  for (int64_t at = 0; at < n;) {
-    memset(&up, 0, sizeof up);
-    up.dst = dst + at;
-    int64_t m = n - at;
-    if (data) {
-      if (m > FI_DECODE_UPLOAD_WORDS) m = FI_DECODE_UPLOAD_WORDS;
-      memcpy(up.data, data + at, (size_t)m * 4);
-    } else {
-      up.fill = 1;
-      if (m > INT32_MAX) m = INT32_MAX;
-    }
-    up.n = (int32_t)m;
-    int64_t blocks = (m + DECODE_UPLOAD_THREADS - 1) / DECODE_UPLOAD_THREADS;
-    if (blocks > 1024) blocks = 1024;
-    fi_status st = rt_dec_launch(rt, pl->devtype, pl->device, &key, (unsigned)blocks, 1,
-                          DECODE_UPLOAD_THREADS, &up, sizeof up, stream);
-    if (st != FI_OK) return st;
-    at += m;
-  }
-  return FI_OK;
-}
-
 FI_API fi_status fi_batch_decode_plan(fi_runtime *rt, const fi_batch_decode_info *info,
                                       const fi_attention_params *p, DLTensor *workspace,
                                       void *stream, fi_decode_plan **plan) {
@@ -345,10 +317,10 @@ FI_API fi_status fi_batch_decode_plan(fi_runtime *rt, const fi_batch_decode_info
   tab[2] = chunk;
   tab[3] = pl->split;
   /* The header and items, then zero counters (the merging blocks reset theirs). */
-  st = upload(rt, pl, (int32_t *)pl->ws, tab, FI_DECODE_HDR_WORDS + n * FI_DECODE_ITEM_WORDS, stream);
+  st = rt_upload_words(rt, pl->devtype, pl->device, (int32_t *)pl->ws, tab, FI_DECODE_HDR_WORDS + n * FI_DECODE_ITEM_WORDS, stream);
   free(tab);
   if (st == FI_OK && pl->split)
-    st = upload(rt, pl, (int32_t *)(pl->ws + lay.counters_off), NULL,
+    st = rt_upload_words(rt, pl->devtype, pl->device, (int32_t *)(pl->ws + lay.counters_off), NULL,
                 (int64_t)B * info->num_kv_heads, stream);
   if (st != FI_OK) {
     if (fresh) free(pl);

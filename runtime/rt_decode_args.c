@@ -148,19 +148,10 @@ void rt_dec_fill_scalars(fi_decode_params *k, const fi_attention_params *p, int 
     k->rope_freq[i] = i < D / 2 ? (float)(1.0 / (p->rope_scale * pow(p->rope_theta, 2.0 * i / D))) : 0.0f;
 }
 
-fi_status rt_dec_kernel(fi_runtime *rt, int devtype, int device, const jit_key *key, const rt_device_i **be,
-                        void **state, rt_kernel **k) {
-  fi_status st = rt_backend(rt, devtype, be, state);
-  if (st != FI_OK) return st;
-  return rt_kernel_get(rt, key, *be, device, k);
-}
-
 fi_status rt_dec_launch(fi_runtime *rt, int devtype, int device, const jit_key *key, unsigned gx,
                         unsigned gy, unsigned threads, void *params, size_t bytes, void *stream) {
-  const rt_device_i *be;
-  void *state;
   rt_kernel *k;
-  fi_status st = rt_dec_kernel(rt, devtype, device, key, &be, &state, &k);
+  fi_status st = rt_kernel_for(rt, devtype, device, key, &k, NULL, NULL);
   if (st != FI_OK) return st;
   rt_launch l = {{gx, gy, 1}, {threads, 1, 1}, 0};
   return rt_launch_kernel(rt, k, &l, stream, params, bytes);
@@ -173,5 +164,35 @@ fi_status rt_dec_device_sms(fi_runtime *rt, int devtype, int device, int *sms) {
   if (st != FI_OK) return st;
   if (be->sm_count(state, device, sms) != 0 || *sms <= 0)
     return rt_fail(FI_ERR_DEVICE, "the SM count of %s device %d is unknown", be->name, device);
+  return FI_OK;
+}
+
+/* One plan-table upload for decode and prefill (rt_decode_args.h): decode's upload kernel
+ * takes the words inside its parameter struct, FI_DECODE_UPLOAD_WORDS a launch, so a
+ * plan needs no host-to-device copy (and a CUDA-graph re-plan is a kernel on the stream). */
+fi_status rt_upload_words(fi_runtime *rt, int devtype, int device, int32_t *dst, const int32_t *data, int64_t n,
+                          void *stream) {
+  jit_key key;
+  jit_decode_upload_select(&key);
+  fi_decode_upload_params up;
+  for (int64_t at = 0; at < n;) {
+    memset(&up, 0, sizeof up);
+    up.dst = dst + at;
+    int64_t m = n - at;
+    if (data) {
+      if (m > FI_DECODE_UPLOAD_WORDS) m = FI_DECODE_UPLOAD_WORDS;
+      memcpy(up.data, data + at, (size_t)m * 4);
+    } else {
+      up.fill = 1;
+      if (m > INT32_MAX) m = INT32_MAX;
+    }
+    up.n = (int32_t)m;
+    int64_t blocks = (m + DECODE_UPLOAD_THREADS - 1) / DECODE_UPLOAD_THREADS;
+    if (blocks > 1024) blocks = 1024; /* a fill loops with the grid's stride */
+    fi_status st = rt_dec_launch(rt, devtype, device, &key, (unsigned)blocks, 1, DECODE_UPLOAD_THREADS, &up,
+                                 sizeof up, stream);
+    if (st != FI_OK) return st;
+    at += m;
+  }
   return FI_OK;
 }

@@ -32,12 +32,13 @@ int rt_dec_tune_key(const rt_tuning *t, jit_key *key, int group);
 /* The kernel's scale, soft cap, value scale and RoPE fields. */
 void rt_dec_fill_scalars(fi_decode_params *k, const fi_attention_params *p, int D, int kvdt);
 
-/* The backend of devtype and the loaded kernel for key on device. */
-fi_status rt_dec_kernel(fi_runtime *rt, int devtype, int device, const jit_key *key, const rt_device_i **be,
-                        void **state, rt_kernel **k);
 /* The loaded kernel for key, launched on a gx x gy grid of `threads`. */
 fi_status rt_dec_launch(fi_runtime *rt, int devtype, int device, const jit_key *key, unsigned gx,
                         unsigned gy, unsigned threads, void *params, size_t bytes, void *stream);
+/* Writes n words at dst on the stream (data, or zeros when data is NULL) with decode's
+ * upload kernel: the plan tables of decode and prefill. */
+fi_status rt_upload_words(fi_runtime *rt, int devtype, int device, int32_t *dst, const int32_t *data, int64_t n,
+                          void *stream);
 fi_status rt_dec_device_sms(fi_runtime *rt, int devtype, int device, int *sms);
 
 #endif

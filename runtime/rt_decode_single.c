@@ -35,7 +35,7 @@ static fi_status launch_split(fi_runtime *rt, int devtype, int device, const jit
   const rt_device_i *be;
   void *state;
   rt_kernel *k;
-  fi_status st = rt_dec_kernel(rt, devtype, device, key, &be, &state, &k);
+  fi_status st = rt_kernel_for(rt, devtype, device, key, &k, &be, &state);
   if (st != FI_OK) return st;
   const unsigned threads = 32u * (unsigned)key->v[DECODE_P_WARPS];
   const int hkv = kp->num_kv_heads;

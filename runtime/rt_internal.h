@@ -137,6 +137,19 @@ static inline void *rt_backend_state(const fi_runtime *rt, const rt_device_i *be
 fi_status rt_launch_kernel(fi_runtime *rt, const rt_kernel *k, const rt_launch *l, void *stream,
                            void *params, size_t bytes);
 
+/* The one way an op whose key needs nothing of the device gets its kernel: the backend
+ * of DLPack device type devtype (loaded at first use), then the memo, then the slow
+ * path (store, compile, load). be and state (may be NULL) get the backend and its state. */
+fi_status rt_kernel_for(fi_runtime *rt, int devtype, int device, const jit_key *key, rt_kernel **k,
+                        const rt_device_i **be, void **state);
+
+/* A 1-D launch of k: `blocks` blocks of `threads` threads, params its only argument. */
+static inline fi_status rt_launch_1d(fi_runtime *rt, const rt_kernel *k, int64_t blocks, unsigned threads,
+                                     void *stream, void *params, size_t bytes) {
+  const rt_launch l = {{(unsigned)blocks, 1, 1}, {threads, 1, 1}, 0};
+  return rt_launch_kernel(rt, k, &l, stream, params, bytes);
+}
+
 /* The user store, opened at first need (memory if the file is unusable). */
 cache_store *rt_store(fi_runtime *rt);
 

@@ -394,6 +394,17 @@ fi_status rt_kernel_resident(fi_runtime *rt, rt_kernel *k, int threads, int *res
   return FI_OK;
 }
 
+fi_status rt_kernel_for(fi_runtime *rt, int devtype, int device, const jit_key *key, rt_kernel **k,
+                        const rt_device_i **be, void **state) {
+  const rt_device_i *b;
+  void *s;
+  fi_status st = rt_backend(rt, devtype, &b, &s);
+  if (st != FI_OK) return st;
+  if (be) *be = b;
+  if (state) *state = s;
+  return rt_kernel_get(rt, key, b, device, k);
+}
+
 fi_status rt_launch_kernel(fi_runtime *rt, const rt_kernel *k, const rt_launch *l, void *stream,
                            void *params, size_t bytes) {
   void *state = rt_backend_state(rt, k->backend);

@@ -320,28 +320,6 @@ FI_API void fi_batch_prefill_plan_destroy(fi_prefill_plan *plan) {
   free(plan);
 }
 
-/* Writes n words at dst on the stream with decode's upload kernel. */
-static fi_status upload(fi_runtime *rt, int devtype, int device, int32_t *dst, const int32_t *data,
-                        int64_t n, void *stream) {
-  jit_key key;
-  jit_decode_upload_select(&key);
-  fi_decode_upload_params up;
-  for (int64_t at = 0; at < n;) {
-    memset(&up, 0, sizeof up);
-    up.dst = dst + at;
-    int64_t m = n - at;
-    if (m > FI_DECODE_UPLOAD_WORDS) m = FI_DECODE_UPLOAD_WORDS;
-    memcpy(up.data, data + at, (size_t)m * 4);
-    up.n = (int32_t)m;
-    const unsigned blocks = (unsigned)((m + DECODE_UPLOAD_THREADS - 1) / DECODE_UPLOAD_THREADS);
-    fi_status st = rt_dec_launch(rt, devtype, device, &key, blocks, 1, DECODE_UPLOAD_THREADS, &up,
-                                 sizeof up, stream);
-    if (st != FI_OK) return st;
-    at += m;
-  }
-  return FI_OK;
-}
-
 /* The plan, for a device (rt != NULL: tables uploaded on stream) or offline (rt NULL). */
 static fi_status plan_impl(fi_runtime *rt, const char *fn, const fi_batch_prefill_info *info,
                            const fi_prefill_params *p, int paged, char *ws, int64_t ws_bytes,
@@ -464,7 +442,7 @@ static fi_status plan_impl(fi_runtime *rt, const char *fn, const fi_batch_prefil
   tab[3] = (int32_t)(chunk > INT32_MAX ? INT32_MAX : chunk);
   /* the persistent grid's units from the counter (tab[4], tab[5]: 0), below */
   tab[6] = tune->prefill_persist != RT_PERSIST_FIXED;
-  if (rt && (st = upload(rt, devtype, device, (int32_t *)ws, tab,
+  if (rt && (st = rt_upload_words(rt, devtype, device, (int32_t *)ws, tab,
                          FI_PREFILL_HDR_WORDS + n * FI_PREFILL_ITEM_WORDS, stream)) != FI_OK) {
     free(tab);
     return st;
