@@ -16,10 +16,10 @@ static void append(char *err, size_t errlen, const char *fmt, const char *a, con
   snprintf(err + used, errlen - used, fmt, a, b ? b : "");
 }
 
-void *jit_dl_open(const char *env_var, const char *const *names, const char **which, char *err,
-                  size_t errlen) {
+void *jit_dl_open(const char *var, const char *path, const char *const *names, const char **which,
+                  char *err, size_t errlen) {
   if (err && errlen) err[0] = 0;
-  const char *env = env_var ? getenv(env_var) : NULL;
+  const char *env = path;
   if (env && env[0]) {
     /* An explicit choice is honoured or reported, never silently replaced.
      * A path must name a regular file (a link to one is fine): the loader
@@ -33,7 +33,7 @@ void *jit_dl_open(const char *env_var, const char *const *names, const char **wh
                         : S_ISDIR(st.st_mode)  ? "not a regular file (a directory)"
                         : S_ISSOCK(st.st_mode) ? "not a regular file (a socket)"
                                                : "not a regular file (a device)";
-      if (err && errlen) snprintf(err, errlen, "%s: %s: %s", env_var, env, why);
+      if (err && errlen) snprintf(err, errlen, "%s: %s: %s", var ? var : "library path", env, why);
       return NULL;
     }
     void *h = dlopen(env, RTLD_NOW | RTLD_LOCAL);
@@ -41,7 +41,7 @@ void *jit_dl_open(const char *env_var, const char *const *names, const char **wh
       if (which) *which = env;
       return h;
     }
-    append(err, errlen, "%s: %s", env_var, dlerror());
+    append(err, errlen, "%s: %s", var ? var : env, dlerror());
     return NULL;
   }
   for (int i = 0; names[i]; i++) {

@@ -12,11 +12,12 @@ typedef struct jit_dl_sym {
   int optional;
 } jit_dl_sym;
 
-/* Tries env_var's value (if set and non-empty), then each name in turn (a
- * NULL-terminated list); returns the first handle that opens. On failure,
- * writes every loader message into err and returns NULL. *which gets the
- * name that opened (may be NULL). */
-void *jit_dl_open(const char *env_var, const char *const *names, const char **which,
+/* Tries path (the value of the variable var, read by the caller; when non-NULL and
+ * non-empty, the only choice), else each name in turn (a NULL-terminated list); returns
+ * the first handle that opens. On failure, writes every loader message into err (an
+ * explicit path's prefixed by var) and returns NULL. *which gets the name that opened
+ * (may be NULL). */
+void *jit_dl_open(const char *var, const char *path, const char *const *names, const char **which,
                   char *err, size_t errlen);
 
 /* Resolves every symbol of the table; a missing required one fails with its

@@ -6,7 +6,6 @@
 #define RT_DEVICE_H
 
 #include <stddef.h>
-#include <stdlib.h>
 
 #define RT_DEVICE_IFACE_VERSION 4
 #define RT_MAX_DEVICES 64
@@ -16,6 +15,13 @@
 typedef struct rt_launch {
   unsigned grid[3], block[3], shared_bytes;
 } rt_launch;
+
+/* What the runtime tells a backend's state at create, from the environment it read once
+ * (rt_env.h); the backend reads no variable itself. */
+typedef struct rt_device_config {
+  const char *library; /* library_env's value: the library to load instead of the default names; NULL for those */
+  int pdl;             /* 0: no programmatic dependent launch (FI_PDL=0) */
+} rt_device_config;
 
 /* What differs between backends and devices, as fields a caller reads. */
 typedef struct rt_device_caps {
@@ -30,6 +36,7 @@ typedef struct rt_device_i {
   int iface_version;
   const char *name;     /* "cuda", "hip" */
   int dlpack_type;      /* kDLCUDA, kDLROCM: tensors of this type go here */
+  const char *library_env; /* the variable naming its library ("FI_CUDA_LIBRARY") */
   int warp_size;        /* of every device of this backend */
   /* Optional (NULL: none of the arch-dependent capabilities): fills clusters, pdl and
    * wgmma for a device of arch (as arch() writes it). */
@@ -63,8 +70,9 @@ typedef struct rt_device_i {
   int (*scratch_alloc)(void *state, int dev, size_t bytes, void *stream, void **ptr, char *err,
                        size_t errlen);
   int (*scratch_free)(void *state, int dev, void *ptr, void *stream, char *err, size_t errlen);
-  /* Creates and frees the backend's per-runtime state. */
-  void *(*create)(void);
+  /* Creates and frees the backend's per-runtime state; cfg is read during the call.
+   * The driver library is process-wide: the first load's choice of path stays. */
+  void *(*create)(const rt_device_config *cfg);
   void (*destroy)(void *state);
 } rt_device_i;
 
@@ -97,13 +105,6 @@ int rt_device_scratch_alloc(const rt_device_i *be, void *state, int dev, size_t 
                             void *stream, void **ptr, char *err, size_t errlen);
 int rt_device_scratch_free(const rt_device_i *be, void *state, int dev, void *ptr, void *stream,
                            char *err, size_t errlen);
-
-/* FI_PDL=0 in the environment: the CUDA backend launches without programmatic
- * dependent launch, and decode plans take no pre-wait prefetch (nothing to overlap). */
-static inline int rt_pdl_env_off(void) {
-  const char *e = getenv("FI_PDL");
-  return e && e[0] == '0' && !e[1];
-}
 
 /* Fault injection for tests: replaces one resolved driver entry point. */
 int rt_cuda_fault(const char *name, void *fn, void **old);

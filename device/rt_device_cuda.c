@@ -134,6 +134,7 @@ typedef struct cuda_state {
   int cc[RT_MAX_DEVICES];        /* compute capability * 10, 0 = not retained yet */
   int sms[RT_MAX_DEVICES];
   int pdl; /* launch with programmatic stream serialization on sm_90 and later */
+  char library[4096]; /* FI_CUDA_LIBRARY's value, "" for the default names */
   CUmemoryPool pool[RT_MAX_DEVICES]; /* scratch pools, made at first use */
   int pool_state[RT_MAX_DEVICES];    /* 0 untried, 1 made, -1 not supported */
 } cuda_state;
@@ -158,11 +159,11 @@ static void cu_msg(CUresult r, const char *what, char *err, size_t errlen) {
 }
 
 static int load(void *state, char *err, size_t errlen) {
-  (void)state;
+  const cuda_state *s = state;
   pthread_mutex_lock(&lib_lock);
   if (lib_state == 0) {
     static const char *const names[] = {"libcuda.so.1", "libcuda.so", NULL};
-    void *h = jit_dl_open("FI_CUDA_LIBRARY", names, NULL, lib_err, sizeof lib_err);
+    void *h = jit_dl_open("FI_CUDA_LIBRARY", s->library, names, NULL, lib_err, sizeof lib_err);
     lib_state = -1;
     if (!h) {
       char tmp[600];
@@ -451,11 +452,12 @@ static int scratch_free(void *state, int dev, void *ptr, void *stream, char *err
   return 0;
 }
 
-static void *create(void) {
+static void *create(const rt_device_config *cfg) {
   cuda_state *s = calloc(1, sizeof *s);
   if (!s) return NULL;
   pthread_mutex_init(&s->mu, NULL);
-  s->pdl = !rt_pdl_env_off();
+  s->pdl = cfg->pdl;
+  snprintf(s->library, sizeof s->library, "%s", cfg->library ? cfg->library : "");
   return s;
 }
 
@@ -485,6 +487,6 @@ static void arch_caps(const char *arch, rt_device_caps *caps) {
 }
 
 const rt_device_i rt_device_cuda = {
-    RT_DEVICE_IFACE_VERSION, "cuda", kDLCUDA, 32, arch_caps, load, arch, sm_count, module_load,
+    RT_DEVICE_IFACE_VERSION, "cuda", kDLCUDA, "FI_CUDA_LIBRARY", 32, arch_caps, load, arch, sm_count, module_load,
     module_unload, occupancy, launch, scratch_alloc, scratch_free, create, destroy,
 };

@@ -51,6 +51,7 @@ static int ndevices;
 
 typedef struct hip_state {
   pthread_mutex_t mu;
+  char library[4096]; /* FI_HIP_LIBRARY's value, "" for the default names */
   char arch[RT_MAX_DEVICES][32];
   int sms[RT_MAX_DEVICES];
 } hip_state;
@@ -61,12 +62,12 @@ static void hip_msg(hipError_t r, const char *what, char *err, size_t errlen) {
 }
 
 static int load(void *state, char *err, size_t errlen) {
-  (void)state;
+  const hip_state *s = state;
   pthread_mutex_lock(&lib_lock);
   if (lib_state == 0) {
     static const char *const names[] = {"libamdhip64.so.6", "libamdhip64.so.5", "libamdhip64.so",
                                         NULL};
-    void *h = jit_dl_open("FI_HIP_LIBRARY", names, NULL, lib_err, sizeof lib_err);
+    void *h = jit_dl_open("FI_HIP_LIBRARY", s->library, names, NULL, lib_err, sizeof lib_err);
     lib_state = -1;
     if (!h) {
       char tmp[600];
@@ -238,9 +239,11 @@ static int launch(void *state, int dev, void *fn, const rt_launch *l, void *stre
   return 0;
 }
 
-static void *create(void) {
+static void *create(const rt_device_config *cfg) {
   hip_state *s = calloc(1, sizeof *s);
-  if (s) pthread_mutex_init(&s->mu, NULL);
+  if (!s) return NULL;
+  pthread_mutex_init(&s->mu, NULL);
+  snprintf(s->library, sizeof s->library, "%s", cfg->library ? cfg->library : "");
   return s;
 }
 
@@ -254,6 +257,6 @@ static void destroy(void *state) {
  * members stay NULL, and single decode runs unsplit there. No arch-dependent capability
  * either (no clusters, PDL or wgmma). */
 const rt_device_i rt_device_hip = {
-    RT_DEVICE_IFACE_VERSION, "hip", kDLROCM, 64, NULL, load, arch, sm_count, module_load,
+    RT_DEVICE_IFACE_VERSION, "hip", kDLROCM, "FI_HIP_LIBRARY", 64, NULL, load, arch, sm_count, module_load,
     module_unload, occupancy, launch, NULL, NULL, create, destroy,
 };

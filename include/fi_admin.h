@@ -47,7 +47,7 @@ FI_API fi_status fi_admin_preset_configs(const char *preset, const char *arch, f
  * FI_OK; FI_ERR_UNSUPPORTED with its range in fi_last_error ("nvrtc-13.0 does
  * not support sm_70 (supported: sm_75 to sm_121)"); FI_ERR_COMPILE when no
  * such compiler can be loaded; FI_ERR_INVALID_ARGUMENT for an unknown arch. */
-FI_API fi_status fi_admin_arch_check(const char *arch);
+FI_API fi_status fi_admin_arch_check(fi_runtime *rt, const char *arch);
 
 /** Result of one prewarm step. */
 typedef enum fi_prewarm_result {

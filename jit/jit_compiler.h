@@ -5,7 +5,7 @@
 
 #include <stddef.h>
 
-#define JIT_COMPILER_IFACE_VERSION 1
+#define JIT_COMPILER_IFACE_VERSION 2
 
 typedef struct jit_compile_out {
   void *binary;   /* malloc'ed cubin / code object */
@@ -16,12 +16,17 @@ typedef struct jit_compile_out {
 typedef struct jit_compiler {
   int iface_version;
   const char *name; /* "nvrtc", "hiprtc" */
+  /* The variable naming the library to load instead of the default names
+   * ("FI_NVRTC_LIBRARY"): the runtime reads it with the rest of the environment. */
+  const char *library_env;
   /* Does this backend target arch ("sm_90", "gfx90a")? Needs no library. */
   int (*handles_arch)(const char *arch);
   /* Compile options for arch, as one string: part of the cache key. */
   const char *(*options)(const char *arch);
-  /* Loads the library at first use (thread-safe, idempotent); 0 on success. */
-  int (*load)(char *err, size_t errlen);
+  /* Loads the library at first use (thread-safe, idempotent: the first call's choice
+   * stays for the process); library: library_env's value, or NULL for the default
+   * names. 0 on success. */
+  int (*load)(const char *library, char *err, size_t errlen);
   /* "nvrtc-13.0": valid after a successful load. */
   const char *(*identity)(void);
   /* Can this loaded compiler build for arch? 0 yes; -1 with a reason. */

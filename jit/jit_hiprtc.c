@@ -63,14 +63,14 @@ static const char *options(const char *arch) {
   return "-std=c++17 -O3";
 }
 
-static int load(char *err, size_t errlen) {
+static int load(const char *library, char *err, size_t errlen) {
   pthread_mutex_lock(&load_lock);
   if (loaded == 0) {
     /* ROCm 6 ships hiprtc as its own library; ROCm 5 keeps it in libamdhip64. */
     static const char *const names[] = {"libhiprtc.so.6", "libhiprtc.so", "libamdhip64.so.6",
                                         "libamdhip64.so.5", "libamdhip64.so", NULL};
     const char *which = NULL;
-    void *h = jit_dl_open("FI_HIPRTC_LIBRARY", names, &which, load_err, sizeof load_err);
+    void *h = jit_dl_open("FI_HIPRTC_LIBRARY", library, names, &which, load_err, sizeof load_err);
     if (!h) {
       char tmp[1100];
       snprintf(tmp, sizeof tmp, "hiprtc not found (set FI_HIPRTC_LIBRARY): %s", load_err);
@@ -124,7 +124,9 @@ static int check_arch(const char *arch, char *err, size_t errlen) {
 static int compile(const char *src, const char *name, const char *arch, jit_compile_out *out,
                    char *err, size_t errlen) {
   memset(out, 0, sizeof *out);
-  if (load(err, errlen) != 0) return -1;
+  /* The caller loaded the library first, with its choice of path; this only reports a
+   * load that failed. */
+  if (load(NULL, err, errlen) != 0) return -1;
   if (check_arch(arch, err, errlen) != 0) return -1;
   const char *hnames[128], *htexts[128];
   int nh = jit_template_headers(hnames, htexts, 128);
@@ -186,6 +188,6 @@ int jit_hiprtc_fault(const char *name, void *fn, void **old) {
 }
 
 const jit_compiler jit_hiprtc = {
-    JIT_COMPILER_IFACE_VERSION, "hiprtc", handles_arch, options, load, identity, check_arch,
+    JIT_COMPILER_IFACE_VERSION, "hiprtc", "FI_HIPRTC_LIBRARY", handles_arch, options, load, identity, check_arch,
     compile,
 };

@@ -55,13 +55,13 @@ static const char *options(const char *arch) {
   return "-std=c++17";
 }
 
-static int load(char *err, size_t errlen) {
+static int load(const char *library, char *err, size_t errlen) {
   pthread_mutex_lock(&load_lock);
   if (loaded == 0) {
     static const char *const names[] = {"libnvrtc.so.13", "libnvrtc.so.12", "libnvrtc.so",
                                         NULL};
     const char *which = NULL;
-    void *h = jit_dl_open("FI_NVRTC_LIBRARY", names, &which, load_err, sizeof load_err);
+    void *h = jit_dl_open("FI_NVRTC_LIBRARY", library, names, &which, load_err, sizeof load_err);
     if (!h) {
       char tmp[1100];
       snprintf(tmp, sizeof tmp, "NVRTC not found (set FI_NVRTC_LIBRARY): %s", load_err);
@@ -126,7 +126,9 @@ static char *get_log(nvrtcProgram p) {
 static int compile(const char *src, const char *name, const char *arch, jit_compile_out *out,
                    char *err, size_t errlen) {
   memset(out, 0, sizeof *out);
-  if (load(err, errlen) != 0) return -1;
+  /* The caller loaded the library first, with its choice of path; this only reports a
+   * load that failed. */
+  if (load(NULL, err, errlen) != 0) return -1;
   const char *hnames[128], *htexts[128];
   int nh = jit_template_headers(hnames, htexts, 128);
   nvrtcProgram prog = NULL;
@@ -176,6 +178,6 @@ int jit_nvrtc_fault(const char *name, void *fn, void **old) {
 }
 
 const jit_compiler jit_nvrtc = {
-    JIT_COMPILER_IFACE_VERSION, "nvrtc", handles_arch, options, load, identity, check_arch,
+    JIT_COMPILER_IFACE_VERSION, "nvrtc", "FI_NVRTC_LIBRARY", handles_arch, options, load, identity, check_arch,
     compile,
 };

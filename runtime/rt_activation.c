@@ -122,11 +122,9 @@ static fi_status prepare(fi_runtime *rt, int act, const DLTensor *input, DLTenso
  * but no more blocks than are resident at once; each then walks tiles with
  * the grid's stride, which the kernel needs far inside 32 bits. */
 static fi_status launch(fi_runtime *rt, act_call *c, void *stream) {
-  void *state;
-  fi_status st = rt_backend(rt, c->devtype, &c->be, &state);
-  if (st != FI_OK) return st;
   rt_kernel *k;
-  if ((st = rt_kernel_get(rt, &c->key, c->be, c->device, &k)) != FI_OK) return st;
+  fi_status st = rt_kernel_for(rt, c->devtype, c->device, &c->key, &k, &c->be, NULL);
+  if (st != FI_OK) return st;
   const int threads = (int)c->key.v[ACT_P_THREADS];
   const int64_t tile = (int64_t)threads * c->key.v[ACT_P_CHUNKS];
   int resident;

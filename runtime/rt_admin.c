@@ -38,12 +38,13 @@ FI_API int fi_admin_arch_supported(const char *arch) {
   return jit_compiler_for_arch(arch) != NULL;
 }
 
-FI_API fi_status fi_admin_arch_check(const char *arch) {
+FI_API fi_status fi_admin_arch_check(fi_runtime *rt, const char *arch) {
+  if (!rt) return rt_fail(FI_ERR_INVALID_ARGUMENT, "rt is NULL");
   const jit_compiler *cc = jit_compiler_for_arch(arch);
   if (!cc)
     return rt_fail(FI_ERR_INVALID_ARGUMENT, "arch: '%s' is not a target", arch ? arch : "(null)");
   char err[1024];
-  if (cc->load(err, sizeof err) != 0) return rt_fail(FI_ERR_COMPILE, "%s", err);
+  if (cc->load(rt_compiler_library(rt, cc), err, sizeof err) != 0) return rt_fail(FI_ERR_COMPILE, "%s", err);
   if (cc->check_arch(arch, err, sizeof err) != 0) return rt_fail(FI_ERR_UNSUPPORTED, "%s", err);
   return FI_OK;
 }

@@ -39,8 +39,8 @@ FI_API fi_status fi_admin_gc(fi_runtime *rt, int64_t max_bytes, int stale, int64
      * sm_* rows by one identity and gfx* rows by another: the registry says which
      * compiler builds each family. */
     const jit_compiler *ncc = jit_compiler_for_arch("sm_80"), *acc = jit_compiler_for_arch("gfx90a");
-    const char *nv = ncc && ncc->load(err, sizeof err) == 0 ? ncc->identity() : NULL;
-    const char *hip = acc && acc->load(err, sizeof err) == 0 ? acc->identity() : NULL;
+    const char *nv = ncc && ncc->load(rt_compiler_library(rt, ncc), err, sizeof err) == 0 ? ncc->identity() : NULL;
+    const char *hip = acc && acc->load(rt_compiler_library(rt, acc), err, sizeof err) == 0 ? acc->identity() : NULL;
     const char *abi = jit_abi_string();
     if (cache_store_remove_stale(s, nv, hip, jit_template_set_hash(), abi, &m, err, sizeof err) !=
         CACHE_OK)

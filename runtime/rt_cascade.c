@@ -266,12 +266,9 @@ static fi_status prepare2(fi_runtime *rt, const names2 *nm, const DLTensor *v_a,
  * the grid's stride. Otherwise each block takes its rows once. */
 static fi_status run(fi_runtime *rt, int devtype, cascade_call *c, void *params, size_t bytes,
                      void *stream) {
-  const rt_device_i *be;
-  void *state;
-  fi_status st = rt_backend(rt, devtype, &be, &state);
-  if (st != FI_OK) return st;
   rt_kernel *k;
-  if ((st = rt_kernel_get(rt, &c->key, be, c->device, &k)) != FI_OK) return st;
+  fi_status st = rt_kernel_for(rt, devtype, c->device, &c->key, &k, NULL, NULL);
+  if (st != FI_OK) return st;
   const int threads = (int)c->key.v[CASCADE_P_THREADS];
   const int64_t per_block = jit_cascade_rows_per_block(&c->key);
   int64_t blocks = (c->rows + per_block - 1) / per_block;

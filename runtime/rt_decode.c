@@ -51,9 +51,9 @@ FI_API void fi_attention_params_init(fi_attention_params *p) {
 /* The workspace's layout for plans of up to max_batch requests: items for one wave of
  * blocks or max_batch, and for FI_DECODE_SPLIT's scaled target above 1 (tuning: so that
  * the knob can cut requests into more chunks than a wave). */
-static void ws_layout(int64_t max_batch, int sms, int num_qo_heads, int num_kv_heads, int head_dim,
-                      rt_decode_layout *l) {
-  const double scale = rt_dec_split_scale();
+static void ws_layout(const rt_tuning *t, int64_t max_batch, int sms, int num_qo_heads, int num_kv_heads,
+                      int head_dim, rt_decode_layout *l) {
+  const double scale = rt_dec_split_scale(t);
   int64_t items = max_batch;
   if (scale > 1) {
     const int64_t want = (int64_t)(rt_decode_target_items((int64_t)sms * RT_DECODE_MAX_BLOCKS_PER_SM,
@@ -82,11 +82,18 @@ FI_API fi_status fi_batch_decode_workspace_size(fi_runtime *rt, DLDevice device,
   if (head_dim != 64 && head_dim != 128 && head_dim != 256)
     return rt_fail(FI_ERR_INVALID_ARGUMENT, "%s: head_dim is %d; 64, 128 or 256 is supported", fn,
                    head_dim);
+  /* A device no backend takes (the CPU, host or managed memory) is a bad argument, not a
+   * missing driver: checked before any driver is asked. */
+  if (rt_device_slot_for(device.device_type) < 0 || device.device_id < 0 || device.device_id >= RT_MAX_DEVICES)
+    return rt_fail(FI_ERR_INVALID_ARGUMENT,
+                   "%s: device is of type %d, ordinal %d; a CUDA (kDLCUDA) or ROCm (kDLROCM) device "
+                   "is needed",
+                   fn, (int)device.device_type, device.device_id);
   int sms;
   fi_status st = rt_dec_device_sms(rt, device.device_type, device.device_id, &sms);
   if (st != FI_OK) return st;
   rt_decode_layout l;
-  ws_layout(max_batch, sms, num_qo_heads, num_kv_heads, head_dim, &l);
+  ws_layout(&rt->env.tune, max_batch, sms, num_qo_heads, num_kv_heads, head_dim, &l);
   if (l.bytes < 0)
     return rt_fail(FI_ERR_INVALID_ARGUMENT,
                    "%s: max_batch %d with %d query heads of head_dim %d needs more than 2^63 bytes", fn,
@@ -96,34 +103,6 @@ FI_API fi_status fi_batch_decode_workspace_size(fi_runtime *rt, DLDevice device,
 }
 
 FI_API void fi_batch_decode_plan_destroy(fi_decode_plan *plan) { free(plan); }
-
-/* Writes n words (data, or fill_value when data is NULL) at dst on the stream. */
-static fi_status upload(fi_runtime *rt, const fi_decode_plan *pl, int32_t *dst,
-                        const int32_t *data, int64_t n, void *stream) {
-  jit_key key;
-  jit_decode_upload_select(&key);
-  fi_decode_upload_params up;
-  for (int64_t at = 0; at < n;) {
-    memset(&up, 0, sizeof up);
-    up.dst = dst + at;
-    int64_t m = n - at;
-    if (data) {
-      if (m > FI_DECODE_UPLOAD_WORDS) m = FI_DECODE_UPLOAD_WORDS;
-      memcpy(up.data, data + at, (size_t)m * 4);
-    } else {
-      up.fill = 1;
-      if (m > INT32_MAX) m = INT32_MAX;
-    }
-    up.n = (int32_t)m;
-    int64_t blocks = (m + DECODE_UPLOAD_THREADS - 1) / DECODE_UPLOAD_THREADS;
-    if (blocks > 1024) blocks = 1024;
-    fi_status st = rt_dec_launch(rt, pl->devtype, pl->device, &key, (unsigned)blocks, 1,
-                          DECODE_UPLOAD_THREADS, &up, sizeof up, stream);
-    if (st != FI_OK) return st;
-    at += m;
-  }
-  return FI_OK;
-}
 
 FI_API fi_status fi_batch_decode_plan(fi_runtime *rt, const fi_batch_decode_info *info,
                                       const fi_attention_params *p, DLTensor *workspace,
@@ -146,7 +125,7 @@ FI_API fi_status fi_batch_decode_plan(fi_runtime *rt, const fi_batch_decode_info
     return rt_fail(FI_ERR_INVALID_ARGUMENT,
                    "%s: info->batch %d exceeds info->max_batch %d (CUDA-graph mode)", fn, B,
                    info->max_batch);
-  const int qdt = rt_dec_dtype(info->q_dtype), kvdt = rt_dec_dtype(info->kv_dtype);
+  const int qdt = rt_check_dtype(info->q_dtype), kvdt = rt_check_dtype(info->kv_dtype);
   if ((st = rt_dec_check_common(fn, info->num_qo_heads, info->num_kv_heads, info->head_dim, qdt, kvdt,
                          info->q_dtype, info->kv_dtype, p)) != FI_OK)
     return st;
@@ -176,7 +155,7 @@ FI_API fi_status fi_batch_decode_plan(fi_runtime *rt, const fi_batch_decode_info
   if ((st = rt_dec_device_sms(rt, workspace->device.device_type, workspace->device.device_id, &sms)) != FI_OK)
     return st;
   rt_decode_layout lay;
-  ws_layout(maxb, sms, info->num_qo_heads, info->num_kv_heads, info->head_dim, &lay);
+  ws_layout(&rt->env.tune, maxb, sms, info->num_qo_heads, info->num_kv_heads, info->head_dim, &lay);
   if (lay.bytes < 0)
     return rt_fail(FI_ERR_INVALID_ARGUMENT,
                    "%s: info->%s %d with %d query heads of head_dim %d needs more than 2^63 bytes of workspace",
@@ -186,7 +165,7 @@ FI_API fi_status fi_batch_decode_plan(fi_runtime *rt, const fi_batch_decode_info
                    "%s: workspace has %lld bytes; %lld are needed (fi_batch_decode_workspace_size)",
                    fn, (long long)ws_bytes, (long long)lay.bytes);
   /* KV head pairs (rt_decode_kv_pair): a block per request and pair of KV heads. */
-  const int pair = rt_decode_kv_pair(kvdt, info->head_dim, info->num_qo_heads, info->num_kv_heads,
+  const int pair = rt_decode_kv_pair(rt->env.tune.decode_kv_pair, kvdt, info->head_dim, info->num_qo_heads, info->num_kv_heads,
                                      p->pos_encoding == FI_POS_ROPE_LLAMA);
   const int block_heads = info->num_kv_heads / pair;
   /* The block size (rt_decode_pick_warps): the 2-warp kernel's residency decides it (a
@@ -205,7 +184,7 @@ FI_API fi_status fi_batch_decode_plan(fi_runtime *rt, const fi_batch_decode_info
    * registered (no compile at plan time). */
   int switched = key.v[DECODE_P_PIPELINE] != sel;
   if (switched) key.v[DECODE_P_WARPS] = rt_decode_switched_warps(maxb, sms, block_heads, info->num_qo_heads / info->num_kv_heads);
-  const int forced = rt_dec_tune_key(&key, info->num_qo_heads / info->num_kv_heads);
+  const int forced = rt_dec_tune_key(&rt->env.tune, &key, info->num_qo_heads / info->num_kv_heads);
   /* FI_DECODE_PIPELINE back to the selected kernel: its own block size rule below. */
   if (switched && key.v[DECODE_P_PIPELINE] == sel) {
     switched = 0;
@@ -260,7 +239,7 @@ FI_API fi_status fi_batch_decode_plan(fi_runtime *rt, const fi_batch_decode_info
   int64_t target = rt_decode_target_items(resident, block_heads);
   /* FI_DECODE_SPLIT scales the split target (tuning; 1 by default): below 1 fewer,
    * longer chunks, above 1 more chunks than one wave of blocks. */
-  target = (int64_t)(target * rt_dec_split_scale() + 0.5);
+  target = (int64_t)(target * rt_dec_split_scale(&rt->env.tune) + 0.5);
   if (target < 1) target = 1;
   if (target > lay.capacity) target = lay.capacity;
   if (target > 0x7fff) target = 0x7fff; /* a request's chunk count fits the item's 16 bits */
@@ -329,19 +308,19 @@ FI_API fi_status fi_batch_decode_plan(fi_runtime *rt, const fi_batch_decode_info
   pl->grid = graph ? lay.capacity : n;
   memset(&pl->scalars, 0, sizeof pl->scalars);
   rt_dec_fill_scalars(&pl->scalars, p, info->head_dim, kvdt);
-  pl->scalars.prefetch = rt_dec_prefetch_steps();
-  pl->scalars.head_prefetch = rt_dec_head_prefetch();
-  pl->scalars.pre_prefetch = rt_dec_pre_prefetch();
-  pl->scalars.kv_evict = rt_dec_kv_evict();
+  pl->scalars.prefetch = rt_dec_prefetch_steps(&rt->env.tune);
+  pl->scalars.head_prefetch = rt_dec_head_prefetch(&rt->env.tune);
+  pl->scalars.pre_prefetch = rt_dec_pre_prefetch(&rt->env.tune);
+  pl->scalars.kv_evict = rt_dec_kv_evict(&rt->env.tune);
   tab[0] = (int32_t)n;
   tab[1] = B;
   tab[2] = chunk;
   tab[3] = pl->split;
   /* The header and items, then zero counters (the merging blocks reset theirs). */
-  st = upload(rt, pl, (int32_t *)pl->ws, tab, FI_DECODE_HDR_WORDS + n * FI_DECODE_ITEM_WORDS, stream);
+  st = rt_upload_words(rt, pl->devtype, pl->device, (int32_t *)pl->ws, tab, FI_DECODE_HDR_WORDS + n * FI_DECODE_ITEM_WORDS, stream);
   free(tab);
   if (st == FI_OK && pl->split)
-    st = upload(rt, pl, (int32_t *)(pl->ws + lay.counters_off), NULL,
+    st = rt_upload_words(rt, pl->devtype, pl->device, (int32_t *)(pl->ws + lay.counters_off), NULL,
                 (int64_t)B * info->num_kv_heads, stream);
   if (st != FI_OK) {
     if (fresh) free(pl);
@@ -373,15 +352,15 @@ FI_API fi_status fi_batch_decode_run(fi_runtime *rt, const fi_decode_plan *pl,
     return rt_fail(FI_ERR_INVALID_ARGUMENT,
                    "%s: layout is %d; FI_KV_LAYOUT_NHD (0) or FI_KV_LAYOUT_HND (1) is needed", fn,
                    (int)layout);
-  if (rt_dec_dtype(q->dtype) != pl->q_dt || rt_dec_dtype(out->dtype) != pl->q_dt)
+  if (rt_check_dtype(q->dtype) != pl->q_dt || rt_check_dtype(out->dtype) != pl->q_dt)
     return rt_fail(FI_ERR_INVALID_ARGUMENT, "%s: q has dtype %s and out %s; the plan's %s is needed",
-                   fn, rt_dec_dtype_string(q->dtype, b1, sizeof b1),
-                   rt_dec_dtype_string(out->dtype, b2, sizeof b2), jit_dtype_name(pl->q_dt));
-  if (rt_dec_dtype(kc->dtype) != pl->kv_dt || rt_dec_dtype(vc->dtype) != pl->kv_dt)
+                   fn, rt_check_dtype_string(q->dtype, b1, sizeof b1),
+                   rt_check_dtype_string(out->dtype, b2, sizeof b2), jit_dtype_name(pl->q_dt));
+  if (rt_check_dtype(kc->dtype) != pl->kv_dt || rt_check_dtype(vc->dtype) != pl->kv_dt)
     return rt_fail(FI_ERR_INVALID_ARGUMENT,
                    "%s: paged_k_cache has dtype %s and paged_v_cache %s; the plan's %s is needed",
-                   fn, rt_dec_dtype_string(kc->dtype, b1, sizeof b1),
-                   rt_dec_dtype_string(vc->dtype, b2, sizeof b2), jit_dtype_name(pl->kv_dt));
+                   fn, rt_check_dtype_string(kc->dtype, b1, sizeof b1),
+                   rt_check_dtype_string(vc->dtype, b2, sizeof b2), jit_dtype_name(pl->kv_dt));
   const int64_t B = pl->batch, rows = pl->graph ? pl->max_batch : B;
   const int64_t hq = pl->num_qo_heads, hkv = pl->num_kv_heads, D = pl->head_dim;
   if (pl->graph ? q->shape[0] < rows : q->shape[0] != rows)
@@ -392,40 +371,28 @@ FI_API fi_status fi_batch_decode_run(fi_runtime *rt, const fi_decode_plan *pl,
                    "%s: q has shape [%lld, %lld, %lld]; the plan's heads %lld and head_dim %lld are needed",
                    fn, (long long)q->shape[0], (long long)q->shape[1], (long long)q->shape[2],
                    (long long)hq, (long long)D);
-  if ((st = rt_dec_check_shape(fn, "out", out, 3, q->shape, "q's shape")) != FI_OK) return st;
+  if ((st = rt_check_shape(fn, "out", out, 3, q->shape, "q's shape")) != FI_OK) return st;
   if (lse) {
     const int64_t ls[2] = {q->shape[0], hq};
-    if ((st = rt_dec_check_lse(fn, lse, q, 2, ls)) != FI_OK) return st;
+    if ((st = rt_check_lse(fn, lse, q, 2, ls)) != FI_OK) return st;
   }
-  const int64_t want[4] = {kc->shape[0], layout == FI_KV_LAYOUT_NHD ? pl->page_size : hkv,
-                           layout == FI_KV_LAYOUT_NHD ? hkv : pl->page_size, D};
-  const char *lname = layout == FI_KV_LAYOUT_NHD ? "[pages, page_size, H_kv, head_dim] (NHD), the plan's"
-                                                 : "[pages, H_kv, page_size, head_dim] (HND), the plan's";
-  if ((st = rt_dec_check_shape(fn, "paged_k_cache", kc, 4, want, lname)) != FI_OK) return st;
-  if ((st = rt_dec_check_shape(fn, "paged_v_cache", vc, 4, want, lname)) != FI_OK) return st;
-  for (int d = 0; d < 3; d++)
-    if (kc->shape[d] > 1 && rt_stride(kc, d) != rt_stride(vc, d))
-      return rt_fail(FI_ERR_INVALID_ARGUMENT,
-                     "%s: paged_v_cache has stride %lld in dimension %d but paged_k_cache %lld; "
-                     "equal strides are needed",
-                     fn, (long long)rt_stride(vc, d), d, (long long)rt_stride(kc, d));
   const int kvb = jit_dtype_bytes(pl->kv_dt), qb = jit_dtype_bytes(pl->q_dt);
-  if ((st = rt_dec_check_rows(fn, "q", q, qb)) != FI_OK || (st = rt_dec_check_rows(fn, "out", out, qb)) != FI_OK ||
-      (st = rt_dec_check_rows(fn, "paged_k_cache", kc, kvb)) != FI_OK ||
-      (st = rt_dec_check_rows(fn, "paged_v_cache", vc, kvb)) != FI_OK)
+  if ((st = rt_check_paged_cache(fn, kc, vc, layout == FI_KV_LAYOUT_NHD, pl->page_size, hkv, D, kvb)) != FI_OK)
+    return st;
+  if ((st = rt_check_rows(fn, "q", q, qb)) != FI_OK || (st = rt_check_rows(fn, "out", out, qb)) != FI_OK)
     return st;
   /* In CUDA-graph mode a replay after a re-plan reads the entries of its own batch, up to
    * max_batch, through the pointers checked here: so max_batch's sizes, as for q. */
-  if ((st = rt_dec_check_index(fn, "indptr", indptr, q, rows + 1, !pl->graph)) != FI_OK) return st;
-  if ((st = rt_dec_check_index(fn, "last_page_len", last_page_len, q, rows, !pl->graph)) != FI_OK) return st;
+  if ((st = rt_check_index(fn, "indptr", indptr, q, rows + 1, !pl->graph)) != FI_OK) return st;
+  if ((st = rt_check_index(fn, "last_page_len", last_page_len, q, rows, !pl->graph)) != FI_OK) return st;
   /* The kernel reads indices up to indptr[B] - 1 unbounded (kernels/decode.cuh): the
    * plan's host indptr[B] is the length to check, as prefill's paged run checks its own. */
-  if ((st = rt_dec_check_index(fn, "indices", indices, q, pl->nnz, 0)) != FI_OK) return st;
+  if ((st = rt_check_index(fn, "indices", indices, q, pl->nnz, 0)) != FI_OK) return st;
   if (kc->shape[0] > INT32_MAX)
     return rt_fail(FI_ERR_INVALID_ARGUMENT, "%s: paged_k_cache has 2^31 pages or more", fn);
   const DLTensor *ins[6] = {q, kc, vc, indptr, indices, last_page_len};
   static const char *const in_names[6] = {"q", "paged_k_cache", "paged_v_cache", "indptr", "indices", "last_page_len"};
-  if ((st = rt_dec_check_outputs_apart(fn, out, lse, ins, in_names, 6)) != FI_OK) return st;
+  if ((st = rt_check_outputs_apart(fn, out, lse, ins, in_names, 6)) != FI_OK) return st;
   if (pl->grid == 0) return FI_OK;
 
   fi_decode_params kp = pl->scalars;
@@ -471,7 +438,7 @@ int rt_decode_plan_offline(const fi_batch_decode_info *info, const fi_attention_
                            fi_decode_plan **plan) {
   fi_decode_plan *pl = calloc(1, sizeof *pl);
   if (!pl) return -1;
-  const int qdt = rt_dec_dtype(info->q_dtype), kvdt = rt_dec_dtype(info->kv_dtype);
+  const int qdt = rt_check_dtype(info->q_dtype), kvdt = rt_check_dtype(info->kv_dtype);
   pl->graph = info->max_batch > 0;
   pl->batch = info->batch;
   pl->max_batch = info->max_batch;

@@ -58,10 +58,10 @@ void rt_decode_token_stats(int batch, const int32_t *indptr, const int32_t *last
 
 /* KV heads a batch-decode block reads: 2 (a pair of adjacent heads, 256 bytes a token
  * instead of 128) for an fp8 cache at head_dim 128 with a group of at most 4, an even
- * num_kv_heads and no RoPE (kernels/decode.cuh), unless FI_DECODE_KV_PAIR=0 (tuning;
- * on by default); else 1. The run still takes one head a block where the heads' rows
- * are not adjacent (kv_stride_head != head_dim). */
-int rt_decode_kv_pair(int kv_dtype, int head_dim, int num_qo_heads, int num_kv_heads, int rope);
+ * num_kv_heads and no RoPE (kernels/decode.cuh), unless `on` is 0 (FI_DECODE_KV_PAIR=0,
+ * rt_tuning.decode_kv_pair); else 1. The run still takes one head a block where the
+ * heads' rows are not adjacent (kv_stride_head != head_dim). */
+int rt_decode_kv_pair(int on, int kv_dtype, int head_dim, int num_qo_heads, int num_kv_heads, int rope);
 
 /* Items the split planner aims at: one wave of `slots` blocks over num_kv_heads heads. */
 int64_t rt_decode_target_items(int64_t slots, int num_kv_heads);

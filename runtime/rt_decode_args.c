@@ -12,25 +12,6 @@
 #include "rt_internal.h"
 #include "rt_tensor.h"
 
-/* A dtype's jit code, fp8 included. */
-int rt_dec_dtype(DLDataType d) {
-  if (d.lanes == 1 && d.bits == 8) {
-    if (d.code == DEC_DL_E4M3FN) return JIT_DT_E4M3;
-    if (d.code == DEC_DL_E5M2) return JIT_DT_E5M2;
-  }
-  if (d.lanes != 1) return JIT_DT_NONE;
-  if (d.code == kDLFloat && d.bits == 16) return JIT_DT_F16;
-  if (d.code == kDLBfloat && d.bits == 16) return JIT_DT_BF16;
-  if (d.code == kDLFloat && d.bits == 32) return JIT_DT_F32;
-  if (d.code == kDLInt && d.bits == 32) return JIT_DT_I32;
-  return JIT_DT_NONE;
-}
-const char *rt_dec_dtype_string(DLDataType d, char *buf, size_t n) {
-  if (d.lanes == 1 && d.bits == 8 && d.code == DEC_DL_E4M3FN) return "float8_e4m3fn";
-  if (d.lanes == 1 && d.bits == 8 && d.code == DEC_DL_E5M2) return "float8_e5m2";
-  return rt_dtype_string(d, buf, n);
-}
-
 /* Heads, head_dim, dtypes and parameters every decode call shares. */
 fi_status rt_dec_check_common(const char *fn, int hq, int hkv, int D, int qdt, int kvdt,
                               DLDataType qd, DLDataType kvd, const fi_attention_params *p) {
@@ -50,11 +31,11 @@ fi_status rt_dec_check_common(const char *fn, int hq, int hkv, int D, int qdt, i
                    fn, D);
   if (qdt != JIT_DT_F16 && qdt != JIT_DT_BF16)
     return rt_fail(FI_ERR_INVALID_ARGUMENT, "%s: q has dtype %s; float16 or bfloat16 is needed",
-                   fn, rt_dec_dtype_string(qd, b1, sizeof b1));
+                   fn, rt_check_dtype_string(qd, b1, sizeof b1));
   if (kvdt != qdt && kvdt != JIT_DT_E4M3 && kvdt != JIT_DT_E5M2)
     return rt_fail(FI_ERR_INVALID_ARGUMENT,
                    "%s: the KV cache has dtype %s; q's (%s), float8_e4m3fn or float8_e5m2 is needed",
-                   fn, rt_dec_dtype_string(kvd, b1, sizeof b1), rt_dec_dtype_string(qd, b2, sizeof b2));
+                   fn, rt_check_dtype_string(kvd, b1, sizeof b1), rt_check_dtype_string(qd, b2, sizeof b2));
   if (!p) return FI_OK;
   if (!isfinite(p->sm_scale) || p->sm_scale < 0)
     return rt_fail(FI_ERR_INVALID_ARGUMENT, "%s: params->sm_scale is %g; > 0 (or 0 for 1/sqrt(head_dim)) is needed", fn, p->sm_scale);
@@ -80,51 +61,28 @@ fi_status rt_dec_check_common(const char *fn, int hq, int hkv, int D, int qdt, i
   return FI_OK;
 }
 
+/* The tuning values below come from the environment read at fi_runtime_create (rt_env.c
+ * parses and clamps them; README, Environment); t is rt->env.tune, or rt_tuning_default()
+ * for a plan made without a runtime. */
+
 /* Steps the kernel's L2 prefetch runs ahead of its register loads: FI_DECODE_PREFETCH
- * (0 off, up to 8; read at each plan, for tuning) or the default. */
-#define DECODE_PREFETCH_DEFAULT 0
-int rt_dec_prefetch_steps(void) {
-  const char *e = getenv("FI_DECODE_PREFETCH");
-  if (!e || !*e) return DECODE_PREFETCH_DEFAULT;
-  const int v = atoi(e); /* negative: the same distance with per-line prefetches */
-  return v < -8 ? -8 : v > 8 ? 8 : v;
-}
+ * (0 off, the default; negative: the same distance with per-line prefetches). */
+int rt_dec_prefetch_steps(const rt_tuning *t) { return t->decode_prefetch; }
 
 /* FI_DECODE_EVICT=0 reads a 16-bit KV cache with an evict-normal L2 policy instead of
- * evict-first (fi_decode_params.kv_evict; tuning, read at each batch plan: single
- * decode and the call-time paths keep the default without reading the environment). */
-#define DECODE_EVICT_DEFAULT 1
-int rt_dec_kv_evict(void) {
-  const char *e = getenv("FI_DECODE_EVICT");
-  return e && *e ? atoi(e) != 0 : DECODE_EVICT_DEFAULT;
-}
+ * evict-first (fi_decode_params.kv_evict; batch plans: single decode and the call-time
+ * paths keep the default). */
+int rt_dec_kv_evict(const rt_tuning *t) { return t->decode_evict; }
 
-double rt_dec_split_scale(void) {
-  const char *e = getenv("FI_DECODE_SPLIT");
-  const double v = e && *e ? atof(e) : 1.0;
-  return v > 0 ? (v < 64 ? v : 64) : 1.0;  /* 64: the workspace stays within reason */
-}
+double rt_dec_split_scale(const rt_tuning *t) { return t->decode_split; }
 
-int rt_dec_head_prefetch(void) {
-  const char *e = getenv("FI_DECODE_HEAD_PREFETCH");
-  if (!e || !*e) return 0;
-  const int v = atoi(e);
-  return v < -65536 ? -65536 : v > 65536 ? 65536 : v;
-}
+int rt_dec_head_prefetch(const rt_tuning *t) { return t->decode_head_prefetch; }
 
 /* Tokens of its item a block prefetches into L2 while the previous grid in the stream
- * finishes (decode_enter in kernels/decode_enter.cuh): FI_DECODE_PRE_PREFETCH (0 off, up to
- * 65536; read at each batch plan) or the default. None with FI_PDL=0: with no early
- * start there is nothing to overlap, and the round only holds the block up (4-5% at
- * B <= 4 on an H100). */
-#define DECODE_PRE_PREFETCH_DEFAULT 256
-int rt_dec_pre_prefetch(void) {
-  if (rt_pdl_env_off()) return 0;
-  const char *e = getenv("FI_DECODE_PRE_PREFETCH");
-  if (!e || !*e) return DECODE_PRE_PREFETCH_DEFAULT;
-  const int v = atoi(e);
-  return v < 0 ? 0 : v > 65536 ? 65536 : v;
-}
+ * finishes (decode_enter in kernels/decode_enter.cuh): FI_DECODE_PRE_PREFETCH (0 off, 256
+ * by default). None with FI_PDL=0: with no early start there is nothing to overlap, and
+ * the round only holds the block up. */
+int rt_dec_pre_prefetch(const rt_tuning *t) { return t->pdl ? t->decode_pre_prefetch : 0; }
 
 /* MHA (group 1) over a 16-bit cache: the CUDA-core kernel reads whole K and V rows an
  * instruction, where the mma fragments read 8 rows' 64 bytes. H100 against the capped
@@ -142,20 +100,16 @@ int rt_dec_pick_simt(int pipeline, int kv_dtype, int head_dim, int group, int ro
  * (0, 1, 2 = DECODE_PIPE_CAPPED or 3 = DECODE_PIPE_SIMT; see ops_decode.h) for a plan of
  * `group` query heads a KV head. Returns RT_DEC_TUNED_WARPS and RT_DEC_TUNED_PIPELINE,
  * or'ed, for the overrides applied. */
-int rt_dec_tune_key(jit_key *key, int group) {
-  const char *w = getenv("FI_DECODE_WARPS"), *pp = getenv("FI_DECODE_PIPELINE");
+int rt_dec_tune_key(const rt_tuning *t, jit_key *key, int group) {
   int forced = 0;
-  if (w && *w) {
-    const int n = atoi(w);
-    if (n == 1 || n == 2 || n == 4 || n == 8) {
-      key->v[DECODE_P_WARPS] = n;
-      forced |= RT_DEC_TUNED_WARPS;
-    }
+  if (t->decode_warps) {
+    key->v[DECODE_P_WARPS] = t->decode_warps;
+    forced |= RT_DEC_TUNED_WARPS;
   }
-  if (pp && *pp) {
+  if (t->decode_pipeline >= 0) {
     /* 0 or 1 anywhere; the capped (2) and CUDA-core (3) kernels wherever they can be built */
     const int64_t *v = key->v;
-    const int n = atoi(pp);
+    const int n = t->decode_pipeline;
     if (n == 0 || n == 1 ||
         (n == DECODE_PIPE_CAPPED &&
          jit_decode_can_cap((int)v[DECODE_P_DTYPE_KV], (int)v[DECODE_P_HEAD_DIM], (int)v[DECODE_P_ROWS]))) {
@@ -173,8 +127,9 @@ int rt_dec_tune_key(jit_key *key, int group) {
 
 /* The kernel's scale, soft cap and RoPE fields. */
 void rt_dec_fill_scalars(fi_decode_params *k, const fi_attention_params *p, int D, int kvdt) {
-  k->prefetch = DECODE_PREFETCH_DEFAULT;
-  k->kv_evict = DECODE_EVICT_DEFAULT;
+  const rt_tuning def = rt_tuning_default();
+  k->prefetch = def.decode_prefetch;
+  k->kv_evict = def.decode_evict;
   const double LOG2E = 1.4426950408889634;
   const double sm = p->sm_scale > 0 ? p->sm_scale : 1.0 / sqrt((double)D);
   /* e4m3 is widened to f16 as value / 256: the 256 comes back in the scales. */
@@ -193,104 +148,10 @@ void rt_dec_fill_scalars(fi_decode_params *k, const fi_attention_params *p, int 
     k->rope_freq[i] = i < D / 2 ? (float)(1.0 / (p->rope_scale * pow(p->rope_theta, 2.0 * i / D))) : 0.0f;
 }
 
-fi_status rt_dec_check_qkvo(const char *fn, const DLTensor *q, const DLTensor *k,
-                            const DLTensor *v, const DLTensor *out, int qo_ndim,
-                            fi_kv_layout layout) {
-  fi_status st;
-  if ((st = rt_check_tensor(fn, "q", q, qo_ndim)) != FI_OK) return st;
-  if ((st = rt_check_tensor(fn, "k", k, 3)) != FI_OK) return st;
-  if ((st = rt_check_tensor(fn, "v", v, 3)) != FI_OK) return st;
-  if ((st = rt_check_tensor(fn, "out", out, qo_ndim)) != FI_OK) return st;
-  if ((st = rt_check_same_device(fn, "q", q, "k", k)) != FI_OK) return st;
-  if ((st = rt_check_same_device(fn, "q", q, "v", v)) != FI_OK) return st;
-  if ((st = rt_check_same_device(fn, "q", q, "out", out)) != FI_OK) return st;
-  if (layout != FI_KV_LAYOUT_NHD && layout != FI_KV_LAYOUT_HND)
-    return rt_fail(FI_ERR_INVALID_ARGUMENT,
-                   "%s: layout is %d; FI_KV_LAYOUT_NHD (0) or FI_KV_LAYOUT_HND (1) is needed", fn,
-                   (int)layout);
-  return FI_OK;
-}
-
-/* head_dim contiguous, start and strides (dims < last, of size > 1) in units of 16 bytes. */
-fi_status rt_dec_check_rows(const char *fn, const char *name, const DLTensor *t, int elem_bytes) {
-  const int last = t->ndim - 1;
-  if (t->shape[last] > 1 && rt_stride(t, last) != 1)
-    return rt_fail(FI_ERR_INVALID_ARGUMENT, "%s: %s has head_dim stride %lld; 1 is needed", fn,
-                   name, (long long)rt_stride(t, last));
-  /* elements a 16-byte load or store moves: 8 of a 16-bit type, 16 of fp8 (the kernel
-   * loads an fp8 cache 16 bytes at a time too, so 8 elements would be misaligned) */
-  const int vec = 16 / elem_bytes;
-  if ((uintptr_t)rt_data(t) % (uintptr_t)(vec * elem_bytes) != 0)
-    return rt_fail(FI_ERR_INVALID_ARGUMENT, "%s: %s starts at %p; a multiple of %d bytes is needed",
-                   fn, name, (void *)rt_data(t), vec * elem_bytes);
-  for (int d = 0; d < last; d++)
-    if (t->shape[d] > 1 && rt_stride(t, d) % vec != 0)
-      return rt_fail(FI_ERR_INVALID_ARGUMENT,
-                     "%s: %s has stride %lld in dimension %d; a multiple of %d elements is needed",
-                     fn, name, (long long)rt_stride(t, d), d, vec);
-  if (rt_extent_bytes(t) < 0)
-    return rt_fail(FI_ERR_INVALID_ARGUMENT, "%s: %s spans more than 2^63 bytes", fn, name);
-  return FI_OK;
-}
-
-fi_status rt_dec_check_shape(const char *fn, const char *name, const DLTensor *t, int n,
-                             const int64_t *want, const char *what) {
-  for (int i = 0; i < n; i++)
-    if (t->shape[i] != want[i]) {
-      char got[96] = "", exp[96] = "";
-      size_t g = 0, e = 0;
-      for (int j = 0; j < n; j++) {
-        g += (size_t)snprintf(got + g, sizeof got - g, "%s%lld", j ? ", " : "", (long long)t->shape[j]);
-        e += (size_t)snprintf(exp + e, sizeof exp - e, "%s%lld", j ? ", " : "", (long long)want[j]);
-      }
-      return rt_fail(FI_ERR_INVALID_ARGUMENT, "%s: %s has shape [%s]; [%s] is needed (%s)", fn,
-                     name, got, exp, what);
-    }
-  return FI_OK;
-}
-
-fi_status rt_dec_check_lse(const char *fn, const DLTensor *lse, const DLTensor *q, int n,
-                           const int64_t *want) {
-  fi_status st;
-  char b1[32];
-  if ((st = rt_check_tensor(fn, "lse", lse, n)) != FI_OK) return st;
-  if ((st = rt_check_same_device(fn, "q", q, "lse", lse)) != FI_OK) return st;
-  if (rt_dec_dtype(lse->dtype) != JIT_DT_F32)
-    return rt_fail(FI_ERR_INVALID_ARGUMENT, "%s: lse has dtype %s; float32 is needed", fn,
-                   rt_dtype_string(lse->dtype, b1, sizeof b1));
-  if ((st = rt_dec_check_shape(fn, "lse", lse, n, want, "q's rows and heads")) != FI_OK) return st;
-  if (rt_extent_bytes(lse) < 0)
-    return rt_fail(FI_ERR_INVALID_ARGUMENT, "%s: lse spans more than 2^63 bytes", fn);
-  return FI_OK;
-}
-
-fi_status rt_dec_check_outputs_apart(const char *fn, const DLTensor *out, const DLTensor *lse,
-                                     const DLTensor *const *ins, const char *const *names, int n) {
-  for (int i = 0; i < n; i++) {
-    if (!ins[i]) continue;
-    if (rt_tensors_overlap(out, ins[i]))
-      return rt_fail(FI_ERR_INVALID_ARGUMENT, "%s: out overlaps %s", fn, names[i]);
-    if (lse && rt_tensors_overlap(lse, ins[i]))
-      return rt_fail(FI_ERR_INVALID_ARGUMENT, "%s: lse overlaps %s", fn, names[i]);
-  }
-  if (lse && rt_tensors_overlap(lse, out))
-    return rt_fail(FI_ERR_INVALID_ARGUMENT, "%s: lse overlaps out", fn);
-  return FI_OK;
-}
-
-fi_status rt_dec_kernel(fi_runtime *rt, int devtype, int device, const jit_key *key, const rt_device_i **be,
-                        void **state, rt_kernel **k) {
-  fi_status st = rt_backend(rt, devtype, be, state);
-  if (st != FI_OK) return st;
-  return rt_kernel_get(rt, key, *be, device, k);
-}
-
 fi_status rt_dec_launch(fi_runtime *rt, int devtype, int device, const jit_key *key, unsigned gx,
                         unsigned gy, unsigned threads, void *params, size_t bytes, void *stream) {
-  const rt_device_i *be;
-  void *state;
   rt_kernel *k;
-  fi_status st = rt_dec_kernel(rt, devtype, device, key, &be, &state, &k);
+  fi_status st = rt_kernel_for(rt, devtype, device, key, &k, NULL, NULL);
   if (st != FI_OK) return st;
   rt_launch l = {{gx, gy, 1}, {threads, 1, 1}, 0};
   return rt_launch_kernel(rt, k, &l, stream, params, bytes);
@@ -306,20 +167,32 @@ fi_status rt_dec_device_sms(fi_runtime *rt, int devtype, int device, int *sms) {
   return FI_OK;
 }
 
-fi_status rt_dec_check_index(const char *fn, const char *name, const DLTensor *t, const DLTensor *q,
-                             int64_t min_len, int exact) {
-  fi_status st;
-  char b1[32];
-  if ((st = rt_check_tensor(fn, name, t, 1)) != FI_OK) return st;
-  if ((st = rt_check_same_device(fn, "q", q, name, t)) != FI_OK) return st;
-  if (rt_dec_dtype(t->dtype) != JIT_DT_I32)
-    return rt_fail(FI_ERR_INVALID_ARGUMENT, "%s: %s has dtype %s; int32 is needed", fn, name,
-                   rt_dtype_string(t->dtype, b1, sizeof b1));
-  if (t->shape[0] > 1 && rt_stride(t, 0) != 1)
-    return rt_fail(FI_ERR_INVALID_ARGUMENT, "%s: %s has stride %lld; contiguous (1) is needed", fn,
-                   name, (long long)rt_stride(t, 0));
-  if (exact ? t->shape[0] != min_len : t->shape[0] < min_len)
-    return rt_fail(FI_ERR_INVALID_ARGUMENT, "%s: %s has %lld entries; %s%lld are needed (the plan's)",
-                   fn, name, (long long)t->shape[0], exact ? "" : "at least ", (long long)min_len);
+/* One plan-table upload for decode and prefill (rt_decode_args.h): decode's upload kernel
+ * takes the words inside its parameter struct, FI_DECODE_UPLOAD_WORDS a launch, so a
+ * plan needs no host-to-device copy (and a CUDA-graph re-plan is a kernel on the stream). */
+fi_status rt_upload_words(fi_runtime *rt, int devtype, int device, int32_t *dst, const int32_t *data, int64_t n,
+                          void *stream) {
+  jit_key key;
+  jit_decode_upload_select(&key);
+  fi_decode_upload_params up;
+  for (int64_t at = 0; at < n;) {
+    memset(&up, 0, sizeof up);
+    up.dst = dst + at;
+    int64_t m = n - at;
+    if (data) {
+      if (m > FI_DECODE_UPLOAD_WORDS) m = FI_DECODE_UPLOAD_WORDS;
+      memcpy(up.data, data + at, (size_t)m * 4);
+    } else {
+      up.fill = 1;
+      if (m > INT32_MAX) m = INT32_MAX;
+    }
+    up.n = (int32_t)m;
+    int64_t blocks = (m + DECODE_UPLOAD_THREADS - 1) / DECODE_UPLOAD_THREADS;
+    if (blocks > 1024) blocks = 1024; /* a fill loops with the grid's stride */
+    fi_status st = rt_dec_launch(rt, devtype, device, &key, (unsigned)blocks, 1, DECODE_UPLOAD_THREADS, &up,
+                                 sizeof up, stream);
+    if (st != FI_OK) return st;
+    at += m;
+  }
   return FI_OK;
 }

@@ -5,62 +5,40 @@
 #include "decode_params.h"
 #include "fi_runtime.h"
 #include "jit_key.h"
+#include "rt_check.h"
 #include "rt_internal.h"
-
-/* DLPack >= 1.0 fp8 type codes (kDLFloat8_e4m3fn, kDLFloat8_e5m2). */
-#define DEC_DL_E4M3FN 10
-#define DEC_DL_E5M2 12
-
-/* A dtype's jit code (fp8 included), and its name for messages. */
-int rt_dec_dtype(DLDataType d);
-const char *rt_dec_dtype_string(DLDataType d, char *buf, size_t n);
 
 /* Heads (a group of 1..16), head_dim, q and cache dtypes, and the parameters (p may be NULL). */
 fi_status rt_dec_check_common(const char *fn, int hq, int hkv, int D, int qdt, int kvdt,
                               DLDataType qd, DLDataType kvd, const fi_attention_params *p);
 
-/* Tuning overrides from the environment (README): the L2 prefetch distance, and the
- * block shape in the key (returns 1 when it forces the warps). */
-int rt_dec_prefetch_steps(void);
+/* Tuning overrides from the environment read at create (rt->env.tune; README): the L2
+ * prefetch distance, and the block shape in the key (returns 1 when it forces the warps). */
+int rt_dec_prefetch_steps(const rt_tuning *t);
 /* FI_DECODE_HEAD_PREFETCH: tokens of each work item prefetched into L2 at the block's
  * start (0, the default: off; negative: per-line prefetches). */
-int rt_dec_head_prefetch(void);
-int rt_dec_pre_prefetch(void);
+int rt_dec_head_prefetch(const rt_tuning *t);
+int rt_dec_pre_prefetch(const rt_tuning *t);
 /* FI_DECODE_SPLIT: the split target's scale (tuning; 1 when unset or not positive, at most 64). */
-double rt_dec_split_scale(void);
-int rt_dec_kv_evict(void);
+double rt_dec_split_scale(const rt_tuning *t);
+int rt_dec_kv_evict(const rt_tuning *t);
 /* Whether a plan on `pipeline` (its kernel so far) runs the CUDA-core kernel
  * (DECODE_PIPE_SIMT) instead: the capped kernel at group 1 where that kernel exists. */
 int rt_dec_pick_simt(int pipeline, int kv_dtype, int head_dim, int group, int rope);
 #define RT_DEC_TUNED_WARPS 1
 #define RT_DEC_TUNED_PIPELINE 2
-int rt_dec_tune_key(jit_key *key, int group);
+int rt_dec_tune_key(const rt_tuning *t, jit_key *key, int group);
 
 /* The kernel's scale, soft cap, value scale and RoPE fields. */
 void rt_dec_fill_scalars(fi_decode_params *k, const fi_attention_params *p, int D, int kvdt);
 
-/* Tensor checks; each failure names fn and the argument. */
-/* q and out of qo_ndim dimensions, k and v of 3, all present, valid and on q's device,
- * and a known layout: what single decode and single prefill check first. */
-fi_status rt_dec_check_qkvo(const char *fn, const DLTensor *q, const DLTensor *k,
-                            const DLTensor *v, const DLTensor *out, int qo_ndim,
-                            fi_kv_layout layout);
-fi_status rt_dec_check_rows(const char *fn, const char *name, const DLTensor *t, int elem_bytes);
-fi_status rt_dec_check_shape(const char *fn, const char *name, const DLTensor *t, int n,
-                             const int64_t *want, const char *what);
-fi_status rt_dec_check_lse(const char *fn, const DLTensor *lse, const DLTensor *q, int n,
-                           const int64_t *want);
-fi_status rt_dec_check_outputs_apart(const char *fn, const DLTensor *out, const DLTensor *lse,
-                                     const DLTensor *const *ins, const char *const *names, int n);
-fi_status rt_dec_check_index(const char *fn, const char *name, const DLTensor *t,
-                             const DLTensor *q, int64_t min_len, int exact);
-
-/* The backend of devtype and the loaded kernel for key on device. */
-fi_status rt_dec_kernel(fi_runtime *rt, int devtype, int device, const jit_key *key, const rt_device_i **be,
-                        void **state, rt_kernel **k);
 /* The loaded kernel for key, launched on a gx x gy grid of `threads`. */
 fi_status rt_dec_launch(fi_runtime *rt, int devtype, int device, const jit_key *key, unsigned gx,
                         unsigned gy, unsigned threads, void *params, size_t bytes, void *stream);
+/* Writes n words at dst on the stream (data, or zeros when data is NULL) with decode's
+ * upload kernel: the plan tables of decode and prefill. */
+fi_status rt_upload_words(fi_runtime *rt, int devtype, int device, int32_t *dst, const int32_t *data, int64_t n,
+                          void *stream);
 fi_status rt_dec_device_sms(fi_runtime *rt, int devtype, int device, int *sms);
 
 #endif

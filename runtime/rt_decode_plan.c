@@ -12,11 +12,6 @@
  * merge of its warps and of the chunks) outweigh what it reads. */
 #define MIN_CHUNK_TOKENS 128
 
-/* KV head pairs by default (rt_decode_kv_pair): e4m3, B = 64, L = 4096, 32/8 on the
- * H200, 3.79 TB/s against 3.52 for a 2-warp block a head and 3.36 for 4 warps (fi-bench
- * in one process); bf16 caches never pair. */
-#define DECODE_KV_PAIR_DEFAULT 1
-
 static int64_t align256(int64_t x) { return (x + 255) & ~(int64_t)255; }
 
 static int is_fp8(int kv_dtype) { return kv_dtype == JIT_DT_E4M3 || kv_dtype == JIT_DT_E5M2; }
@@ -79,9 +74,9 @@ int rt_decode_switched_warps(int64_t requests, int sms, int block_heads, int gro
   return wide ? DECODE_WARPS_WIDE : DECODE_WARPS_SPLIT;
 }
 
-int rt_decode_kv_pair(int kv_dtype, int head_dim, int num_qo_heads, int num_kv_heads, int rope) {
-  const char *e = getenv("FI_DECODE_KV_PAIR");
-  const int on = e && *e ? atoi(e) != 0 : DECODE_KV_PAIR_DEFAULT;
+/* KV head pairs are on by default (rt_tuning.decode_kv_pair; the figures in
+ * BENCHMARKS.md); bf16 caches never pair. */
+int rt_decode_kv_pair(int on, int kv_dtype, int head_dim, int num_qo_heads, int num_kv_heads, int rope) {
   if (!on) return 1;
   if (!is_fp8(kv_dtype) || head_dim != 128 || rope || num_kv_heads < 2 || num_kv_heads % 2) return 1;
   return num_qo_heads / num_kv_heads <= 4 ? 2 : 1;

@@ -13,11 +13,8 @@
 #include "rt_tensor.h"
 
 /* FI_DECODE_SINGLE_SPLIT=0 runs every single decode as one block a KV head (tuning and
- * A/B; read at each call). */
-static int split_on(void) {
-  const char *e = getenv("FI_DECODE_SINGLE_SPLIT");
-  return !(e && e[0] == '0' && !e[1]);
-}
+ * A/B; read at fi_runtime_create). */
+static int split_on(const fi_runtime *rt) { return rt->env.tune.decode_single_split; }
 
 #define SINGLE_PRE_PREFETCH_MIN_TOKENS 2048
 
@@ -38,12 +35,12 @@ static fi_status launch_split(fi_runtime *rt, int devtype, int device, const jit
   const rt_device_i *be;
   void *state;
   rt_kernel *k;
-  fi_status st = rt_dec_kernel(rt, devtype, device, key, &be, &state, &k);
+  fi_status st = rt_kernel_for(rt, devtype, device, key, &k, &be, &state);
   if (st != FI_OK) return st;
   const unsigned threads = 32u * (unsigned)key->v[DECODE_P_WARPS];
   const int hkv = kp->num_kv_heads;
   int n = 1, chunk = (int)tokens;
-  if (split_on() && tokens >= RT_SINGLE_SPLIT_MIN_TOKENS) { /* no occupancy query below */
+  if (split_on(rt) && tokens >= RT_SINGLE_SPLIT_MIN_TOKENS) { /* no occupancy query below */
     int resident = 0;
     if ((st = rt_kernel_resident(rt, k, (int)threads, &resident)) != FI_OK) return st;
     n = rt_single_decode_chunks(tokens, hkv, resident, &chunk);
@@ -53,7 +50,7 @@ static fi_status launch_split(fi_runtime *rt, int devtype, int device, const jit
    * (PDL), as batch decode's: its warps 1.. then prefetch their tokens into L2 while warp 0
    * waits. Only from SINGLE_PRE_PREFETCH_MIN_TOKENS: H100, back-to-back calls at 32/8,
    * L=8192 4-6% faster with it, 32768 3%, 2048 level, 512 1 us (8%) slower. */
-  kp->pre_prefetch = tokens >= SINGLE_PRE_PREFETCH_MIN_TOKENS ? rt_dec_pre_prefetch() : 0;
+  kp->pre_prefetch = tokens >= SINGLE_PRE_PREFETCH_MIN_TOKENS ? rt_dec_pre_prefetch(&rt->env.tune) : 0;
   void *scratch = NULL;
   if (n > 1) {
     const int64_t o_bytes = up256((int64_t)n * hq * D * 2);
@@ -102,17 +99,17 @@ FI_API fi_status fi_single_decode(fi_runtime *rt, const DLTensor *q, const DLTen
     p = &defaults;
   }
   if (!rt) return rt_fail(FI_ERR_INVALID_ARGUMENT, "%s: rt is NULL", fn);
-  if ((st = rt_dec_check_qkvo(fn, q, k, v, out, 2, layout)) != FI_OK) return st;
-  const int qdt = rt_dec_dtype(q->dtype), kvdt = rt_dec_dtype(k->dtype);
+  if ((st = rt_check_qkvo(fn, q, k, v, out, 2, layout)) != FI_OK) return st;
+  const int qdt = rt_check_dtype(q->dtype), kvdt = rt_check_dtype(k->dtype);
   if (qdt != JIT_DT_F16 && qdt != JIT_DT_BF16)
     return rt_fail(FI_ERR_INVALID_ARGUMENT, "%s: q has dtype %s; float16 or bfloat16 is needed",
-                   fn, rt_dec_dtype_string(q->dtype, b1, sizeof b1));
-  if (rt_dec_dtype(v->dtype) != kvdt || v->dtype.bits != k->dtype.bits)
+                   fn, rt_check_dtype_string(q->dtype, b1, sizeof b1));
+  if (rt_check_dtype(v->dtype) != kvdt || v->dtype.bits != k->dtype.bits)
     return rt_fail(FI_ERR_INVALID_ARGUMENT, "%s: v has dtype %s but k has %s", fn,
-                   rt_dec_dtype_string(v->dtype, b1, sizeof b1), rt_dec_dtype_string(k->dtype, b2, sizeof b2));
-  if (rt_dec_dtype(out->dtype) != qdt)
+                   rt_check_dtype_string(v->dtype, b1, sizeof b1), rt_check_dtype_string(k->dtype, b2, sizeof b2));
+  if (rt_check_dtype(out->dtype) != qdt)
     return rt_fail(FI_ERR_INVALID_ARGUMENT, "%s: out has dtype %s but q has %s", fn,
-                   rt_dec_dtype_string(out->dtype, b1, sizeof b1), rt_dec_dtype_string(q->dtype, b2, sizeof b2));
+                   rt_check_dtype_string(out->dtype, b1, sizeof b1), rt_check_dtype_string(q->dtype, b2, sizeof b2));
   const int64_t hq = q->shape[0], D = q->shape[1];
   const int64_t L = layout == FI_KV_LAYOUT_NHD ? k->shape[0] : k->shape[1];
   const int64_t hkv = layout == FI_KV_LAYOUT_NHD ? k->shape[1] : k->shape[0];
@@ -124,13 +121,13 @@ FI_API fi_status fi_single_decode(fi_runtime *rt, const DLTensor *q, const DLTen
   if (k->shape[2] != D)
     return rt_fail(FI_ERR_INVALID_ARGUMENT, "%s: k has head_dim %lld but q %lld", fn,
                    (long long)k->shape[2], (long long)D);
-  if ((st = rt_dec_check_shape(fn, "v", v, 3, k->shape, lname)) != FI_OK) return st;
+  if ((st = rt_check_shape(fn, "v", v, 3, k->shape, lname)) != FI_OK) return st;
   const int64_t oshape[2] = {hq, D};
-  if ((st = rt_dec_check_shape(fn, "out", out, 2, oshape, "q's shape")) != FI_OK) return st;
-  if (lse && (st = rt_dec_check_lse(fn, lse, q, 1, oshape)) != FI_OK) return st;
+  if ((st = rt_check_shape(fn, "out", out, 2, oshape, "q's shape")) != FI_OK) return st;
+  if (lse && (st = rt_check_lse(fn, lse, q, 1, oshape)) != FI_OK) return st;
   const int kvb = jit_dtype_bytes(kvdt), qb = jit_dtype_bytes(qdt);
-  if ((st = rt_dec_check_rows(fn, "q", q, qb)) != FI_OK || (st = rt_dec_check_rows(fn, "k", k, kvb)) != FI_OK ||
-      (st = rt_dec_check_rows(fn, "v", v, kvb)) != FI_OK || (st = rt_dec_check_rows(fn, "out", out, qb)) != FI_OK)
+  if ((st = rt_check_rows(fn, "q", q, qb)) != FI_OK || (st = rt_check_rows(fn, "k", k, kvb)) != FI_OK ||
+      (st = rt_check_rows(fn, "v", v, kvb)) != FI_OK || (st = rt_check_rows(fn, "out", out, qb)) != FI_OK)
     return st;
   for (int d = 0; d < 2; d++)
     if (k->shape[d] > 1 && rt_stride(k, d) != rt_stride(v, d))
@@ -139,7 +136,7 @@ FI_API fi_status fi_single_decode(fi_runtime *rt, const DLTensor *q, const DLTen
                      fn, (long long)rt_stride(v, d), d, (long long)rt_stride(k, d));
   const DLTensor *ins[3] = {q, k, v};
   static const char *const in_names[3] = {"q", "k", "v"};
-  if ((st = rt_dec_check_outputs_apart(fn, out, lse, ins, in_names, 3)) != FI_OK) return st;
+  if ((st = rt_check_outputs_apart(fn, out, lse, ins, in_names, 3)) != FI_OK) return st;
   if (hq == 0) return FI_OK;
 
   fi_decode_params kp;

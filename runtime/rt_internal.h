@@ -14,6 +14,7 @@
 #include "fi_runtime.h"
 #include "jit_key.h"
 #include "rt_device.h"
+#include "rt_env.h"
 
 #ifndef FI_VERSION_STRING
 #define FI_VERSION_STRING "0.0.0"
@@ -40,6 +41,7 @@ typedef struct rt_inflight {
 
 struct fi_runtime {
   int log_level;
+  rt_env env;                /* every FI_* variable, read at create (rt_env.h) */
   char cache_path[4096];
   char system_path[4096];    /* read-only layer searched first; "" for none */
   cache_store *store;        /* the user layer; ":memory:" if the file was unusable */
@@ -76,7 +78,6 @@ fi_status rt_fail(fi_status s, const char *fmt, ...) __attribute__((format(print
 /* Logging to stderr at or below the runtime's level. */
 void rt_log(const fi_runtime *rt, int level, const char *fmt, ...)
     __attribute__((format(printf, 3, 4)));
-int rt_log_level_parse(const char *s); /* number or name; -1 if neither */
 
 /* Ensures a binary for (key, arch) is in the store, compiling it if needed.
  * exact_compiler: only a binary of the installed compiler counts (prewarm);
@@ -124,6 +125,9 @@ static inline fi_status rt_kernel_get(fi_runtime *rt, const jit_key *key, const 
  * FI_ERR_NO_DEVICE when its driver is missing. */
 fi_status rt_backend(fi_runtime *rt, int dlpack_type, const rt_device_i **be, void **state);
 
+/* The library path the environment gave compiler cc (NULL: its default names). */
+const char *rt_compiler_library(const fi_runtime *rt, const void *cc);
+
 /* The runtime's state of a registered backend (NULL before its first use). */
 static inline void *rt_backend_state(const fi_runtime *rt, const rt_device_i *be) {
   return rt->dev[rt_device_slot(be)].state;
@@ -132,6 +136,19 @@ static inline void *rt_backend_state(const fi_runtime *rt, const rt_device_i *be
 /* Launches a loaded kernel with params; reports failures with its key. */
 fi_status rt_launch_kernel(fi_runtime *rt, const rt_kernel *k, const rt_launch *l, void *stream,
                            void *params, size_t bytes);
+
+/* The one way an op whose key needs nothing of the device gets its kernel: the backend
+ * of DLPack device type devtype (loaded at first use), then the memo, then the slow
+ * path (store, compile, load). be and state (may be NULL) get the backend and its state. */
+fi_status rt_kernel_for(fi_runtime *rt, int devtype, int device, const jit_key *key, rt_kernel **k,
+                        const rt_device_i **be, void **state);
+
+/* A 1-D launch of k: `blocks` blocks of `threads` threads, params its only argument. */
+static inline fi_status rt_launch_1d(fi_runtime *rt, const rt_kernel *k, int64_t blocks, unsigned threads,
+                                     void *stream, void *params, size_t bytes) {
+  const rt_launch l = {{(unsigned)blocks, 1, 1}, {threads, 1, 1}, 0};
+  return rt_launch_kernel(rt, k, &l, stream, params, bytes);
+}
 
 /* The user store, opened at first need (memory if the file is unusable). */
 cache_store *rt_store(fi_runtime *rt);
@@ -145,9 +162,6 @@ int rt_row_check(const cache_record *rec, char *why, size_t whylen);
 /* How many blocks of `threads` threads of k fit on its whole device at once
  * (SMs x blocks per SM), asked of the driver once and remembered. */
 fi_status rt_kernel_resident(fi_runtime *rt, rt_kernel *k, int threads, int *resident);
-
-/* "2G", "500M", "1048576" in bytes; -1 if malformed. */
-int64_t rt_parse_bytes(const char *s);
 
 /* Writes pending hit counts to the store. */
 void rt_flush_touches(fi_runtime *rt);

@@ -79,19 +79,6 @@ static void note_touch(fi_runtime *rt, const uint8_t hash[16]) {
   pthread_mutex_unlock(&rt->mu);
 }
 
-void rt_flush_touches(fi_runtime *rt) {
-  pthread_mutex_lock(&rt->mu);
-  int n = rt->ntouched;
-  rt->ntouched = 0;
-  if (n > 0 && rt->store) {
-    char err[512];
-    if (cache_store_touch(rt->store, (const uint8_t(*)[16])rt->touched, n, err, sizeof err) !=
-        CACHE_OK)
-      rt_log(rt, RT_LOG_DEBUG, "recording cache use failed: %s", err);
-  }
-  pthread_mutex_unlock(&rt->mu);
-}
-
 /* must_store: prewarm's compile is worthless unless it reaches the file, so a
  * failed write is its error; a kernel call runs the binary from memory. */
 static fi_status compile_and_store(fi_runtime *rt, cache_store *store, const jit_key *key,
@@ -270,7 +257,7 @@ fi_status rt_binary_ensure(fi_runtime *rt, const jit_key *key, const char *arch,
   if (compile_ms) *compile_ms = 0;
 
   char err[1024];
-  if (exact_compiler && cc->load(err, sizeof err) != 0)
+  if (exact_compiler && cc->load(rt_compiler_library(rt, cc), err, sizeof err) != 0)
     return rt_fail(FI_ERR_COMPILE, "compiler for %s unavailable: %s", arch, err);
   rt_inflight node;
   int waited = inflight_claim(rt, &node, key_hash);
@@ -286,7 +273,7 @@ fi_status rt_binary_ensure(fi_runtime *rt, const jit_key *key, const char *arch,
   jit_entry_name(key, key_hash, want_entry, sizeof want_entry);
   int layer = find_layers(rt, sys, user, key_hash, prefer, need, canon, want_entry, arch, &found);
   if (layer < 0) {
-    if (cc->load(err, sizeof err) != 0) {
+    if (cc->load(rt_compiler_library(rt, cc), err, sizeof err) != 0) {
       st = rt_fail(FI_ERR_COMPILE, "%s is not cached for %s and no compiler is available: %s",
                    canon, arch, err);
       goto out;
@@ -417,6 +404,17 @@ fi_status rt_kernel_resident(fi_runtime *rt, rt_kernel *k, int threads, int *res
   __atomic_store_n(&k->resident, r, __ATOMIC_RELAXED);
   *resident = r;
   return FI_OK;
+}
+
+fi_status rt_kernel_for(fi_runtime *rt, int devtype, int device, const jit_key *key, rt_kernel **k,
+                        const rt_device_i **be, void **state) {
+  const rt_device_i *b;
+  void *s;
+  fi_status st = rt_backend(rt, devtype, &b, &s);
+  if (st != FI_OK) return st;
+  if (be) *be = b;
+  if (state) *state = s;
+  return rt_kernel_get(rt, key, b, device, k);
 }
 
 fi_status rt_launch_kernel(fi_runtime *rt, const rt_kernel *k, const rt_launch *l, void *stream,

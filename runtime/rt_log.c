@@ -1,4 +1,4 @@
-/* rt_log.c: logging to stderr under FI_LOG_LEVEL; the library never writes to
+/* rt_log.c: logging to stderr at the runtime's level (FI_LOG_LEVEL, read in rt_env.c); the library never writes to
  * stdout, which belongs to the host program. */
 #include <stdio.h>
 #include <stdlib.h>
@@ -8,18 +8,6 @@
 #include <unistd.h>
 
 #include "rt_internal.h"
-
-int rt_log_level_parse(const char *s) {
-  static const char *const names[] = {"off", "error", "warn", "info", "debug"};
-  if (!s || !*s) return -1;
-  char *end;
-  long v = strtol(s, &end, 10);
-  if (*end == 0) return v < 0 ? 0 : v > 4 ? 4 : (int)v;
-  for (int i = 0; i < 5; i++)
-    if (strcasecmp(s, names[i]) == 0) return i;
-  if (strcasecmp(s, "warning") == 0) return RT_LOG_WARN;
-  return -1;
-}
 
 void rt_log(const fi_runtime *rt, int level, const char *fmt, ...) {
   if (!rt || level > rt->log_level) return;

@@ -35,8 +35,6 @@ static fi_status check_out(const char *fn, const char *name, const DLTensor *t, 
   if (rows > 1 && *rs < cols)
     return rt_fail(FI_ERR_INVALID_ARGUMENT, "%s: %s row stride %lld is less than top_k %lld (rows overlap)", fn,
                    name, (long long)*rs, (long long)cols);
-  if (((uintptr_t)rt_data(t)) % 4)
-    return rt_fail(FI_ERR_INVALID_ARGUMENT, "%s: %s is not 4-byte aligned", fn, name);
   return FI_OK;
 }
 
@@ -66,9 +64,6 @@ FI_API fi_status fi_moe_routing(fi_runtime *rt, const DLTensor *logits, const DL
   if (T > 1 && lrs < E)
     return rt_fail(FI_ERR_INVALID_ARGUMENT, "%s: logits row stride %lld is less than its %lld experts", fn,
                    (long long)lrs, (long long)E);
-  if ((uintptr_t)rt_data(logits) % (uintptr_t)jit_dtype_bytes(dt))
-    return rt_fail(FI_ERR_INVALID_ARGUMENT, "%s: logits is not aligned to its %d-byte elements", fn,
-                   jit_dtype_bytes(dt));
   if (p->method < 0 || p->method >= FI_MOE_METHOD_COUNT)
     return rt_fail(FI_ERR_INVALID_ARGUMENT, "%s: p->method is %d; a fi_moe_routing_method (0 to %d) is needed",
                    fn, p->method, FI_MOE_METHOD_COUNT - 1);
@@ -100,8 +95,6 @@ FI_API fi_status fi_moe_routing(fi_runtime *rt, const DLTensor *logits, const DL
         (E > 1 && rt_stride(correction_bias, 0) != 1))
       return rt_fail(FI_ERR_INVALID_ARGUMENT, "%s: correction_bias must be float32 [%lld], contiguous", fn,
                      (long long)E);
-    if ((uintptr_t)rt_data(correction_bias) % 4)
-      return rt_fail(FI_ERR_INVALID_ARGUMENT, "%s: correction_bias is not 4-byte aligned", fn);
     if ((st = rt_check_same_device(fn, "logits", logits, "correction_bias", correction_bias)) != FI_OK) return st;
     bias = (const float *)rt_data(correction_bias);
   }
@@ -206,7 +199,6 @@ static fi_status check_i32(const char *fn, const char *name, const DLTensor *t, 
     return rt_fail(FI_ERR_INVALID_ARGUMENT, "%s: %s must be contiguous", fn, name);
   if (shape[ndim - 1] > 1 && rt_stride(t, ndim - 1) != 1)
     return rt_fail(FI_ERR_INVALID_ARGUMENT, "%s: %s must be contiguous", fn, name);
-  if ((uintptr_t)rt_data(t) % 4) return rt_fail(FI_ERR_INVALID_ARGUMENT, "%s: %s is not 4-byte aligned", fn, name);
   if (t->device.device_type != dev.device_type || t->device.device_id != dev.device_id)
     return rt_fail(FI_ERR_INVALID_ARGUMENT, "%s: %s is on another device than expert_ids", fn, name);
   *ptr = (int32_t *)rt_data(t);

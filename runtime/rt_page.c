@@ -329,12 +329,9 @@ static fi_status prepare(fi_runtime *rt, const DLTensor *ak, const DLTensor *av,
  * the kernel's, from the access width); an fp8 cache caps the grid at the
  * blocks resident at once. */
 static fi_status launch_page(fi_runtime *rt, page_call *c, void *stream) {
-  const rt_device_i *be;
-  void *state;
-  fi_status st = rt_backend(rt, c->devtype, &be, &state);
-  if (st != FI_OK) return st;
   rt_kernel *k;
-  if ((st = rt_kernel_get(rt, &c->key, be, c->device, &k)) != FI_OK) return st;
+  fi_status st = rt_kernel_for(rt, c->devtype, c->device, &c->key, &k, NULL, NULL);
+  if (st != FI_OK) return st;
   const int threads = (int)c->key.v[PAGE_P_THREADS];
   const int access = (int)c->key.v[PAGE_P_VEC] * jit_dtype_bytes((int)c->key.v[PAGE_P_IN_DTYPE]);
   const int cache_16bit = jit_dtype_bytes((int)c->key.v[PAGE_P_CACHE_DTYPE]) == 2;
@@ -352,8 +349,7 @@ static fi_status launch_page(fi_runtime *rt, page_call *c, void *stream) {
   if (!cache_16bit && grid > resident) grid = resident;
   if (grid * tile > ((int64_t)1 << 30)) grid = ((int64_t)1 << 30) / tile;
   if (grid < 1) grid = 1;
-  rt_launch l = {{(unsigned)grid, 1, 1}, {(unsigned)threads, 1, 1}, 0};
-  return rt_launch_kernel(rt, k, &l, stream, &c->p, sizeof c->p);
+  return rt_launch_1d(rt, k, grid, (unsigned)threads, stream, &c->p, sizeof c->p);
 }
 
 /* Page indices (kv_indices entries, kv_indptr offsets) and positions are
@@ -439,17 +435,15 @@ FI_API fi_status fi_get_batch_indices_positions(fi_runtime *rt, const DLTensor *
   p.batch = (int32_t)(B1 - 1);
   p.nnz = (int32_t)nnz;
 
-  const rt_device_i *be;
-  void *state;
-  if ((st = rt_backend(rt, append_indptr->device.device_type, &be, &state)) != FI_OK) return st;
   rt_kernel *k;
-  if ((st = rt_kernel_get(rt, &key, be, append_indptr->device.device_id, &k)) != FI_OK) return st;
+  if ((st = rt_kernel_for(rt, append_indptr->device.device_type, append_indptr->device.device_id, &key, &k, NULL,
+                          NULL)) != FI_OK)
+    return st;
   const int threads = (int)key.v[BIP_P_THREADS];
   int resident;
   if ((st = rt_kernel_resident(rt, k, threads, &resident)) != FI_OK) return st;
   int64_t grid = (nnz + threads - 1) / threads;
   if (grid > resident) grid = resident;
   if (grid < 1) grid = 1;
-  rt_launch l = {{(unsigned)grid, 1, 1}, {(unsigned)threads, 1, 1}, 0};
-  return rt_launch_kernel(rt, k, &l, stream, &p, sizeof p);
+  return rt_launch_1d(rt, k, grid, (unsigned)threads, stream, &p, sizeof p);
 }

@@ -56,11 +56,11 @@ static fi_status check_common(const char *fn, int64_t hq, int64_t hkv, int64_t D
                    fn, (long long)D);
   if (qdt != JIT_DT_F16 && qdt != JIT_DT_BF16)
     return rt_fail(FI_ERR_INVALID_ARGUMENT, "%s: q has dtype %s; float16 or bfloat16 is needed",
-                   fn, rt_dec_dtype_string(qd, b1, sizeof b1));
+                   fn, rt_check_dtype_string(qd, b1, sizeof b1));
   if (kvdt != qdt)
     return rt_fail(FI_ERR_INVALID_ARGUMENT,
                    "%s: the KV has dtype %s; q's (%s) is needed (prefill has no fp8 KV yet)", fn,
-                   rt_dec_dtype_string(kvd, b1, sizeof b1), rt_dec_dtype_string(qd, b2, sizeof b2));
+                   rt_check_dtype_string(kvd, b1, sizeof b1), rt_check_dtype_string(qd, b2, sizeof b2));
   if (p->causal != 0 && p->causal != 1)
     return rt_fail(FI_ERR_INVALID_ARGUMENT, "%s: params->causal is %d; 0 or 1 is needed", fn, p->causal);
   /* The attention parameters as decode checks them (a group of 1 passes its head check). */
@@ -85,16 +85,16 @@ static fi_status check_q_out(const char *fn, const DLTensor *q, const DLTensor *
                              const DLTensor *lse, int dt) {
   fi_status st;
   char b1[32], b2[32];
-  if (rt_dec_dtype(out->dtype) != dt)
+  if (rt_check_dtype(out->dtype) != dt)
     return rt_fail(FI_ERR_INVALID_ARGUMENT, "%s: out has dtype %s but q has %s", fn,
-                   rt_dec_dtype_string(out->dtype, b1, sizeof b1), rt_dec_dtype_string(q->dtype, b2, sizeof b2));
-  if ((st = rt_dec_check_shape(fn, "out", out, 3, q->shape, "q's shape")) != FI_OK) return st;
+                   rt_check_dtype_string(out->dtype, b1, sizeof b1), rt_check_dtype_string(q->dtype, b2, sizeof b2));
+  if ((st = rt_check_shape(fn, "out", out, 3, q->shape, "q's shape")) != FI_OK) return st;
   if (lse) {
     const int64_t ls[2] = {q->shape[0], q->shape[1]};
-    if ((st = rt_dec_check_lse(fn, lse, q, 2, ls)) != FI_OK) return st;
+    if ((st = rt_check_lse(fn, lse, q, 2, ls)) != FI_OK) return st;
   }
   const int b = jit_dtype_bytes(dt);
-  if ((st = rt_dec_check_rows(fn, "q", q, b)) != FI_OK || (st = rt_dec_check_rows(fn, "out", out, b)) != FI_OK)
+  if ((st = rt_check_rows(fn, "q", q, b)) != FI_OK || (st = rt_check_rows(fn, "out", out, b)) != FI_OK)
     return st;
   return FI_OK;
 }
@@ -109,16 +109,15 @@ static fi_status launch(fi_runtime *rt, int devtype, int device, const jit_key *
 
 /* The q tile for head_dim D and the most packed rows of a request, or FI_PREFILL_QTILE's
  * (16, 64 or 128; 128 only to head_dim 128: the registered tiles), for tuning. */
-static int q_tile_for(int D, int64_t rows) {
-  const char *e = getenv("FI_PREFILL_QTILE");
-  const int v = e && *e ? atoi(e) : 0;
+static int q_tile_for(const rt_tuning *t, int D, int64_t rows) {
+  const int v = t->prefill_qtile;
   if (v == 16 || v == 64 || (v == 128 && D <= 128)) return v;
   return jit_prefill_q_tile(D, rows);
 }
 
 /* The wgmma kernel's key on a Hopper device (the shape rule and its tuning variables;
  * rt_prefill.h). */
-void rt_prefill_wgmma_key(int single, int dt, int D, int64_t rows, int64_t maxkv, int cap, jit_key *key) {
+void rt_prefill_wgmma_key(const rt_tuning *t, int single, int dt, int D, int64_t rows, int64_t maxkv, int cap, jit_key *key) {
   /* One consumer warpgroup and 64-token kv tiles (two blocks an SM) for requests of at
    * most 2048 packed rows: on the H200, 16 x 512 causal 32/8 (2048 rows) ran at 159
    * TFLOP/s against 145 with two consumers and 128-token tiles, which win above (238
@@ -144,10 +143,9 @@ void rt_prefill_wgmma_key(int single, int dt, int D, int64_t rows, int64_t maxkv
   const int mid = !single && D == 128 && rows >= 512 && rows <= 2048, four = mid && maxkv <= 512;
   if (four) qt = 128, kt = 64;
   else if (mid) qt = 128, kt = 128;
-  const char *w = getenv("FI_PREFILL_WG"), *ws = getenv("FI_PREFILL_WS");
-  if (w && (w[0] == '1' || w[0] == '2' || w[0] == '3') && w[1] == 'x') {
-    qt = 64 * (w[0] - '0');
-    kt = atoi(w + 2) == 64 ? 64 : 128;
+  if (t->prefill_wg_q) {
+    qt = t->prefill_wg_q;
+    kt = t->prefill_wg_kv;
   }
   /* A producer warpgroup and the ping-pong (FI_PREFILL_WS=0 or 1 turns them off). Head_dim
    * 64's three consumers with 128-token tiles also take three K / V stages: on the H200
@@ -156,14 +154,13 @@ void rt_prefill_wgmma_key(int single, int dt, int D, int64_t rows, int64_t maxkv
    * the ping-pong on two (docs/prefill.md, fourteenth session). Before, the ping-pong
    * was taken only where no request attended more than 2048 KV tokens (thirteenth
    * session); with three stages it wins at every length, so the rule is gone. */
-  int wsel = 2;
-  if (ws && ws[0] >= '0' && ws[0] <= '2' && !ws[1]) wsel = ws[0] - '0';
+  const int wsel = t->prefill_ws >= 0 ? t->prefill_ws : 2;
   jit_prefill_wgmma_select(single, dt, D, qt, kt, wsel, key);
   /* FI_PREFILL_STAGES=4 (or 3): that many K / V stages where registered (tuning); 2 keeps
    * two everywhere */
-  const char *se = getenv("FI_PREFILL_STAGES");
-  if ((se && atoi(se) == 4) || (four && !(w && *w) && !(se && *se))) jit_prefill_wgmma_stages(key, 4);
-  if ((se && atoi(se) == 3) || !(se && *se)) jit_prefill_wgmma_stages(key, 3);
+  const int se = t->prefill_stages; /* 0 unset */
+  if (se == 4 || (four && !t->prefill_wg_q && !se)) jit_prefill_wgmma_stages(key, 4);
+  if (se == 3 || !se) jit_prefill_wgmma_stages(key, 3);
   /* The soft cap's code only in the kernels of calls that have one: without it the
    * 2x128 kernel is 80 KB of code instead of 141 and a unit's first tile takes half
    * the time (docs/prefill.md, ninth session). */
@@ -189,11 +186,12 @@ int64_t rt_prefill_kvsel(const jit_key *plan_key, int graph, int64_t maxkv) {
  * FI_PREFILL_QTILE (its tuning override); FI_PREFILL_WG=<warpgroups>x<kv tile> (1x64,
  * 2x128, 3x128: head_dim 64 only, else 2, ...) forces the wgmma kernel's shape, FI_PREFILL_WS=0 its every-thread-loads
  * variant (no producer warpgroup), FI_PREFILL_WS=1 a producer without the ping-pong, 2 with it.
- * Read at every call, so that a test or a benchmark can compare them. */
+ * Read at fi_runtime_create (rt->env.tune); a plan made without a runtime (rt NULL: the
+ * tests' offline planning) takes the defaults. */
 static int pick_kernel(fi_runtime *rt, int devtype, int device, int single, int dt, int D,
                        int64_t rows, int64_t maxkv, int rope, int cap, jit_key *key) {
-  const char *e = getenv("FI_PREFILL_WGMMA"), *qe = getenv("FI_PREFILL_QTILE");
-  const int allow = !(e && strcmp(e, "0") == 0) && !(qe && *qe);
+  const rt_tuning def = rt_tuning_default(), *t = rt ? &rt->env.tune : &def;
+  const int allow = t->prefill_wgmma && !t->prefill_qtile;
   if (rt && allow && !rope && (D == 64 || D == 128 || D == 256) && rows > 16) { /* rt: NULL when planning offline (tests) */
     const rt_device_i *be;
     void *state;
@@ -201,11 +199,11 @@ static int pick_kernel(fi_runtime *rt, int devtype, int device, int single, int 
     char err[128];
     if (rt_backend(rt, devtype, &be, &state) == FI_OK &&
         rt_device_caps_get(be, state, device, &caps, err, sizeof err) == 0 && caps.wgmma) {
-      rt_prefill_wgmma_key(single, dt, D, rows, maxkv, cap, key);
+      rt_prefill_wgmma_key(t, single, dt, D, rows, maxkv, cap, key);
       return jit_prefill_key_q_tile(key);
     }
   }
-  jit_prefill_select(single, dt, D, q_tile_for(D, rows), rope, key);
+  jit_prefill_select(single, dt, D, q_tile_for(t, D, rows), rope, key);
   return jit_prefill_key_q_tile(key);
 }
 
@@ -223,11 +221,11 @@ FI_API fi_status fi_single_prefill(fi_runtime *rt, const DLTensor *q, const DLTe
     p = &defaults;
   }
   if (!rt) return rt_fail(FI_ERR_INVALID_ARGUMENT, "%s: rt is NULL", fn);
-  if ((st = rt_dec_check_qkvo(fn, q, k, v, out, 3, layout)) != FI_OK) return st;
-  const int qdt = rt_dec_dtype(q->dtype), kvdt = rt_dec_dtype(k->dtype);
-  if (rt_dec_dtype(v->dtype) != kvdt || v->dtype.bits != k->dtype.bits)
+  if ((st = rt_check_qkvo(fn, q, k, v, out, 3, layout)) != FI_OK) return st;
+  const int qdt = rt_check_dtype(q->dtype), kvdt = rt_check_dtype(k->dtype);
+  if (rt_check_dtype(v->dtype) != kvdt || v->dtype.bits != k->dtype.bits)
     return rt_fail(FI_ERR_INVALID_ARGUMENT, "%s: v has dtype %s but k has %s", fn,
-                   rt_dec_dtype_string(v->dtype, b1, sizeof b1), rt_dec_dtype_string(k->dtype, b2, sizeof b2));
+                   rt_check_dtype_string(v->dtype, b1, sizeof b1), rt_check_dtype_string(k->dtype, b2, sizeof b2));
   const int nhd = layout == FI_KV_LAYOUT_NHD;
   const int64_t Lq = q->shape[0], hq = q->shape[1], D = q->shape[2];
   const int64_t Lkv = nhd ? k->shape[0] : k->shape[1], hkv = nhd ? k->shape[1] : k->shape[0];
@@ -236,10 +234,10 @@ FI_API fi_status fi_single_prefill(fi_runtime *rt, const DLTensor *q, const DLTe
     return rt_fail(FI_ERR_INVALID_ARGUMENT, "%s: k has head_dim %lld but q %lld", fn,
                    (long long)k->shape[2], (long long)D);
   const char *lname = nhd ? "[L_kv, H_kv, head_dim] (NHD)" : "[H_kv, L_kv, head_dim] (HND)";
-  if ((st = rt_dec_check_shape(fn, "v", v, 3, k->shape, lname)) != FI_OK) return st;
+  if ((st = rt_check_shape(fn, "v", v, 3, k->shape, lname)) != FI_OK) return st;
   if ((st = check_q_out(fn, q, out, lse, qdt)) != FI_OK) return st;
   const int b = jit_dtype_bytes(kvdt);
-  if ((st = rt_dec_check_rows(fn, "k", k, b)) != FI_OK || (st = rt_dec_check_rows(fn, "v", v, b)) != FI_OK)
+  if ((st = rt_check_rows(fn, "k", k, b)) != FI_OK || (st = rt_check_rows(fn, "v", v, b)) != FI_OK)
     return st;
   for (int d = 0; d < 2; d++)
     if (k->shape[d] > 1 && rt_stride(k, d) != rt_stride(v, d))
@@ -258,7 +256,7 @@ FI_API fi_status fi_single_prefill(fi_runtime *rt, const DLTensor *q, const DLTe
                    fn, (long long)Lq, (long long)Lkv);
   const DLTensor *ins[3] = {q, k, v};
   static const char *const in_names[3] = {"q", "k", "v"};
-  if ((st = rt_dec_check_outputs_apart(fn, out, lse, ins, in_names, 3)) != FI_OK) return st;
+  if ((st = rt_check_outputs_apart(fn, out, lse, ins, in_names, 3)) != FI_OK) return st;
   if (Lq == 0) return FI_OK;
 
   fi_prefill_kparams kp;
@@ -322,28 +320,6 @@ FI_API void fi_batch_prefill_plan_destroy(fi_prefill_plan *plan) {
   free(plan);
 }
 
-/* Writes n words at dst on the stream with decode's upload kernel. */
-static fi_status upload(fi_runtime *rt, int devtype, int device, int32_t *dst, const int32_t *data,
-                        int64_t n, void *stream) {
-  jit_key key;
-  jit_decode_upload_select(&key);
-  fi_decode_upload_params up;
-  for (int64_t at = 0; at < n;) {
-    memset(&up, 0, sizeof up);
-    up.dst = dst + at;
-    int64_t m = n - at;
-    if (m > FI_DECODE_UPLOAD_WORDS) m = FI_DECODE_UPLOAD_WORDS;
-    memcpy(up.data, data + at, (size_t)m * 4);
-    up.n = (int32_t)m;
-    const unsigned blocks = (unsigned)((m + DECODE_UPLOAD_THREADS - 1) / DECODE_UPLOAD_THREADS);
-    fi_status st = rt_dec_launch(rt, devtype, device, &key, blocks, 1, DECODE_UPLOAD_THREADS, &up,
-                                 sizeof up, stream);
-    if (st != FI_OK) return st;
-    at += m;
-  }
-  return FI_OK;
-}
-
 /* The plan, for a device (rt != NULL: tables uploaded on stream) or offline (rt NULL). */
 static fi_status plan_impl(fi_runtime *rt, const char *fn, const fi_batch_prefill_info *info,
                            const fi_prefill_params *p, int paged, char *ws, int64_t ws_bytes,
@@ -363,7 +339,7 @@ static fi_status plan_impl(fi_runtime *rt, const char *fn, const fi_batch_prefil
     return rt_fail(FI_ERR_INVALID_ARGUMENT,
                    "%s: info->max_qo_tokens is %d; >= 1 is needed with max_batch (CUDA-graph mode)",
                    fn, info->max_qo_tokens);
-  const int dt = rt_dec_dtype(info->q_dtype), kvdt = rt_dec_dtype(info->kv_dtype);
+  const int dt = rt_check_dtype(info->q_dtype), kvdt = rt_check_dtype(info->kv_dtype);
   if ((st = check_common(fn, info->num_qo_heads, info->num_kv_heads, info->head_dim, dt, kvdt,
                          info->q_dtype, info->kv_dtype, p)) != FI_OK)
     return st;
@@ -436,8 +412,8 @@ static fi_status plan_impl(fi_runtime *rt, const char *fn, const fi_batch_prefil
   }
   int64_t target = (int64_t)sms * RT_PREFILL_BLOCKS_PER_SM;
   /* FI_PREFILL_SPLIT scales the split target (tuning; 0 turns the split off). */
-  const char *sf = getenv("FI_PREFILL_SPLIT");
-  if (sf && *sf && atof(sf) >= 0) target = (int64_t)(target * atof(sf) + 0.5);
+  const rt_tuning def = rt_tuning_default(), *tune = rt ? &rt->env.tune : &def;
+  if (tune->prefill_split != 1.0) target = (int64_t)(target * tune->prefill_split + 0.5);
   int32_t *tab = malloc((size_t)(FI_PREFILL_HDR_WORDS + lay.capacity * FI_PREFILL_ITEM_WORDS) * 4);
   int32_t *kv_base = malloc(((size_t)B + 1) * 4);
   if (!tab || !kv_base) {
@@ -465,9 +441,8 @@ static fi_status plan_impl(fi_runtime *rt, const char *fn, const fi_batch_prefil
   tab[2] = qt;
   tab[3] = (int32_t)(chunk > INT32_MAX ? INT32_MAX : chunk);
   /* the persistent grid's units from the counter (tab[4], tab[5]: 0), below */
-  const char *pe = getenv("FI_PREFILL_PERSIST");
-  tab[6] = !(pe && pe[0] == 's');
-  if (rt && (st = upload(rt, devtype, device, (int32_t *)ws, tab,
+  tab[6] = tune->prefill_persist != RT_PERSIST_FIXED;
+  if (rt && (st = rt_upload_words(rt, devtype, device, (int32_t *)ws, tab,
                          FI_PREFILL_HDR_WORDS + n * FI_PREFILL_ITEM_WORDS, stream)) != FI_OK) {
     free(tab);
     return st;
@@ -506,8 +481,9 @@ static fi_status plan_impl(fi_runtime *rt, const char *fn, const fi_batch_prefil
    * 32/32 fell from 221 to 200 TFLOP/s). FI_PREFILL_PERSIST=0 turns it off (tuning),
    * =s fixes each block's units (unit b + k x grid), =<n> caps the grid at n blocks
    * (tests: many units a block). */
-  const int64_t bps = pe && strcmp(pe, "0") == 0 ? 0 : jit_prefill_persistent_blocks(&key);
-  const int64_t units = pl->grid * info->num_kv_heads, cap = pe && atoi(pe) > 0 ? atoi(pe) : (int64_t)sms * bps;
+  const int64_t bps = tune->prefill_persist == RT_PERSIST_OFF ? 0 : jit_prefill_persistent_blocks(&key);
+  const int64_t units = pl->grid * info->num_kv_heads,
+                cap = tune->prefill_persist == RT_PERSIST_CAP ? tune->prefill_persist_cap : (int64_t)sms * bps;
   pl->pgrid = bps > 0 && units > 0 ? (units < cap ? units : cap) : 0;
   pl->chunk = chunk;
   pl->slots_used = slots;
@@ -570,9 +546,9 @@ static fi_status run_common(fi_runtime *rt, const char *fn, const fi_prefill_pla
   if ((st = rt_check_same_device(fn, "q", q, "out", out)) != FI_OK) return st;
   if ((int)q->device.device_type != pl->devtype || q->device.device_id != pl->device)
     return rt_fail(FI_ERR_INVALID_ARGUMENT, "%s: q is on another device than the plan's workspace", fn);
-  if (rt_dec_dtype(q->dtype) != pl->dt)
+  if (rt_check_dtype(q->dtype) != pl->dt)
     return rt_fail(FI_ERR_INVALID_ARGUMENT, "%s: q has dtype %s; the plan's %s is needed", fn,
-                   rt_dec_dtype_string(q->dtype, b1, sizeof b1), jit_dtype_name(pl->dt));
+                   rt_check_dtype_string(q->dtype, b1, sizeof b1), jit_dtype_name(pl->dt));
   if (q->shape[0] < pl->qo_rows || q->shape[1] != pl->num_qo_heads || q->shape[2] != pl->head_dim)
     return rt_fail(FI_ERR_INVALID_ARGUMENT,
                    "%s: q has shape [%lld, %lld, %lld]; at least %lld rows (qo_indptr[B]), the plan's "
@@ -641,9 +617,9 @@ FI_API fi_status fi_batch_prefill_ragged_run(fi_runtime *rt, const fi_prefill_pl
     return rt_fail(FI_ERR_INVALID_ARGUMENT,
                    "%s: layout is %d; FI_KV_LAYOUT_NHD (0) or FI_KV_LAYOUT_HND (1) is needed", fn,
                    (int)layout);
-  if (rt_dec_dtype(k->dtype) != pl->dt || rt_dec_dtype(v->dtype) != pl->dt)
+  if (rt_check_dtype(k->dtype) != pl->dt || rt_check_dtype(v->dtype) != pl->dt)
     return rt_fail(FI_ERR_INVALID_ARGUMENT, "%s: k has dtype %s and v %s; the plan's %s is needed", fn,
-                   rt_dec_dtype_string(k->dtype, b1, sizeof b1), rt_dec_dtype_string(v->dtype, b2, sizeof b2),
+                   rt_check_dtype_string(k->dtype, b1, sizeof b1), rt_check_dtype_string(v->dtype, b2, sizeof b2),
                    jit_dtype_name(pl->dt));
   const int nhd = layout == FI_KV_LAYOUT_NHD;
   const int64_t rows = nhd ? k->shape[0] : k->shape[1], hkv = nhd ? k->shape[1] : k->shape[0];
@@ -654,9 +630,9 @@ FI_API fi_status fi_batch_prefill_ragged_run(fi_runtime *rt, const fi_prefill_pl
                    fn, (long long)k->shape[0], (long long)k->shape[1], (long long)k->shape[2],
                    nhd ? "[tokens, H_kv, head_dim] (NHD)" : "[H_kv, tokens, head_dim] (HND)",
                    (long long)pl->kv_rows, pl->num_kv_heads, pl->head_dim);
-  if ((st = rt_dec_check_shape(fn, "v", v, 3, k->shape, "k's shape")) != FI_OK) return st;
+  if ((st = rt_check_shape(fn, "v", v, 3, k->shape, "k's shape")) != FI_OK) return st;
   const int b = jit_dtype_bytes(pl->dt);
-  if ((st = rt_dec_check_rows(fn, "k", k, b)) != FI_OK || (st = rt_dec_check_rows(fn, "v", v, b)) != FI_OK)
+  if ((st = rt_check_rows(fn, "k", k, b)) != FI_OK || (st = rt_check_rows(fn, "v", v, b)) != FI_OK)
     return st;
   for (int d = 0; d < 2; d++)
     if (k->shape[d] > 1 && rt_stride(k, d) != rt_stride(v, d))
@@ -665,7 +641,7 @@ FI_API fi_status fi_batch_prefill_ragged_run(fi_runtime *rt, const fi_prefill_pl
                      fn, (long long)rt_stride(v, d), d, (long long)rt_stride(k, d));
   const DLTensor *ins[3] = {q, k, v};
   static const char *const in_names[3] = {"q", "k", "v"};
-  if ((st = rt_dec_check_outputs_apart(fn, out, lse, ins, in_names, 3)) != FI_OK) return st;
+  if ((st = rt_check_outputs_apart(fn, out, lse, ins, in_names, 3)) != FI_OK) return st;
   fi_prefill_kparams kp = pl->scalars;
   kp.k = rt_data(k);
   kp.v = rt_data(v);
@@ -693,34 +669,22 @@ FI_API fi_status fi_batch_prefill_paged_run(fi_runtime *rt, const fi_prefill_pla
     return rt_fail(FI_ERR_INVALID_ARGUMENT,
                    "%s: layout is %d; FI_KV_LAYOUT_NHD (0) or FI_KV_LAYOUT_HND (1) is needed", fn,
                    (int)layout);
-  if (rt_dec_dtype(kc->dtype) != pl->dt || rt_dec_dtype(vc->dtype) != pl->dt)
+  if (rt_check_dtype(kc->dtype) != pl->dt || rt_check_dtype(vc->dtype) != pl->dt)
     return rt_fail(FI_ERR_INVALID_ARGUMENT,
                    "%s: paged_k_cache has dtype %s and paged_v_cache %s; the plan's %s is needed", fn,
-                   rt_dec_dtype_string(kc->dtype, b1, sizeof b1), rt_dec_dtype_string(vc->dtype, b2, sizeof b2),
+                   rt_check_dtype_string(kc->dtype, b1, sizeof b1), rt_check_dtype_string(vc->dtype, b2, sizeof b2),
                    jit_dtype_name(pl->dt));
   const int nhd = layout == FI_KV_LAYOUT_NHD;
   const int64_t hkv = pl->num_kv_heads;
-  const int64_t want[4] = {kc->shape[0], nhd ? pl->page_size : hkv, nhd ? hkv : pl->page_size, pl->head_dim};
-  const char *lname = nhd ? "[pages, page_size, H_kv, head_dim] (NHD), the plan's"
-                          : "[pages, H_kv, page_size, head_dim] (HND), the plan's";
-  if ((st = rt_dec_check_shape(fn, "paged_k_cache", kc, 4, want, lname)) != FI_OK) return st;
-  if ((st = rt_dec_check_shape(fn, "paged_v_cache", vc, 4, want, lname)) != FI_OK) return st;
-  for (int d = 0; d < 3; d++)
-    if (kc->shape[d] > 1 && rt_stride(kc, d) != rt_stride(vc, d))
-      return rt_fail(FI_ERR_INVALID_ARGUMENT,
-                     "%s: paged_v_cache has stride %lld in dimension %d but paged_k_cache %lld; "
-                     "equal strides are needed",
-                     fn, (long long)rt_stride(vc, d), d, (long long)rt_stride(kc, d));
-  const int b = jit_dtype_bytes(pl->dt);
-  if ((st = rt_dec_check_rows(fn, "paged_k_cache", kc, b)) != FI_OK ||
-      (st = rt_dec_check_rows(fn, "paged_v_cache", vc, b)) != FI_OK)
+  if ((st = rt_check_paged_cache(fn, kc, vc, nhd, pl->page_size, hkv, pl->head_dim, jit_dtype_bytes(pl->dt))) !=
+      FI_OK)
     return st;
-  if ((st = rt_dec_check_index(fn, "kv_indices", kv_indices, q, pl->kv_rows, 0)) != FI_OK) return st;
+  if ((st = rt_check_index(fn, "kv_indices", kv_indices, q, pl->kv_rows, 0)) != FI_OK) return st;
   if (kc->shape[0] > INT32_MAX)
     return rt_fail(FI_ERR_INVALID_ARGUMENT, "%s: paged_k_cache has 2^31 pages or more", fn);
   const DLTensor *ins[4] = {q, kc, vc, kv_indices};
   static const char *const in_names[4] = {"q", "paged_k_cache", "paged_v_cache", "kv_indices"};
-  if ((st = rt_dec_check_outputs_apart(fn, out, lse, ins, in_names, 4)) != FI_OK) return st;
+  if ((st = rt_check_outputs_apart(fn, out, lse, ins, in_names, 4)) != FI_OK) return st;
   fi_prefill_kparams kp = pl->scalars;
   kp.k = rt_data(kc);
   kp.v = rt_data(vc);

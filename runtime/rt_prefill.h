@@ -65,10 +65,12 @@ int rt_prefill_plan_offline(const struct fi_batch_prefill_info *info,
                             int devtype, int sms, struct fi_prefill_plan **plan);
 /* The wgmma kernel's key on a Hopper device for a call of rows packed query rows, no
  * request attending more than maxkv KV tokens (-1: not known), the soft cap on or not:
- * the shape rule (rt_prefill.c) and its tuning variables (FI_PREFILL_WG, _WS, _STAGES).
+ * the shape rule (rt_prefill.c) and its tuning variables (FI_PREFILL_WG, _WS, _STAGES: t,
+ * the runtime's rt_tuning, or rt_tuning_default()).
  * Pure, so that the CPU tests can hold it to what a re-plan needs. */
 struct jit_key;
-void rt_prefill_wgmma_key(int single, int dt, int head_dim, int64_t rows, int64_t maxkv, int cap,
+struct rt_tuning;
+void rt_prefill_wgmma_key(const struct rt_tuning *t, int single, int dt, int head_dim, int64_t rows, int64_t maxkv, int cap,
                           struct jit_key *key);
 /* The maxkv that rule gets in a batch plan: a fresh plan's longest request, a re-plan's
  * choice read from its plan's key (plan_key; NULL for a fresh plan), -1 in CUDA-graph

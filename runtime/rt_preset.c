@@ -18,6 +18,7 @@
 #include "ops_rope.h"
 #include "ops_sampling.h"
 #include "rt_decode.h"
+#include "rt_env.h"
 #include "rt_internal.h"
 #include "rt_prefill.h"
 
@@ -164,6 +165,7 @@ static int decode_ops(const rt_model *m, int devtype, int sms, int resident, key
 static int prefill_ops(const rt_model *m, int dt, int hopper, keyset *s) {
   static const int tokens[] = {1, 4, 16, 64, 128, 256, 512, 1024, 2048, 4096, 8192};
   const int group = m->hq / m->hkv, D = m->head_dim;
+  const rt_tuning tune = rt_tuning_default(); /* a preset is the rule's choice, no override */
   jit_key k;
   int rc = 0;
   for (size_t t = 0; t < sizeof tokens / sizeof *tokens; t++) {
@@ -171,7 +173,7 @@ static int prefill_ops(const rt_model *m, int dt, int hopper, keyset *s) {
     if (hopper && rows > 16) {
       const int64_t kvs[] = {-1, tokens[t], 16384};
       for (int i = 0; i < 3; i++) {
-        rt_prefill_wgmma_key(0, dt, D, rows, rt_prefill_kvsel(NULL, kvs[i] < 0, kvs[i]), 0, &k);
+        rt_prefill_wgmma_key(&tune, 0, dt, D, rows, rt_prefill_kvsel(NULL, kvs[i] < 0, kvs[i]), 0, &k);
         rc |= add(s, &k);
       }
     } else {

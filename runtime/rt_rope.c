@@ -263,19 +263,16 @@ static fi_status rope(fi_runtime *rt, const char *fn, const DLTensor *q, const D
     }
   }
 
-  const rt_device_i *be;
-  void *state;
-  if ((st = rt_backend(rt, q->device.device_type, &be, &state)) != FI_OK) return st;
   rt_kernel *kern;
-  if ((st = rt_kernel_get(rt, &key, be, q->device.device_id, &kern)) != FI_OK) return st;
+  if ((st = rt_kernel_for(rt, q->device.device_type, q->device.device_id, &key, &kern, NULL, NULL)) != FI_OK)
+    return st;
   const int threads = (int)key.v[ROPE_P_THREADS];
   /* A block per THREADS work items (the host keeps them < 2^31, so the grid
    * fits): capped at the resident blocks, each walking about 5 items
    * (16384 tokens x 40 heads), the kernel measured 87% of copy out of place
    * in bf16, against 90% this way. */
   const int64_t grid = (total + threads - 1) / threads;
-  rt_launch l = {{(unsigned)grid, 1, 1}, {(unsigned)threads, 1, 1}, 0};
-  return rt_launch_kernel(rt, kern, &l, stream, &p, sizeof p);
+  return rt_launch_1d(rt, kern, grid, (unsigned)threads, stream, &p, sizeof p);
 }
 
 FI_API fi_status fi_apply_rope_pos_ids(fi_runtime *rt, const DLTensor *q, const DLTensor *k,

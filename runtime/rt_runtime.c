@@ -1,6 +1,7 @@
 /* rt_runtime.c: creating and destroying the runtime: options, the cache path
  * and its fallback to memory, device backends at first use. */
 #include <errno.h>
+#include <stddef.h>
 #include <pwd.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -8,26 +9,8 @@
 #include <unistd.h>
 
 #include "dlpack/dlpack.h"
+#include "jit_compiler.h"
 #include "rt_internal.h"
-
-/* "2G", "500M", "1048576": bytes, or -1 if malformed. */
-int64_t rt_parse_bytes(const char *s) {
-  if (!s || !*s) return -1;
-  char *end;
-  double v = strtod(s, &end);
-  if (end == s || v < 0) return -1;
-  double mul = 1;
-  switch (*end) {
-    case 'k': case 'K': mul = 1024.0; end++; break;
-    case 'm': case 'M': mul = 1024.0 * 1024; end++; break;
-    case 'g': case 'G': mul = 1024.0 * 1024 * 1024; end++; break;
-    case 't': case 'T': mul = 1024.0 * 1024 * 1024 * 1024; end++; break;
-    default: break;
-  }
-  if (*end == 'i' || *end == 'I') end++;
-  if (*end == 'b' || *end == 'B') end++;
-  return *end ? -1 : (int64_t)(v * mul);
-}
 
 FI_API void fi_options_init(fi_options *o) {
   if (!o) return;
@@ -41,7 +24,8 @@ static int resolve_cache_path(const char *given, char *out, size_t n) {
   if (given && given[0]) return snprintf(out, n, "%s", given) < (int)n ? 0 : -1;
   if ((env = getenv("FI_CACHE_PATH")) && env[0])
     return snprintf(out, n, "%s", env) < (int)n ? 0 : -1;
-  if ((env = getenv("XDG_CACHE_HOME")) && env[0])
+  /* The XDG spec: a relative XDG_CACHE_HOME is invalid and is ignored. */
+  if ((env = getenv("XDG_CACHE_HOME")) && env[0] == '/')
     return snprintf(out, n, "%s/fi_runtime/kernels.db", env) < (int)n ? 0 : -1;
   const char *home = getenv("HOME");
   if (!home || !home[0]) {
@@ -58,19 +42,26 @@ FI_API fi_status fi_runtime_create(const fi_options *opts, fi_runtime **out) {
   fi_options o;
   fi_options_init(&o);
   if (opts) {
-    if (opts->struct_size == 0 || opts->struct_size > sizeof o)
+    /* A size a caller's fi_options can have: this header's, or one that ends where a field
+     * of it starts (a header before that field was added; at least cache_path). Any other
+     * value is a struct that fi_options_init did not fill. */
+    static const size_t known[] = {offsetof(fi_options, system_cache_path), offsetof(fi_options, log_level),
+                                   sizeof(fi_options)};
+    int ok = 0;
+    for (size_t i = 0; i < sizeof known / sizeof known[0]; i++) ok |= opts->struct_size == known[i];
+    if (!ok)
       return rt_fail(FI_ERR_INVALID_ARGUMENT,
-                     "fi_runtime_create: opts->struct_size is %zu; call fi_options_init first",
-                     opts->struct_size);
+                     "fi_runtime_create: opts->struct_size is %zu, not the size of an fi_options (%zu); "
+                     "call fi_options_init first",
+                     opts->struct_size, sizeof(fi_options));
     memcpy(&o, opts, opts->struct_size);
   }
   fi_runtime *rt = calloc(1, sizeof *rt);
   if (!rt) return rt_fail(FI_ERR_OUT_OF_MEMORY, "fi_runtime_create: out of memory");
+  rt_env_read(&rt->env);
   rt->log_level = o.log_level;
-  if (rt->log_level < 0) {
-    int l = rt_log_level_parse(getenv("FI_LOG_LEVEL"));
-    rt->log_level = l >= 0 ? l : RT_LOG_WARN;
-  }
+  if (rt->log_level < 0) rt->log_level = rt->env.log_level >= 0 ? rt->env.log_level : RT_LOG_WARN;
+  for (int i = 0; i < rt->env.nwarnings; i++) rt_log(rt, RT_LOG_WARN, "%s", rt->env.warnings[i]);
   if (resolve_cache_path(o.cache_path, rt->cache_path, sizeof rt->cache_path) != 0) {
     rt_log(rt, RT_LOG_WARN, "no cache path (no HOME, XDG_CACHE_HOME or FI_CACHE_PATH): "
                             "kernels are kept in memory only");
@@ -78,29 +69,13 @@ FI_API fi_status fi_runtime_create(const fi_options *opts, fi_runtime **out) {
      * reports, so that a tool meant to fill the file can refuse to run. */
     rt->cache_path[0] = 0;
   }
-  const char *journal = getenv("FI_CACHE_JOURNAL");
-  if (journal && strcmp(journal, "delete") == 0) {
-    rt->store_flags |= CACHE_OPEN_ROLLBACK;
-    rt->journal_explicit = 1;
-  } else if (journal && strcmp(journal, "wal") == 0) {
-    rt->journal_explicit = 1;
-  } else if (journal && journal[0]) {
-    rt_log(rt, RT_LOG_WARN, "FI_CACHE_JOURNAL=%s ignored (wal or delete)", journal);
-  }
-  const char *sys = o.system_cache_path ? o.system_cache_path : getenv("FI_CACHE_SYSTEM_PATH");
+  if (rt->env.journal == RT_JOURNAL_DELETE) rt->store_flags |= CACHE_OPEN_ROLLBACK;
+  rt->journal_explicit = rt->env.journal != 0;
+  const char *sys = o.system_cache_path ? o.system_cache_path : rt->env.system_path;
   if (sys && sys[0]) snprintf(rt->system_path, sizeof rt->system_path, "%s", sys);
   rt->max_bytes = (int64_t)2 << 30; /* 2 GiB: hundreds of op configurations with room */
-  const char *mb = getenv("FI_CACHE_MAX_BYTES");
-  if (mb && mb[0]) {
-    int64_t v = rt_parse_bytes(mb);
-    if (v < 0)
-      rt_log(rt, RT_LOG_WARN, "FI_CACHE_MAX_BYTES=%s ignored: a size like 2G or 500M is expected", mb);
-    else
-      rt->max_bytes = v; /* 0: no cap */
-  }
-  rt->claim_timeout_s = 300;
-  const char *ct = getenv("FI_CACHE_CLAIM_TIMEOUT");
-  if (ct && atoll(ct) > 0) rt->claim_timeout_s = atoll(ct);
+  if (rt->env.max_bytes >= 0) rt->max_bytes = rt->env.max_bytes; /* 0: no cap */
+  rt->claim_timeout_s = rt->env.claim_timeout_s > 0 ? rt->env.claim_timeout_s : 300;
   rt->fork_gen = rt_fork_generation_init();
   pthread_mutex_init(&rt->mu, NULL);
   pthread_cond_init(&rt->cv, NULL);
@@ -168,7 +143,9 @@ fi_status rt_backend(fi_runtime *rt, int dlpack_type, const rt_device_i **be, vo
   }
   pthread_mutex_lock(&rt->mu);
   if (*loaded == 0) {
-    *st = b->create();
+    const rt_device_config cfg = {rt->env.device_library[slot][0] ? rt->env.device_library[slot] : NULL,
+                                  rt->env.tune.pdl};
+    *st = b->create(&cfg);
     if (!*st) {
       snprintf(err, sizeof bs->err, "out of memory");
       *loaded = -1;
@@ -204,4 +181,10 @@ FI_API fi_status fi_runtime_stats(fi_runtime *rt, fi_stats *st) {
   s.repairs = atomic_load(&rt->repairs);
   memcpy(st, &s, st->struct_size);
   return FI_OK;
+}
+
+const char *rt_compiler_library(const fi_runtime *rt, const void *cc) {
+  for (int i = 0; i < jit_compiler_count() && i < RT_ENV_MAX_COMPILERS; i++)
+    if (jit_compiler_at(i) == cc) return rt->env.compiler_library[i][0] ? rt->env.compiler_library[i] : NULL;
+  return NULL;
 }

@@ -180,22 +180,18 @@ static int pick_cluster(const rt_device_i *be, void *state, int device, int64_t 
  * top-k + top-p 61 against 88, the top-k mask 57 against 68, while top-p 0.9 renorm took
  * 109 against 90. Top-p sampling searches only when its draws all miss the set (rarely at
  * p 0.9), so both searches time it alike (32 us). FI_SAMPLING_SELECT=range or radix forces
- * one; read at every call (tens of ns) so that a benchmark or test can compare both. */
-static int select_variant(int op) {
-  const char *e = getenv("FI_SAMPLING_SELECT");
-  if (e && strcmp(e, "range") == 0) return 1;
-  if (e && strcmp(e, "radix") == 0) return 0;
+ * one; read at fi_runtime_create, so a benchmark or test compares both with a runtime each. */
+static int select_variant(const rt_tuning *t, int op) {
+  if (t->sampling_select >= 0) return t->sampling_select; /* 1 range, 0 radix */
   return op == FI_SMP_TOPK || op == FI_SMP_TOPK_TOPP_LOGITS || op == FI_SMP_TOPK_RENORM ||
          op == FI_SMP_TOPK_MASK;
 }
 
 /* The membership test of top-p sampling (fi_sampling_params.topp_variant): float sums with
  * an exact fallback by default; FI_SAMPLING_TOPP=exact forces the exact 64-bit sums (make
- * gpu-test runs gpu_sampling both ways). Read at every call, as select_variant. */
-static int topp_variant(void) {
-  const char *e = getenv("FI_SAMPLING_TOPP");
-  if (e && strcmp(e, "exact") == 0) return FI_SMP_TOPP_EXACT;
-  return FI_SMP_TOPP_FLOAT;
+ * gpu-test runs gpu_sampling both ways). Read at fi_runtime_create, as select_variant. */
+static int topp_variant(const rt_tuning *t) {
+  return t->sampling_topp_exact ? FI_SMP_TOPP_EXACT : FI_SMP_TOPP_FLOAT;
 }
 
 /* Chooses the kernel (vec from in's and out2d's alignment) and launches it. */
@@ -220,12 +216,11 @@ static fi_status launch(fi_runtime *rt, smp_call *c, int op, const DLTensor *out
   fi_status st = rt_backend(rt, c->devtype, &be, &state);
   if (st != FI_OK) return st;
   const int cl = pick_cluster(be, state, c->device, c->batch);
-  jit_sampling_select(op, dt, vec, cl, select_variant(op), &c->key);
-  if (op == FI_SMP_TOPP || op == FI_SMP_TOPK_TOPP_LOGITS) c->p.topp_variant = topp_variant();
+  jit_sampling_select(op, dt, vec, cl, select_variant(&rt->env.tune, op), &c->key);
+  if (op == FI_SMP_TOPP || op == FI_SMP_TOPK_TOPP_LOGITS) c->p.topp_variant = topp_variant(&rt->env.tune);
   rt_kernel *k;
   if ((st = rt_kernel_get(rt, &c->key, be, c->device, &k)) != FI_OK) return st;
-  rt_launch l = {{(unsigned)(c->batch * cl), 1, 1}, {SMP_THREADS, 1, 1}, 0};
-  return rt_launch_kernel(rt, k, &l, stream, &c->p, sizeof c->p);
+  return rt_launch_1d(rt, k, c->batch * cl, SMP_THREADS, stream, &c->p, sizeof c->p);
 }
 
 /* ---- per-row parameters: the array (checked) or the scalar (checked when no array) ---- */
@@ -329,54 +324,38 @@ FI_API fi_status fi_sampling_from_probs(fi_runtime *rt, const DLTensor *probs, D
   return launch(rt, &c, FI_SMP_SAMPLE, NULL, stream);
 }
 
-FI_API fi_status fi_top_k_sampling_from_probs(fi_runtime *rt, const DLTensor *probs,
-                                              const DLTensor *top_k_arr, int top_k,
-                                              DLTensor *samples, uint64_t seed, uint64_t offset,
-                                              void *stream) {
-  static const char *fn = "fi_top_k_sampling_from_probs";
-  smp_call c;
-  smp_arrays a = {{NULL}, {NULL}};
-  fi_status st = begin(fn, rt, "probs", probs, &c);
-  if (st != FI_OK) return st;
-  if ((st = top_k_arg(fn, top_k_arr, top_k, probs, &c, &a, 0)) != FI_OK) return st;
-  if ((st = samples_arg(fn, "probs", samples, probs, &c, &a)) != FI_OK) return st;
-  c.p.seed = seed;
-  c.p.offset = offset;
-  return launch(rt, &c, FI_SMP_TOPK, NULL, stream);
+/* The samplers with one filter and the filters of a distribution: one entry point each,
+ * written once below (libuv's UV_HANDLE_TYPE_MAP style). A filter is its array or its
+ * scalar (NAME_arr, NAME), checked by NAME_arg; a sampler then takes samples, seed and
+ * offset, a filter out. */
+static fi_status min_p_only_arg(const char *fn, const DLTensor *arr, double v, const DLTensor *in, smp_call *c,
+                                smp_arrays *a, int slot) {
+  return min_p_arg(fn, "min_p_arr", "min_p", arr, v, in, c, a, slot, 0);
 }
+#define top_k_only_arg top_k_arg
+#define top_p_only_arg top_p_arg
 
-FI_API fi_status fi_top_p_sampling_from_probs(fi_runtime *rt, const DLTensor *probs,
-                                              const DLTensor *top_p_arr, double top_p,
-                                              DLTensor *samples, uint64_t seed, uint64_t offset,
-                                              void *stream) {
-  static const char *fn = "fi_top_p_sampling_from_probs";
-  smp_call c;
-  smp_arrays a = {{NULL}, {NULL}};
-  fi_status st = begin(fn, rt, "probs", probs, &c);
-  if (st != FI_OK) return st;
-  if ((st = top_p_arg(fn, top_p_arr, top_p, probs, &c, &a, 0)) != FI_OK) return st;
-  if ((st = samples_arg(fn, "probs", samples, probs, &c, &a)) != FI_OK) return st;
-  c.p.seed = seed;
-  c.p.offset = offset;
-  return launch(rt, &c, FI_SMP_TOPP, NULL, stream);
-}
+/* X(entry point, op, filter, its scalar's type) */
+#define SMP_ONE_FILTER_SAMPLERS(X)                                  \
+  X(fi_top_k_sampling_from_probs, FI_SMP_TOPK, top_k, int)          \
+  X(fi_top_p_sampling_from_probs, FI_SMP_TOPP, top_p, double)       \
+  X(fi_min_p_sampling_from_probs, FI_SMP_MINP, min_p, double)
 
-FI_API fi_status fi_min_p_sampling_from_probs(fi_runtime *rt, const DLTensor *probs,
-                                              const DLTensor *min_p_arr, double min_p,
-                                              DLTensor *samples, uint64_t seed, uint64_t offset,
-                                              void *stream) {
-  static const char *fn = "fi_min_p_sampling_from_probs";
-  smp_call c;
-  smp_arrays a = {{NULL}, {NULL}};
-  fi_status st = begin(fn, rt, "probs", probs, &c);
-  if (st != FI_OK) return st;
-  if ((st = min_p_arg(fn, "min_p_arr", "min_p", min_p_arr, min_p, probs, &c, &a, 0, 0)) != FI_OK)
-    return st;
-  if ((st = samples_arg(fn, "probs", samples, probs, &c, &a)) != FI_OK) return st;
-  c.p.seed = seed;
-  c.p.offset = offset;
-  return launch(rt, &c, FI_SMP_MINP, NULL, stream);
-}
+#define SMP_DEFINE_SAMPLER(NAME, OP, FILTER, TYPE)                                                          \
+  FI_API fi_status NAME(fi_runtime *rt, const DLTensor *probs, const DLTensor *FILTER##_arr, TYPE FILTER,    \
+                        DLTensor *samples, uint64_t seed, uint64_t offset, void *stream) {                  \
+    static const char *fn = #NAME;                                                                          \
+    smp_call c;                                                                                             \
+    smp_arrays a = {{NULL}, {NULL}};                                                                        \
+    fi_status st = begin(fn, rt, "probs", probs, &c);                                                       \
+    if (st != FI_OK) return st;                                                                             \
+    if ((st = FILTER##_only_arg(fn, FILTER##_arr, FILTER, probs, &c, &a, 0)) != FI_OK) return st;           \
+    if ((st = samples_arg(fn, "probs", samples, probs, &c, &a)) != FI_OK) return st;                        \
+    c.p.seed = seed;                                                                                        \
+    c.p.offset = offset;                                                                                    \
+    return launch(rt, &c, OP, NULL, stream);                                                                \
+  }
+SMP_ONE_FILTER_SAMPLERS(SMP_DEFINE_SAMPLER)
 
 FI_API fi_status fi_top_k_top_p_sampling_from_logits(fi_runtime *rt, const DLTensor *logits,
                                                      const DLTensor *top_k_arr, int top_k,
@@ -396,41 +375,22 @@ FI_API fi_status fi_top_k_top_p_sampling_from_logits(fi_runtime *rt, const DLTen
   return launch(rt, &c, FI_SMP_TOPK_TOPP_LOGITS, NULL, stream);
 }
 
-FI_API fi_status fi_top_k_renorm_probs(fi_runtime *rt, const DLTensor *probs,
-                                       const DLTensor *top_k_arr, int top_k, DLTensor *out,
-                                       void *stream) {
-  static const char *fn = "fi_top_k_renorm_probs";
-  smp_call c;
-  smp_arrays a = {{NULL}, {NULL}};
-  fi_status st = begin(fn, rt, "probs", probs, &c);
-  if (st != FI_OK) return st;
-  if ((st = top_k_arg(fn, top_k_arr, top_k, probs, &c, &a, 0)) != FI_OK) return st;
-  if ((st = out_arg(fn, out, rt_tensor_dtype(probs), "probs", probs, &c, &a)) != FI_OK) return st;
-  return launch(rt, &c, FI_SMP_TOPK_RENORM, out, stream);
-}
+/* X(entry point, op, input's name, filter, its scalar's type): out has the input's dtype. */
+#define SMP_FILTERS(X)                                                \
+  X(fi_top_k_renorm_probs, FI_SMP_TOPK_RENORM, probs, top_k, int)     \
+  X(fi_top_p_renorm_probs, FI_SMP_TOPP_RENORM, probs, top_p, double)  \
+  X(fi_top_k_mask_logits, FI_SMP_TOPK_MASK, logits, top_k, int)
 
-FI_API fi_status fi_top_p_renorm_probs(fi_runtime *rt, const DLTensor *probs,
-                                       const DLTensor *top_p_arr, double top_p, DLTensor *out,
-                                       void *stream) {
-  static const char *fn = "fi_top_p_renorm_probs";
-  smp_call c;
-  smp_arrays a = {{NULL}, {NULL}};
-  fi_status st = begin(fn, rt, "probs", probs, &c);
-  if (st != FI_OK) return st;
-  if ((st = top_p_arg(fn, top_p_arr, top_p, probs, &c, &a, 0)) != FI_OK) return st;
-  if ((st = out_arg(fn, out, rt_tensor_dtype(probs), "probs", probs, &c, &a)) != FI_OK) return st;
-  return launch(rt, &c, FI_SMP_TOPP_RENORM, out, stream);
-}
-
-FI_API fi_status fi_top_k_mask_logits(fi_runtime *rt, const DLTensor *logits,
-                                      const DLTensor *top_k_arr, int top_k, DLTensor *out,
-                                      void *stream) {
-  static const char *fn = "fi_top_k_mask_logits";
-  smp_call c;
-  smp_arrays a = {{NULL}, {NULL}};
-  fi_status st = begin(fn, rt, "logits", logits, &c);
-  if (st != FI_OK) return st;
-  if ((st = top_k_arg(fn, top_k_arr, top_k, logits, &c, &a, 0)) != FI_OK) return st;
-  if ((st = out_arg(fn, out, rt_tensor_dtype(logits), "logits", logits, &c, &a)) != FI_OK) return st;
-  return launch(rt, &c, FI_SMP_TOPK_MASK, out, stream);
-}
+#define SMP_DEFINE_FILTER(NAME, OP, IN, FILTER, TYPE)                                                  \
+  FI_API fi_status NAME(fi_runtime *rt, const DLTensor *IN, const DLTensor *FILTER##_arr, TYPE FILTER,  \
+                        DLTensor *out, void *stream) {                                                 \
+    static const char *fn = #NAME;                                                                     \
+    smp_call c;                                                                                        \
+    smp_arrays a = {{NULL}, {NULL}};                                                                   \
+    fi_status st = begin(fn, rt, #IN, IN, &c);                                                         \
+    if (st != FI_OK) return st;                                                                        \
+    if ((st = FILTER##_only_arg(fn, FILTER##_arr, FILTER, IN, &c, &a, 0)) != FI_OK) return st;         \
+    if ((st = out_arg(fn, out, rt_tensor_dtype(IN), #IN, IN, &c, &a)) != FI_OK) return st;             \
+    return launch(rt, &c, OP, out, stream);                                                            \
+  }
+SMP_FILTERS(SMP_DEFINE_FILTER)

@@ -62,25 +62,14 @@ static int cache_modes(fi_runtime *rt, mode_t *dir_mode, mode_t *file_mode, int 
   *dir_mode = 0700;
   *file_mode = 0600;
   *shared = 0;
-  const char *um = getenv("FI_CACHE_UMASK");
-  if (!um || !um[0]) return 0;
-  unsigned m = 0;
-  size_t n = strlen(um);
-  int ok = n <= 4;
-  for (size_t i = 0; ok && i < n; i++) {
-    ok = um[i] >= '0' && um[i] <= '7';
-    m = m * 8 + (unsigned)(um[i] - '0');
-  }
-  if (!ok || m > 0777) {
-    rt_log(rt, RT_LOG_WARN, "FI_CACHE_UMASK=%s ignored: an octal umask like 007 is expected", um);
-    return 0;
-  }
+  const int m = rt->env.umask; /* FI_CACHE_UMASK: -1 unset (rt_env.c warned of a malformed one) */
+  if (m < 0) return 0;
   /* Judged before anything is created: a cache every user may write is a
    * way into every process that loads it, and an owner without rwx could
    * not use it. */
   if (!(m & 002) || (m & 0700)) {
     rt_log(rt, RT_LOG_WARN,
-           "FI_CACHE_UMASK=%s refused: %s; kernels are kept in memory only", um,
+           "FI_CACHE_UMASK=%03o refused: %s; kernels are kept in memory only", (unsigned)m,
            !(m & 002) ? "the cache would be writable by every user (007 shares it with the group)"
                       : "the owner would lose access to the cache");
     return -1;
@@ -275,4 +264,18 @@ void rt_after_fork(fi_runtime *rt) {
   memset(rt->dev, 0, sizeof rt->dev);
   rt->fork_gen = gen;
   rt_log(rt, RT_LOG_DEBUG, "runtime used in a forked child: cache reopened, kernels reloaded");
+}
+
+/* Writes the hits noted since the last flush (rt_kernel.c notes them) to the store. */
+void rt_flush_touches(fi_runtime *rt) {
+  pthread_mutex_lock(&rt->mu);
+  int n = rt->ntouched;
+  rt->ntouched = 0;
+  if (n > 0 && rt->store) {
+    char err[512];
+    if (cache_store_touch(rt->store, (const uint8_t(*)[16])rt->touched, n, err, sizeof err) !=
+        CACHE_OK)
+      rt_log(rt, RT_LOG_DEBUG, "recording cache use failed: %s", err);
+  }
+  pthread_mutex_unlock(&rt->mu);
 }

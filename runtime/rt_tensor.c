@@ -55,6 +55,12 @@ fi_status rt_check_tensor(const char *fn, const char *name, const DLTensor *t, i
     for (int i = 0; i < ndim; i++)
       if (t->strides[i] < 0)
         return rt_fail(FI_ERR_INVALID_ARGUMENT, "%s: %s->strides[%d] is negative", fn, name, i);
+  /* Every kernel loads whole elements at least (wider only where rt_pick_vec finds the
+   * addresses allow it): an element that starts off its own size's alignment would be a
+   * misaligned access on the device. Checked here, so every op refuses it before it looks
+   * its device up. */
+  const unsigned esize = t->dtype.bits % 8 == 0 ? (unsigned)t->dtype.bits / 8u * t->dtype.lanes : 1u;
+  if (esize > 1 && esize <= 16 && (esize & (esize - 1)) == 0) return rt_check_aligned(fn, name, t, (int)esize);
   return FI_OK;
 }
 
@@ -107,4 +113,12 @@ int rt_tensors_overlap(const DLTensor *a, const DLTensor *b) {
   const int64_t ea = rt_extent_bytes(a), eb = rt_extent_bytes(b);
   if (ea <= 0 || eb <= 0) return 0;
   return pa < pb + (uint64_t)eb && pb < pa + (uint64_t)ea;
+}
+
+fi_status rt_check_aligned(const char *fn, const char *name, const DLTensor *t, int bytes) {
+  if (bytes > 1 && (uintptr_t)rt_data(t) % (uintptr_t)bytes != 0)
+    return rt_fail(FI_ERR_INVALID_ARGUMENT,
+                   "%s: %s starts at %p (data + byte_offset %llu); a multiple of %d bytes is needed",
+                   fn, name, (void *)rt_data(t), (unsigned long long)t->byte_offset, bytes);
+  return FI_OK;
 }

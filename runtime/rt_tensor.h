@@ -38,4 +38,8 @@ int rt_pick_vec(int es, int64_t n, const void *const *ptrs, int nptrs, const int
  * does not fit in 63 bits (a shape or stride no real tensor has). */
 int64_t rt_extent_bytes(const DLTensor *t);
 
+/* t's first element is aligned to `bytes` (a power of two): what the kernels' narrowest
+ * load of it assumes. */
+fi_status rt_check_aligned(const char *fn, const char *name, const DLTensor *t, int bytes);
+
 #endif

@@ -1051,3 +1051,162 @@ FT_TEST(links_no_vendor_library) {
   FT_CHECK(lines >= 2 && sqlite, "ldd output has %d lines, sqlite %d: not what was expected", lines,
            sqlite);
 }
+
+/* ---- issue 47 items 16, 17 ---- */
+
+/* A device tensor at a fake address (never dereferenced: the calls below must be refused
+ * before anything reads it). */
+static DLTensor dev_tensor(uintptr_t addr, uint64_t byte_offset, int code, int bits, int ndim, int64_t *shape) {
+  DLTensor t;
+  memset(&t, 0, sizeof t);
+  t.data = (void *)addr;
+  t.byte_offset = byte_offset;
+  t.device.device_type = kDLCUDA;
+  t.ndim = ndim;
+  t.dtype.code = (uint8_t)code;
+  t.dtype.bits = (uint8_t)bits;
+  t.dtype.lanes = 1;
+  t.shape = shape;
+  return t;
+}
+
+/* Misaligned data pointers (an odd address or byte_offset 1 for a 16-bit type, 2 for
+ * float32) are refused as FI_ERR_INVALID_ARGUMENT naming the tensor, whether or not a
+ * driver is there: the checks come before the device lookup, and no kernel is launched
+ * on an address its loads cannot use. Each op is tried with the misaligned tensor in
+ * every position, and the same call aligned reaches the device lookup. */
+FT_TEST(misaligned_data_refused_before_the_device) {
+  fi_options o;
+  fi_options_init(&o);
+  o.cache_path = ":memory:";
+  o.log_level = 0;
+  fi_runtime *rt = NULL;
+  FT_REQUIRE(fi_runtime_create(&o, &rt) == FI_OK);
+  static const struct {
+    int code, bits;
+    uint64_t off;   /* byte_offset that breaks an element */
+    uintptr_t odd;  /* an address that does */
+  } dts[] = {{kDLBfloat, 16, 1, 0x1000001}, {kDLFloat, 16, 1, 0x1000003}, {kDLFloat, 32, 2, 0x1000002}};
+  for (size_t d = 0; d < sizeof dts / sizeof dts[0]; d++) {
+    const int code = dts[d].code, bits = dts[d].bits;
+    for (int bad = 0; bad < 2; bad++) {     /* 0: byte_offset, 1: the address */
+      for (int which = -1; which < 3; which++) { /* -1: none misaligned (the control) */
+        const uintptr_t base[3] = {0x1000000, 0x2000000, 0x3000000};
+        uintptr_t a[3];
+        uint64_t off[3];
+        for (int i = 0; i < 3; i++) {
+          a[i] = which == i && bad ? dts[d].odd - 0x1000000 + base[i] : base[i];
+          off[i] = which == i && !bad ? dts[d].off : 0;
+        }
+        /* fi_rmsnorm: input, weight, out */
+        int64_t s2[2] = {4, 64}, s1[1] = {64};
+        DLTensor in = dev_tensor(a[0], off[0], code, bits, 2, s2), w = dev_tensor(a[1], off[1], code, bits, 1, s1),
+                 out = dev_tensor(a[2], off[2], code, bits, 2, s2);
+        static const char *const norm_names[3] = {"input", "weight", "out"};
+        fi_status st = fi_rmsnorm(rt, &in, &w, 1e-6, &out, NULL);
+        if (which < 0)
+          FT_CHECK(st == FI_ERR_NO_DEVICE, "rmsnorm aligned %s%d: %s", bits == 32 ? "f" : "x", bits, fi_last_error());
+        else
+          FT_CHECK(st == FI_ERR_INVALID_ARGUMENT && strstr(fi_last_error(), norm_names[which]) &&
+                       strstr(fi_last_error(), "multiple of"),
+                   "rmsnorm %s misaligned (dtype %d/%d, %s): %s: %s", norm_names[which], code, bits,
+                   bad ? "address" : "byte_offset", fi_status_string(st), fi_last_error());
+        /* fi_silu_and_mul: input [4, 128], out [4, 64] (no weight: which 1 tries nothing) */
+        if (which < 1) {
+          int64_t si[2] = {4, 128}, so[2] = {4, 64};
+          DLTensor ain = dev_tensor(a[0], off[0], code, bits, 2, si), aout = dev_tensor(a[2], off[2], code, bits, 2, so);
+          st = fi_silu_and_mul(rt, &ain, &aout, NULL);
+          if (which < 0)
+            FT_CHECK(st == FI_ERR_NO_DEVICE, "silu_and_mul aligned: %s", fi_last_error());
+          else if (which == 0)
+            FT_CHECK(st == FI_ERR_INVALID_ARGUMENT && strstr(fi_last_error(), "input") &&
+                         strstr(fi_last_error(), "multiple of"),
+                     "silu_and_mul input misaligned: %s: %s", fi_status_string(st), fi_last_error());
+        }
+        if (which == 2 || which < 0) {
+          int64_t si[2] = {4, 128}, so[2] = {4, 64};
+          DLTensor ain = dev_tensor(base[0], 0, code, bits, 2, si), aout = dev_tensor(a[2], off[2], code, bits, 2, so);
+          st = fi_silu_and_mul(rt, &ain, &aout, NULL);
+          if (which == 2)
+            FT_CHECK(st == FI_ERR_INVALID_ARGUMENT && strstr(fi_last_error(), "out") &&
+                         strstr(fi_last_error(), "multiple of"),
+                     "silu_and_mul out misaligned: %s: %s", fi_status_string(st), fi_last_error());
+        }
+        /* fi_softmax (float32 only): logits, out */
+        if (bits == 32 && which != 1) {
+          int64_t sl[2] = {4, 1000};
+          DLTensor lg = dev_tensor(a[0], off[0], code, bits, 2, sl), so = dev_tensor(a[2], off[2], code, bits, 2, sl);
+          st = fi_softmax(rt, &lg, NULL, 1.0, &so, NULL);
+          if (which < 0)
+            FT_CHECK(st == FI_ERR_NO_DEVICE, "softmax aligned: %s", fi_last_error());
+          else
+            FT_CHECK(st == FI_ERR_INVALID_ARGUMENT && strstr(fi_last_error(), which == 0 ? "logits" : "out") &&
+                         strstr(fi_last_error(), "multiple of"),
+                     "softmax %d misaligned: %s: %s", which, fi_status_string(st), fi_last_error());
+        }
+        /* fi_apply_rope_pos_ids (16-bit): q, k, and q_out */
+        if (bits == 16) {
+          int64_t sq[3] = {4, 8, 128}, sk[3] = {4, 2, 128}, sp[1] = {4};
+          DLTensor q = dev_tensor(a[0], off[0], code, bits, 3, sq), k = dev_tensor(a[1], off[1], code, bits, 3, sk);
+          DLTensor qo = dev_tensor(a[2], off[2], code, bits, 3, sq), ko = dev_tensor(0x4000000, 0, code, bits, 3, sk);
+          DLTensor pos = dev_tensor(0x5000000, 0, kDLInt, 32, 1, sp);
+          static const char *const rope_names[3] = {"q", "k", "q_out"};
+          st = fi_apply_rope_pos_ids(rt, &q, &k, &qo, &ko, &pos, 128, 0, 1.0, 1e4, NULL);
+          if (which < 0)
+            FT_CHECK(st == FI_ERR_NO_DEVICE, "rope aligned: %s", fi_last_error());
+          else
+            FT_CHECK(st == FI_ERR_INVALID_ARGUMENT && strstr(fi_last_error(), rope_names[which]) &&
+                         strstr(fi_last_error(), "multiple of"),
+                     "rope %s misaligned: %s: %s", rope_names[which], fi_status_string(st), fi_last_error());
+        }
+      }
+    }
+  }
+  fi_runtime_destroy(rt);
+}
+
+/* fi_batch_decode_workspace_size on a CPU device is a bad argument (not "no device", nor a
+ * size), and fi_runtime_create takes only an options struct_size it knows. */
+FT_TEST(workspace_size_cpu_device_and_options_struct_size) {
+  fi_options o;
+  fi_options_init(&o);
+  o.cache_path = ":memory:";
+  o.log_level = 0;
+  fi_runtime *rt = NULL;
+  FT_REQUIRE(fi_runtime_create(&o, &rt) == FI_OK);
+  static const DLDeviceType bad[] = {kDLCPU, kDLCUDAHost, kDLCUDAManaged, kDLVulkan};
+  for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+    size_t bytes = 12345;
+    DLDevice dev = {bad[i], 0};
+    fi_status st = fi_batch_decode_workspace_size(rt, dev, 8, 32, 8, 128, &bytes);
+    FT_CHECK(st == FI_ERR_INVALID_ARGUMENT && strstr(fi_last_error(), "device") && bytes == 12345,
+             "device type %d: %s: %s (bytes %zu)", (int)bad[i], fi_status_string(st), fi_last_error(), bytes);
+  }
+  DLDevice gpu = {kDLCUDA, 0};
+  size_t bytes = 0;
+  fi_status st = fi_batch_decode_workspace_size(rt, gpu, 8, 32, 8, 128, &bytes);
+  FT_CHECK(st == FI_ERR_NO_DEVICE || (st == FI_OK && bytes > 0), "a CUDA device: %s", fi_last_error());
+  fi_runtime_destroy(rt);
+
+  /* (runtime_create_and_destroy checks 0 and sizes above fi_options'; a size that ends
+   * where a field starts is an older caller's, taken there) */
+  static const size_t sizes[] = {1, 3, sizeof(size_t), offsetof(fi_options, system_cache_path) + 1,
+                                 offsetof(fi_options, log_level) + 4, sizeof(fi_options) - 1};
+  for (size_t i = 0; i < sizeof sizes / sizeof sizes[0]; i++) {
+    fi_options bad_o;
+    fi_options_init(&bad_o);
+    bad_o.cache_path = ":memory:";
+    bad_o.struct_size = sizes[i];
+    rt = (fi_runtime *)0x1;
+    st = fi_runtime_create(&bad_o, &rt);
+    FT_CHECK(st == FI_ERR_INVALID_ARGUMENT && rt == NULL && strstr(fi_last_error(), "struct_size"),
+             "struct_size %zu: %s: %s", sizes[i], fi_status_string(st), fi_last_error());
+    if (st == FI_OK) fi_runtime_destroy(rt);
+  }
+  fi_options good;
+  fi_options_init(&good);
+  good.cache_path = ":memory:";
+  good.log_level = 0;
+  FT_CHECK(fi_runtime_create(&good, &rt) == FI_OK, "%s", fi_last_error());
+  fi_runtime_destroy(rt);
+}

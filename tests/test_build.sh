@@ -66,3 +66,10 @@ check example_rejects_unknown_option '[ $rc -eq 2 ] && [[ "$out" == *"--frobnica
 libm=$(ldd "$B/libfi_runtime.so" | awk '/libm\.so/ {print $3}')
 out=$("$B/fi-example" "$libm" 2>&1); rc=$?
 check example_names_missing_entry_point '[ -n "$libm" ] && [ $rc -eq 1 ] && [[ "$out" == *"lacks fi_options_init"* ]]'
+
+# The library reads the environment in one place (runtime/rt_env.c, at fi_runtime_create),
+# besides the cache-path resolver's FI_CACHE_PATH, XDG_CACHE_HOME and HOME (issue 41).
+readers=$(for d in runtime jit cache device include; do [ -d "$d" ] && find "$d" -name '*.[ch]'; done |
+  grep -Ev '/rt_env\.c$' | xargs grep -n 'getenv\|secure_getenv' 2>/dev/null |
+  grep -Ev 'getenv\("(FI_CACHE_PATH|XDG_CACHE_HOME|HOME)"\)')
+check environment_read_in_one_place '[ -z "$readers" ] || { echo "$readers" >&2; false; }'

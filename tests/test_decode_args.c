@@ -30,6 +30,19 @@ static uint32_t rnd(void) {
 
 /* ---- the planner ---- */
 
+/* The tuning the runtime would read from the environment now (rt_env_read, as
+ * fi_runtime_create does): the tests below set a variable, then read it this way. */
+static rt_tuning env_tuning(void) {
+  static rt_env e;
+  rt_env_read(&e);
+  return e.tune;
+}
+static const rt_tuning *env_tuning_p(void) {
+  static rt_tuning t;
+  t = env_tuning();
+  return &t;
+}
+
 /* Checks one partition of a batch against its definition; returns failures. */
 static int check_partition(int B, const int32_t *indptr, const int32_t *last, int ps, int wl,
                            int64_t target, int64_t cap, const int32_t *items, int64_t n, int chunk) {
@@ -291,7 +304,8 @@ FT_TEST(simt_override_only_where_the_kernel_exists) {
     const int q = cases[i].kv == JIT_DT_E4M3 ? JIT_DT_BF16 : cases[i].kv;
     jit_decode_select(0, q, cases[i].kv, cases[i].dim, cases[i].group, cases[i].rope, DECODE_WARPS_SPLIT, &k);
     const int64_t pipe = k.v[DECODE_P_PIPELINE];
-    const int forced = rt_dec_tune_key(&k, cases[i].group);
+    const rt_tuning t = env_tuning();
+    const int forced = rt_dec_tune_key(&t, &k, cases[i].group);
     FT_CHECK(!!(forced & RT_DEC_TUNED_PIPELINE) == cases[i].applied, "case %zu: forced %d", i, forced);
     FT_CHECK(k.v[DECODE_P_PIPELINE] == (cases[i].applied ? DECODE_PIPE_SIMT : pipe), "case %zu: pipeline %lld", i,
              (long long)k.v[DECODE_P_PIPELINE]);
@@ -350,7 +364,7 @@ FT_TEST(planner_takes_the_cuda_core_kernel_for_mha) {
     info.head_dim = 128;
     info.page_size = 16;
     info.q_dtype = (DLDataType){kDLBfloat, 16, 1};
-    info.kv_dtype = cases[i].kv == JIT_DT_E4M3 ? (DLDataType){DEC_DL_E4M3FN, 8, 1}
+    info.kv_dtype = cases[i].kv == JIT_DT_E4M3 ? (DLDataType){RT_DL_E4M3FN, 8, 1}
                     : cases[i].kv == JIT_DT_F16 ? (DLDataType){kDLFloat, 16, 1}
                                                 : (DLDataType){kDLBfloat, 16, 1};
     if (cases[i].kv == JIT_DT_F16) info.q_dtype = info.kv_dtype;
@@ -374,22 +388,22 @@ FT_TEST(planner_takes_the_cuda_core_kernel_for_mha) {
  * the grid and leave half the heads unwritten. Group <= 4 keeps a pair's rows within 8. */
 FT_TEST(planner_pairs_kv_heads_only_where_the_kernel_can) {
   unsetenv("FI_DECODE_KV_PAIR");
-  FT_CHECK(rt_decode_kv_pair(JIT_DT_E4M3, 128, 32, 8, 0) == 2); /* the default: on */
-  FT_CHECK(rt_decode_kv_pair(JIT_DT_E5M2, 128, 8, 8, 0) == 2);
-  FT_CHECK(rt_decode_kv_pair(JIT_DT_E4M3, 128, 2, 2, 0) == 2);
-  FT_CHECK(rt_decode_kv_pair(JIT_DT_BF16, 128, 32, 8, 0) == 1);  /* 16-bit cache */
-  FT_CHECK(rt_decode_kv_pair(JIT_DT_F16, 128, 32, 8, 0) == 1);
-  FT_CHECK(rt_decode_kv_pair(JIT_DT_E4M3, 64, 32, 8, 0) == 1);   /* head_dim */
-  FT_CHECK(rt_decode_kv_pair(JIT_DT_E4M3, 256, 32, 8, 0) == 1);
-  FT_CHECK(rt_decode_kv_pair(JIT_DT_E4M3, 128, 32, 8, 1) == 1);  /* RoPE */
-  FT_CHECK(rt_decode_kv_pair(JIT_DT_E4M3, 128, 40, 8, 0) == 1);  /* group 5 */
-  FT_CHECK(rt_decode_kv_pair(JIT_DT_E4M3, 128, 12, 3, 0) == 1);  /* odd H_kv */
-  FT_CHECK(rt_decode_kv_pair(JIT_DT_E4M3, 128, 4, 1, 0) == 1);   /* one KV head */
+  FT_CHECK(rt_decode_kv_pair(env_tuning().decode_kv_pair, JIT_DT_E4M3, 128, 32, 8, 0) == 2); /* the default: on */
+  FT_CHECK(rt_decode_kv_pair(env_tuning().decode_kv_pair, JIT_DT_E5M2, 128, 8, 8, 0) == 2);
+  FT_CHECK(rt_decode_kv_pair(env_tuning().decode_kv_pair, JIT_DT_E4M3, 128, 2, 2, 0) == 2);
+  FT_CHECK(rt_decode_kv_pair(env_tuning().decode_kv_pair, JIT_DT_BF16, 128, 32, 8, 0) == 1);  /* 16-bit cache */
+  FT_CHECK(rt_decode_kv_pair(env_tuning().decode_kv_pair, JIT_DT_F16, 128, 32, 8, 0) == 1);
+  FT_CHECK(rt_decode_kv_pair(env_tuning().decode_kv_pair, JIT_DT_E4M3, 64, 32, 8, 0) == 1);   /* head_dim */
+  FT_CHECK(rt_decode_kv_pair(env_tuning().decode_kv_pair, JIT_DT_E4M3, 256, 32, 8, 0) == 1);
+  FT_CHECK(rt_decode_kv_pair(env_tuning().decode_kv_pair, JIT_DT_E4M3, 128, 32, 8, 1) == 1);  /* RoPE */
+  FT_CHECK(rt_decode_kv_pair(env_tuning().decode_kv_pair, JIT_DT_E4M3, 128, 40, 8, 0) == 1);  /* group 5 */
+  FT_CHECK(rt_decode_kv_pair(env_tuning().decode_kv_pair, JIT_DT_E4M3, 128, 12, 3, 0) == 1);  /* odd H_kv */
+  FT_CHECK(rt_decode_kv_pair(env_tuning().decode_kv_pair, JIT_DT_E4M3, 128, 4, 1, 0) == 1);   /* one KV head */
   setenv("FI_DECODE_KV_PAIR", "0", 1);
-  FT_CHECK(rt_decode_kv_pair(JIT_DT_E4M3, 128, 32, 8, 0) == 1);
+  FT_CHECK(rt_decode_kv_pair(env_tuning().decode_kv_pair, JIT_DT_E4M3, 128, 32, 8, 0) == 1);
   setenv("FI_DECODE_KV_PAIR", "1", 1);
-  FT_CHECK(rt_decode_kv_pair(JIT_DT_E4M3, 128, 32, 8, 0) == 2);
-  FT_CHECK(rt_decode_kv_pair(JIT_DT_E4M3, 128, 32, 8, 1) == 1);
+  FT_CHECK(rt_decode_kv_pair(env_tuning().decode_kv_pair, JIT_DT_E4M3, 128, 32, 8, 0) == 2);
+  FT_CHECK(rt_decode_kv_pair(env_tuning().decode_kv_pair, JIT_DT_E4M3, 128, 32, 8, 1) == 1);
   unsetenv("FI_DECODE_KV_PAIR");
 }
 
@@ -406,13 +420,13 @@ FT_TEST(kv_cache_read_evict_first_unless_turned_off) {
   memset(&k, 0x5a, sizeof k);
   rt_dec_fill_scalars(&k, &ap, 128, JIT_DT_BF16);
   FT_CHECK(k.kv_evict == 1, "default %d", k.kv_evict);
-  FT_CHECK(rt_dec_kv_evict() == 1);
+  FT_CHECK(rt_dec_kv_evict(env_tuning_p()) == 1);
   setenv("FI_DECODE_EVICT", "0", 1);
-  FT_CHECK(rt_dec_kv_evict() == 0, "FI_DECODE_EVICT=0 gave %d", rt_dec_kv_evict());
+  FT_CHECK(rt_dec_kv_evict(env_tuning_p()) == 0, "FI_DECODE_EVICT=0 gave %d", rt_dec_kv_evict(env_tuning_p()));
   rt_dec_fill_scalars(&k, &ap, 128, JIT_DT_BF16);
   FT_CHECK(k.kv_evict == 1, "the per-call scalars read the environment: %d", k.kv_evict);
   setenv("FI_DECODE_EVICT", "1", 1);
-  FT_CHECK(rt_dec_kv_evict() == 1, "FI_DECODE_EVICT=1 gave %d", rt_dec_kv_evict());
+  FT_CHECK(rt_dec_kv_evict(env_tuning_p()) == 1, "FI_DECODE_EVICT=1 gave %d", rt_dec_kv_evict(env_tuning_p()));
   unsetenv("FI_DECODE_EVICT");
 }
 
@@ -422,22 +436,22 @@ FT_TEST(kv_cache_read_evict_first_unless_turned_off) {
 FT_TEST(pre_wait_prefetch_follows_env_and_pdl) {
   unsetenv("FI_PDL");
   unsetenv("FI_DECODE_PRE_PREFETCH");
-  const int def = rt_dec_pre_prefetch();
+  const int def = rt_dec_pre_prefetch(env_tuning_p());
   FT_CHECK(def > 0 && def <= 65536, "default %d", def);
   setenv("FI_DECODE_PRE_PREFETCH", "128", 1);
-  FT_CHECK(rt_dec_pre_prefetch() == 128, "%d", rt_dec_pre_prefetch());
+  FT_CHECK(rt_dec_pre_prefetch(env_tuning_p()) == 128, "%d", rt_dec_pre_prefetch(env_tuning_p()));
   setenv("FI_DECODE_PRE_PREFETCH", "0", 1);
-  FT_CHECK(rt_dec_pre_prefetch() == 0, "%d", rt_dec_pre_prefetch());
+  FT_CHECK(rt_dec_pre_prefetch(env_tuning_p()) == 0, "%d", rt_dec_pre_prefetch(env_tuning_p()));
   setenv("FI_DECODE_PRE_PREFETCH", "-5", 1);
-  FT_CHECK(rt_dec_pre_prefetch() == 0, "%d", rt_dec_pre_prefetch());
+  FT_CHECK(rt_dec_pre_prefetch(env_tuning_p()) == 0, "%d", rt_dec_pre_prefetch(env_tuning_p()));
   setenv("FI_DECODE_PRE_PREFETCH", "9999999", 1);
-  FT_CHECK(rt_dec_pre_prefetch() == 65536, "%d", rt_dec_pre_prefetch());
+  FT_CHECK(rt_dec_pre_prefetch(env_tuning_p()) == 65536, "%d", rt_dec_pre_prefetch(env_tuning_p()));
   setenv("FI_PDL", "0", 1);
-  FT_CHECK(rt_dec_pre_prefetch() == 0, "FI_PDL=0 gave %d", rt_dec_pre_prefetch());
+  FT_CHECK(rt_dec_pre_prefetch(env_tuning_p()) == 0, "FI_PDL=0 gave %d", rt_dec_pre_prefetch(env_tuning_p()));
   unsetenv("FI_DECODE_PRE_PREFETCH");
-  FT_CHECK(rt_dec_pre_prefetch() == 0, "FI_PDL=0, default gave %d", rt_dec_pre_prefetch());
+  FT_CHECK(rt_dec_pre_prefetch(env_tuning_p()) == 0, "FI_PDL=0, default gave %d", rt_dec_pre_prefetch(env_tuning_p()));
   setenv("FI_PDL", "1", 1);
-  FT_CHECK(rt_dec_pre_prefetch() == def, "FI_PDL=1 gave %d", rt_dec_pre_prefetch());
+  FT_CHECK(rt_dec_pre_prefetch(env_tuning_p()) == def, "FI_PDL=1 gave %d", rt_dec_pre_prefetch(env_tuning_p()));
   unsetenv("FI_PDL");
 }
 
@@ -848,7 +862,7 @@ FT_TEST(graph_run_needs_max_batch_index_tables) {
 FT_TEST(fp8_cache_rows_need_16_bytes) {
   fi_runtime *rt = rt_make();
   FT_REQUIRE(rt);
-  const DLDataType e4m3 = {DEC_DL_E4M3FN, 8, 1};
+  const DLDataType e4m3 = {RT_DL_E4M3FN, 8, 1};
   /* single decode */
   tens q, k, v, o;
   mk(&q, ADDR(0), kDLBfloat, 16, 2, 32, 128, 0, 0);

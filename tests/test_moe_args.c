@@ -86,7 +86,7 @@ FT_TEST(moe_routing_arguments) {
   good(&c), c.logits.strides[0] = 100;
   EXPECT_BAD(rt, &c, "logits", "row stride");
   good(&c), c.logits.t.byte_offset = 2;
-  EXPECT_BAD(rt, &c, "logits", "aligned");
+  EXPECT_BAD(rt, &c, "logits", "multiple of 4 bytes"); /* the shared check: element alignment */
   good(&c), c.p.method = 5;
   EXPECT_BAD(rt, &c, "p->method");
   good(&c), c.p.top_k = 0;
@@ -121,7 +121,7 @@ FT_TEST(moe_routing_arguments) {
   good(&c), c.w.t.data = (char *)c.ids.t.data + 64;
   EXPECT_BAD(rt, &c, "expert_ids", "weights", "overlap");
   good(&c), c.w.t.byte_offset = 2;
-  EXPECT_BAD(rt, &c, "weights", "aligned");
+  EXPECT_BAD(rt, &c, "weights", "multiple of 4 bytes");
   good(&c), c.w.t.device.device_id = 1;
   EXPECT_BAD(rt, &c, "weights");
   fi_runtime_destroy(rt);

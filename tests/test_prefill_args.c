@@ -35,6 +35,19 @@ static void row_range(int64_t t, int64_t lq, int64_t lkv, int causal, int wl, in
   if (*hi < *lo) *hi = *lo;
 }
 
+/* The tuning the runtime would read from the environment now (rt_env_read, as
+ * fi_runtime_create does): the tests below set a variable, then read it this way. */
+static rt_tuning env_tuning(void) {
+  static rt_env e;
+  rt_env_read(&e);
+  return e.tune;
+}
+static const rt_tuning *env_tuning_p(void) {
+  static rt_tuning t;
+  t = env_tuning();
+  return &t;
+}
+
 /* Checks a partition against its definition; returns the number of problems. */
 static int check_partition(const rt_prefill_batch *bt, int64_t target, const rt_prefill_layout *l,
                            const int32_t *items, int64_t n, int64_t chunk, int64_t slots) {
@@ -399,19 +412,20 @@ FT_TEST(wgmma_shape_rule_keys_registered_and_kept_by_replans) {
         if (wgs[a]) setenv("FI_PREFILL_WG", wgs[a], 1); else unsetenv("FI_PREFILL_WG");
         if (wss[b]) setenv("FI_PREFILL_WS", wss[b], 1); else unsetenv("FI_PREFILL_WS");
         if (sts[c]) setenv("FI_PREFILL_STAGES", sts[c], 1); else unsetenv("FI_PREFILL_STAGES");
+        const rt_tuning t = env_tuning(); /* as fi_runtime_create reads it */
         for (int d = 0; d < 3; d++)
           for (int r = 0; r < 7; r++)
             for (int graph = 0; graph < 2; graph++)
               for (int cap = 0; cap < 2; cap++)
                 for (int k1 = 0; k1 < 6; k1++) {
                   jit_key key1;
-                  rt_prefill_wgmma_key(0, JIT_DT_BF16, dims[d], rows[r], rt_prefill_kvsel(NULL, graph, kvs[k1]), cap, &key1);
+                  rt_prefill_wgmma_key(&t, 0, JIT_DT_BF16, dims[d], rows[r], rt_prefill_kvsel(NULL, graph, kvs[k1]), cap, &key1);
                   if (times_registered(&key1) != 1 && bad_reg++ < 5)
                     FT_CHECK(0, "WG=%s WS=%s STAGES=%s D=%d rows=%lld kv=%lld: key not registered", wgs[a] ? wgs[a] : "-",
                              wss[b] ? wss[b] : "-", sts[c] ? sts[c] : "-", dims[d], (long long)rows[r], (long long)kvs[k1]);
                   for (int k2 = 0; k2 < 6; k2++) {
                     jit_key key2;
-                    rt_prefill_wgmma_key(0, JIT_DT_BF16, dims[d], rows[r], rt_prefill_kvsel(&key1, graph, kvs[k2]), cap, &key2);
+                    rt_prefill_wgmma_key(&t, 0, JIT_DT_BF16, dims[d], rows[r], rt_prefill_kvsel(&key1, graph, kvs[k2]), cap, &key2);
                     checked++;
                     if ((key2.op != key1.op || memcmp(key2.v, key1.v, sizeof key1.v) != 0) && bad_keep++ < 5)
                       FT_CHECK(0, "WG=%s WS=%s STAGES=%s D=%d rows=%lld graph=%d: kv %lld then %lld changes the key",
@@ -432,37 +446,37 @@ FT_TEST(wgmma_shape_rule_keys_registered_and_kept_by_replans) {
   const int64_t d64kv[4] = {100, 2048, 2049, 100000};
   for (int i = 0; i < 5; i++) {
     if (i < 4)
-      rt_prefill_wgmma_key(0, JIT_DT_BF16, 64, 4096, d64kv[i], 0, &k);
+      rt_prefill_wgmma_key(env_tuning_p(), 0, JIT_DT_BF16, 64, 4096, d64kv[i], 0, &k);
     else
-      rt_prefill_wgmma_key(1, JIT_DT_BF16, 64, 8192, -1, 0, &k);
+      rt_prefill_wgmma_key(env_tuning_p(), 1, JIT_DT_BF16, 64, 8192, -1, 0, &k);
     FT_CHECK(k.v[PREFILL_WG_P_WARPGROUPS] == 3 && k.v[PREFILL_WG_P_KV_TILE] == 128 && k.v[PREFILL_WG_P_PRODUCER] == 2 &&
                  k.v[PREFILL_WG_P_STAGES] == 3,
              "case %d: wg %lld kv %lld producer %lld stages %lld", i, (long long)k.v[PREFILL_WG_P_WARPGROUPS],
              (long long)k.v[PREFILL_WG_P_KV_TILE], (long long)k.v[PREFILL_WG_P_PRODUCER], (long long)k.v[PREFILL_WG_P_STAGES]);
   }
   jit_key k2;
-  rt_prefill_wgmma_key(0, JIT_DT_BF16, 64, 8192, rt_prefill_kvsel(NULL, 1, 100), 0, &k2); /* CUDA-graph mode */
+  rt_prefill_wgmma_key(env_tuning_p(), 0, JIT_DT_BF16, 64, 8192, rt_prefill_kvsel(NULL, 1, 100), 0, &k2); /* CUDA-graph mode */
   FT_CHECK(k2.v[PREFILL_WG_P_WARPGROUPS] == 3 && k2.v[PREFILL_WG_P_PRODUCER] == 2 && k2.v[PREFILL_WG_P_STAGES] == 3,
            "CUDA-graph mode: producer %lld stages %lld", (long long)k2.v[PREFILL_WG_P_PRODUCER],
            (long long)k2.v[PREFILL_WG_P_STAGES]);
   /* FI_PREFILL_WS=1 (no ping-pong) and FI_PREFILL_STAGES=2 go back to two stages */
   setenv("FI_PREFILL_WS", "1", 1);
-  rt_prefill_wgmma_key(0, JIT_DT_BF16, 64, 8192, 100, 0, &k);
+  rt_prefill_wgmma_key(env_tuning_p(), 0, JIT_DT_BF16, 64, 8192, 100, 0, &k);
   FT_CHECK(k.v[PREFILL_WG_P_PRODUCER] == 1 && k.v[PREFILL_WG_P_STAGES] == 2);
   unsetenv("FI_PREFILL_WS");
   setenv("FI_PREFILL_STAGES", "2", 1);
-  rt_prefill_wgmma_key(0, JIT_DT_BF16, 64, 8192, 100, 0, &k);
+  rt_prefill_wgmma_key(env_tuning_p(), 0, JIT_DT_BF16, 64, 8192, 100, 0, &k);
   FT_CHECK(k.v[PREFILL_WG_P_PRODUCER] == 2 && k.v[PREFILL_WG_P_STAGES] == 2);
   unsetenv("FI_PREFILL_STAGES");
-  rt_prefill_wgmma_key(0, JIT_DT_BF16, 128, 1024, 512, 0, &k);
+  rt_prefill_wgmma_key(env_tuning_p(), 0, JIT_DT_BF16, 128, 1024, 512, 0, &k);
   FT_CHECK(k.v[PREFILL_WG_P_WARPGROUPS] == 2 && k.v[PREFILL_WG_P_KV_TILE] == 64 && k.v[PREFILL_WG_P_PRODUCER] == 2 &&
            k.v[PREFILL_WG_P_STAGES] == 4);
-  rt_prefill_wgmma_key(0, JIT_DT_BF16, 128, 1024, 513, 1, &k);
+  rt_prefill_wgmma_key(env_tuning_p(), 0, JIT_DT_BF16, 128, 1024, 513, 1, &k);
   FT_CHECK(k.v[PREFILL_WG_P_WARPGROUPS] == 2 && k.v[PREFILL_WG_P_KV_TILE] == 128 && k.v[PREFILL_WG_P_PRODUCER] == 2 &&
            k.v[PREFILL_WG_P_STAGES] == 2 && k.v[PREFILL_WG_P_SOFT_CAP] == 1);
-  rt_prefill_wgmma_key(0, JIT_DT_BF16, 128, 1024, rt_prefill_kvsel(NULL, 1, 100000), 0, &k); /* CUDA-graph mode */
+  rt_prefill_wgmma_key(env_tuning_p(), 0, JIT_DT_BF16, 128, 1024, rt_prefill_kvsel(NULL, 1, 100000), 0, &k); /* CUDA-graph mode */
   FT_CHECK(k.v[PREFILL_WG_P_KV_TILE] == 64 && k.v[PREFILL_WG_P_STAGES] == 4);
-  rt_prefill_wgmma_key(1, JIT_DT_BF16, 128, 1024, 512, 0, &k); /* single prefill: no mid rule */
+  rt_prefill_wgmma_key(env_tuning_p(), 1, JIT_DT_BF16, 128, 1024, 512, 0, &k); /* single prefill: no mid rule */
   FT_CHECK(k.v[PREFILL_WG_P_WARPGROUPS] == 1 && k.v[PREFILL_WG_P_KV_TILE] == 64);
 }
 

@@ -200,7 +200,7 @@ static int helper_hit_without_nvrtc(const char *db) {
   if (nvrtc_loaded()) return 28;
   /* Control: the check does see NVRTC once it is loaded. */
   char err[1024];
-  if (jit_compiler_for_arch("sm_90")->load(err, sizeof err) != 0) {
+  if (jit_compiler_for_arch("sm_90")->load(getenv("FI_NVRTC_LIBRARY"), err, sizeof err) != 0) {
     fprintf(stderr, "helper: NVRTC cannot be loaded: %s\n", err);
     return 29;
   }

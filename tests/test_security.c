@@ -620,12 +620,15 @@ FT_TEST(vendor_library_fifo_is_refused) {
       setenv(vars[v], fifo, 1);
       char err[1024] = "";
       int rc;
+      /* What the runtime hands each loader: the variable's value, read once at create. */
+      fi_runtime *rt = make_rt(":memory:", NULL);
       if (v == 0) {
         const jit_compiler *cc = jit_compiler_for_arch("sm_90"); /* NVRTC, through the registry */
-        rc = cc ? cc->load(err, sizeof err) : 0;
+        rc = cc && rt ? cc->load(rt_compiler_library(rt, cc), err, sizeof err) : 0;
       } else {
         const rt_device_i *be = rt_device_at(rt_device_slot_for(kDLCUDA));
-        void *st = be ? be->create() : NULL;
+        const rt_device_config cfg = {fifo, 1};
+        void *st = be ? be->create(&cfg) : NULL;
         rc = st ? be->load(st, err, sizeof err) : 0;
       }
       fprintf(stderr, "  %s: rc %d: %s\n", vars[v], rc, err);

@@ -30,6 +30,10 @@ const char *dtname(int dt);
 /* The device's read bandwidth (TB/s): 1 GiB read once a launch with 16-byte streaming
  * loads (bench_decode.c; also the single decode section's roofline). */
 double bench_read(fi_runtime *rt);
+/* A runtime like the one each section gets, made now: the library reads the FI_* tuning
+ * variables at fi_runtime_create, so a comparison that sets one makes a runtime after
+ * (and destroys it once its work on the device is done). Exits on failure. */
+fi_runtime *bench_env_runtime(void);
 
 /* One fi-bench section. run gets a runtime on an in-memory cache and the copy
  * bandwidth measured at start. */

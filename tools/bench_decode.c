@@ -371,7 +371,12 @@ static void bench_decode_cases(fi_runtime *rt) {
           one[len] = 0;
           snprintf(label, sizeof label, "%s", len ? one : "default");
           c.label = label;
-          bench_one(rt, &c, rd);
+          fi_runtime *vrt = nn ? bench_env_runtime() : rt; /* the variant's variables, read at create */
+          bench_one(vrt, &c, rd);
+          if (vrt != rt) {
+            CU_CHECK(&cu, cuCtxSynchronize());
+            fi_runtime_destroy(vrt);
+          }
           for (int k = 0; k < nn; k++) unsetenv(names[k]);
           v = end;
         }
@@ -379,7 +384,8 @@ static void bench_decode_cases(fi_runtime *rt) {
     return;
   }
   for (size_t i = 0; i < sizeof targets / sizeof targets[0]; i++) bench_one(rt, &targets[i], rd);
-  /* Tuning comparisons, each through its environment override (read at plan time):
+  /* Tuning comparisons, each through its environment override (read at fi_runtime_create:
+   * a runtime made after setting it):
    * FI_DECODE_WARPS (warps a block instead of the plan's choice), FI_DECODE_SPLIT (the
    * split target scaled), FI_DECODE_PIPELINE (register double buffer), FI_DECODE_PREFETCH
    * (L2 prefetch steps ahead; negative: per-line prefetches), FI_DECODE_HEAD_PREFETCH
@@ -398,11 +404,14 @@ static void bench_decode_cases(fi_runtime *rt) {
     char label[32];
     snprintf(label, sizeof label, "%s=%s", tunes[t].var + 10, tunes[t].val);
     setenv(tunes[t].var, tunes[t].val, 1);
+    fi_runtime *vrt = bench_env_runtime(); /* read at create */
     for (int i = 0; i < 5 && tunes[t].pick[i] >= 0; i++) {
       dcfg c = targets[tunes[t].pick[i]];
       c.label = label;
-      bench_one(rt, &c, rd);
+      bench_one(vrt, &c, rd);
     }
+    CU_CHECK(&cu, cuCtxSynchronize());
+    fi_runtime_destroy(vrt);
     unsetenv(tunes[t].var);
   }
   if (!sweep_on()) return;

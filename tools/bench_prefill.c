@@ -183,8 +183,8 @@ static double bench_one(fi_runtime *rt, const pcfg *c, double mma_tf, double wg_
   p.causal = c->causal;
   /* FI_BENCH_PREFILL_VARIANTS="V1;V2;...": each case once per variant, on the same inputs,
    * one after the other in this process; a variant is "-" (as set outside) or
-   * "NAME=VALUE,NAME=VALUE" set with setenv around its plan (the knobs are read at plan
-   * time) and unset after. Each variant's output is compared with the first's (bitwise:
+   * "NAME=VALUE,NAME=VALUE" set with setenv before a runtime made for it (the knobs are
+   * read at fi_runtime_create) and unset after. Each variant's output is compared with the first's (bitwise:
    * equal elements, and the largest difference), so a tuning knob that must not change
    * the result shows it at the benchmark's scale. */
   const char *ve = getenv("FI_BENCH_PREFILL_VARIANTS");
@@ -207,21 +207,25 @@ static double bench_one(fi_runtime *rt, const pcfg *c, double mma_tf, double wg_
         setenv(kv, eq + 1, 1);
       }
     }
+    /* the variant's variables are read at fi_runtime_create: a runtime made now */
+    fi_runtime *vrt = nn ? bench_env_runtime() : rt;
     fi_prefill_plan *plan = NULL;
     st = FI_OK;
     if (wsb == 0) st = FI_ERR_INVALID_ARGUMENT;
-    if (st == FI_OK) st = fi_batch_prefill_paged_plan(rt, &in, &p, &tw, NULL, &plan);
+    if (st == FI_OK) st = fi_batch_prefill_paged_plan(vrt, &in, &p, &tw, NULL, &plan);
     if (st == FI_OK) CU_CHECK(&cu, cuMemsetD8(out, 0xff, qbytes));
-    if (st == FI_OK) st = fi_batch_prefill_paged_run(rt, plan, &tq, &tk, &tv, &tix, FI_KV_LAYOUT_NHD, &to, NULL, NULL);
+    if (st == FI_OK) st = fi_batch_prefill_paged_run(vrt, plan, &tq, &tk, &tv, &tix, FI_KV_LAYOUT_NHD, &to, NULL, NULL);
     for (int i = 0; i < nn; i++) unsetenv(names[i]);
     if (st != FI_OK) {
       fprintf(stderr, "prefill %s [%s]: %s\n", c->label, var, fi_last_error());
       fi_batch_prefill_plan_destroy(plan);
+      CU_CHECK(&cu, cuCtxSynchronize());
+      if (vrt != rt) fi_runtime_destroy(vrt);
       continue;
     }
     CU_CHECK(&cu, cuCtxSynchronize());
     const double flops = 4.0 * B * c->hq * (double)L * L * D / (c->causal ? 2.0 : 1.0);
-    rctx rc = {rt, plan, &tq, &tk, &tv, &tix, &to};
+    rctx rc = {vrt, plan, &tq, &tk, &tv, &tix, &to};
     const rates rr = time_both(run_case, &rc, quick ? 3 : 9);
     const double ms = rr.ms1;
     tf = flops / (ms * 1e-3) / 1e12;
@@ -262,6 +266,8 @@ static double bench_one(fi_runtime *rt, const pcfg *c, double mma_tf, double wg_
               wg_tf > 0 ? tf / wg_tf : 0.0, rr.n, rr.ms_s, tfs, var);
     fflush(stdout);
     fi_batch_prefill_plan_destroy(plan);
+    CU_CHECK(&cu, cuCtxSynchronize());
+    if (vrt != rt) fi_runtime_destroy(vrt);
   }
   free(first);
   free(cur);

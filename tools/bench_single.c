@@ -73,10 +73,18 @@ static void bench_single(fi_runtime *rt, double copy) {
     const char *was = getenv("FI_DECODE_SINGLE_SPLIT");
     char saved[16] = "";
     if (was) snprintf(saved, sizeof saved, "%s", was);
+    /* FI_DECODE_SINGLE_SPLIT is read at fi_runtime_create: a runtime for each setting */
     unsetenv("FI_DECODE_SINGLE_SPLIT");
+    x.rt = bench_env_runtime();
     const double us = time_case(&x, bytes);
+    CU_CHECK(&cu, cuCtxSynchronize());
+    fi_runtime_destroy(x.rt);
     setenv("FI_DECODE_SINGLE_SPLIT", "0", 1);
+    x.rt = bench_env_runtime();
     const double un = time_case(&x, bytes);
+    CU_CHECK(&cu, cuCtxSynchronize());
+    fi_runtime_destroy(x.rt);
+    x.rt = rt;
     if (was)
       setenv("FI_DECODE_SINGLE_SPLIT", saved, 1);
     else

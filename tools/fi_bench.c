@@ -20,6 +20,18 @@ FILE *json;
 int quick;
 const char *bench_self;
 
+fi_runtime *bench_env_runtime(void) {
+  fi_options o;
+  fi_options_init(&o);
+  o.cache_path = ":memory:";
+  fi_runtime *rt;
+  if (fi_runtime_create(&o, &rt) != FI_OK) {
+    fprintf(stderr, "fi-bench: fi_runtime_create: %s\n", fi_last_error());
+    exit(1);
+  }
+  return rt;
+}
+
 double now_us(void) {
   struct timespec t;
   clock_gettime(CLOCK_MONOTONIC, &t);

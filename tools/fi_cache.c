@@ -397,17 +397,6 @@ int main(int argc, char **argv) {
         return EXIT_USAGE;
       }
   }
-  if (cmd->run == cmd_prewarm) {
-    /* Once per arch, before any compile: an arch the loaded compiler cannot
-     * target is one error naming its range, not one failure per kernel. A
-     * compiler that cannot be loaded is left to the compiles (what is cached
-     * needs none). */
-    for (int i = 0; i < a.narch; i++)
-      if (fi_admin_arch_check(a.archs[i]) == FI_ERR_UNSUPPORTED) {
-        fprintf(stderr, "%s: prewarm: %s\n", prog, fi_last_error());
-        return 1;
-      }
-  }
   fi_options o;
   fi_options_init(&o);
   o.cache_path = a.cache;
@@ -436,7 +425,16 @@ int main(int argc, char **argv) {
     fprintf(stderr, "%s: '%s verify --repair' mends a damaged file; '%s clear' empties it\n",
             prog, prog, prog);
   } else {
-    rc = cmd->run(rt, &a);
+    /* Once per arch, before any compile: an arch the loaded compiler cannot
+     * target is one error naming its range, not one failure per kernel. A
+     * compiler that cannot be loaded is left to the compiles (what is cached
+     * needs none). */
+    for (int i = 0; cmd->run == cmd_prewarm && i < a.narch && !rc; i++)
+      if (fi_admin_arch_check(rt, a.archs[i]) == FI_ERR_UNSUPPORTED) {
+        fprintf(stderr, "%s: prewarm: %s\n", prog, fi_last_error());
+        rc = 1;
+      }
+    if (!rc) rc = cmd->run(rt, &a);
   }
   fi_runtime_destroy(rt);
   if (fflush(stdout) != 0 && !rc) {

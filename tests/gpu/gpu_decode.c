@@ -27,6 +27,25 @@ static int setup(void) {
   return 0;
 }
 
+/* The tuning variables are read at fi_runtime_create: after setting one, a test runs on
+ * a runtime made then (env_rt_begin), and goes back to the binary's own after its work on
+ * the device is done (env_rt_end: the variant's modules are unloaded). */
+static fi_runtime *own_rt;
+static int env_rt_begin(void) {
+  if (setup() != 0) return -1;
+  fi_runtime *v = g_runtime();
+  if (!v) return -1;
+  own_rt = rt;
+  rt = v;
+  return 0;
+}
+static void env_rt_end(void) {
+  if (!own_rt) return;
+  fi_runtime_destroy(rt);
+  rt = own_rt;
+  own_rt = NULL;
+}
+
 /* ---- element types: 0 f16, 1 bf16, 10 e4m3, 12 e5m2 ---- */
 enum { T_F16 = 0, T_BF16 = 1, T_E4M3 = 10, T_E5M2 = 12 };
 static int tbytes(int t) { return t == T_E4M3 || t == T_E5M2 ? 1 : 2; }
@@ -519,6 +538,7 @@ static void run_case(const dcase *c) {
     char saved[32] = "";
     if (was) snprintf(saved, sizeof saved, "%s", was);
     setenv(v[i].var, v[i].val, 1);
+    FT_REQUIRE(env_rt_begin() == 0);
     char what[64];
     snprintf(what, sizeof what, "batch %s=%s", v[i].var + 10, v[i].val);
     plan = NULL;
@@ -540,6 +560,8 @@ static void run_case(const dcase *c) {
       free(lse);
       fi_batch_decode_plan_destroy(plan);
     }
+    CU_CHECK(&cu, cuCtxSynchronize());
+    env_rt_end();
     if (was)
       setenv(v[i].var, saved, 1);
     else
@@ -644,6 +666,7 @@ FT_TEST(decode_e4m3_bf16_scales) {
  * shortest chunk a split takes) are one item each. */
 FT_TEST(decode_fp8_kv_head_pairs) {
   setenv("FI_DECODE_KV_PAIR", "1", 1);
+  FT_REQUIRE(env_rt_begin() == 0);
   dcase c = base("e4m3 bf16 32/8 pairs", T_BF16, T_E4M3, 128, 32, 8, 16, 0, 4, 2500);
   c.k_scale = 0.5;
   run_case(&c);
@@ -657,10 +680,13 @@ FT_TEST(decode_fp8_kv_head_pairs) {
   c = base("e4m3 bf16 32/8 pairs B=64", T_BF16, T_E4M3, 128, 32, 8, 16, 0, 64, 128);
   run_case(&c);
   /* Pairs are the default; the block-a-head kernel they replace stays reachable. */
+  env_rt_end();
   setenv("FI_DECODE_KV_PAIR", "0", 1);
+  FT_REQUIRE(env_rt_begin() == 0);
   c = base("e4m3 bf16 32/8 a head a block", T_BF16, T_E4M3, 128, 32, 8, 16, 0, 4, 2500);
   c.k_scale = 0.5;
   run_case(&c);
+  env_rt_end();
   unsetenv("FI_DECODE_KV_PAIR");
 }
 FT_TEST(decode_e5m2_f16_d256_hnd) {
@@ -813,7 +839,10 @@ FT_TEST(decode_single_split_and_graph) {
     CU_CHECK(&cu, cuMemsetD8(dl, 0xff, HQ * 4));
     CU_CHECK(&cu, cuCtxSynchronize());
     fi_status st = FI_OK;
-    if (r == 1) setenv("FI_DECODE_SINGLE_SPLIT", "0", 1);
+    if (r == 1) {
+      setenv("FI_DECODE_SINGLE_SPLIT", "0", 1);
+      FT_REQUIRE(env_rt_begin() == 0);
+    }
     if (r < 2) {
       st = fi_single_decode(rt, &tq, &tk, &tv, &to, &tl, FI_KV_LAYOUT_NHD, NULL, s);
     } else {
@@ -829,6 +858,7 @@ FT_TEST(decode_single_split_and_graph) {
     unsetenv("FI_DECODE_SINGLE_SPLIT");
     FT_CHECK(st == FI_OK, "single decode %d: %s", r, fi_last_error());
     CU_CHECK(&cu, cuStreamSynchronize(s));
+    if (r == 1) env_rt_end();
     CU_CHECK(&cu, cuMemcpyDtoH(got[r], dout, (size_t)nq * 2));
     CU_CHECK(&cu, cuMemcpyDtoH(lse[r], dl, HQ * 4));
     double num = 0, den = 0, lerr = 0;
@@ -855,7 +885,7 @@ FT_TEST(decode_single_split_and_graph) {
   free(hk), free(hv), free(hq), free(ref), free(rlse), free(sc);
 }
 
-/* The tuning overrides (read at plan time) select other kernels and paths: each must
+/* The tuning overrides (read at fi_runtime_create: a runtime made after each) select other kernels and paths: each must
  * be as correct as the default. */
 FT_TEST(decode_tuning_variants) {
   static const struct {
@@ -865,6 +895,7 @@ FT_TEST(decode_tuning_variants) {
            {"FI_DECODE_HEAD_PREFETCH", "-100000"}, {"FI_DECODE_PRE_PREFETCH", "384"}};
   for (size_t i = 0; i < sizeof v / sizeof v[0]; i++) {
     setenv(v[i].var, v[i].val, 1);
+    FT_REQUIRE(env_rt_begin() == 0);
     char name[3][64];
     snprintf(name[0], sizeof name[0], "%s=%s no split", v[i].var + 10, v[i].val);
     snprintf(name[1], sizeof name[1], "%s=%s split", v[i].var + 10, v[i].val);
@@ -875,6 +906,7 @@ FT_TEST(decode_tuning_variants) {
     run_case(&c);
     c = base(name[2], T_BF16, T_E4M3, 128, 16, 1, 16, 0, 3, 2000);
     run_case(&c);
+    env_rt_end();
     unsetenv(v[i].var);
   }
 }
@@ -888,6 +920,7 @@ FT_TEST(decode_tuning_variants) {
 FT_TEST(decode_pre_prefetch_after_cache_writer) {
   FT_REQUIRE(setup() == 0);
   setenv("FI_DECODE_PRE_PREFETCH", "384", 1);
+  FT_REQUIRE(env_rt_begin() == 0);
   dcase c = base("pre-wait prefetch after append", T_BF16, T_BF16, 128, 32, 8, 16, 0, 24, 380);
   batch_data bd;
   make_batch(&c, &bd);
@@ -954,6 +987,8 @@ FT_TEST(decode_pre_prefetch_after_cache_writer) {
   unsetenv("FI_DECODE_PRE_PREFETCH");
   fi_batch_decode_plan_destroy(plan);
   CU_CHECK(&cu, cuStreamDestroy(s));
+  CU_CHECK(&cu, cuCtxSynchronize());
+  env_rt_end();
   CUdeviceptr fr[4] = {dak, dav, dbi, dpos};
   for (int k = 0; k < 4; k++) CU_CHECK(&cu, cuMemFree(fr[k]));
   free(out);
@@ -970,12 +1005,14 @@ FT_TEST(decode_pre_prefetch_after_cache_writer) {
  * rt_decode_short_chunks), so FI_DECODE_PIPELINE=2 keeps them capped here. */
 FT_TEST(decode_capped_split_forced) {
   setenv("FI_DECODE_PIPELINE", "2", 1);
+  FT_REQUIRE(env_rt_begin() == 0);
   dcase c = base("capped bf16 32/8 B=6 split", T_BF16, T_BF16, 128, 32, 8, 16, 0, 6, 3000);
   run_case(&c);
   c = base("capped f16 MHA 32/32 HND B=3 split", T_F16, T_F16, 128, 32, 32, 16, 1, 3, 1500);
   run_case(&c);
   c = base("capped bf16 16/8 B=2 split", T_BF16, T_BF16, 128, 16, 8, 16, 0, 2, 5000);
   run_case(&c);
+  env_rt_end();
   unsetenv("FI_DECODE_PIPELINE");
 }
 
@@ -1001,7 +1038,9 @@ FT_TEST(decode_cuda_graph_replay_after_replan) {
   dev_batch d;
   /* A workspace large enough for FI_DECODE_SPLIT=2's layout too (see the end). */
   setenv("FI_DECODE_SPLIT", "2", 1);
+  FT_REQUIRE(env_rt_begin() == 0);
   upload_batch(&c, &all[0], &d, MAXB);
+  env_rt_end();
   unsetenv("FI_DECODE_SPLIT");
   CU_CHECK(&cu, cuMemFree(d.kv));
   CU_CHECK(&cu, cuMemAlloc(&d.kv, (size_t)max_elems * 2));
@@ -1061,8 +1100,11 @@ FT_TEST(decode_cuda_graph_replay_after_replan) {
    * the captured graph refuses it (the workspace is large enough, so the layout check
    * answers, not the size check), and the plan still replays after the refusal. */
   setenv("FI_DECODE_SPLIT", "2", 1);
+  FT_REQUIRE(env_rt_begin() == 0);
   in = info_of(&c, &all[NB - 1], MAXB);
   st = fi_batch_decode_plan(rt, &in, &p, &d.tw, s, &plan);
+  CU_CHECK(&cu, cuStreamSynchronize(s));
+  env_rt_end();
   unsetenv("FI_DECODE_SPLIT");
   FT_CHECK(st == FI_ERR_INVALID_ARGUMENT && strstr(fi_last_error(), "re-plan must keep"),
            "a graph re-plan under a changed FI_DECODE_SPLIT: status %d, %s", (int)st, fi_last_error());

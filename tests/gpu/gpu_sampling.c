@@ -26,6 +26,26 @@ static int setup(void) {
   return 0;
 }
 
+/* FI_SAMPLING_SELECT is read at fi_runtime_create: after setting it, a test runs on a
+ * runtime made then (env_rt_begin), and goes back to the binary's own once the stream is
+ * done (env_rt_end: the variant's modules are unloaded). */
+static fi_runtime *own_rt;
+static int env_rt_begin(void) {
+  if (setup() != 0) return -1;
+  fi_runtime *v = g_runtime();
+  if (!v) return -1;
+  own_rt = rt;
+  rt = v;
+  return 0;
+}
+static void env_rt_end(void) {
+  if (!own_rt) return;
+  CU_CHECK(&cu, cuStreamSynchronize(stream));
+  fi_runtime_destroy(rt);
+  rt = own_rt;
+  own_rt = NULL;
+}
+
 enum { OP_SAMPLE, OP_TOPK, OP_TOPP, OP_MINP, OP_KPL, NSOPS };
 static const char *const sop_names[NSOPS] = {"sampling_from_probs", "top_k_sampling",
                                              "top_p_sampling", "min_p_sampling",
@@ -769,6 +789,7 @@ static void select_variants_case(int dt, int64_t B, int64_t v, int arrays) {
                                     "top_k_renorm",   "top_p_renorm",   "top_k_mask"};
   for (int mode = 0; mode < 2; mode++) {
     setenv("FI_SAMPLING_SELECT", mode ? "range" : "radix", 1);
+    FT_REQUIRE(env_rt_begin() == 0);
     for (int o = 0; o < 6; o++) {
       const int sampler = o < 3;
       const size_t n = sampler ? (size_t)B * 4 : bytes;
@@ -801,6 +822,7 @@ static void select_variants_case(int dt, int64_t B, int64_t v, int arrays) {
         }
       }
     }
+    env_rt_end();
   }
   unsetenv("FI_SAMPLING_SELECT");
   fprintf(stderr,
@@ -834,6 +856,7 @@ FT_TEST(smp_range_select_matches_radix) {
   select_variants_case(1, 3, 1, 1);
   /* and by statistics on its own */
   setenv("FI_SAMPLING_SELECT", "range", 1);
+  FT_REQUIRE(env_rt_begin() == 0);
   const int64_t v = 128256;
   double *p = malloc(sizeof *p * (size_t)v), *l = malloc(sizeof *l * (size_t)v);
   make_probs(p, v, 0);
@@ -843,6 +866,7 @@ FT_TEST(smp_range_select_matches_radix) {
   stats_case("zipf, range search", OP_KPL, 2, l, v, 64, 50, 0.9f, 0, 1000000);
   make_probs(p, v, 1);
   stats_case("ties, range search", OP_TOPK, 2, p, v, 64, 50, 1, 0, 300000);
+  env_rt_end();
   unsetenv("FI_SAMPLING_SELECT");
   free(p);
   free(l);

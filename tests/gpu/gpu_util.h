@@ -80,6 +80,21 @@ static inline int g_setup(cu_api *cu, CUcontext *ctx, fi_runtime **rt, uint64_t 
   return 0;
 }
 
+/* A runtime like g_setup's, made now. The library reads every FI_* variable once, at
+ * fi_runtime_create: a test that sets one (a tuning override) makes a runtime after
+ * setting it. NULL, with the reason on stderr, if it cannot be made. */
+static inline fi_runtime *g_runtime(void) {
+  fi_options o;
+  fi_options_init(&o);
+  o.cache_path = getenv("FI_TEST_CACHE") ? getenv("FI_TEST_CACHE") : ":memory:";
+  fi_runtime *rt = NULL;
+  if (fi_runtime_create(&o, &rt) != FI_OK) {
+    fprintf(stderr, "fi_runtime_create: %s\n", fi_last_error());
+    return NULL;
+  }
+  return rt;
+}
+
 /* The driver's stream-capture and graph calls, which fi_cuda_min.h does not load. */
 typedef struct CUgraph_st *CUgraph;
 typedef struct CUgraphExec_st *CUgraphExec;
