@@ -43,18 +43,7 @@ static int copy_exists(cache_store *to, sqlite3_stmt *has, const void *hash, int
 }
 
 /* Appends one line to the report's detail while it has room. */
-static void copy_note(cache_copy_report *rep, const char *fmt, ...)
-    __attribute__((format(printf, 2, 3)));
-static void copy_note(cache_copy_report *rep, const char *fmt, ...) {
-  size_t used = strlen(rep->detail), cap = sizeof rep->detail;
-  if (used + 2 >= cap) return;
-  va_list ap;
-  va_start(ap, fmt);
-  vsnprintf(rep->detail + used, cap - used, fmt, ap);
-  va_end(ap);
-  used = strlen(rep->detail);
-  if (used + 1 < cap) strcpy(rep->detail + used, "\n");
-}
+#define copy_note(rep, ...) cache_note((rep)->detail, sizeof (rep)->detail, __VA_ARGS__)
 
 /* The walk over `from`'s rows, in `to`'s batches of write transactions. */
 static int copy_rows(cache_store *from, cache_store *to, const char *op, const char *arch,

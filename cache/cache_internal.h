@@ -69,6 +69,9 @@ void cache_fork_unregister(cache_store *s);
 
 void cache_seterr(char *err, size_t errlen, const char *fmt, ...)
     __attribute__((format(printf, 3, 4)));
+/* Appends one line (fmt, then a newline) to a report's detail text of cap bytes while it
+ * has room; a line that does not fit is cut, and nothing is added once it is full. */
+void cache_note(char *detail, size_t cap, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
 /* Message from the connection; CACHE_ERR_CORRUPT for a damaged file. */
 int cache_sqerr(cache_store *s, int rc, const char *what, char *err, size_t errlen);
 int cache_exec(cache_store *s, const char *sql, const char *what, char *err, size_t errlen);

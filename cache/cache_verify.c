@@ -15,18 +15,7 @@
 #include "cache_ops.h"
 
 /* Appends one line to the report's detail while it has room. */
-static void note(cache_verify_report *rep, const char *fmt, ...)
-    __attribute__((format(printf, 2, 3)));
-static void note(cache_verify_report *rep, const char *fmt, ...) {
-  size_t used = strlen(rep->detail), cap = sizeof rep->detail;
-  if (used + 2 >= cap) return;
-  va_list ap;
-  va_start(ap, fmt);
-  vsnprintf(rep->detail + used, cap - used, fmt, ap);
-  va_end(ap);
-  used = strlen(rep->detail);
-  if (used + 1 < cap) strcpy(rep->detail + used, "\n");
-}
+#define note(rep, ...) cache_note((rep)->detail, sizeof (rep)->detail, __VA_ARGS__)
 
 /* A growable list of rowids. */
 typedef struct rowids {
