@@ -598,6 +598,24 @@ typedef struct fi_moe_sort_outputs {
 FI_API fi_status fi_moe_sort(fi_runtime *rt, const DLTensor *expert_ids, const fi_moe_sort_params *p,
                              DLTensor *workspace, const fi_moe_sort_outputs *out, void *stream);
 
+/** Gathers each route's hidden row before the experts' first GEMM: out row p = x row
+ * permuted_idx_to_expanded_idx[p] / top_k for every live row of the first
+ * num_non_exiting_tiles * tile_size rows (fi_moe_sort's tables); padding rows are left as
+ * they are (the GEMM reads a tile only up to its mn_limit). x [T, hidden] and out
+ * [max_tiles * tile_size, hidden] float16, bfloat16 or float32, unit column stride. */
+FI_API fi_status fi_moe_permute(fi_runtime *rt, const DLTensor *x, const DLTensor *permuted_idx_to_expanded_idx,
+                                const DLTensor *num_non_exiting_tiles, int top_k, int tile_size, DLTensor *out,
+                                void *stream);
+
+/** Combines the experts' outputs after their second GEMM: out[t] = (accumulate ? out[t] :
+ * 0) + the sum over k, in order, of weights[t, k] * y[expanded_idx_to_permuted_idx[t, k]]
+ * for the local routes (index >= 0), in float32, one block a token: deterministic (no
+ * atomics; the same bits every run). y [rows, hidden] and out [T, hidden] of one dtype;
+ * weights [T, top_k] float32 (fi_moe_routing's). accumulate 1 adds, e.g. to a shared
+ * expert's output or, under expert parallelism, before the all-reduce. */
+FI_API fi_status fi_moe_finalize(fi_runtime *rt, const DLTensor *y, const DLTensor *expanded_idx_to_permuted_idx,
+                                 const DLTensor *weights, int accumulate, DLTensor *out, void *stream);
+
 #ifdef __cplusplus
 }
 #endif

@@ -30,6 +30,7 @@ static const jit_op *const ops[] = {
     &jit_op_wgmma_probe,
     &jit_op_moe_routing,
     &jit_op_moe_sort,
+    &jit_op_moe_combine,
 };
 
 int jit_registry_count(void) { return (int)(sizeof ops / sizeof ops[0]); }

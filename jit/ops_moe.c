@@ -80,3 +80,47 @@ const jit_op jit_op_moe_sort = {
     .config_count = count_sort,
     .config = config_sort,
 };
+
+void jit_moe_combine_select(int kind, int dtype, int vec, jit_key *out) {
+  out->op = &jit_op_moe_combine;
+  for (int i = 0; i < JIT_MAX_PARAMS; i++) out->v[i] = 0;
+  out->v[MOE_COMBINE_P_KIND] = kind;
+  out->v[MOE_COMBINE_P_DTYPE] = dtype;
+  out->v[MOE_COMBINE_P_VEC] = vec;
+}
+
+static int render_combine(const jit_key *k, const char *entry, char *buf, size_t n) {
+  const int kind = (int)k->v[MOE_COMBINE_P_KIND];
+  int w = snprintf(buf, n,
+                   "extern \"C\" __global__ void __launch_bounds__(%d)\n"
+                   "%s(%s p) {\n"
+                   "  fi_pdl_enter();\n"
+                   "  fi::moe::%s<%s, %d>(p);\n"
+                   "}\n",
+                   MOE_COMBINE_THREADS, entry, kind ? "fi_moe_finalize_params" : "fi_moe_permute_params",
+                   kind ? "finalize" : "permute", jit_dtype_cxx((int)k->v[MOE_COMBINE_P_DTYPE]),
+                   (int)k->v[MOE_COMBINE_P_VEC]);
+  return w < 0 || (size_t)w >= n ? -1 : w;
+}
+
+/* (dtype, vec) pairs: 16, 8, 4 and 2-byte accesses, and single elements. */
+static const struct {
+  int dtype, vec;
+} cdv[] = {{JIT_DT_F16, 8},  {JIT_DT_F16, 4},  {JIT_DT_F16, 2},  {JIT_DT_F16, 1}, {JIT_DT_BF16, 8}, {JIT_DT_BF16, 4},
+           {JIT_DT_BF16, 2}, {JIT_DT_BF16, 1}, {JIT_DT_F32, 4},  {JIT_DT_F32, 2}, {JIT_DT_F32, 1}};
+#define NCDV ((int)(sizeof cdv / sizeof cdv[0]))
+
+static int count_combine(void) { return 2 * NCDV; }
+static void config_combine(int idx, jit_key *out) {
+  jit_moe_combine_select(idx / NCDV, cdv[idx % NCDV].dtype, cdv[idx % NCDV].vec, out);
+}
+
+const jit_op jit_op_moe_combine = {
+    .name = "moe_combine",
+    .template_name = "moe_combine.cuh",
+    .nparams = 3,
+    .params = {{"kind", JIT_P_INT}, {"dtype", JIT_P_DTYPE}, {"vec", JIT_P_INT}},
+    .render_entry = render_combine,
+    .config_count = count_combine,
+    .config = config_combine,
+};

@@ -24,4 +24,10 @@ void jit_moe_routing_select(int dtype, int method, int experts, int warp, jit_ke
 enum { MOE_SORT_P_PHASE };
 void jit_moe_sort_select(int phase, jit_key *out);
 
+/* Permute (0) and finalize (1) (moe_combine.cuh): dtype of the rows, vec elements a
+ * thread moves at once (dividing hidden and the row strides). */
+enum { MOE_COMBINE_P_KIND, MOE_COMBINE_P_DTYPE, MOE_COMBINE_P_VEC };
+#define MOE_COMBINE_THREADS 256
+void jit_moe_combine_select(int kind, int dtype, int vec, jit_key *out);
+
 #endif

@@ -57,6 +57,36 @@ typedef struct fi_moe_sort_params_k {
   int32_t max_tiles;
 } fi_moe_sort_params_k;
 
+/* Gather before the experts' first GEMM: out row p = x row p2e[p] / top_k for every live
+ * row (p2e[p] >= 0) of the first num_tiles * tile_size rows; padding rows are left as they
+ * are (the GEMM reads a tile's rows only up to its mn_limit). Row strides in elements. */
+typedef struct fi_moe_permute_params {
+  const void *x;          /* [tokens, hidden] */
+  void *out;              /* [max_tiles * tile_size, hidden] */
+  const int32_t *p2e;     /* [max_tiles * tile_size] */
+  const int32_t *num_tiles;
+  int64_t x_stride, out_stride;
+  int32_t rows;           /* max_tiles * tile_size */
+  int32_t tile_size;
+  int32_t top_k;
+  int32_t hidden;
+} fi_moe_permute_params;
+
+/* Combine after the experts' second GEMM: out[t] (+)= sum over k, in order, of
+ * weights[t, k] * y[e2p[t, k]] for the routes with e2p >= 0, in float32, one block a token
+ * (deterministic: no atomics). accumulate 0 writes the sum, 1 adds it to out. */
+typedef struct fi_moe_finalize_params {
+  const void *y;          /* [max_tiles * tile_size, hidden] */
+  void *out;              /* [tokens, hidden] */
+  const int32_t *e2p;     /* [tokens, top_k] */
+  const float *weights;   /* [tokens, top_k] */
+  int64_t y_stride, out_stride;
+  int32_t tokens;
+  int32_t top_k;
+  int32_t hidden;
+  int32_t accumulate;
+} fi_moe_finalize_params;
+
 /* Routes one count or scatter block takes (1024 threads, 4 rounds), and the most local
  * experts the sort supports (its per-warp counts live in shared memory). */
 #define FI_MOE_SORT_CHUNK 4096

@@ -285,3 +285,123 @@ FI_API fi_status fi_moe_sort(fi_runtime *rt, const DLTensor *expert_ids, const f
   }
   return FI_OK;
 }
+
+/* ---- permute and finalize ---- */
+
+/* A [rows, hidden] tensor of dtype dt with unit column stride; its row stride into *rs. */
+static fi_status check_rows2d(const char *fn, const char *name, const DLTensor *t, int dt, int64_t rows,
+                              int64_t hidden, int64_t *rs) {
+  fi_status st = rt_check_tensor(fn, name, t, 2);
+  if (st != FI_OK) return st;
+  char b1[32];
+  if (rt_tensor_dtype(t) != dt)
+    return rt_fail(FI_ERR_INVALID_ARGUMENT, "%s: %s has dtype %s; the rows' dtype is needed", fn, name,
+                   rt_dtype_string(t->dtype, b1, sizeof b1));
+  if (t->shape[0] != rows || t->shape[1] != hidden)
+    return rt_fail(FI_ERR_INVALID_ARGUMENT, "%s: %s has shape [%lld, %lld]; [%lld, %lld] is needed", fn, name,
+                   (long long)t->shape[0], (long long)t->shape[1], (long long)rows, (long long)hidden);
+  if (hidden > 1 && rt_stride(t, 1) != 1)
+    return rt_fail(FI_ERR_INVALID_ARGUMENT, "%s: %s has column stride %lld; 1 is needed", fn, name,
+                   (long long)rt_stride(t, 1));
+  *rs = rows > 1 ? rt_stride(t, 0) : hidden;
+  if (rows > 1 && *rs < hidden)
+    return rt_fail(FI_ERR_INVALID_ARGUMENT, "%s: %s row stride %lld is less than hidden %lld (rows overlap)", fn,
+                   name, (long long)*rs, (long long)hidden);
+  return FI_OK;
+}
+
+static fi_status check_dtype_rows(const char *fn, const DLTensor *t, int *dt) {
+  char b[32];
+  *dt = rt_tensor_dtype(t);
+  if (*dt != JIT_DT_F16 && *dt != JIT_DT_BF16 && *dt != JIT_DT_F32)
+    return rt_fail(FI_ERR_INVALID_ARGUMENT, "%s: the rows have dtype %s; float16, bfloat16 or float32 is needed", fn,
+                   rt_dtype_string(t->dtype, b, sizeof b));
+  return FI_OK;
+}
+
+static fi_status launch_combine(fi_runtime *rt, int kind, int dt, const DLTensor *a, const DLTensor *b,
+                                int64_t as, int64_t bs, int64_t hidden, int64_t blocks, void *params, size_t bytes,
+                                void *stream) {
+  const void *ptrs[2] = {rt_data(a), rt_data(b)};
+  const int64_t strides[2] = {as, bs};
+  const int vec = rt_pick_vec(jit_dtype_bytes(dt), hidden, ptrs, 2, strides, 2);
+  jit_key key;
+  jit_moe_combine_select(kind, dt, vec, &key);
+  rt_kernel *k;
+  const rt_device_i *be;
+  void *state;
+  fi_status st = rt_kernel_for(rt, a->device.device_type, a->device.device_id, &key, &k, &be, &state);
+  if (st != FI_OK) return st;
+  return rt_launch_1d(rt, k, blocks, MOE_COMBINE_THREADS, stream, params, bytes);
+}
+
+FI_API fi_status fi_moe_permute(fi_runtime *rt, const DLTensor *x, const DLTensor *permuted_idx_to_expanded_idx,
+                                const DLTensor *num_non_exiting_tiles, int top_k, int tile_size, DLTensor *out,
+                                void *stream) {
+  const char *fn = "fi_moe_permute";
+  fi_status st;
+  if (!rt) return rt_fail(FI_ERR_INVALID_ARGUMENT, "%s: rt is NULL", fn);
+  if ((st = rt_check_tensor(fn, "x", x, 2)) != FI_OK) return st;
+  int dt;
+  if ((st = check_dtype_rows(fn, x, &dt)) != FI_OK) return st;
+  if (top_k < 1 || top_k > 32) return rt_fail(FI_ERR_INVALID_ARGUMENT, "%s: top_k is %d; 1 to 32 is needed", fn, top_k);
+  if (tile_size != 64 && tile_size != 128 && tile_size != 256)
+    return rt_fail(FI_ERR_INVALID_ARGUMENT, "%s: tile_size is %d; 64, 128 or 256 is needed", fn, tile_size);
+  const int64_t T = x->shape[0], H = x->shape[1];
+  int32_t *p2e, *nt;
+  if ((st = rt_check_tensor(fn, "permuted_idx_to_expanded_idx", permuted_idx_to_expanded_idx, 1)) != FI_OK) return st;
+  const int64_t rows = permuted_idx_to_expanded_idx->shape[0];
+  if (rows % tile_size || rows > INT32_MAX)
+    return rt_fail(FI_ERR_INVALID_ARGUMENT, "%s: permuted_idx_to_expanded_idx has %lld rows; whole tiles of %d", fn,
+                   (long long)rows, tile_size);
+  const int64_t s_rows[1] = {rows}, s_one[1] = {1};
+  if ((st = check_i32(fn, "permuted_idx_to_expanded_idx", permuted_idx_to_expanded_idx, 1, s_rows, x->device, &p2e)) !=
+          FI_OK ||
+      (st = check_i32(fn, "num_non_exiting_tiles", num_non_exiting_tiles, 1, s_one, x->device, &nt)) != FI_OK)
+    return st;
+  int64_t xs, os;
+  if ((st = check_rows2d(fn, "x", x, dt, T, H, &xs)) != FI_OK) return st;
+  if ((st = check_rows2d(fn, "out", out, dt, rows, H, &os)) != FI_OK) return st;
+  if ((st = rt_check_same_device(fn, "x", x, "out", out)) != FI_OK) return st;
+  if (rt_tensors_overlap(x, out)) return rt_fail(FI_ERR_INVALID_ARGUMENT, "%s: out overlaps x", fn);
+  if (H > INT32_MAX || T * (int64_t)top_k > INT32_MAX)
+    return rt_fail(FI_ERR_INVALID_ARGUMENT, "%s: x's shape exceeds 2^31-1", fn);
+  if (rows == 0 || H == 0) return FI_OK;
+  fi_moe_permute_params kp = {rt_data(x), rt_data(out), p2e, nt, xs, os, (int32_t)rows, tile_size, top_k, (int32_t)H};
+  return launch_combine(rt, 0, dt, x, out, xs, os, H, rows, &kp, sizeof kp, stream);
+}
+
+FI_API fi_status fi_moe_finalize(fi_runtime *rt, const DLTensor *y, const DLTensor *expanded_idx_to_permuted_idx,
+                                 const DLTensor *weights, int accumulate, DLTensor *out, void *stream) {
+  const char *fn = "fi_moe_finalize";
+  fi_status st;
+  if (!rt) return rt_fail(FI_ERR_INVALID_ARGUMENT, "%s: rt is NULL", fn);
+  if ((st = rt_check_tensor(fn, "y", y, 2)) != FI_OK) return st;
+  int dt;
+  if ((st = check_dtype_rows(fn, y, &dt)) != FI_OK) return st;
+  if (accumulate != 0 && accumulate != 1)
+    return rt_fail(FI_ERR_INVALID_ARGUMENT, "%s: accumulate is %d; 0 or 1 is needed", fn, accumulate);
+  if ((st = rt_check_tensor(fn, "expanded_idx_to_permuted_idx", expanded_idx_to_permuted_idx, 2)) != FI_OK) return st;
+  const int64_t T = expanded_idx_to_permuted_idx->shape[0], K = expanded_idx_to_permuted_idx->shape[1];
+  const int64_t rows = y->shape[0], H = y->shape[1];
+  if (K < 1 || K > 32) return rt_fail(FI_ERR_INVALID_ARGUMENT, "%s: expanded_idx_to_permuted_idx has top_k %lld; 1 to 32", fn, (long long)K);
+  const int64_t s_ids[2] = {T, K};
+  int32_t *e2p;
+  if ((st = check_i32(fn, "expanded_idx_to_permuted_idx", expanded_idx_to_permuted_idx, 2, s_ids, y->device, &e2p)) != FI_OK)
+    return st;
+  int64_t ws;
+  if ((st = check_out(fn, "weights", weights, JIT_DT_F32, "float32", T, K, &ws)) != FI_OK) return st;
+  if (T > 1 && ws != K) return rt_fail(FI_ERR_INVALID_ARGUMENT, "%s: weights must be contiguous", fn);
+  int64_t ys, os;
+  if ((st = check_rows2d(fn, "y", y, dt, rows, H, &ys)) != FI_OK) return st;
+  if ((st = check_rows2d(fn, "out", out, dt, T, H, &os)) != FI_OK) return st;
+  if ((st = rt_check_same_device(fn, "y", y, "out", out)) != FI_OK) return st;
+  if ((st = rt_check_same_device(fn, "y", y, "weights", weights)) != FI_OK) return st;
+  if (rt_tensors_overlap(y, out)) return rt_fail(FI_ERR_INVALID_ARGUMENT, "%s: out overlaps y", fn);
+  if (H > INT32_MAX || T > INT32_MAX || rows > INT32_MAX)
+    return rt_fail(FI_ERR_INVALID_ARGUMENT, "%s: a shape exceeds 2^31-1", fn);
+  if (T == 0 || H == 0) return FI_OK;
+  fi_moe_finalize_params kp = {rt_data(y), rt_data(out), e2p, (const float *)rt_data(weights), ys, os,
+                               (int32_t)T, (int32_t)K, (int32_t)H, accumulate};
+  return launch_combine(rt, 1, dt, y, out, ys, os, H, T, &kp, sizeof kp, stream);
+}

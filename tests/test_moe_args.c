@@ -227,3 +227,54 @@ FT_TEST(moe_sort_arguments) {
   FT_CHECK(fi_moe_sort_workspace_size(rt, 16384, 8, &p, NULL) == FI_ERR_INVALID_ARGUMENT);
   fi_runtime_destroy(rt);
 }
+
+FT_TEST(moe_permute_and_finalize_arguments) {
+  fi_runtime *rt = mem_runtime();
+  FT_REQUIRE(rt);
+  char *a = (char *)ADDR;
+  tens x, p2e, nt, out, y, e2p, w, fo;
+  mk(&x, a, kDLBfloat, 16, 2, 100, 2048, kDLCUDA);
+  mk(&p2e, a + (1 << 20), kDLInt, 32, 1, 8 * 128, 0, kDLCUDA);
+  mk(&nt, a + (2 << 20), kDLInt, 32, 1, 1, 0, kDLCUDA);
+  mk(&out, a + (4 << 20), kDLBfloat, 16, 2, 8 * 128, 2048, kDLCUDA);
+  poison_error();
+  fi_status st = fi_moe_permute(rt, &x.t, &p2e.t, &nt.t, 8, 128, &out.t, NULL);
+  FT_CHECK(st == FI_ERR_NO_DEVICE || st == FI_ERR_DEVICE, "%s: %s", fi_status_string(st), fi_last_error());
+  poison_error();
+  FT_CHECK(fi_moe_permute(rt, &x.t, &p2e.t, &nt.t, 8, 100, &out.t, NULL) == FI_ERR_INVALID_ARGUMENT &&
+           strstr(fi_last_error(), "tile_size"), "%s", fi_last_error());
+  out.t.dtype = (DLDataType){kDLFloat, 16, 1};
+  FT_CHECK(fi_moe_permute(rt, &x.t, &p2e.t, &nt.t, 8, 128, &out.t, NULL) == FI_ERR_INVALID_ARGUMENT &&
+           strstr(fi_last_error(), "out"), "%s", fi_last_error());
+  out.t.dtype = (DLDataType){kDLBfloat, 16, 1};
+  out.shape[0] = 8 * 128 - 1;
+  FT_CHECK(fi_moe_permute(rt, &x.t, &p2e.t, &nt.t, 8, 128, &out.t, NULL) == FI_ERR_INVALID_ARGUMENT &&
+           strstr(fi_last_error(), "out"), "%s", fi_last_error());
+  out.shape[0] = 8 * 128;
+  out.t.data = a + 1000; /* over x */
+  FT_CHECK(fi_moe_permute(rt, &x.t, &p2e.t, &nt.t, 8, 128, &out.t, NULL) == FI_ERR_INVALID_ARGUMENT &&
+           strstr(fi_last_error(), "overlaps"), "%s", fi_last_error());
+  out.t.data = a + (4 << 20);
+
+  mk(&y, a + (4 << 20), kDLBfloat, 16, 2, 8 * 128, 2048, kDLCUDA);
+  mk(&e2p, a + (12 << 20), kDLInt, 32, 2, 100, 8, kDLCUDA);
+  mk(&w, a + (13 << 20), kDLFloat, 32, 2, 100, 8, kDLCUDA);
+  mk(&fo, a, kDLBfloat, 16, 2, 100, 2048, kDLCUDA);
+  poison_error();
+  st = fi_moe_finalize(rt, &y.t, &e2p.t, &w.t, 0, &fo.t, NULL);
+  FT_CHECK(st == FI_ERR_NO_DEVICE || st == FI_ERR_DEVICE, "%s: %s", fi_status_string(st), fi_last_error());
+  FT_CHECK(fi_moe_finalize(rt, &y.t, &e2p.t, &w.t, 2, &fo.t, NULL) == FI_ERR_INVALID_ARGUMENT &&
+           strstr(fi_last_error(), "accumulate"), "%s", fi_last_error());
+  w.t.dtype = (DLDataType){kDLBfloat, 16, 1};
+  FT_CHECK(fi_moe_finalize(rt, &y.t, &e2p.t, &w.t, 0, &fo.t, NULL) == FI_ERR_INVALID_ARGUMENT &&
+           strstr(fi_last_error(), "weights"), "%s", fi_last_error());
+  w.t.dtype = (DLDataType){kDLFloat, 32, 1};
+  fo.shape[0] = 99;
+  FT_CHECK(fi_moe_finalize(rt, &y.t, &e2p.t, &w.t, 0, &fo.t, NULL) == FI_ERR_INVALID_ARGUMENT &&
+           strstr(fi_last_error(), "out"), "%s", fi_last_error());
+  fo.shape[0] = 100;
+  fo.t.data = a + (4 << 20) + 64; /* over y */
+  FT_CHECK(fi_moe_finalize(rt, &y.t, &e2p.t, &w.t, 0, &fo.t, NULL) == FI_ERR_INVALID_ARGUMENT &&
+           strstr(fi_last_error(), "overlaps"), "%s", fi_last_error());
+  fi_runtime_destroy(rt);
+}

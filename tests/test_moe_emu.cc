@@ -28,6 +28,7 @@ using std::min;
 #include "fi_port.cuh"
 #include "moe_routing.cuh"
 #include "moe_sort.cuh"
+#include "moe_combine.cuh"
 
 static int fails;
 static uint64_t rng = 0x9e3779b97f4a7c15ull;
@@ -184,6 +185,71 @@ static void sort_case(const char *what, int T, int K, int E, int off, int L, int
   fails += bad != 0;
 }
 
+// ---- permute and finalize, over a sort's tables ----
+template <typename T>
+static void combine_case(const char *what, int T_, int K, int E, int L, int TS, int H, int accumulate) {
+  const int R = T_ * K;
+  std::vector<int32_t> ids(R);
+  for (int x = 0; x < R; x++)
+    for (;;) {
+      int e = (int)(urand() * E), dup = 0;
+      for (int j = x - x % K; j < x; j++) dup |= ids[j] == e;
+      if (!dup) { ids[x] = e; break; }
+    }
+  // the tables, by the CPU stable sort (the sort itself is checked above)
+  const int64_t MT = R <= L ? R : ((int64_t)R + (int64_t)(TS - 1) * L) / TS;
+  std::vector<int64_t> cnt(L, 0), start(L + 1, 0), fill(L, 0);
+  for (int x = 0; x < R; x++)
+    if (ids[x] < L) cnt[ids[x]]++;
+  for (int e = 0; e < L; e++) start[e + 1] = start[e] + (cnt[e] + TS - 1) / TS;
+  std::vector<int32_t> e2p(R), p2e(MT * TS, -1), nt(1, (int32_t)start[L]);
+  for (int x = 0; x < R; x++) {
+    if (ids[x] >= L) { e2p[x] = -1; continue; }
+    const int64_t row = start[ids[x]] * TS + fill[ids[x]]++;
+    e2p[x] = (int32_t)row, p2e[row] = x;
+  }
+  auto put = [](T &d, double v) { d = fi_from_float<T>((float)v); };
+  auto get = [](const T &d) { return (double)fi_to_float(d); };
+  std::vector<T> xs((size_t)T_ * H), perm((size_t)MT * TS * H), y((size_t)MT * TS * H), out((size_t)T_ * H);
+  for (auto &v : xs) put(v, urand() * 2 - 1);
+  T poison;
+  put(poison, 12345.0);
+  for (auto &v : perm) v = poison;
+  fi_moe_permute_params pp = {xs.data(), perm.data(), p2e.data(), nt.data(), H, H, (int32_t)(MT * TS), TS, K, H};
+  emu::launch((unsigned)(MT * TS), 1, fi::moe::COMBINE_THREADS, [&] { fi::moe::permute<T, 4>(pp); });
+  int bad = 0;
+  for (int64_t r = 0; r < MT * TS && !bad; r++)
+    for (int c = 0; c < H; c++) {
+      // a live row is its token's row exactly; a padding row keeps the poison
+      const double want = p2e[r] >= 0 ? get(xs[(size_t)(p2e[r] / K) * H + c]) : get(poison);
+      if (get(perm[(size_t)r * H + c]) != want) { bad++; break; }
+    }
+  const int permute_bad = bad;
+  // finalize: y random on the live rows, weights random; the reference in float64
+  std::vector<float> w(R);
+  for (auto &v : w) v = (float)urand();
+  for (auto &v : y) put(v, urand() * 2 - 1);
+  std::vector<double> init(out.size());
+  for (size_t i = 0; i < out.size(); i++) put(out[i], accumulate ? urand() : 777.0), init[i] = get(out[i]);
+  fi_moe_finalize_params fp = {y.data(), out.data(), e2p.data(), w.data(), H, H, T_, K, H, accumulate};
+  emu::launch((unsigned)T_, 1, fi::moe::COMBINE_THREADS, [&] { fi::moe::finalize<T, 4>(fp); });
+  double num = 0, den = 0;
+  for (int t = 0; t < T_; t++)
+    for (int c = 0; c < H; c++) {
+      double ref = accumulate ? init[(size_t)t * H + c] : 0.0;
+      for (int k = 0; k < K; k++)
+        if (e2p[t * K + k] >= 0) ref += (double)w[t * K + k] * get(y[(size_t)e2p[t * K + k] * H + c]);
+      const double got = get(out[(size_t)t * H + c]);
+      num += (got - ref) * (got - ref), den += ref * ref;
+    }
+  const double err = sqrt(num / (den > 0 ? den : 1));
+  const double tol = sizeof(T) == 4 ? 1e-6 : 1e-2;
+  if (!(err < tol)) bad++;
+  fprintf(stderr, "%s combine %-29s T=%d K=%d L=%d of %d tile %d H=%d: permute %s, finalize err %.2e\n",
+          bad ? "FAIL" : "ok  ", what, T_, K, L, E, TS, H, permute_bad ? "WRONG" : "exact", err);
+  fails += bad != 0;
+}
+
 int main() {
   routing_case("mixtral renormalize", 1, 37, 8, 2, 0, 0, 1.0, 0);
   routing_case("qwen3 softmax-topk-renorm", 2, 21, 128, 8, 0, 0, 1.0, 0);
@@ -204,6 +270,8 @@ int main() {
   sort_case("T < L", 5, 2, 256, 0, 256, 128, 0);
   sort_case("the bound", 8 * 65, 1, 8, 0, 8, 64, 2);
   sort_case("no routes", 0, 8, 256, 0, 256, 128, 0);
+  combine_case<float>("f32, all experts local", 50, 4, 16, 16, 64, 64, 0);
+  combine_case<fi_bf16>("bf16, ep: half the experts", 70, 8, 64, 32, 64, 128, 1);
   fprintf(stderr, "%d failures (%ld scheduler rounds)\n", fails, emu::rounds);
   if (fails)
     printf("FAIL moe_emulation: %d cases failed\n", fails);
