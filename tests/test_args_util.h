@@ -5,6 +5,7 @@
 
 #include "fi_runtime.h"
 #include "jit_registry.h"
+#include "rt_env.h"
 #include "rt_internal.h"
 
 /* A quiet runtime whose cache lives in memory; NULL if it cannot be made. */
@@ -36,4 +37,17 @@ static inline int op_registers(const jit_op *op, const jit_key *k) {
     if (memcmp(r.v, k->v, sizeof r.v) == 0) return 1;
   }
   return 0;
+}
+
+/* The tuning the runtime would read from the environment now (rt_env_read, as
+ * fi_runtime_create does): a test sets a variable, then reads it this way. */
+static inline rt_tuning env_tuning(void) {
+  static rt_env e;
+  rt_env_read(&e);
+  return e.tune;
+}
+static inline const rt_tuning *env_tuning_p(void) {
+  static rt_tuning t;
+  t = env_tuning();
+  return &t;
 }

@@ -10,6 +10,7 @@
 #include "fi_admin.h"
 #include "fi_runtime.h"
 #include "ft.h"
+#include "test_args_util.h"
 #include "jit_registry.h"
 #include "jit_render.h"
 #include "ops_decode.h"
@@ -30,18 +31,6 @@ static uint32_t rnd(void) {
 
 /* ---- the planner ---- */
 
-/* The tuning the runtime would read from the environment now (rt_env_read, as
- * fi_runtime_create does): the tests below set a variable, then read it this way. */
-static rt_tuning env_tuning(void) {
-  static rt_env e;
-  rt_env_read(&e);
-  return e.tune;
-}
-static const rt_tuning *env_tuning_p(void) {
-  static rt_tuning t;
-  t = env_tuning();
-  return &t;
-}
 
 /* Checks one partition of a batch against its definition; returns failures. */
 static int check_partition(int B, const int32_t *indptr, const int32_t *last, int ps, int wl,

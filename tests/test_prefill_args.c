@@ -10,6 +10,7 @@
 
 #include "fi_runtime.h"
 #include "ft.h"
+#include "test_args_util.h"
 #include "jit_registry.h"
 #include "ops_prefill.h"
 #include "prefill_params.h"
@@ -35,18 +36,6 @@ static void row_range(int64_t t, int64_t lq, int64_t lkv, int causal, int wl, in
   if (*hi < *lo) *hi = *lo;
 }
 
-/* The tuning the runtime would read from the environment now (rt_env_read, as
- * fi_runtime_create does): the tests below set a variable, then read it this way. */
-static rt_tuning env_tuning(void) {
-  static rt_env e;
-  rt_env_read(&e);
-  return e.tune;
-}
-static const rt_tuning *env_tuning_p(void) {
-  static rt_tuning t;
-  t = env_tuning();
-  return &t;
-}
 
 /* Checks a partition against its definition; returns the number of problems. */
 static int check_partition(const rt_prefill_batch *bt, int64_t target, const rt_prefill_layout *l,
