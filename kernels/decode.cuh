@@ -31,7 +31,7 @@
 // Beside it: decode_enter.cuh (the entry under PDL), decode_merge.cuh (the split's merge).
 #pragma once
 #include "decode_params.h"
-#include "decode_mma.cuh"
+#include "mma.cuh"
 #include "decode_enter.cuh"
 #include "decode_merge.cuh"
 
@@ -267,7 +267,7 @@ FI_DEVICE void decode_heads(const fi_decode_params &p) {
 
   // Per sub-step u: K of tokens g and 8 + g, V of tokens 2c, 2c+1, 8+2c, 9+2c. A 16-bit
   // cache is read with the hinted load under an L2 policy, evict-first unless p.kv_evict
-  // is 0 (decode_mma.cuh), except by 2-warp blocks: NVRTC's 2-warp kernel ran slower with the
+  // is 0 (mma.cuh), except by 2-warp blocks: NVRTC's 2-warp kernel ran slower with the
   // hinted load at B=64 than with the plain one, either policy (its 1- and 4-warp kernels
   // faster; docs/decode.md, eighth session, the KV loads under an L2 evict-first policy),
   // so it and fp8 caches load plainly.

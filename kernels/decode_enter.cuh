@@ -3,7 +3,7 @@
 // that warps 1.. make while warp 0 waits.
 #pragma once
 #include "decode_params.h"
-#include "decode_mma.cuh"
+#include "mma.cuh"
 
 namespace fi {
 namespace dec {

@@ -2,7 +2,7 @@
 // (request, KV head) counter, and the merge of the chunks' partial states by LSE.
 #pragma once
 #include "decode_params.h"
-#include "decode_mma.cuh"
+#include "mma.cuh"
 
 namespace fi {
 namespace dec {

@@ -18,7 +18,7 @@
 // On ROCm cp.async is a plain copy and ldmatrix is emulated with lane shuffles: correct,
 // not fast.
 #pragma once
-#include "decode_mma.cuh"
+#include "mma.cuh"
 #include "prefill_item.cuh"
 
 namespace fi {

@@ -51,7 +51,7 @@
 // uniform datapath. Rebuilt at every step, the 12 descriptors of a head_dim-64 tile cost
 // ~130 integer instructions and 48 bytes of spills a consumer.
 #pragma once
-#include "decode_mma.cuh"
+#include "mma.cuh"
 #include "prefill_item.cuh"
 
 // Three consumers' setmaxnreg split (3 x 152 + 56 = 4 x 128): no spills without

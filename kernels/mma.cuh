@@ -1,4 +1,4 @@
-// decode_mma.cuh: what decode.cuh builds on: lane shuffles, byte permutes, the mma.sync
+// mma.cuh: the shared MMA/PTX layer of decode and prefill: lane shuffles, byte permutes, the mma.sync
 // m16n8k16 tile (emulated with shuffles on ROCm), 16-bit pairs, K/V loads and the fp8
 // widening (hardware e4m3 conversion on sm_89+), L1-bypassing and L2-prefetch accesses,
 // and RoPE on chunk pairs.
