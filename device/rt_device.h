@@ -30,6 +30,7 @@ typedef struct rt_device_caps {
   int pdl;          /* programmatic dependent launch */
   int wgmma;        /* the warpgroup-MMA kernels (prefill_wgmma.cuh) run on this arch */
   int scratch_pool; /* stream-ordered scratch memory (scratch_alloc) */
+  int smem_block_kb; /* shared memory one block may use, KiB (64 unless the arch says more) */
 } rt_device_caps;
 
 typedef struct rt_device_i {

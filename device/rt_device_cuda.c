@@ -478,12 +478,15 @@ int rt_cuda_fault(const char *name, void *fn, void **old) {
 }
 
 /* From compute capability 9.0 (Hopper): clusters and programmatic dependent launch; the
- * wgmma kernels are built for sm_90 alone (their instructions are sm_90a's). */
+ * wgmma kernels are built for sm_90 alone (their instructions are sm_90a's). Shared memory
+ * a block may opt into: 227 KiB on sm_90 and sm_100, 163 on sm_80 and sm_87, 99 on the
+ * other sm_8x and sm_12x, 64 before (the CUDA programming guide's table). */
 static void arch_caps(const char *arch, rt_device_caps *caps) {
   const int cc = strncmp(arch, "sm_", 3) == 0 ? atoi(arch + 3) : 0;
   caps->clusters = cc >= 90;
   caps->pdl = cc >= 90;
   caps->wgmma = strcmp(arch, "sm_90") == 0;
+  caps->smem_block_kb = cc == 90 || cc == 100 ? 227 : cc == 80 || cc == 87 ? 163 : cc >= 86 ? 99 : 64;
 }
 
 const rt_device_i rt_device_cuda = {

@@ -29,6 +29,7 @@ int rt_device_caps_get(const rt_device_i *be, void *state, int dev, rt_device_ca
   memset(caps, 0, sizeof *caps);
   caps->warp_size = be->warp_size;
   caps->scratch_pool = be->scratch_alloc != NULL;
+  caps->smem_block_kb = 64;
   if (!be->arch_caps) return 0;
   char arch[32];
   if (be->arch(state, dev, arch, sizeof arch, err, errlen) != 0) return -1;

@@ -616,6 +616,41 @@ FI_API fi_status fi_moe_permute(fi_runtime *rt, const DLTensor *x, const DLTenso
 FI_API fi_status fi_moe_finalize(fi_runtime *rt, const DLTensor *y, const DLTensor *expanded_idx_to_permuted_idx,
                                  const DLTensor *weights, int accumulate, DLTensor *out, void *stream);
 
+/** What fi_moe_grouped_gemm's epilogue does with a row's dot products. */
+typedef enum fi_moe_gemm_activation {
+  FI_MOE_GEMM_PLAIN = 0,  /**< out = a . W^T (the experts' second GEMM, W2) */
+  FI_MOE_GEMM_SWIGLU = 1  /**< out[:, j] = silu(a . gate_j) * (a . up_j) over W13's 2n rows (the first GEMM) */
+} fi_moe_gemm_activation;
+
+typedef struct fi_moe_gemm_params {
+  int tile_size;  /**< the sort's tile_size: 64, 128 or 256 */
+  int activation; /**< fi_moe_gemm_activation */
+  int gate_first; /**< SwiGLU: W13 rows are [gate; up] (vLLM's order) when 1, [up; gate] when 0 */
+  int gather;     /**< 1: a is the tokens' x [T, k], row r read at permuted_idx_to_expanded_idx[r] / top_k
+                       (fi_moe_permute fused into the GEMM); 0: a is already permuted [rows, k] */
+  int block_m;    /**< rows a block takes: 16, 64 or 128 (dividing tile_size), or 0 for the rule:
+                       16 when the routes average fewer than 32 a local expert, else min(tile_size, 128) */
+} fi_moe_gemm_params;
+
+/** Defaults: tile_size 128, plain, [up; gate], no gather, block_m by the rule. */
+FI_API void fi_moe_gemm_params_init(fi_moe_gemm_params *p);
+
+/** The experts' grouped GEMM over fi_moe_sort's tables (tables: its outputs; the tile
+ * tables, num_non_exiting_tiles, and permuted_idx_to_expanded_idx when gathering, are read
+ * on the device; expanded_idx_to_permuted_idx gives T and top_k by its shape). For every
+ * tile t below num_non_exiting_tiles and its live rows r < tile_idx_to_mn_limit[t], with e =
+ * tile_idx_to_expert_idx[t]: out[r] = a[r] . weights[e]^T (plain) or SwiGLU as above. a:
+ * [rows, k] or, gathering, [T, k]; weights [local experts, n or 2n, k] (the nn.Linear
+ * layout; k contiguous); out [rows, n] with rows = max_tiles * tile_size; one dtype,
+ * float16 or bfloat16, fp32 accumulation. k and n multiples of 64; row strides multiples of
+ * 8 elements, data 16-byte aligned (out: even stride, 4-byte aligned). Padding rows of out
+ * are never written and padding rows of a never read. The tables must be fi_moe_sort's for
+ * local_num_experts == weights' first dimension (the device reads them as they are). mma.sync
+ * tensor cores (sm_80 and later). */
+FI_API fi_status fi_moe_grouped_gemm(fi_runtime *rt, const DLTensor *a, const DLTensor *weights,
+                                     const fi_moe_sort_outputs *tables, const fi_moe_gemm_params *p, DLTensor *out,
+                                     void *stream);
+
 #ifdef __cplusplus
 }
 #endif

@@ -31,6 +31,7 @@ static const jit_op *const ops[] = {
     &jit_op_moe_routing,
     &jit_op_moe_sort,
     &jit_op_moe_combine,
+    &jit_op_moe_gemm,
 };
 
 int jit_registry_count(void) { return (int)(sizeof ops / sizeof ops[0]); }

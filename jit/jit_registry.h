@@ -36,5 +36,6 @@ extern const jit_op jit_op_wgmma_probe;
 extern const jit_op jit_op_moe_routing;
 extern const jit_op jit_op_moe_sort;
 extern const jit_op jit_op_moe_combine;
+extern const jit_op jit_op_moe_gemm;
 
 #endif

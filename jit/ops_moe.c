@@ -124,3 +124,84 @@ const jit_op jit_op_moe_combine = {
     .config_count = count_combine,
     .config = config_combine,
 };
+
+/* ---- the experts' grouped GEMM (moe_gemm.cuh) ---- */
+
+/* Bytes of a stage: the A tile and the weight tile(s), 64 k of 2-byte elements each. */
+static unsigned gemm_stage_bytes(int bm, int bn, int gated) { return (unsigned)((bm + (gated ? 2 : 1) * bn) * 64 * 2); }
+
+static unsigned gemm_smem(const jit_key *k) {
+  return (unsigned)k->v[MOE_GEMM_P_STAGES] *
+         gemm_stage_bytes((int)k->v[MOE_GEMM_P_BM], (int)k->v[MOE_GEMM_P_BN], (int)k->v[MOE_GEMM_P_GATED]);
+}
+
+int jit_moe_gemm_stages(int bm, int bn, int gated, int smem_kb) {
+  const int s = bm == 16 ? 4 : 3;
+  return s * gemm_stage_bytes(bm, bn, gated) <= (unsigned)smem_kb * 1024u ? s : 2;
+}
+
+void jit_moe_gemm_select(int dtype, int bm, int bn, int gated, int gather, int stages, jit_key *out) {
+  out->op = &jit_op_moe_gemm;
+  for (int i = 0; i < JIT_MAX_PARAMS; i++) out->v[i] = 0;
+  out->v[MOE_GEMM_P_DTYPE] = dtype;
+  out->v[MOE_GEMM_P_BM] = bm;
+  out->v[MOE_GEMM_P_BN] = bn;
+  out->v[MOE_GEMM_P_GATED] = gated;
+  out->v[MOE_GEMM_P_GATHER] = gather;
+  out->v[MOE_GEMM_P_STAGES] = stages;
+}
+
+static int render_gemm(const jit_key *k, const char *entry, char *buf, size_t n) {
+  int w = snprintf(buf, n,
+                   "extern \"C\" __global__ void __launch_bounds__(%d)\n"
+                   "%s(fi_moe_gemm_params_k p) {\n"
+                   "  fi_pdl_enter();\n"
+                   "  fi::moe::gemm<%s, %d, %d, %d, %d, %d>(p);\n"
+                   "}\n",
+                   MOE_GEMM_THREADS, entry, jit_dtype_cxx((int)k->v[MOE_GEMM_P_DTYPE]), (int)k->v[MOE_GEMM_P_BM],
+                   (int)k->v[MOE_GEMM_P_BN], (int)k->v[MOE_GEMM_P_GATED], (int)k->v[MOE_GEMM_P_GATHER],
+                   (int)k->v[MOE_GEMM_P_STAGES]);
+  return w < 0 || (size_t)w >= n ? -1 : w;
+}
+
+/* The block shapes jit_moe_gemm_choose picks: (rows, columns, gated). */
+static const struct {
+  int bm, bn, gated;
+} gemm_shapes[] = {{16, 64, 1},  {16, 64, 0},  {16, 128, 0}, {64, 64, 1},  {64, 64, 0},
+                   {64, 128, 0}, {128, 64, 1}, {128, 64, 0}, {128, 128, 0}};
+#define NGEMM_SHAPES ((int)(sizeof gemm_shapes / sizeof gemm_shapes[0]))
+
+/* dtype x shape x gather x stages (the shape's count where shared memory is large, and 2:
+ * the fewest any device takes). */
+static int count_gemm(void) { return 2 * NGEMM_SHAPES * 2 * 2; }
+static void config_gemm(int idx, jit_key *out) {
+  const int s = idx % NGEMM_SHAPES, gather = idx / NGEMM_SHAPES % 2, small = idx / NGEMM_SHAPES / 2 % 2;
+  const int dt = idx / NGEMM_SHAPES / 4 ? JIT_DT_BF16 : JIT_DT_F16;
+  jit_moe_gemm_select(dt, gemm_shapes[s].bm, gemm_shapes[s].bn, gemm_shapes[s].gated, gather,
+                      small ? 2 : jit_moe_gemm_stages(gemm_shapes[s].bm, gemm_shapes[s].bn, gemm_shapes[s].gated, 227),
+                      out);
+}
+
+const jit_op jit_op_moe_gemm = {
+    .name = "moe_gemm",
+    .template_name = "moe_gemm.cuh",
+    .nparams = 6,
+    .params = {{"dtype", JIT_P_DTYPE},
+               {"bm", JIT_P_INT},
+               {"bn", JIT_P_INT},
+               {"gated", JIT_P_INT},
+               {"gather", JIT_P_INT},
+               {"stages", JIT_P_INT}},
+    .render_entry = render_gemm,
+    .config_count = count_gemm,
+    .config = config_gemm,
+    .dyn_smem = gemm_smem,
+};
+
+void jit_moe_gemm_choose(int dtype, int64_t routes, int local_experts, int tile_size, int block_m, int gated,
+                         int gather, int64_t n, int smem_kb, jit_key *out) {
+  int bm = block_m;
+  if (!bm) bm = routes < 32 * (int64_t)local_experts ? 16 : tile_size < 128 ? tile_size : 128;
+  const int bn = !gated && bm >= 64 && n % 128 == 0 ? 128 : 64;
+  jit_moe_gemm_select(dtype, bm, bn, gated, gather, jit_moe_gemm_stages(bm, bn, gated, smem_kb), out);
+}

@@ -3,6 +3,8 @@
 #ifndef OPS_MOE_H
 #define OPS_MOE_H
 
+#include <stdint.h>
+
 #include "jit_key.h"
 
 enum {
@@ -29,5 +31,21 @@ void jit_moe_sort_select(int phase, jit_key *out);
 enum { MOE_COMBINE_P_KIND, MOE_COMBINE_P_DTYPE, MOE_COMBINE_P_VEC };
 #define MOE_COMBINE_THREADS 256
 void jit_moe_combine_select(int kind, int dtype, int vec, jit_key *out);
+
+/* The experts' grouped GEMM (moe_gemm.cuh): dtype f16/bf16, rows and columns a block, SwiGLU
+ * fused (1) or not, A rows gathered from x by the sort's table (1), shared-memory stages. */
+enum { MOE_GEMM_P_DTYPE, MOE_GEMM_P_BM, MOE_GEMM_P_BN, MOE_GEMM_P_GATED, MOE_GEMM_P_GATHER, MOE_GEMM_P_STAGES };
+#define MOE_GEMM_THREADS 128
+void jit_moe_gemm_select(int dtype, int bm, int bn, int gated, int gather, int stages, jit_key *out);
+/* The stage count of a block shape on a device whose blocks may use smem_kb KiB of shared
+ * memory: 4 for 16 rows, else 3; 2 where
+ * those do not fit (the two counts registered for prewarm). */
+int jit_moe_gemm_stages(int bm, int bn, int gated, int smem_kb);
+/* The grouped GEMM's kernel for a call: block_m rows a block (0: 16 when the routes
+ * average fewer than 32 a local expert, as in decode, else the tile's rows up to 128),
+ * 128 columns for the plain GEMM's big blocks where n allows, else 64; the stage count
+ * the device's shared memory (smem_kb a block) takes. */
+void jit_moe_gemm_choose(int dtype, int64_t routes, int local_experts, int tile_size, int block_m, int gated,
+                         int gather, int64_t n, int smem_kb, jit_key *out);
 
 #endif

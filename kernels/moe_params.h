@@ -87,6 +87,27 @@ typedef struct fi_moe_finalize_params {
   int32_t accumulate;
 } fi_moe_finalize_params;
 
+/* The experts' grouped GEMM over the sort's tiles (moe_gemm.cuh): out [rows, n] = a . W[e]^T
+ * for the live rows of every tile (expert e = tile_expert[tile]), SwiGLU over W rows
+ * gate_row + j and up_row + j when gated. w [local experts][rows][k]; a [rows, k], or x
+ * [tokens, k] read at row p2e[r] / top_k when gathering. Strides in elements. */
+typedef struct fi_moe_gemm_params_k {
+  const void *a;
+  const void *w;
+  void *out;
+  const int32_t *tile_expert;
+  const int32_t *tile_mn_limit;
+  const int32_t *num_tiles;
+  const int32_t *p2e;        /* gather only */
+  int64_t a_stride, w_expert_stride, w_stride, out_stride;
+  int32_t k;                 /* a multiple of 64 */
+  int32_t n;                 /* output columns, a multiple of the block's */
+  int32_t tile_size;         /* the sort's rows a tile */
+  int32_t max_tiles;
+  int32_t top_k;
+  int32_t up_row, gate_row;  /* first W row of each half (gated); up_row 0 otherwise */
+} fi_moe_gemm_params_k;
+
 /* Routes one count or scatter block takes (1024 threads, 4 rounds), and the most local
  * experts the sort supports (its per-warp counts live in shared memory). */
 #define FI_MOE_SORT_CHUNK 4096

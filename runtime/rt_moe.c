@@ -182,9 +182,10 @@ FI_API fi_status fi_moe_sort_workspace_size(fi_runtime *rt, int64_t num_tokens, 
   return FI_OK;
 }
 
-/* A contiguous int32 device tensor of n elements on dev, whose data goes into *ptr. */
+/* A contiguous int32 device tensor of the given shape on dev (ref's device), whose data
+ * goes into *ptr. */
 static fi_status check_i32(const char *fn, const char *name, const DLTensor *t, int ndim, const int64_t *shape,
-                           DLDevice dev, int32_t **ptr) {
+                           DLDevice dev, const char *ref, int32_t **ptr) {
   fi_status st = rt_check_tensor(fn, name, t, ndim);
   if (st != FI_OK) return st;
   char b[32];
@@ -200,7 +201,7 @@ static fi_status check_i32(const char *fn, const char *name, const DLTensor *t, 
   if (shape[ndim - 1] > 1 && rt_stride(t, ndim - 1) != 1)
     return rt_fail(FI_ERR_INVALID_ARGUMENT, "%s: %s must be contiguous", fn, name);
   if (t->device.device_type != dev.device_type || t->device.device_id != dev.device_id)
-    return rt_fail(FI_ERR_INVALID_ARGUMENT, "%s: %s is on another device than expert_ids", fn, name);
+    return rt_fail(FI_ERR_INVALID_ARGUMENT, "%s: %s is on another device than %s", fn, name, ref);
   *ptr = (int32_t *)rt_data(t);
   return FI_OK;
 }
@@ -224,20 +225,20 @@ FI_API fi_status fi_moe_sort(fi_runtime *rt, const DLTensor *expert_ids, const f
   int32_t *ids;
   const int64_t max_tiles = fi_moe_max_tiles(T, (int)K, p->local_num_experts, p->tile_size);
   const int64_t s_ids[2] = {T, K}, s_tiles[1] = {max_tiles}, s_rows[1] = {max_tiles * p->tile_size}, s_one[1] = {1};
-  if ((st = check_i32(fn, "expert_ids", expert_ids, 2, s_ids, dev, &ids)) != FI_OK) return st;
+  if ((st = check_i32(fn, "expert_ids", expert_ids, 2, s_ids, dev, "expert_ids", &ids)) != FI_OK) return st;
   kp.ids = ids;
   if ((st = check_i32(fn, "out->tile_idx_to_expert_idx", out->tile_idx_to_expert_idx, 1, s_tiles, dev,
-                      &kp.tile_expert)) != FI_OK ||
+                      "expert_ids", &kp.tile_expert)) != FI_OK ||
       (st = check_i32(fn, "out->tile_idx_to_mn_limit", out->tile_idx_to_mn_limit, 1, s_tiles, dev,
-                      &kp.tile_mn_limit)) != FI_OK ||
+                      "expert_ids", &kp.tile_mn_limit)) != FI_OK ||
       (st = check_i32(fn, "out->expanded_idx_to_permuted_idx", out->expanded_idx_to_permuted_idx, 2, s_ids, dev,
-                      &kp.e2p)) != FI_OK ||
+                      "expert_ids", &kp.e2p)) != FI_OK ||
       (st = check_i32(fn, "out->permuted_idx_to_expanded_idx", out->permuted_idx_to_expanded_idx, 1, s_rows, dev,
-                      &kp.p2e)) != FI_OK ||
+                      "expert_ids", &kp.p2e)) != FI_OK ||
       (st = check_i32(fn, "out->num_non_exiting_tiles", out->num_non_exiting_tiles, 1, s_one, dev,
-                      &kp.num_tiles)) != FI_OK ||
+                      "expert_ids", &kp.num_tiles)) != FI_OK ||
       (st = check_i32(fn, "out->total_num_padded_tokens", out->total_num_padded_tokens, 1, s_one, dev,
-                      &kp.total_padded)) != FI_OK)
+                      "expert_ids", &kp.total_padded)) != FI_OK)
     return st;
   size_t need;
   if ((st = fi_moe_sort_workspace_size(rt, T, (int)K, p, &need)) != FI_OK) return st;
@@ -355,9 +356,9 @@ FI_API fi_status fi_moe_permute(fi_runtime *rt, const DLTensor *x, const DLTenso
     return rt_fail(FI_ERR_INVALID_ARGUMENT, "%s: permuted_idx_to_expanded_idx has %lld rows; whole tiles of %d", fn,
                    (long long)rows, tile_size);
   const int64_t s_rows[1] = {rows}, s_one[1] = {1};
-  if ((st = check_i32(fn, "permuted_idx_to_expanded_idx", permuted_idx_to_expanded_idx, 1, s_rows, x->device, &p2e)) !=
+  if ((st = check_i32(fn, "permuted_idx_to_expanded_idx", permuted_idx_to_expanded_idx, 1, s_rows, x->device, "x", &p2e)) !=
           FI_OK ||
-      (st = check_i32(fn, "num_non_exiting_tiles", num_non_exiting_tiles, 1, s_one, x->device, &nt)) != FI_OK)
+      (st = check_i32(fn, "num_non_exiting_tiles", num_non_exiting_tiles, 1, s_one, x->device, "x", &nt)) != FI_OK)
     return st;
   int64_t xs, os;
   if ((st = check_rows2d(fn, "x", x, dt, T, H, &xs)) != FI_OK) return st;
@@ -387,7 +388,7 @@ FI_API fi_status fi_moe_finalize(fi_runtime *rt, const DLTensor *y, const DLTens
   if (K < 1 || K > 32) return rt_fail(FI_ERR_INVALID_ARGUMENT, "%s: expanded_idx_to_permuted_idx has top_k %lld; 1 to 32", fn, (long long)K);
   const int64_t s_ids[2] = {T, K};
   int32_t *e2p;
-  if ((st = check_i32(fn, "expanded_idx_to_permuted_idx", expanded_idx_to_permuted_idx, 2, s_ids, y->device, &e2p)) != FI_OK)
+  if ((st = check_i32(fn, "expanded_idx_to_permuted_idx", expanded_idx_to_permuted_idx, 2, s_ids, y->device, "y", &e2p)) != FI_OK)
     return st;
   int64_t ws;
   if ((st = check_out(fn, "weights", weights, JIT_DT_F32, "float32", T, K, &ws)) != FI_OK) return st;
@@ -404,4 +405,160 @@ FI_API fi_status fi_moe_finalize(fi_runtime *rt, const DLTensor *y, const DLTens
   fi_moe_finalize_params kp = {rt_data(y), rt_data(out), e2p, (const float *)rt_data(weights), ys, os,
                                (int32_t)T, (int32_t)K, (int32_t)H, accumulate};
   return launch_combine(rt, 1, dt, y, out, ys, os, H, T, &kp, sizeof kp, stream);
+}
+
+/* ---- the experts' grouped GEMM ---- */
+
+FI_API void fi_moe_gemm_params_init(fi_moe_gemm_params *p) {
+  if (!p) return;
+  memset(p, 0, sizeof *p);
+  p->tile_size = 128;
+  p->activation = FI_MOE_GEMM_PLAIN;
+}
+
+/* A 2-byte-element tensor's row stride and alignment for the GEMM's 16-byte copies. */
+static fi_status check_gemm_rows(const char *fn, const char *name, const DLTensor *t, int64_t rs, int ebytes) {
+  if (rs % 8)
+    return rt_fail(FI_ERR_INVALID_ARGUMENT, "%s: %s row stride %lld is not a multiple of 8 elements", fn, name,
+                   (long long)rs);
+  if ((uintptr_t)rt_data(t) % (uintptr_t)ebytes)
+    return rt_fail(FI_ERR_INVALID_ARGUMENT, "%s: %s data is not %d-byte aligned", fn, name, ebytes);
+  return FI_OK;
+}
+
+FI_API fi_status fi_moe_grouped_gemm(fi_runtime *rt, const DLTensor *a, const DLTensor *weights,
+                                     const fi_moe_sort_outputs *tables, const fi_moe_gemm_params *p, DLTensor *out,
+                                     void *stream) {
+  const char *fn = "fi_moe_grouped_gemm";
+  fi_status st;
+  char b[32];
+  if (!rt) return rt_fail(FI_ERR_INVALID_ARGUMENT, "%s: rt is NULL", fn);
+  if (!p) return rt_fail(FI_ERR_INVALID_ARGUMENT, "%s: p is NULL", fn);
+  if (!tables) return rt_fail(FI_ERR_INVALID_ARGUMENT, "%s: tables is NULL", fn);
+  const int ts = p->tile_size, gated = p->activation == FI_MOE_GEMM_SWIGLU;
+  if (ts != 64 && ts != 128 && ts != 256)
+    return rt_fail(FI_ERR_INVALID_ARGUMENT, "%s: p->tile_size is %d; 64, 128 or 256 is needed", fn, ts);
+  if (p->activation != FI_MOE_GEMM_PLAIN && !gated)
+    return rt_fail(FI_ERR_INVALID_ARGUMENT, "%s: p->activation is %d; FI_MOE_GEMM_PLAIN or FI_MOE_GEMM_SWIGLU", fn,
+                   p->activation);
+  if ((p->gate_first != 0 && p->gate_first != 1) || (p->gather != 0 && p->gather != 1))
+    return rt_fail(FI_ERR_INVALID_ARGUMENT, "%s: p->%s is %d; 0 or 1 is needed", fn,
+                   p->gather != 0 && p->gather != 1 ? "gather" : "gate_first",
+                   p->gather != 0 && p->gather != 1 ? p->gather : p->gate_first);
+  if (p->block_m != 0 && p->block_m != 16 && p->block_m != 64 && p->block_m != 128)
+    return rt_fail(FI_ERR_INVALID_ARGUMENT, "%s: p->block_m is %d; 0 (the rule), 16, 64 or 128", fn, p->block_m);
+  if (p->block_m > ts)
+    return rt_fail(FI_ERR_INVALID_ARGUMENT, "%s: p->block_m %d is more than tile_size %d", fn, p->block_m, ts);
+
+  /* a and weights: one 16-bit dtype, k contiguous. */
+  if ((st = rt_check_tensor(fn, "a", a, 2)) != FI_OK) return st;
+  if ((st = rt_check_tensor(fn, "weights", weights, 3)) != FI_OK) return st;
+  const int dt = rt_tensor_dtype(a);
+  if (dt != JIT_DT_F16 && dt != JIT_DT_BF16)
+    return rt_fail(FI_ERR_INVALID_ARGUMENT, "%s: a has dtype %s; float16 or bfloat16 is needed", fn,
+                   rt_dtype_string(a->dtype, b, sizeof b));
+  if (rt_tensor_dtype(weights) != dt)
+    return rt_fail(FI_ERR_INVALID_ARGUMENT, "%s: weights has dtype %s; a's is needed", fn,
+                   rt_dtype_string(weights->dtype, b, sizeof b));
+  const int64_t k = a->shape[1], E = weights->shape[0], wrows = weights->shape[1];
+  if (k <= 0 || k % 64 || k > INT32_MAX)
+    return rt_fail(FI_ERR_INVALID_ARGUMENT, "%s: a has k = %lld columns; a positive multiple of 64 is needed", fn,
+                   (long long)k);
+  if (weights->shape[2] != k)
+    return rt_fail(FI_ERR_INVALID_ARGUMENT, "%s: weights has shape[2] %lld; a's k %lld is needed", fn,
+                   (long long)weights->shape[2], (long long)k);
+  if (E < 1 || E > FI_MOE_SORT_MAX_EXPERTS)
+    return rt_fail(FI_ERR_INVALID_ARGUMENT, "%s: weights has %lld experts; 1 to %d", fn, (long long)E,
+                   FI_MOE_SORT_MAX_EXPERTS);
+  const int64_t n = gated ? wrows / 2 : wrows;
+  if (wrows <= 0 || (gated && wrows % 2) || n % 64 || n > INT32_MAX)
+    return rt_fail(FI_ERR_INVALID_ARGUMENT, "%s: weights has %lld rows an expert; %s of 64 is needed", fn,
+                   (long long)wrows, gated ? "twice a multiple (SwiGLU: up and gate)" : "a multiple");
+  if (rt_stride(weights, 2) != 1 || rt_stride(a, 1) != 1)
+    return rt_fail(FI_ERR_INVALID_ARGUMENT, "%s: %s is not contiguous in k", fn,
+                   rt_stride(a, 1) != 1 ? "a" : "weights");
+  const int64_t ws1 = rt_stride(weights, 1), ws0 = rt_stride(weights, 0);
+  if (ws1 < k || (E > 1 && ws0 < wrows * ws1))
+    return rt_fail(FI_ERR_INVALID_ARGUMENT, "%s: weights' strides overlap rows or experts", fn);
+  if ((st = check_gemm_rows(fn, "weights", weights, ws1, 16)) != FI_OK ||
+      (st = check_gemm_rows(fn, "weights (expert stride)", weights, E > 1 ? ws0 : 0, 16)) != FI_OK)
+    return st;
+
+  /* The tables: T and top_k from expanded_idx_to_permuted_idx's shape; rows from max_tiles. */
+  const DLDevice dev = a->device;
+  if ((st = rt_check_tensor(fn, "tables->expanded_idx_to_permuted_idx", tables->expanded_idx_to_permuted_idx, 2)) !=
+          FI_OK ||
+      (st = rt_check_tensor(fn, "tables->tile_idx_to_expert_idx", tables->tile_idx_to_expert_idx, 1)) != FI_OK)
+    return st;
+  const int64_t T = tables->expanded_idx_to_permuted_idx->shape[0], K = tables->expanded_idx_to_permuted_idx->shape[1];
+  const int64_t max_tiles = tables->tile_idx_to_expert_idx->shape[0], rows = max_tiles * ts;
+  if (K < 1 || K > 32)
+    return rt_fail(FI_ERR_INVALID_ARGUMENT, "%s: tables->expanded_idx_to_permuted_idx has top_k %lld; 1 to 32", fn,
+                   (long long)K);
+  if (max_tiles != fi_moe_max_tiles(T, (int)K, (int)E, ts))
+    return rt_fail(FI_ERR_INVALID_ARGUMENT,
+                   "%s: tables->tile_idx_to_expert_idx has %lld tiles; fi_moe_max_tiles(%lld, %lld, %lld, %d) = %lld "
+                   "(the sort's tables for weights' experts and p->tile_size)",
+                   fn, (long long)max_tiles, (long long)T, (long long)K, (long long)E, ts,
+                   (long long)fi_moe_max_tiles(T, (int)K, (int)E, ts));
+  fi_moe_gemm_params_k kp;
+  memset(&kp, 0, sizeof kp);
+  int32_t *e2p, *p2e = NULL, *nt;
+  const int64_t s_ids[2] = {T, K}, s_tiles[1] = {max_tiles}, s_rows[1] = {rows}, s_one[1] = {1};
+  if ((st = check_i32(fn, "tables->expanded_idx_to_permuted_idx", tables->expanded_idx_to_permuted_idx, 2, s_ids,
+                      dev, "a", &e2p)) != FI_OK ||
+      (st = check_i32(fn, "tables->tile_idx_to_expert_idx", tables->tile_idx_to_expert_idx, 1, s_tiles, dev, "a",
+                      (int32_t **)&kp.tile_expert)) != FI_OK ||
+      (st = check_i32(fn, "tables->tile_idx_to_mn_limit", tables->tile_idx_to_mn_limit, 1, s_tiles, dev, "a",
+                      (int32_t **)&kp.tile_mn_limit)) != FI_OK ||
+      (st = check_i32(fn, "tables->num_non_exiting_tiles", tables->num_non_exiting_tiles, 1, s_one, dev, "a", &nt)) !=
+          FI_OK ||
+      (p->gather && (st = check_i32(fn, "tables->permuted_idx_to_expanded_idx", tables->permuted_idx_to_expanded_idx,
+                                    1, s_rows, dev, "a", &p2e)) != FI_OK))
+    return st;
+  (void)e2p;
+  const int64_t a_rows = p->gather ? T : rows;
+  if (a->shape[0] != a_rows)
+    return rt_fail(FI_ERR_INVALID_ARGUMENT, "%s: a has %lld rows; %lld (%s) is needed", fn, (long long)a->shape[0],
+                   (long long)a_rows, p->gather ? "the tokens: p->gather is 1" : "max_tiles * tile_size");
+  const int64_t as = a_rows > 1 ? rt_stride(a, 0) : k;
+  if (a_rows > 1 && as < k)
+    return rt_fail(FI_ERR_INVALID_ARGUMENT, "%s: a row stride %lld is less than k %lld", fn, (long long)as,
+                   (long long)k);
+  if ((st = check_gemm_rows(fn, "a", a, as, 16)) != FI_OK) return st;
+  int64_t os;
+  if ((st = check_rows2d(fn, "out", out, dt, rows, n, &os)) != FI_OK) return st;
+  if (os % 2 || (uintptr_t)rt_data(out) % 4)
+    return rt_fail(FI_ERR_INVALID_ARGUMENT, "%s: out needs an even row stride and 4-byte aligned data", fn);
+  if ((st = rt_check_same_device(fn, "a", a, "weights", weights)) != FI_OK ||
+      (st = rt_check_same_device(fn, "a", a, "out", out)) != FI_OK)
+    return st;
+  if (rt_tensors_overlap(a, out) || rt_tensors_overlap(weights, out))
+    return rt_fail(FI_ERR_INVALID_ARGUMENT, "%s: out overlaps %s", fn, rt_tensors_overlap(a, out) ? "a" : "weights");
+
+  /* The kernel (jit_moe_gemm_choose: its block shape decides the grid). */
+  const rt_device_i *be;
+  void *state;
+  if ((st = rt_backend(rt, dev.device_type, &be, &state)) != FI_OK) return st;
+  rt_device_caps caps;
+  char err[256];
+  if (rt_device_caps_get(be, state, dev.device_id, &caps, err, sizeof err) != 0)
+    return rt_fail(FI_ERR_DEVICE, "%s: %s", fn, err);
+  jit_key key;
+  jit_moe_gemm_choose(dt, T * K, (int)E, ts, p->block_m, gated, p->gather, n, caps.smem_block_kb, &key);
+  const int bm = (int)key.v[MOE_GEMM_P_BM], bn = (int)key.v[MOE_GEMM_P_BN];
+  const int64_t blocks = max_tiles * (ts / bm) * (n / bn);
+  if (blocks > INT32_MAX) return rt_fail(FI_ERR_INVALID_ARGUMENT, "%s: the problem needs more than 2^31-1 blocks", fn);
+  if (T == 0 || rows == 0) return FI_OK;
+
+  kp.a = rt_data(a), kp.w = rt_data(weights), kp.out = rt_data(out);
+  kp.num_tiles = nt, kp.p2e = p2e;
+  kp.a_stride = as, kp.w_expert_stride = E > 1 ? ws0 : wrows * ws1, kp.w_stride = ws1, kp.out_stride = os;
+  kp.k = (int32_t)k, kp.n = (int32_t)n, kp.tile_size = ts, kp.max_tiles = (int32_t)max_tiles, kp.top_k = (int32_t)K;
+  kp.up_row = gated && p->gate_first ? (int32_t)n : 0;
+  kp.gate_row = gated && !p->gate_first ? (int32_t)n : 0;
+
+  rt_kernel *kern;
+  if ((st = rt_kernel_get(rt, &key, be, dev.device_id, &kern)) != FI_OK) return st;
+  return rt_launch_1d(rt, kern, blocks, MOE_GEMM_THREADS, stream, &kp, sizeof kp);
 }

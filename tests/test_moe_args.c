@@ -278,3 +278,108 @@ FT_TEST(moe_permute_and_finalize_arguments) {
            strstr(fi_last_error(), "overlaps"), "%s", fi_last_error());
   fi_runtime_destroy(rt);
 }
+
+/* fi_moe_grouped_gemm: a valid call reaches the device (none here); each bad argument is
+ * refused naming it. */
+FT_TEST(moe_grouped_gemm_arguments) {
+  fi_runtime *rt = mem_runtime();
+  FT_REQUIRE(rt);
+  char *m = (char *)ADDR;
+  const int64_t T = 100, K = 8, L = 16, H = 512, I = 256, TS = 128, MT = fi_moe_max_tiles(T, (int)K, (int)L, (int)TS);
+  tens x, e2p, te, mn, nt, p2e, h;
+  mk(&x, m, kDLBfloat, 16, 2, T, H, kDLCUDA);
+  mk(&e2p, m + (1 << 20), kDLInt, 32, 2, T, K, kDLCUDA);
+  mk(&te, m + (2 << 20), kDLInt, 32, 1, MT, 0, kDLCUDA);
+  mk(&mn, m + (3 << 20), kDLInt, 32, 1, MT, 0, kDLCUDA);
+  mk(&nt, m + (4 << 20), kDLInt, 32, 1, 1, 0, kDLCUDA);
+  mk(&p2e, m + (5 << 20), kDLInt, 32, 1, MT * TS, 0, kDLCUDA);
+  mk(&h, m + (8 << 20), kDLBfloat, 16, 2, MT * TS, I, kDLCUDA);
+  int64_t ws[3] = {L, 2 * I, H}, wst[3] = {2 * I * H, H, 1};
+  DLTensor w;
+  memset(&w, 0, sizeof w);
+  w.data = m + (64 << 20), w.device.device_type = kDLCUDA, w.ndim = 3, w.dtype = (DLDataType){kDLBfloat, 16, 1};
+  w.shape = ws, w.strides = wst;
+  fi_moe_sort_outputs so = {&te.t, &mn.t, &e2p.t, &p2e.t, &nt.t, &nt.t};
+  fi_moe_gemm_params p;
+  fi_moe_gemm_params_init(&p);
+  p.tile_size = (int)TS, p.activation = FI_MOE_GEMM_SWIGLU, p.gather = 1;
+#define GEMM_BAD(what)                                                                                      \
+  do {                                                                                                      \
+    poison_error();                                                                                         \
+    fi_status st_ = fi_moe_grouped_gemm(rt, &x.t, &w, &so, &p, &h.t, NULL);                                 \
+    FT_CHECK(st_ == FI_ERR_INVALID_ARGUMENT && strstr(fi_last_error(), what), "%s: %s", fi_status_string(st_), \
+             fi_last_error());                                                                              \
+  } while (0)
+  poison_error();
+  fi_status st = fi_moe_grouped_gemm(rt, &x.t, &w, &so, &p, &h.t, NULL);
+  FT_CHECK(st == FI_ERR_NO_DEVICE || st == FI_ERR_DEVICE, "%s: %s", fi_status_string(st), fi_last_error());
+  p.tile_size = 100;
+  GEMM_BAD("tile_size");
+  p.tile_size = (int)TS, p.activation = 7;
+  GEMM_BAD("activation");
+  p.activation = FI_MOE_GEMM_SWIGLU, p.gather = 2;
+  GEMM_BAD("gather");
+  p.gather = 1, p.gate_first = -1;
+  GEMM_BAD("gate_first");
+  p.gate_first = 0, p.block_m = 32;
+  GEMM_BAD("block_m");
+  p.block_m = 0;
+  x.shape[1] = H - 8; /* k not a multiple of 64 */
+  GEMM_BAD("k = 504");
+  x.shape[1] = H, ws[1] = 2 * I + 2; /* 2n with n not a multiple of 64 */
+  GEMM_BAD("rows an expert");
+  ws[1] = 2 * I, ws[0] = L + 1; /* the tables were sorted for other experts */
+  GEMM_BAD("fi_moe_max_tiles");
+  ws[0] = L, w.dtype = (DLDataType){kDLFloat, 16, 1};
+  GEMM_BAD("weights has dtype");
+  w.dtype = (DLDataType){kDLBfloat, 16, 1}, x.shape[0] = T + 1; /* gather: a's rows are the tokens */
+  GEMM_BAD("a has 101 rows");
+  x.shape[0] = T, x.strides[0] = H + 4; /* rows not 16-byte aligned */
+  GEMM_BAD("a row stride");
+  x.strides[0] = H, h.shape[1] = I + 64;
+  GEMM_BAD("out");
+  h.shape[1] = I, h.t.data = m + (64 << 20) + 128; /* over the weights */
+  GEMM_BAD("overlaps");
+  h.t.data = m + (8 << 20), te.t.dtype = (DLDataType){kDLInt, 64, 1};
+  GEMM_BAD("tile_idx_to_expert_idx");
+  te.t.dtype = (DLDataType){kDLInt, 32, 1}, p2e.t.device.device_id = 1;
+  GEMM_BAD("permuted_idx_to_expanded_idx");
+  p.gather = 0; /* the table is not read without the gather, but a is then [rows, k] */
+  GEMM_BAD("a has 100 rows");
+  p2e.t.device.device_id = 0;
+  FT_CHECK(fi_moe_grouped_gemm(rt, &x.t, &w, NULL, &p, &h.t, NULL) == FI_ERR_INVALID_ARGUMENT &&
+               strstr(fi_last_error(), "tables"),
+           "%s", fi_last_error());
+#undef GEMM_BAD
+  fi_runtime_destroy(rt);
+}
+
+/* Every key the GEMM's choice can make is one prewarm compiles, and its shape divides the
+ * problem: block rows divide the tile, columns divide n, stages fit the shared memory. */
+FT_TEST(moe_gemm_keys_registered) {
+  const int dts[2] = {JIT_DT_F16, JIT_DT_BF16}, tiles[3] = {64, 128, 256}, bms[4] = {0, 16, 64, 128};
+  const int smem[4] = {64, 99, 163, 227};
+  const int64_t routes[4] = {1, 100, 5000, 1 << 20}, ns[3] = {64, 768, 7168};
+  int checked = 0;
+  for (int d = 0; d < 2; d++)
+    for (int t = 0; t < 3; t++)
+      for (int b = 0; b < 4; b++)
+        for (int g = 0; g < 4; g++)
+          for (int r = 0; r < 4; r++)
+            for (int n = 0; n < 3; n++)
+              for (int s = 0; s < 4; s++) {
+                if (bms[b] > tiles[t]) continue;
+                jit_key k;
+                jit_moe_gemm_choose(dts[d], routes[r], 32, tiles[t], bms[b], g & 1, g >> 1, ns[n], smem[s], &k);
+                const int bm = (int)k.v[MOE_GEMM_P_BM], bn = (int)k.v[MOE_GEMM_P_BN];
+                const int st = (int)k.v[MOE_GEMM_P_STAGES], nb = (g & 1) ? 2 : 1;
+                FT_CHECK(tiles[t] % bm == 0 && ns[n] % bn == 0, "tile %d bm %d n %lld bn %d", tiles[t], bm,
+                         (long long)ns[n], bn);
+                FT_CHECK(st * (bm + nb * bn) * 128 <= smem[s] * 1024, "stages %d of bm %d bn %d over %d KiB", st, bm,
+                         bn, smem[s]);
+                FT_REQUIRE(op_registers(&jit_op_moe_gemm, &k), "tile %d bm %d gated %d n %lld smem %d", tiles[t],
+                           bms[b], g & 1, (long long)ns[n], smem[s]);
+                checked++;
+              }
+  FT_CHECK(checked > 1000, "%d", checked);
+}

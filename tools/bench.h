@@ -35,6 +35,13 @@ double bench_read(fi_runtime *rt);
  * (and destroys it once its work on the device is done). Exits on failure. */
 fi_runtime *bench_env_runtime(void);
 
+/* A tensor-core probe of fi_admin.h (fi_admin_mma_probe, fi_admin_wgmma_probe) and its
+ * rate in TFLOP/s, printed with `what` (bench_prefill.c); 0 where it cannot run. */
+typedef fi_status (*probe_fn)(fi_runtime *, DLDevice, int, int, void *, double *);
+double bench_probe(fi_runtime *rt, probe_fn fn, int iters, const char *what, const char *jname);
+/* n bytes of random bf16 in [-1, 1) at d (bench_prefill.c). */
+void fill_random(CUdeviceptr d, size_t n);
+
 /* One fi-bench section. run gets a runtime on an in-memory cache and the copy
  * bandwidth measured at start. */
 typedef struct bench_section {
@@ -50,3 +57,4 @@ extern const bench_section bench_act_section, bench_cascade_section, bench_page_
 extern const bench_section bench_decode_section, bench_single_section;
 extern const bench_section bench_prefill_section;
 extern const bench_section bench_sampling_section;
+extern const bench_section bench_moe_section;

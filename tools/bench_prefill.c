@@ -54,7 +54,6 @@ static rates time_both(run_fn run, void *ctx, int reps) {
   return r;
 }
 
-typedef fi_status (*probe_fn)(fi_runtime *, DLDevice, int, int, void *, double *);
 
 typedef struct pctx {
   probe_fn fn;
@@ -72,7 +71,7 @@ static void run_probe(void *ctx, int call) {
 /* A tensor-core rate: the mma.sync probe (resident blocks x 8 warps x iters x 8 mma of
  * 4096 FLOPs) or the wgmma one (Hopper; x 2 warpgroups x 4 wgmma of 262144 FLOPs). 0 when
  * the probe cannot run here. */
-static double bench_probe(fi_runtime *rt, probe_fn fn, int iters, const char *what, const char *jname) {
+double bench_probe(fi_runtime *rt, probe_fn fn, int iters, const char *what, const char *jname) {
   DLDevice dev = {kDLCUDA, 0};
   double flops = 0;
   if (fn(rt, dev, 0, iters, NULL, &flops) != FI_OK) {
@@ -98,7 +97,7 @@ typedef struct pcfg {
 
 /* n bytes of random bf16 in [-1, 1) at d: random rather than constant inputs, since the
  * tensor cores draw more power (and the clock may drop) on toggling bits. */
-static void fill_random(CUdeviceptr d, size_t n) {
+void fill_random(CUdeviceptr d, size_t n) {
   uint16_t *h = malloc(n);
   if (!h) {
     CU_CHECK(&cu, cuMemsetD8(d, 0x3c, n));
