@@ -90,7 +90,7 @@ $(BUILD)/fi-example: $(EXAMPLE_SRCS) tools/fi_example.h tools/fi_example_step.h 
 $(BUILD)/obj/tests/ft_main.o: tests/ft_main.c tests/ft.h
 	@mkdir -p $(dir $@)
 	$(CC) $(CPPFLAGS) $(CFLAGS) -c $< -o $@
-$(BUILD)/tests/%: tests/%.c tests/ft.h $(BUILD)/obj/tests/ft_main.o $(BUILD)/libfi_internal.a
+$(BUILD)/tests/%: tests/%.c $(wildcard tests/*.h) $(BUILD)/obj/tests/ft_main.o $(BUILD)/libfi_internal.a
 	@mkdir -p $(dir $@)
 	$(CC) $(CPPFLAGS) $(CFLAGS) -Itests $< $(BUILD)/obj/tests/ft_main.o $(BUILD)/libfi_internal.a -o $@ $(LDFLAGS) $(LIBS)
 $(BUILD)/tests/gpu_%: tests/gpu/gpu_%.c tests/gpu/gpu_util.h tests/ft.h $(BUILD)/obj/tests/ft_main.o $(BUILD)/libfi_runtime.so
