@@ -13,6 +13,7 @@
  * (they stay the parent's), and SQLite's per-process lock bookkeeping for
  * the file, which a new connection in the child would otherwise share, goes
  * with it. */
+#include <assert.h>
 #include <pthread.h>
 #include <sqlite3.h>
 
@@ -70,14 +71,18 @@ static void register_atfork(void) { pthread_atfork(fork_prepare, fork_parent, fo
 void cache_lock(cache_store *s) {
   if (gate_depth++ == 0) pthread_rwlock_rdlock(&gate);
   pthread_mutex_lock(&s->mu);
+  cache_held_enter(&s->held);
 }
 
 void cache_unlock(cache_store *s) {
+  assert(cache_locked(s) && gate_depth > 0); /* one unlock per lock, by the thread that locked */
+  cache_held_leave(&s->held);
   pthread_mutex_unlock(&s->mu);
   if (--gate_depth == 0) pthread_rwlock_unlock(&gate);
 }
 
 void cache_fork_register(cache_store *s) {
+  assert(cache_locked(s));
   pthread_once(&atfork_once, register_atfork);
   pthread_mutex_lock(&list_mu);
   s->fork_prev = NULL;
@@ -88,6 +93,7 @@ void cache_fork_register(cache_store *s) {
 }
 
 void cache_fork_unregister(cache_store *s) {
+  assert(cache_locked(s));
   pthread_mutex_lock(&list_mu);
   if (s->fork_prev)
     s->fork_prev->fork_next = s->fork_next;

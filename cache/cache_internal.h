@@ -8,6 +8,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "cache_held.h"
 #include "cache_store.h"
 
 /* Statements kept prepared on the connection, each made at its first use. */
@@ -39,6 +40,7 @@ struct cache_store {
   sqlite3 *db;
   /* Recursive so that a cache_store_list callback may call back into the store. */
   pthread_mutex_t mu;
+  cache_held held; /* who holds mu: cache_lock / cache_unlock keep it, cache_locked reads it */
   int readonly;
   int rollback; /* CACHE_OPEN_ROLLBACK, or sealed since */
   int memory;   /* ":memory:" */
@@ -63,6 +65,9 @@ struct cache_store {
  * mutexes or a connection's state half changed. */
 void cache_lock(cache_store *s);
 void cache_unlock(cache_store *s);
+/* Whether this thread is between cache_lock and cache_unlock of s: for assert(), which
+ * says the rule where a comment used to ("under s->mu"); always 1 under NDEBUG. */
+static inline int cache_locked(const cache_store *s) { return cache_held_by_me(&s->held); }
 /* The open stores, for the child after fork() (called under cache_lock). */
 void cache_fork_register(cache_store *s);
 void cache_fork_unregister(cache_store *s);

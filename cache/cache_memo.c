@@ -2,9 +2,12 @@
  * immutable nodes; readers take no lock, writers take a mutex and grow by copying. */
 #include "cache_memo.h"
 
+#include <assert.h>
 #include <pthread.h>
 #include <stdatomic.h>
 #include <stdlib.h>
+
+#include "cache_held.h"
 
 typedef struct cache_memo_node {
   uint64_t k0, k1;
@@ -22,7 +25,8 @@ typedef struct cache_memo_table {
 
 struct cache_memo {
   _Atomic(cache_memo_table *) cur;
-  pthread_mutex_t mu;
+  pthread_mutex_t mu; /* writers: cache_memo_put */
+  cache_held held;    /* who holds mu, for assert() */
   _Atomic int64_t count;
 };
 
@@ -60,6 +64,7 @@ cache_memo *cache_memo_create(void) {
   }
   atomic_init(&m->cur, t);
   atomic_init(&m->count, 0);
+  atomic_init(&m->held.depth, 0);
   return m;
 }
 
@@ -111,6 +116,7 @@ static size_t cache_memo_probe(cache_memo_table *t, uint64_t k0, uint64_t k1, in
 /* Under m->mu: copies the node pointers into a table twice the size and
  * publishes it; the old table stays reachable through ->older. */
 static cache_memo_table *cache_memo_grow(cache_memo *m, cache_memo_table *t) {
+  assert(cache_held_by_me(&m->held));
   cache_memo_table *nt = cache_memo_table_new((t->mask + 1) * 2);
   if (!nt) return NULL;
   for (size_t i = 0; i <= t->mask; i++) {
@@ -129,6 +135,7 @@ void *cache_memo_put(cache_memo *m, uint64_t k0, uint64_t k1, int device, void *
   /* NULL is get's "absent", so it cannot be stored. */
   if (!m || !value) return NULL;
   pthread_mutex_lock(&m->mu);
+  cache_held_enter(&m->held);
   cache_memo_table *t = atomic_load_explicit(&m->cur, memory_order_relaxed);
   cache_memo_node *found;
   size_t i = cache_memo_probe(t, k0, k1, device, &found);
@@ -155,8 +162,10 @@ void *cache_memo_put(cache_memo *m, uint64_t k0, uint64_t k1, int device, void *
       atomic_store_explicit(&t->slots[i], n, memory_order_release);
       atomic_store_explicit(&m->count, count + 1, memory_order_relaxed);
       ret = value;
+      assert((size_t)(count + 1) * 2 <= t->mask + 1); /* the load stays at most half */
     }
   }
+  cache_held_leave(&m->held);
   pthread_mutex_unlock(&m->mu);
   return ret;
 }

@@ -2,6 +2,7 @@
  * binaries keyed by a 128-bit hash: opening, schema, connections and statements. */
 #include "cache_store.h"
 
+#include <assert.h>
 #include <errno.h>
 #include <limits.h>
 #include <pthread.h>
@@ -71,6 +72,7 @@ void cache_hash_hex(const uint8_t hash[16], char out[33]) {
 int64_t cache_now(void) { return (int64_t)time(NULL); }
 
 int cache_exec(cache_store *s, const char *sql, const char *what, char *err, size_t errlen) {
+  assert(cache_locked(s));
   if (!s->db) {
     cache_seterr(err, errlen, "%s: %s: this store was opened before fork()", s->path, what);
     return CACHE_ERR;
@@ -80,6 +82,7 @@ int cache_exec(cache_store *s, const char *sql, const char *what, char *err, siz
 }
 
 void cache_rollback(cache_store *s) {
+  assert(cache_locked(s));
   /* Fails harmlessly when SQLite already rolled back (e.g. after SQLITE_FULL). */
   if (s->db && sqlite3_get_autocommit(s->db) == 0)
     sqlite3_exec(s->db, "ROLLBACK", NULL, NULL, NULL);
@@ -324,6 +327,7 @@ static const char *const stmt_sql[ST_COUNT] = {
  * kernels up needs one. */
 sqlite3_stmt *cache_stmt_sql(cache_store *s, int which, const char *sql, char *err,
                              size_t errlen) {
+  assert(cache_locked(s));
   if (!s->db) {
     cache_seterr(err, errlen, "%s: this store was opened before fork(); open it again here",
                  s->path);
@@ -499,6 +503,7 @@ int cache_store_open(const char *path, int flags, cache_store **out, char *err, 
 /* A failed connect keeps its handle (SQLite allocates one even then), so
  * later calls on the store fail with a message instead of a NULL db. */
 int cache_reconnect(cache_store *s, char *err, size_t errlen) {
+  assert(cache_locked(s));
   cache_disconnect(s);
   int oflags = s->readonly ? SQLITE_OPEN_READONLY : SQLITE_OPEN_READWRITE | SQLITE_OPEN_CREATE;
   return cache_connect(s, s->path, oflags, s->memory, err, errlen);

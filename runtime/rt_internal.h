@@ -3,11 +3,13 @@
 #ifndef RT_INTERNAL_H
 #define RT_INTERNAL_H
 
+#include <assert.h>
 #include <pthread.h>
 #include <stdarg.h>
 #include <stdatomic.h>
 #include <sys/types.h>
 
+#include "cache_held.h"
 #include "cache_memo.h"
 #include "cache_store.h"
 #include "fi_admin.h"
@@ -56,6 +58,7 @@ struct fi_runtime {
   unsigned fork_gen;         /* rt_fork_generation when this state was made */
   cache_memo *memo;
   pthread_mutex_t mu;        /* guards inflight, the device state load, store switch */
+  cache_held mu_held;        /* who holds mu, for assert(rt_locked(rt)): rt_lock, rt_unlock */
   pthread_cond_t cv;
   rt_inflight *inflight;
   /* Device backends, by registry slot (rt_device.h): state created at first use. */
@@ -71,6 +74,26 @@ struct fi_runtime {
   uint8_t (*touched)[16];
   int ntouched, captouched;
 };
+
+/* rt->mu, taken and let go only through these, so that a function that must run under
+ * it can assert(rt_locked(rt)) (checked unless NDEBUG; cache_held.h). */
+static inline void rt_lock(fi_runtime *rt) {
+  pthread_mutex_lock(&rt->mu);
+  cache_held_enter(&rt->mu_held);
+}
+static inline void rt_unlock(fi_runtime *rt) {
+  assert(cache_held_by_me(&rt->mu_held));
+  cache_held_leave(&rt->mu_held);
+  pthread_mutex_unlock(&rt->mu);
+}
+/* Waits on rt->cv; the caller holds rt->mu (and holds it again on return). */
+static inline void rt_wait(fi_runtime *rt) {
+  assert(cache_held_by_me(&rt->mu_held));
+  cache_held_leave(&rt->mu_held);
+  pthread_cond_wait(&rt->cv, &rt->mu);
+  cache_held_enter(&rt->mu_held);
+}
+static inline int rt_locked(const fi_runtime *rt) { return cache_held_by_me(&rt->mu_held); }
 
 /* Errors: set the thread's message and return the status. */
 fi_status rt_fail(fi_status s, const char *fmt, ...) __attribute__((format(printf, 2, 3)));

@@ -1,5 +1,6 @@
 /* rt_kernel.c: the slow path behind a memo miss: the store, then a compile with
  * one compile per key in flight, then the device load and the memo entry. */
+#include <assert.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -33,6 +34,7 @@ static void add_ms(_Atomic double *total, double ms) {
 }
 
 static int inflight_has(const fi_runtime *rt, const uint8_t h[16]) {
+  assert(rt_locked(rt));
   for (const rt_inflight *f = rt->inflight; f; f = f->next)
     if (memcmp(f->key_hash, h, 16) == 0) return 1;
   return 0;
@@ -42,31 +44,31 @@ static int inflight_has(const fi_runtime *rt, const uint8_t h[16]) {
  * Returns 1 if it had to wait. */
 static int inflight_claim(fi_runtime *rt, rt_inflight *node, const uint8_t h[16]) {
   int waited = 0;
-  pthread_mutex_lock(&rt->mu);
+  rt_lock(rt);
   while (inflight_has(rt, h)) {
     waited = 1;
-    pthread_cond_wait(&rt->cv, &rt->mu);
+    rt_wait(rt);
   }
   memcpy(node->key_hash, h, 16);
   node->next = rt->inflight;
   rt->inflight = node;
-  pthread_mutex_unlock(&rt->mu);
+  rt_unlock(rt);
   return waited;
 }
 
 static void inflight_release(fi_runtime *rt, rt_inflight *node) {
-  pthread_mutex_lock(&rt->mu);
+  rt_lock(rt);
   for (rt_inflight **p = &rt->inflight; *p; p = &(*p)->next)
     if (*p == node) {
       *p = node->next;
       break;
     }
   pthread_cond_broadcast(&rt->cv);
-  pthread_mutex_unlock(&rt->mu);
+  rt_unlock(rt);
 }
 
 static void note_touch(fi_runtime *rt, const uint8_t hash[16]) {
-  pthread_mutex_lock(&rt->mu);
+  rt_lock(rt);
   if (rt->ntouched == rt->captouched) {
     int cap = rt->captouched ? rt->captouched * 2 : 16;
     void *p = realloc(rt->touched, (size_t)cap * 16);
@@ -76,7 +78,7 @@ static void note_touch(fi_runtime *rt, const uint8_t hash[16]) {
     }
   }
   if (rt->ntouched < rt->captouched) memcpy(rt->touched[rt->ntouched++], hash, 16);
-  pthread_mutex_unlock(&rt->mu);
+  rt_unlock(rt);
 }
 
 /* must_store: prewarm's compile is worthless unless it reaches the file, so a

@@ -141,7 +141,7 @@ fi_status rt_backend(fi_runtime *rt, int dlpack_type, const rt_device_i **be, vo
     *state = *st;
     return FI_OK;
   }
-  pthread_mutex_lock(&rt->mu);
+  rt_lock(rt);
   if (*loaded == 0) {
     const rt_device_config cfg = {rt->env.device_library[slot][0] ? rt->env.device_library[slot] : NULL,
                                   rt->env.tune.pdl};
@@ -156,7 +156,7 @@ fi_status rt_backend(fi_runtime *rt, int dlpack_type, const rt_device_i **be, vo
     }
   }
   int ok = *loaded == 1;
-  pthread_mutex_unlock(&rt->mu);
+  rt_unlock(rt);
   if (!ok) return rt_fail(FI_ERR_NO_DEVICE, "no %s device: %s", b->name, err);
   *be = b;
   *state = *st;

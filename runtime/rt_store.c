@@ -1,6 +1,7 @@
 /* rt_store.c: opening the cache layers: the writable user file (permissions,
  * network filesystems, corrupt files moved aside, memory as the last resort)
  * and the optional read-only system file; and starting afresh in a forked child. */
+#include <assert.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <stdio.h>
@@ -46,7 +47,9 @@ static double now_ms(void) {
   return (double)t.tv_sec * 1e3 + (double)t.tv_nsec / 1e6;
 }
 
+/* open_user's fallback, under rt->mu like it. */
 static cache_store *open_memory(fi_runtime *rt, const char *why) {
+  assert(rt_locked(rt));
   snprintf(rt->fallback_reason, sizeof rt->fallback_reason, "%s", why);
   char err[256];
   cache_store *s = NULL;
@@ -80,8 +83,9 @@ static int cache_modes(fi_runtime *rt, mode_t *dir_mode, mode_t *file_mode, int 
   return 0;
 }
 
-/* The policy around cache_store_open for the user layer. Called once, under rt->mu. */
+/* The policy around cache_store_open for the user layer: once, under rt->mu. */
 static cache_store *open_user(fi_runtime *rt) {
+  assert(rt_locked(rt));
   char err[1024] = "";
   cache_store *s = NULL;
   if (!rt->cache_path[0])
@@ -162,7 +166,7 @@ cache_store *rt_store(fi_runtime *rt) {
   rt_fork_check(rt);
   cache_store *s = __atomic_load_n(&rt->store, __ATOMIC_ACQUIRE);
   if (s) return s;
-  pthread_mutex_lock(&rt->mu);
+  rt_lock(rt);
   if (!rt->store) {
     double t0 = now_ms();
     cache_store *opened = open_user(rt);
@@ -174,7 +178,7 @@ cache_store *rt_store(fi_runtime *rt) {
     __atomic_store_n(&rt->store, opened, __ATOMIC_RELEASE);
   }
   s = rt->store;
-  pthread_mutex_unlock(&rt->mu);
+  rt_unlock(rt);
   return s;
 }
 
@@ -188,7 +192,7 @@ cache_store *rt_system_store(fi_runtime *rt) {
   rt_fork_check(rt);
   cache_store *s = __atomic_load_n(&rt->system_store, __ATOMIC_ACQUIRE);
   if (s || __atomic_load_n(&rt->system_failed, __ATOMIC_ACQUIRE)) return s;
-  pthread_mutex_lock(&rt->mu);
+  rt_lock(rt);
   if (!rt->system_store && !rt->system_failed) {
     char err[1024] = "";
     char *path = NULL;
@@ -221,7 +225,7 @@ cache_store *rt_system_store(fi_runtime *rt) {
     free(path);
   }
   s = rt->system_store;
-  pthread_mutex_unlock(&rt->mu);
+  rt_unlock(rt);
   return s;
 }
 
@@ -250,6 +254,7 @@ void rt_after_fork(fi_runtime *rt) {
   /* Only this thread exists in the child: no lock is needed, and a lock the
    * parent's other threads held at fork time must be made anew. */
   pthread_mutex_init(&rt->mu, NULL);
+  memset(&rt->mu_held, 0, sizeof rt->mu_held);
   pthread_cond_init(&rt->cv, NULL);
   rt->inflight = NULL;
   if (rt->store) cache_store_close(rt->store);
@@ -268,7 +273,7 @@ void rt_after_fork(fi_runtime *rt) {
 
 /* Writes the hits noted since the last flush (rt_kernel.c notes them) to the store. */
 void rt_flush_touches(fi_runtime *rt) {
-  pthread_mutex_lock(&rt->mu);
+  rt_lock(rt);
   int n = rt->ntouched;
   rt->ntouched = 0;
   if (n > 0 && rt->store) {
@@ -277,5 +282,5 @@ void rt_flush_touches(fi_runtime *rt) {
         CACHE_OK)
       rt_log(rt, RT_LOG_DEBUG, "recording cache use failed: %s", err);
   }
-  pthread_mutex_unlock(&rt->mu);
+  rt_unlock(rt);
 }
