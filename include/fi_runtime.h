@@ -651,6 +651,41 @@ FI_API fi_status fi_moe_grouped_gemm(fi_runtime *rt, const DLTensor *a, const DL
                                      const fi_moe_sort_outputs *tables, const fi_moe_gemm_params *p, DLTensor *out,
                                      void *stream);
 
+/** One MoE layer in one call (fi_fused_moe). */
+typedef struct fi_fused_moe_params {
+  fi_moe_routing_params routing; /**< method and top_k (top_k also when the caller gives expert_ids) */
+  int num_experts;               /**< every expert of the model */
+  int local_expert_offset;       /**< this rank's first expert (expert parallelism; 0 for all) */
+  int local_num_experts;         /**< this rank's experts: w13's and w2's first dimension */
+  int tile_size;                 /**< the sort's tile: 64, 128, 256, or 0 for the rule (64 when the
+                                      routes average fewer than 64 a local expert, else 128) */
+  int gate_first;                /**< W13 rows [gate; up] (vLLM's order) when 1, [up; gate] when 0 */
+  int accumulate;                /**< 1: out += the layer (a shared expert's output, EP partial sums) */
+  int block_m;                   /**< the GEMMs' block rows (fi_moe_gemm_params.block_m); 0 for the rule */
+} fi_fused_moe_params;
+
+/** Defaults: fi_moe_routing_params_init's routing, no experts (set them), rules elsewhere. */
+FI_API void fi_fused_moe_params_init(fi_fused_moe_params *p);
+
+/** Device workspace bytes fi_fused_moe needs for num_tokens tokens of hidden size `hidden`
+ * and expert intermediate size `inter` (256-byte aligned, the caller's; reusable by every
+ * call of at most as many tokens with the same parameters). */
+FI_API fi_status fi_fused_moe_workspace_size(fi_runtime *rt, int64_t num_tokens, int64_t hidden, int64_t inter,
+                                             const fi_fused_moe_params *p, size_t *bytes);
+
+/** A whole MoE layer: routes x [T, hidden] (router_logits [T, E] through fi_moe_routing,
+ * or the caller's expert_ids [T, top_k] int32 and expert_weights [T, top_k] float32: give
+ * one or the other), sorts the routes, then per local expert h = silu(x . gate^T) * (x .
+ * up^T) with w13 [local experts, 2 inter, hidden], y = h . w2^T with w2 [local experts,
+ * hidden, inter], and out [T, hidden] (+)= sum_k weight x y, deterministic. x, w13, w2 and
+ * out float16 or bfloat16, one dtype. The ops of the steps check their own arguments
+ * (their names in the messages). Nothing is synchronized with the host: a fixed T can be
+ * captured in a CUDA graph. */
+FI_API fi_status fi_fused_moe(fi_runtime *rt, const DLTensor *x, const DLTensor *router_logits,
+                              const DLTensor *correction_bias, const DLTensor *expert_ids,
+                              const DLTensor *expert_weights, const DLTensor *w13, const DLTensor *w2,
+                              const fi_fused_moe_params *p, DLTensor *workspace, DLTensor *out, void *stream);
+
 #ifdef __cplusplus
 }
 #endif

@@ -383,3 +383,80 @@ FT_TEST(moe_gemm_keys_registered) {
               }
   FT_CHECK(checked > 1000, "%d", checked);
 }
+
+/* fi_fused_moe: the workspace size follows the tile rule and grows with the tokens; a
+ * valid call reaches the device (none here); bad arguments are refused naming them. */
+FT_TEST(fused_moe_arguments) {
+  fi_runtime *rt = mem_runtime();
+  FT_REQUIRE(rt);
+  fi_fused_moe_params p;
+  fi_fused_moe_params_init(&p);
+  p.routing.method = FI_MOE_ROUTING_SOFTMAX_TOPK_RENORM, p.routing.top_k = 8;
+  p.num_experts = 128, p.local_num_experts = 128;
+  size_t small = 0, big = 0, b128 = 0;
+  FT_REQUIRE(fi_fused_moe_workspace_size(rt, 4, 2048, 768, &p, &small) == FI_OK, "%s", fi_last_error());
+  FT_REQUIRE(fi_fused_moe_workspace_size(rt, 4096, 2048, 768, &p, &big) == FI_OK, "%s", fi_last_error());
+  p.tile_size = 128;
+  FT_REQUIRE(fi_fused_moe_workspace_size(rt, 4, 2048, 768, &p, &b128) == FI_OK, "%s", fi_last_error());
+  FT_CHECK(small > 0 && big > small && b128 > small && small % 256 == 0, "%zu %zu %zu", small, big, b128);
+  /* 4 tokens: 32 routes, at most 32 tiles of 64 rows, h and y bf16 */
+  FT_CHECK(small >= (size_t)32 * 64 * (2048 + 768) * 2, "%zu", small);
+  p.tile_size = 0;
+  poison_error();
+  FT_CHECK(fi_fused_moe_workspace_size(rt, 4, 2048, 768, NULL, &small) == FI_ERR_INVALID_ARGUMENT &&
+               strstr(fi_last_error(), "p is NULL"),
+           "%s", fi_last_error());
+  p.tile_size = 96;
+  FT_CHECK(fi_fused_moe_workspace_size(rt, 4, 2048, 768, &p, &small) == FI_ERR_INVALID_ARGUMENT &&
+               strstr(fi_last_error(), "tile_size"),
+           "%s", fi_last_error());
+  p.tile_size = 0, p.local_num_experts = 0;
+  FT_CHECK(fi_fused_moe_workspace_size(rt, 4, 2048, 768, &p, &small) == FI_ERR_INVALID_ARGUMENT &&
+               strstr(fi_last_error(), "local_num_experts"),
+           "%s", fi_last_error());
+  p.local_num_experts = 128;
+
+  char *m = (char *)ADDR;
+  const int64_t T = 4, H = 2048, I = 768;
+  tens x, lg, out, ws, ids, wts;
+  mk(&x, m, kDLBfloat, 16, 2, T, H, kDLCUDA);
+  mk(&lg, m + (1 << 20), kDLFloat, 32, 2, T, 128, kDLCUDA);
+  mk(&out, m + (2 << 20), kDLBfloat, 16, 2, T, H, kDLCUDA);
+  mk(&ids, m + (3 << 20), kDLInt, 32, 2, T, 8, kDLCUDA);
+  mk(&wts, m + (3 << 20) + 4096, kDLFloat, 32, 2, T, 8, kDLCUDA);
+  FT_REQUIRE(fi_fused_moe_workspace_size(rt, T, H, I, &p, &small) == FI_OK);
+  mk(&ws, m + (1LL << 32), kDLUInt, 8, 1, (int64_t)small, 0, kDLCUDA);
+  int64_t s13[3] = {128, 2 * I, H}, s2[3] = {128, H, I};
+  DLTensor w13, w2;
+  memset(&w13, 0, sizeof w13);
+  w13.data = m + (1LL << 34), w13.device.device_type = kDLCUDA, w13.ndim = 3, w13.dtype = (DLDataType){kDLBfloat, 16, 1};
+  w2 = w13;
+  w13.shape = s13, w2.shape = s2, w2.data = m + (1LL << 35);
+  poison_error();
+  fi_status st = fi_fused_moe(rt, &x.t, &lg.t, NULL, NULL, NULL, &w13, &w2, &p, &ws.t, &out.t, NULL);
+  FT_CHECK(st == FI_ERR_NO_DEVICE || st == FI_ERR_DEVICE, "%s: %s", fi_status_string(st), fi_last_error());
+  FT_CHECK(fi_fused_moe(rt, &x.t, &lg.t, NULL, &ids.t, &wts.t, &w13, &w2, &p, &ws.t, &out.t, NULL) ==
+                   FI_ERR_INVALID_ARGUMENT &&
+               strstr(fi_last_error(), "not both"),
+           "%s", fi_last_error());
+  FT_CHECK(fi_fused_moe(rt, &x.t, NULL, NULL, &ids.t, NULL, &w13, &w2, &p, &ws.t, &out.t, NULL) ==
+                   FI_ERR_INVALID_ARGUMENT &&
+               strstr(fi_last_error(), "expert_weights"),
+           "%s", fi_last_error());
+  ws.shape[0] = (int64_t)small - 256;
+  FT_CHECK(fi_fused_moe(rt, &x.t, &lg.t, NULL, NULL, NULL, &w13, &w2, &p, &ws.t, &out.t, NULL) ==
+                   FI_ERR_INVALID_ARGUMENT &&
+               strstr(fi_last_error(), "workspace has"),
+           "%s", fi_last_error());
+  ws.shape[0] = (int64_t)small, ws.t.data = m; /* over x */
+  FT_CHECK(fi_fused_moe(rt, &x.t, &lg.t, NULL, NULL, NULL, &w13, &w2, &p, &ws.t, &out.t, NULL) ==
+                   FI_ERR_INVALID_ARGUMENT &&
+               strstr(fi_last_error(), "overlaps"),
+           "%s", fi_last_error());
+  ws.t.data = m + (1LL << 32), p.accumulate = 3;
+  FT_CHECK(fi_fused_moe(rt, &x.t, &lg.t, NULL, NULL, NULL, &w13, &w2, &p, &ws.t, &out.t, NULL) ==
+                   FI_ERR_INVALID_ARGUMENT &&
+               strstr(fi_last_error(), "accumulate"),
+           "%s", fi_last_error());
+  fi_runtime_destroy(rt);
+}

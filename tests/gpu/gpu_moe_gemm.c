@@ -3,7 +3,8 @@
  * against a float64 reference per expert on fresh random inputs: out[t] = sum over the
  * token's routes of weight x W2[e] . (silu(W13_gate[e] . x) * (W13_up[e] . x)), computed from
  * the ids and weights the GPU's routing chose (routing itself: gpu_moe.c). Outputs poisoned
- * first; the first GEMM's padding rows must keep their poison (never written). bf16 and f16,
+ * first; the first GEMM's padding rows must keep their poison (never written). fi_fused_moe on
+ * the same inputs must give the same bits (routing itself, or given ids). bf16 and f16,
  * both W13 orders, every block_m, the decode rule (few routes an expert), expert parallelism
  * (a rank's experts: routes elsewhere contribute nothing). Relative norm error <= 1e-2. */
 #include <math.h>
@@ -163,6 +164,33 @@ static int run(const mcase *c) {
   }
   const double rel = sqrt(num / (den > 0 ? den : 1));
   if (!(rel <= 1e-2)) bad++;
+
+  /* fi_fused_moe on the same inputs and tiles: the same kernels in the same order, so the
+   * same bits; once routing the logits itself, once given the GPU's ids and weights. */
+  fi_fused_moe_params fp;
+  fi_fused_moe_params_init(&fp);
+  fp.routing = rp, fp.num_experts = c->E, fp.local_expert_offset = c->off, fp.local_num_experts = c->L;
+  fp.tile_size = c->tile, fp.gate_first = c->gate_first, fp.block_m = c->block_m;
+  size_t fwb = 0;
+  TRY(fi_fused_moe_workspace_size(rt, T, H, I, &fp, &fwb));
+  const CUdeviceptr d_fws = dalloc(fwb, 0x7f), d_fout = dalloc((size_t)(T * H) * 2, 0x7f);
+  int64_t s_fws[1] = {(int64_t)fwb};
+  DLTensor t_fws = g_tensor(d_fws, 0, 2, 1, s_fws, NULL), t_fout = g_tensor(d_fout, 0, dt, 2, s_x, NULL);
+  t_fws.dtype = (DLDataType){kDLUInt, 8, 1};
+  uint16_t *hf = malloc((size_t)(T * H) * 2);
+  for (int given = 0; given < 2; given++) {
+    CU_CHECK(&cu, cuMemsetD8(d_fout, 0x7f, (size_t)(T * H) * 2));
+    TRY(fi_fused_moe(rt, &t_x, given ? NULL : &t_l, NULL, given ? &t_ids : NULL, given ? &t_wt : NULL, &t_w13, &t_w2,
+                     &fp, &t_fws, &t_fout, NULL));
+    CU_CHECK(&cu, cuCtxSynchronize());
+    CU_CHECK(&cu, cuMemcpyDtoH(hf, d_fout, (size_t)(T * H) * 2));
+    if (memcmp(hf, ho, (size_t)(T * H) * 2))
+      fprintf(stderr, "  %s: fi_fused_moe (%s) differs from the ops one by one\n", c->what,
+              given ? "given ids" : "routing the logits"), bad++;
+  }
+  CU_CHECK(&cu, cuMemFree(d_fws));
+  CU_CHECK(&cu, cuMemFree(d_fout));
+  free(hf);
   fprintf(stderr, "  %-28s %s T=%lld H=%lld I=%lld E=%d k=%d L=%d@%d tile %d block_m %d%s: %lld local routes, rel %.2e%s\n",
           c->what, g_dtname(dt), (long long)T, (long long)H, (long long)I, c->E, c->k, c->L, c->off, c->tile, c->block_m,
           c->gate_first ? " gate-first" : "", (long long)routes, rel, bad ? "  FAIL" : "");
