@@ -127,6 +127,15 @@ static void run_g2(void *ctx, int call) {
   layer *l = ctx;
   check(fi_moe_grouped_gemm(l->rt, &l->t_h, &l->t_w2, &l->so, &l->g2, &l->t_y, NULL), "gemm2");
 }
+static fi_fused_moe_params fused_p;
+static DLTensor fused_ws, fused_out;
+static void run_fused(void *ctx, int call) {
+  (void)call;
+  layer *l = ctx;
+  check(fi_fused_moe(l->rt, &l->t_x, &l->t_l, NULL, NULL, NULL, &l->t_w13, &l->t_w2, &fused_p, &fused_ws, &fused_out,
+                     NULL),
+        "fi_fused_moe");
+}
 static void run_route_sort(void *ctx, int call) {
   (void)call;
   layer *l = ctx;
@@ -143,6 +152,8 @@ static void run_moe(fi_runtime *rt, double copy) {
   printf("\nprefill sizes (bf16; GEMM1 = gather + x.W13^T + SwiGLU, GEMM2 = h.W2^T; tile 128):\n"
          "| model | T | EP | local routes | GEMM | ms | TFLOP/s | of mma.sync | of wgmma |\n"
          "|---|---|---|---|---|---|---|---|---|\n");
+  char layers[4096] = "";
+  size_t used = 0;
   const int64_t Ts[] = {4096, 16384};
   for (size_t s = 0; s < sizeof shapes / sizeof *shapes; s++)
     for (int ep = 1; ep <= 8; ep += 7)
@@ -150,10 +161,12 @@ static void run_moe(fi_runtime *rt, double copy) {
         const mshape *m = &shapes[s];
         layer l;
         layer_make(&l, rt, m, Ts[ti], ep, 128);
+        double gsum = 0;
         for (int g = 0; g < 2; g++) {
           run_fn fn = g ? run_g2 : run_g1;
           fn(&l, 0);
           const double ms = time_runs(fn, &l, 3, reps);
+          gsum += ms;
           const double flops = 2.0 * (double)l.local_routes * (double)(g ? m->H : 2 * m->I) * (double)(g ? m->I : m->H);
           const double tf = flops / (ms * 1e-3) / 1e12;
           printf("| %s | %lld | %d | %lld | %s | %.3f | %.1f | %.2f | %.2f |\n", m->model, (long long)l.T, ep,
@@ -166,8 +179,29 @@ static void run_moe(fi_runtime *rt, double copy) {
                     m->model, (long long)l.T, ep, g + 1, (long long)l.local_routes, ms, tf, mma > 0 ? tf / mma : 0,
                     wg > 0 ? tf / wg : 0);
         }
+        /* The whole layer in one call (routing from the logits included), against its GEMMs. */
+        fi_fused_moe_params_init(&fused_p);
+        fused_p.routing = l.rp, fused_p.num_experts = m->E, fused_p.local_num_experts = l.L, fused_p.tile_size = 128;
+        size_t wsb = 0;
+        check(fi_fused_moe_workspace_size(rt, l.T, m->H, m->I, &fused_p, &wsb), "fi_fused_moe_workspace_size");
+        const CUdeviceptr dws = alloc(wsb), dout = alloc((size_t)(l.T * m->H) * 2);
+        int64_t s_ws[1] = {(int64_t)wsb};
+        fused_ws = tensor(dws, 2, 1, s_ws), fused_ws.dtype = (DLDataType){kDLUInt, 8, 1};
+        fused_out = tensor(dout, 1, 2, l.s_x);
+        run_fused(&l, 0);
+        const double fms = time_runs(run_fused, &l, 3, reps);
+        used += (size_t)snprintf(layers + used, used < sizeof layers ? sizeof layers - used : 0,
+                                 "| %s | %lld | %d | %.3f | %.3f | %.3f |\n", m->model, (long long)l.T, ep, fms, gsum,
+                                 fms / gsum);
+        if (json)
+          fprintf(json, "{\"bench\":\"fused_moe\",\"model\":\"%s\",\"T\":%lld,\"ep\":%d,\"ms\":%.5f,\"gemms_ms\":%.5f}\n",
+                  m->model, (long long)l.T, ep, fms, gsum);
+        CU_CHECK(&cu, cuMemFree(dws));
+        CU_CHECK(&cu, cuMemFree(dout));
         layer_free(&l);
       }
+  printf("\nthe whole layer (fi_fused_moe: routing, sort, GEMM1, GEMM2, finalize) against its two GEMMs:\n"
+         "| model | T | EP | layer ms | GEMMs ms | ratio |\n|---|---|---|---|---|---|\n%s", layers);
   printf("\ndecode sizes (bf16, EP=1; bytes: the touched experts' W13 and W2, read once; read probe %.2f TB/s):\n"
          "| model | T | experts touched | ms (GEMM1 + GEMM2) | TB/s | of read |\n|---|---|---|---|---|---|\n",
          rd);
