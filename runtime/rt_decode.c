@@ -1,8 +1,7 @@
 /* rt_decode.c: batch decode's entry points (fi_batch_decode_workspace_size, _plan, _run):
- * argument checks, kernel choice, the plan's upload and the launch (single decode: rt_decode_single.c). */
-#include <math.h>
+ * argument checks, the plan (its kernel and partition: rt_decode_choose.c) and its upload, the launch
+ * (single decode: rt_decode_single.c). */
 #include <stdint.h>
-#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -11,6 +10,7 @@
 #include "ops_decode.h"
 #include "rt_decode.h"
 #include "rt_decode_args.h"
+#include "rt_decode_choose.h"
 #include "rt_internal.h"
 #include "rt_tensor.h"
 
@@ -48,21 +48,6 @@ FI_API void fi_attention_params_init(fi_attention_params *p) {
 
 /* ---- batch decode: workspace, plan, run ---- */
 
-/* The workspace's layout for plans of up to max_batch requests: items for one wave of
- * blocks or max_batch, and for FI_DECODE_SPLIT's scaled target above 1 (tuning: so that
- * the knob can cut requests into more chunks than a wave). */
-static void ws_layout(const rt_tuning *t, int64_t max_batch, int sms, int num_qo_heads, int num_kv_heads,
-                      int head_dim, rt_decode_layout *l) {
-  const double scale = rt_dec_split_scale(t);
-  int64_t items = max_batch;
-  if (scale > 1) {
-    const int64_t want = (int64_t)(rt_decode_target_items((int64_t)sms * RT_DECODE_MAX_BLOCKS_PER_SM,
-                                                          num_kv_heads) * scale + 0.5);
-    if (want > items) items = want;
-  }
-  rt_decode_layout_for(items, sms, num_qo_heads, num_kv_heads, head_dim, l);
-}
-
 FI_API fi_status fi_batch_decode_workspace_size(fi_runtime *rt, DLDevice device, int max_batch,
                                                 int num_qo_heads, int num_kv_heads, int head_dim,
                                                 size_t *bytes) {
@@ -93,7 +78,7 @@ FI_API fi_status fi_batch_decode_workspace_size(fi_runtime *rt, DLDevice device,
   fi_status st = rt_dec_device_sms(rt, device.device_type, device.device_id, &sms);
   if (st != FI_OK) return st;
   rt_decode_layout l;
-  ws_layout(&rt->env.tune, max_batch, sms, num_qo_heads, num_kv_heads, head_dim, &l);
+  rt_decode_ws_layout(&rt->env.tune, max_batch, sms, num_qo_heads, num_kv_heads, head_dim, &l);
   if (l.bytes < 0)
     return rt_fail(FI_ERR_INVALID_ARGUMENT,
                    "%s: max_batch %d with %d query heads of head_dim %d needs more than 2^63 bytes", fn,
@@ -104,19 +89,11 @@ FI_API fi_status fi_batch_decode_workspace_size(fi_runtime *rt, DLDevice device,
 
 FI_API void fi_batch_decode_plan_destroy(fi_decode_plan *plan) { free(plan); }
 
-FI_API fi_status fi_batch_decode_plan(fi_runtime *rt, const fi_batch_decode_info *info,
-                                      const fi_attention_params *p, DLTensor *workspace,
-                                      void *stream, fi_decode_plan **plan) {
-  const char *fn = PLAN;
+/* The checks of a plan's request that need no device: info (its host page tables
+ * included) and the parameters. */
+static fi_status check_info(const char *fn, const fi_batch_decode_info *info, const fi_attention_params *p) {
   fi_status st;
   char err[256];
-  fi_attention_params defaults;
-  if (!p) {
-    fi_attention_params_init(&defaults);
-    p = &defaults;
-  }
-  if (!rt || !info || !plan)
-    return rt_fail(FI_ERR_INVALID_ARGUMENT, "%s: rt, info or plan is NULL", fn);
   const int B = info->batch;
   if (B < 0) return rt_fail(FI_ERR_INVALID_ARGUMENT, "%s: info->batch is %d; >= 0 is needed", fn, B);
   if (!info->indptr || (B > 0 && !info->last_page_len))
@@ -134,6 +111,122 @@ FI_API fi_status fi_batch_decode_plan(fi_runtime *rt, const fi_batch_decode_info
                    info->page_size);
   if (rt_decode_check_pages(B, info->indptr, info->last_page_len, info->page_size, err, sizeof err))
     return rt_fail(FI_ERR_INVALID_ARGUMENT, "%s: info->%s", fn, err);
+  return FI_OK;
+}
+
+static fi_status refuse_replan(const char *fn) {
+  return rt_fail(FI_ERR_INVALID_ARGUMENT,
+                 "%s: a re-plan must keep the plan's heads, head_dim, page_size, dtypes, "
+                 "parameters, max_batch and workspace (and in CUDA-graph mode the tuning "
+                 "overrides, FI_DECODE_SPLIT included); make a new plan instead",
+                 fn);
+}
+
+/* The plan, for a device (rt != NULL: its tables uploaded on stream) or on the host alone
+ * (rt NULL): the kernel and the partition from rt_decode_choose on dev under tuning t. */
+static fi_status plan_impl(fi_runtime *rt, const char *fn, const fi_batch_decode_info *info,
+                           const fi_attention_params *p, char *ws, int64_t ws_bytes, int devtype, int device,
+                           const rt_tuning *t, const rt_decode_device *dev, void *stream, fi_decode_plan **plan) {
+  fi_status st;
+  const int B = info->batch, graph = info->max_batch > 0;
+  const int qdt = rt_check_dtype(info->q_dtype), kvdt = rt_check_dtype(info->kv_dtype);
+  fi_decode_plan *pl = *plan;
+  const int fresh = pl == NULL;
+  /* A re-plan keeps everything a captured graph baked in: what the request fixes first,
+   * the kernel and the layout (CUDA-graph mode) once chosen. */
+  if (!fresh &&
+      (pl->graph != graph || (graph && pl->max_batch != info->max_batch) ||
+       pl->num_qo_heads != info->num_qo_heads || pl->num_kv_heads != info->num_kv_heads ||
+       pl->head_dim != info->head_dim || pl->page_size != info->page_size || pl->q_dt != qdt ||
+       pl->kv_dt != kvdt || memcmp(&pl->params, p, sizeof *p) != 0 || pl->ws != ws))
+    return refuse_replan(fn);
+  rt_decode_choice c;
+  if ((st = rt_decode_choose(fn, info, p, ws_bytes, t, dev, NULL, &c)) != FI_OK) return st;
+  if (!fresh && graph &&
+      (memcmp(pl->key.v, c.key.v, sizeof c.key.v) != 0 || memcmp(&pl->lay, &c.lay, sizeof c.lay) != 0)) {
+    free(c.tab);
+    return refuse_replan(fn);
+  }
+  if (fresh) {
+    pl = calloc(1, sizeof *pl);
+    if (!pl) {
+      free(c.tab);
+      return rt_fail(FI_ERR_OUT_OF_MEMORY, "%s: out of memory", fn);
+    }
+  }
+  const int64_t n = c.num_items;
+  pl->key = c.key;
+  pl->devtype = devtype;
+  pl->device = device;
+  pl->batch = B;
+  pl->max_batch = info->max_batch;
+  pl->graph = graph;
+  pl->num_qo_heads = info->num_qo_heads;
+  pl->num_kv_heads = info->num_kv_heads;
+  pl->head_dim = info->head_dim;
+  pl->page_size = info->page_size;
+  pl->q_dt = qdt;
+  pl->kv_dt = kvdt;
+  pl->params = *p;
+  pl->ws = ws;
+  pl->ws_bytes = ws_bytes;
+  pl->lay = c.lay;
+  pl->num_items = n;
+  pl->nnz = B > 0 ? info->indptr[B] : 0;
+  pl->chunk_pages = c.chunk_pages;
+  pl->kv_pair = c.kv_pair;
+  pl->split = n > B;
+  pl->grid = graph ? c.lay.capacity : n;
+  memset(&pl->scalars, 0, sizeof pl->scalars);
+  rt_dec_fill_scalars(&pl->scalars, p, info->head_dim, kvdt);
+  pl->scalars.prefetch = rt_dec_prefetch_steps(t);
+  pl->scalars.head_prefetch = rt_dec_head_prefetch(t);
+  pl->scalars.pre_prefetch = rt_dec_pre_prefetch(t);
+  pl->scalars.kv_evict = rt_dec_kv_evict(t);
+  /* The header and items, then zero counters (the merging blocks reset theirs). */
+  st = rt ? rt_upload_words(rt, devtype, device, (int32_t *)ws, c.tab, FI_DECODE_HDR_WORDS + n * FI_DECODE_ITEM_WORDS,
+                            stream)
+          : FI_OK;
+  free(c.tab);
+  if (rt && st == FI_OK && pl->split)
+    st = rt_upload_words(rt, devtype, device, (int32_t *)(ws + c.lay.counters_off), NULL,
+                         (int64_t)B * info->num_kv_heads, stream);
+  if (st != FI_OK) {
+    if (fresh) free(pl);
+    return st;
+  }
+  *plan = pl;
+  return FI_OK;
+}
+
+/* The device's occupancy for rt_decode_choose: the kernel loaded (compiled if need be),
+ * its residency asked of the driver. */
+typedef struct device_ctx {
+  fi_runtime *rt;
+  const rt_device_i *be;
+  int device;
+} device_ctx;
+
+static fi_status device_resident(void *ctx, const jit_key *key, int threads, int *blocks) {
+  const device_ctx *d = ctx;
+  rt_kernel *k;
+  fi_status st = rt_kernel_get(d->rt, key, d->be, d->device, &k);
+  return st != FI_OK ? st : rt_kernel_resident(d->rt, k, threads, blocks);
+}
+
+FI_API fi_status fi_batch_decode_plan(fi_runtime *rt, const fi_batch_decode_info *info,
+                                      const fi_attention_params *p, DLTensor *workspace,
+                                      void *stream, fi_decode_plan **plan) {
+  const char *fn = PLAN;
+  fi_status st;
+  fi_attention_params defaults;
+  if (!p) {
+    fi_attention_params_init(&defaults);
+    p = &defaults;
+  }
+  if (!rt || !info || !plan)
+    return rt_fail(FI_ERR_INVALID_ARGUMENT, "%s: rt, info or plan is NULL", fn);
+  if ((st = check_info(fn, info, p)) != FI_OK) return st;
   if ((st = rt_check_tensor(fn, "workspace", workspace, 1)) != FI_OK) return st;
   /* Checked: a wrapped product would pass for a small workspace. */
   int64_t ws_bytes;
@@ -146,188 +239,21 @@ FI_API fi_status fi_batch_decode_plan(fi_runtime *rt, const fi_batch_decode_info
                    fn, (void *)rt_data(workspace));
   if (workspace->shape[0] > 1 && rt_stride(workspace, 0) != 1)
     return rt_fail(FI_ERR_INVALID_ARGUMENT, "%s: workspace must be contiguous", fn);
-
-  fi_decode_plan *pl = *plan;
-  const int fresh = pl == NULL;
-  const int graph = info->max_batch > 0;
-  const int maxb = graph ? info->max_batch : B;
+  const int devtype = workspace->device.device_type, device = workspace->device.device_id;
   int sms;
-  if ((st = rt_dec_device_sms(rt, workspace->device.device_type, workspace->device.device_id, &sms)) != FI_OK)
-    return st;
-  rt_decode_layout lay;
-  ws_layout(&rt->env.tune, maxb, sms, info->num_qo_heads, info->num_kv_heads, info->head_dim, &lay);
-  if (lay.bytes < 0)
-    return rt_fail(FI_ERR_INVALID_ARGUMENT,
-                   "%s: info->%s %d with %d query heads of head_dim %d needs more than 2^63 bytes of workspace",
-                   fn, graph ? "max_batch" : "batch", maxb, info->num_qo_heads, info->head_dim);
-  if (lay.bytes > ws_bytes)
-    return rt_fail(FI_ERR_INVALID_ARGUMENT,
-                   "%s: workspace has %lld bytes; %lld are needed (fi_batch_decode_workspace_size)",
-                   fn, (long long)ws_bytes, (long long)lay.bytes);
-  /* KV head pairs (rt_decode_kv_pair): a block per request and pair of KV heads. */
-  const int pair = rt_decode_kv_pair(rt->env.tune.decode_kv_pair, kvdt, info->head_dim, info->num_qo_heads, info->num_kv_heads,
-                                     p->pos_encoding == FI_POS_ROPE_LLAMA);
-  const int block_heads = info->num_kv_heads / pair;
-  /* The block size (rt_decode_pick_warps): the 2-warp kernel's residency decides it (a
-   * CUDA-graph plan decides by max_batch, so re-plans keep the captured kernel). Then
-   * the blocks resident at once: the split target. */
-  jit_key key;
-  jit_decode_select(0, qdt, kvdt, info->head_dim, info->num_qo_heads / info->num_kv_heads,
-                    p->pos_encoding == FI_POS_ROPE_LLAMA, DECODE_WARPS_WIDE, &key);
-  const int64_t sel = key.v[DECODE_P_PIPELINE];
-  /* A CUDA-graph plan's kernel may not change with the lengths: no mean for it. */
-  int64_t mean = 0, longest = 0;
-  if (!graph) rt_decode_token_stats(B, info->indptr, info->last_page_len, info->page_size, p->window_left, &mean,
-                                   &longest);
-  key.v[DECODE_P_PIPELINE] = rt_decode_pick_pipeline((int)sel, maxb, sms, block_heads, mean, longest);
-  /* Switched to two buffers: the block size measured for it (rt_decode_switched_warps),
-   * registered (no compile at plan time). */
-  int switched = key.v[DECODE_P_PIPELINE] != sel;
-  if (switched) key.v[DECODE_P_WARPS] = rt_decode_switched_warps(maxb, sms, block_heads, info->num_qo_heads / info->num_kv_heads);
-  const int forced = rt_dec_tune_key(&rt->env.tune, &key, info->num_qo_heads / info->num_kv_heads);
-  /* FI_DECODE_PIPELINE back to the selected kernel: its own block size rule below. */
-  if (switched && key.v[DECODE_P_PIPELINE] == sel) {
-    switched = 0;
-    if (!(forced & RT_DEC_TUNED_WARPS)) key.v[DECODE_P_WARPS] = DECODE_WARPS_WIDE;
-  }
-  const rt_device_i *be;
+  if ((st = rt_dec_device_sms(rt, devtype, device, &sms)) != FI_OK) return st;
+  device_ctx ctx = {rt, NULL, device};
   void *state;
-  if ((st = rt_backend(rt, workspace->device.device_type, &be, &state)) != FI_OK) return st;
-  rt_kernel *k;
-  if ((st = rt_kernel_get(rt, &key, be, workspace->device.device_id, &k)) != FI_OK) return st;
-  int resident;
-  if ((st = rt_kernel_resident(rt, k, 32 * (int)key.v[DECODE_P_WARPS], &resident)) != FI_OK) return st;
-  const int warps = rt_decode_pick_warps(kvdt, maxb, block_heads, resident);
-  if (!(forced & RT_DEC_TUNED_WARPS) && !switched && warps != key.v[DECODE_P_WARPS]) {
-    key.v[DECODE_P_WARPS] = warps;
-    if ((st = rt_kernel_get(rt, &key, be, workspace->device.device_id, &k)) != FI_OK) return st;
-    if ((st = rt_kernel_resident(rt, k, 32 * (int)key.v[DECODE_P_WARPS], &resident)) != FI_OK) return st;
-  }
-  /* MHA on the capped kernel: the CUDA-core kernel instead (rt_dec_pick_simt), where it
-   * has the same blocks resident, so the split target stands. */
-  const int64_t mma_rows = key.v[DECODE_P_ROWS];
-  if (!forced && !switched &&
-      rt_dec_pick_simt((int)key.v[DECODE_P_PIPELINE], kvdt, info->head_dim,
-                          info->num_qo_heads / info->num_kv_heads, p->pos_encoding == FI_POS_ROPE_LLAMA)) {
-    jit_key k2 = key;
-    k2.v[DECODE_P_PIPELINE] = DECODE_PIPE_SIMT;
-    k2.v[DECODE_P_ROWS] = jit_decode_simt_rows(1);
-    rt_kernel *ks;
-    int r2;
-    if ((st = rt_kernel_get(rt, &k2, be, workspace->device.device_id, &ks)) != FI_OK) return st;
-    if ((st = rt_kernel_resident(rt, ks, 32 * (int)k2.v[DECODE_P_WARPS], &r2)) != FI_OK) return st;
-    if (r2 == resident) {
-      key = k2;
-      k = ks;
-    }
-  }
-  if (!fresh) {
-    /* A re-plan keeps everything a captured graph baked in. */
-    if (pl->graph != graph || (graph && pl->max_batch != info->max_batch) ||
-        pl->num_qo_heads != info->num_qo_heads || pl->num_kv_heads != info->num_kv_heads ||
-        pl->head_dim != info->head_dim || pl->page_size != info->page_size || pl->q_dt != qdt ||
-        pl->kv_dt != kvdt || memcmp(&pl->params, p, sizeof *p) != 0 || pl->ws != rt_data(workspace) ||
-        (graph && memcmp(pl->key.v, key.v, sizeof key.v) != 0) ||
-        (graph && memcmp(&pl->lay, &lay, sizeof lay) != 0))
-      return rt_fail(FI_ERR_INVALID_ARGUMENT,
-                     "%s: a re-plan must keep the plan's heads, head_dim, page_size, dtypes, "
-                     "parameters, max_batch and workspace (and in CUDA-graph mode the tuning "
-                     "overrides, FI_DECODE_SPLIT included); make a new plan instead",
-                     fn);
-  }
-  if (resident > sms * RT_DECODE_MAX_BLOCKS_PER_SM) resident = sms * RT_DECODE_MAX_BLOCKS_PER_SM;
-  int64_t target = rt_decode_target_items(resident, block_heads);
-  /* FI_DECODE_SPLIT scales the split target (tuning; 1 by default): below 1 fewer,
-   * longer chunks, above 1 more chunks than one wave of blocks. */
-  target = (int64_t)(target * rt_dec_split_scale(&rt->env.tune) + 0.5);
-  if (target < 1) target = 1;
-  if (target > lay.capacity) target = lay.capacity;
-  if (target > 0x7fff) target = 0x7fff; /* a request's chunk count fits the item's 16 bits */
+  if ((st = rt_backend(rt, devtype, &ctx.be, &state)) != FI_OK) return st;
+  const rt_decode_device dev = {sms, device_resident, &ctx};
+  return plan_impl(rt, fn, info, p, rt_data(workspace), ws_bytes, devtype, device, &rt->env.tune, &dev, stream,
+                   plan);
+}
 
-  int32_t *tab = malloc((size_t)(FI_DECODE_HDR_WORDS + lay.capacity * FI_DECODE_ITEM_WORDS) * 4);
-  if (!tab) return rt_fail(FI_ERR_OUT_OF_MEMORY, "%s: out of memory", fn);
-  memset(tab, 0, FI_DECODE_HDR_WORDS * 4);
-  int chunk = 0;
-  const int64_t n = rt_decode_partition(B, info->indptr, info->last_page_len, info->page_size,
-                                        p->window_left, target, tab + FI_DECODE_HDR_WORDS,
-                                        lay.capacity, &chunk);
-  if (n < 0) {
-    free(tab);
-    return rt_fail(FI_ERR_INVALID_ARGUMENT, "%s: the batch does not fit the plan's %lld work items",
-                   fn, (long long)lay.capacity);
-  }
-  /* A capped (or CUDA-core) plan over short chunks: two buffers in 2-warp blocks (rt_decode_short_chunks)
-   * where that kernel has the same blocks resident, so the partition stands. Not in
-   * CUDA-graph mode (the captured kernel may not change with the lengths), nor under a
-   * tuning override of the block (FI_DECODE_WARPS, FI_DECODE_PIPELINE). */
-  if (!graph && !forced &&
-      (key.v[DECODE_P_PIPELINE] == DECODE_PIPE_CAPPED || key.v[DECODE_P_PIPELINE] == DECODE_PIPE_SIMT) &&
-      rt_decode_short_chunks(n, B, (int64_t)chunk * info->page_size, block_heads, sms,
-                             info->num_qo_heads / info->num_kv_heads)) {
-    jit_key k2 = key;
-    k2.v[DECODE_P_PIPELINE] = 1;
-    k2.v[DECODE_P_ROWS] = mma_rows;
-    k2.v[DECODE_P_WARPS] = DECODE_WARPS_WIDE;
-    int r2;
-    if ((st = rt_kernel_get(rt, &k2, be, workspace->device.device_id, &k)) != FI_OK ||
-        (st = rt_kernel_resident(rt, k, 32 * DECODE_WARPS_WIDE, &r2)) != FI_OK) {
-      free(tab);
-      return st;
-    }
-    if (r2 > sms * RT_DECODE_MAX_BLOCKS_PER_SM) r2 = sms * RT_DECODE_MAX_BLOCKS_PER_SM;
-    if (r2 == resident) key = k2;
-  }
-  if (fresh) {
-    pl = calloc(1, sizeof *pl);
-    if (!pl) {
-      free(tab);
-      return rt_fail(FI_ERR_OUT_OF_MEMORY, "%s: out of memory", fn);
-    }
-  }
-  pl->key = key;
-  pl->devtype = workspace->device.device_type;
-  pl->device = workspace->device.device_id;
-  pl->batch = B;
-  pl->max_batch = info->max_batch;
-  pl->graph = graph;
-  pl->num_qo_heads = info->num_qo_heads;
-  pl->num_kv_heads = info->num_kv_heads;
-  pl->head_dim = info->head_dim;
-  pl->page_size = info->page_size;
-  pl->q_dt = qdt;
-  pl->kv_dt = kvdt;
-  pl->params = *p;
-  pl->ws = rt_data(workspace);
-  pl->ws_bytes = ws_bytes;
-  pl->lay = lay;
-  pl->num_items = n;
-  pl->nnz = B > 0 ? info->indptr[B] : 0;
-  pl->chunk_pages = chunk;
-  pl->kv_pair = pair;
-  pl->split = n > B;
-  pl->grid = graph ? lay.capacity : n;
-  memset(&pl->scalars, 0, sizeof pl->scalars);
-  rt_dec_fill_scalars(&pl->scalars, p, info->head_dim, kvdt);
-  pl->scalars.prefetch = rt_dec_prefetch_steps(&rt->env.tune);
-  pl->scalars.head_prefetch = rt_dec_head_prefetch(&rt->env.tune);
-  pl->scalars.pre_prefetch = rt_dec_pre_prefetch(&rt->env.tune);
-  pl->scalars.kv_evict = rt_dec_kv_evict(&rt->env.tune);
-  tab[0] = (int32_t)n;
-  tab[1] = B;
-  tab[2] = chunk;
-  tab[3] = pl->split;
-  /* The header and items, then zero counters (the merging blocks reset theirs). */
-  st = rt_upload_words(rt, pl->devtype, pl->device, (int32_t *)pl->ws, tab, FI_DECODE_HDR_WORDS + n * FI_DECODE_ITEM_WORDS, stream);
-  free(tab);
-  if (st == FI_OK && pl->split)
-    st = rt_upload_words(rt, pl->devtype, pl->device, (int32_t *)(pl->ws + lay.counters_off), NULL,
-                (int64_t)B * info->num_kv_heads, stream);
-  if (st != FI_OK) {
-    if (fresh) free(pl);
-    return st;
-  }
-  *plan = pl;
-  return FI_OK;
+fi_status rt_decode_plan_host(const rt_decode_device *dev, const rt_tuning *t, const fi_batch_decode_info *info,
+                              const fi_attention_params *p, void *workspace, int devtype, fi_decode_plan **plan) {
+  fi_status st = check_info(PLAN, info, p);
+  return st != FI_OK ? st : plan_impl(NULL, PLAN, info, p, workspace, INT64_MAX, devtype, 0, t, dev, NULL, plan);
 }
 
 FI_API fi_status fi_batch_decode_run(fi_runtime *rt, const fi_decode_plan *pl,
@@ -425,72 +351,10 @@ FI_API fi_status fi_batch_decode_run(fi_runtime *rt, const fi_decode_plan *pl,
   kp.nnz = indices->shape[0] > INT32_MAX ? INT32_MAX : (int32_t)indices->shape[0];
   /* Head pairs need the two heads' rows side by side (NHD; HND at page_size 1); else a
    * block a head, in the same plan. */
-  kp.kv_heads_per_block = pl->kv_pair == 2 && kp.kv_stride_head == D ? 2 : 1;
+  kp.kv_heads_per_block = pl->kv_pair == RT_DECODE_KV_PAIR && kp.kv_stride_head == D ? RT_DECODE_KV_PAIR : 1;
   return rt_dec_launch(rt, pl->devtype, pl->device, &pl->key, (unsigned)pl->grid,
                        (unsigned)(hkv / kp.kv_heads_per_block), 32u * (unsigned)pl->key.v[DECODE_P_WARPS],
                        &kp, sizeof kp, stream);
-}
-
-const jit_key *rt_decode_plan_key(const fi_decode_plan *plan) { return &plan->key; }
-
-int rt_decode_plan_offline(const fi_batch_decode_info *info, const fi_attention_params *p,
-                           void *workspace, int devtype, int sms, int resident,
-                           fi_decode_plan **plan) {
-  fi_decode_plan *pl = calloc(1, sizeof *pl);
-  if (!pl) return -1;
-  const int qdt = rt_check_dtype(info->q_dtype), kvdt = rt_check_dtype(info->kv_dtype);
-  pl->graph = info->max_batch > 0;
-  pl->batch = info->batch;
-  pl->max_batch = info->max_batch;
-  pl->nnz = info->batch > 0 ? info->indptr[info->batch] : 0;
-  rt_decode_layout_for(pl->graph ? info->max_batch : info->batch, sms, info->num_qo_heads,
-                       info->num_kv_heads, info->head_dim, &pl->lay);
-  int32_t *items = pl->lay.bytes < 0 ? NULL : malloc((size_t)pl->lay.capacity * FI_DECODE_ITEM_WORDS * 4);
-  if (!items) {
-    free(pl);
-    return -1;
-  }
-  pl->num_items = rt_decode_partition(info->batch, info->indptr, info->last_page_len,
-                                      info->page_size, p->window_left,
-                                      rt_decode_target_items(resident, info->num_kv_heads), items,
-                                      pl->lay.capacity, &pl->chunk_pages);
-  free(items);
-  jit_decode_select(0, qdt, kvdt, info->head_dim, info->num_qo_heads / info->num_kv_heads,
-                    p->pos_encoding == FI_POS_ROPE_LLAMA,
-                    rt_decode_pick_warps(kvdt, pl->graph ? info->max_batch : info->batch,
-                                         info->num_kv_heads, 2 * (int64_t)resident),
-                    &pl->key);
-  const int64_t sel = pl->key.v[DECODE_P_PIPELINE];
-  int64_t mean = 0, longest = 0;
-  if (!pl->graph) rt_decode_token_stats(info->batch, info->indptr, info->last_page_len, info->page_size, p->window_left,
-                                        &mean, &longest);
-  pl->key.v[DECODE_P_PIPELINE] = rt_decode_pick_pipeline(
-      (int)sel, pl->graph ? info->max_batch : info->batch, sms, info->num_kv_heads, mean, longest);
-  if (pl->key.v[DECODE_P_PIPELINE] != sel)
-    pl->key.v[DECODE_P_WARPS] =
-        rt_decode_switched_warps(pl->graph ? info->max_batch : info->batch, sms, info->num_kv_heads,
-                                 info->num_qo_heads / info->num_kv_heads);
-  else if (rt_dec_pick_simt((int)sel, kvdt, info->head_dim, info->num_qo_heads / info->num_kv_heads,
-                               p->pos_encoding == FI_POS_ROPE_LLAMA)) {
-    pl->key.v[DECODE_P_PIPELINE] = DECODE_PIPE_SIMT;
-    pl->key.v[DECODE_P_ROWS] = jit_decode_simt_rows(1);
-  }
-  pl->devtype = devtype;
-  pl->device = 0;
-  pl->num_qo_heads = info->num_qo_heads;
-  pl->num_kv_heads = info->num_kv_heads;
-  pl->head_dim = info->head_dim;
-  pl->page_size = info->page_size;
-  pl->q_dt = qdt;
-  pl->kv_dt = kvdt;
-  pl->params = *p;
-  pl->ws = workspace;
-  pl->ws_bytes = pl->lay.bytes;
-  pl->split = pl->num_items > info->batch;
-  pl->grid = pl->graph ? pl->lay.capacity : pl->num_items;
-  rt_dec_fill_scalars(&pl->scalars, p, info->head_dim, kvdt);
-  *plan = pl;
-  return 0;
 }
 
 FI_API fi_status fi_admin_read_probe(fi_runtime *rt, const DLTensor *buf, int grid, void *stream) {

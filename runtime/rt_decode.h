@@ -1,5 +1,5 @@
 /* rt_decode.h: the batch decode planner (pure host code, tested on the CPU) and the
- * workspace layout the plan and the kernels share. */
+ * workspace layout the plan and the kernels share (the kernel choice: rt_decode_choose.h). */
 #ifndef RT_DECODE_H
 #define RT_DECODE_H
 
@@ -15,53 +15,11 @@ typedef struct rt_decode_layout {
 /* Blocks of the decode kernel that run at once on a device of sms SMs, at most. */
 #define RT_DECODE_MAX_BLOCKS_PER_SM 4
 
-/* Warps a batch-decode block over a 16-bit cache gets, from the blocks the requests
- * alone make (one per request and KV head) against resident_wide, how many 2-warp
- * blocks fit on the device at once: DECODE_WARPS_ONE (1) when they fill nearly a wave
- * of 1-warp blocks (2 x resident_wide; 15/16 of it), else DECODE_WARPS_WIDE (2) when
- * they fill a wave of 4-warp blocks (resident_wide / 2), else DECODE_WARPS_SPLIT (4),
- * and the planner splits the requests. An fp8 cache (kv_dtype JIT_DT_E4M3 or _E5M2) has
- * no 1-warp kernel: 2 or 4 by the same rule. */
-int rt_decode_pick_warps(int kv_dtype, int64_t requests, int num_kv_heads, int64_t resident_wide);
-
-/* The pipeline key value of a batch plan whose selected default is `pipeline`: the
- * two-buffer kernel (1) instead of DECODE_PIPE_CAPPED when a split would cut each of
- * the requests into more than 16 chunks, or when the blocks (requests x block_heads) fill
- * 80-100% of a wave of two-buffer blocks and the requests are near equal and short: the
- * longest (max_tokens) at most RT_DECODE_TWO_BUFFER_MAX_TOKENS and within 5/4 of the mean
- * (mean_tokens; 0: unknown, that window off); else unchanged. */
-#define RT_DECODE_TWO_BUFFER_BLOCKS_PER_SM 2
-#define RT_DECODE_TWO_BUFFER_MAX_TOKENS 2048
-int rt_decode_pick_pipeline(int pipeline, int64_t requests, int sms, int block_heads, int64_t mean_tokens,
-                            int64_t max_tokens);
-
-/* The warps a block of a plan that rt_decode_pick_pipeline switched to two buffers:
- * DECODE_WARPS_WIDE (2) for groups of up to 4 query heads a KV head, when the requests are
- * too few to fill the capped kernel's wave (its first rule) but their blocks
- * (requests x block_heads) are enough that 2-warp blocks cut each request into at most
- * about 33 chunks (blocks x 33 >= 4 x sms); else DECODE_WARPS_SPLIT (4). */
-int rt_decode_switched_warps(int64_t requests, int sms, int block_heads, int group);
-
-/* Whether a capped plan's partition (items work items for requests requests, chunks of
- * chunk_tokens) runs better on the two-buffer kernel in 2-warp blocks, which has the same
- * blocks resident (so the partition stands): groups up to 4, split requests, chunks of
- * at most 256 tokens, or of at most 1024 where the blocks (items x block_heads) fill 90%
- * of a wave of 4 an SM. */
-int rt_decode_short_chunks(int64_t items, int64_t requests, int64_t chunk_tokens, int block_heads, int sms,
-                           int group);
-
 /* Mean and longest of the KV tokens the batch's requests read (their pages and
  * last_page_len, within window_left as rt_decode_partition cuts them; the mean at least 1
  * when batch > 0, 0 for an empty batch). */
 void rt_decode_token_stats(int batch, const int32_t *indptr, const int32_t *last_page_len, int page_size,
                            int window_left, int64_t *mean_tokens, int64_t *max_tokens);
-
-/* KV heads a batch-decode block reads: 2 (a pair of adjacent heads, 256 bytes a token
- * instead of 128) for an fp8 cache at head_dim 128 with a group of at most 4, an even
- * num_kv_heads and no RoPE (kernels/decode.cuh), unless `on` is 0 (FI_DECODE_KV_PAIR=0,
- * rt_tuning.decode_kv_pair); else 1. The run still takes one head a block where the
- * heads' rows are not adjacent (kv_stride_head != head_dim). */
-int rt_decode_kv_pair(int on, int kv_dtype, int head_dim, int num_qo_heads, int num_kv_heads, int rope);
 
 /* Items the split planner aims at: one wave of `slots` blocks over num_kv_heads heads. */
 int64_t rt_decode_target_items(int64_t slots, int num_kv_heads);
@@ -99,17 +57,5 @@ int rt_decode_check_pages(int batch, const int32_t *indptr, const int32_t *last_
 /* The same, the names in err prefixed by pfx (batch prefill's "kv_": kv_indptr). */
 int rt_decode_check_pages_named(int batch, const int32_t *indptr, const int32_t *last_page_len, int page_size,
                                 const char *pfx, char *err, size_t errlen);
-
-/* For the CPU tests: a plan made without a device (no kernel load, no upload), with
- * sms SMs and `resident` blocks at once, so fi_batch_decode_run's checks can be reached. */
-struct fi_decode_plan;
-struct fi_batch_decode_info;
-struct fi_attention_params;
-int rt_decode_plan_offline(const struct fi_batch_decode_info *info,
-                           const struct fi_attention_params *p, void *workspace, int devtype,
-                           int sms, int resident, struct fi_decode_plan **plan);
-/* For the CPU tests: the kernel a plan runs. */
-struct jit_key;
-const struct jit_key *rt_decode_plan_key(const struct fi_decode_plan *plan);
 
 #endif

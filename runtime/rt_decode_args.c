@@ -1,6 +1,7 @@
 /* rt_decode_args.c: what the decode entry points share: dtype codes (fp8 included),
  * the checks of heads, dtypes, parameters and tensors, the kernel's scalar fields, the
- * tuning overrides and the launch. */
+ * tuning values they take, the launch and the plan-table upload (the kernel choice:
+ * rt_decode_choose.c). */
 #include <math.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -83,47 +84,6 @@ int rt_dec_head_prefetch(const rt_tuning *t) { return t->decode_head_prefetch; }
  * by default). None with FI_PDL=0: with no early start there is nothing to overlap, and
  * the round only holds the block up. */
 int rt_dec_pre_prefetch(const rt_tuning *t) { return t->pdl ? t->decode_pre_prefetch : 0; }
-
-/* MHA (group 1) over a 16-bit cache: the CUDA-core kernel reads whole K and V rows an
- * instruction, where the mma fragments read 8 rows' 64 bytes. H100 against the capped
- * kernel, fi-bench in one process: 32/32 B=64 L=4096 -1.0%, B=16 L=16384 -0.7%, 8/8 HND
- * -1.7%; as this default, in separate processes: -0.7%, -0.7%, -1.7%, the GQA rows level;
- * on a second H100, whose capped kernel reads 99.5% of the probe at B=64: -0.2%, 0, -1.2%.
- * Groups 2 and 4 were level or slower (+8.5% at 4): they keep the mma kernel (docs/decode.md,
- * 2026-12-05 and 2026-12-06). */
-int rt_dec_pick_simt(int pipeline, int kv_dtype, int head_dim, int group, int rope) {
-  return pipeline == DECODE_PIPE_CAPPED && group == 1 && jit_decode_can_simt(kv_dtype, head_dim, group, rope);
-}
-
-/* Tuning overrides of the block shape, for fi-bench's comparisons: FI_DECODE_WARPS
- * (1, 2, 4 or 8 warps a block, instead of the plan's choice) and FI_DECODE_PIPELINE
- * (0, 1, 2 = DECODE_PIPE_CAPPED or 3 = DECODE_PIPE_SIMT; see ops_decode.h) for a plan of
- * `group` query heads a KV head. Returns RT_DEC_TUNED_WARPS and RT_DEC_TUNED_PIPELINE,
- * or'ed, for the overrides applied. */
-int rt_dec_tune_key(const rt_tuning *t, jit_key *key, int group) {
-  int forced = 0;
-  if (t->decode_warps) {
-    key->v[DECODE_P_WARPS] = t->decode_warps;
-    forced |= RT_DEC_TUNED_WARPS;
-  }
-  if (t->decode_pipeline >= 0) {
-    /* 0 or 1 anywhere; the capped (2) and CUDA-core (3) kernels wherever they can be built */
-    const int64_t *v = key->v;
-    const int n = t->decode_pipeline;
-    if (n == 0 || n == 1 ||
-        (n == DECODE_PIPE_CAPPED &&
-         jit_decode_can_cap((int)v[DECODE_P_DTYPE_KV], (int)v[DECODE_P_HEAD_DIM], (int)v[DECODE_P_ROWS]))) {
-      key->v[DECODE_P_PIPELINE] = n;
-      forced |= RT_DEC_TUNED_PIPELINE;
-    } else if (n == DECODE_PIPE_SIMT &&
-               jit_decode_can_simt((int)v[DECODE_P_DTYPE_KV], (int)v[DECODE_P_HEAD_DIM], group, (int)v[DECODE_P_ROPE])) {
-      key->v[DECODE_P_PIPELINE] = n;
-      key->v[DECODE_P_ROWS] = jit_decode_simt_rows(group);
-      forced |= RT_DEC_TUNED_PIPELINE;
-    }
-  }
-  return forced;
-}
 
 /* The kernel's scale, soft cap and RoPE fields. */
 void rt_dec_fill_scalars(fi_decode_params *k, const fi_attention_params *p, int D, int kvdt) {

@@ -12,8 +12,8 @@
 fi_status rt_dec_check_common(const char *fn, int hq, int hkv, int D, int qdt, int kvdt,
                               DLDataType qd, DLDataType kvd, const fi_attention_params *p);
 
-/* Tuning overrides from the environment read at create (rt->env.tune; README): the L2
- * prefetch distance, and the block shape in the key (returns 1 when it forces the warps). */
+/* Tuning values from the environment read at create (rt->env.tune; README): the L2
+ * prefetch distance (the block shape's overrides: rt_dec_tune_key, rt_decode_choose.h). */
 int rt_dec_prefetch_steps(const rt_tuning *t);
 /* FI_DECODE_HEAD_PREFETCH: tokens of each work item prefetched into L2 at the block's
  * start (0, the default: off; negative: per-line prefetches). */
@@ -22,12 +22,6 @@ int rt_dec_pre_prefetch(const rt_tuning *t);
 /* FI_DECODE_SPLIT: the split target's scale (tuning; 1 when unset or not positive, at most 64). */
 double rt_dec_split_scale(const rt_tuning *t);
 int rt_dec_kv_evict(const rt_tuning *t);
-/* Whether a plan on `pipeline` (its kernel so far) runs the CUDA-core kernel
- * (DECODE_PIPE_SIMT) instead: the capped kernel at group 1 where that kernel exists. */
-int rt_dec_pick_simt(int pipeline, int kv_dtype, int head_dim, int group, int rope);
-#define RT_DEC_TUNED_WARPS 1
-#define RT_DEC_TUNED_PIPELINE 2
-int rt_dec_tune_key(const rt_tuning *t, jit_key *key, int group);
 
 /* The kernel's scale, soft cap, value scale and RoPE fields. */
 void rt_dec_fill_scalars(fi_decode_params *k, const fi_attention_params *p, int D, int kvdt);

@@ -17,7 +17,7 @@
 #include "ops_prefill.h"
 #include "ops_rope.h"
 #include "ops_sampling.h"
-#include "rt_decode.h"
+#include "rt_decode_choose.h"
 #include "rt_env.h"
 #include "rt_internal.h"
 #include "rt_prefill.h"
@@ -120,8 +120,10 @@ static int small_ops(const rt_model *m, int dt, int warp, int hopper, keyset *s)
 }
 
 /* Batch decode's kernels for batches from 1 to 256 and short and long contexts, as the
- * planner picks them on a device of sms SMs with `resident` blocks at once. */
-static int decode_ops(const rt_model *m, int devtype, int sms, int resident, keyset *s) {
+ * planner's choice (rt_decode_choose) picks them on a model of a device of sms SMs. */
+static int decode_ops(const rt_model *m, int sms, keyset *s) {
+  const rt_tuning tune = rt_tuning_default(); /* a preset is the rule's choice, no override */
+  const rt_decode_device dev = rt_decode_device_model(sms);
   static const int batches[] = {1, 4, 16, 64, 128, 256};
   static const int lens[] = {256, 2048, 16384};
   const int page = 16;
@@ -144,14 +146,13 @@ static int decode_ops(const rt_model *m, int devtype, int sms, int resident, key
       info.q_dtype = info.kv_dtype = (DLDataType){kDLBfloat, 16, 1};
       fi_attention_params p;
       fi_attention_params_init(&p);
-      fi_decode_plan *plan = NULL;
-      /* The workspace address is never written offline; it only has to be aligned. */
-      if (rt_decode_plan_offline(&info, &p, (void *)(uintptr_t)0x100000, devtype, sms, resident, &plan) != 0) {
+      rt_decode_choice c;
+      if (rt_decode_choose("preset", &info, &p, INT64_MAX, &tune, &dev, NULL, &c) != FI_OK) {
         rc = -1;
         break;
       }
-      rc |= add(s, rt_decode_plan_key(plan));
-      fi_batch_decode_plan_destroy(plan);
+      free(c.tab);
+      rc |= add(s, &c.key);
     }
   free(ip);
   free(lp);
@@ -207,7 +208,7 @@ FI_API fi_status fi_admin_preset_configs(const char *preset, const char *arch, f
   keyset s = {0};
   const int dt = JIT_DT_BF16;
   int rc = small_ops(m, dt, amd ? 64 : 32, hopper, &s);
-  rc |= decode_ops(m, amd ? kDLROCM : kDLCUDA, sms, 2 * sms, &s);
+  rc |= decode_ops(m, sms, &s);
   rc |= prefill_ops(m, dt, hopper, &s);
   if (rc) {
     free(s.k);

@@ -16,6 +16,7 @@
 #include "ops_decode.h"
 #include "rt_decode.h"
 #include "rt_decode_args.h"
+#include "rt_decode_choose.h"
 #include "rt_internal.h"
 
 #define IW FI_DECODE_ITEM_WORDS
@@ -332,11 +333,13 @@ FT_TEST(planner_takes_the_cuda_core_kernel_for_mha) {
   FT_CHECK(!rt_dec_pick_simt(DECODE_PIPE_CAPPED, JIT_DT_BF16, 128, 1, 1));
   FT_CHECK(!rt_dec_pick_simt(1, JIT_DT_BF16, 128, 1, 0));
   FT_CHECK(!rt_dec_pick_simt(0, JIT_DT_BF16, 256, 1, 0));
-  /* through the planner (132 SMs, 264 two-buffer blocks resident): B=64 L=4096 at 32/32
+  /* through the planner (rt_decode_device_model: 132 SMs, 8 warps an SM): B=64 L=4096 at 32/32
    * heads and 8/8 take it; 32/8 keeps the capped kernel; one request at 8 KV heads switches to
    * two buffers (and keeps them), one at 32 fills enough blocks to stay capped, so takes it */
   unsetenv("FI_DECODE_PIPELINE");
   unsetenv("FI_DECODE_WARPS");
+  const rt_tuning tune = env_tuning();
+  const rt_decode_device dev = rt_decode_device_model(132);
   static int32_t ip[65], lp[64];
   for (int i = 0; i <= 64; i++) ip[i] = i * 256;
   for (int i = 0; i < 64; i++) lp[i] = 16;
@@ -361,14 +364,14 @@ FT_TEST(planner_takes_the_cuda_core_kernel_for_mha) {
     info.last_page_len = lp;
     fi_attention_params prm;
     fi_attention_params_init(&prm);
-    fi_decode_plan *plan = NULL;
-    FT_REQUIRE(rt_decode_plan_offline(&info, &prm, (void *)(uintptr_t)0x100000, kDLCUDA, 132, 264, &plan) == 0,
-               "case %zu", i);
-    const jit_key *k = rt_decode_plan_key(plan);
+    rt_decode_choice c;
+    FT_REQUIRE(rt_decode_choose("test", &info, &prm, INT64_MAX, &tune, &dev, NULL, &c) == FI_OK, "case %zu: %s", i,
+               fi_last_error());
+    const jit_key *k = &c.key;
     FT_CHECK((k->v[DECODE_P_PIPELINE] == DECODE_PIPE_SIMT) == cases[i].simt, "case %zu: pipeline %lld", i,
              (long long)k->v[DECODE_P_PIPELINE]);
     FT_CHECK(k->v[DECODE_P_ROWS] == (cases[i].simt ? 1 : 8), "case %zu: rows %lld", i, (long long)k->v[DECODE_P_ROWS]);
-    fi_batch_decode_plan_destroy(plan);
+    free(c.tab);
   }
 }
 
@@ -558,6 +561,15 @@ FT_TEST(every_selected_key_is_registered) {
 
 /* ---- bad arguments ---- */
 
+/* The plan fi_batch_decode_plan makes, made on the host (rt_decode_plan_host): 132 SMs of
+ * the device model, the default tuning, the workspace at ADDR(9); so that the run's checks
+ * can be reached without a device. */
+static fi_status host_plan(const fi_batch_decode_info *info, const fi_attention_params *prm, fi_decode_plan **plan) {
+  const rt_decode_device dev = rt_decode_device_model(132);
+  const rt_tuning t = rt_tuning_default();
+  return rt_decode_plan_host(&dev, &t, info, prm, ADDR(9), kDLCUDA, plan);
+}
+
 typedef struct tens {
   DLTensor t;
   int64_t shape[4], strides[4];
@@ -729,7 +741,7 @@ FT_TEST(batch_decode_plan_and_run_bad_arguments_named) {
   /* run, on a plan made without a device */
   fi_attention_params prm;
   fi_attention_params_init(&prm);
-  FT_REQUIRE(rt_decode_plan_offline(&info, &prm, ADDR(9), kDLCUDA, 132, 264, &plan) == 0);
+  FT_REQUIRE(host_plan(&info, &prm, &plan) == FI_OK, "%s", fi_last_error());
   tens q, kc, vc, ip, ix, lp, o, l;
   small_run_tensors(2, &q, &kc, &vc, &ip, &ix, &lp, &o);
   mk(&l, ADDR(7), kDLFloat, 32, 2, 2, 32, 0, 0);
@@ -794,7 +806,7 @@ FT_TEST(batch_decode_run_refuses_indices_shorter_than_the_plan) {
     info.max_batch = graph ? 4 : 0;
     const int rows = graph ? 4 : 2;
     fi_decode_plan *plan = NULL;
-    FT_REQUIRE(rt_decode_plan_offline(&info, &prm, ADDR(9), kDLCUDA, 132, 264, &plan) == 0);
+    FT_REQUIRE(host_plan(&info, &prm, &plan) == FI_OK, "%s", fi_last_error());
     tens q, kc, vc, ip, ix, lp, o;
     small_run_tensors(rows, &q, &kc, &vc, &ip, &ix, &lp, &o);
     ix.shape[0] = 4; /* indptr[2] = 5 pages */
@@ -823,7 +835,7 @@ FT_TEST(graph_run_needs_max_batch_index_tables) {
   fi_attention_params prm;
   fi_attention_params_init(&prm);
   fi_decode_plan *plan = NULL;
-  FT_REQUIRE(rt_decode_plan_offline(&info, &prm, ADDR(9), kDLCUDA, 132, 264, &plan) == 0);
+  FT_REQUIRE(host_plan(&info, &prm, &plan) == FI_OK, "%s", fi_last_error());
   tens q, kc, vc, ip, ix, lp, o;
   small_run_tensors(4, &q, &kc, &vc, &ip, &ix, &lp, &o);
   fi_status st = fi_batch_decode_run(rt, plan, &q.t, &kc.t, &vc.t, &ip.t, &ix.t, &lp.t, FI_KV_LAYOUT_NHD, &o.t,
@@ -875,7 +887,7 @@ FT_TEST(fp8_cache_rows_need_16_bytes) {
   fi_attention_params prm;
   fi_attention_params_init(&prm);
   fi_decode_plan *plan = NULL;
-  FT_REQUIRE(rt_decode_plan_offline(&info, &prm, ADDR(9), kDLCUDA, 132, 264, &plan) == 0);
+  FT_REQUIRE(host_plan(&info, &prm, &plan) == FI_OK, "%s", fi_last_error());
   tens bq, kc, vc, ip, ix, lp, bo;
   small_run_tensors(2, &bq, &kc, &vc, &ip, &ix, &lp, &bo);
   kc.t.dtype = vc.t.dtype = e4m3;
