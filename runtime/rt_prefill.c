@@ -1,21 +1,21 @@
-/* rt_prefill.c: the prefill attention entry points (fi_single_prefill, fi_batch_prefill_*):
- * argument checks, kernel choice, the plan and its upload, the launches; and fi-bench's
- * tensor-core probe. */
+/* rt_prefill.c: batch prefill's entry points (fi_batch_prefill_*): argument checks, the plan
+ * and its upload, the launches; and fi-bench's tensor-core probes. Single prefill:
+ * rt_prefill_single.c; the shared checks: rt_prefill_args.c; the kernel choice:
+ * rt_prefill_choose.c. */
 #include <math.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
-#include "decode_params.h"
 #include "fi_admin.h"
-#include "ops_decode.h"
 #include "ops_prefill.h"
 #include "prefill_params.h"
 #include "rt_decode.h"
 #include "rt_decode_args.h"
 #include "rt_internal.h"
 #include "rt_prefill.h"
+#include "rt_prefill_args.h"
 #include "rt_tensor.h"
 
 struct fi_prefill_plan {
@@ -40,252 +40,6 @@ FI_API void fi_prefill_params_init(fi_prefill_params *p) {
   memset(p, 0, sizeof *p);
   fi_attention_params_init(&p->attn);
   p->causal = 1;
-}
-
-/* Heads (any group), head_dim, dtypes (one 16-bit dtype) and the parameters. */
-static fi_status check_common(const char *fn, int64_t hq, int64_t hkv, int64_t D, int qdt, int kvdt,
-                              DLDataType qd, DLDataType kvd, const fi_prefill_params *p) {
-  char b1[32], b2[32];
-  if (hkv < 1 || hq < 1 || hq % hkv != 0 || hq > INT32_MAX)
-    return rt_fail(FI_ERR_INVALID_ARGUMENT,
-                   "%s: num_qo_heads %lld and num_kv_heads %lld: num_qo_heads must be a positive "
-                   "multiple of num_kv_heads",
-                   fn, (long long)hq, (long long)hkv);
-  if (D != 64 && D != 128 && D != 256)
-    return rt_fail(FI_ERR_INVALID_ARGUMENT, "%s: head_dim is %lld; 64, 128 or 256 is supported",
-                   fn, (long long)D);
-  if (qdt != JIT_DT_F16 && qdt != JIT_DT_BF16)
-    return rt_fail(FI_ERR_INVALID_ARGUMENT, "%s: q has dtype %s; float16 or bfloat16 is needed",
-                   fn, rt_check_dtype_string(qd, b1, sizeof b1));
-  if (kvdt != qdt)
-    return rt_fail(FI_ERR_INVALID_ARGUMENT,
-                   "%s: the KV has dtype %s; q's (%s) is needed (prefill has no fp8 KV yet)", fn,
-                   rt_check_dtype_string(kvd, b1, sizeof b1), rt_check_dtype_string(qd, b2, sizeof b2));
-  if (p->causal != 0 && p->causal != 1)
-    return rt_fail(FI_ERR_INVALID_ARGUMENT, "%s: params->causal is %d; 0 or 1 is needed", fn, p->causal);
-  /* The attention parameters as decode checks them (a group of 1 passes its head check). */
-  return rt_dec_check_common(fn, (int)hkv, (int)hkv, (int)D, qdt, kvdt, qd, kvd, &p->attn);
-}
-
-static void fill_scalars(fi_prefill_kparams *k, const fi_prefill_params *p, int D, int dt) {
-  fi_decode_params d;
-  memset(&d, 0, sizeof d);
-  rt_dec_fill_scalars(&d, &p->attn, D, dt);
-  k->scale_log2 = d.scale_log2;
-  k->cap_pre = d.cap_pre;
-  k->cap_log2 = d.cap_log2;
-  k->v_scale = d.v_scale;
-  for (int i = 0; i < FI_PREFILL_MAX_FREQ; i++) k->rope_freq[i] = d.rope_freq[i];
-  k->causal = p->causal;
-  k->window_left = p->attn.window_left;
-}
-
-/* q / out [rows, H_qo, D]: shapes, dtypes, row layout; lse [rows, H_qo]. */
-static fi_status check_q_out(const char *fn, const DLTensor *q, const DLTensor *out,
-                             const DLTensor *lse, int dt) {
-  fi_status st;
-  char b1[32], b2[32];
-  if (rt_check_dtype(out->dtype) != dt)
-    return rt_fail(FI_ERR_INVALID_ARGUMENT, "%s: out has dtype %s but q has %s", fn,
-                   rt_check_dtype_string(out->dtype, b1, sizeof b1), rt_check_dtype_string(q->dtype, b2, sizeof b2));
-  if ((st = rt_check_shape(fn, "out", out, 3, q->shape, "q's shape")) != FI_OK) return st;
-  if (lse) {
-    const int64_t ls[2] = {q->shape[0], q->shape[1]};
-    if ((st = rt_check_lse(fn, lse, q, 2, ls)) != FI_OK) return st;
-  }
-  const int b = jit_dtype_bytes(dt);
-  if ((st = rt_check_rows(fn, "q", q, b)) != FI_OK || (st = rt_check_rows(fn, "out", out, b)) != FI_OK)
-    return st;
-  return FI_OK;
-}
-
-static fi_status launch(fi_runtime *rt, int devtype, int device, const jit_key *key, int64_t gx,
-                        int64_t gy, unsigned threads, void *params, size_t bytes, void *stream) {
-  if (gx > INT32_MAX || gy > 65535)
-    return rt_fail(FI_ERR_INVALID_ARGUMENT, "prefill: a grid of %lld x %lld blocks is too large",
-                   (long long)gx, (long long)gy);
-  return rt_dec_launch(rt, devtype, device, key, (unsigned)gx, (unsigned)gy, threads, params, bytes, stream);
-}
-
-/* The q tile for head_dim D and the most packed rows of a request, or FI_PREFILL_QTILE's
- * (16, 64 or 128; 128 only to head_dim 128: the registered tiles), for tuning. */
-static int q_tile_for(const rt_tuning *t, int D, int64_t rows) {
-  const int v = t->prefill_qtile;
-  if (v == 16 || v == 64 || (v == 128 && D <= 128)) return v;
-  return jit_prefill_q_tile(D, rows);
-}
-
-/* The wgmma kernel's key on a Hopper device (the shape rule and its tuning variables;
- * rt_prefill.h). */
-void rt_prefill_wgmma_key(const rt_tuning *t, int single, int dt, int D, int64_t rows, int64_t maxkv, int cap, jit_key *key) {
-  /* One consumer warpgroup and 64-token kv tiles (two blocks an SM) for requests of at
-   * most 2048 packed rows: on the H200, 16 x 512 causal 32/8 (2048 rows) ran at 159
-   * TFLOP/s against 145 with two consumers and 128-token tiles, which win above (238
-   * against 221 at 64 x 1024, 424 against 271 at 4 x 8192). (Batch prefill at head_dim
-   * 128 with 512-2048 rows now takes two consumers with four stages: below.) */
-  int qt = rows <= 2048 ? 64 : 128, kt = rows <= 2048 ? 64 : 128;
-  /* head_dim 64 above 2048 rows: three consumers (q tile 192) and 128-token tiles, P
-   * through shared memory (with the ping-pong and three stages: below): on the H200, 4 x 8192 32/8
-   * 352.7 / 374.8 TFLOP/s causal / full against 318.8 / 327.2 with the 64-token tiles
-   * and ping-pong of three it replaced (docs/prefill.md, tenth session). */
-  if (D == 64 && rows > 2048) qt = 192, kt = 128;
-  /* Batch prefill at head_dim 128 with 512-2048 rows: two consumers, 64-token tiles
-   * and four stages: on the H200, causal, 8-23% over one consumer at 512 (64 x 128
-   * 32/8, 32 x 512 32/32), 1024 (32 x 256 32/8, 64 x 1024 32/32) and 2048 rows (16 x
-   * 512 32/8, 16 x 2048 32/32), e.g. 64 x 1024 32/32 252.0 TFLOP/s against 228.7; at
-   * 4096 rows level with two consumers and 128-token tiles, which stay (docs/prefill.md,
-   * seventh session, h7pre). Since the ninth session's kernel (shorter unit
-   * boundaries), only where no request attends more than 512 tokens (maxkv; -1: not
-   * known, CUDA-graph mode, whose key must not change between plans): 64 x 1024 32/32
-   * 321.4 TFLOP/s with 2x128 against 306.4, 16 x 2048 32/32 377.8 against 352.7, but 32
-   * x 256 32/8 147.4 against 154.6 and 512-token requests level (docs/prefill.md, ninth
-   * session). */
-  const int mid = !single && D == 128 && rows >= 512 && rows <= 2048, four = mid && maxkv <= 512;
-  if (four) qt = 128, kt = 64;
-  else if (mid) qt = 128, kt = 128;
-  if (t->prefill_wg_q) {
-    qt = t->prefill_wg_q;
-    kt = t->prefill_wg_kv;
-  }
-  /* A producer warpgroup and the ping-pong (FI_PREFILL_WS=0 or 1 turns them off). Head_dim
-   * 64's three consumers with 128-token tiles also take three K / V stages: on the H200
-   * (nvcc harness, 32/8 causal) 4 x 8192 383.2 TFLOP/s against 377.8 without the
-   * ping-pong and 380.2 with it on two stages, 64 x 2048 +1.7%, 256 x 1024 +0.9% over
-   * the ping-pong on two (docs/prefill.md, fourteenth session). Before, the ping-pong
-   * was taken only where no request attended more than 2048 KV tokens (thirteenth
-   * session); with three stages it wins at every length, so the rule is gone. */
-  const int wsel = t->prefill_ws >= 0 ? t->prefill_ws : 2;
-  jit_prefill_wgmma_select(single, dt, D, qt, kt, wsel, key);
-  /* FI_PREFILL_STAGES=4 (or 3): that many K / V stages where registered (tuning); 2 keeps
-   * two everywhere */
-  const int se = t->prefill_stages; /* 0 unset */
-  if (se == 4 || (four && !t->prefill_wg_q && !se)) jit_prefill_wgmma_stages(key, 4);
-  if (se == 3 || !se) jit_prefill_wgmma_stages(key, 3);
-  /* The soft cap's code only in the kernels of calls that have one: without it the
-   * 2x128 kernel is 80 KB of code instead of 141 and a unit's first tile takes half
-   * the time (docs/prefill.md, ninth session). */
-  jit_prefill_wgmma_soft_cap(key, cap);
-}
-
-/* The KV length the shape rule is given (rt_prefill.h). At 512-2048 rows it picks
- * 64-token tiles (four stages where the producer allows) up to 512 tokens; a re-plan
- * keeps the plan's choice instead, read from its kv tile (not its stages: FI_PREFILL_WS=0
- * or 1 keeps two), so that a request growing past that length does not change the key a
- * re-plan must keep. CUDA-graph mode never uses the length. */
-int64_t rt_prefill_kvsel(const jit_key *plan_key, int graph, int64_t maxkv) {
-  if (graph) return -1;
-  if (plan_key && jit_prefill_is_wgmma(plan_key)) return plan_key->v[PREFILL_WG_P_KV_TILE] == 64 ? 0 : INT64_MAX;
-  return maxkv;
-}
-
-/* The kernel of a call, into key; returns its q tile, read from the key (the wgmma key
- * may override the asked shape, as head_dim 256 does). On a Hopper device (sm_90) the
- * wgmma kernel (prefill_wgmma.cuh) takes head_dims 64, 128 and 256 without RoPE once a
- * request has more than 16 packed rows; everything else runs on mma.sync (prefill.cuh),
- * which every NVIDIA GPU from sm_80 and AMD's run. FI_PREFILL_WGMMA=0 forces mma.sync, as does
- * FI_PREFILL_QTILE (its tuning override); FI_PREFILL_WG=<warpgroups>x<kv tile> (1x64,
- * 2x128, 3x128: head_dim 64 only, else 2, ...) forces the wgmma kernel's shape, FI_PREFILL_WS=0 its every-thread-loads
- * variant (no producer warpgroup), FI_PREFILL_WS=1 a producer without the ping-pong, 2 with it.
- * Read at fi_runtime_create (rt->env.tune); a plan made without a runtime (rt NULL: the
- * tests' offline planning) takes the defaults. */
-static int pick_kernel(fi_runtime *rt, int devtype, int device, int single, int dt, int D,
-                       int64_t rows, int64_t maxkv, int rope, int cap, jit_key *key) {
-  const rt_tuning def = rt_tuning_default(), *t = rt ? &rt->env.tune : &def;
-  const int allow = t->prefill_wgmma && !t->prefill_qtile;
-  if (rt && allow && !rope && (D == 64 || D == 128 || D == 256) && rows > 16) { /* rt: NULL when planning offline (tests) */
-    const rt_device_i *be;
-    void *state;
-    rt_device_caps caps;
-    char err[128];
-    if (rt_backend(rt, devtype, &be, &state) == FI_OK &&
-        rt_device_caps_get(be, state, device, &caps, err, sizeof err) == 0 && caps.wgmma) {
-      rt_prefill_wgmma_key(t, single, dt, D, rows, maxkv, cap, key);
-      return jit_prefill_key_q_tile(key);
-    }
-  }
-  jit_prefill_select(single, dt, D, q_tile_for(t, D, rows), rope, key);
-  return jit_prefill_key_q_tile(key);
-}
-
-/* ---- single prefill ---- */
-
-FI_API fi_status fi_single_prefill(fi_runtime *rt, const DLTensor *q, const DLTensor *k,
-                                   const DLTensor *v, DLTensor *out, DLTensor *lse,
-                                   fi_kv_layout layout, const fi_prefill_params *p, void *stream) {
-  const char *fn = "fi_single_prefill";
-  fi_status st;
-  char b1[32], b2[32];
-  fi_prefill_params defaults;
-  if (!p) {
-    fi_prefill_params_init(&defaults);
-    p = &defaults;
-  }
-  if (!rt) return rt_fail(FI_ERR_INVALID_ARGUMENT, "%s: rt is NULL", fn);
-  if ((st = rt_check_qkvo(fn, q, k, v, out, 3, layout)) != FI_OK) return st;
-  const int qdt = rt_check_dtype(q->dtype), kvdt = rt_check_dtype(k->dtype);
-  if (rt_check_dtype(v->dtype) != kvdt || v->dtype.bits != k->dtype.bits)
-    return rt_fail(FI_ERR_INVALID_ARGUMENT, "%s: v has dtype %s but k has %s", fn,
-                   rt_check_dtype_string(v->dtype, b1, sizeof b1), rt_check_dtype_string(k->dtype, b2, sizeof b2));
-  const int nhd = layout == FI_KV_LAYOUT_NHD;
-  const int64_t Lq = q->shape[0], hq = q->shape[1], D = q->shape[2];
-  const int64_t Lkv = nhd ? k->shape[0] : k->shape[1], hkv = nhd ? k->shape[1] : k->shape[0];
-  if ((st = check_common(fn, hq, hkv, D, qdt, kvdt, q->dtype, k->dtype, p)) != FI_OK) return st;
-  if (k->shape[2] != D)
-    return rt_fail(FI_ERR_INVALID_ARGUMENT, "%s: k has head_dim %lld but q %lld", fn,
-                   (long long)k->shape[2], (long long)D);
-  const char *lname = nhd ? "[L_kv, H_kv, head_dim] (NHD)" : "[H_kv, L_kv, head_dim] (HND)";
-  if ((st = rt_check_shape(fn, "v", v, 3, k->shape, lname)) != FI_OK) return st;
-  if ((st = check_q_out(fn, q, out, lse, qdt)) != FI_OK) return st;
-  const int b = jit_dtype_bytes(kvdt);
-  if ((st = rt_check_rows(fn, "k", k, b)) != FI_OK || (st = rt_check_rows(fn, "v", v, b)) != FI_OK)
-    return st;
-  for (int d = 0; d < 2; d++)
-    if (k->shape[d] > 1 && rt_stride(k, d) != rt_stride(v, d))
-      return rt_fail(FI_ERR_INVALID_ARGUMENT,
-                     "%s: v has stride %lld in dimension %d but k %lld; k and v need equal strides",
-                     fn, (long long)rt_stride(v, d), d, (long long)rt_stride(k, d));
-  const int64_t group = hq / hkv;
-  if (Lq * group > INT32_MAX || Lkv > INT32_MAX)
-    return rt_fail(FI_ERR_INVALID_ARGUMENT,
-                   "%s: L_q x group (%lld) and L_kv (%lld) must be below 2^31", fn,
-                   (long long)(Lq * group), (long long)Lkv);
-  if (p->causal && Lq > Lkv)
-    return rt_fail(FI_ERR_INVALID_ARGUMENT,
-                   "%s: q has L_q = %lld query tokens but k has L_kv = %lld; a causal prefill "
-                   "needs L_q <= L_kv (the query tokens are the last of the KV)",
-                   fn, (long long)Lq, (long long)Lkv);
-  const DLTensor *ins[3] = {q, k, v};
-  static const char *const in_names[3] = {"q", "k", "v"};
-  if ((st = rt_check_outputs_apart(fn, out, lse, ins, in_names, 3)) != FI_OK) return st;
-  if (Lq == 0) return FI_OK;
-
-  fi_prefill_kparams kp;
-  memset(&kp, 0, sizeof kp);
-  fill_scalars(&kp, p, (int)D, qdt);
-  kp.q = rt_data(q);
-  kp.out = rt_data(out);
-  kp.lse = lse ? (float *)rt_data(lse) : NULL;
-  kp.k = rt_data(k);
-  kp.v = rt_data(v);
-  kp.q_stride_tok = rt_stride(q, 0);
-  kp.q_stride_head = rt_stride(q, 1);
-  kp.out_stride_tok = rt_stride(out, 0);
-  kp.out_stride_head = rt_stride(out, 1);
-  kp.lse_stride_tok = lse ? rt_stride(lse, 0) : 0;
-  kp.lse_stride_head = lse ? rt_stride(lse, 1) : 0;
-  kp.kv_stride_slot = rt_stride(k, nhd ? 0 : 1);
-  kp.kv_stride_head = rt_stride(k, nhd ? 1 : 0);
-  kp.num_items = 0;
-  kp.num_kv_heads = (int32_t)hkv;
-  kp.group = (int32_t)group;
-  kp.page_size = 1;
-  kp.q_len = (int32_t)Lq;
-  kp.kv_len = (int32_t)Lkv;
-  jit_key key;
-  const int qt = pick_kernel(rt, q->device.device_type, q->device.device_id, 1, qdt, (int)D, Lq * group, Lkv,
-                             p->attn.pos_encoding == FI_POS_ROPE_LLAMA, p->attn.logits_soft_cap != 0, &key);
-  return launch(rt, q->device.device_type, q->device.device_id, &key, (Lq * group + qt - 1) / qt, hkv,
-                jit_prefill_threads(&key), &kp, sizeof kp, stream);
 }
 
 /* ---- batch prefill: workspace, plan, run ---- */
@@ -340,7 +94,7 @@ static fi_status plan_impl(fi_runtime *rt, const char *fn, const fi_batch_prefil
                    "%s: info->max_qo_tokens is %d; >= 1 is needed with max_batch (CUDA-graph mode)",
                    fn, info->max_qo_tokens);
   const int dt = rt_check_dtype(info->q_dtype), kvdt = rt_check_dtype(info->kv_dtype);
-  if ((st = check_common(fn, info->num_qo_heads, info->num_kv_heads, info->head_dim, dt, kvdt,
+  if ((st = rt_prefill_check_common(fn, info->num_qo_heads, info->num_kv_heads, info->head_dim, dt, kvdt,
                          info->q_dtype, info->kv_dtype, p)) != FI_OK)
     return st;
   if (paged && info->page_size < 1)
@@ -395,7 +149,7 @@ static fi_status plan_impl(fi_runtime *rt, const char *fn, const fi_batch_prefil
   const int fresh = pl == NULL;
   const int64_t kvsel = rt_prefill_kvsel(fresh ? NULL : &pl->key, graph, maxkv);
   jit_key key;
-  const int qt = pick_kernel(rt, devtype, device, 0, dt, D, graph ? (int64_t)info->max_qo_tokens * G : maxrows, kvsel,
+  const int qt = rt_prefill_pick_kernel(rt, devtype, device, 0, dt, D, graph ? (int64_t)info->max_qo_tokens * G : maxrows, kvsel,
                              p->attn.pos_encoding == FI_POS_ROPE_LLAMA, p->attn.logits_soft_cap != 0, &key);
   if (!fresh &&
       (pl->paged != paged || pl->graph != graph || (graph && (pl->max_batch != info->max_batch ||
@@ -494,7 +248,7 @@ static fi_status plan_impl(fi_runtime *rt, const char *fn, const fi_batch_prefil
   pl->ws_bytes = ws_bytes;
   pl->lay = lay;
   memset(&pl->scalars, 0, sizeof pl->scalars);
-  fill_scalars(&pl->scalars, p, D, dt);
+  rt_prefill_fill_scalars(&pl->scalars, p, D, dt);
   *plan = pl;
   return FI_OK;
 }
@@ -555,7 +309,7 @@ static fi_status run_common(fi_runtime *rt, const char *fn, const fi_prefill_pla
                    "heads %d and head_dim %d are needed",
                    fn, (long long)q->shape[0], (long long)q->shape[1], (long long)q->shape[2],
                    (long long)pl->qo_rows, pl->num_qo_heads, pl->head_dim);
-  return check_q_out(fn, q, out, lse, pl->dt);
+  return rt_prefill_check_q_out(fn, q, out, lse, pl->dt);
 }
 
 static fi_status run_launch(fi_runtime *rt, const fi_prefill_plan *pl, fi_prefill_kparams *kp,
@@ -578,7 +332,7 @@ static fi_status run_launch(fi_runtime *rt, const fi_prefill_plan *pl, fi_prefil
   kp->group = pl->num_qo_heads / pl->num_kv_heads;
   kp->split = pl->slots_used > 0;
   if (pl->grid == 0) return FI_OK;
-  fi_status st = launch(rt, pl->devtype, pl->device, &pl->key, pl->pgrid > 0 ? pl->pgrid : pl->grid,
+  fi_status st = rt_prefill_launch(rt, pl->devtype, pl->device, &pl->key, pl->pgrid > 0 ? pl->pgrid : pl->grid,
                         pl->pgrid > 0 ? 1 : pl->num_kv_heads, jit_prefill_threads(&pl->key), kp, sizeof *kp, stream);
   if (st != FI_OK || (!pl->graph && pl->slots_used == 0)) return st;
   fi_prefill_merge_params mp;
@@ -597,7 +351,7 @@ static fi_status run_launch(fi_runtime *rt, const fi_prefill_plan *pl, fi_prefil
   mp.num_kv_heads = kp->num_kv_heads;
   mp.group = kp->group;
   mp.q_tile = RT_PREFILL_SLOT_ROWS;
-  return launch(rt, pl->devtype, pl->device, &pl->merge_key, pl->grid, pl->num_kv_heads,
+  return rt_prefill_launch(rt, pl->devtype, pl->device, &pl->merge_key, pl->grid, pl->num_kv_heads,
                 PREFILL_MERGE_THREADS, &mp, sizeof mp, stream);
 }
 
@@ -631,14 +385,7 @@ FI_API fi_status fi_batch_prefill_ragged_run(fi_runtime *rt, const fi_prefill_pl
                    nhd ? "[tokens, H_kv, head_dim] (NHD)" : "[H_kv, tokens, head_dim] (HND)",
                    (long long)pl->kv_rows, pl->num_kv_heads, pl->head_dim);
   if ((st = rt_check_shape(fn, "v", v, 3, k->shape, "k's shape")) != FI_OK) return st;
-  const int b = jit_dtype_bytes(pl->dt);
-  if ((st = rt_check_rows(fn, "k", k, b)) != FI_OK || (st = rt_check_rows(fn, "v", v, b)) != FI_OK)
-    return st;
-  for (int d = 0; d < 2; d++)
-    if (k->shape[d] > 1 && rt_stride(k, d) != rt_stride(v, d))
-      return rt_fail(FI_ERR_INVALID_ARGUMENT,
-                     "%s: v has stride %lld in dimension %d but k %lld; k and v need equal strides",
-                     fn, (long long)rt_stride(v, d), d, (long long)rt_stride(k, d));
+  if ((st = rt_prefill_check_kv_rows(fn, k, v, jit_dtype_bytes(pl->dt))) != FI_OK) return st;
   const DLTensor *ins[3] = {q, k, v};
   static const char *const in_names[3] = {"q", "k", "v"};
   if ((st = rt_check_outputs_apart(fn, out, lse, ins, in_names, 3)) != FI_OK) return st;

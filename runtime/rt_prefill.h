@@ -65,7 +65,7 @@ int rt_prefill_plan_offline(const struct fi_batch_prefill_info *info,
                             int devtype, int sms, struct fi_prefill_plan **plan);
 /* The wgmma kernel's key on a Hopper device for a call of rows packed query rows, no
  * request attending more than maxkv KV tokens (-1: not known), the soft cap on or not:
- * the shape rule (rt_prefill.c) and its tuning variables (FI_PREFILL_WG, _WS, _STAGES: t,
+ * the shape rule (rt_prefill_choose.c) and its tuning variables (FI_PREFILL_WG, _WS, _STAGES: t,
  * the runtime's rt_tuning, or rt_tuning_default()).
  * Pure, so that the CPU tests can hold it to what a re-plan needs. */
 struct jit_key;

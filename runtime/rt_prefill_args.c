@@ -1,0 +1,88 @@
+/* rt_prefill_args.c: what the prefill entry points share (rt_prefill_args.h): the checks
+ * of heads, dtypes, parameters, q / out and k / v, the kernel's scalar fields and the
+ * launch. */
+#include "rt_prefill_args.h"
+
+#include <stdint.h>
+#include <string.h>
+
+#include "decode_params.h"
+#include "rt_decode_args.h"
+#include "rt_internal.h"
+#include "rt_tensor.h"
+
+/* Heads (any group), head_dim, dtypes (one 16-bit dtype) and the parameters. */
+fi_status rt_prefill_check_common(const char *fn, int64_t hq, int64_t hkv, int64_t D, int qdt, int kvdt, DLDataType qd,
+                                  DLDataType kvd, const fi_prefill_params *p) {
+  char b1[32], b2[32];
+  if (hkv < 1 || hq < 1 || hq % hkv != 0 || hq > INT32_MAX)
+    return rt_fail(FI_ERR_INVALID_ARGUMENT,
+                   "%s: num_qo_heads %lld and num_kv_heads %lld: num_qo_heads must be a positive "
+                   "multiple of num_kv_heads",
+                   fn, (long long)hq, (long long)hkv);
+  if (D != 64 && D != 128 && D != 256)
+    return rt_fail(FI_ERR_INVALID_ARGUMENT, "%s: head_dim is %lld; 64, 128 or 256 is supported",
+                   fn, (long long)D);
+  if (qdt != JIT_DT_F16 && qdt != JIT_DT_BF16)
+    return rt_fail(FI_ERR_INVALID_ARGUMENT, "%s: q has dtype %s; float16 or bfloat16 is needed",
+                   fn, rt_check_dtype_string(qd, b1, sizeof b1));
+  if (kvdt != qdt)
+    return rt_fail(FI_ERR_INVALID_ARGUMENT,
+                   "%s: the KV has dtype %s; q's (%s) is needed (prefill has no fp8 KV yet)", fn,
+                   rt_check_dtype_string(kvd, b1, sizeof b1), rt_check_dtype_string(qd, b2, sizeof b2));
+  if (p->causal != 0 && p->causal != 1)
+    return rt_fail(FI_ERR_INVALID_ARGUMENT, "%s: params->causal is %d; 0 or 1 is needed", fn, p->causal);
+  /* The attention parameters as decode checks them (a group of 1 passes its head check). */
+  return rt_dec_check_common(fn, (int)hkv, (int)hkv, (int)D, qdt, kvdt, qd, kvd, &p->attn);
+}
+
+void rt_prefill_fill_scalars(fi_prefill_kparams *k, const fi_prefill_params *p, int D, int dt) {
+  fi_decode_params d;
+  memset(&d, 0, sizeof d);
+  rt_dec_fill_scalars(&d, &p->attn, D, dt);
+  k->scale_log2 = d.scale_log2;
+  k->cap_pre = d.cap_pre;
+  k->cap_log2 = d.cap_log2;
+  k->v_scale = d.v_scale;
+  for (int i = 0; i < FI_PREFILL_MAX_FREQ; i++) k->rope_freq[i] = d.rope_freq[i];
+  k->causal = p->causal;
+  k->window_left = p->attn.window_left;
+}
+
+/* q / out [rows, H_qo, D]: shapes, dtypes, row layout; lse [rows, H_qo]. */
+fi_status rt_prefill_check_q_out(const char *fn, const DLTensor *q, const DLTensor *out, const DLTensor *lse, int dt) {
+  fi_status st;
+  char b1[32], b2[32];
+  if (rt_check_dtype(out->dtype) != dt)
+    return rt_fail(FI_ERR_INVALID_ARGUMENT, "%s: out has dtype %s but q has %s", fn,
+                   rt_check_dtype_string(out->dtype, b1, sizeof b1), rt_check_dtype_string(q->dtype, b2, sizeof b2));
+  if ((st = rt_check_shape(fn, "out", out, 3, q->shape, "q's shape")) != FI_OK) return st;
+  if (lse) {
+    const int64_t ls[2] = {q->shape[0], q->shape[1]};
+    if ((st = rt_check_lse(fn, lse, q, 2, ls)) != FI_OK) return st;
+  }
+  const int b = jit_dtype_bytes(dt);
+  if ((st = rt_check_rows(fn, "q", q, b)) != FI_OK || (st = rt_check_rows(fn, "out", out, b)) != FI_OK)
+    return st;
+  return FI_OK;
+}
+
+fi_status rt_prefill_check_kv_rows(const char *fn, const DLTensor *k, const DLTensor *v, int elem_bytes) {
+  fi_status st;
+  if ((st = rt_check_rows(fn, "k", k, elem_bytes)) != FI_OK || (st = rt_check_rows(fn, "v", v, elem_bytes)) != FI_OK)
+    return st;
+  for (int d = 0; d < 2; d++)
+    if (k->shape[d] > 1 && rt_stride(k, d) != rt_stride(v, d))
+      return rt_fail(FI_ERR_INVALID_ARGUMENT,
+                     "%s: v has stride %lld in dimension %d but k %lld; k and v need equal strides",
+                     fn, (long long)rt_stride(v, d), d, (long long)rt_stride(k, d));
+  return FI_OK;
+}
+
+fi_status rt_prefill_launch(fi_runtime *rt, int devtype, int device, const jit_key *key, int64_t gx, int64_t gy,
+                            unsigned threads, void *params, size_t bytes, void *stream) {
+  if (gx > INT32_MAX || gy > 65535)
+    return rt_fail(FI_ERR_INVALID_ARGUMENT, "prefill: a grid of %lld x %lld blocks is too large",
+                   (long long)gx, (long long)gy);
+  return rt_dec_launch(rt, devtype, device, key, (unsigned)gx, (unsigned)gy, threads, params, bytes, stream);
+}
