@@ -62,6 +62,15 @@ fi_status rt_dec_check_common(const char *fn, int hq, int hkv, int D, int qdt, i
   return FI_OK;
 }
 
+fi_status rt_dec_check_kv_strides(const char *fn, const DLTensor *k, const DLTensor *v) {
+  for (int d = 0; d < 2; d++)
+    if (k->shape[d] > 1 && rt_stride(k, d) != rt_stride(v, d))
+      return rt_fail(FI_ERR_INVALID_ARGUMENT,
+                     "%s: v has stride %lld in dimension %d but k %lld; k and v need equal strides",
+                     fn, (long long)rt_stride(v, d), d, (long long)rt_stride(k, d));
+  return FI_OK;
+}
+
 /* The tuning values below come from the environment read at fi_runtime_create (rt_env.c
  * parses and clamps them; README, Environment); t is rt->env.tune, or rt_tuning_default()
  * for a plan made without a runtime. */

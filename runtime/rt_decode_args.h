@@ -12,6 +12,11 @@
 fi_status rt_dec_check_common(const char *fn, int hq, int hkv, int D, int qdt, int kvdt,
                               DLDataType qd, DLDataType kvd, const fi_attention_params *p);
 
+/* k and v [L, H, D] or [H, L, D] with equal strides in their first two dimensions (where
+ * of size > 1): one set of strides reads both (single decode, single prefill, the ragged
+ * run). */
+fi_status rt_dec_check_kv_strides(const char *fn, const DLTensor *k, const DLTensor *v);
+
 /* Tuning values from the environment read at create (rt->env.tune; README): the L2
  * prefetch distance (the block shape's overrides: rt_dec_tune_key, rt_decode_choose.h). */
 int rt_dec_prefetch_steps(const rt_tuning *t);

@@ -129,11 +129,7 @@ FI_API fi_status fi_single_decode(fi_runtime *rt, const DLTensor *q, const DLTen
   if ((st = rt_check_rows(fn, "q", q, qb)) != FI_OK || (st = rt_check_rows(fn, "k", k, kvb)) != FI_OK ||
       (st = rt_check_rows(fn, "v", v, kvb)) != FI_OK || (st = rt_check_rows(fn, "out", out, qb)) != FI_OK)
     return st;
-  for (int d = 0; d < 2; d++)
-    if (k->shape[d] > 1 && rt_stride(k, d) != rt_stride(v, d))
-      return rt_fail(FI_ERR_INVALID_ARGUMENT,
-                     "%s: v has stride %lld in dimension %d but k %lld; k and v need equal strides",
-                     fn, (long long)rt_stride(v, d), d, (long long)rt_stride(k, d));
+  if ((st = rt_dec_check_kv_strides(fn, k, v)) != FI_OK) return st;
   const DLTensor *ins[3] = {q, k, v};
   static const char *const in_names[3] = {"q", "k", "v"};
   if ((st = rt_check_outputs_apart(fn, out, lse, ins, in_names, 3)) != FI_OK) return st;

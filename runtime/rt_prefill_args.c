@@ -71,12 +71,7 @@ fi_status rt_prefill_check_kv_rows(const char *fn, const DLTensor *k, const DLTe
   fi_status st;
   if ((st = rt_check_rows(fn, "k", k, elem_bytes)) != FI_OK || (st = rt_check_rows(fn, "v", v, elem_bytes)) != FI_OK)
     return st;
-  for (int d = 0; d < 2; d++)
-    if (k->shape[d] > 1 && rt_stride(k, d) != rt_stride(v, d))
-      return rt_fail(FI_ERR_INVALID_ARGUMENT,
-                     "%s: v has stride %lld in dimension %d but k %lld; k and v need equal strides",
-                     fn, (long long)rt_stride(v, d), d, (long long)rt_stride(k, d));
-  return FI_OK;
+  return rt_dec_check_kv_strides(fn, k, v);
 }
 
 fi_status rt_prefill_launch(fi_runtime *rt, int devtype, int device, const jit_key *key, int64_t gx, int64_t gy,
