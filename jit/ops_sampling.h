@@ -12,7 +12,7 @@ enum {
   SMP_P_THREADS, /* block size */
   SMP_P_CLUSTER, /* CTAs per row: 1, or 4 / 8 as one thread-block cluster (sm_90) */
   SMP_P_SEL      /* threshold search of the top-k / top-p ops: 0 radix over fixed bit fields,
-                    1 over the row's key range (kernels/sampling.cuh); 0 for the others */
+                    1 over the row's key range (kernels/sampling_select.cuh); 0 for the others */
 };
 
 extern const jit_op jit_op_sampling;

@@ -174,7 +174,7 @@ static int pick_cluster(const rt_device_i *be, void *state, int device, int64_t 
   return 1;
 }
 
-/* The threshold search of the top-k / top-p kernels (SEL of kernels/sampling.cuh): by
+/* The threshold search of the top-k / top-p kernels (SEL of kernels/sampling_select.cuh): by
  * default the key-range one (1) for the ops with a top-k filter and the radix one (0) for
  * top-p alone: at 64 x 128256 float32 (H200) top-k 50 sampling took 50 us against 117,
  * top-k + top-p 61 against 88, the top-k mask 57 against 68, while top-p 0.9 renorm took
