@@ -55,8 +55,8 @@ void jit_decode_select(int single, int dtype_q, int dtype_kv, int head_dim, int 
    * not measured: one buffer. */
   out->v[DECODE_P_PIPELINE] = !single && head_dim == 128 && !rope && jit_decode_can_cap(dtype_kv, head_dim, rows)
                                   ? DECODE_PIPE_CAPPED
-                              : head_dim <= 128 && (rows == 8 || (!single && !rope)) ? 1
-                                                                                     : 0;
+                              : head_dim <= 128 && (rows == 8 || (!single && !rope)) ? DECODE_PIPE_TWO_BUFFER
+                                                                                     : DECODE_PIPE_K_ONLY;
   out->v[DECODE_P_ROPE] = rope ? 1 : 0;
 }
 
@@ -133,7 +133,7 @@ static void config(int single, int idx, jit_key *out) {
   if (!single && extra >= 0) {
     jit_decode_select(0, pairs[extra % 2].q, pairs[extra % 2].kv, 128, 8, 0,
                       extra < 2 ? DECODE_WARPS_SPLIT : DECODE_WARPS_WIDE, out);
-    out->v[DECODE_P_PIPELINE] = 1;
+    out->v[DECODE_P_PIPELINE] = DECODE_PIPE_TWO_BUFFER;
     return;
   }
   const int rope = idx % 2, group = (idx / 2) % 2 ? 16 : 8, dim = dims[(idx / 4) % NDIMS];

@@ -27,6 +27,10 @@ void jit_decode_select(int single, int dtype_q, int dtype_kv, int head_dim, int 
 /* Whether the capped one-buffer kernel (DECODE_PIPE_CAPPED) can be built for this cache
  * dtype, head_dim and row count (16-bit, <= 128, 8); the default takes it at 128 only. */
 int jit_decode_can_cap(int dtype_kv, int head_dim, int rows);
+/* The key's pipelines (DECODE_P_PIPELINE): one buffer, the next step's K loading during
+ * this one; two buffers, the next step's K and V; the capped one-buffer kernel; SIMT. */
+#define DECODE_PIPE_K_ONLY 0
+#define DECODE_PIPE_TWO_BUFFER 1
 #define DECODE_PIPE_CAPPED 2
 /* The CUDA-core kernel (kernels/decode_simt.cuh; batch decode): whole-row loads, dot
  * products reduced by shuffles, groups of 1, 2 or 4 (its key's rows), a 16-bit cache, no

@@ -48,12 +48,12 @@ static int too_few_for_capped(int64_t requests, int sms, int block_heads) {
 int rt_decode_pick_pipeline(int pipeline, int64_t requests, int sms, int block_heads, int64_t mean_tokens,
                             int64_t max_tokens) {
   if (pipeline != DECODE_PIPE_CAPPED) return pipeline;
-  if (too_few_for_capped(requests, sms, block_heads)) return RT_DECODE_PIPE_TWO_BUFFER;
+  if (too_few_for_capped(requests, sms, block_heads)) return DECODE_PIPE_TWO_BUFFER;
   const int64_t s = sms > 0 ? sms : 1;
   const int64_t blocks = requests * (block_heads > 0 ? block_heads : 1), wave = s * RT_DECODE_TWO_BUFFER_BLOCKS_PER_SM;
   if (mean_tokens > 0 && max_tokens <= RT_DECODE_TWO_BUFFER_MAX_TOKENS && max_tokens * 4 <= mean_tokens * 5 &&
       blocks <= wave && blocks * 5 >= wave * 4)
-    return RT_DECODE_PIPE_TWO_BUFFER;
+    return DECODE_PIPE_TWO_BUFFER;
   return pipeline;
 }
 
@@ -122,7 +122,7 @@ int rt_dec_tune_key(const rt_tuning *t, jit_key *key, int group) {
     /* one or two buffers anywhere; the capped and CUDA-core kernels wherever they can be built */
     const int64_t *v = key->v;
     const int n = t->decode_pipeline;
-    if (n == RT_DECODE_PIPE_K_ONLY || n == RT_DECODE_PIPE_TWO_BUFFER ||
+    if (n == DECODE_PIPE_K_ONLY || n == DECODE_PIPE_TWO_BUFFER ||
         (n == DECODE_PIPE_CAPPED &&
          jit_decode_can_cap((int)v[DECODE_P_DTYPE_KV], (int)v[DECODE_P_HEAD_DIM], (int)v[DECODE_P_ROWS]))) {
       key->v[DECODE_P_PIPELINE] = n;
@@ -246,7 +246,7 @@ static fi_status short_chunks(const ask *a, int64_t n, int chunk, int resident, 
                                a->group)))
     return FI_OK;
   jit_key k2 = *key;
-  k2.v[DECODE_P_PIPELINE] = RT_DECODE_PIPE_TWO_BUFFER;
+  k2.v[DECODE_P_PIPELINE] = DECODE_PIPE_TWO_BUFFER;
   k2.v[DECODE_P_ROWS] = mma_rows;
   k2.v[DECODE_P_WARPS] = DECODE_WARPS_WIDE;
   int r2;

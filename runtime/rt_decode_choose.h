@@ -15,10 +15,6 @@
 #include "rt_decode.h"
 #include "rt_env.h"
 
-/* The key's DECODE_P_PIPELINE values jit/ops_decode.h leaves unnamed (it names 2,
- * DECODE_PIPE_CAPPED, and 3, DECODE_PIPE_SIMT). */
-#define RT_DECODE_PIPE_K_ONLY 0     /* one buffer: the next step's K loads during this one */
-#define RT_DECODE_PIPE_TWO_BUFFER 1 /* two buffers: the next step's K and V load during this one */
 /* KV heads a block reads under head pairs (rt_decode_kv_pair); else 1. */
 #define RT_DECODE_KV_PAIR 2
 
@@ -94,7 +90,7 @@ fi_status rt_decode_plan_host(const rt_decode_device *dev, const rt_tuning *t, c
 int rt_decode_pick_warps(int kv_dtype, int64_t requests, int num_kv_heads, int64_t resident_wide);
 
 /* The pipeline key value of a batch plan whose selected default is `pipeline`: the
- * two-buffer kernel (RT_DECODE_PIPE_TWO_BUFFER) instead of DECODE_PIPE_CAPPED when a split
+ * two-buffer kernel (DECODE_PIPE_TWO_BUFFER) instead of DECODE_PIPE_CAPPED when a split
  * would cut each of the requests into more than 16 chunks, or when the blocks (requests x
  * block_heads) fill 80-100% of a wave of two-buffer blocks and the requests are near equal
  * and short: the longest (max_tokens) at most RT_DECODE_TWO_BUFFER_MAX_TOKENS and within
@@ -132,7 +128,7 @@ int rt_dec_pick_simt(int pipeline, int kv_dtype, int head_dim, int group, int ro
 
 /* Tuning overrides of the block shape, for fi-bench's comparisons: FI_DECODE_WARPS
  * (1, 2, 4 or 8 warps a block, instead of the plan's choice) and FI_DECODE_PIPELINE
- * (RT_DECODE_PIPE_K_ONLY, RT_DECODE_PIPE_TWO_BUFFER, DECODE_PIPE_CAPPED or DECODE_PIPE_SIMT)
+ * (DECODE_PIPE_K_ONLY, DECODE_PIPE_TWO_BUFFER, DECODE_PIPE_CAPPED or DECODE_PIPE_SIMT)
  * for a plan of `group` query heads a KV head. Returns RT_DEC_TUNED_WARPS and
  * RT_DEC_TUNED_PIPELINE, or'ed, for the overrides applied. */
 #define RT_DEC_TUNED_WARPS 1
