@@ -34,8 +34,20 @@ endif
 GPU_SRCS  := $(wildcard tests/gpu/gpu_*.c)
 GPU_BINS  := $(patsubst tests/gpu/%.c,$(BUILD)/tests/%,$(GPU_SRCS))
 
-.PHONY: all deps run test test-compile-all test-asan gpu-test decode-stage install clean
-all: $(BUILD)/libfi_runtime.so $(BUILD)/fi-cache $(BUILD)/fi-bench $(BUILD)/fi-example
+.PHONY: all deps pydeps run test test-compile-all test-asan gpu-test decode-stage install clean
+
+# TVM-FFI exports (ffi/): $(BUILD)/libfi_runtime_tvm.so, built when the apache-tvm-ffi headers
+# are found: TVM_FFI_INCLUDE (with TVM_FFI_LIBDIR for libtvm_ffi.so) if set, else the include/
+# and lib/ folders of the tvm_ffi package that TVM_FFI_PYTHON finds (the test venv's python,
+# $(BUILD)/pyvenv, else python3).
+PY_VENV := $(BUILD)/pyvenv
+TVM_FFI_PYTHON ?= $(firstword $(wildcard $(PY_VENV)/bin/python) python3)
+TVM_FFI_DIR := $(shell $(TVM_FFI_PYTHON) -c 'import importlib.util as u, os; s = u.find_spec("tvm_ffi"); print(os.path.dirname(s.origin) if s else "")' 2>/dev/null)
+TVM_FFI_INCLUDE ?= $(if $(TVM_FFI_DIR),$(TVM_FFI_DIR)/include)
+TVM_FFI_LIBDIR ?= $(if $(TVM_FFI_DIR),$(TVM_FFI_DIR)/lib)
+TVM_LIB := $(if $(wildcard $(TVM_FFI_INCLUDE)/tvm/ffi/c_api.h),$(BUILD)/libfi_runtime_tvm.so)
+
+all: $(BUILD)/libfi_runtime.so $(BUILD)/fi-cache $(BUILD)/fi-bench $(BUILD)/fi-example $(TVM_LIB)
 
 # Installs missing Debian packages (apt-get); a no-op once they are there.
 deps:
@@ -83,6 +95,12 @@ BENCH_SRCS := tools/fi_bench.c $(wildcard tools/bench_*.c)
 $(BUILD)/fi-bench: $(BENCH_SRCS) tools/bench.h tools/fi_cuda_min.h include/fi_runtime.h include/fi_admin.h $(BUILD)/libfi_runtime.so
 	$(CC) $(CPPFLAGS) -Itools $(CFLAGS) $(BENCH_SRCS) -o $@ $(LDFLAGS) -L$(BUILD) -l:libfi_runtime.so -Wl,-rpath,'$$ORIGIN' -ldl -lpthread -lm
 
+FFI_SRCS := $(wildcard ffi/*.c)
+$(BUILD)/libfi_runtime_tvm.so: $(FFI_SRCS) $(wildcard ffi/*.h) ffi/fi_tvm.map include/fi_runtime.h $(BUILD)/libfi_runtime.so
+	$(CC) -D_GNU_SOURCE -Iinclude -I$(TVM_FFI_INCLUDE) $(CFLAGS) -shared $(FFI_SRCS) -o $@ $(LDFLAGS) \
+	  -Wl,--version-script=ffi/fi_tvm.map -Wl,--no-undefined -L$(BUILD) -l:libfi_runtime.so \
+	  -L$(TVM_FFI_LIBDIR) -ltvm_ffi -Wl,-rpath,'$$ORIGIN' -lpthread
+
 EXAMPLE_SRCS := $(wildcard tools/fi_example*.c)
 $(BUILD)/fi-example: $(EXAMPLE_SRCS) tools/fi_example.h tools/fi_example_step.h tools/fi_cuda_min.h include/fi_runtime.h
 	$(CC) $(CPPFLAGS) -Itools $(CFLAGS) $(EXAMPLE_SRCS) -o $@ $(LDFLAGS) -ldl -lm
@@ -103,7 +121,11 @@ $(BUILD)/tests/%: tests/%.cc tests/emu.h $(KERNELS) $(BUILD)/obj/runtime/rt_pref
 	$(CXX) -std=c++17 -O2 -D_GNU_SOURCE -Ikernels -Iinclude -Iruntime -Idevice -Ijit -Icache $< \
 	  $(BUILD)/obj/runtime/rt_prefill_plan.o $(BUILD)/obj/runtime/rt_decode_plan.o -o $@ -lm
 
-test: deps
+# The Python tests' packages (apache-tvm-ffi, numpy) in the venv $(PY_VENV); a no-op once there.
+pydeps:
+	@python/install-test-deps.sh $(PY_VENV)
+
+test: deps pydeps
 	$(MAKE) all $(TEST_BINS)
 	FI_BUILD=$(BUILD) tests/run_tests.sh $(SLOW_TESTS) $(filter-out $(SLOW_TESTS),$(TEST_BINS) $(TEST_SCRIPTS))
 

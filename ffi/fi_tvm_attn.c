@@ -1,0 +1,214 @@
+/* fi_tvm_attn.c: TVM-FFI exports of decode and prefill attention: single-request calls,
+ * and batch plan / run / destroy with plans as int handles (ft_plan_add). Host index
+ * arrays come as CPU int32 tensors, read by the plan only. */
+#include "fi_tvm.h"
+
+/* fi_attention_params from the 8 arguments from i on (FT_ATTN_SIG). */
+static void attn_params(ft_call *c, int i, fi_attention_params *p) {
+  fi_attention_params_init(p);
+  p->sm_scale = ft_float(c, i);
+  p->logits_soft_cap = ft_float(c, i + 1);
+  p->window_left = (int)ft_int(c, i + 2);
+  p->pos_encoding = (fi_pos_encoding)ft_pos_encoding(c, i + 3);
+  p->rope_scale = ft_float(c, i + 4);
+  p->rope_theta = ft_float(c, i + 5);
+  p->k_scale = ft_float(c, i + 6);
+  p->v_scale = ft_float(c, i + 7);
+}
+
+/* The number of requests a host indptr argument describes (its length - 1). */
+static int batch_of(ft_call *c, int i) {
+  DLTensor *t = ft_tensor(c, i);
+  if (!t) return 0;
+  if (t->ndim != 1 || t->shape[0] < 1 || t->shape[0] > (1 << 30))
+    return ft_fail(c, i, "ValueError", "must be 1-D with batch + 1 entries"), 0;
+  return (int)(t->shape[0] - 1);
+}
+
+static DLDevice device_of(ft_call *c, int i) {
+  DLDevice d = {(DLDeviceType)ft_int(c, i), (int32_t)ft_int(c, i + 1)};
+  return d;
+}
+
+/* Returns a plan handle: the existing one after a re-plan, a new one otherwise. */
+static int ret_plan(ft_call *c, fi_status st, void *plan, int64_t old, int kind,
+                    void (*destroy)(void *)) {
+  if (ft_status(c, st) != 0) return -1;
+  if (old) return ft_ret_int(c, old);
+  int64_t h = ft_plan_add(plan, kind);
+  if (!h) {
+    destroy(plan);
+    return ft_fail(c, -1, "MemoryError", "out of memory recording the plan");
+  }
+  return ft_ret_int(c, h);
+}
+
+static void decode_destroy(void *p) { fi_batch_decode_plan_destroy(p); }
+static void prefill_destroy(void *p) { fi_batch_prefill_plan_destroy(p); }
+
+/* ---- decode ---- */
+
+FT_EXPORT(single_decode) {
+  DLTensor *q = ft_tensor(c, 0), *k = ft_tensor(c, 1), *v = ft_tensor(c, 2),
+           *out = ft_tensor(c, 3), *lse = ft_tensor_opt(c, 4);
+  fi_kv_layout layout = ft_layout(c, 5);
+  fi_attention_params p;
+  attn_params(c, 6, &p);
+#define FT_RUN_ARGS q, k, v, out, lse, layout, &p
+  FT_RUN(fi_single_decode);
+#undef FT_RUN_ARGS
+}
+
+FT_EXPORT(batch_decode_workspace_size) {
+  DLDevice dev = device_of(c, 0);
+  int mb = (int)ft_int(c, 2), hq = (int)ft_int(c, 3), hk = (int)ft_int(c, 4),
+      d = (int)ft_int(c, 5);
+  if (c->failed) return -1;
+  fi_runtime *rt = ft_rt(c);
+  size_t bytes = 0;
+  if (!rt || ft_status(c, fi_batch_decode_workspace_size(rt, dev, mb, hq, hk, d, &bytes)) != 0)
+    return -1;
+  return ft_ret_int(c, (int64_t)bytes);
+}
+
+FT_EXPORT(batch_decode_plan) {
+  fi_batch_decode_info in = {0};
+  DLTensor *ws = ft_tensor(c, 0);
+  in.batch = batch_of(c, 1);
+  in.indptr = ft_host_i32(c, 1, (int64_t)in.batch + 1);
+  in.last_page_len = ft_host_i32(c, 2, in.batch);
+  in.num_qo_heads = (int)ft_int(c, 3);
+  in.num_kv_heads = (int)ft_int(c, 4);
+  in.head_dim = (int)ft_int(c, 5);
+  in.page_size = (int)ft_int(c, 6);
+  in.q_dtype = ft_dtype(c, 7);
+  in.kv_dtype = ft_dtype(c, 8);
+  in.max_batch = (int)ft_int(c, 9);
+  fi_attention_params p;
+  attn_params(c, 10, &p);
+  int64_t old = ft_int(c, 18);
+  fi_decode_plan *plan = old ? ft_plan_get(c, 18, FT_PLAN_DECODE) : NULL;
+  if (c->failed) return -1;
+  fi_runtime *rt = ft_rt(c);
+  if (!rt) return -1;
+  fi_status st = fi_batch_decode_plan(rt, &in, &p, ws, ft_stream(c), &plan);
+  return ret_plan(c, st, plan, old, FT_PLAN_DECODE, decode_destroy);
+}
+
+FT_EXPORT(batch_decode_run) {
+  const fi_decode_plan *plan = ft_plan_get(c, 0, FT_PLAN_DECODE);
+  DLTensor *q = ft_tensor(c, 1), *kc = ft_tensor(c, 2), *vc = ft_tensor(c, 3),
+           *indptr = ft_tensor(c, 4), *idx = ft_tensor(c, 5), *last = ft_tensor(c, 6),
+           *out = ft_tensor(c, 8), *lse = ft_tensor_opt(c, 9);
+  fi_kv_layout layout = ft_layout(c, 7);
+#define FT_RUN_ARGS plan, q, kc, vc, indptr, idx, last, layout, out, lse
+  FT_RUN(fi_batch_decode_run);
+#undef FT_RUN_ARGS
+}
+
+FT_EXPORT(batch_decode_plan_destroy) {
+  fi_decode_plan *plan = ft_plan_take(c, 0, FT_PLAN_DECODE);
+  if (c->failed) return -1;
+  fi_batch_decode_plan_destroy(plan);
+  return 0;
+}
+
+/* ---- prefill ---- */
+
+FT_EXPORT(single_prefill) {
+  DLTensor *q = ft_tensor(c, 0), *k = ft_tensor(c, 1), *v = ft_tensor(c, 2),
+           *out = ft_tensor(c, 3), *lse = ft_tensor_opt(c, 4);
+  fi_kv_layout layout = ft_layout(c, 5);
+  fi_prefill_params p;
+  fi_prefill_params_init(&p);
+  attn_params(c, 6, &p.attn);
+  p.causal = (int)ft_int(c, 14);
+#define FT_RUN_ARGS q, k, v, out, lse, layout, &p
+  FT_RUN(fi_single_prefill);
+#undef FT_RUN_ARGS
+}
+
+FT_EXPORT(batch_prefill_workspace_size) {
+  DLDevice dev = device_of(c, 0);
+  int mb = (int)ft_int(c, 2), mq = (int)ft_int(c, 3), hq = (int)ft_int(c, 4),
+      hk = (int)ft_int(c, 5), d = (int)ft_int(c, 6);
+  if (c->failed) return -1;
+  fi_runtime *rt = ft_rt(c);
+  size_t bytes = 0;
+  if (!rt ||
+      ft_status(c, fi_batch_prefill_workspace_size(rt, dev, mb, mq, hq, hk, d, &bytes)) != 0)
+    return -1;
+  return ft_ret_int(c, (int64_t)bytes);
+}
+
+/* The shared tail of both prefill plans: heads..plan from argument i on (the paged plan
+ * has page_size after head_dim: paged = 1). */
+static int prefill_plan(ft_call *c, DLTensor *ws, fi_batch_prefill_info *in, int i, int paged) {
+  in->num_qo_heads = (int)ft_int(c, i);
+  in->num_kv_heads = (int)ft_int(c, i + 1);
+  in->head_dim = (int)ft_int(c, i + 2);
+  i += 3;
+  if (paged) in->page_size = (int)ft_int(c, i++);
+  in->q_dtype = ft_dtype(c, i);
+  in->kv_dtype = ft_dtype(c, i + 1);
+  in->max_batch = (int)ft_int(c, i + 2);
+  in->max_qo_tokens = (int)ft_int(c, i + 3);
+  fi_prefill_params p;
+  fi_prefill_params_init(&p);
+  attn_params(c, i + 4, &p.attn);
+  p.causal = (int)ft_int(c, i + 12);
+  int64_t old = ft_int(c, i + 13);
+  fi_prefill_plan *plan = old ? ft_plan_get(c, i + 13, FT_PLAN_PREFILL) : NULL;
+  if (c->failed) return -1;
+  fi_runtime *rt = ft_rt(c);
+  if (!rt) return -1;
+  fi_status st = paged ? fi_batch_prefill_paged_plan(rt, in, &p, ws, ft_stream(c), &plan)
+                       : fi_batch_prefill_ragged_plan(rt, in, &p, ws, ft_stream(c), &plan);
+  return ret_plan(c, st, plan, old, FT_PLAN_PREFILL, prefill_destroy);
+}
+
+FT_EXPORT(batch_prefill_ragged_plan) {
+  fi_batch_prefill_info in = {0};
+  DLTensor *ws = ft_tensor(c, 0);
+  in.batch = batch_of(c, 1);
+  in.qo_indptr = ft_host_i32(c, 1, (int64_t)in.batch + 1);
+  in.kv_indptr = ft_host_i32(c, 2, (int64_t)in.batch + 1);
+  return prefill_plan(c, ws, &in, 3, 0);
+}
+
+FT_EXPORT(batch_prefill_paged_plan) {
+  fi_batch_prefill_info in = {0};
+  DLTensor *ws = ft_tensor(c, 0);
+  in.batch = batch_of(c, 1);
+  in.qo_indptr = ft_host_i32(c, 1, (int64_t)in.batch + 1);
+  in.kv_indptr = ft_host_i32(c, 2, (int64_t)in.batch + 1);
+  in.kv_last_page_len = ft_host_i32(c, 3, in.batch);
+  return prefill_plan(c, ws, &in, 4, 1);
+}
+
+FT_EXPORT(batch_prefill_ragged_run) {
+  const fi_prefill_plan *plan = ft_plan_get(c, 0, FT_PLAN_PREFILL);
+  DLTensor *q = ft_tensor(c, 1), *k = ft_tensor(c, 2), *v = ft_tensor(c, 3),
+           *out = ft_tensor(c, 5), *lse = ft_tensor_opt(c, 6);
+  fi_kv_layout layout = ft_layout(c, 4);
+#define FT_RUN_ARGS plan, q, k, v, layout, out, lse
+  FT_RUN(fi_batch_prefill_ragged_run);
+#undef FT_RUN_ARGS
+}
+
+FT_EXPORT(batch_prefill_paged_run) {
+  const fi_prefill_plan *plan = ft_plan_get(c, 0, FT_PLAN_PREFILL);
+  DLTensor *q = ft_tensor(c, 1), *kc = ft_tensor(c, 2), *vc = ft_tensor(c, 3),
+           *idx = ft_tensor(c, 4), *out = ft_tensor(c, 6), *lse = ft_tensor_opt(c, 7);
+  fi_kv_layout layout = ft_layout(c, 5);
+#define FT_RUN_ARGS plan, q, kc, vc, idx, layout, out, lse
+  FT_RUN(fi_batch_prefill_paged_run);
+#undef FT_RUN_ARGS
+}
+
+FT_EXPORT(batch_prefill_plan_destroy) {
+  fi_prefill_plan *plan = ft_plan_take(c, 0, FT_PLAN_PREFILL);
+  if (c->failed) return -1;
+  fi_batch_prefill_plan_destroy(plan);
+  return 0;
+}

@@ -1,0 +1,194 @@
+/* fi_tvm_ops.c: TVM-FFI exports of the elementwise and row ops: norms, gated activations,
+ * cascade merges, RoPE, the paged KV append, sampling. Each reads its arguments (the
+ * first bad one raises, named), then makes the one C call on the call's stream. */
+#include "fi_tvm.h"
+
+/* ---- norms ---- */
+
+FT_EXPORT(rmsnorm) {
+  DLTensor *x = ft_tensor(c, 0), *w = ft_tensor(c, 1), *out = ft_tensor(c, 3);
+  double eps = ft_float(c, 2);
+#define FT_RUN_ARGS x, w, eps, out
+  FT_RUN(fi_rmsnorm);
+#undef FT_RUN_ARGS
+}
+
+FT_EXPORT(gemma_rmsnorm) {
+  DLTensor *x = ft_tensor(c, 0), *w = ft_tensor(c, 1), *out = ft_tensor(c, 3);
+  double eps = ft_float(c, 2);
+#define FT_RUN_ARGS x, w, eps, out
+  FT_RUN(fi_gemma_rmsnorm);
+#undef FT_RUN_ARGS
+}
+
+FT_EXPORT(fused_add_rmsnorm) {
+  DLTensor *x = ft_tensor(c, 0), *r = ft_tensor(c, 1), *w = ft_tensor(c, 2);
+  double eps = ft_float(c, 3);
+#define FT_RUN_ARGS x, r, w, eps
+  FT_RUN(fi_fused_add_rmsnorm);
+#undef FT_RUN_ARGS
+}
+
+FT_EXPORT(gemma_fused_add_rmsnorm) {
+  DLTensor *x = ft_tensor(c, 0), *r = ft_tensor(c, 1), *w = ft_tensor(c, 2);
+  double eps = ft_float(c, 3);
+#define FT_RUN_ARGS x, r, w, eps
+  FT_RUN(fi_gemma_fused_add_rmsnorm);
+#undef FT_RUN_ARGS
+}
+
+FT_EXPORT(layernorm) {
+  DLTensor *x = ft_tensor(c, 0), *g = ft_tensor(c, 1), *b = ft_tensor(c, 2), *out = ft_tensor(c, 4);
+  double eps = ft_float(c, 3);
+#define FT_RUN_ARGS x, g, b, eps, out
+  FT_RUN(fi_layernorm);
+#undef FT_RUN_ARGS
+}
+
+/* ---- gated activations ---- */
+
+#define FT_ACT(name)                                                                          \
+  FT_EXPORT(name) {                                                                           \
+    DLTensor *x = ft_tensor(c, 0), *out = ft_tensor(c, 1);                                    \
+    FT_RUN(fi_##name);                                                                        \
+  }
+#define FT_RUN_ARGS x, out
+FT_ACT(silu_and_mul)
+FT_ACT(gelu_and_mul)
+FT_ACT(gelu_tanh_and_mul)
+#undef FT_RUN_ARGS
+
+/* ---- cascade ---- */
+
+FT_EXPORT(merge_state) {
+  DLTensor *va = ft_tensor(c, 0), *sa = ft_tensor(c, 1), *vb = ft_tensor(c, 2),
+           *sb = ft_tensor(c, 3), *vo = ft_tensor(c, 4), *so = ft_tensor_opt(c, 5);
+#define FT_RUN_ARGS va, sa, vb, sb, vo, so
+  FT_RUN(fi_merge_state);
+#undef FT_RUN_ARGS
+}
+
+FT_EXPORT(merge_state_in_place) {
+  DLTensor *v = ft_tensor(c, 0), *s = ft_tensor(c, 1), *vo = ft_tensor(c, 2),
+           *so = ft_tensor(c, 3), *mask = ft_tensor_opt(c, 4);
+#define FT_RUN_ARGS v, s, vo, so, mask
+  FT_RUN(fi_merge_state_in_place);
+#undef FT_RUN_ARGS
+}
+
+FT_EXPORT(merge_states) {
+  DLTensor *v = ft_tensor(c, 0), *s = ft_tensor(c, 1), *vo = ft_tensor(c, 2),
+           *so = ft_tensor_opt(c, 3);
+#define FT_RUN_ARGS v, s, vo, so
+  FT_RUN(fi_merge_states);
+#undef FT_RUN_ARGS
+}
+
+/* ---- RoPE ---- */
+
+FT_EXPORT(apply_rope_pos_ids) {
+  DLTensor *q = ft_tensor(c, 0), *k = ft_tensor(c, 1), *qo = ft_tensor(c, 2),
+           *ko = ft_tensor(c, 3), *pos = ft_tensor(c, 4);
+  int rotary_dim = (int)ft_int(c, 5), interleave = (int)ft_int(c, 6);
+  double scale = ft_float(c, 7), theta = ft_float(c, 8);
+#define FT_RUN_ARGS q, k, qo, ko, pos, rotary_dim, interleave, scale, theta
+  FT_RUN(fi_apply_rope_pos_ids);
+#undef FT_RUN_ARGS
+}
+
+FT_EXPORT(apply_llama31_rope_pos_ids) {
+  DLTensor *q = ft_tensor(c, 0), *k = ft_tensor(c, 1), *qo = ft_tensor(c, 2),
+           *ko = ft_tensor(c, 3), *pos = ft_tensor(c, 4);
+  int rotary_dim = (int)ft_int(c, 5), interleave = (int)ft_int(c, 6);
+  double scale = ft_float(c, 7), theta = ft_float(c, 8), lo = ft_float(c, 9),
+         hi = ft_float(c, 10), old = ft_float(c, 11);
+#define FT_RUN_ARGS q, k, qo, ko, pos, rotary_dim, interleave, scale, theta, lo, hi, old
+  FT_RUN(fi_apply_llama31_rope_pos_ids);
+#undef FT_RUN_ARGS
+}
+
+FT_EXPORT(apply_rope_with_cos_sin_cache) {
+  DLTensor *q = ft_tensor(c, 0), *k = ft_tensor(c, 1), *qo = ft_tensor(c, 2),
+           *ko = ft_tensor(c, 3), *cache = ft_tensor(c, 4), *pos = ft_tensor(c, 5);
+  int interleave = (int)ft_int(c, 6);
+#define FT_RUN_ARGS q, k, qo, ko, cache, pos, interleave
+  FT_RUN(fi_apply_rope_with_cos_sin_cache);
+#undef FT_RUN_ARGS
+}
+
+/* ---- paged KV cache ---- */
+
+FT_EXPORT(append_paged_kv_cache) {
+  DLTensor *ak = ft_tensor(c, 0), *av = ft_tensor(c, 1), *bi = ft_tensor(c, 2),
+           *pos = ft_tensor(c, 3), *kc = ft_tensor(c, 4), *vc = ft_tensor(c, 5),
+           *idx = ft_tensor(c, 6), *indptr = ft_tensor(c, 7), *last = ft_tensor(c, 8);
+  fi_kv_layout layout = ft_layout(c, 9);
+  double ks = ft_float(c, 10), vs = ft_float(c, 11);
+#define FT_RUN_ARGS ak, av, bi, pos, kc, vc, idx, indptr, last, layout, ks, vs
+  FT_RUN(fi_append_paged_kv_cache);
+#undef FT_RUN_ARGS
+}
+
+FT_EXPORT(get_batch_indices_positions) {
+  DLTensor *indptr = ft_tensor(c, 0), *lens = ft_tensor(c, 1), *bi = ft_tensor(c, 2),
+           *pos = ft_tensor(c, 3);
+#define FT_RUN_ARGS indptr, lens, bi, pos
+  FT_RUN(fi_get_batch_indices_positions);
+#undef FT_RUN_ARGS
+}
+
+/* ---- sampling ---- */
+
+FT_EXPORT(softmax) {
+  DLTensor *logits = ft_tensor(c, 0), *temp_arr = ft_tensor_opt(c, 1), *out = ft_tensor(c, 3);
+  double temp = ft_float(c, 2);
+#define FT_RUN_ARGS logits, temp_arr, temp, out
+  FT_RUN(fi_softmax);
+#undef FT_RUN_ARGS
+}
+
+FT_EXPORT(sampling_from_probs) {
+  DLTensor *probs = ft_tensor(c, 0), *samples = ft_tensor(c, 1);
+  uint64_t seed = (uint64_t)ft_int(c, 2), offset = (uint64_t)ft_int(c, 3);
+#define FT_RUN_ARGS probs, samples, seed, offset
+  FT_RUN(fi_sampling_from_probs);
+#undef FT_RUN_ARGS
+}
+
+/* probs, a per-row parameter (array or scalar), samples, seed, offset. */
+#define FT_FILTERED_SAMPLING(name, scalar_reader, ctype)                                     \
+  FT_EXPORT(name) {                                                                           \
+    DLTensor *probs = ft_tensor(c, 0), *arr = ft_tensor_opt(c, 1), *samples = ft_tensor(c, 3); \
+    ctype param = (ctype)scalar_reader(c, 2);                                                 \
+    uint64_t seed = (uint64_t)ft_int(c, 4), offset = (uint64_t)ft_int(c, 5);                  \
+    FT_RUN(fi_##name);                                                                        \
+  }
+#define FT_RUN_ARGS probs, arr, param, samples, seed, offset
+FT_FILTERED_SAMPLING(top_k_sampling_from_probs, ft_int, int)
+FT_FILTERED_SAMPLING(top_p_sampling_from_probs, ft_float, double)
+FT_FILTERED_SAMPLING(min_p_sampling_from_probs, ft_float, double)
+#undef FT_RUN_ARGS
+
+FT_EXPORT(top_k_top_p_sampling_from_logits) {
+  DLTensor *logits = ft_tensor(c, 0), *k_arr = ft_tensor_opt(c, 1), *p_arr = ft_tensor_opt(c, 3),
+           *samples = ft_tensor(c, 5);
+  int top_k = (int)ft_int(c, 2);
+  double top_p = ft_float(c, 4);
+  uint64_t seed = (uint64_t)ft_int(c, 6), offset = (uint64_t)ft_int(c, 7);
+#define FT_RUN_ARGS logits, k_arr, top_k, p_arr, top_p, samples, seed, offset
+  FT_RUN(fi_top_k_top_p_sampling_from_logits);
+#undef FT_RUN_ARGS
+}
+
+/* input, a per-row parameter (array or scalar), out. */
+#define FT_FILTER(name, scalar_reader, ctype)                                                 \
+  FT_EXPORT(name) {                                                                           \
+    DLTensor *in = ft_tensor(c, 0), *arr = ft_tensor_opt(c, 1), *out = ft_tensor(c, 3);       \
+    ctype param = (ctype)scalar_reader(c, 2);                                                 \
+    FT_RUN(fi_##name);                                                                        \
+  }
+#define FT_RUN_ARGS in, arr, param, out
+FT_FILTER(top_k_renorm_probs, ft_int, int)
+FT_FILTER(top_p_renorm_probs, ft_float, double)
+FT_FILTER(top_k_mask_logits, ft_int, int)
+#undef FT_RUN_ARGS
