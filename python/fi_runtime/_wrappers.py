@@ -1,0 +1,366 @@
+"""FlashInfer's batch attention wrappers over fi_runtime's plan / run:
+BatchDecodeWithPagedKVCacheWrapper, BatchPrefillWithPagedKVCacheWrapper and
+BatchPrefillWithRaggedKVCacheWrapper. plan copies the index arrays to the host (as
+FlashInfer does) and plans into float_workspace_buffer, which must hold the plan's
+workspace (ValueError says how many bytes); run only launches. CUDA-graph mode
+(use_cuda_graph=True with the index buffers): the plan is made for the buffers' batch size
+and run reads the buffers, which plan refills, so a captured run replays after re-plans."""
+
+from . import ops
+from ._util import (dtype_name, empty, host_i32, is_torch, kv_pair, layout, number,
+                    pos_encoding, run, tensor, unsupported)
+
+_DECODE_LEGACY = ("pos_encoding_mode", "window_left", "logits_soft_cap", "q_data_type",
+                  "kv_data_type", "o_data_type", "data_type", "sm_scale", "rope_scale",
+                  "rope_theta", "non_blocking", "block_tables", "seq_lens", "fixed_split_size",
+                  "disable_split_kv", "q_len_per_req")
+
+
+class _Wrapper:
+    _kind = ""  # "decode" or "prefill": its plan handle's destroy function
+
+    def __init__(self, fn, float_workspace_buffer, kv_layout, use_cuda_graph, backend,
+                 graph_buffers):
+        self._fn = fn
+        self._workspace = tensor(fn, "float_workspace_buffer", float_workspace_buffer)
+        self._kv_layout = kv_layout
+        self._layout = layout(fn, kv_layout)
+        if backend not in ("auto", "fa2", "fa3"):
+            unsupported(fn, "backend", backend)
+        self._use_cuda_graph = bool(use_cuda_graph)
+        self._buffers = graph_buffers
+        if self._use_cuda_graph and any(b is None for b in graph_buffers.values()):
+            missing = [k for k, b in graph_buffers.items() if b is None]
+            raise ValueError(f"{fn}: use_cuda_graph=True needs {', '.join(missing)}")
+        self._plan = 0
+        self._plan_args = None  # what the last plan call passed (for a re-plan in run)
+
+    @property
+    def is_cuda_graph_enabled(self):
+        return self._use_cuda_graph
+
+    def reset_workspace_buffer(self, float_workspace_buffer, int_workspace_buffer=None,
+                               *args):
+        self._destroy()
+        self._workspace = tensor(self._fn, "float_workspace_buffer", float_workspace_buffer)
+
+    def _destroy(self):
+        if self._plan:
+            getattr(ops, f"batch_{self._kind}_plan_destroy")(self._plan)
+            self._plan = 0
+
+    def __del__(self):
+        try:
+            self._destroy()
+        except Exception:  # interpreter shutdown: the library may be gone
+            pass
+
+    def _check_workspace(self, need):
+        ws = self._workspace
+        have = 1
+        for d in ws.shape:
+            have *= int(d)
+        have *= ws.itemsize if hasattr(ws, "itemsize") else ws.element_size()
+        if have < need:
+            raise ValueError(f"{self._fn}.plan: float_workspace_buffer holds {have} bytes; this "
+                             f"plan needs {need}")
+
+    def _device(self):
+        dev = self._workspace.__dlpack_device__()
+        return int(dev[0]), int(dev[1])
+
+    def _fill(self, name, x, n):
+        """In CUDA-graph mode, x copied into its buffer (the run reads the buffer)."""
+        buf = self._buffers[name]
+        if not self._use_cuda_graph:
+            return x
+        if not is_torch(buf):
+            raise ValueError(f"{self._fn}: CUDA-graph mode needs torch buffers")
+        buf[:n].copy_(x[:n], non_blocking=True)
+        return buf
+
+    def _replan_if(self, fn, attn_changes):
+        """Re-plans when run passes scales or a window that differ from the plan's (they
+        are fixed at plan time in fi_runtime); attn_changes maps an attention parameter's
+        index (FT_ATTN_SIG's order) to run's value, None for the plan's."""
+        if not self._plan:
+            raise RuntimeError(f"{fn}: call plan before run")
+        args = list(self._plan_args[:-1])
+        changed = False
+        for k, v in attn_changes.items():
+            if v is not None and args[self._attn_at + k] != v:
+                args[self._attn_at + k] = v
+                changed = True
+        if changed:
+            self._plan = getattr(ops, f"batch_{self._kind}_plan")(*args, self._plan)
+            self._plan_args = tuple(args) + (self._plan,)
+
+    def _outputs(self, q, out, lse, return_lse):
+        out = empty(q, q.shape) if out is None else tensor(self._fn, "out", out)
+        if return_lse and lse is None:
+            lse = empty(q, (q.shape[0], q.shape[1]), "float32")
+        return out, (lse if return_lse or lse is not None else None)
+
+
+def _attn(fn, head_dim, pos_encoding_mode, window_left, logits_soft_cap, sm_scale, rope_scale,
+          rope_theta):
+    return [(1.0 / head_dim ** 0.5) if sm_scale is None else number(fn, "sm_scale", sm_scale),
+            0.0 if logits_soft_cap is None else number(fn, "logits_soft_cap", logits_soft_cap),
+            number(fn, "window_left", window_left, int), pos_encoding(fn, pos_encoding_mode),
+            1.0 if rope_scale is None else number(fn, "rope_scale", rope_scale),
+            1e4 if rope_theta is None else number(fn, "rope_theta", rope_theta), 1.0, 1.0]
+
+
+def _refuse(fn, **kwargs):
+    """UnsupportedError for the first argument that is set (not None / False / 0)."""
+    for k, v in kwargs.items():
+        if v is not None and v is not False and not (isinstance(v, int) and v == 0):
+            unsupported(fn, k, v if not hasattr(v, "__dlpack__") else "a tensor")
+
+
+def _dtypes(fn, q_data_type, kv_data_type, o_data_type):
+    q = dtype_name(fn, "q_data_type", q_data_type)
+    kv = dtype_name(fn, "kv_data_type", kv_data_type) or q
+    o = dtype_name(fn, "o_data_type", o_data_type)
+    if o is not None and o != q:
+        unsupported(fn, "o_data_type", o_data_type, "differs from q's dtype, which fi_runtime "
+                    "writes")
+    return q, kv
+
+
+class BatchDecodeWithPagedKVCacheWrapper(_Wrapper):
+    _kind = "decode"
+    _attn_at = 10  # the attention parameters' first index in batch_decode_plan's arguments
+
+    def __init__(self, float_workspace_buffer, kv_layout="NHD", use_cuda_graph=False,
+                 use_tensor_cores=False, paged_kv_indptr_buffer=None,
+                 paged_kv_indices_buffer=None, paged_kv_last_page_len_buffer=None,
+                 backend="auto", jit_args=None):
+        fn = "BatchDecodeWithPagedKVCacheWrapper"
+        _refuse(fn, jit_args=jit_args)
+        super().__init__(fn, float_workspace_buffer, kv_layout, use_cuda_graph, backend,
+                         {"paged_kv_indptr_buffer": paged_kv_indptr_buffer,
+                          "paged_kv_indices_buffer": paged_kv_indices_buffer,
+                          "paged_kv_last_page_len_buffer": paged_kv_last_page_len_buffer})
+
+    def plan(self, indptr, indices, last_page_len, num_qo_heads, num_kv_heads, head_dim,
+             page_size, *deprecated_positional_args, **kwargs):
+        fn = "BatchDecodeWithPagedKVCacheWrapper.plan"
+        if len(deprecated_positional_args) > len(_DECODE_LEGACY):
+            raise TypeError(f"{fn}: too many positional arguments")
+        for name, value in zip(_DECODE_LEGACY, deprecated_positional_args):
+            if name in kwargs:
+                raise TypeError(f"{fn}: got {name} both by position and by keyword")
+            kwargs[name] = value
+        return self._plan_kw(indptr, indices, last_page_len, num_qo_heads, num_kv_heads,
+                             head_dim, page_size, **kwargs)
+
+    def _plan_kw(self, indptr, indices, last_page_len, num_qo_heads, num_kv_heads, head_dim,
+                 page_size, pos_encoding_mode="NONE", window_left=-1, logits_soft_cap=None,
+                 q_data_type="float16", kv_data_type=None, o_data_type=None, data_type=None,
+                 sm_scale=None, rope_scale=None, rope_theta=None, non_blocking=True,
+                 block_tables=None, seq_lens=None, fixed_split_size=None,
+                 disable_split_kv=False, q_len_per_req=None, window_right=None):
+        fn = "BatchDecodeWithPagedKVCacheWrapper.plan"
+        _refuse(fn, block_tables=block_tables, seq_lens=seq_lens,
+                fixed_split_size=fixed_split_size, disable_split_kv=disable_split_kv,
+                window_right=window_right)
+        if q_len_per_req not in (None, 1):
+            unsupported(fn, "q_len_per_req", q_len_per_req)
+        if data_type is not None:
+            q_data_type = kv_data_type = data_type
+        qdt, kvdt = _dtypes(fn, q_data_type, kv_data_type, o_data_type)
+        indptr_h = host_i32(fn, "indptr", indptr)
+        last_h = host_i32(fn, "last_page_len", last_page_len)
+        batch = int(indptr_h.shape[0]) - 1
+        max_batch = 0
+        if self._use_cuda_graph:
+            max_batch = int(self._buffers["paged_kv_last_page_len_buffer"].shape[0])
+        hq, hk, d = (number(fn, n, v, int) for n, v in (
+            ("num_qo_heads", num_qo_heads), ("num_kv_heads", num_kv_heads), ("head_dim", head_dim)))
+        self._check_workspace(ops.batch_decode_workspace_size(
+            *self._device(), max_batch or max(batch, 1), hq, hk, d))
+        self._indptr = self._fill("paged_kv_indptr_buffer", tensor(fn, "indptr", indptr), batch + 1)
+        self._indices = self._fill("paged_kv_indices_buffer", tensor(fn, "indices", indices),
+                                   int(indptr_h[-1]))
+        self._last = self._fill("paged_kv_last_page_len_buffer",
+                                tensor(fn, "last_page_len", last_page_len), batch)
+        attn = _attn(fn, d, pos_encoding_mode, window_left, logits_soft_cap, sm_scale,
+                     rope_scale, rope_theta)
+        self._sm_scale = attn[0]
+        args = (self._workspace, indptr_h, last_h, hq, hk, d, number(fn, "page_size", page_size, int),
+                qdt, kvdt, max_batch, *attn)
+        self._plan = ops.batch_decode_plan(*args, self._plan)
+        self._plan_args = args + (self._plan,)
+
+    begin_forward = plan
+
+    def run(self, q, paged_kv_cache, *args, q_scale=None, k_scale=None, v_scale=None, out=None,
+            lse=None, return_lse=False, enable_pdl=None, window_left=None, sinks=None,
+            q_len_per_req=None, skip_softmax_threshold_scale_factor=None, kv_cache_sf=None):
+        fn = "BatchDecodeWithPagedKVCacheWrapper.run"
+        if args:
+            unsupported(fn, "positional arguments after paged_kv_cache", args)
+        _refuse(fn, sinks=sinks, kv_cache_sf=kv_cache_sf,
+                skip_softmax_threshold_scale_factor=skip_softmax_threshold_scale_factor)
+        if q_len_per_req not in (None, 1):
+            unsupported(fn, "q_len_per_req", q_len_per_req)
+        tensor(fn, "q", q)
+        k, v = kv_pair(fn, paged_kv_cache)
+        sm = None
+        if self._plan:
+            sm = self._sm_scale * (1.0 if q_scale is None else number(fn, "q_scale", q_scale))
+        self._replan_if(fn, {0: sm, 2: window_left, 6: k_scale, 7: v_scale})
+        out, lse = self._outputs(q, out, lse, return_lse)
+        run("batch_decode_run", self._plan, q, k, v, self._indptr, self._indices, self._last,
+            self._layout, out, lse)
+        return (out, lse) if return_lse else out
+
+    def run_return_lse(self, q, paged_kv_cache, *args, **kwargs):
+        return self.run(q, paged_kv_cache, *args, return_lse=True, **kwargs)
+
+
+class _Prefill(_Wrapper):
+    _kind = "prefill"
+
+    def _plan_common(self, fn, qo_indptr_h, batch, heads, head_dim_vo, custom_mask,
+                     packed_custom_mask, causal, use_fp16_qk_reduction, attn, dtypes, extra):
+        hq, hk, d = heads
+        if head_dim_vo is not None and head_dim_vo != d:
+            unsupported(fn, "head_dim_vo", head_dim_vo, "differs from head_dim_qk")
+        _refuse(fn, custom_mask=custom_mask, packed_custom_mask=packed_custom_mask,
+                use_fp16_qk_reduction=use_fp16_qk_reduction, **extra)
+        total = int(qo_indptr_h[-1])
+        max_batch = max_qo = 0
+        if self._use_cuda_graph:
+            max_batch = int(self._buffers["qo_indptr_buf"].shape[0]) - 1
+            max_qo = getattr(self, "_max_qo", 0) or total  # fixed by the first plan
+            self._max_qo = max_qo
+        self._check_workspace(ops.batch_prefill_workspace_size(
+            *self._device(), max_batch or max(batch, 1), max_qo or max(total, 1), hq, hk, d))
+        return [hq, hk, d], list(dtypes) + [max_batch, max_qo] + attn + [int(bool(causal))]
+
+
+_PREFILL_REFUSED = ("prefix_len_ptr", "token_pos_in_items_ptr", "token_pos_in_items_len",
+                    "max_item_len_ptr", "seq_lens", "seq_lens_q", "block_tables",
+                    "max_token_per_sequence", "max_sequence_kv", "fixed_split_size",
+                    "disable_split_kv", "v_indptr", "o_indptr")
+
+
+def _prefill_kwargs(fn, kw):
+    """The FlashInfer plan arguments fi_runtime has, after refusing the rest."""
+    _refuse(fn, **{k: kw.pop(k) for k in _PREFILL_REFUSED if k in kw})
+    kw.pop("non_blocking", None)
+    known = {"head_dim_vo", "custom_mask", "packed_custom_mask", "causal", "pos_encoding_mode",
+             "use_fp16_qk_reduction", "sm_scale", "window_left", "logits_soft_cap",
+             "rope_scale", "rope_theta", "q_data_type", "kv_data_type", "o_data_type"}
+    for k in kw:
+        if k not in known:
+            raise TypeError(f"{fn}: unexpected keyword argument {k!r}")
+    g = kw.get
+    return g("head_dim_vo"), g("custom_mask"), g("packed_custom_mask"), g("causal", False), \
+        g("use_fp16_qk_reduction", False), \
+        (g("pos_encoding_mode", "NONE"), g("window_left", -1), g("logits_soft_cap"),
+         g("sm_scale"), g("rope_scale"), g("rope_theta")), \
+        (g("q_data_type", "float16"), g("kv_data_type"), g("o_data_type"))
+
+
+class BatchPrefillWithPagedKVCacheWrapper(_Prefill):
+    _attn_at = 12  # batch_prefill_paged_plan: workspace, 3 index arrays, 4 sizes, 2 dtypes, 2 maxima
+
+    def __init__(self, float_workspace_buffer, kv_layout="NHD", use_cuda_graph=False,
+                 qo_indptr_buf=None, paged_kv_indptr_buf=None, paged_kv_indices_buf=None,
+                 paged_kv_last_page_len_buf=None, custom_mask_buf=None, mask_indptr_buf=None,
+                 backend="auto", jit_args=None, jit_kwargs=None):
+        fn = "BatchPrefillWithPagedKVCacheWrapper"
+        _refuse(fn, custom_mask_buf=custom_mask_buf, mask_indptr_buf=mask_indptr_buf,
+                jit_args=jit_args, jit_kwargs=jit_kwargs)
+        super().__init__(fn, float_workspace_buffer, kv_layout, use_cuda_graph, backend,
+                         {"qo_indptr_buf": qo_indptr_buf, "paged_kv_indptr_buf": paged_kv_indptr_buf,
+                          "paged_kv_indices_buf": paged_kv_indices_buf,
+                          "paged_kv_last_page_len_buf": paged_kv_last_page_len_buf})
+
+    def plan(self, qo_indptr, paged_kv_indptr, paged_kv_indices, paged_kv_last_page_len,
+             num_qo_heads, num_kv_heads, head_dim_qk, page_size, **kwargs):
+        fn = "BatchPrefillWithPagedKVCacheWrapper.plan"
+        dv, cm, pcm, causal, fp16, a, dts = _prefill_kwargs(fn, kwargs)
+        qo_h = host_i32(fn, "qo_indptr", qo_indptr)
+        kv_h = host_i32(fn, "paged_kv_indptr", paged_kv_indptr)
+        last_h = host_i32(fn, "paged_kv_last_page_len", paged_kv_last_page_len)
+        batch = int(qo_h.shape[0]) - 1
+        heads = [number(fn, n, v, int) for n, v in (("num_qo_heads", num_qo_heads),
+                 ("num_kv_heads", num_kv_heads), ("head_dim_qk", head_dim_qk))]
+        heads, rest = self._plan_common(fn, qo_h, batch, heads, dv, cm, pcm, causal, fp16,
+                                        _attn(fn, heads[2], *a), _dtypes(fn, *dts), {})
+        self._indices = self._fill("paged_kv_indices_buf",
+                                   tensor(fn, "paged_kv_indices", paged_kv_indices), int(kv_h[-1]))
+        args = (self._workspace, qo_h, kv_h, last_h, *heads,
+                number(fn, "page_size", page_size, int), *rest)
+        self._plan = ops.batch_prefill_paged_plan(*args, self._plan)
+        self._plan_args = args + (self._plan,)
+
+    begin_forward = plan
+
+    def run(self, q, paged_kv_cache, *args, q_scale=None, k_scale=None, v_scale=None, out=None,
+            lse=None, return_lse=False, enable_pdl=None, window_left=None, sinks=None,
+            kv_cache_sf=None, skip_softmax_threshold_scale_factor=None, use_fp16_softmax=None,
+            uses_spcompress=None):
+        fn = "BatchPrefillWithPagedKVCacheWrapper.run"
+        if args:
+            unsupported(fn, "positional arguments after paged_kv_cache", args)
+        _refuse(fn, sinks=sinks, kv_cache_sf=kv_cache_sf, use_fp16_softmax=use_fp16_softmax,
+                uses_spcompress=uses_spcompress, q_scale=q_scale,
+                skip_softmax_threshold_scale_factor=skip_softmax_threshold_scale_factor)
+        tensor(fn, "q", q)
+        k, v = kv_pair(fn, paged_kv_cache)
+        self._replan_if(fn, {2: window_left, 6: k_scale, 7: v_scale})
+        out, lse = self._outputs(q, out, lse, return_lse)
+        run("batch_prefill_paged_run", self._plan, q, k, v, self._indices, self._layout, out, lse)
+        return (out, lse) if return_lse else out
+
+    def run_return_lse(self, q, paged_kv_cache, *args, **kwargs):
+        return self.run(q, paged_kv_cache, *args, return_lse=True, **kwargs)
+
+
+class BatchPrefillWithRaggedKVCacheWrapper(_Prefill):
+    _attn_at = 10  # batch_prefill_ragged_plan: workspace, 2 index arrays, 3 sizes, 2 dtypes, 2 maxima
+
+    def __init__(self, float_workspace_buffer, kv_layout="NHD", use_cuda_graph=False,
+                 qo_indptr_buf=None, kv_indptr_buf=None, custom_mask_buf=None,
+                 mask_indptr_buf=None, backend="auto", jit_args=None, jit_kwargs=None):
+        fn = "BatchPrefillWithRaggedKVCacheWrapper"
+        _refuse(fn, custom_mask_buf=custom_mask_buf, mask_indptr_buf=mask_indptr_buf,
+                jit_args=jit_args, jit_kwargs=jit_kwargs)
+        super().__init__(fn, float_workspace_buffer, kv_layout, use_cuda_graph, backend,
+                         {"qo_indptr_buf": qo_indptr_buf, "kv_indptr_buf": kv_indptr_buf})
+
+    def plan(self, qo_indptr, kv_indptr, num_qo_heads, num_kv_heads, head_dim_qk, **kwargs):
+        fn = "BatchPrefillWithRaggedKVCacheWrapper.plan"
+        dv, cm, pcm, causal, fp16, a, dts = _prefill_kwargs(fn, kwargs)
+        qo_h = host_i32(fn, "qo_indptr", qo_indptr)
+        kv_h = host_i32(fn, "kv_indptr", kv_indptr)
+        batch = int(qo_h.shape[0]) - 1
+        heads = [number(fn, n, v, int) for n, v in (("num_qo_heads", num_qo_heads),
+                 ("num_kv_heads", num_kv_heads), ("head_dim_qk", head_dim_qk))]
+        heads, rest = self._plan_common(fn, qo_h, batch, heads, dv, cm, pcm, causal, fp16,
+                                        _attn(fn, heads[2], *a), _dtypes(fn, *dts), {})
+        args = (self._workspace, qo_h, kv_h, *heads, *rest)
+        self._plan = ops.batch_prefill_ragged_plan(*args, self._plan)
+        self._plan_args = args + (self._plan,)
+
+    begin_forward = plan
+
+    def run(self, q, k, v, *args, q_scale=None, k_scale=None, v_scale=None, o_scale=None,
+            out=None, lse=None, return_lse=False, enable_pdl=None, kv_cache_sf=None):
+        fn = "BatchPrefillWithRaggedKVCacheWrapper.run"
+        if args:
+            unsupported(fn, "positional arguments after v", args)
+        _refuse(fn, kv_cache_sf=kv_cache_sf, q_scale=q_scale, o_scale=o_scale)
+        tensor(fn, "q", q), tensor(fn, "k", k), tensor(fn, "v", v)
+        self._replan_if(fn, {6: k_scale, 7: v_scale})
+        out, lse = self._outputs(q, out, lse, return_lse)
+        run("batch_prefill_ragged_run", self._plan, q, k, v, self._layout, out, lse)
+        return (out, lse) if return_lse else out
+
+    def run_return_lse(self, q, k, v, *args, **kwargs):
+        return self.run(q, k, v, *args, return_lse=True, **kwargs)
