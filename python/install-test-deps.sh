@@ -1,13 +1,14 @@
 #!/bin/bash
 # install-test-deps.sh VENV: the Python packages that the CPU tests of the Python package
-# (python/) and the TVM-FFI library (ffi/) need, apache-tvm-ffi and numpy, in the virtual
+# (python/) and the TVM-FFI library (ffi/) need, apache-tvm-ffi and numpy (and wheel, for
+# the test that pip installs the package offline), in the virtual
 # environment VENV; installs only what is missing (so `make test` stays fast once set up).
 # torch is not installed: PyPI's torch wheel for x86-64 is the CUDA build (several GB);
 # the tests use numpy arrays (DLPack) and run the torch cases only where torch exists.
 set -eu
 venv=$1
-pkgs=("apache-tvm-ffi>=0.1,<0.2" numpy)
-if [ -x "$venv/bin/python" ] && "$venv/bin/python" -c 'import tvm_ffi, numpy' 2>/dev/null; then
+pkgs=("apache-tvm-ffi>=0.1,<0.2" numpy wheel)
+if [ -x "$venv/bin/python" ] && "$venv/bin/python" -c 'import tvm_ffi, numpy, wheel' 2>/dev/null; then
   exit 0
 fi
 if ! python3 -c 'import venv, ensurepip' 2>/dev/null; then
