@@ -64,6 +64,16 @@ int ft_status(ft_call *c, fi_status st);
     return ft_status(c, call(rt_, FT_RUN_ARGS, stream_));                                     \
   } while (0)
 
+/* Ends a workspace-size export: call(rt, FT_RUN_ARGS, &bytes), the bytes returned. */
+#define FT_RUN_SIZE(call)                                                                     \
+  do {                                                                                        \
+    if (c->failed) return -1;                                                                 \
+    fi_runtime *rt_ = ft_rt(c);                                                               \
+    size_t bytes_ = 0;                                                                        \
+    if (!rt_ || ft_status(c, call(rt_, FT_RUN_ARGS, &bytes_)) != 0) return -1;                \
+    return ft_ret_int(c, (int64_t)bytes_);                                                    \
+  } while (0)
+
 /* Results. */
 int ft_ret_int(ft_call *c, int64_t v);
 int ft_ret_str(TVMFFIAny *rv, const char *s);

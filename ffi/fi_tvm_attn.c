@@ -46,6 +46,14 @@ static int ret_plan(ft_call *c, fi_status st, void *plan, int64_t old, int kind,
 static void decode_destroy(void *p) { fi_batch_decode_plan_destroy(p); }
 static void prefill_destroy(void *p) { fi_batch_prefill_plan_destroy(p); }
 
+/* The plan_destroy exports: argument 0, a live plan of kind, forgotten and destroyed. */
+static int destroy_plan(ft_call *c, int kind, void (*destroy)(void *)) {
+  void *plan = ft_plan_take(c, 0, kind);
+  if (c->failed) return -1;
+  destroy(plan);
+  return 0;
+}
+
 /* ---- decode ---- */
 
 FT_EXPORT(single_decode) {
@@ -63,12 +71,9 @@ FT_EXPORT(batch_decode_workspace_size) {
   DLDevice dev = device_of(c, 0);
   int mb = (int)ft_int(c, 2), hq = (int)ft_int(c, 3), hk = (int)ft_int(c, 4),
       d = (int)ft_int(c, 5);
-  if (c->failed) return -1;
-  fi_runtime *rt = ft_rt(c);
-  size_t bytes = 0;
-  if (!rt || ft_status(c, fi_batch_decode_workspace_size(rt, dev, mb, hq, hk, d, &bytes)) != 0)
-    return -1;
-  return ft_ret_int(c, (int64_t)bytes);
+#define FT_RUN_ARGS dev, mb, hq, hk, d
+  FT_RUN_SIZE(fi_batch_decode_workspace_size);
+#undef FT_RUN_ARGS
 }
 
 FT_EXPORT(batch_decode_plan) {
@@ -106,12 +111,7 @@ FT_EXPORT(batch_decode_run) {
 #undef FT_RUN_ARGS
 }
 
-FT_EXPORT(batch_decode_plan_destroy) {
-  fi_decode_plan *plan = ft_plan_take(c, 0, FT_PLAN_DECODE);
-  if (c->failed) return -1;
-  fi_batch_decode_plan_destroy(plan);
-  return 0;
-}
+FT_EXPORT(batch_decode_plan_destroy) { return destroy_plan(c, FT_PLAN_DECODE, decode_destroy); }
 
 /* ---- prefill ---- */
 
@@ -132,13 +132,9 @@ FT_EXPORT(batch_prefill_workspace_size) {
   DLDevice dev = device_of(c, 0);
   int mb = (int)ft_int(c, 2), mq = (int)ft_int(c, 3), hq = (int)ft_int(c, 4),
       hk = (int)ft_int(c, 5), d = (int)ft_int(c, 6);
-  if (c->failed) return -1;
-  fi_runtime *rt = ft_rt(c);
-  size_t bytes = 0;
-  if (!rt ||
-      ft_status(c, fi_batch_prefill_workspace_size(rt, dev, mb, mq, hq, hk, d, &bytes)) != 0)
-    return -1;
-  return ft_ret_int(c, (int64_t)bytes);
+#define FT_RUN_ARGS dev, mb, mq, hq, hk, d
+  FT_RUN_SIZE(fi_batch_prefill_workspace_size);
+#undef FT_RUN_ARGS
 }
 
 /* The shared tail of both prefill plans: heads..plan from argument i on (the paged plan
@@ -206,9 +202,4 @@ FT_EXPORT(batch_prefill_paged_run) {
 #undef FT_RUN_ARGS
 }
 
-FT_EXPORT(batch_prefill_plan_destroy) {
-  fi_prefill_plan *plan = ft_plan_take(c, 0, FT_PLAN_PREFILL);
-  if (c->failed) return -1;
-  fi_batch_prefill_plan_destroy(plan);
-  return 0;
-}
+FT_EXPORT(batch_prefill_plan_destroy) { return destroy_plan(c, FT_PLAN_PREFILL, prefill_destroy); }

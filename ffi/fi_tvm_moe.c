@@ -59,11 +59,9 @@ FT_EXPORT(moe_sort_workspace_size) {
   int k = (int)ft_int(c, 1);
   fi_moe_sort_params p = {(int)ft_int(c, 2), (int)ft_int(c, 3), (int)ft_int(c, 4),
                           (int)ft_int(c, 5)};
-  if (c->failed) return -1;
-  fi_runtime *rt = ft_rt(c);
-  size_t bytes = 0;
-  if (!rt || ft_status(c, fi_moe_sort_workspace_size(rt, t, k, &p, &bytes)) != 0) return -1;
-  return ft_ret_int(c, (int64_t)bytes);
+#define FT_RUN_ARGS t, k, &p
+  FT_RUN_SIZE(fi_moe_sort_workspace_size);
+#undef FT_RUN_ARGS
 }
 
 FT_EXPORT(moe_sort) {
@@ -115,12 +113,9 @@ FT_EXPORT(fused_moe_workspace_size) {
   int64_t t = ft_int(c, 0), hidden = ft_int(c, 1), inter = ft_int(c, 2);
   fi_fused_moe_params p;
   fused_params(c, 3, &p);
-  if (c->failed) return -1;
-  fi_runtime *rt = ft_rt(c);
-  size_t bytes = 0;
-  if (!rt || ft_status(c, fi_fused_moe_workspace_size(rt, t, hidden, inter, &p, &bytes)) != 0)
-    return -1;
-  return ft_ret_int(c, (int64_t)bytes);
+#define FT_RUN_ARGS t, hidden, inter, &p
+  FT_RUN_SIZE(fi_fused_moe_workspace_size);
+#undef FT_RUN_ARGS
 }
 
 FT_EXPORT(fused_moe) {

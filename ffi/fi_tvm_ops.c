@@ -5,37 +5,21 @@
 
 /* ---- norms ---- */
 
-FT_EXPORT(rmsnorm) {
-  DLTensor *x = ft_tensor(c, 0), *w = ft_tensor(c, 1), *out = ft_tensor(c, 3);
-  double eps = ft_float(c, 2);
-#define FT_RUN_ARGS x, w, eps, out
-  FT_RUN(fi_rmsnorm);
+/* Three tensors (a, b, t) and eps at the given argument indices. */
+#define FT_NORM(name, ia, ib, it, ie)                                                         \
+  FT_EXPORT(name) {                                                                           \
+    DLTensor *a = ft_tensor(c, ia), *b = ft_tensor(c, ib), *t = ft_tensor(c, it);             \
+    double eps = ft_float(c, ie);                                                             \
+    FT_RUN(fi_##name);                                                                        \
+  }
+#define FT_RUN_ARGS a, b, eps, t /* input, weight, eps, out */
+FT_NORM(rmsnorm, 0, 1, 3, 2)
+FT_NORM(gemma_rmsnorm, 0, 1, 3, 2)
 #undef FT_RUN_ARGS
-}
-
-FT_EXPORT(gemma_rmsnorm) {
-  DLTensor *x = ft_tensor(c, 0), *w = ft_tensor(c, 1), *out = ft_tensor(c, 3);
-  double eps = ft_float(c, 2);
-#define FT_RUN_ARGS x, w, eps, out
-  FT_RUN(fi_gemma_rmsnorm);
+#define FT_RUN_ARGS a, b, t, eps /* input, residual, weight, eps: both updated in place */
+FT_NORM(fused_add_rmsnorm, 0, 1, 2, 3)
+FT_NORM(gemma_fused_add_rmsnorm, 0, 1, 2, 3)
 #undef FT_RUN_ARGS
-}
-
-FT_EXPORT(fused_add_rmsnorm) {
-  DLTensor *x = ft_tensor(c, 0), *r = ft_tensor(c, 1), *w = ft_tensor(c, 2);
-  double eps = ft_float(c, 3);
-#define FT_RUN_ARGS x, r, w, eps
-  FT_RUN(fi_fused_add_rmsnorm);
-#undef FT_RUN_ARGS
-}
-
-FT_EXPORT(gemma_fused_add_rmsnorm) {
-  DLTensor *x = ft_tensor(c, 0), *r = ft_tensor(c, 1), *w = ft_tensor(c, 2);
-  double eps = ft_float(c, 3);
-#define FT_RUN_ARGS x, r, w, eps
-  FT_RUN(fi_gemma_fused_add_rmsnorm);
-#undef FT_RUN_ARGS
-}
 
 FT_EXPORT(layernorm) {
   DLTensor *x = ft_tensor(c, 0), *g = ft_tensor(c, 1), *b = ft_tensor(c, 2), *out = ft_tensor(c, 4);
