@@ -6,6 +6,7 @@
 
 #include "cache_internal.h"
 #include "cache_ops.h"
+#include "cache_tactics.h"
 
 /* Rows or binary bytes per transaction of a copy: a large import neither
  * grows the WAL without bound nor holds the write lock for its duration. */
@@ -109,6 +110,44 @@ static int copy_rows(cache_store *from, cache_store *to, const char *op, const c
   return ret;
 }
 
+/* The tactics of `from` matching op and arch, each checked and merged into `to`, in one
+ * write transaction of `to` (tactic rows are small and few). */
+static int copy_tactics(cache_store *from, cache_store *to, const char *op, const char *arch,
+                        cache_copy_report *rep, char *err, size_t errlen) {
+  sqlite3_stmt *sel = NULL;
+  int rc = sqlite3_prepare_v2(from->db, "SELECT " TACTIC_COLS " FROM tactics" CACHE_FILTER_SQL,
+                              -1, &sel, NULL);
+  if (rc == SQLITE_OK) rc = cache_bind_filter(sel, op, arch);
+  if (rc != SQLITE_OK) {
+    sqlite3_finalize(sel);
+    return cache_sqerr(from, rc, "copy: reading tactics", err, errlen);
+  }
+  int ret = cache_exec(to, "BEGIN IMMEDIATE", "copy: begin", err, errlen);
+  while (ret == CACHE_OK && (rc = sqlite3_step(sel)) == SQLITE_ROW) {
+    cache_tactic t;
+    char why[256];
+    if (cache_tactic_read(sel, &t, why, sizeof why) != 0) {
+      char hex[33] = "?";
+      const void *h = sqlite3_column_blob(sel, 0);
+      if (h && sqlite3_column_bytes(sel, 0) == 16) cache_hash_hex(h, hex);
+      rep->tactics_refused++;
+      copy_note(rep, "tactic %s refused: %s", hex, why);
+      continue;
+    }
+    int outcome = 0;
+    ret = cache_tactic_merge_into(to, &t, &outcome, err, errlen);
+    if (ret != CACHE_OK) break;
+    if (outcome == CACHE_TACTIC_NEW) rep->tactics_copied++;
+    else if (outcome == CACHE_TACTIC_MERGED) rep->tactics_merged++;
+    else rep->tactics_present++;
+  }
+  if (ret == CACHE_OK && rc != SQLITE_DONE) ret = cache_sqerr(from, rc, "copy: reading tactics", err, errlen);
+  if (ret == CACHE_OK) ret = cache_exec(to, "COMMIT", "copy: commit", err, errlen);
+  if (ret != CACHE_OK) cache_rollback(to);
+  sqlite3_finalize(sel);
+  return ret;
+}
+
 int cache_store_copy_checked(cache_store *from, cache_store *to, const char *op,
                              const char *arch, int64_t max_row_bytes, cache_copy_report *rep,
                              char *err, size_t errlen) {
@@ -132,6 +171,7 @@ int cache_store_copy_checked(cache_store *from, cache_store *to, const char *op,
   int ret = cache_exec(from, "BEGIN", "copy: begin", err, errlen);
   if (ret == CACHE_OK) {
     ret = copy_rows(from, to, op, arch, max_row_bytes, rep, err, errlen);
+    if (ret == CACHE_OK) ret = copy_tactics(from, to, op, arch, rep, err, errlen);
     cache_rollback(from);
   }
   if (ret == CACHE_OK) ret = cache_checkpoint(to, err, errlen);

@@ -9,9 +9,9 @@
  * reclaims the freed pages in the same transaction, so that the file
  * shrinks at once or not at all; the checkpoint after the commit is what
  * truncates the main file in WAL mode. */
-static int delete_where(cache_store *s, const char *what, const char *sql,
-                        const char *const *texts, int ntexts, int64_t *removed, char *err,
-                        size_t errlen) {
+int cache_delete_where(cache_store *s, const char *what, const char *sql,
+                       const char *const *texts, int ntexts, int64_t *removed, char *err,
+                       size_t errlen) {
   if (removed) *removed = 0;
   if (!cache_writable(s, what, err, errlen)) return CACHE_ERR;
   cache_lock(s);
@@ -46,9 +46,8 @@ static int delete_where(cache_store *s, const char *what, const char *sql,
 int cache_store_delete(cache_store *s, const char *op, const char *arch, int64_t *removed,
                        char *err, size_t errlen) {
   const char *texts[2] = {op, arch};
-  return delete_where(s, "delete",
-                      "DELETE FROM kernels" CACHE_FILTER_SQL,
-                      texts, 2, removed, err, errlen);
+  return cache_delete_where(s, "delete", "DELETE FROM kernels" CACHE_FILTER_SQL, texts, 2,
+                            removed, err, errlen);
 }
 
 int cache_store_reset(cache_store *s, int64_t *removed, char *err, size_t errlen) {
@@ -83,8 +82,8 @@ int cache_store_remove(cache_store *s, const uint8_t hash[16], char *err, size_t
   cache_hash_hex(hash, hex);
   const char *texts[1] = {hex};
   int64_t n = 0;
-  return delete_where(s, "remove", "DELETE FROM kernels WHERE hex(hash) = upper(?1)", texts, 1, &n,
-                      err, errlen);
+  return cache_delete_where(s, "remove", "DELETE FROM kernels WHERE hex(hash) = upper(?1)", texts,
+                            1, &n, err, errlen);
 }
 
 int cache_store_remove_stale(cache_store *s, const char *nvrtc, const char *hiprtc,
@@ -92,13 +91,13 @@ int cache_store_remove_stale(cache_store *s, const char *nvrtc, const char *hipr
                              char *err, size_t errlen) {
   const char *texts[4] = {nvrtc, hiprtc, templates, abi};
   /* GLOB, not LIKE: case-sensitive, and '_' is no wildcard. */
-  return delete_where(s, "remove stale",
-                      "DELETE FROM kernels WHERE"
-                      " (?1 IS NOT NULL AND arch GLOB 'sm_*' AND compiler <> ?1)"
-                      " OR (?2 IS NOT NULL AND arch GLOB 'gfx*' AND compiler <> ?2)"
-                      " OR (?3 IS NOT NULL AND templates <> ?3)"
-                      " OR (?4 IS NOT NULL AND abi <> ?4)",
-                      texts, 4, removed, err, errlen);
+  return cache_delete_where(s, "remove stale",
+                            "DELETE FROM kernels WHERE"
+                            " (?1 IS NOT NULL AND arch GLOB 'sm_*' AND compiler <> ?1)"
+                            " OR (?2 IS NOT NULL AND arch GLOB 'gfx*' AND compiler <> ?2)"
+                            " OR (?3 IS NOT NULL AND templates <> ?3)"
+                            " OR (?4 IS NOT NULL AND abi <> ?4)",
+                            texts, 4, removed, err, errlen);
 }
 
 /* Rows examined per write transaction: other processes' puts wait for at

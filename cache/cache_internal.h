@@ -129,6 +129,57 @@ int cache_reconnect(cache_store *s, char *err, size_t errlen);
  * *inserted is 1 when the row was new. */
 int cache_copy_row(cache_store *to, sqlite3_stmt *src, int *inserted, char *err, size_t errlen);
 
+/* cache_evict.c: runs one DELETE whose parameters ?1..?n are texts (NULL binds NULL) in
+ * a write transaction that also reclaims the freed pages; *removed gets the count. */
+int cache_delete_where(cache_store *s, const char *what, const char *sql,
+                       const char *const *texts, int ntexts, int64_t *removed, char *err,
+                       size_t errlen);
+
+/* ---- the tactics table (cache_tactics.c; the row as a value: cache_tactics.h) ---- */
+struct cache_tactic;
+/* Column order of every SELECT that reads a tactic row (as in the table). */
+#define TACTIC_COLS                                                                         \
+  "hash, op, bucket, shape, arch, device, sms, driver, compiler, runtime, params, valid,"   \
+  " time_us, default_us, runner_up, runner_up_us, invalid, measured, updated, samples,"    \
+  " checksum"
+#define SQL_TACTIC_REPLACE                                                                  \
+  "INSERT OR REPLACE INTO tactics(" TACTIC_COLS ") VALUES(?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8,"  \
+  " ?9, ?10, ?11, ?12, ?13, ?14, ?15, ?16, ?17, ?18, ?19, ?20, ?21)"
+/* Reads the current TACTIC_COLS row of st into *t and checks it (cache_tactic_check):
+ * 0, or -1 with the reason in why. */
+int cache_tactic_read(sqlite3_stmt *st, struct cache_tactic *t, char *why, size_t whylen);
+/* Binds ?1..?21 of SQL_TACTIC_REPLACE (SQLITE_STATIC: t outlives the step). */
+int cache_tactic_bind(sqlite3_stmt *st, const struct cache_tactic *t);
+/* In s's open write transaction: merges the checked row `in` into the stored row of its
+ * key (or stores it). *outcome: CACHE_TACTIC_NEW, _MERGED, or _SAME when the stored row
+ * is `in` already (then nothing is written: an import twice adds no samples). */
+enum { CACHE_TACTIC_NEW = 0, CACHE_TACTIC_MERGED = 1, CACHE_TACTIC_SAME = 2 };
+int cache_tactic_merge_into(cache_store *s, const struct cache_tactic *in, int *outcome,
+                            char *err, size_t errlen);
+
+/* cache_tactic_verify.c: verify's walk over the tactics (counted into rep, bad keys
+ * kept in bad for repair's delete), that delete, and the rebuild's copy of the good rows
+ * into the fresh store n (in a transaction of its own). */
+typedef struct cache_tactic_bad {
+  sqlite3_value **v; /* the stored hash of each bad row, whatever it holds */
+  size_t n, cap;
+} cache_tactic_bad;
+struct cache_verify_report;
+int cache_tactic_verify_rows(cache_store *s, struct cache_verify_report *rep,
+                             cache_tactic_bad *bad, int *damaged, char *err, size_t errlen);
+int cache_tactic_verify_delete(cache_store *s, const cache_tactic_bad *bad, int64_t *deleted,
+                               char *err, size_t errlen);
+void cache_tactic_bad_free(cache_tactic_bad *b);
+int cache_tactic_rebuild_copy(cache_store *s, cache_store *n, int64_t *found, int64_t *copied,
+                              char *err, size_t errlen);
+
+/* An error that is the file's damage showing, as opposed to one of the moment (memory,
+ * I/O, locks) that must stop a repair rather than cost rows. */
+static inline int cache_is_damage(int rc) {
+  return (rc & 0xff) == SQLITE_CORRUPT || (rc & 0xff) == SQLITE_NOTADB ||
+         rc == SQLITE_IOERR_SHORT_READ;
+}
+
 /* cache_fs.c: mkdir -p of path's parent (new directories 0700); creation
  * of the file itself, 0600 whatever the umask (EEXIST is fine); removal of
  * "<path>-wal", "-shm" and "-journal" (missing is fine). */

@@ -66,12 +66,14 @@ typedef struct cache_verify_report {
   int64_t bad_rows;     /* checksum or length mismatches, unreadable rows */
   int64_t repaired;     /* repair mode: rows deleted, plus 1 when the file was rebuilt */
   char detail[1024];    /* the first problems, one per line */
+  int64_t tactic_rows, tactic_bad_rows; /* the tactics table's part of rows and bad_rows */
 } cache_verify_report;
 
-/* Checks the database's integrity and every row's checksum. With repair,
- * deletes bad rows; if the database itself is damaged, rebuilds the file
- * from every row that still reads back correctly (copy to a new file,
- * rename over the old one). CACHE_OK when the check ran (read the report). */
+/* Checks the database's integrity and every row's checksum, the tactics' too
+ * (cache_tactic_check). With repair, deletes bad rows; if the database itself
+ * is damaged, rebuilds the file from every row that still reads back
+ * correctly (copy to a new file, rename over the old one). CACHE_OK when the
+ * check ran (read the report). */
 int cache_store_verify(cache_store *s, int repair, cache_verify_report *rep, char *err,
                        size_t errlen);
 
@@ -87,7 +89,9 @@ int cache_store_replace_from(cache_store *s, cache_store *src, int (*fill)(void 
 
 /* Copies rows matching op and arch (NULL: any) from `from` into `to`
  * verbatim (history included), verifying each checksum and skipping hashes
- * `to` already has. *skipped counts both kinds of rows left out. */
+ * `to` already has. *skipped counts both kinds of rows left out. The
+ * tactics matching op and arch go too, each merged into `to`'s row of its
+ * key (cache_tactic_merge); copied and skipped count kernels only. */
 int cache_store_copy(cache_store *from, cache_store *to, const char *op, const char *arch,
                      int64_t *copied, int64_t *skipped, char *err, size_t errlen);
 
@@ -96,6 +100,9 @@ typedef struct cache_copy_report {
   int64_t present;   /* rows `to` already had */
   int64_t refused;   /* rows left out: damaged, not bound to their key, over the cap */
   char detail[1024]; /* the first refused rows, one a line, each with its reason */
+  /* The tactics (matching op and arch too): new in `to`, merged into a row of the same
+   * key (cache_tactic_merge), already there as they are, left out as bad. */
+  int64_t tactics_copied, tactics_merged, tactics_present, tactics_refused;
 } cache_copy_report;
 
 /* The same, judging each row by `from`'s checks (cache_store_set_row_check)

@@ -40,7 +40,17 @@
 #define SQL_CLAIMS                                                                         \
   "CREATE TABLE claims(key_hash BLOB PRIMARY KEY, pid INTEGER NOT NULL,"                   \
   " start INTEGER NOT NULL, host TEXT NOT NULL, started INTEGER NOT NULL) WITHOUT ROWID"
-static const char *const SCHEMA_SQL = SQL_META ";" SQL_KERNELS ";" SQL_KEY_INDEX ";" SQL_CLAIMS ";";
+/* One row a tactic key (cache_tactics.h); found by its hash, which is the key's. */
+#define SQL_TACTICS                                                                        \
+  "CREATE TABLE tactics(hash BLOB PRIMARY KEY, op TEXT NOT NULL, bucket INTEGER NOT NULL," \
+  " shape TEXT NOT NULL, arch TEXT NOT NULL, device TEXT NOT NULL, sms INTEGER NOT NULL,"   \
+  " driver TEXT NOT NULL, compiler TEXT NOT NULL, runtime TEXT NOT NULL,"                   \
+  " params TEXT NOT NULL, valid INTEGER NOT NULL, time_us REAL NOT NULL,"                   \
+  " default_us REAL NOT NULL, runner_up TEXT NOT NULL, runner_up_us REAL NOT NULL,"         \
+  " invalid TEXT NOT NULL, measured INTEGER NOT NULL, updated INTEGER NOT NULL,"            \
+  " samples INTEGER NOT NULL, checksum INTEGER NOT NULL) WITHOUT ROWID"
+static const char *const SCHEMA_SQL =
+    SQL_META ";" SQL_KERNELS ";" SQL_KEY_INDEX ";" SQL_CLAIMS ";" SQL_TACTICS ";";
 /* No index on (op, arch): listing scans a few thousand rows at most, while
  * every process that opens the file parses each index's schema once. */
 
@@ -98,6 +108,7 @@ static const struct {
     {"kernels", SQL_KERNELS},
     {"kernels_key_hash", SQL_KEY_INDEX},
     {"claims", SQL_CLAIMS},
+    {"tactics", SQL_TACTICS},
 };
 enum { NSHAPE = sizeof SHAPE / sizeof SHAPE[0] };
 

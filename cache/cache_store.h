@@ -12,8 +12,9 @@ typedef struct cache_store cache_store;
  * refused with CACHE_ERR_CORRUPT ("older schema" or "newer"): the runtime
  * moves it aside and starts a new one (a cache refills itself; no row is
  * migrated, since an old row's checksum does not bind it to its key).
- * 2: templates, abi, claims. 3: the checksum covers the row's identity. */
-#define CACHE_SCHEMA_VERSION 3
+ * 2: templates, abi, claims. 3: the checksum covers the row's identity.
+ * 4: the tactics table (cache_tactics.h). */
+#define CACHE_SCHEMA_VERSION 4
 
 enum {
   CACHE_OK = 0,

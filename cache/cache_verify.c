@@ -35,13 +35,6 @@ static int rowids_add(rowids *r, int64_t id) {
   return 1;
 }
 
-/* An error that is the file's damage showing, as opposed to one of the
- * moment (memory, I/O, locks) that must stop a repair rather than cost rows. */
-static int is_damage(int rc) {
-  return (rc & 0xff) == SQLITE_CORRUPT || (rc & 0xff) == SQLITE_NOTADB ||
-         rc == SQLITE_IOERR_SHORT_READ;
-}
-
 static int cmp_i64(const void *a, const void *b) {
   int64_t x = *(const int64_t *)a, y = *(const int64_t *)b;
   return (x > y) - (x < y);
@@ -62,7 +55,7 @@ static int verify_integrity(cache_store *s, cache_verify_report *rep, char *err,
     rc = SQLITE_OK;
   }
   sqlite3_finalize(st);
-  if (rc == SQLITE_DONE || is_damage(rc)) {
+  if (rc == SQLITE_DONE || cache_is_damage(rc)) {
     rep->integrity_ok = ok && lines == 1 && rc == SQLITE_DONE;
     if (rc != SQLITE_DONE) note(rep, "integrity: %s", sqlite3_errmsg(s->db));
     return CACHE_OK;
@@ -94,7 +87,7 @@ static int verify_rows(cache_store *s, cache_verify_report *rep, rowids *bad, in
   }
   if (rc == SQLITE_DONE || rc == SQLITE_OK) {
     rc = SQLITE_OK;
-  } else if (is_damage(rc)) {
+  } else if (cache_is_damage(rc)) {
     *damaged = 1;
     rep->bad_rows++;
     note(rep, "rows: reading stopped after %lld rows: %s", (long long)rep->rows,
@@ -139,14 +132,15 @@ static int collect(cache_store *s, const char *sql, rowids *out, char *err, size
       break;
     }
   sqlite3_finalize(st);
-  if (rc == SQLITE_DONE || is_damage(rc)) return CACHE_OK;
+  if (rc == SQLITE_DONE || cache_is_damage(rc)) return CACHE_OK;
   if (rc != SQLITE_NOMEM) return cache_sqerr(s, rc, "rebuild: listing rows", err, errlen);
   cache_seterr(err, errlen, "out of memory");
   return CACHE_ERR;
 }
 
 /* Copies every row of s that reads back whole into the fresh store n; each
- * is fetched by rowid, so one damaged leaf costs only its own rows. */
+ * is fetched by rowid, so one damaged leaf costs only its own rows. Then the
+ * tactics that read back whole. */
 static int rebuild_copy(cache_store *s, cache_store *n, int64_t *found, int64_t *copied,
                         char *err, size_t errlen) {
   rowids ids = {0};
@@ -174,7 +168,7 @@ static int rebuild_copy(cache_store *s, cache_store *n, int64_t *found, int64_t 
     if (rc == SQLITE_ROW && cache_row_judge(s, st, NULL, 0)) {
       ret = cache_copy_row(n, st, &inserted, err, errlen);
       *copied += inserted;
-    } else if (rc != SQLITE_ROW && rc != SQLITE_DONE && !is_damage(rc)) {
+    } else if (rc != SQLITE_ROW && rc != SQLITE_DONE && !cache_is_damage(rc)) {
       ret = cache_sqerr(s, rc, "rebuild: reading a row", err, errlen);
     }
     /* A row that reads back damaged, or not at all, is lost to the damage. */
@@ -184,6 +178,7 @@ static int rebuild_copy(cache_store *s, cache_store *n, int64_t *found, int64_t 
   if (ret != CACHE_OK) cache_rollback(n);
   sqlite3_finalize(st);
   free(ids.v);
+  if (ret == CACHE_OK) ret = cache_tactic_rebuild_copy(s, n, found, copied, err, errlen);
   return ret;
 }
 
@@ -390,11 +385,14 @@ int cache_store_verify(cache_store *s, int repair, cache_verify_report *rep, cha
   int ret = cache_exec(s, repair ? "BEGIN IMMEDIATE" : "BEGIN", "verify: begin", err, errlen);
   if (ret == CACHE_OK) ret = verify_integrity(s, rep, err, errlen);
   if (ret == CACHE_OK) ret = verify_rows(s, rep, &bad, &damaged, err, errlen);
+  cache_tactic_bad tbad = {0};
+  if (ret == CACHE_OK) ret = cache_tactic_verify_rows(s, rep, &tbad, &damaged, err, errlen);
   if (ret == CACHE_OK && !rep->integrity_ok) damaged = 1;
   if (ret == CACHE_OK && repair && damaged) {
     ret = verify_rebuild(s, rep, err, errlen); /* ends the transaction */
-  } else if (ret == CACHE_OK && repair && bad.n > 0) {
+  } else if (ret == CACHE_OK && repair && (bad.n > 0 || tbad.n > 0)) {
     ret = verify_delete(s, &bad, &rep->repaired, err, errlen);
+    if (ret == CACHE_OK) ret = cache_tactic_verify_delete(s, &tbad, &rep->repaired, err, errlen);
     if (ret == CACHE_OK) ret = cache_exec(s, "COMMIT", "repair: commit", err, errlen);
     if (ret != CACHE_OK) rep->repaired = 0;
     if (ret == CACHE_OK) ret = cache_checkpoint(s, err, errlen);
@@ -402,5 +400,6 @@ int cache_store_verify(cache_store *s, int repair, cache_verify_report *rep, cha
   cache_rollback(s);
   cache_unlock(s);
   free(bad.v);
+  cache_tactic_bad_free(&tbad);
   return ret;
 }
