@@ -7,7 +7,7 @@
 
 #include <stddef.h>
 
-#define RT_DEVICE_IFACE_VERSION 4
+#define RT_DEVICE_IFACE_VERSION 5
 #define RT_MAX_DEVICES 64
 #define RT_MAX_BACKENDS 4 /* registry slots the runtime keeps state for */
 
@@ -75,6 +75,12 @@ typedef struct rt_device_i {
    * The driver library is process-wide: the first load's choice of path stays. */
   void *(*create)(const rt_device_config *cfg);
   void (*destroy)(void *state);
+  /* Optional (NULL: unknown, and stored tactics are then never used on this backend's
+   * devices): the name of device ordinal dev ("NVIDIA H100 80GB HBM3") and the driver's
+   * version ("cuda-12.4"), which key a stored tactic with the arch and SM count (a tactic
+   * is measured on one kind of card under one driver). 0, or -1 with err. */
+  int (*identity)(void *state, int dev, char *name, size_t namelen, char *driver,
+                  size_t driverlen, char *err, size_t errlen);
 } rt_device_i;
 
 /* The registry (rt_device_reg.c): every backend, one line each. A slot is a backend's

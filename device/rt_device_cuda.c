@@ -102,6 +102,7 @@ static struct {
   CUresult (*cuMemAllocFromPoolAsync)(CUdeviceptr *, size_t, CUmemoryPool, CUstream);
   CUresult (*cuMemFreeAsync)(CUdeviceptr, CUstream);
   CUresult (*cuStreamIsCapturing)(CUstream, int *);
+  CUresult (*cuDeviceGetName)(char *, int, CUdevice); /* optional: stored tactics' key */
 } api;
 
 #define SYM(n) {#n, (void **)&api.n, 0}
@@ -120,6 +121,7 @@ static const jit_dl_sym syms[] = {
     {"cuMemAllocFromPoolAsync", (void **)&api.cuMemAllocFromPoolAsync, 1},
     {"cuMemFreeAsync", (void **)&api.cuMemFreeAsync, 1},
     {"cuStreamIsCapturing", (void **)&api.cuStreamIsCapturing, 1},
+    {"cuDeviceGetName", (void **)&api.cuDeviceGetName, 1},
 };
 #define NSYMS ((int)(sizeof syms / sizeof syms[0]))
 
@@ -452,6 +454,31 @@ static int scratch_free(void *state, int dev, void *ptr, void *stream, char *err
   return 0;
 }
 
+/* The card's name and the driver's version ("cuda-12.4"): what a stored tactic was
+ * measured on, besides the arch and SM count. */
+static int identity(void *state, int dev, char *name, size_t namelen, char *driver,
+                    size_t driverlen, char *err, size_t errlen) {
+  cuda_state *s = state;
+  if (ensure_device(s, dev, err, errlen) != 0) return -1;
+  if (!api.cuDeviceGetName) {
+    snprintf(err, errlen, "this CUDA driver has no cuDeviceGetName");
+    return -1;
+  }
+  CUdevice d;
+  int version = 0;
+  char buf[256] = "";
+  CUresult r = api.cuDeviceGet(&d, dev);
+  if (r == 0) r = api.cuDeviceGetName(buf, (int)sizeof buf - 1, d);
+  if (r == 0) r = api.cuDriverGetVersion(&version);
+  if (r != 0) {
+    cu_msg(r, "reading the device's name and driver version", err, errlen);
+    return -1;
+  }
+  snprintf(name, namelen, "%s", buf);
+  snprintf(driver, driverlen, "cuda-%d.%d", version / 1000, version % 1000 / 10);
+  return 0;
+}
+
 static void *create(const rt_device_config *cfg) {
   cuda_state *s = calloc(1, sizeof *s);
   if (!s) return NULL;
@@ -491,5 +518,5 @@ static void arch_caps(const char *arch, rt_device_caps *caps) {
 
 const rt_device_i rt_device_cuda = {
     RT_DEVICE_IFACE_VERSION, "cuda", kDLCUDA, "FI_CUDA_LIBRARY", 32, arch_caps, load, arch, sm_count, module_load,
-    module_unload, occupancy, launch, scratch_alloc, scratch_free, create, destroy,
+    module_unload, occupancy, launch, scratch_alloc, scratch_free, create, destroy, identity,
 };
