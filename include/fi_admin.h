@@ -106,6 +106,10 @@ typedef struct fi_admin_stats {
   const char *fallback_reason;     /* why, when fallback is 1 ("" otherwise) */
   /* Where this runtime's slow paths spent their time, in total. */
   double store_open_ms, lookup_ms, module_load_ms;
+  int64_t tactics;                 /* stored tactics in the user cache file */
+  /* Lookups of a stored tactic by this runtime (at plan time): found one, or found none
+   * and the op's own rule chose. Both 0: no op asked, the tuner was never engaged. */
+  int64_t tactic_hits, tactic_misses;
 } fi_admin_stats;
 FI_API fi_status fi_admin_stats_get(fi_runtime *rt, fi_admin_stats *st);
 
@@ -123,6 +127,8 @@ typedef struct fi_verify_report {
   int64_t bad_rows;    /* entries whose binary fails its checksum or length */
   int64_t repaired;    /* with repair: entries removed, or the file rebuilt */
   char detail[1024];   /* the first problems, one per line */
+  int64_t tactic_rows, tactic_bad_rows; /* the stored tactics' part of rows and bad_rows: a bad
+                                           one fails its checksum or is not bound to its key */
 } fi_verify_report;
 
 /** Checks the user cache's integrity and every binary; with repair, mends
@@ -131,9 +137,13 @@ FI_API fi_status fi_admin_verify(fi_runtime *rt, int repair, fi_verify_report *r
 
 /** Writes the user cache's entries matching op and arch (NULL: all) to a new
  * standalone cache file (rollback journal, mode 0644), suitable as a system
- * layer: FI_CACHE_SYSTEM_PATH. Replaces file atomically. */
+ * layer: FI_CACHE_SYSTEM_PATH. Replaces file atomically. The stored tactics
+ * matching op and arch go with them. */
 FI_API fi_status fi_admin_export_cache(fi_runtime *rt, const char *file, const char *op,
                                        const char *arch, int64_t *copied);
+/** The same, counting the kernels and the tactics written. */
+FI_API fi_status fi_admin_export(fi_runtime *rt, const char *file, const char *op,
+                                 const char *arch, int64_t *kernels, int64_t *tactics);
 
 /** Merges another cache file into the user cache (checksums verified;
  * entries already present are kept). skipped counts both the entries
@@ -148,12 +158,97 @@ typedef struct fi_import_report {
                         entry name or the binary's own arch), or larger than the cap */
   int64_t evicted;   /* entries evicted afterwards to keep the file under FI_CACHE_MAX_BYTES */
   char detail[1024]; /* the first refused entries, one a line, each with its reason */
+  /* The file's stored tactics: new here, merged into a row of the same key (the faster
+   * measurement kept, invalid tactics of both kept invalid), here already as they are,
+   * refused (checksum, not bound to their key). */
+  int64_t tactics_copied, tactics_merged, tactics_present, tactics_refused;
 } fi_import_report;
 
 /** fi_admin_import_cache with the whole story: every entry of file is checked
  * as the runtime checks a row it loads, and the user cache's size cap
  * (FI_CACHE_MAX_BYTES) holds afterwards. */
 FI_API fi_status fi_admin_import(fi_runtime *rt, const char *file, fi_import_report *rep);
+
+/* ---- stored tactics (the autotuner's results, issue 43) ----
+ * A tactic is the set of an op's tuning parameters ("bm=128;bn=64;stages=3"), stored in
+ * the cache's tactics table for one key: op, shape, token bucket, and what it was measured
+ * on (arch, device name, SM count, driver, compiler, runtime). One row a key: the fastest
+ * valid tactic measured, its time, the default's time, the runner-up; a tactic found
+ * invalid (wrong output) is listed as such and never chosen. Ops look tactics up when
+ * they plan, the read-only system layer first, then the user cache; a row of another
+ * device name, SM count, driver or runtime is never used. Measuring (fi_autotune) needs a
+ * GPU and is not part of this API yet. */
+
+/** The token bucket of a call with `tokens` tokens (rows, queries, routed tokens): the
+ * upper bound of its bucket, to which a count rounds up. Powers of two up to 256 (1, 2,
+ * 4, ..., 256); then steps of 256 up to 4096 (512, 768, ..., 4096); then powers of two
+ * with no cap (8192, 16384, 32768, ...): 16384 tokens has a bucket of its own, 16385
+ * rounds to 32768. 0 for tokens <= 0, INT64_MAX above 2^62. A pure function of the
+ * count: a call's bucket depends on its shape alone, and a tactic is measured at its
+ * bucket's bound, the largest count it serves. */
+FI_API int64_t fi_tune_bucket(int64_t tokens);
+
+/** What a tactic was measured on. */
+typedef struct fi_tactic_device {
+  const char *arch;     /* "sm_90" */
+  const char *name;     /* "NVIDIA H100 80GB HBM3" */
+  int64_t sms;          /* SM count */
+  const char *driver;   /* "cuda-12.4" */
+  const char *compiler; /* that built the measured kernels ("nvrtc-13.0"); in a lookup,
+                           NULL or "" accepts any (a process that loaded no compiler) */
+} fi_tactic_device;
+
+/** One stored tactic. Strings are valid during the callback only. As the input of
+ * fi_admin_tactic_put, one measurement: op, shape, bucket, dev, params, valid, the times
+ * and runner_up are read, the rest ignored. */
+typedef struct fi_tactic {
+  char hash[33];         /* 32 hex digits: the key's hash */
+  const char *layer;     /* "user" or "system" */
+  const char *op;
+  const char *shape;     /* the dtypes and the shape but the token count, canonical
+                            ("dtype=bf16;heads=32/8;head_dim=128") */
+  int64_t bucket;        /* fi_tune_bucket */
+  fi_tactic_device dev;
+  const char *runtime;   /* fi_runtime version / template set of the measured kernels */
+  const char *params;    /* the winner; "" when no valid tactic is known */
+  int valid;             /* params may be chosen (put: 0 records params as invalid) */
+  double time_us;        /* the winner's time */
+  double default_us;     /* the default tactic's time in the same measurement (0: unknown) */
+  const char *runner_up; /* the next fastest valid tactic, "" none */
+  double runner_up_us;
+  const char *invalid;   /* the tactics found invalid, '|' between them: never chosen */
+  int64_t measured, updated; /* unix seconds: first and last measurement */
+  int64_t samples;       /* measurements merged into the row */
+  const char *problem;   /* NULL; or why the row is bad (checksum, hash not its key's):
+                            such a row is never used, and verify reports it */
+} fi_tactic;
+
+typedef int (*fi_tactic_fn)(const fi_tactic *t, void *user); /* nonzero stops */
+
+/** Stores one measurement into the user cache, merged with the row of its key in one
+ * transaction (processes storing the same key at once each keep the other's: the
+ * fastest valid tactic wins, samples add up); the runtime's own version goes into the
+ * key. The tuner's write; the CPU tests plant rows with it, since timing needs a GPU. */
+FI_API fi_status fi_admin_tactic_put(fi_runtime *rt, const fi_tactic *m);
+
+/** The tactic the ops would use for (op, shape, bucket) on dev: *found 1 and fn called
+ * with it, or *found 0 (the op's rule chooses). Counted in tactic_hits/tactic_misses. */
+FI_API fi_status fi_admin_tactic_find(fi_runtime *rt, const char *op, const char *shape,
+                                      int64_t bucket, const fi_tactic_device *dev, int *found,
+                                      fi_tactic_fn fn, void *user);
+
+/** Lists stored tactics of op and arch (NULL: any), the system layer first, bad rows
+ * included (their problem set). */
+FI_API fi_status fi_admin_tactic_list(fi_runtime *rt, const char *op, const char *arch,
+                                      fi_tactic_fn fn, void *user);
+
+/** The one tactic whose hash starts with hex_prefix (user cache, then system layer). */
+FI_API fi_status fi_admin_tactic_get(fi_runtime *rt, const char *hex_prefix, fi_tactic_fn fn,
+                                     void *user);
+
+/** Deletes the user cache's tactics of op and arch (NULL: any); kernels stay. */
+FI_API fi_status fi_admin_tactic_clear(fi_runtime *rt, const char *op, const char *arch,
+                                       int64_t *removed);
 
 /** For fi-bench: the loaded function (CUfunction) and launch geometry that
  * fi_rmsnorm would use for these tensors; lets a benchmark compare a bare

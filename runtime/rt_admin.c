@@ -5,6 +5,7 @@
 #include <string.h>
 
 #include "cache_ops.h"
+#include "cache_tactics.h"
 #include "jit_compiler.h"
 #include "jit_registry.h"
 #include "rt_internal.h"
@@ -218,5 +219,9 @@ FI_API fi_status fi_admin_stats_get(fi_runtime *rt, fi_admin_stats *st) {
   st->store_open_ms = atomic_load(&rt->store_open_ms);
   st->lookup_ms = atomic_load(&rt->lookup_ms);
   st->module_load_ms = atomic_load(&rt->module_load_ms);
+  st->tactic_hits = atomic_load(&rt->tactic_hits);
+  st->tactic_misses = atomic_load(&rt->tactic_misses);
+  if (cache_tactic_count(s, &st->tactics, err, sizeof err) != CACHE_OK)
+    return rt_fail(FI_ERR_CACHE, "counting the tactics of %s: %s", rt->cache_path, err);
   return FI_OK;
 }

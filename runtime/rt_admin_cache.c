@@ -77,6 +77,8 @@ FI_API fi_status fi_admin_verify(fi_runtime *rt, int repair, fi_verify_report *r
   rep->rows = r.rows;
   rep->bad_rows = r.bad_rows;
   rep->repaired = r.repaired;
+  rep->tactic_rows = r.tactic_rows;
+  rep->tactic_bad_rows = r.tactic_bad_rows;
   snprintf(rep->detail, sizeof rep->detail, "%s", r.detail);
   if (r.repaired) atomic_fetch_add(&rt->repairs, r.repaired);
   return FI_OK;
@@ -138,8 +140,8 @@ static void clean_stale_exports(const char *dir, const char *base) {
   closedir(d);
 }
 
-FI_API fi_status fi_admin_export_cache(fi_runtime *rt, const char *file, const char *op,
-                                       const char *arch, int64_t *copied) {
+FI_API fi_status fi_admin_export(fi_runtime *rt, const char *file, const char *op,
+                                 const char *arch, int64_t *kernels, int64_t *tactics) {
   if (!file || !file[0]) return rt_fail(FI_ERR_INVALID_ARGUMENT, "file is empty");
   fi_status st;
   cache_store *s = user_store(rt, &st);
@@ -168,8 +170,9 @@ FI_API fi_status fi_admin_export_cache(fi_runtime *rt, const char *file, const c
   snprintf(tmp, sizeof tmp, "%s/%s", tmpdir, base);
   cache_store *out = NULL;
   int rc = cache_store_open(tmp, CACHE_OPEN_ROLLBACK, &out, err, sizeof err);
-  int64_t n = 0, skipped = 0;
-  if (rc == CACHE_OK) rc = cache_store_copy(s, out, op, arch, &n, &skipped, err, sizeof err);
+  cache_copy_report r;
+  memset(&r, 0, sizeof r);
+  if (rc == CACHE_OK) rc = cache_store_copy_checked(s, out, op, arch, 0, &r, err, sizeof err);
   if (rc == CACHE_OK) rc = cache_store_seal(out, err, sizeof err);
   cache_store_close(out);
   if (rc == CACHE_OK && chmod(tmp, 0644) != 0) { /* a system layer others read */
@@ -186,8 +189,14 @@ FI_API fi_status fi_admin_export_cache(fi_runtime *rt, const char *file, const c
     close(pfd);
   }
   if (rc != CACHE_OK) return rt_fail(FI_ERR_CACHE, "exporting to %s: %s", file, err);
-  if (copied) *copied = n;
+  if (kernels) *kernels = r.copied;
+  if (tactics) *tactics = r.tactics_copied + r.tactics_merged;
   return FI_OK;
+}
+
+FI_API fi_status fi_admin_export_cache(fi_runtime *rt, const char *file, const char *op,
+                                       const char *arch, int64_t *copied) {
+  return fi_admin_export(rt, file, op, arch, copied, NULL);
 }
 
 FI_API fi_status fi_admin_import(fi_runtime *rt, const char *file, fi_import_report *rep) {
@@ -209,6 +218,10 @@ FI_API fi_status fi_admin_import(fi_runtime *rt, const char *file, fi_import_rep
   rep->copied = r.copied;
   rep->present = r.present;
   rep->refused = r.refused;
+  rep->tactics_copied = r.tactics_copied;
+  rep->tactics_merged = r.tactics_merged;
+  rep->tactics_present = r.tactics_present;
+  rep->tactics_refused = r.tactics_refused;
   snprintf(rep->detail, sizeof rep->detail, "%s", r.detail);
   if (rc != CACHE_OK) return rt_fail(FI_ERR_CACHE, "importing %s: %s", file, err);
   /* The cap holds for imported entries as for compiled ones. */

@@ -69,6 +69,7 @@ struct fi_runtime {
   } dev[RT_MAX_BACKENDS];
   /* Statistics. */
   atomic_llong memo_hits, cache_hits, compiles, compile_failures, waits, evictions, repairs;
+  atomic_llong tactic_hits, tactic_misses; /* rt_tactic_find: a stored tactic, or the rule */
   _Atomic double compile_ms_total, store_open_ms, lookup_ms, module_load_ms;
   /* Uses of stored binaries not yet written back (hits, last_used). */
   uint8_t (*touched)[16];

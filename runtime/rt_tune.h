@@ -1,0 +1,45 @@
+/* rt_tune.h: stored tactics for the ops' kernel choosers (issue 43): the identity of a
+ * device a tactic is keyed by, and the lookup an op makes when it plans (the read-only
+ * system layer, then the user cache; never on the hot path). The bucket of a token count
+ * is fi_tune_bucket (fi_admin.h). Measuring tactics on the GPU (fi_autotune) is not here:
+ * the seam is fi_admin_tactic_put, which stores a measurement. */
+#ifndef RT_TUNE_H
+#define RT_TUNE_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "cache_tactics.h"
+#include "rt_internal.h"
+
+/* What a tactic is measured on, read from the device backend and the compiler. */
+typedef struct rt_tactic_id {
+  char arch[32];
+  char name[CACHE_TACTIC_NAME];
+  char driver[CACHE_TACTIC_SHORT];
+  char compiler[CACHE_TACTIC_SHORT]; /* "" when this process has loaded no compiler */
+  int64_t sms;
+} rt_tactic_id;
+
+/* The identity of device ordinal `device` of DLPack device type devtype. 0, or -1 when a
+ * part is unknown (no driver, a backend without `identity`): no tactic is used then. */
+int rt_tactic_identity(fi_runtime *rt, int devtype, int device, rt_tactic_id *id);
+
+/* This runtime's part of a tactic's key: its version and its template set's hash. */
+void rt_tactic_runtime(char *buf, size_t n);
+
+/* The stored tactic for (op, shape, bucket) measured on dev (dev->compiler NULL or "":
+ * any): the system layer's row first, then the user cache's; a row whose winner the other
+ * layer lists as invalid is passed over, a bad row (checksum, key) ignored. 1 with *out and
+ * *layer ("system", "user") set, or 0 (the rule chooses); counted in rt->tactic_hits /
+ * tactic_misses and said at FI_LOG_LEVEL=debug. Never fails a caller: errors read as 0. */
+int rt_tactic_lookup(fi_runtime *rt, const char *op, const char *shape, int64_t bucket,
+                     const fi_tactic_device *dev, cache_tactic *out, const char **layer);
+
+/* The seam for the per-op choosers, called at plan time: the winner's params of the stored
+ * tactic for (op, shape_key, bucket) on the device (devtype, device) copied into params
+ * (n bytes), 1; or 0 when there is none (or it does not fit), and the op's rule chooses. */
+int rt_tactic_find(fi_runtime *rt, const char *op, const char *shape_key, int64_t bucket,
+                   int devtype, int device, char *params, size_t n);
+
+#endif
