@@ -33,19 +33,27 @@ static const command commands[] = {
      "sm_90 only, compiled as sm_90a). Progress and an ETA go to stderr (a bar on a\n"
      "terminal, a line every few seconds otherwise). -j: worker threads (default:\n"
      "online CPUs). --json: one summary object on the last line.\n"},
-    {"ls", O_ARCH | O_OP | O_JSON, P_NONE, cmd_ls,
-     "ls [--op OP] [--arch ARCH] [--json]", "list cache entries of both layers",
+    {"ls", O_ARCH | O_OP | O_JSON | O_TACTICS, P_NONE, cmd_ls,
+     "ls [--tactics] [--op OP] [--arch ARCH] [--json]", "list cache entries of both layers",
      "List cache entries, optionally filtered (--op and --arch take comma lists):\n"
      "the system layer (FI_CACHE_SYSTEM_PATH, read-only) first, then the user cache.\n"
-     "An arch also matches its specific variant (sm_90: the sm_90a wgmma kernels).\n"},
-    {"show", O_SOURCE, P_HASH, cmd_show,
-     "show HASH_PREFIX [--source]", "print one entry in full",
-     "Print every field of one entry (and its source).\n"},
+     "An arch also matches its specific variant (sm_90: the sm_90a wgmma kernels).\n"
+     "--tactics: the stored tactics instead (the autotuner's results): for each op,\n"
+     "shape and token bucket measured on a device (arch, name, SMs, driver), the\n"
+     "fastest valid tactic, its time, the default's time, how often measured, and its\n"
+     "state: ok, invalid (every tactic measured was found wrong: the op's rule is\n"
+     "used) or BAD (fails its checksum or is not bound to its key: never used).\n"},
+    {"show", O_SOURCE | O_TACTICS, P_HASH, cmd_show,
+     "show HASH_PREFIX [--source] [--tactics]", "print one entry or tactic in full",
+     "Print every field of one entry (and its source). A prefix that names no kernel\n"
+     "is looked up among the stored tactics; --tactics looks only there.\n"},
     {"stats", O_JSON, P_NONE, cmd_stats,
      "stats [--json]", "totals of the cache file and counters of this process",
      "Cache path, totals, hits summed over entries, entries per layer and per\n"
-     "op/arch, and the runtime counters of this fi-cache process (memo_hits,\n"
-     "cache_hits, compiles, compile_failures, compile_ms, waits, evictions, repairs).\n"},
+     "op/arch, stored tactics per layer, and the runtime counters of this fi-cache\n"
+     "process (memo_hits, cache_hits, compiles, compile_failures, compile_ms, waits,\n"
+     "evictions, repairs; tactic lookups: hits found a stored tactic, misses found\n"
+     "none and left the choice to the op's rule).\n"},
     {"export", O_OUT | O_TO | O_OP | O_ARCH, P_HASH, cmd_export,
      "export (HASH_PREFIX -o FILE | --to FILE [--op OP] [--arch ARCH])",
      "write one binary, or a cache file to ship as a system layer",
@@ -55,11 +63,14 @@ static const command commands[] = {
      "  Write the user cache's entries (those of OP and ARCH if given) to FILE, a\n"
      "  standalone cache file (mode 0644, rollback journal, no -wal/-shm) that\n"
      "  other machines use read-only as FI_CACHE_SYSTEM_PATH. FILE is replaced\n"
-     "  atomically.\n"},
+     "  atomically. The stored tactics (of OP and ARCH) go with the kernels.\n"},
     {"import", 0, P_FILE, cmd_import,
      "import FILE", "merge another cache file into the user cache",
      "Copy FILE's entries (checksums verified) into the user cache; entries the\n"
-     "user cache already has are kept and counted as skipped.\n"},
+     "user cache already has are kept and counted as skipped. FILE's stored tactics\n"
+     "are merged into the user cache's: for each key the fastest valid tactic of both\n"
+     "is kept, and a tactic either found invalid stays invalid. A bad entry or tactic\n"
+     "is refused and named; the exit status is then 1.\n"},
     {"gc", O_MAX_BYTES | O_STALE | O_JSON, P_NONE, cmd_gc,
      "gc [--max-bytes N] [--stale] [--json]", "evict least recently used and stale entries",
      "Remove least recently used entries until the cache file is at most N bytes\n"
@@ -68,14 +79,17 @@ static const command commands[] = {
      "compiler version, template set or kernel ABI).\n"},
     {"verify", O_REPAIR | O_JSON, P_NONE, cmd_verify,
      "verify [--repair] [--json]", "check the file's integrity and every binary's checksum",
-     "Check the database's integrity and every stored binary's checksum. --repair:\n"
-     "drop bad entries (rebuild the file if it is damaged), then check again.\n"
+     "Check the database's integrity, every stored binary's checksum and every stored\n"
+     "tactic's (and that each is bound to its key). --repair: drop bad entries and\n"
+     "tactics (rebuild the file if it is damaged), then check again.\n"
      "Exit status 0 if the cache is sound (after --repair, if it mended everything),\n"
      "1 if not.\n"},
-    {"clear", O_ARCH | O_OP, P_NONE, cmd_clear,
-     "clear [--op OP] [--arch ARCH]", "delete entries from the user cache",
+    {"clear", O_ARCH | O_OP | O_TACTICS, P_NONE, cmd_clear,
+     "clear [--tactics] [--op OP] [--arch ARCH]", "delete entries from the user cache",
      "Delete matching entries (all if no filter; --op and --arch take comma lists;\n"
-     "an arch also matches its specific variant: sm_90 clears sm_90a entries too).\n"},
+     "an arch also matches its specific variant: sm_90 clears sm_90a entries too).\n"
+     "With no filter the whole cache is emptied, stored tactics included.\n"
+     "--tactics: delete the matching stored tactics instead, and no kernel.\n"},
 };
 #define NCOMMANDS (sizeof commands / sizeof commands[0])
 
@@ -231,6 +245,10 @@ static int parse(int argc, char **argv, args *a, const command **cmd) {
       a->source = 1;
       continue;
     }
+    if ((allowed & O_TACTICS) && strcmp(arg, "--tactics") == 0) {
+      a->tactics = 1;
+      continue;
+    }
     if (!*cmd && strcmp(arg, "--version") == 0) {
       printf("%s %s (libfi_runtime %s)\n", prog, FI_VERSION_STRING, fi_version());
       exit(0);
@@ -345,6 +363,7 @@ int main(int argc, char **argv) {
     if (cmd->opts & O_OUT && !a.out) return usage_error("%s: missing -o FILE (or --to FILE)", cmd->name);
     if (a.nop || a.narch) return usage_error("%s: --op and --arch go with --to FILE", cmd->name);
   }
+  if (a.tactics && a.source) return usage_error("show: --source is a kernel's; a tactic has none");
   if (cmd->positional == P_FILE) {
     if (!a.file) return usage_error("%s: missing FILE", cmd->name);
     struct stat fst;

@@ -16,7 +16,8 @@
 /* Everything the command line can say; each command accepts a subset (mask). */
 enum {
   O_ARCH = 1, O_OP = 2, O_JOBS = 4, O_JSON = 8, O_SOURCE = 16, O_OUT = 32,
-  O_MAX_BYTES = 64, O_STALE = 128, O_REPAIR = 256, O_TO = 512, O_PRESET = 1024, O_ALL = 2048
+  O_MAX_BYTES = 64, O_STALE = 128, O_REPAIR = 256, O_TO = 512, O_PRESET = 1024, O_ALL = 2048,
+  O_TACTICS = 4096
 };
 
 /* What a command's positional argument is. */
@@ -25,7 +26,7 @@ enum { P_NONE = 0, P_HASH = 1, P_FILE = 2 };
 typedef struct args {
   const char *cache;
   const char *archs[MAX_LIST], *ops[MAX_LIST], *presets[MAX_LIST];
-  int narch, nop, npreset, all, jobs, json, source, help, stale, repair;
+  int narch, nop, npreset, all, jobs, json, source, help, stale, repair, tactics;
   int64_t max_bytes; /* gc --max-bytes; -1: the runtime's cap */
   const char *out, *prefix, *to, *file;
 } args;
@@ -80,3 +81,13 @@ int cmd_import(fi_runtime *rt, const args *a);
 int cmd_gc(fi_runtime *rt, const args *a);
 int cmd_verify(fi_runtime *rt, const args *a);
 int cmd_clear(fi_runtime *rt, const args *a);
+
+/* fi_cache_tactics.c: the stored tactics' side of ls, show and clear (--tactics). */
+int cmd_ls_tactics(fi_runtime *rt, const args *a);
+/* show of a tactic: 0, 1 on failure; not_found (may be NULL) set when no tactic matched. */
+int show_tactic(fi_runtime *rt, const char *prefix, int *not_found);
+int cmd_clear_tactics(fi_runtime *rt, const args *a);
+/* The stored tactics of each layer: n[0] the user cache's, n[1] the system layer's. */
+int count_tactics(fi_runtime *rt, int64_t n[2]);
+/* The report's detail, one problem a line, as text (indented) or a JSON array. */
+void print_detail(const char *d, int json);

@@ -18,9 +18,8 @@
 
 /* ---- ls, show, stats, export, clear ---- */
 
-static void print_detail(const char *d, int json);
-
 int cmd_ls(fi_runtime *rt, const args *a) {
+  if (a->tactics) return cmd_ls_tactics(rt, a);
   entries l;
   int rc = collect(rt, a, &l);
   if (rc) {
@@ -82,8 +81,16 @@ static int show_cb(const fi_cache_entry *e, void *user) {
 }
 
 int cmd_show(fi_runtime *rt, const args *a) {
+  if (a->tactics) return show_tactic(rt, a->prefix, NULL);
   char *src = NULL;
   fi_status st = fi_admin_get(rt, a->prefix, show_cb, NULL, NULL, NULL, a->source ? &src : NULL);
+  if (st == FI_ERR_INVALID_ARGUMENT && strstr(fi_last_error(), "no entry starts with")) {
+    /* No kernel: a tactic's hash, perhaps. */
+    int not_found = 0, rc = show_tactic(rt, a->prefix, &not_found);
+    if (!not_found) return rc;
+    fprintf(stderr, "%s: show: no entry or tactic starts with '%s'\n", prog, TEXT_SAFE(a->prefix));
+    return 1;
+  }
   if (st != FI_OK) return fail("show", st);
   if (a->source) {
     size_t n = src ? strlen(src) : 0;
@@ -106,7 +113,7 @@ int cmd_stats(fi_runtime *rt, const args *a) {
   int rc = collect(rt, a, &l);
   group *g = calloc(l.n ? l.n : 1, sizeof *g);
   size_t ng = 0;
-  int64_t hits = 0, n_user = 0, n_system = 0;
+  int64_t hits = 0, n_user = 0, n_system = 0, t_layers[2] = {0, 0}; /* tactics: user, system */
   if (!rc && !g) {
     fprintf(stderr, "%s: out of memory\n", prog);
     rc = 1;
@@ -126,6 +133,7 @@ int cmd_stats(fi_runtime *rt, const args *a) {
     if (strcmp(e->layer, "system") == 0) n_system++;
     else n_user++;
   }
+  if (!rc) rc = count_tactics(rt, t_layers);
   /* This process's own work: opening and listing, so mostly zeros. */
   fi_stats ps;
   memset(&ps, 0, sizeof ps);
@@ -149,6 +157,10 @@ int cmd_stats(fi_runtime *rt, const args *a) {
     else fputs("null", stdout);
     printf(",\"hits\":%" PRId64 ",\"layers\":{\"user\":%" PRId64 ",\"system\":%" PRId64 "}", hits,
            n_user, n_system);
+    /* This process's tactic lookups apart from "process", whose keys are fi_stats's. */
+    printf(",\"tactics\":{\"user\":%" PRId64 ",\"system\":%" PRId64 "}"
+           ",\"tactic_lookups\":{\"hits\":%" PRId64 ",\"misses\":%" PRId64 "}",
+           t_layers[0], t_layers[1], s.tactic_hits, s.tactic_misses);
     printf(",\"process\":{\"memo_hits\":%" PRId64 ",\"cache_hits\":%" PRId64
            ",\"compiles\":%" PRId64 ",\"compile_failures\":%" PRId64
            ",\"compile_ms\":%.3f,\"waits\":%" PRId64 ",\"evictions\":%" PRId64
@@ -164,11 +176,14 @@ int cmd_stats(fi_runtime *rt, const args *a) {
     for (size_t k = 0; k < ng; k++)
       printf("  %-6s %-20s %-10s %6" PRId64 " entries %10" PRId64 " bytes\n", g[k].layer,
              TEXT_SAFE(g[k].op), TEXT_SAFE(g[k].arch), g[k].entries, g[k].bytes);
+    printf("tactics: user %" PRId64 ", system %" PRId64 "\n", t_layers[0], t_layers[1]);
     printf("this process: memo_hits %" PRId64 ", cache_hits %" PRId64 ", compiles %" PRId64
            ", compile_failures %" PRId64 ", compile_ms %.1f, waits %" PRId64
-           ", evictions %" PRId64 ", repairs %" PRId64 "\n",
+           ", evictions %" PRId64 ", repairs %" PRId64 ", tactic_hits %" PRId64
+           ", tactic_misses %" PRId64 "\n",
            ps.memo_hits, ps.cache_hits, ps.compiles, ps.compile_failures,
-           json_num(ps.compile_ms), ps.waits, ps.evictions, ps.repairs);
+           json_num(ps.compile_ms), ps.waits, ps.evictions, ps.repairs, s.tactic_hits,
+           s.tactic_misses);
   }
   if (!rc && n_user != s.entries) /* another process wrote in between, most likely */
     fprintf(stderr, "%s: note: the listing found %" PRId64 " user entries, the totals %" PRId64 "\n",
@@ -249,11 +264,12 @@ static int export_cache(fi_runtime *rt, const args *a) {
     fprintf(stderr, "%s: export: %s is the cache itself\n", prog, a->to);
     return 1;
   }
-  int64_t n = 0;
-  fi_status st = fi_admin_export_cache(rt, a->to, a->nop ? a->ops[0] : NULL,
-                                       a->narch ? a->archs[0] : NULL, &n);
+  int64_t n = 0, t = 0;
+  fi_status st = fi_admin_export(rt, a->to, a->nop ? a->ops[0] : NULL,
+                                 a->narch ? a->archs[0] : NULL, &n, &t);
   if (st != FI_OK) return fail("export", st);
   printf("exported %" PRId64 " entries to %s\n", n, a->to);
+  printf("exported %" PRId64 " tactics\n", t);
   return 0;
 }
 
@@ -274,9 +290,11 @@ int cmd_import(fi_runtime *rt, const args *a) {
     printf("  already present %" PRId64 ", refused %" PRId64 ", evicted afterwards %" PRId64
            " (FI_CACHE_MAX_BYTES)\n",
            r.present, r.refused, r.evicted);
+  printf("tactics: imported %" PRId64 ", merged %" PRId64 ", present %" PRId64 ", refused %" PRId64
+         "\n", r.tactics_copied, r.tactics_merged, r.tactics_present, r.tactics_refused);
   /* Each refused entry, and why: a damaged or mislabelled file is worth knowing about. */
   print_detail(r.detail, 0);
-  return r.refused ? 1 : 0;
+  return r.refused || r.tactics_refused ? 1 : 0;
 }
 
 int cmd_gc(fi_runtime *rt, const args *a) {
@@ -290,8 +308,7 @@ int cmd_gc(fi_runtime *rt, const args *a) {
   return 0;
 }
 
-/* The report's detail, one problem a line, as text (indented) or a JSON array. */
-static void print_detail(const char *d, int json) {
+void print_detail(const char *d, int json) {
   int first = 1;
   if (json) fputc('[', stdout);
   while (d && *d) {
@@ -335,9 +352,10 @@ int cmd_verify(fi_runtime *rt, const args *a) {
   }
   if (a->json) {
     printf("{\"ok\":%s,\"integrity_ok\":%s,\"rows\":%" PRId64 ",\"bad_rows\":%" PRId64
-           ",\"repaired\":%" PRId64 ",\"repaired_on_open\":%" PRId64 ",\"detail\":",
+           ",\"repaired\":%" PRId64 ",\"repaired_on_open\":%" PRId64 ",\"tactic_rows\":%" PRId64
+           ",\"tactic_bad_rows\":%" PRId64 ",\"detail\":",
            ok ? "true" : "false", r.integrity_ok ? "true" : "false", r.rows, r.bad_rows,
-           r.repaired, on_open);
+           r.repaired, on_open, r.tactic_rows, r.tactic_bad_rows);
     print_detail(r.detail, 1);
     if (rechecked)
       printf(",\"after_repair\":{\"integrity_ok\":%s,\"rows\":%" PRId64 ",\"bad_rows\":%" PRId64
@@ -347,6 +365,9 @@ int cmd_verify(fi_runtime *rt, const args *a) {
   } else {
     printf("integrity: %s\nrows: %" PRId64 "\nbad rows: %" PRId64 "\nrepaired: %" PRId64 "\n",
            r.integrity_ok ? "ok" : "FAILED", r.rows, r.bad_rows, r.repaired);
+    if (r.tactic_rows)
+      printf("of which tactics: %" PRId64 " rows, %" PRId64 " bad\n", r.tactic_rows,
+             r.tactic_bad_rows);
     print_detail(r.detail, 0);
     if (on_open)
       printf("the file could not be read when it was opened and was replaced by a new one "
@@ -362,6 +383,10 @@ int cmd_verify(fi_runtime *rt, const args *a) {
 }
 
 int cmd_clear(fi_runtime *rt, const args *a) {
+  if (a->tactics) return cmd_clear_tactics(rt, a);
+  /* Emptying the whole cache takes its tactics too: said, since they cost GPU time. */
+  fi_admin_stats before;
+  int64_t tactics = !a->nop && !a->narch && fi_admin_stats_get(rt, &before) == FI_OK ? before.tactics : 0;
   int64_t total = 0;
   for (int i = 0; i < (a->nop ? a->nop : 1); i++)
     for (int j = 0; j < (a->narch ? a->narch : 1); j++) {
@@ -374,5 +399,6 @@ int cmd_clear(fi_runtime *rt, const args *a) {
       total += n;
     }
   printf("removed %" PRId64 "\n", total);
+  if (tactics) printf("removed %" PRId64 " tactics\n", tactics);
   return 0;
 }
