@@ -16,7 +16,7 @@ $(BUILD)/cluster-probe: lab/cluster_probe/cluster_probe.cu
 
 # The prefill phase trace (lab/prefill_trace; nvcc, not part of all): the wgmma kernel's
 # default shapes (FI_TRACE_SHAPE) with clock marks at each phase of every unit. GPU machine.
-$(BUILD)/prefill-trace: lab/prefill_trace/prefill_trace.cu kernels/prefill_wgmma.cuh kernels/prefill_item.cuh kernels/prefill_params.h kernels/mma.cuh kernels/fi_port.cuh lab/cuda_bench.cuh
+$(BUILD)/prefill-trace: lab/prefill_trace/prefill_trace.cu $(wildcard kernels/prefill_wgmma*.cuh) kernels/sm90.cuh kernels/prefill_item.cuh kernels/prefill_params.h kernels/mma.cuh kernels/fi_port.cuh lab/cuda_bench.cuh
 	@mkdir -p $(BUILD)
 	$(NVCC) -std=c++17 -O3 -gencode arch=compute_90a,code=sm_90a -Xptxas -v -Ikernels -Ilab $< -o $@
 
