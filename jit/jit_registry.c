@@ -32,6 +32,7 @@ static const jit_op *const ops[] = {
     &jit_op_moe_sort,
     &jit_op_moe_combine,
     &jit_op_moe_gemm,
+    &jit_op_moe_gemm_sm90,
 };
 
 int jit_registry_count(void) { return (int)(sizeof ops / sizeof ops[0]); }

@@ -37,5 +37,6 @@ extern const jit_op jit_op_moe_routing;
 extern const jit_op jit_op_moe_sort;
 extern const jit_op jit_op_moe_combine;
 extern const jit_op jit_op_moe_gemm;
+extern const jit_op jit_op_moe_gemm_sm90;
 
 #endif

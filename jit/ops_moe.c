@@ -1,6 +1,7 @@
 /* ops_moe.c: the mixture-of-experts op families: routing's and the sort's keys, entry
  * wrappers and registered configurations (every key their select functions can return). */
 #include <stdio.h>
+#include <string.h>
 
 #include "jit_registry.h"
 #include "moe_params.h"
@@ -199,9 +200,62 @@ const jit_op jit_op_moe_gemm = {
 };
 
 void jit_moe_gemm_choose(int dtype, int64_t routes, int local_experts, int tile_size, int block_m, int gated,
-                         int gather, int64_t n, int smem_kb, jit_key *out) {
+                         int gather, int64_t n, int smem_kb, int wgmma, jit_key *out) {
   int bm = block_m;
   if (!bm) bm = routes < 32 * (int64_t)local_experts ? 16 : tile_size < 128 ? tile_size : 128;
+  if (wgmma && bm == 128 && n % 128 == 0 && smem_kb >= 227) {
+    jit_moe_gemm_wg_select(dtype, gated, gather, MOE_GEMM_WG_STAGES, out);
+    return;
+  }
   const int bn = !gated && bm >= 64 && n % 128 == 0 ? 128 : 64;
   jit_moe_gemm_select(dtype, bm, bn, gated, gather, jit_moe_gemm_stages(bm, bn, gated, smem_kb), out);
 }
+
+/* ---- the grouped GEMM on wgmma (moe_gemm_wgmma.cuh; sm_90a) ---- */
+
+void jit_moe_gemm_wg_select(int dtype, int gated, int gather, int stages, jit_key *out) {
+  out->op = &jit_op_moe_gemm_sm90;
+  for (int i = 0; i < JIT_MAX_PARAMS; i++) out->v[i] = 0;
+  out->v[MOE_GEMM_WG_P_DTYPE] = dtype;
+  out->v[MOE_GEMM_WG_P_GATED] = gated;
+  out->v[MOE_GEMM_WG_P_GATHER] = gather;
+  out->v[MOE_GEMM_WG_P_STAGES] = stages;
+}
+
+/* Stages of two [128][64] tiles, and the slack that aligns them to 1024 bytes. */
+static unsigned wg_smem(const jit_key *k) { return (unsigned)k->v[MOE_GEMM_WG_P_STAGES] * 32768u + 1024u; }
+
+static int render_wg(const jit_key *k, const char *entry, char *buf, size_t n) {
+  int w = snprintf(buf, n,
+                   "extern \"C\" __global__ void __launch_bounds__(%d)\n"
+                   "%s(fi_moe_gemm_params_k p) {\n"
+                   "  fi_pdl_enter();\n"
+                   "  fi::moe::gemm_wg<%s, %d, %d, %d>(p);\n"
+                   "}\n",
+                   MOE_GEMM_WG_THREADS, entry, jit_dtype_cxx((int)k->v[MOE_GEMM_WG_P_DTYPE]),
+                   (int)k->v[MOE_GEMM_WG_P_GATED], (int)k->v[MOE_GEMM_WG_P_GATHER], (int)k->v[MOE_GEMM_WG_P_STAGES]);
+  return w < 0 || (size_t)w >= n ? -1 : w;
+}
+
+/* dtype x gated x gather, the one stage count. */
+static int count_wg(void) { return 8; }
+static void config_wg(int idx, jit_key *out) {
+  jit_moe_gemm_wg_select(idx & 4 ? JIT_DT_BF16 : JIT_DT_F16, idx & 1, (idx >> 1) & 1, MOE_GEMM_WG_STAGES, out);
+}
+
+/* wgmma exists on sm_90a alone: a Hopper device (sm_90) runs the sm_90a binary. */
+static const char *wg_arch(const char *arch) {
+  return strcmp(arch, "sm_90") == 0 || strcmp(arch, "sm_90a") == 0 ? "sm_90a" : NULL;
+}
+
+const jit_op jit_op_moe_gemm_sm90 = {
+    .name = "moe_gemm_sm90",
+    .template_name = "moe_gemm_wgmma.cuh",
+    .nparams = 4,
+    .params = {{"dtype", JIT_P_DTYPE}, {"gated", JIT_P_INT}, {"gather", JIT_P_INT}, {"stages", JIT_P_INT}},
+    .render_entry = render_wg,
+    .config_count = count_wg,
+    .config = config_wg,
+    .dyn_smem = wg_smem,
+    .target_arch = wg_arch,
+};

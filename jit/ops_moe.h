@@ -46,6 +46,15 @@ int jit_moe_gemm_stages(int bm, int bn, int gated, int smem_kb);
  * 128 columns for the plain GEMM's big blocks where n allows, else 64; the stage count
  * the device's shared memory (smem_kb a block) takes. */
 void jit_moe_gemm_choose(int dtype, int64_t routes, int local_experts, int tile_size, int block_m, int gated,
-                         int gather, int64_t n, int smem_kb, jit_key *out);
+                         int gather, int64_t n, int smem_kb, int wgmma, jit_key *out);
+
+/* The wgmma kernel (moe_gemm_wgmma.cuh, sm_90a): blocks of 128 rows and 128 weight rows
+ * (128 output columns, or 64 with SwiGLU), 256 threads. jit_moe_gemm_choose takes it when
+ * wgmma is set (the device has it and FI_MOE_WGMMA is not 0) for 128-row blocks, n a
+ * multiple of 128 and 227 KiB of shared memory. */
+enum { MOE_GEMM_WG_P_DTYPE, MOE_GEMM_WG_P_GATED, MOE_GEMM_WG_P_GATHER, MOE_GEMM_WG_P_STAGES };
+#define MOE_GEMM_WG_THREADS 256
+#define MOE_GEMM_WG_STAGES 4
+void jit_moe_gemm_wg_select(int dtype, int gated, int gather, int stages, jit_key *out);
 
 #endif

@@ -144,17 +144,19 @@ FI_DEVICE void gemm(const fi_moe_gemm_params_k &p) {
   uint16_t *const smem = reinterpret_cast<uint16_t *>(fi_moe_smem);
   const int warp = (int)threadIdx.x >> 5, wm0 = (warp / WARPS_N) * WM, wn0 = (warp % WARPS_N) * WN;
 
-  // This thread's rows: A rows r0 + 16 i (nullptr past the live rows, whose shared rows are
-  // zeroed once for every stage) and the weight rows of each operand.
+  // This thread's rows: A rows r0 + 16 i (nullptr past the live rows or for a route outside
+  // a: their shared rows are zeroed once for every stage) and the weight rows of each operand.
   const int r0 = (int)threadIdx.x >> 3, ch = (int)threadIdx.x & 7;
   const T *arow[BM / 16];
   const T *wrow[NB][BN / 16];
+  const int e = p.tile_expert[at.tile];
+  if (e < 0 || e >= p.experts) return;  // not a table fi_moe_sort wrote for these weights
 #pragma unroll
   for (int i = 0; i < BM / 16; i++) {
     const int r = r0 + 16 * i;
     arow[i] = nullptr;
-    if (r < at.rows) {
-      const int64_t src = GATHER ? p.p2e[at.row0 + r] / p.top_k : (int64_t)(at.row0 + r);
+    const int64_t src = r >= at.rows ? -1 : GATHER ? p.p2e[at.row0 + r] / p.top_k : (int64_t)(at.row0 + r);
+    if (src >= 0 && src < p.a_rows) {
       arow[i] = static_cast<const T *>(p.a) + src * p.a_stride;
     } else {
 #pragma unroll
@@ -163,7 +165,7 @@ FI_DEVICE void gemm(const fi_moe_gemm_params_k &p) {
                               fi_vec<uint32_t, 4>{{0u, 0u, 0u, 0u}});
     }
   }
-  const T *const we = static_cast<const T *>(p.w) + (int64_t)p.tile_expert[at.tile] * p.w_expert_stride;
+  const T *const we = static_cast<const T *>(p.w) + (int64_t)e * p.w_expert_stride;
 #pragma unroll
   for (int b = 0; b < NB; b++)
 #pragma unroll

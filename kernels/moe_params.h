@@ -90,7 +90,9 @@ typedef struct fi_moe_finalize_params {
 /* The experts' grouped GEMM over the sort's tiles (moe_gemm.cuh): out [rows, n] = a . W[e]^T
  * for the live rows of every tile (expert e = tile_expert[tile]), SwiGLU over W rows
  * gate_row + j and up_row + j when gated. w [local experts][rows][k]; a [rows, k], or x
- * [tokens, k] read at row p2e[r] / top_k when gathering. Strides in elements. */
+ * [tokens, k] read at row p2e[r] / top_k when gathering. Strides in elements. The tables
+ * are device data the host cannot check: an expert id or a route out of range is skipped
+ * (its rows left unwritten, or read as zeros), never followed out of bounds. */
 typedef struct fi_moe_gemm_params_k {
   const void *a;
   const void *w;
@@ -106,6 +108,8 @@ typedef struct fi_moe_gemm_params_k {
   int32_t max_tiles;
   int32_t top_k;
   int32_t up_row, gate_row;  /* first W row of each half (gated); up_row 0 otherwise */
+  int32_t experts;           /* w's first dimension: a tile of another expert is skipped */
+  int32_t a_rows;            /* a's rows: a gathered route outside them reads as zeros */
 } fi_moe_gemm_params_k;
 
 /* Routes one count or scatter block takes (1024 threads, 4 rounds), and the most local

@@ -34,6 +34,7 @@ typedef struct rt_tuning {
   int prefill_persist;      /* FI_PREFILL_PERSIST: RT_PERSIST_* */
   int prefill_persist_cap;  /* with RT_PERSIST_CAP: at most this many blocks */
   double prefill_split;     /* FI_PREFILL_SPLIT: 1, >= 0 (0 never splits) */
+  int moe_wgmma;            /* FI_MOE_WGMMA: 1, 0 the grouped GEMM on mma.sync everywhere */
   int sampling_select;      /* FI_SAMPLING_SELECT: -1 by op, 0 radix, 1 range */
   int sampling_topp_exact;  /* FI_SAMPLING_TOPP=exact: 1 */
 } rt_tuning;
@@ -54,6 +55,7 @@ static inline rt_tuning rt_tuning_default(void) {
   t.prefill_wgmma = 1;
   t.prefill_ws = -1;
   t.prefill_split = 1.0;
+  t.moe_wgmma = 1;
   t.sampling_select = -1;
   return t;
 }

@@ -3,6 +3,7 @@
 #include <math.h>
 #include <string.h>
 
+#include "jit_registry.h"
 #include "moe_params.h"
 #include "ops_moe.h"
 #include "rt_internal.h"
@@ -478,7 +479,8 @@ FI_API fi_status fi_moe_grouped_gemm(fi_runtime *rt, const DLTensor *a, const DL
     return rt_fail(FI_ERR_INVALID_ARGUMENT, "%s: %s is not contiguous in k", fn,
                    rt_stride(a, 1) != 1 ? "a" : "weights");
   const int64_t ws1 = rt_stride(weights, 1), ws0 = rt_stride(weights, 0);
-  if (ws1 < k || (E > 1 && ws0 < wrows * ws1))
+  int64_t span;
+  if (ws1 < k || ws1 > INT64_MAX / 2 / wrows || (E > 1 && (__builtin_mul_overflow(wrows, ws1, &span) || ws0 < span)))
     return rt_fail(FI_ERR_INVALID_ARGUMENT, "%s: weights' strides overlap rows or experts", fn);
   if ((st = check_gemm_rows(fn, "weights", weights, ws1, 16)) != FI_OK ||
       (st = check_gemm_rows(fn, "weights (expert stride)", weights, E > 1 ? ws0 : 0, 16)) != FI_OK)
@@ -491,10 +493,14 @@ FI_API fi_status fi_moe_grouped_gemm(fi_runtime *rt, const DLTensor *a, const DL
       (st = rt_check_tensor(fn, "tables->tile_idx_to_expert_idx", tables->tile_idx_to_expert_idx, 1)) != FI_OK)
     return st;
   const int64_t T = tables->expanded_idx_to_permuted_idx->shape[0], K = tables->expanded_idx_to_permuted_idx->shape[1];
-  const int64_t max_tiles = tables->tile_idx_to_expert_idx->shape[0], rows = max_tiles * ts;
+  const int64_t max_tiles = tables->tile_idx_to_expert_idx->shape[0];
   if (K < 1 || K > 32)
     return rt_fail(FI_ERR_INVALID_ARGUMENT, "%s: tables->expanded_idx_to_permuted_idx has top_k %lld; 1 to 32", fn,
                    (long long)K);
+  if (T < 0 || T * K > INT32_MAX / 2 || max_tiles < 0 || max_tiles > INT32_MAX / 256)
+    return rt_fail(FI_ERR_INVALID_ARGUMENT, "%s: the tables hold %lld x %lld routes and %lld tiles; at most 2^30 routes",
+                   fn, (long long)T, (long long)K, (long long)max_tiles);
+  const int64_t rows = max_tiles * ts;
   if (max_tiles != fi_moe_max_tiles(T, (int)K, (int)E, ts))
     return rt_fail(FI_ERR_INVALID_ARGUMENT,
                    "%s: tables->tile_idx_to_expert_idx has %lld tiles; fi_moe_max_tiles(%lld, %lld, %lld, %d) = %lld "
@@ -533,8 +539,15 @@ FI_API fi_status fi_moe_grouped_gemm(fi_runtime *rt, const DLTensor *a, const DL
   if ((st = rt_check_same_device(fn, "a", a, "weights", weights)) != FI_OK ||
       (st = rt_check_same_device(fn, "a", a, "out", out)) != FI_OK)
     return st;
-  if (rt_tensors_overlap(a, out) || rt_tensors_overlap(weights, out))
-    return rt_fail(FI_ERR_INVALID_ARGUMENT, "%s: out overlaps %s", fn, rt_tensors_overlap(a, out) ? "a" : "weights");
+  const DLTensor *const ins[6] = {a, weights, tables->tile_idx_to_expert_idx, tables->tile_idx_to_mn_limit,
+                                   tables->num_non_exiting_tiles, p->gather ? tables->permuted_idx_to_expanded_idx : a};
+  static const char *const in_names[6] = {"a", "weights", "tables->tile_idx_to_expert_idx",
+                                          "tables->tile_idx_to_mn_limit", "tables->num_non_exiting_tiles",
+                                          "tables->permuted_idx_to_expanded_idx"};
+  for (int i = 0; i < 6; i++)
+    if (rt_tensors_overlap(ins[i], out))
+      return rt_fail(FI_ERR_INVALID_ARGUMENT, "%s: out overlaps %s", fn, in_names[i]);
+  if (T == 0 || rows == 0) return FI_OK;
 
   /* The kernel (jit_moe_gemm_choose: its block shape decides the grid). */
   const rt_device_i *be;
@@ -545,11 +558,13 @@ FI_API fi_status fi_moe_grouped_gemm(fi_runtime *rt, const DLTensor *a, const DL
   if (rt_device_caps_get(be, state, dev.device_id, &caps, err, sizeof err) != 0)
     return rt_fail(FI_ERR_DEVICE, "%s: %s", fn, err);
   jit_key key;
-  jit_moe_gemm_choose(dt, T * K, (int)E, ts, p->block_m, gated, p->gather, n, caps.smem_block_kb, &key);
-  const int bm = (int)key.v[MOE_GEMM_P_BM], bn = (int)key.v[MOE_GEMM_P_BN];
+  jit_moe_gemm_choose(dt, T * K, (int)E, ts, p->block_m, gated, p->gather, n, caps.smem_block_kb,
+                      caps.wgmma && rt->env.tune.moe_wgmma, &key);
+  const int wgk = key.op == &jit_op_moe_gemm_sm90;
+  const int bm = wgk ? 128 : (int)key.v[MOE_GEMM_P_BM];
+  const int bn = wgk ? (gated ? 64 : 128) : (int)key.v[MOE_GEMM_P_BN];
   const int64_t blocks = max_tiles * (ts / bm) * (n / bn);
   if (blocks > INT32_MAX) return rt_fail(FI_ERR_INVALID_ARGUMENT, "%s: the problem needs more than 2^31-1 blocks", fn);
-  if (T == 0 || rows == 0) return FI_OK;
 
   kp.a = rt_data(a), kp.w = rt_data(weights), kp.out = rt_data(out);
   kp.num_tiles = nt, kp.p2e = p2e;
@@ -557,8 +572,9 @@ FI_API fi_status fi_moe_grouped_gemm(fi_runtime *rt, const DLTensor *a, const DL
   kp.k = (int32_t)k, kp.n = (int32_t)n, kp.tile_size = ts, kp.max_tiles = (int32_t)max_tiles, kp.top_k = (int32_t)K;
   kp.up_row = gated && p->gate_first ? (int32_t)n : 0;
   kp.gate_row = gated && !p->gate_first ? (int32_t)n : 0;
+  kp.experts = (int32_t)E, kp.a_rows = (int32_t)a_rows;
 
   rt_kernel *kern;
   if ((st = rt_kernel_get(rt, &key, be, dev.device_id, &kern)) != FI_OK) return st;
-  return rt_launch_1d(rt, kern, blocks, MOE_GEMM_THREADS, stream, &kp, sizeof kp);
+  return rt_launch_1d(rt, kern, blocks, wgk ? MOE_GEMM_WG_THREADS : MOE_GEMM_THREADS, stream, &kp, sizeof kp);
 }

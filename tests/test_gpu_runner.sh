@@ -33,7 +33,7 @@ SH
   chmod +x "$T/b/tests/$n"
 done
 nbin=$(echo "$names" | wc -l)
-njobs=$((nbin + 5))
+njobs=$((nbin + 6))  # the variants: four of prefill, one of sampling, one of the MoE layer
 
 out=$(FI_BUILD="$T/b" FT_LOGDIR="$T/l1" "$R" 2>&1); rc=$?
 check all_pass_exit_0 '[ $rc -eq 0 ]'

@@ -358,19 +358,27 @@ FT_TEST(moe_grouped_gemm_arguments) {
  * problem: block rows divide the tile, columns divide n, stages fit the shared memory. */
 FT_TEST(moe_gemm_keys_registered) {
   const int dts[2] = {JIT_DT_F16, JIT_DT_BF16}, tiles[3] = {64, 128, 256}, bms[4] = {0, 16, 64, 128};
-  const int smem[4] = {64, 99, 163, 227};
+  const int smem[8] = {64, 99, 163, 227, 64, 99, 163, 227};
   const int64_t routes[4] = {1, 100, 5000, 1 << 20}, ns[3] = {64, 768, 7168};
-  int checked = 0;
+  int checked = 0, wg_keys = 0;
   for (int d = 0; d < 2; d++)
     for (int t = 0; t < 3; t++)
       for (int b = 0; b < 4; b++)
         for (int g = 0; g < 4; g++)
           for (int r = 0; r < 4; r++)
             for (int n = 0; n < 3; n++)
-              for (int s = 0; s < 4; s++) {
+              for (int s = 0; s < 8; s++) {
+                const int wg = s >= 4;
                 if (bms[b] > tiles[t]) continue;
                 jit_key k;
-                jit_moe_gemm_choose(dts[d], routes[r], 32, tiles[t], bms[b], g & 1, g >> 1, ns[n], smem[s], &k);
+                jit_moe_gemm_choose(dts[d], routes[r], 32, tiles[t], bms[b], g & 1, g >> 1, ns[n], smem[s], wg, &k);
+                if (k.op == &jit_op_moe_gemm_sm90) {
+                  FT_CHECK(wg && tiles[t] % 128 == 0 && ns[n] % 128 == 0 && (bms[b] == 0 || bms[b] == 128),
+                           "wgmma at tile %d n %lld block_m %d", tiles[t], (long long)ns[n], bms[b]);
+                  FT_REQUIRE(op_registers(&jit_op_moe_gemm_sm90, &k));
+                  wg_keys++;
+                  continue;
+                }
                 const int bm = (int)k.v[MOE_GEMM_P_BM], bn = (int)k.v[MOE_GEMM_P_BN];
                 const int st = (int)k.v[MOE_GEMM_P_STAGES], nb = (g & 1) ? 2 : 1;
                 FT_CHECK(tiles[t] % bm == 0 && ns[n] % bn == 0, "tile %d bm %d n %lld bn %d", tiles[t], bm,
@@ -381,7 +389,7 @@ FT_TEST(moe_gemm_keys_registered) {
                            bms[b], g & 1, (long long)ns[n], smem[s]);
                 checked++;
               }
-  FT_CHECK(checked > 1000, "%d", checked);
+  FT_CHECK(checked > 1000 && wg_keys > 50, "%d mma.sync keys, %d wgmma keys", checked, wg_keys);
 }
 
 /* fi_fused_moe: the workspace size follows the tile rule and grows with the tokens; a
@@ -453,7 +461,32 @@ FT_TEST(fused_moe_arguments) {
                    FI_ERR_INVALID_ARGUMENT &&
                strstr(fi_last_error(), "overlaps"),
            "%s", fi_last_error());
-  ws.t.data = m + (1LL << 32), p.accumulate = 3;
+  ws.t.data = m + (1LL << 32);
+  /* Checked before anything is read or queued: a NULL tensor, the experts of the weights. */
+  FT_CHECK(fi_fused_moe(rt, &x.t, &lg.t, NULL, NULL, NULL, &w13, &w2, &p, &ws.t, NULL, NULL) ==
+                   FI_ERR_INVALID_ARGUMENT &&
+               strstr(fi_last_error(), "out"),
+           "%s", fi_last_error());
+  FT_CHECK(fi_fused_moe(rt, &x.t, &lg.t, NULL, NULL, NULL, NULL, &w2, &p, &ws.t, &out.t, NULL) ==
+                   FI_ERR_INVALID_ARGUMENT &&
+               strstr(fi_last_error(), "w13"),
+           "%s", fi_last_error());
+  s13[0] = 64;
+  FT_CHECK(fi_fused_moe(rt, &x.t, &lg.t, NULL, NULL, NULL, &w13, &w2, &p, &ws.t, &out.t, NULL) ==
+                   FI_ERR_INVALID_ARGUMENT &&
+               strstr(fi_last_error(), "w13 has 64 experts"),
+           "%s", fi_last_error());
+  s13[0] = 128, s2[1] = H + 64;
+  FT_CHECK(fi_fused_moe(rt, &x.t, &lg.t, NULL, NULL, NULL, &w13, &w2, &p, &ws.t, &out.t, NULL) ==
+                   FI_ERR_INVALID_ARGUMENT &&
+               strstr(fi_last_error(), "w2 [128, 2112, 768]"),
+           "%s", fi_last_error());
+  s2[1] = H;
+  FT_CHECK(fi_fused_moe(rt, &x.t, NULL, &lg.t, &ids.t, &wts.t, &w13, &w2, &p, &ws.t, &out.t, NULL) ==
+                   FI_ERR_INVALID_ARGUMENT &&
+               strstr(fi_last_error(), "correction_bias"),
+           "%s", fi_last_error());
+  p.accumulate = 3;
   FT_CHECK(fi_fused_moe(rt, &x.t, &lg.t, NULL, NULL, NULL, &w13, &w2, &p, &ws.t, &out.t, NULL) ==
                    FI_ERR_INVALID_ARGUMENT &&
                strstr(fi_last_error(), "accumulate"),

@@ -118,6 +118,7 @@ static void gemm_case(int T_tokens, int K, int E, int TS, int k, int n, int gate
   p.a_stride = k, p.w_expert_stride = (int64_t)wrows * k, p.w_stride = k, p.out_stride = n;
   p.k = k, p.n = n, p.tile_size = TS, p.max_tiles = tb.max_tiles, p.top_k = K;
   p.up_row = GATED && gate_first ? n : 0, p.gate_row = GATED && !gate_first ? n : 0;
+  p.experts = E, p.a_rows = GATHER ? T_tokens : rows;
   const unsigned blocks = (unsigned)(tb.max_tiles * (TS / BM) * (n / BN));
   emu::launch(blocks, 1, fi::moe::GEMM_THREADS, [&] { fi::moe::gemm<T, BM, BN, GATED, GATHER, STAGES>(p); });
 

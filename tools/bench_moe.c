@@ -32,6 +32,23 @@ static void fill_big(CUdeviceptr d, size_t n) {
   CU_CHECK(&cu, cuCtxSynchronize());
 }
 
+/* d gets n float32 router logits, normal (mean 0, sd 2): ties as rare as in a real router
+ * (the routing breaks ties to the smaller index, so bf16 uniform logits would favour the
+ * low experts, those a rank's eighth holds at EP=8). */
+static void fill_logits(CUdeviceptr d, int64_t n) {
+  float *h = malloc((size_t)n * 4);
+  uint64_t s = 0x9e3779b97f4a7c15ull;
+  for (int64_t i = 0; i < n; i++) {
+    s = s * 6364136223846793005ull + 1442695040888963407ull;
+    const double u = ((double)(s >> 11) + 0.5) / 9007199254740992.0;
+    s = s * 6364136223846793005ull + 1442695040888963407ull;
+    const double v = (double)(s >> 11) / 9007199254740992.0;
+    h[i] = (float)(2.0 * sqrt(-2.0 * log(u)) * cos(6.283185307179586 * v));
+  }
+  CU_CHECK(&cu, cuMemcpyHtoD(d, h, (size_t)n * 4));
+  free(h);
+}
+
 static void check(fi_status st, const char *what) {
   if (st != FI_OK) {
     fprintf(stderr, "fi-bench moe: %s: %s: %s\n", what, fi_status_string(st), fi_last_error());
@@ -69,20 +86,20 @@ static void layer_make(layer *l, fi_runtime *rt, const mshape *m, int64_t T, int
   l->sp = (fi_moe_sort_params){m->E, 0, l->L, tile};
   size_t wsb = 0;
   check(fi_moe_sort_workspace_size(rt, T, m->k, &l->sp, &wsb), "fi_moe_sort_workspace_size");
-  l->x = alloc((size_t)(T * m->H) * 2), l->logits = alloc((size_t)(T * m->E) * 2);
+  l->x = alloc((size_t)(T * m->H) * 2), l->logits = alloc((size_t)(T * m->E) * 4);
   l->ids = alloc((size_t)(T * m->k) * 4), l->wts = alloc((size_t)(T * m->k) * 4), l->ws = alloc(wsb);
   l->te = alloc((size_t)l->MT * 4), l->mn = alloc((size_t)l->MT * 4), l->e2p = alloc((size_t)(T * m->k) * 4);
   l->p2e = alloc((size_t)l->rows * 4), l->nt = alloc(8);
   l->w13 = alloc((size_t)(l->L * 2 * m->I * m->H) * 2), l->w2 = alloc((size_t)(l->L * m->H * m->I) * 2);
   l->h = alloc((size_t)(l->rows * m->I) * 2), l->y = alloc((size_t)(l->rows * m->H) * 2);
-  fill_big(l->x, (size_t)(T * m->H) * 2), fill_big(l->logits, (size_t)(T * m->E) * 2);
+  fill_big(l->x, (size_t)(T * m->H) * 2), fill_logits(l->logits, T * m->E);
   fill_big(l->w13, (size_t)(l->L * 2 * m->I * m->H) * 2), fill_big(l->w2, (size_t)(l->L * m->H * m->I) * 2);
   l->s_x[0] = T, l->s_x[1] = m->H, l->s_l[0] = T, l->s_l[1] = m->E, l->s_ids[0] = T, l->s_ids[1] = m->k;
   l->s_t[0] = l->MT, l->s_rows[0] = l->rows, l->s_one[0] = 1, l->s_ws[0] = (int64_t)wsb;
   l->s_w13[0] = l->L, l->s_w13[1] = 2 * m->I, l->s_w13[2] = m->H;
   l->s_w2[0] = l->L, l->s_w2[1] = m->H, l->s_w2[2] = m->I;
   l->s_h[0] = l->rows, l->s_h[1] = m->I, l->s_y[0] = l->rows, l->s_y[1] = m->H;
-  l->t_x = tensor(l->x, 1, 2, l->s_x), l->t_l = tensor(l->logits, 1, 2, l->s_l);
+  l->t_x = tensor(l->x, 1, 2, l->s_x), l->t_l = tensor(l->logits, 2, 2, l->s_l);
   l->t_ids = tensor(l->ids, 2, 2, l->s_ids), l->t_wts = tensor(l->wts, 2, 2, l->s_ids);
   l->t_ws = tensor(l->ws, 2, 1, l->s_ws), l->t_te = tensor(l->te, 2, 1, l->s_t), l->t_mn = tensor(l->mn, 2, 1, l->s_t);
   l->t_e2p = tensor(l->e2p, 2, 2, l->s_ids), l->t_p2e = tensor(l->p2e, 2, 1, l->s_rows);
@@ -97,7 +114,7 @@ static void layer_make(layer *l, fi_runtime *rt, const mshape *m, int64_t T, int
   l->g1.tile_size = tile, l->g1.activation = FI_MOE_GEMM_SWIGLU, l->g1.gather = 1;
   l->g2 = l->g1;
   l->g2.activation = FI_MOE_GEMM_PLAIN, l->g2.gather = 0;
-  /* One routing and sort for the GEMMs (random bf16 logits), then what they touch. */
+  /* One routing and sort for the GEMMs, then what they touch. */
   check(fi_moe_routing(rt, &l->t_l, NULL, &l->rp, &l->t_ids, &l->t_wts, NULL), "fi_moe_routing");
   check(fi_moe_sort(rt, &l->t_ids, &l->sp, &l->t_ws, &l->so, NULL), "fi_moe_sort");
   CU_CHECK(&cu, cuCtxSynchronize());

@@ -43,12 +43,13 @@ done
 # Prefill as chosen above, then on mma.sync alone, on the wgmma kernel's large shape
 # (producer, ping-pong), on a 3-block persistent grid (many work units a block), and with
 # the producer but no ping-pong (two stages where the default takes four); sampling with
-# top-p's exact membership test.
+# top-p's exact membership test; the MoE layer with its GEMMs on mma.sync alone.
 jobs+=("prefill-mma|FI_PREFILL_WGMMA=0|gpu_prefill")
 jobs+=("prefill-wg2x128|FI_PREFILL_WG=2x128|gpu_prefill")
 jobs+=("prefill-persist3|FI_PREFILL_PERSIST=3|gpu_prefill")
 jobs+=("prefill-ws1|FI_PREFILL_WS=1|gpu_prefill")
 jobs+=("sampling-topp-exact|FI_SAMPLING_TOPP=exact|gpu_sampling")
+jobs+=("moe-gemm-mma|FI_MOE_WGMMA=0|gpu_moe_gemm")
 
 if [ "$list" = 1 ]; then
   for j in "${jobs[@]}"; do IFS='|' read -r n e b <<< "$j"; printf '%-22s %-24s %s\n' "$n" "$e" "$b"; done
