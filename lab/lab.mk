@@ -3,7 +3,7 @@
 # The decode phase trace (lab/decode_trace; nvcc, not part of all): B = 1 variants and a
 # per-phase clock trace of a patched copy of kernels/decode.cuh. Run it on the GPU machine.
 NVCC ?= /usr/local/cuda/bin/nvcc
-$(BUILD)/decode-trace: lab/decode_trace/decode_trace.cu lab/decode_trace/patch_trace.py kernels/decode.cuh kernels/mma.cuh kernels/decode_enter.cuh kernels/decode_merge.cuh kernels/decode_params.h kernels/fi_port.cuh lab/cuda_bench.cuh
+$(BUILD)/decode-trace: lab/decode_trace/decode_trace.cu lab/decode_trace/patch_trace.py kernels/decode.cuh kernels/decode_step.cuh kernels/mma.cuh kernels/decode_enter.cuh kernels/decode_merge.cuh kernels/decode_params.h kernels/fi_port.cuh lab/cuda_bench.cuh
 	@mkdir -p $(BUILD)/decode_trace
 	python3 lab/decode_trace/patch_trace.py kernels/decode.cuh $(BUILD)/decode_trace/decode.cuh
 	$(NVCC) -std=c++17 -O3 -arch=sm_90a -I$(BUILD)/decode_trace -Ikernels -Ilab $< -o $@
@@ -29,7 +29,7 @@ $(BUILD)/decode-loads: lab/decode_loads/decode_loads.cu lab/cuda_bench.cuh
 # The fp8 decode microbenchmark (lab/decode_fp8; nvcc, not part of all): kernel variants
 # at B = 64, L = 4096 from a copy of kernels/decode.cuh that patch_variants.py extends.
 # Run it on the GPU machine.
-$(BUILD)/decode-fp8-bench: lab/decode_fp8/fp8_bench.cu lab/decode_fp8/patch_variants.py kernels/decode.cuh kernels/mma.cuh kernels/decode_enter.cuh kernels/decode_merge.cuh kernels/decode_params.h kernels/fi_port.cuh lab/cuda_bench.cuh
+$(BUILD)/decode-fp8-bench: lab/decode_fp8/fp8_bench.cu lab/decode_fp8/patch_variants.py kernels/decode.cuh kernels/decode_step.cuh kernels/mma.cuh kernels/decode_enter.cuh kernels/decode_merge.cuh kernels/decode_params.h kernels/fi_port.cuh lab/cuda_bench.cuh
 	@mkdir -p $(BUILD)/decode_fp8
 	python3 lab/decode_fp8/patch_variants.py kernels/decode.cuh $(BUILD)/decode_fp8/decode.cuh
 	$(NVCC) -std=c++17 -O3 -arch=sm_90a -I$(BUILD)/decode_fp8 -Ikernels -Ilab $< -o $@

@@ -1,6 +1,7 @@
 #!/usr/bin/env python3
 """patch_variants.py IN OUT: writes a copy of kernels/decode.cuh for lab/decode_fp8/fp8_bench.cu
-(nvcc, not NVRTC) whose kernel template takes one more parameter, X (bits): 1 request-major
+(nvcc, not NVRTC), and beside it one of decode_step.cuh (IN's folder; the step's math, which
+takes X too), whose kernel template takes one more parameter, X (bits): 1 request-major
 block order (the heads of a request in consecutive blocks), 2 loads only (K and V xor-ed,
 no math: the bound of the access pattern), 4 e4m3 "widened" by byte moves only (wrong
 values: the conversion's cost), 8 e4m3 widened by the integer path (value / 256) instead
@@ -10,6 +11,7 @@ loaded in whole 128-byte lines (see below), 1024 a globaltimer trace into p.part
 (see below). Bit 2 applies to both register pipelines (PF 1 and PF 0). The copy also
 takes blocks of 1 to 8 warps (the runtime registers 1, 2, 4 and 8).
 X = 0 is the kernel as it is. Every anchor must match exactly once."""
+import os
 import sys
 s=open(sys.argv[1]).read()
 def rep(a,b,cnt=1):
@@ -29,7 +31,6 @@ rep("  if constexpr (same<KVT, fi_e4m3>::value) wide = KV::E4M3_WIDE;",
 rep("  const int item = blockIdx.x, hkv = blockIdx.y * HP, G = p.group, GE = G * HP;",
     "  const int lin_ = blockIdx.x + blockIdx.y * gridDim.x;\n"
     "  const int item = (X & 1) ? lin_ / (int)gridDim.y : blockIdx.x, hkv = ((X & 1) ? lin_ % (int)gridDim.y : blockIdx.y) * HP, G = p.group, GE = G * HP;")
-s=s.replace("KV::cvt2(", "cvt2x<KVT, X>(")
 # The K / V loads (the kernel's ldkv): X & 32 with the L2::256B hint (on a miss the L2
 # fetches the whole 256-byte block), 64 with L2::128B, 256 evict-first in L2 whatever the
 # cache, 512 plain (no evict-first: the kernel before the eighth session), else as the
@@ -59,17 +60,6 @@ FI_DEVICE void ldgx(const void *p, uint32_t (&r)[N], uint64_t pol) {
     ldg_nc<N>(p, r);
   } else {
     ldg_kv<EF, N>(p, r, pol);
-  }
-}
-template <typename KVT, int X>
-FI_DEVICE void cvt2x(uint32_t w, uint32_t &lo, uint32_t &hi) {
-  if constexpr ((X & 4) != 0) {
-    kv<fi_e5m2>::cvt2(w, lo, hi);
-  } else if constexpr ((X & 8) != 0) {
-    lo = ((prmt(w, 0u, 0x1404u)) & 0x80008000u) | ((prmt(w, 0u, 0x1404u) >> 1) & 0x3f803f80u);
-    hi = ((prmt(w, 0u, 0x3424u)) & 0x80008000u) | ((prmt(w, 0u, 0x3424u) >> 1) & 0x3f803f80u);
-  } else {
-    kv<KVT>::cvt2(w, lo, hi);
   }
 }
 // Page lookup of one token''')
@@ -196,4 +186,26 @@ rep('''    if (PF) {
       }
     } else if (PF) {
       uint32_t ka[SUB][2][NQ][4], va[SUB][4][NV][VN], kb2[SUB][2][NQ][4], vb2[SUB][4][NV][VN];''')
+# The step's math (compute_qk, update_local_state) in decode_step.cuh: it takes X, and
+# widens fp8 through cvt2x.
+rep("compute_qk<S>(", "compute_qk<S, X>(")
+rep("update_local_state<S>(", "update_local_state<S, X>(")
 open(sys.argv[2],'w').write(s)
+s=open(os.path.join(os.path.dirname(sys.argv[1]), "decode_step.cuh")).read()
+rep("template <class S>\nFI_DEVICE void compute_qk(", "template <class S, int X>\nFI_DEVICE void compute_qk(")
+rep("template <class S>\nFI_DEVICE void update_local_state(", "template <class S, int X>\nFI_DEVICE void update_local_state(")
+rep("KV::cvt2(", "cvt2x<typename S::KVT, X>(", 6)
+rep("namespace dec {\n", '''namespace dec {
+template <typename KVT, int X>
+FI_DEVICE void cvt2x(uint32_t w, uint32_t &lo, uint32_t &hi) {
+  if constexpr ((X & 4) != 0) {
+    kv<fi_e5m2>::cvt2(w, lo, hi);
+  } else if constexpr ((X & 8) != 0) {
+    lo = ((prmt(w, 0u, 0x1404u)) & 0x80008000u) | ((prmt(w, 0u, 0x1404u) >> 1) & 0x3f803f80u);
+    hi = ((prmt(w, 0u, 0x3424u)) & 0x80008000u) | ((prmt(w, 0u, 0x3424u) >> 1) & 0x3f803f80u);
+  } else {
+    kv<KVT>::cvt2(w, lo, hi);
+  }
+}
+''')
+open(os.path.join(os.path.dirname(sys.argv[2]), "decode_step.cuh"),'w').write(s)
