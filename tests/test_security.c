@@ -461,6 +461,13 @@ static int wait_or_kill(pid_t pid, int ms, int *status) {
 }
 
 FT_TEST(fork_while_threads_use_the_runtime) {
+#ifdef __SANITIZE_ADDRESS__
+  /* GCC's libasan takes its allocator's own lock with no fork handler: a child forked while
+   * another thread allocates can inherit it held and hang in its first malloc (seen: a
+   * backtrace ending in SizeClassAllocator64::GetFromAllocator under cache_path_secure).
+   * That is the sanitizer's limitation, not ours; the plain build (make test) runs it. */
+  FT_SKIP("fork with busy threads: libasan's allocator is not fork-safe (make test runs this case)");
+#endif
   char dir[64], path[128], err[256];
   td_begin(dir);
   snprintf(path, sizeof path, "%s/k.db", dir);
