@@ -56,7 +56,7 @@ struct tok_loc {
 // 4 or 8); HP: KV heads a block (1, or 2: see above).
 template <typename QT, typename KVT, int D, int GM, int PF, int ROPE, int SINGLE, int WARPS, int HP>
 FI_DEVICE void decode_heads(const fi_decode_params &p) {
-  typedef shape<QT, KVT, D, GM, PF, ROPE, SINGLE, WARPS, HP> S;  // the tiling (decode_step.cuh)
+  typedef shape<QT, KVT, D, GM, PF, ROPE, SINGLE, WARPS, HP> S;  // the tiling (the shape struct of the decode-step header)
   typedef typename S::MT MT;
   typedef w16<MT> W;
   typedef typename S::KV KV;
