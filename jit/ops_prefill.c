@@ -247,11 +247,11 @@ static const char *wg_arch(const char *arch) {
  * stages of K and V, P's tiles where they go through shared memory, three token-offset
  * tables, the mbarriers and unit slot (64 + 32 a stage bytes), and the slack for
  * 1024-byte alignment (the 128-byte swizzle is applied to absolute addresses):
- * prefill_wgmma.cuh's smem_size. */
+ * prefill_wgmma_unit.cuh's smem_size. */
 static unsigned wg_smem(const jit_key *k) {
   const int64_t *v = k->v;
   /* three consumers with 128-token tiles and two or three stages: P goes through shared
-   * memory (p_smem in prefill_wgmma.cuh), a [64][128] tile a consumer, and 2048 bytes of
+   * memory (p_smem in prefill_wgmma_unit.cuh), a [64][128] tile a consumer, and 2048 bytes of
    * ones (the row sums' columns of P V) */
   const int64_t p = v[PREFILL_WG_P_WARPGROUPS] == 3 && v[PREFILL_WG_P_KV_TILE] == 128 && v[PREFILL_WG_P_STAGES] <= 3
                         ? v[PREFILL_WG_P_WARPGROUPS] * 64 * v[PREFILL_WG_P_KV_TILE] * 2 + 2048

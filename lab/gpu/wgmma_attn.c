@@ -26,7 +26,7 @@
 
 static int g_kt = 128, g_nwg = 2, g_kdesc = 0, g_vdesc = 0;
 
-/* prefill_wgmma.cuh's smem_size for WS 0: one Q tile, two K/V stages, three offset tables,
+/* prefill_wgmma_unit.cuh's smem_size for WS 0: one Q tile, two K/V stages, three offset tables,
  * the mbarriers and the unit slot, the alignment slack (no P tiles: those need three
  * consumers) */
 static int smem_bytes(int D) { return (g_nwg * 64 * D + 4 * g_kt * D) * 2 + 3 * g_kt * 8 + 128 + 1024; }
