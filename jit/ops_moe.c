@@ -1,8 +1,8 @@
 /* ops_moe.c: the mixture-of-experts op families: routing's and the sort's keys, entry
  * wrappers and registered configurations (every key their select functions can return). */
 #include <stdio.h>
-#include <string.h>
 
+#include "jit_arch.h"
 #include "jit_registry.h"
 #include "moe_params.h"
 #include "ops_moe.h"
@@ -243,10 +243,6 @@ static void config_wg(int idx, jit_key *out) {
   jit_moe_gemm_wg_select(idx & 4 ? JIT_DT_BF16 : JIT_DT_F16, idx & 1, (idx >> 1) & 1, MOE_GEMM_WG_STAGES, out);
 }
 
-/* wgmma exists on sm_90a alone: a Hopper device (sm_90) runs the sm_90a binary. */
-static const char *wg_arch(const char *arch) {
-  return strcmp(arch, "sm_90") == 0 || strcmp(arch, "sm_90a") == 0 ? "sm_90a" : NULL;
-}
 
 const jit_op jit_op_moe_gemm_sm90 = {
     .name = "moe_gemm_sm90",
@@ -257,5 +253,5 @@ const jit_op jit_op_moe_gemm_sm90 = {
     .config_count = count_wg,
     .config = config_wg,
     .dyn_smem = wg_smem,
-    .target_arch = wg_arch,
+    .target_arch = jit_arch_sm90a,
 };

@@ -7,6 +7,7 @@
 #include <stdio.h>
 #include <string.h>
 
+#include "jit_arch.h"
 #include "jit_registry.h"
 #include "prefill_params.h"
 
@@ -238,10 +239,6 @@ void jit_prefill_wgmma_stages(jit_key *k, int stages) {
 }
 void jit_prefill_wgmma_soft_cap(jit_key *k, int on) { k->v[PREFILL_WG_P_SOFT_CAP] = on ? 1 : 0; }
 
-/* wgmma exists on sm_90a alone: a Hopper device (sm_90) runs the sm_90a binary. */
-static const char *wg_arch(const char *arch) {
-  return strcmp(arch, "sm_90") == 0 || strcmp(arch, "sm_90a") == 0 ? "sm_90a" : NULL;
-}
 
 /* The Q tile (two with a producer: the next unit's loads while this one finishes), the
  * stages of K and V, P's tiles where they go through shared memory, three token-offset
@@ -342,7 +339,7 @@ const jit_op jit_op_single_prefill_sm90 = {
     .config_count = count_wg,
     .config = config_wg_single,
     .dyn_smem = wg_smem,
-    .target_arch = wg_arch,
+    .target_arch = jit_arch_sm90a,
 };
 
 const jit_op jit_op_batch_prefill_sm90 = {
@@ -354,7 +351,7 @@ const jit_op jit_op_batch_prefill_sm90 = {
     .config_count = count_wg,
     .config = config_wg_batch,
     .dyn_smem = wg_smem,
-    .target_arch = wg_arch,
+    .target_arch = jit_arch_sm90a,
 };
 
 /* fi-bench's wgmma probe (sm_90a). */
@@ -392,5 +389,5 @@ const jit_op jit_op_wgmma_probe = {
     .config_count = count_wg_probe,
     .config = config_wg_probe,
     .dyn_smem = wg_probe_smem,
-    .target_arch = wg_arch,
+    .target_arch = jit_arch_sm90a,
 };

@@ -32,9 +32,10 @@ namespace moe {
 // (jit/ops_moe.c's gemm_smem).
 constexpr int GEMM_THREADS = 128, GEMM_BK = 64, TILE_BAND = 8;
 
-// The block's place: its sort tile, its first row and live rows, its first output column.
+// The block's place: its sort tile and expert, its first row and live rows, its first
+// output column.
 struct gemm_place {
-  int tile, row0, rows, col0;
+  int tile, expert, row0, rows, col0;
 };
 
 template <int BM, int BN>
@@ -50,7 +51,17 @@ FI_DEVICE bool gemm_locate(const fi_moe_gemm_params_k &p, gemm_place &at) {
   if (at.tile >= *p.num_tiles) return false;
   at.row0 = at.tile * p.tile_size + (y % subs) * BM;
   at.rows = p.tile_mn_limit[at.tile] - at.row0;
-  return at.rows > 0;
+  at.expert = p.tile_expert[at.tile];
+  // An expert outside the weights: not a table fi_moe_sort wrote for them; skipped.
+  return at.rows > 0 && at.expert >= 0 && at.expert < p.experts;
+}
+
+// Row r of the block's A tile in global memory, or nullptr past the live rows or for a
+// route outside a (the caller zeroes its shared rows instead).
+template <typename T, int GATHER>
+FI_DEVICE const T *gemm_a_row(const fi_moe_gemm_params_k &p, const gemm_place &at, int r) {
+  const int64_t src = r >= at.rows ? -1 : GATHER ? p.p2e[at.row0 + r] / p.top_k : (int64_t)(at.row0 + r);
+  return src >= 0 && src < p.a_rows ? static_cast<const T *>(p.a) + src * p.a_stride : nullptr;
 }
 
 // Issues the cp.async copies of k step kt into stage s: the A rows this thread owns (their
@@ -149,23 +160,18 @@ FI_DEVICE void gemm(const fi_moe_gemm_params_k &p) {
   const int r0 = (int)threadIdx.x >> 3, ch = (int)threadIdx.x & 7;
   const T *arow[BM / 16];
   const T *wrow[NB][BN / 16];
-  const int e = p.tile_expert[at.tile];
-  if (e < 0 || e >= p.experts) return;  // not a table fi_moe_sort wrote for these weights
 #pragma unroll
   for (int i = 0; i < BM / 16; i++) {
     const int r = r0 + 16 * i;
-    arow[i] = nullptr;
-    const int64_t src = r >= at.rows ? -1 : GATHER ? p.p2e[at.row0 + r] / p.top_k : (int64_t)(at.row0 + r);
-    if (src >= 0 && src < p.a_rows) {
-      arow[i] = static_cast<const T *>(p.a) + src * p.a_stride;
-    } else {
+    arow[i] = gemm_a_row<T, GATHER>(p, at, r);
+    if (!arow[i]) {
 #pragma unroll
       for (int s = 0; s < STAGES; s++)
         fi_store<uint32_t, 4>(reinterpret_cast<uint32_t *>(smem + s * STAGE + pf::swz<GEMM_BK>(r, ch)),
                               fi_vec<uint32_t, 4>{{0u, 0u, 0u, 0u}});
     }
   }
-  const T *const we = static_cast<const T *>(p.w) + (int64_t)e * p.w_expert_stride;
+  const T *const we = static_cast<const T *>(p.w) + (int64_t)at.expert * p.w_expert_stride;
 #pragma unroll
   for (int b = 0; b < NB; b++)
 #pragma unroll

@@ -31,17 +31,12 @@ FI_DEVICE void gemm_wg(const fi_moe_gemm_params_k &p) {
   // zeroed once in every stage (the wgmma reads them; the epilogue drops their results).
   const int r0 = tid >> 3, ch = tid & 7;
   const T *arow[4], *wrow[4];
-  const int e = p.tile_expert[at.tile];
-  if (e < 0 || e >= p.experts) return;  // not a table fi_moe_sort wrote for these weights
-  const T *const we = static_cast<const T *>(p.w) + (int64_t)e * p.w_expert_stride;
+  const T *const we = static_cast<const T *>(p.w) + (int64_t)at.expert * p.w_expert_stride;
 #pragma unroll
   for (int i = 0; i < 4; i++) {
     const int r = r0 + 32 * i;
-    arow[i] = nullptr;
-    const int64_t src = r >= at.rows ? -1 : GATHER ? p.p2e[at.row0 + r] / p.top_k : (int64_t)(at.row0 + r);
-    if (src >= 0 && src < p.a_rows) {
-      arow[i] = static_cast<const T *>(p.a) + src * p.a_stride;
-    } else {
+    arow[i] = gemm_a_row<T, GATHER>(p, at, r);
+    if (!arow[i]) {
 #pragma unroll
       for (int s = 0; s < STAGES; s++)
         asm volatile("st.shared.v4.b32 [%0], {%1, %1, %1, %1};" ::"r"(sb + s * STAGE + wg::sw128(r, ch, 128)), "r"(0u)

@@ -422,9 +422,7 @@ static fi_status check_gemm_rows(const char *fn, const char *name, const DLTenso
   if (rs % 8)
     return rt_fail(FI_ERR_INVALID_ARGUMENT, "%s: %s row stride %lld is not a multiple of 8 elements", fn, name,
                    (long long)rs);
-  if ((uintptr_t)rt_data(t) % (uintptr_t)ebytes)
-    return rt_fail(FI_ERR_INVALID_ARGUMENT, "%s: %s data is not %d-byte aligned", fn, name, ebytes);
-  return FI_OK;
+  return rt_check_aligned(fn, name, t, ebytes);
 }
 
 FI_API fi_status fi_moe_grouped_gemm(fi_runtime *rt, const DLTensor *a, const DLTensor *weights,
@@ -534,8 +532,8 @@ FI_API fi_status fi_moe_grouped_gemm(fi_runtime *rt, const DLTensor *a, const DL
   if ((st = check_gemm_rows(fn, "a", a, as, 16)) != FI_OK) return st;
   int64_t os;
   if ((st = check_rows2d(fn, "out", out, dt, rows, n, &os)) != FI_OK) return st;
-  if (os % 2 || (uintptr_t)rt_data(out) % 4)
-    return rt_fail(FI_ERR_INVALID_ARGUMENT, "%s: out needs an even row stride and 4-byte aligned data", fn);
+  if (os % 2) return rt_fail(FI_ERR_INVALID_ARGUMENT, "%s: out row stride %lld is odd; pairs are stored", fn, (long long)os);
+  if ((st = rt_check_aligned(fn, "out", out, 4)) != FI_OK) return st;
   if ((st = rt_check_same_device(fn, "a", a, "weights", weights)) != FI_OK ||
       (st = rt_check_same_device(fn, "a", a, "out", out)) != FI_OK)
     return st;
