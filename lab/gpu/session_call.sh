@@ -1,7 +1,8 @@
 # session_call.sh: one device call for what a session built, most important first, each step
 # bounded so the call ends inside 590 s: the MoE layer against float64 (gpu_moe_gemm) and
 # routing + sort (gpu_moe); every GPU test (run_gpu_tests.sh); fi-bench moe and its torch
-# peer (--quick); fi-bench runtime + rmsnorm before (build-base) and after (build-gpu).
+# peer (--quick); fi-bench runtime before (build-base) and after (build-gpu), three rounds
+# taking turns, with each run's fi_rmsnorm and bare cuLaunchKernel times.
 # Build: a clean worktree of HEAD with make BUILD=build-gpu all, the tests/gpu binaries and
 # probe_store, copied without obj/ to build-gpu; build-base = make all of the baseline.
 B=${B:-build-gpu}; export FI_LOG_LEVEL=warn; S=$(date +%s); C=$(mktemp -d)
@@ -15,4 +16,5 @@ FI_BUILD=$B FT_LOGDIR=/tmp/gl timeout $(left 380 240) tests/gpu/run_gpu_tests.sh
 timeout $(left 450 110) $B/fi-bench --quick --json $OUT/moe.jsonl moe > $OUT/bench_moe.txt 2>&1; echo "fi-bench moe rc=$?"; grep -v "^$" $OUT/bench_moe.txt | tail -45; el
 FI_MOE_WGMMA=0 timeout $(left 500 60) $B/fi-bench --quick --json $OUT/moe_mma.jsonl moe > $OUT/bench_moe_mma.txt 2>&1; echo "fi-bench moe (mma.sync) rc=$?"; grep -E "^\| [a-z]" $OUT/bench_moe_mma.txt | head -14; el
 timeout $(left 550 60) python3 lab/moe/torch_peer.py --quick --json $OUT/torch.jsonl > $OUT/torch.txt 2>&1; echo "torch peer rc=$?"; tail -22 $OUT/torch.txt; el
-[ -d build-base ] && OUT=$OUT/ab AB_DEADLINE=$(left 575 40) AB_TIMEOUT=50 tests/gpu/ab_bench.sh base=build-base new=$B -- runtime 2>&1 | tail -12; el
+[ -d build-base ] && OUT=$OUT/ab AB_ROUNDS=3 AB_DEADLINE=$(left 575 40) AB_TIMEOUT=30 tests/gpu/ab_bench.sh base=build-base new=$B -- runtime 2>&1 | tail -12; el
+for f in $OUT/ab/*.runtime.jsonl; do echo "$(basename $f) $(grep -h '"dispatch"' $f)"; done
