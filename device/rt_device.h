@@ -7,7 +7,7 @@
 
 #include <stddef.h>
 
-#define RT_DEVICE_IFACE_VERSION 5
+#define RT_DEVICE_IFACE_VERSION 6
 #define RT_MAX_DEVICES 64
 #define RT_MAX_BACKENDS 4 /* registry slots the runtime keeps state for */
 
@@ -32,6 +32,29 @@ typedef struct rt_device_caps {
   int scratch_pool; /* stream-ordered scratch memory (scratch_alloc) */
   int smem_block_kb; /* shared memory one block may use, KiB (64 unless the arch says more) */
 } rt_device_caps;
+
+/* What the autotuner (rt_autotune.c) needs of a device besides launches: memory of its
+ * own, copies, a stream-ordered fill (the cold-L2 flush), events to time launches with,
+ * and a wait. Every member returns 0, or -1 with err; none is on the hot path. */
+enum { RT_COPY_H2D, RT_COPY_D2H, RT_COPY_D2D };
+typedef struct rt_device_tune_i {
+  int (*mem_alloc)(void *state, int dev, size_t bytes, void **ptr, char *err, size_t errlen);
+  void (*mem_free)(void *state, int dev, void *ptr);
+  /* Synchronous: the copy is done when it returns (and the device idle before it). */
+  int (*copy)(void *state, int dev, void *dst, const void *src, size_t bytes, int kind, char *err,
+              size_t errlen);
+  /* words 32-bit words at dst set to value, on stream. */
+  int (*fill32)(void *state, int dev, void *dst, unsigned value, size_t words, void *stream,
+                char *err, size_t errlen);
+  int (*event_new)(void *state, int dev, void **ev, char *err, size_t errlen);
+  void (*event_free)(void *state, int dev, void *ev);
+  int (*event_record)(void *state, int dev, void *ev, void *stream, char *err, size_t errlen);
+  /* Milliseconds from start to end, once end has happened (it waits for end). */
+  int (*event_ms)(void *state, int dev, void *start, void *end, float *ms, char *err, size_t errlen);
+  int (*sync)(void *state, int dev, void *stream, char *err, size_t errlen);
+  /* The device's last-level cache, bytes (0 unknown). */
+  int (*cache_bytes)(void *state, int dev, size_t *bytes, char *err, size_t errlen);
+} rt_device_tune_i;
 
 typedef struct rt_device_i {
   int iface_version;
@@ -81,6 +104,8 @@ typedef struct rt_device_i {
    * is measured on one kind of card under one driver). 0, or -1 with err. */
   int (*identity)(void *state, int dev, char *name, size_t namelen, char *driver,
                   size_t driverlen, char *err, size_t errlen);
+  /* Optional (NULL: fi_autotune says this backend cannot measure): rt_device_tune_i. */
+  const rt_device_tune_i *tune;
 } rt_device_i;
 
 /* The registry (rt_device_reg.c): every backend, one line each. A slot is a backend's

@@ -19,6 +19,7 @@ typedef struct CUmod_st *CUmodule;
 typedef struct CUfunc_st *CUfunction;
 typedef struct CUstream_st *CUstream;
 typedef struct CUmemPoolHandle_st *CUmemoryPool;
+typedef struct CUevent_st *CUevent;
 typedef unsigned long long CUdeviceptr;
 
 #define CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT 16
@@ -27,6 +28,7 @@ typedef unsigned long long CUdeviceptr;
 #define CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES 8
 #define CU_LAUNCH_ATTRIBUTE_PROGRAMMATIC_STREAM_SERIALIZATION 6
 #define CU_DEVICE_ATTRIBUTE_MEMORY_POOLS_SUPPORTED 115
+#define CU_DEVICE_ATTRIBUTE_L2_CACHE_SIZE 38
 #define CU_MEMPOOL_ATTR_RELEASE_THRESHOLD 4
 #define CU_MEM_ALLOCATION_TYPE_PINNED 1
 #define CU_MEM_LOCATION_TYPE_DEVICE 1
@@ -103,6 +105,20 @@ static struct {
   CUresult (*cuMemFreeAsync)(CUdeviceptr, CUstream);
   CUresult (*cuStreamIsCapturing)(CUstream, int *);
   CUresult (*cuDeviceGetName)(char *, int, CUdevice); /* optional: stored tactics' key */
+  /* optional, the autotuner's (rt_device_tune_i) */
+  CUresult (*cuMemAlloc_v2)(CUdeviceptr *, size_t);
+  CUresult (*cuMemFree_v2)(CUdeviceptr);
+  CUresult (*cuMemcpyHtoD_v2)(CUdeviceptr, const void *, size_t);
+  CUresult (*cuMemcpyDtoH_v2)(void *, CUdeviceptr, size_t);
+  CUresult (*cuMemcpyDtoD_v2)(CUdeviceptr, CUdeviceptr, size_t);
+  CUresult (*cuMemsetD32Async)(CUdeviceptr, unsigned, size_t, CUstream);
+  CUresult (*cuEventCreate)(CUevent *, unsigned);
+  CUresult (*cuEventDestroy_v2)(CUevent);
+  CUresult (*cuEventRecord)(CUevent, CUstream);
+  CUresult (*cuEventSynchronize)(CUevent);
+  CUresult (*cuEventElapsedTime)(float *, CUevent, CUevent);
+  CUresult (*cuStreamSynchronize)(CUstream);
+  CUresult (*cuCtxSynchronize)(void);
 } api;
 
 #define SYM(n) {#n, (void **)&api.n, 0}
@@ -122,6 +138,13 @@ static const jit_dl_sym syms[] = {
     {"cuMemFreeAsync", (void **)&api.cuMemFreeAsync, 1},
     {"cuStreamIsCapturing", (void **)&api.cuStreamIsCapturing, 1},
     {"cuDeviceGetName", (void **)&api.cuDeviceGetName, 1},
+#define OPT(n) {#n, (void **)&api.n, 1}
+    OPT(cuMemAlloc_v2),      OPT(cuMemFree_v2),        OPT(cuMemcpyHtoD_v2),
+    OPT(cuMemcpyDtoH_v2),    OPT(cuMemcpyDtoD_v2),     OPT(cuMemsetD32Async),
+    OPT(cuEventCreate),      OPT(cuEventDestroy_v2),   OPT(cuEventRecord),
+    OPT(cuEventSynchronize), OPT(cuEventElapsedTime),  OPT(cuStreamSynchronize),
+    OPT(cuCtxSynchronize),
+#undef OPT
 };
 #define NSYMS ((int)(sizeof syms / sizeof syms[0]))
 
@@ -479,6 +502,122 @@ static int identity(void *state, int dev, char *name, size_t namelen, char *driv
   return 0;
 }
 
+/* ---- the autotuner's members (rt_device_tune_i): memory, copies, events, waits ---- */
+
+/* The tuner's calls run in dev's context; a missing entry point is an error naming it. */
+#define TUNE_CALL(dev, name, call)                                                        \
+  do {                                                                                    \
+    cuda_state *s_ = state;                                                               \
+    int pushed_;                                                                          \
+    if (!api.name) {                                                                      \
+      snprintf(err, errlen, "this CUDA driver has no %s", #name);                         \
+      return -1;                                                                          \
+    }                                                                                     \
+    if (ensure_device(s_, dev, err, errlen) != 0 || enter(s_, dev, &pushed_, err, errlen) != 0) \
+      return -1;                                                                          \
+    CUresult r_ = (call);                                                                 \
+    leave(pushed_);                                                                       \
+    if (r_ != 0) {                                                                        \
+      cu_msg(r_, #name, err, errlen);                                                     \
+      return -1;                                                                          \
+    }                                                                                     \
+    return 0;                                                                             \
+  } while (0)
+
+static int t_alloc(void *state, int dev, size_t bytes, void **ptr, char *err, size_t errlen) {
+  CUdeviceptr p = 0;
+  *ptr = NULL;
+  if (!api.cuMemAlloc_v2) {
+    snprintf(err, errlen, "this CUDA driver has no cuMemAlloc_v2");
+    return -1;
+  }
+  cuda_state *s = state;
+  int pushed;
+  if (ensure_device(s, dev, err, errlen) != 0 || enter(s, dev, &pushed, err, errlen) != 0) return -1;
+  CUresult r = api.cuMemAlloc_v2(&p, bytes ? bytes : 1);
+  leave(pushed);
+  if (r != 0) {
+    char what[64];
+    snprintf(what, sizeof what, "cuMemAlloc(%zu bytes)", bytes);
+    cu_msg(r, what, err, errlen);
+    return -1;
+  }
+  *ptr = (void *)(uintptr_t)p;
+  return 0;
+}
+
+static void t_free(void *state, int dev, void *ptr) {
+  cuda_state *s = state;
+  char err[256];
+  int pushed;
+  if (!ptr || !api.cuMemFree_v2 || enter(s, dev, &pushed, err, sizeof err) != 0) return;
+  api.cuMemFree_v2((CUdeviceptr)(uintptr_t)ptr);
+  leave(pushed);
+}
+
+static int t_copy(void *state, int dev, void *dst, const void *src, size_t bytes, int kind, char *err,
+                  size_t errlen) {
+  const CUdeviceptr d = (CUdeviceptr)(uintptr_t)dst, sd = (CUdeviceptr)(uintptr_t)src;
+  if (kind == RT_COPY_H2D) TUNE_CALL(dev, cuMemcpyHtoD_v2, api.cuMemcpyHtoD_v2(d, src, bytes));
+  if (kind == RT_COPY_D2H) TUNE_CALL(dev, cuMemcpyDtoH_v2, api.cuMemcpyDtoH_v2(dst, sd, bytes));
+  TUNE_CALL(dev, cuMemcpyDtoD_v2, api.cuMemcpyDtoD_v2(d, sd, bytes));
+}
+
+static int t_fill32(void *state, int dev, void *dst, unsigned value, size_t words, void *stream,
+                    char *err, size_t errlen) {
+  TUNE_CALL(dev, cuMemsetD32Async, api.cuMemsetD32Async((CUdeviceptr)(uintptr_t)dst, value, words, stream));
+}
+
+static int t_event_new(void *state, int dev, void **ev, char *err, size_t errlen) {
+  *ev = NULL;
+  TUNE_CALL(dev, cuEventCreate, api.cuEventCreate((CUevent *)ev, 0));
+}
+
+static void t_event_free(void *state, int dev, void *ev) {
+  cuda_state *s = state;
+  char err[256];
+  int pushed;
+  if (!ev || !api.cuEventDestroy_v2 || enter(s, dev, &pushed, err, sizeof err) != 0) return;
+  api.cuEventDestroy_v2(ev);
+  leave(pushed);
+}
+
+static int t_event_record(void *state, int dev, void *ev, void *stream, char *err, size_t errlen) {
+  TUNE_CALL(dev, cuEventRecord, api.cuEventRecord(ev, stream));
+}
+
+static int t_event_sync(void *state, int dev, void *end, char *err, size_t errlen) {
+  TUNE_CALL(dev, cuEventSynchronize, api.cuEventSynchronize(end));
+}
+
+static int t_event_ms(void *state, int dev, void *start, void *end, float *ms, char *err, size_t errlen) {
+  if (t_event_sync(state, dev, end, err, errlen) != 0) return -1;
+  TUNE_CALL(dev, cuEventElapsedTime, api.cuEventElapsedTime(ms, start, end));
+}
+
+static int t_sync(void *state, int dev, void *stream, char *err, size_t errlen) {
+  TUNE_CALL(dev, cuStreamSynchronize, api.cuStreamSynchronize(stream));
+}
+
+static int t_cache_bytes(void *state, int dev, size_t *bytes, char *err, size_t errlen) {
+  int v = 0;
+  CUdevice d;
+  *bytes = 0;
+  cuda_state *s = state;
+  if (ensure_device(s, dev, err, errlen) != 0) return -1;
+  CUresult r = api.cuDeviceGet(&d, dev);
+  if (r == 0) r = api.cuDeviceGetAttribute(&v, CU_DEVICE_ATTRIBUTE_L2_CACHE_SIZE, d);
+  if (r != 0) {
+    cu_msg(r, "cuDeviceGetAttribute(L2_CACHE_SIZE)", err, errlen);
+    return -1;
+  }
+  *bytes = v > 0 ? (size_t)v : 0;
+  return 0;
+}
+
+static const rt_device_tune_i cuda_tune = {t_alloc,        t_free, t_copy, t_fill32, t_event_new, t_event_free,
+                                           t_event_record, t_event_ms, t_sync, t_cache_bytes};
+
 static void *create(const rt_device_config *cfg) {
   cuda_state *s = calloc(1, sizeof *s);
   if (!s) return NULL;
@@ -518,5 +657,5 @@ static void arch_caps(const char *arch, rt_device_caps *caps) {
 
 const rt_device_i rt_device_cuda = {
     RT_DEVICE_IFACE_VERSION, "cuda", kDLCUDA, "FI_CUDA_LIBRARY", 32, arch_caps, load, arch, sm_count, module_load,
-    module_unload, occupancy, launch, scratch_alloc, scratch_free, create, destroy, identity,
+    module_unload, occupancy, launch, scratch_alloc, scratch_free, create, destroy, identity, &cuda_tune,
 };

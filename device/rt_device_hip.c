@@ -260,4 +260,5 @@ const rt_device_i rt_device_hip = {
     RT_DEVICE_IFACE_VERSION, "hip", kDLROCM, "FI_HIP_LIBRARY", 64, NULL, load, arch, sm_count, module_load,
     module_unload, occupancy, launch, NULL, NULL, create, destroy,
     NULL, /* identity: not read from HIP yet, so no stored tactic is used on AMD GPUs */
+    NULL, /* tune: fi_autotune does not measure on AMD GPUs yet */
 };

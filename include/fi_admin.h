@@ -43,6 +43,13 @@ typedef struct fi_preset_config {
 FI_API fi_status fi_admin_preset_configs(const char *preset, const char *arch, fi_preset_config *out,
                                          int cap, int *n);
 
+/** What fi-cache tune --preset measures for a model at `tokens` tokens: the i-th (op,
+ * shape) of fi_autotune (a mixture-of-experts model's two expert GEMMs, bf16, at the tile
+ * fi_fused_moe's rule takes there). 0 with *op (static) and shape; -1 past the last job,
+ * for a dense model, or for bad arguments. */
+FI_API int fi_admin_preset_tune_job(const char *preset, int i, int64_t tokens, const char **op, char *shape,
+                                    size_t n);
+
 /** Whether the compiler for arch, loaded now if need be, can target it:
  * FI_OK; FI_ERR_UNSUPPORTED with its range in fi_last_error ("nvrtc-13.0 does
  * not support sm_70 (supported: sm_75 to sm_121)"); FI_ERR_COMPILE when no
@@ -176,8 +183,7 @@ FI_API fi_status fi_admin_import(fi_runtime *rt, const char *file, fi_import_rep
  * valid tactic measured, its time, the default's time, the runner-up; a tactic found
  * invalid (wrong output) is listed as such and never chosen. Ops look tactics up when
  * they plan, the read-only system layer first, then the user cache; a row of another
- * device name, SM count, driver or runtime is never used. Measuring (fi_autotune) needs a
- * GPU and is not part of this API yet. */
+ * device name, SM count, driver or runtime is never used. fi_autotune (below) measures. */
 
 /** The token bucket of a call with `tokens` tokens (rows, queries, routed tokens): the
  * upper bound of its bucket, to which a count rounds up. Powers of two up to 256 (1, 2,
@@ -249,6 +255,66 @@ FI_API fi_status fi_admin_tactic_get(fi_runtime *rt, const char *hex_prefix, fi_
 /** Deletes the user cache's tactics of op and arch (NULL: any); kernels stay. */
 FI_API fi_status fi_admin_tactic_clear(fi_runtime *rt, const char *op, const char *arch,
                                        int64_t *removed);
+
+/* ---- the autotuner (issue 43): measure an op's tactics on this GPU and store the winner ----
+ * For one op and shape at one token bucket: every tactic that can run the call is run
+ * on the same random inputs, each into its own output buffer poisoned first, and its
+ * output compared with the rule's (the default tactic's): equal bits, or within the
+ * stated tolerance where the summation order differs (bf16 1e-2, f16 2e-3 of the
+ * output's largest magnitude; a NaN, an unwritten row or a written padding row fails).
+ * A tactic that fails is stored as invalid and never chosen. The valid ones are timed
+ * with CUDA events, the last-level cache flushed before every run (a write of twice its
+ * size), after warm-up runs, taking turns round by round; each time is the median of
+ * its runs. The fastest goes into the user cache's tactics table with its time, the
+ * rule's time and the runner-up, for the device's name, SM count, driver, compiler and
+ * this runtime (fi_admin_tactic_*), where every later process's call of that shape and
+ * bucket finds it. Needs a CUDA device; minutes for a model's shapes. */
+
+/** Ops fi_autotune measures, and the shape text each takes (keys in any order):
+ *  "moe_gemm": dtype=bf16|f16;k=K;n=N;experts=E;top_k=TOPK;gated=0|1;gather=0|1;tile=64|128|256
+ *    (fi_moe_grouped_gemm: k the input width, n the output width, SwiGLU when gated,
+ *    the tokens' rows gathered when gather; routes drawn uniformly, top_k distinct
+ *    experts a token). Tactics: mma.sync block rows x columns x stages, wgmma on sm_90. */
+typedef struct fi_autotune_options {
+  size_t struct_size;   /**< sizeof(fi_autotune_options) (fi_autotune_options_init sets it) */
+  const char *op;       /**< "moe_gemm" */
+  const char *shape;    /**< the op's shape text */
+  int64_t tokens;       /**< measured at fi_tune_bucket(tokens), the largest count the row serves */
+  int device;           /**< CUDA device ordinal */
+  int repeats;          /**< timed runs a tactic (median); 0: 20 */
+  int warmup;           /**< untimed runs a tactic first; 0: 3 */
+  int force;            /**< 1: measure although the user cache has a row for the key */
+  int fault_tactic;     /**< tests only: n >= 2 corrupts the output of the n-th tactic tried
+                             after it runs (a fault no real tactic is known to make), so
+                             that a test sees validation refuse it; the first is the rule,
+                             the reference; 0 in every real use */
+  void (*progress)(const char *line, void *user); /**< a line per tactic measured; NULL: none */
+  void *user;
+} fi_autotune_options;
+
+/** What one fi_autotune call found. */
+typedef struct fi_autotune_result {
+  char shape[256];        /**< the shape's canonical text (the row's key) */
+  int64_t bucket;         /**< the token count measured */
+  int tactics;            /**< tactics that could run the call */
+  int valid, invalid;     /**< how many passed and failed validation */
+  int bitwise;            /**< how many valid ones gave the rule's bits exactly */
+  char rule[256];         /**< the rule's tactic */
+  double rule_us;
+  char winner[256];       /**< the fastest valid tactic */
+  double winner_us;
+  char runner_up[256];    /**< the second fastest, "" none */
+  double runner_up_us;
+  int measured;           /**< 1: measured and stored now; 0: the user cache had a row (force 0) */
+} fi_autotune_result;
+
+/** Sets struct_size and the defaults (repeats 20, warmup 3). */
+FI_API void fi_autotune_options_init(fi_autotune_options *o);
+
+/** Measures and stores (see above). FI_ERR_INVALID_ARGUMENT names a bad op, shape or
+ * count; FI_ERR_NO_DEVICE or FI_ERR_DEVICE when nothing can be measured; FI_ERR_CACHE
+ * when the result cannot be stored. */
+FI_API fi_status fi_autotune(fi_runtime *rt, const fi_autotune_options *o, fi_autotune_result *r);
 
 /** For fi-bench: the loaded function (CUfunction) and launch geometry that
  * fi_rmsnorm would use for these tensors; lets a benchmark compare a bare

@@ -1,6 +1,7 @@
 /* ops_moe.c: the mixture-of-experts op families: routing's and the sort's keys, entry
  * wrappers and registered configurations (every key their select functions can return). */
 #include <stdio.h>
+#include <string.h>
 
 #include "jit_arch.h"
 #include "jit_registry.h"
@@ -199,16 +200,88 @@ const jit_op jit_op_moe_gemm = {
     .dyn_smem = gemm_smem,
 };
 
+void jit_moe_gemm_rule(int64_t routes, int local_experts, int tile_size, int gated, int64_t n, int smem_kb,
+                       int wgmma, jit_moe_gemm_tactic *t) {
+  const int bm = routes < 32 * (int64_t)local_experts ? 16 : tile_size < 128 ? tile_size : 128;
+  t->wgmma = wgmma && bm == 128 && n % 128 == 0 && smem_kb >= 227;
+  t->bm = bm;
+  t->bn = t->wgmma ? (gated ? 64 : 128) : !gated && bm >= 64 && n % 128 == 0 ? 128 : 64;
+  t->stages = t->wgmma ? MOE_GEMM_WG_STAGES : jit_moe_gemm_stages(bm, t->bn, gated, smem_kb);
+}
+
+int jit_moe_gemm_tactic_key(const jit_moe_gemm_tactic *t, int dtype, int tile_size, int gated, int gather,
+                            int64_t n, int smem_kb, int wgmma, jit_key *out) {
+  if (t->wgmma) {
+    if (!wgmma || tile_size < 128 || n % 128 || smem_kb < 227 || t->stages != MOE_GEMM_WG_STAGES) return -1;
+    jit_moe_gemm_wg_select(dtype, gated, gather, MOE_GEMM_WG_STAGES, out);
+    return 0;
+  }
+  int shape = 0;
+  for (int i = 0; i < NGEMM_SHAPES; i++)
+    shape |= gemm_shapes[i].bm == t->bm && gemm_shapes[i].bn == t->bn && gemm_shapes[i].gated == gated;
+  if (!shape || t->bm > tile_size || n % t->bn) return -1;
+  /* The two registered stage counts (prewarm's), and what the device's shared memory takes. */
+  const int full = jit_moe_gemm_stages(t->bm, t->bn, gated, 227);
+  if ((t->stages != 2 && t->stages != full) ||
+      (unsigned)t->stages * gemm_stage_bytes(t->bm, t->bn, gated) > (unsigned)smem_kb * 1024u)
+    return -1;
+  jit_moe_gemm_select(dtype, t->bm, t->bn, gated, gather, t->stages, out);
+  return 0;
+}
+
 void jit_moe_gemm_choose(int dtype, int64_t routes, int local_experts, int tile_size, int block_m, int gated,
                          int gather, int64_t n, int smem_kb, int wgmma, jit_key *out) {
-  int bm = block_m;
-  if (!bm) bm = routes < 32 * (int64_t)local_experts ? 16 : tile_size < 128 ? tile_size : 128;
-  if (wgmma && bm == 128 && n % 128 == 0 && smem_kb >= 227) {
-    jit_moe_gemm_wg_select(dtype, gated, gather, MOE_GEMM_WG_STAGES, out);
-    return;
+  jit_moe_gemm_tactic t;
+  jit_moe_gemm_rule(routes, local_experts, tile_size, gated, n, smem_kb, wgmma, &t);
+  if (block_m && block_m != t.bm) {
+    /* The caller's rows: the rule's columns and stages for them. */
+    t.bm = block_m;
+    t.wgmma = wgmma && block_m == 128 && n % 128 == 0 && smem_kb >= 227;
+    t.bn = t.wgmma ? (gated ? 64 : 128) : !gated && block_m >= 64 && n % 128 == 0 ? 128 : 64;
+    t.stages = t.wgmma ? MOE_GEMM_WG_STAGES : jit_moe_gemm_stages(block_m, t.bn, gated, smem_kb);
   }
-  const int bn = !gated && bm >= 64 && n % 128 == 0 ? 128 : 64;
-  jit_moe_gemm_select(dtype, bm, bn, gated, gather, jit_moe_gemm_stages(bm, bn, gated, smem_kb), out);
+  if (t.wgmma)
+    jit_moe_gemm_wg_select(dtype, gated, gather, MOE_GEMM_WG_STAGES, out);
+  else
+    jit_moe_gemm_select(dtype, t.bm, t.bn, gated, gather, t.stages, out);
+}
+
+int jit_moe_gemm_tactic_format(const jit_moe_gemm_tactic *t, char *buf, size_t n) {
+  const int w = t->wgmma ? snprintf(buf, n, "kernel=wgmma")
+                         : snprintf(buf, n, "kernel=mma;bm=%d;bn=%d;stages=%d", t->bm, t->bn, t->stages);
+  return w < 0 || (size_t)w >= n ? -1 : 0;
+}
+
+int jit_moe_gemm_tactic_parse(const char *s, jit_moe_gemm_tactic *t) {
+  int bm, bn, st, used = 0;
+  if (strcmp(s, "kernel=wgmma") == 0) {
+    *t = (jit_moe_gemm_tactic){1, 128, 0, MOE_GEMM_WG_STAGES};
+    return 0;
+  }
+  if (sscanf(s, "kernel=mma;bm=%d;bn=%d;stages=%d%n", &bm, &bn, &st, &used) != 3 || s[used] != 0) return -1;
+  *t = (jit_moe_gemm_tactic){0, bm, bn, st};
+  return 0;
+}
+
+int jit_moe_gemm_tactics(int64_t routes, int local_experts, int tile_size, int gated, int64_t n, int smem_kb,
+                         int wgmma, jit_moe_gemm_tactic *out, int max) {
+  int c = 0;
+  jit_moe_gemm_tactic rule;
+  jit_moe_gemm_rule(routes, local_experts, tile_size, gated, n, smem_kb, wgmma, &rule);
+  jit_key k;
+  if (c < max) out[c++] = rule;
+  const jit_moe_gemm_tactic wg = {1, 128, gated ? 64 : 128, MOE_GEMM_WG_STAGES};
+  if (!rule.wgmma && c < max && jit_moe_gemm_tactic_key(&wg, JIT_DT_BF16, tile_size, gated, 0, n, smem_kb, wgmma, &k) == 0)
+    out[c++] = wg;
+  for (int i = 0; i < NGEMM_SHAPES; i++)
+    for (int two = 0; two < 2; two++) {
+      const jit_moe_gemm_tactic t = {0, gemm_shapes[i].bm, gemm_shapes[i].bn,
+                                     two ? 2 : jit_moe_gemm_stages(gemm_shapes[i].bm, gemm_shapes[i].bn, gated, 227)};
+      if (gemm_shapes[i].gated != gated || (two && t.stages == 2) || c >= max) continue;
+      if (!rule.wgmma && t.bm == rule.bm && t.bn == rule.bn && t.stages == rule.stages) continue;
+      if (jit_moe_gemm_tactic_key(&t, JIT_DT_BF16, tile_size, gated, 0, n, smem_kb, wgmma, &k) == 0) out[c++] = t;
+    }
+  return c;
 }
 
 /* ---- the grouped GEMM on wgmma (moe_gemm_wgmma.cuh; sm_90a) ---- */

@@ -3,6 +3,7 @@
 #ifndef OPS_MOE_H
 #define OPS_MOE_H
 
+#include <stddef.h>
 #include <stdint.h>
 
 #include "jit_key.h"
@@ -47,6 +48,29 @@ int jit_moe_gemm_stages(int bm, int bn, int gated, int smem_kb);
  * the device's shared memory (smem_kb a block) takes. */
 void jit_moe_gemm_choose(int dtype, int64_t routes, int local_experts, int tile_size, int block_m, int gated,
                          int gather, int64_t n, int smem_kb, int wgmma, jit_key *out);
+
+/* A tactic of the grouped GEMM, the autotuner's unit (issue 43): the wgmma kernel, or
+ * mma.sync with bm rows and bn columns a block and `stages` shared-memory stages. Written
+ * "kernel=wgmma" or "kernel=mma;bm=64;bn=128;stages=3" in the tactics table. */
+typedef struct jit_moe_gemm_tactic {
+  int wgmma, bm, bn, stages;
+} jit_moe_gemm_tactic;
+
+/* The rule's tactic for a call (jit_moe_gemm_choose's choice with block_m 0). */
+void jit_moe_gemm_rule(int64_t routes, int local_experts, int tile_size, int gated, int64_t n, int smem_kb,
+                       int wgmma, jit_moe_gemm_tactic *t);
+/* t's kernel for a call: 0 with *out, or -1 when t cannot run it (rows over the tile or
+ * not a registered block shape, n not a multiple of its columns, stages that do not fit
+ * smem_kb or are not registered, wgmma where the device or the shape cannot take it). */
+int jit_moe_gemm_tactic_key(const jit_moe_gemm_tactic *t, int dtype, int tile_size, int gated, int gather,
+                            int64_t n, int smem_kb, int wgmma, jit_key *out);
+/* The text form; parse returns 0, or -1 for text that is not a tactic. */
+int jit_moe_gemm_tactic_format(const jit_moe_gemm_tactic *t, char *buf, size_t n);
+int jit_moe_gemm_tactic_parse(const char *s, jit_moe_gemm_tactic *t);
+/* Every tactic that can run a call (at most max), the rule's first: the registered
+ * mma.sync block shapes with their stage counts, and wgmma where it applies. */
+int jit_moe_gemm_tactics(int64_t routes, int local_experts, int tile_size, int gated, int64_t n, int smem_kb,
+                         int wgmma, jit_moe_gemm_tactic *out, int max);
 
 /* The wgmma kernel (moe_gemm_wgmma.cuh, sm_90a): blocks of 128 rows and 128 weight rows
  * (128 output columns, or 64 with SwiGLU), 256 threads. jit_moe_gemm_choose takes it when

@@ -64,6 +64,7 @@ FI_API fi_status fi_admin_tactic_put(fi_runtime *rt, const fi_tactic *m) {
     return rt_fail(FI_ERR_CACHE, "storing a tactic of %s in %s: %s", key.op, rt->cache_path, err);
   rt_log(rt, RT_LOG_DEBUG, "stored tactic %s of %s %s bucket %lld (%s)", row.params[0] ? row.params : row.invalid,
          key.op, key.shape, (long long)key.bucket, row.valid ? "valid" : "invalid");
+  rt_tactic_changed(rt);
   return FI_OK;
 }
 
@@ -149,5 +150,6 @@ FI_API fi_status fi_admin_tactic_clear(fi_runtime *rt, const char *op, const cha
   char err[1024];
   if (cache_tactic_delete(s, op, arch, removed, err, sizeof err) != CACHE_OK)
     return rt_fail(FI_ERR_CACHE, "clearing the tactics of %s: %s", rt->cache_path, err);
+  rt_tactic_changed(rt);
   return FI_OK;
 }

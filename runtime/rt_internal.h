@@ -57,6 +57,11 @@ struct fi_runtime {
   int64_t claim_timeout_s;   /* FI_CACHE_CLAIM_TIMEOUT: last-resort takeover of a claim */
   unsigned fork_gen;         /* rt_fork_generation when this state was made */
   cache_memo *memo;
+  /* Stored tactics found for per-call ops' keys (rt_tactic_cached): found once, as a plan
+   * would, then read without a lock. tactic_gen moves on when this runtime stores or
+   * clears tactics, so that a lookup made before is made again. */
+  cache_memo *tactic_memo;
+  atomic_llong tactic_gen;
   pthread_mutex_t mu;        /* guards inflight, the device state load, store switch */
   cache_held mu_held;        /* who holds mu, for assert(rt_locked(rt)): rt_lock, rt_unlock */
   pthread_cond_t cv;

@@ -1,6 +1,7 @@
 /* rt_moe.c: the mixture-of-experts entry points: fi_moe_routing (argument checks, the kernel
  * for the logits' dtype, the method and the expert count, one launch of a warp a token). */
 #include <math.h>
+#include <stdio.h>
 #include <string.h>
 
 #include "jit_registry.h"
@@ -8,6 +9,8 @@
 #include "ops_moe.h"
 #include "rt_internal.h"
 #include "rt_tensor.h"
+#include "rt_tune.h"
+#include "rt_autotune.h"
 
 FI_API void fi_moe_routing_params_init(fi_moe_routing_params *p) {
   if (!p) return;
@@ -425,9 +428,23 @@ static fi_status check_gemm_rows(const char *fn, const char *name, const DLTenso
   return rt_check_aligned(fn, name, t, ebytes);
 }
 
-FI_API fi_status fi_moe_grouped_gemm(fi_runtime *rt, const DLTensor *a, const DLTensor *weights,
-                                     const fi_moe_sort_outputs *tables, const fi_moe_gemm_params *p, DLTensor *out,
-                                     void *stream) {
+/* The stored tactics' shape of a grouped GEMM, from rt_moe_gemm_fields' numbers. */
+enum { GF_DTYPE, GF_K, GF_N, GF_EXPERTS, GF_TOPK, GF_GATED, GF_GATHER, GF_TILE, GF_COUNT };
+static void gemm_shape(const int64_t *f, char *buf, size_t n) {
+  snprintf(buf, n, "dtype=%s;k=%lld;n=%lld;experts=%lld;top_k=%lld;gated=%lld;gather=%lld;tile=%lld",
+           f[GF_DTYPE] == JIT_DT_BF16 ? "bf16" : "f16", (long long)f[GF_K], (long long)f[GF_N],
+           (long long)f[GF_EXPERTS], (long long)f[GF_TOPK], (long long)f[GF_GATED], (long long)f[GF_GATHER],
+           (long long)f[GF_TILE]);
+}
+
+void rt_moe_gemm_shape(int dtype, int64_t k, int64_t n, int64_t experts, int64_t top_k, int gated, int gather,
+                       int tile, char *buf, size_t len) {
+  const int64_t f[GF_COUNT] = {dtype, k, n, experts, top_k, gated, gather, tile};
+  gemm_shape(f, buf, len);
+}
+
+fi_status rt_moe_gemm(fi_runtime *rt, const DLTensor *a, const DLTensor *weights, const fi_moe_sort_outputs *tables,
+                      const fi_moe_gemm_params *p, DLTensor *out, void *stream, const jit_moe_gemm_tactic *force) {
   const char *fn = "fi_moe_grouped_gemm";
   fi_status st;
   char b[32];
@@ -555,9 +572,25 @@ FI_API fi_status fi_moe_grouped_gemm(fi_runtime *rt, const DLTensor *a, const DL
   char err[256];
   if (rt_device_caps_get(be, state, dev.device_id, &caps, err, sizeof err) != 0)
     return rt_fail(FI_ERR_DEVICE, "%s: %s", fn, err);
+  /* The kernel: a tactic the caller forces (the tuner's), the stored tactic of this
+   * shape's bucket when the caller leaves block_m to the rule, else the rule. */
   jit_key key;
-  jit_moe_gemm_choose(dt, T * K, (int)E, ts, p->block_m, gated, p->gather, n, caps.smem_block_kb,
-                      caps.wgmma && rt->env.tune.moe_wgmma, &key);
+  const int wg_ok = caps.wgmma && rt->env.tune.moe_wgmma;
+  const char *stored;
+  jit_moe_gemm_tactic t;
+  if (force) {
+    if (jit_moe_gemm_tactic_key(force, dt, ts, gated, p->gather, n, caps.smem_block_kb, wg_ok, &key) != 0)
+      return rt_fail(FI_ERR_INVALID_ARGUMENT, "%s: the tactic does not apply to this call (n %lld, tile %d)", fn,
+                     (long long)n, ts);
+  } else if (p->block_m == 0 &&
+             rt_tactic_cached(rt, "moe_gemm", (const int64_t[GF_COUNT]){dt, k, n, E, K, gated, p->gather, ts},
+                              GF_COUNT, fi_tune_bucket(T), dev.device_type, dev.device_id, gemm_shape, &stored) &&
+             jit_moe_gemm_tactic_parse(stored, &t) == 0 &&
+             jit_moe_gemm_tactic_key(&t, dt, ts, gated, p->gather, n, caps.smem_block_kb, wg_ok, &key) == 0) {
+    /* the stored tactic's kernel */
+  } else {
+    jit_moe_gemm_choose(dt, T * K, (int)E, ts, p->block_m, gated, p->gather, n, caps.smem_block_kb, wg_ok, &key);
+  }
   const int wgk = key.op == &jit_op_moe_gemm_sm90;
   const int bm = wgk ? 128 : (int)key.v[MOE_GEMM_P_BM];
   const int bn = wgk ? (gated ? 64 : 128) : (int)key.v[MOE_GEMM_P_BN];
@@ -575,4 +608,10 @@ FI_API fi_status fi_moe_grouped_gemm(fi_runtime *rt, const DLTensor *a, const DL
   rt_kernel *kern;
   if ((st = rt_kernel_get(rt, &key, be, dev.device_id, &kern)) != FI_OK) return st;
   return rt_launch_1d(rt, kern, blocks, wgk ? MOE_GEMM_WG_THREADS : MOE_GEMM_THREADS, stream, &kp, sizeof kp);
+}
+
+FI_API fi_status fi_moe_grouped_gemm(fi_runtime *rt, const DLTensor *a, const DLTensor *weights,
+                                     const fi_moe_sort_outputs *tables, const fi_moe_gemm_params *p, DLTensor *out,
+                                     void *stream) {
+  return rt_moe_gemm(rt, a, weights, tables, p, out, stream, NULL);
 }

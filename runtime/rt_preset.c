@@ -21,6 +21,7 @@
 #include "rt_env.h"
 #include "rt_internal.h"
 #include "rt_prefill.h"
+#include "rt_autotune.h"
 
 /* A model's attention and MLP shapes on one rank (tensor parallelism divides the heads
  * and the intermediate size; the vocabulary is gathered before sampling). */
@@ -29,16 +30,24 @@ typedef struct rt_model {
   int head_dim, hq, hkv, hidden, inter, vocab;
   int qk_norm; /* RMSNorm over each head of q and k (Qwen3) */
   int experts, routing; /* mixture of experts: routed experts and fi_moe_routing_method; 0 experts: dense */
+  int top_k;            /* experts a token; inter is then one expert's intermediate size */
+  int mla;              /* multi-head latent attention (DeepSeek): not this library's attention yet, so
+                           no attention, RoPE or KV-append kernels in the preset */
 } rt_model;
 
 static const rt_model models[] = {
     {"llama3-8b", "Llama-3-8B: bf16, 32/8 heads of 128, hidden 4096, intermediate 14336, page 16",
-     128, 32, 8, 4096, 14336, 128256, 0, 0, 0},
+     128, 32, 8, 4096, 14336, 128256, 0, 0, 0, 0, 0},
     {"llama3-70b-tp8", "Llama-3-70B on 8 GPUs: bf16, 8/1 heads of 128 a rank, hidden 8192, intermediate 3584 a rank",
-     128, 8, 1, 8192, 3584, 128256, 0, 0, 0},
-    {"qwen3-30b-a3b", "Qwen3-30B-A3B's attention, norms and sampling: bf16, 32/4 heads of 128 with q/k norm, "
-                      "hidden 2048, 128 experts (routing; the expert GEMMs are not kernels of this library yet)",
-     128, 32, 4, 2048, 768, 151936, 1, 128, FI_MOE_SOFTMAX_TOPK_RENORM},
+     128, 8, 1, 8192, 3584, 128256, 0, 0, 0, 0, 0},
+    {"qwen3-30b-a3b", "Qwen3-30B-A3B: bf16, 32/4 heads of 128 with q/k norm, hidden 2048, 128 experts top 8 of "
+                      "intermediate 768 (routing, sort, the expert GEMMs, finalize)",
+     128, 32, 4, 2048, 768, 151936, 1, 128, FI_MOE_SOFTMAX_TOPK_RENORM, 8, 0},
+    {"mixtral-8x7b", "Mixtral-8x7B: bf16, 32/8 heads of 128, hidden 4096, 8 experts top 2 of intermediate 14336",
+     128, 32, 8, 4096, 14336, 32000, 0, 8, FI_MOE_RENORMALIZE, 2, 0},
+    {"deepseek-v3", "DeepSeek-V3/R1: bf16 experts, hidden 7168, 256 experts top 8 of intermediate 2048 (grouped "
+                    "routing with bias); its MLA attention is not in this library yet, so no attention kernels",
+     0, 0, 0, 7168, 2048, 129280, 0, 256, FI_MOE_DEEPSEEK_V3, 8, 1},
 };
 #define NMODELS ((int)(sizeof models / sizeof models[0]))
 
@@ -82,22 +91,24 @@ static int small_ops(const rt_model *m, int dt, int warp, int hopper, keyset *s)
   rc |= add(s, &k);
   jit_norm_select(&jit_op_fused_add_rmsnorm, dt, vec16(dt, m->hidden), m->hidden, warp, &k, &threads);
   rc |= add(s, &k);
-  if (m->qk_norm) {
+  if (!m->mla && m->qk_norm) {
     jit_rmsnorm_select(dt, vec16(dt, m->head_dim), m->head_dim, &k);
     rc |= add(s, &k);
   }
   /* RoPE from positions (int32 or int64 ids) and from a cos/sin cache, as engines call it. */
-  for (int pos = 0; pos < 2; pos++)
+  for (int pos = 0; !m->mla && pos < 2; pos++)
     for (int mode = 0; mode < JIT_ROPE_MODE_COUNT; mode++) {
       jit_rope_select(dt, pos ? JIT_DT_I64 : JIT_DT_I32, mode, 0, vec16(dt, m->head_dim), &k);
       rc |= add(s, &k);
     }
-  jit_page_select(dt, dt, 0, vec16(dt, m->head_dim), &k); /* NHD */
-  rc |= add(s, &k);
-  jit_page_select(dt, dt, 1, vec16(dt, m->head_dim), &k); /* HND */
-  rc |= add(s, &k);
-  jit_bip_select(&k);
-  rc |= add(s, &k);
+  if (!m->mla) {
+    jit_page_select(dt, dt, 0, vec16(dt, m->head_dim), &k); /* NHD */
+    rc |= add(s, &k);
+    jit_page_select(dt, dt, 1, vec16(dt, m->head_dim), &k); /* HND */
+    rc |= add(s, &k);
+    jit_bip_select(&k);
+    rc |= add(s, &k);
+  }
   jit_act_select(JIT_ACT_SILU, dt, vec16(dt, m->inter), &k);
   rc |= add(s, &k);
   /* MoE routing on router logits of float32 or bfloat16 */
@@ -186,6 +197,51 @@ static int prefill_ops(const rt_model *m, int dt, int hopper, keyset *s) {
   return rc | add(s, &k);
 }
 
+/* The fused layer's tile (rt_moe_fused.c's rule) at T tokens. */
+static int moe_tile(const rt_model *m, int64_t T) { return T * m->top_k < 64 * (int64_t)m->experts ? 64 : 128; }
+
+/* Token counts the MoE kernels and tactics of a preset are found for. */
+static const int64_t moe_tokens[] = {1, 16, 64, 256, 1024, 4096, 16384};
+#define NMOE_TOKENS ((int)(sizeof moe_tokens / sizeof moe_tokens[0]))
+
+/* The MoE layer's kernels (fi_fused_moe on all of the model's experts): the sort, both
+ * grouped GEMMs as the rule picks them for 1 to 16384 tokens, the finalize. */
+static int moe_ops(const rt_model *m, int dt, int smem_kb, int wgmma, keyset *s) {
+  jit_key k;
+  int rc = 0;
+  for (int phase = 0; phase < 3; phase++) {
+    jit_moe_sort_select(phase, &k);
+    rc |= add(s, &k);
+  }
+  jit_moe_combine_select(1, dt, vec16(dt, m->hidden), &k);
+  rc |= add(s, &k);
+  for (int t = 0; t < NMOE_TOKENS; t++) {
+    const int64_t T = moe_tokens[t], routes = T * m->top_k;
+    const int tile = moe_tile(m, T);
+    jit_moe_gemm_choose(dt, routes, m->experts, tile, 0, 1, 1, m->inter, smem_kb, wgmma, &k);
+    rc |= add(s, &k);
+    jit_moe_gemm_choose(dt, routes, m->experts, tile, 0, 0, 0, m->hidden, smem_kb, wgmma, &k);
+    rc |= add(s, &k);
+  }
+  return rc;
+}
+
+FI_API int fi_admin_preset_tune_job(const char *preset, int i, int64_t tokens, const char **op, char *shape,
+                                    size_t n) {
+  const rt_model *m = NULL;
+  for (int j = 0; preset && j < NMODELS; j++)
+    if (strcmp(models[j].name, preset) == 0) m = &models[j];
+  if (!m || !m->experts || i < 0 || i > 1 || tokens < 1 || !op || !shape || !n) return -1;
+  /* Job 0: the first GEMM (gathered tokens, SwiGLU); 1: the second. */
+  char buf[256];
+  rt_moe_gemm_shape(JIT_DT_BF16, i ? m->inter : m->hidden, i ? m->hidden : m->inter, m->experts, m->top_k, !i, !i,
+                    moe_tile(m, fi_tune_bucket(tokens)), buf, sizeof buf);
+  if (strlen(buf) >= n) return -1;
+  memcpy(shape, buf, strlen(buf) + 1);
+  *op = "moe_gemm";
+  return 0;
+}
+
 static const rt_model *find(const char *name) {
   for (int i = 0; name && i < NMODELS; i++)
     if (strcmp(models[i].name, name) == 0) return &models[i];
@@ -208,8 +264,15 @@ FI_API fi_status fi_admin_preset_configs(const char *preset, const char *arch, f
   keyset s = {0};
   const int dt = JIT_DT_BF16;
   int rc = small_ops(m, dt, amd ? 64 : 32, hopper, &s);
-  rc |= decode_ops(m, sms, &s);
-  rc |= prefill_ops(m, dt, hopper, &s);
+  if (!m->mla) {
+    rc |= decode_ops(m, sms, &s);
+    rc |= prefill_ops(m, dt, hopper, &s);
+  }
+  if (m->experts) {
+    /* Shared memory a block may use on the arch (the device layer's table) and wgmma on sm_90. */
+    const int smem_kb = hopper ? 227 : amd ? 64 : strcmp(arch, "sm_80") == 0 || strcmp(arch, "sm_87") == 0 ? 163 : 99;
+    rc |= moe_ops(m, dt, smem_kb, hopper, &s);
+  }
   if (rc) {
     free(s.k);
     return rt_fail(FI_ERR_OUT_OF_MEMORY, "preset %s: out of memory", m->name);

@@ -80,7 +80,8 @@ FI_API fi_status fi_runtime_create(const fi_options *opts, fi_runtime **out) {
   pthread_mutex_init(&rt->mu, NULL);
   pthread_cond_init(&rt->cv, NULL);
   rt->memo = cache_memo_create();
-  if (!rt->memo) {
+  rt->tactic_memo = cache_memo_create();
+  if (!rt->memo || !rt->tactic_memo) {
     fi_runtime_destroy(rt);
     return rt_fail(FI_ERR_OUT_OF_MEMORY, "fi_runtime_create: out of memory");
   }
@@ -102,6 +103,11 @@ static void unload_kernel(void *value, void *user) {
   free(k);
 }
 
+static void free_value(void *value, void *user) {
+  (void)user;
+  free(value);
+}
+
 FI_API void fi_runtime_destroy(fi_runtime *rt) {
   if (!rt) return;
   if (atomic_load(&rt_fork_generation) != rt->fork_gen) {
@@ -115,6 +121,7 @@ FI_API void fi_runtime_destroy(fi_runtime *rt) {
     unload_ctx u = {rt};
     cache_memo_destroy(rt->memo, unload_kernel, &u);
   }
+  if (rt->tactic_memo) cache_memo_destroy(rt->tactic_memo, free_value, NULL);
   if (rt->store) cache_store_close(rt->store);
   if (rt->system_store) cache_store_close(rt->system_store);
   for (int i = 0; i < rt_device_count(); i++)

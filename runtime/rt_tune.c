@@ -2,7 +2,12 @@
  * identity a tactic is keyed by, and the layered lookup the op choosers call at plan time.
  * The GPU half (fi_autotune: validate, time and store each op's tactics) is not built. */
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
+#define XXH_INLINE_ALL
+#include <xxhash.h>
+
+#include "cache_memo.h"
 
 #include "jit_compiler.h"
 #include "jit_templates.h"
@@ -127,5 +132,40 @@ int rt_tactic_find(fi_runtime *rt, const char *op, const char *shape_key, int64_
   if (!rt_tactic_lookup(rt, op, shape_key, bucket, &dev, &t, NULL)) return 0;
   if (!params || strlen(t.params) >= n) return 0;
   memcpy(params, t.params, strlen(t.params) + 1);
+  return 1;
+}
+
+void rt_tactic_changed(fi_runtime *rt) { atomic_fetch_add(&rt->tactic_gen, 1); }
+
+/* A memoized lookup: found or not, and the params. */
+typedef struct tactic_memo_v {
+  int found;
+  char params[CACHE_TACTIC_TEXT];
+} tactic_memo_v;
+
+int rt_tactic_cached(fi_runtime *rt, const char *op, const int64_t *fields, int nfields, int64_t bucket,
+                     int devtype, int device, void (*shape_fn)(const int64_t *fields, char *buf, size_t n),
+                     const char **params) {
+  /* The key: the op's name, its shape's numbers, the bucket, the device type and the
+   * generation of this runtime's stored tactics. */
+  int64_t blob[24];
+  if (nfields > 18) return 0;
+  XXH64_hash_t name = XXH3_64bits(op, strlen(op));
+  blob[0] = (int64_t)name, blob[1] = bucket, blob[2] = devtype, blob[3] = atomic_load(&rt->tactic_gen);
+  memcpy(blob + 4, fields, sizeof(int64_t) * (size_t)nfields);
+  const XXH128_hash_t h = XXH3_128bits(blob, sizeof(int64_t) * (size_t)(4 + nfields));
+  const tactic_memo_v *v = cache_memo_get(rt->tactic_memo, h.low64, h.high64, device);
+  if (!v) {
+    tactic_memo_v *n = calloc(1, sizeof *n);
+    if (!n) return 0;
+    char shape[CACHE_TACTIC_TEXT];
+    shape_fn(fields, shape, sizeof shape);
+    n->found = rt_tactic_find(rt, op, shape, bucket, devtype, device, n->params, sizeof n->params);
+    v = cache_memo_put(rt->tactic_memo, h.low64, h.high64, device, n);
+    if (v != n) free(n);
+    if (!v) return 0;
+  }
+  if (!v->found) return 0;
+  *params = v->params;
   return 1;
 }

@@ -493,3 +493,61 @@ FT_TEST(fused_moe_arguments) {
            "%s", fi_last_error());
   fi_runtime_destroy(rt);
 }
+
+/* The grouped GEMM's tactics (the autotuner's list): the rule's first, each one's kernel
+ * registered (prewarm covers it) and within the device's shared memory, no repeats, the
+ * text form read back to the same tactic; tactics that cannot run a call are refused. */
+FT_TEST(moe_gemm_tactics_listed_registered_and_parsed) {
+  const int tiles[3] = {64, 128, 256}, smem[4] = {64, 99, 163, 227};
+  const int64_t routes[3] = {8, 5000, 1 << 20}, ns[3] = {64, 768, 7168};
+  int lists = 0, with_wg = 0;
+  for (int t = 0; t < 3; t++)
+    for (int g = 0; g < 2; g++)
+      for (int r = 0; r < 3; r++)
+        for (int n = 0; n < 3; n++)
+          for (int s = 0; s < 4; s++)
+            for (int wg = 0; wg < 2; wg++) {
+              jit_moe_gemm_tactic ts[32];
+              const int c = jit_moe_gemm_tactics(routes[r], 32, tiles[t], g, ns[n], smem[s], wg, ts, 32);
+              FT_REQUIRE(c >= 1 && c < 32, "%d tactics", c);
+              jit_moe_gemm_tactic rule;
+              jit_moe_gemm_rule(routes[r], 32, tiles[t], g, ns[n], smem[s], wg, &rule);
+              FT_CHECK(memcmp(&ts[0], &rule, sizeof rule) == 0, "the rule's tactic first");
+              jit_key rk, ck;
+              jit_moe_gemm_choose(JIT_DT_BF16, routes[r], 32, tiles[t], 0, g, 1, ns[n], smem[s], wg, &ck);
+              FT_REQUIRE(jit_moe_gemm_tactic_key(&rule, JIT_DT_BF16, tiles[t], g, 1, ns[n], smem[s], wg, &rk) == 0);
+              FT_CHECK(rk.op == ck.op && memcmp(rk.v, ck.v, sizeof rk.v) == 0, "the rule's tactic is the chooser's");
+              for (int i = 0; i < c; i++) {
+                jit_key k;
+                char text[64];
+                jit_moe_gemm_tactic back;
+                FT_REQUIRE(jit_moe_gemm_tactic_key(&ts[i], JIT_DT_F16, tiles[t], g, 0, ns[n], smem[s], wg, &k) == 0);
+                FT_REQUIRE(op_registers(k.op, &k), "tactic %d of tile %d gated %d", i, tiles[t], g);
+                if (!ts[i].wgmma)
+                  FT_CHECK(ts[i].stages * (ts[i].bm + (g ? 2 : 1) * ts[i].bn) * 128 <= smem[s] * 1024);
+                FT_REQUIRE(jit_moe_gemm_tactic_format(&ts[i], text, sizeof text) == 0);
+                FT_REQUIRE(jit_moe_gemm_tactic_parse(text, &back) == 0, "%s", text);
+                jit_key k2;
+                FT_REQUIRE(jit_moe_gemm_tactic_key(&back, JIT_DT_F16, tiles[t], g, 0, ns[n], smem[s], wg, &k2) == 0);
+                FT_CHECK(k2.op == k.op && memcmp(k2.v, k.v, sizeof k.v) == 0, "%s read back", text);
+                for (int j = 0; j < i; j++) FT_CHECK(memcmp(&ts[i], &ts[j], sizeof ts[i]) != 0, "repeat %s", text);
+                with_wg += ts[i].wgmma;
+              }
+              lists++;
+            }
+  FT_CHECK(lists == 432 && with_wg > 20, "%d lists, %d with wgmma", lists, with_wg);
+  /* Refused: rows over the tile, a gated block of 128 columns, an unregistered stage
+   * count, more shared memory than the device has, wgmma where it cannot run. */
+  const jit_moe_gemm_tactic no[5] = {{0, 128, 64, 3}, {0, 64, 128, 3}, {0, 64, 64, 5}, {0, 128, 128, 3},
+                                     {1, 128, 64, 4}};
+  jit_key k;
+  FT_CHECK(jit_moe_gemm_tactic_key(&no[0], JIT_DT_BF16, 64, 1, 1, 768, 227, 1, &k) == -1, "bm 128 over tile 64");
+  FT_CHECK(jit_moe_gemm_tactic_key(&no[1], JIT_DT_BF16, 128, 1, 1, 768, 227, 1, &k) == -1, "gated bn 128");
+  FT_CHECK(jit_moe_gemm_tactic_key(&no[2], JIT_DT_BF16, 128, 1, 1, 768, 227, 1, &k) == -1, "5 stages");
+  FT_CHECK(jit_moe_gemm_tactic_key(&no[3], JIT_DT_BF16, 128, 0, 0, 768, 64, 0, &k) == -1, "3 stages in 64 KiB");
+  FT_CHECK(jit_moe_gemm_tactic_key(&no[4], JIT_DT_BF16, 128, 1, 1, 768, 227, 0, &k) == -1, "wgmma not allowed");
+  FT_CHECK(jit_moe_gemm_tactic_key(&no[4], JIT_DT_BF16, 64, 1, 1, 768, 227, 1, &k) == -1, "wgmma at tile 64");
+  jit_moe_gemm_tactic t;
+  const char *texts[5] = {"", "kernel=mma;bm=16", "kernel=mma;bm=16;bn=64;stages=2;x=1", "kernel=wgmma;", "bm=16"};
+  for (int i = 0; i < 5; i++) FT_CHECK(jit_moe_gemm_tactic_parse(texts[i], &t) == -1, "'%s'", texts[i]);
+}

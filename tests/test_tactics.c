@@ -403,3 +403,61 @@ FT_TEST(bad_arguments_refused) {
   fi_runtime_destroy(rt);
   td_end(dirs.dir);
 }
+
+/* fi_autotune's options are checked before any device is touched, each bad one named;
+ * valid options on a machine with no usable CUDA device say so (no GPU here) rather than
+ * storing anything. Measuring itself: tests/gpu/gpu_autotune.c. */
+FT_TEST(autotune_options_checked_before_the_device) {
+  tt_dir dirs;
+  fi_runtime *rt = tt_open(&dirs);
+  FT_REQUIRE(rt);
+  static const char *const good = "dtype=bf16;k=128;n=128;experts=4;top_k=1;gated=0;gather=0;tile=64";
+  struct {
+    const char *op, *shape;
+    int64_t tokens;
+    int repeats, fault;
+    const char *named;
+  } bad[] = {
+      {NULL, good, 16, 0, 0, "o->op is NULL"},
+      {"batch_decode", good, 16, 0, 0, "moe_gemm"},
+      {"moe_gemm", NULL, 16, 0, 0, "o->shape is NULL"},
+      {"moe_gemm", good, 0, 0, 0, "o->tokens"},
+      {"moe_gemm", good, (int64_t)1 << 40, 0, 0, "o->tokens"},
+      {"moe_gemm", good, 16, -1, 0, "o->repeats"},
+      {"moe_gemm", good, 16, 0, 1, "fault_tactic"},
+      {"moe_gemm", "dtype=bf16;k=100;n=128;experts=4;top_k=1;gated=0;gather=0;tile=64", 16, 0, 0, "check k"},
+      {"moe_gemm", "dtype=bf16;k=128;n=128;experts=300;top_k=1;gated=0;gather=0;tile=64", 16, 0, 0, "experts"},
+      {"moe_gemm", "dtype=bf16;k=128;n=128;experts=4;top_k=5;gated=0;gather=0;tile=64", 16, 0, 0, "top_k"},
+      {"moe_gemm", "dtype=bf16;k=128;n=128;experts=4;top_k=1;gated=2;gather=0;tile=64", 16, 0, 0, "gated"},
+      {"moe_gemm", "dtype=bf16;k=128;n=128;experts=4;top_k=1;gated=0;gather=0;tile=32", 16, 0, 0, "tile"},
+      {"moe_gemm", "dtype=bf16;k=128;n=128;experts=4;top_k=1;gated=0;gather=0", 16, 0, 0, "has no tile"},
+      {"moe_gemm", "dtype=fp8;k=128;n=128;experts=4;top_k=1;gated=0;gather=0;tile=64", 16, 0, 0, "dtype=fp8"},
+      {"moe_gemm", "dtype=bf16;k=x;n=128;experts=4;top_k=1;gated=0;gather=0;tile=64", 16, 0, 0, "not an integer"},
+      {"moe_gemm", "dtype=bf16;k=128;k=128;n=128;experts=4;top_k=1;gated=0;gather=0;tile=64", 16, 0, 0, "twice"},
+      {"moe_gemm", "dtype=bf16;bm=16;k=128;n=128;experts=4;top_k=1;gated=0;gather=0;tile=64", 16, 0, 0, "unknown"},
+  };
+  fi_autotune_options o;
+  fi_autotune_result r;
+  for (size_t i = 0; i < sizeof bad / sizeof *bad; i++) {
+    fi_autotune_options_init(&o);
+    o.op = bad[i].op, o.shape = bad[i].shape, o.tokens = bad[i].tokens, o.repeats = bad[i].repeats;
+    o.fault_tactic = bad[i].fault;
+    FT_CHECK_EQ_INT(fi_autotune(rt, &o, &r), FI_ERR_INVALID_ARGUMENT, "case %zu", i);
+    FT_CHECK_STR_HAS(fi_last_error(), bad[i].named, "case %zu", i);
+  }
+  FT_CHECK_EQ_INT(fi_autotune(rt, NULL, &r), FI_ERR_INVALID_ARGUMENT);
+  FT_CHECK_EQ_INT(fi_autotune(rt, &o, NULL), FI_ERR_INVALID_ARGUMENT);
+  fi_autotune_options_init(&o);
+  o.struct_size = 16;
+  FT_CHECK_EQ_INT(fi_autotune(rt, &o, &r), FI_ERR_INVALID_ARGUMENT);
+  FT_CHECK_STR_HAS(fi_last_error(), "struct_size");
+  /* Valid options, no GPU on this machine: a device error, and no row. */
+  fi_autotune_options_init(&o);
+  o.op = "moe_gemm", o.shape = good, o.tokens = 16;
+  fi_status st = fi_autotune(rt, &o, &r);
+  FT_CHECK(st == FI_ERR_NO_DEVICE || st == FI_ERR_DEVICE, "got %s: %s", fi_status_string(st), fi_last_error());
+  fi_admin_stats s;
+  FT_CHECK(fi_admin_stats_get(rt, &s) == FI_OK && s.tactics == 0);
+  fi_runtime_destroy(rt);
+  td_end(dirs.dir);
+}

@@ -33,6 +33,29 @@ static const command commands[] = {
      "sm_90 only, compiled as sm_90a). Progress and an ETA go to stderr (a bar on a\n"
      "terminal, a line every few seconds otherwise). -j: worker threads (default:\n"
      "online CPUs). --json: one summary object on the last line.\n"},
+    {"tune", O_PRESET | O_OP | O_SHAPE | O_TOKENS | O_DEVICE | O_REPEATS | O_FORCE | O_JSON, P_NONE, cmd_tune,
+     "tune (--preset NAME | --op OP --shape SHAPE)... [--tokens N,...] [--device N] [--repeats N] [--force] [--json]",
+     "measure tactics on this GPU and store the fastest (the autotuner)",
+     "Measure an op's tactics on this machine's GPU and store the fastest valid one in\n"
+     "the user cache, where every later process's call of that shape and token bucket\n"
+     "uses it (fi_autotune; README \"Tuning\"). Each tactic runs on the same random\n"
+     "inputs, into its own output poisoned first; one whose output differs from the\n"
+     "op's rule (bits, or bf16 1e-2 / f16 2e-3 of the largest value where the sum order\n"
+     "differs) is stored as invalid and never used. The valid ones are timed with the\n"
+     "L2 cache flushed before each run: median of --repeats runs (default 20).\n"
+     "  --preset NAME  a model's tuned ops (the expert GEMMs of qwen3-30b-a3b,\n"
+     "                 mixtral-8x7b, deepseek-v3) at its shapes\n"
+     "  --op OP --shape SHAPE  one op and shape; ops: moe_gemm, whose shape is\n"
+     "                 dtype=bf16|f16;k=K;n=N;experts=E;top_k=K;gated=0|1;gather=0|1;\n"
+     "                 tile=64|128|256\n"
+     "  --tokens N,... token counts (each measured at its bucket's bound; default\n"
+     "                 1,16,64,256,1024,4096,16384)\n"
+     "  --device N     the CUDA device (default 0)\n"
+     "  --force        measure again where the user cache has a row\n"
+     "A line per tactic goes to stderr; stdout gets a line per shape and bucket (the\n"
+     "winner, the rule, the speedup), or with --json one object each. Ship the\n"
+     "results with export --to (the tactics go with the kernels). Exit status 1 if\n"
+     "any measurement failed.\n"},
     {"ls", O_ARCH | O_OP | O_JSON | O_TACTICS, P_NONE, cmd_ls,
      "ls [--tactics] [--op OP] [--arch ARCH] [--json]", "list cache entries of both layers",
      "List cache entries, optionally filtered (--op and --arch take comma lists):\n"
@@ -199,6 +222,50 @@ static int parse(int argc, char **argv, args *a, const command **cmd) {
       int rc = v && v[strspn(v, ",")] ? add_list(a->presets, &a->npreset, (char *)v, "--preset")
                                        : usage_error("--preset needs a NAME (--preset list names them)");
       if (rc) return rc;
+      continue;
+    }
+    if ((allowed & O_SHAPE) && ((v = opt_value(argc, argv, &i, "--shape", NULL, &m)), m)) {
+      if (!v || !v[0]) return usage_error("--shape needs a value (fi-cache tune --help)");
+      if (a->nshape == MAX_LIST) return usage_error("too many --shape (at most %d)", MAX_LIST);
+      a->shapes[a->nshape++] = v;
+      continue;
+    }
+    if ((allowed & O_TOKENS) && ((v = opt_value(argc, argv, &i, "--tokens", NULL, &m)), m)) {
+      char *copy = v ? strdup(v) : NULL, *save = NULL;
+      if (!v || !v[0] || !copy) return usage_error("--tokens needs counts, e.g. --tokens 1,64,4096");
+      for (char *t = strtok_r(copy, ",", &save); t; t = strtok_r(NULL, ",", &save)) {
+        char *end = NULL;
+        errno = 0;
+        long long n = strtoll(t, &end, 10);
+        if (*end || errno || n < 1 || n > (1 << 20)) {
+          free(copy);
+          return usage_error("--tokens: '%s' is not a count from 1 to 1048576", t);
+        }
+        if (a->ntokens == MAX_LIST) {
+          free(copy);
+          return usage_error("too many --tokens (at most %d)", MAX_LIST);
+        }
+        a->tokens[a->ntokens++] = n;
+      }
+      free(copy);
+      continue;
+    }
+    if ((allowed & O_DEVICE) && ((v = opt_value(argc, argv, &i, "--device", NULL, &m)), m)) {
+      char *end = NULL;
+      long n = v ? strtol(v, &end, 10) : -1;
+      if (!v || !*v || *end || n < 0 || n > 63) return usage_error("--device needs a CUDA device number, not '%s'", v ? v : "");
+      a->device = (int)n;
+      continue;
+    }
+    if ((allowed & O_REPEATS) && ((v = opt_value(argc, argv, &i, "--repeats", NULL, &m)), m)) {
+      char *end = NULL;
+      long n = v ? strtol(v, &end, 10) : -1;
+      if (!v || !*v || *end || n < 1 || n > 10000) return usage_error("--repeats needs 1 to 10000, not '%s'", v ? v : "");
+      a->repeats = (int)n;
+      continue;
+    }
+    if ((allowed & O_FORCE) && strcmp(arg, "--force") == 0) {
+      a->force = 1;
       continue;
     }
     if ((allowed & O_ALL) && strcmp(arg, "--all") == 0) {

@@ -17,7 +17,7 @@
 enum {
   O_ARCH = 1, O_OP = 2, O_JOBS = 4, O_JSON = 8, O_SOURCE = 16, O_OUT = 32,
   O_MAX_BYTES = 64, O_STALE = 128, O_REPAIR = 256, O_TO = 512, O_PRESET = 1024, O_ALL = 2048,
-  O_TACTICS = 4096
+  O_TACTICS = 4096, O_SHAPE = 8192, O_TOKENS = 16384, O_DEVICE = 32768, O_REPEATS = 65536, O_FORCE = 131072
 };
 
 /* What a command's positional argument is. */
@@ -29,6 +29,9 @@ typedef struct args {
   int narch, nop, npreset, all, jobs, json, source, help, stale, repair, tactics;
   int64_t max_bytes; /* gc --max-bytes; -1: the runtime's cap */
   const char *out, *prefix, *to, *file;
+  const char *shapes[MAX_LIST]; /* tune --shape */
+  int nshape, ntokens, device, repeats, force;
+  int64_t tokens[MAX_LIST]; /* tune --tokens */
 } args;
 
 typedef struct command {
@@ -87,6 +90,7 @@ int cmd_ls_tactics(fi_runtime *rt, const args *a);
 /* show of a tactic: 0, 1 on failure; not_found (may be NULL) set when no tactic matched. */
 int show_tactic(fi_runtime *rt, const char *prefix, int *not_found);
 int cmd_clear_tactics(fi_runtime *rt, const args *a);
+int cmd_tune(fi_runtime *rt, const args *a);
 /* The stored tactics of each layer: n[0] the user cache's, n[1] the system layer's. */
 int count_tactics(fi_runtime *rt, int64_t n[2]);
 /* The report's detail, one problem a line, as text (indented) or a JSON array. */

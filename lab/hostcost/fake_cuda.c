@@ -68,6 +68,32 @@ CUresult cuMemAllocFromPoolAsync(unsigned long long *d, size_t n, void *p, void 
   (void)p; (void)s; *d = (unsigned long long)(size_t)malloc(n ? n : 1); return 0;
 }
 CUresult cuMemFreeAsync(unsigned long long d, void *s) { (void)s; free((void *)(size_t)d); return 0; }
+/* The autotuner's calls (rt_device_tune_i): host memory stands in for the device's, so
+ * that fi_autotune's control flow runs (no kernel runs: every output keeps its poison). */
+CUresult cuMemAlloc_v2(unsigned long long *d, size_t n) {
+  void *p = aligned_alloc(256, (n + 255) / 256 * 256 + 256); /* the driver aligns to 256 bytes at least */
+  *d = (unsigned long long)(size_t)p;
+  return p ? 0 : 2;
+}
+CUresult cuMemFree_v2(unsigned long long d) { free((void *)(size_t)d); return 0; }
+CUresult cuMemcpyHtoD_v2(unsigned long long d, const void *s, size_t n) { memcpy((void *)(size_t)d, s, n); return 0; }
+CUresult cuMemcpyDtoH_v2(void *d, unsigned long long s, size_t n) { memcpy(d, (void *)(size_t)s, n); return 0; }
+CUresult cuMemcpyDtoD_v2(unsigned long long d, unsigned long long s, size_t n) { memmove((void *)(size_t)d, (void *)(size_t)s, n); return 0; }
+CUresult cuMemsetD32Async(unsigned long long d, unsigned v, size_t n, void *st) {
+  (void)st;
+  unsigned *p = (unsigned *)(size_t)d;
+  for (size_t i = 0; i < n; i++) p[i] = v;
+  return 0;
+}
+static unsigned long fake_clock;
+CUresult cuEventCreate(void **e, unsigned f) { (void)f; *e = calloc(1, sizeof(unsigned long)); return 0; }
+CUresult cuEventDestroy_v2(void *e) { free(e); return 0; }
+CUresult cuEventRecord(void *e, void *s) { (void)s; *(unsigned long *)e = fake_clock += 7 + (unsigned long)fake_launches_ex % 5; return 0; }
+CUresult cuEventSynchronize(void *e) { (void)e; return 0; }
+CUresult cuEventElapsedTime(float *ms, void *a, void *b) { *ms = (float)(*(unsigned long *)b - *(unsigned long *)a) * 1e-3f; return 0; }
+CUresult cuStreamSynchronize(void *s) { (void)s; return 0; }
+CUresult cuCtxSynchronize(void) { return 0; }
+
 __attribute__((destructor)) static void fake_report(void) {
   if (!getenv("FAKE_CUDA_REPORT")) return;
   char buf[256];
