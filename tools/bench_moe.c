@@ -252,6 +252,16 @@ static void run_moe(fi_runtime *rt, double copy) {
     if (json) fprintf(json, "{\"bench\":\"moe_route_sort\",\"T\":%lld,\"us\":%.3f}\n", (long long)Tr[ti], ms * 1e3);
     layer_free(&l);
   }
+  /* Whether the GEMMs ran stored tactics (fi-bench --cache on a file fi-cache tune filled)
+   * or their rule: the lookups of this section's runtime. */
+  fi_admin_stats st;
+  if (fi_admin_stats_get(rt, &st) == FI_OK) {
+    printf("\nstored tactics: %lld lookups found one, %lld found none (the rule chose)\n", (long long)st.tactic_hits,
+           (long long)st.tactic_misses);
+    if (json)
+      fprintf(json, "{\"bench\":\"moe_tactics\",\"hits\":%lld,\"misses\":%lld}\n", (long long)st.tactic_hits,
+              (long long)st.tactic_misses);
+  }
 }
 
 const bench_section bench_moe_section = {

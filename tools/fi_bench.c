@@ -19,11 +19,12 @@ CUcontext ctx;
 FILE *json;
 int quick;
 const char *bench_self;
+static const char *bench_cache = ":memory:"; /* --cache PATH */
 
 fi_runtime *bench_env_runtime(void) {
   fi_options o;
   fi_options_init(&o);
-  o.cache_path = ":memory:";
+  o.cache_path = bench_cache;
   fi_runtime *rt;
   if (fi_runtime_create(&o, &rt) != FI_OK) {
     fprintf(stderr, "fi-bench: fi_runtime_create: %s\n", fi_last_error());
@@ -92,7 +93,7 @@ static const bench_section *const sections[] = {
 
 static void usage(FILE *f) {
   fprintf(f,
-          "usage: fi-bench [--json FILE] [--quick] [SECTION...]\n"
+          "usage: fi-bench [--json FILE] [--quick] [--cache PATH] [SECTION...]\n"
           "\n"
           "Measures on GPU 0, in one run:\n"
           "  copy      device-to-device copy bandwidth (cuMemcpyDtoDAsync; bytes read + written);\n"
@@ -109,7 +110,10 @@ static void usage(FILE *f) {
           "With no SECTION, every section not marked otherwise. Times are medians over repetitions,\n"
           "taken with CUDA events after warm-up, rotating among input sets larger than the L2 cache.\n"
           "  --json FILE  also write every measurement as one JSON object per line\n"
-          "  --quick      fewer repetitions (for a smoke test)\n");
+          "  --quick      fewer repetitions (for a smoke test)\n"
+          "  --cache PATH run the sections on this cache file (default: an in-memory cache,\n"
+          "               so every kernel is compiled once and no stored tactic is used): a\n"
+          "               file that fi-cache tune filled makes the ops use its tactics\n");
 }
 
 /* ---------------------------------------------------------------- copy */
@@ -413,6 +417,8 @@ int main(int argc, char **argv) {
       }
       /* A line at a time: a run cut off by a timeout keeps every row it measured. */
       setvbuf(json, NULL, _IOLBF, 0);
+    } else if (!strcmp(argv[i], "--cache") && i + 1 < argc) {
+      bench_cache = argv[++i];
     } else if (!strcmp(argv[i], "copy")) {
       any = 1;
     } else {
@@ -446,7 +452,7 @@ int main(int argc, char **argv) {
     if (!want[s]) continue;
     fi_options o;
     fi_options_init(&o);
-    o.cache_path = ":memory:";
+    o.cache_path = bench_cache;
     fi_runtime *rt;
     if (fi_runtime_create(&o, &rt) != FI_OK) {
       fprintf(stderr, "fi-bench: fi_runtime_create: %s\n", fi_last_error());
