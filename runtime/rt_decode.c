@@ -11,6 +11,7 @@
 #include "rt_decode.h"
 #include "rt_decode_args.h"
 #include "rt_decode_choose.h"
+#include "rt_tune.h"
 #include "rt_internal.h"
 #include "rt_tensor.h"
 
@@ -140,8 +141,21 @@ static fi_status plan_impl(fi_runtime *rt, const char *fn, const fi_batch_decode
        pl->head_dim != info->head_dim || pl->page_size != info->page_size || pl->q_dt != qdt ||
        pl->kv_dt != kvdt || memcmp(&pl->params, p, sizeof *p) != 0 || pl->ws != ws))
     return refuse_replan(fn);
+  /* A device plan reads the stored tactic of its shape and bucket (once a key per runtime:
+   * rt_tactic_cached); the rule chooses where there is none or it does not parse. */
+  rt_decode_tactic tac;
+  const rt_decode_tactic *stored = NULL;
+  if (rt) {
+    int64_t fields[RT_DECODE_TACTIC_FIELDS], bucket;
+    const char *text;
+    rt_decode_tactic_key(info, p, fields, &bucket);
+    if (rt_tactic_cached(rt, "batch_decode", fields, RT_DECODE_TACTIC_FIELDS, bucket, devtype, device,
+                         rt_decode_tactic_shape, &text) &&
+        rt_decode_tactic_parse(text, &tac) == 0)
+      stored = &tac;
+  }
   rt_decode_choice c;
-  if ((st = rt_decode_choose(fn, info, p, ws_bytes, t, dev, NULL, &c)) != FI_OK) return st;
+  if ((st = rt_decode_choose(fn, info, p, ws_bytes, t, dev, stored, &c)) != FI_OK) return st;
   if (!fresh && graph &&
       (memcmp(pl->key.v, c.key.v, sizeof c.key.v) != 0 || memcmp(&pl->lay, &c.lay, sizeof c.lay) != 0)) {
     free(c.tab);

@@ -3,6 +3,7 @@
  * and the device model the presets and the CPU tests plan with. */
 #include "rt_decode_choose.h"
 
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -259,7 +260,7 @@ static fi_status short_chunks(const ask *a, int64_t n, int chunk, int resident, 
 
 fi_status rt_decode_choose(const char *fn, const fi_batch_decode_info *info, const fi_attention_params *p,
                            int64_t ws_bytes, const rt_tuning *t, const rt_decode_device *dev,
-                           const struct rt_tactic *stored, rt_decode_choice *out) {
+                           const rt_decode_tactic *stored, rt_decode_choice *out) {
   fi_status st;
   memset(out, 0, sizeof *out);
   const int B = info->batch, graph = info->max_batch > 0;
@@ -280,12 +281,17 @@ fi_status rt_decode_choose(const char *fn, const fi_batch_decode_info *info, con
   /* KV head pairs (rt_decode_kv_pair): a block per request and pair of KV heads. */
   out->kv_pair = rt_decode_kv_pair(t->decode_kv_pair, kvdt, info->head_dim, info->num_qo_heads,
                                    info->num_kv_heads, rope);
+  /* A stored tactic: the tuning it names in place of the rule's, where no variable set it
+   * (the workspace layout above stays the variables': it is what the caller sized). */
+  rt_tuning tt = *t;
+  if (stored) {
+    if (!tt.decode_warps) tt.decode_warps = stored->warps;
+    if (tt.decode_pipeline < 0) tt.decode_pipeline = stored->pipeline;
+    if (tt.decode_split == 1.0) tt.decode_split = stored->split;
+    t = &tt;
+  }
   const ask a = {info, p, t, dev, graph, graph ? info->max_batch : B, kvdt, info->num_qo_heads / info->num_kv_heads,
                  rope, info->num_kv_heads / out->kv_pair};
-  /* The autotuner's seam: a stored tactic for this request's shape would replace the rule's
-   * kernel (and its residency) here, before the partition, which the kernel's residency
-   * sizes. Nothing stores tactics yet. */
-  if (stored) return rt_fail(FI_ERR_INTERNAL, "%s: a stored tactic was given; none is defined yet", fn);
   rule r;
   if ((st = rule_kernel(&a, &r)) != FI_OK) return st;
   int resident = r.resident;
@@ -323,4 +329,46 @@ fi_status rt_decode_choose(const char *fn, const fi_batch_decode_info *info, con
   out->num_items = n;
   out->tab = tab;
   return FI_OK;
+}
+
+/* ---- stored tactics ---- */
+
+int rt_decode_tactic_parse(const char *s, rt_decode_tactic *t) {
+  int w, pl, used = 0;
+  double sp;
+  if (!s || sscanf(s, "warps=%d;pipeline=%d;split=%lf%n", &w, &pl, &sp, &used) != 3 || s[used]) return -1;
+  if ((w != 1 && w != 2 && w != 4 && w != 8) || pl < 0 || pl > DECODE_PIPE_SIMT || !(sp >= 1.0 / 64 && sp <= 64))
+    return -1;
+  *t = (rt_decode_tactic){w, pl, sp};
+  return 0;
+}
+
+int rt_decode_tactic_format(const rt_decode_tactic *t, char *buf, size_t n) {
+  const int w = snprintf(buf, n, "warps=%d;pipeline=%d;split=%g", t->warps, t->pipeline, t->split);
+  return w < 0 || (size_t)w >= n ? -1 : 0;
+}
+
+void rt_decode_tactic_key(const fi_batch_decode_info *info, const fi_attention_params *p, int64_t *f,
+                          int64_t *bucket) {
+  const int graph = info->max_batch > 0;
+  int64_t mean = 0, longest = 0;
+  if (!graph)
+    rt_decode_token_stats(info->batch, info->indptr, info->last_page_len, info->page_size, p->window_left, &mean,
+                          &longest);
+  f[0] = rt_check_dtype(info->q_dtype), f[1] = rt_check_dtype(info->kv_dtype);
+  f[2] = info->num_qo_heads, f[3] = info->num_kv_heads, f[4] = info->head_dim, f[5] = info->page_size;
+  f[6] = p->pos_encoding == FI_POS_ROPE_LLAMA;
+  f[7] = graph ? -1 : fi_tune_bucket(mean > 0 ? mean : 1);
+  *bucket = fi_tune_bucket(graph ? info->max_batch : info->batch);
+}
+
+void rt_decode_tactic_shape(const int64_t *f, char *buf, size_t n) {
+  char len[24];
+  if (f[7] < 0)
+    snprintf(len, sizeof len, "graph");
+  else
+    snprintf(len, sizeof len, "%lld", (long long)f[7]);
+  const char *q = jit_dtype_name((int)f[0]), *kv = jit_dtype_name((int)f[1]);
+  snprintf(buf, n, "q=%s;kv=%s;heads=%lld/%lld;head_dim=%lld;page=%lld;rope=%lld;len=%s", q ? q : "?", kv ? kv : "?", (long long)f[2], (long long)f[3], (long long)f[4], (long long)f[5],
+           (long long)f[6], len);
 }

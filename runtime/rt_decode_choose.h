@@ -8,6 +8,7 @@
 #ifndef RT_DECODE_CHOOSE_H
 #define RT_DECODE_CHOOSE_H
 
+#include <stddef.h>
 #include <stdint.h>
 
 #include "fi_runtime.h"
@@ -33,10 +34,26 @@ typedef struct rt_decode_device {
  * planner assumed before it asked the driver. */
 rt_decode_device rt_decode_device_model(int sms);
 
-/* A stored tactic: the kernel the autotuner (a later issue) measured best for a request's
- * shape, which overrides the rule (rt_decode_choose says where). Not defined yet: every
- * caller passes NULL. */
-struct rt_tactic;
+/* A stored tactic (issue 43): the block's warps, the pipeline and the split target's scale
+ * measured best for a request's shape on a kind of device, used in place of the rule's as
+ * FI_DECODE_WARPS, FI_DECODE_PIPELINE and FI_DECODE_SPLIT would set them (each only where
+ * that variable is not set: an operator's override wins). Text: "warps=4;pipeline=2;split=1". */
+typedef struct rt_decode_tactic {
+  int warps;    /* 1, 2, 4 or 8 */
+  int pipeline; /* DECODE_PIPE_* (jit/ops_decode.h) */
+  double split; /* the split target's scale, 1/64 to 64 */
+} rt_decode_tactic;
+/* 0, or -1 for text that is not a decode tactic (or values out of range). */
+int rt_decode_tactic_parse(const char *s, rt_decode_tactic *t);
+int rt_decode_tactic_format(const rt_decode_tactic *t, char *buf, size_t n);
+/* A plan's stored-tactic key: its shape text ("q=bf16;kv=bf16;heads=32/8;head_dim=128;
+ * page=16;rope=0;len=4096", len the bucket of the requests' mean KV length, or "graph" in
+ * CUDA-graph mode, where lengths never decide) and its token bucket (of the batch, or
+ * max_batch). The numbers in fields (RT_DECODE_TACTIC_FIELDS of them), for rt_tactic_cached. */
+#define RT_DECODE_TACTIC_FIELDS 8
+void rt_decode_tactic_key(const fi_batch_decode_info *info, const fi_attention_params *p, int64_t *fields,
+                          int64_t *bucket);
+void rt_decode_tactic_shape(const int64_t *fields, char *buf, size_t n);
 
 /* What rt_decode_choose gives. */
 typedef struct rt_decode_choice {
@@ -51,7 +68,7 @@ typedef struct rt_decode_choice {
 
 /* The kernel and the partition of a batch decode plan: info and p checked (as
  * fi_batch_decode_plan does), a workspace of ws_bytes bytes, tuning t, device dev, stored
- * NULL. In order: the workspace layout (refused past ws_bytes), KV head pairs, the rule's
+ * stored (NULL: the rule). In order: the workspace layout (refused past ws_bytes), KV head pairs, the rule's
  * kernel (the default key, then rt_decode_pick_pipeline / rt_decode_switched_warps, the
  * tuning overrides, rt_decode_pick_warps by the 2-warp kernel's residency, rt_dec_pick_simt),
  * the split target from the chosen kernel's residency, the partition, and last
@@ -61,7 +78,7 @@ typedef struct rt_decode_choice {
  * names the entry point), out->tab then NULL. */
 fi_status rt_decode_choose(const char *fn, const fi_batch_decode_info *info, const fi_attention_params *p,
                            int64_t ws_bytes, const rt_tuning *t, const rt_decode_device *dev,
-                           const struct rt_tactic *stored, rt_decode_choice *out);
+                           const rt_decode_tactic *stored, rt_decode_choice *out);
 
 /* The workspace layout for plans of up to max_batch requests on sms SMs under tuning t:
  * items for one wave of blocks or max_batch, and for FI_DECODE_SPLIT's scaled target above

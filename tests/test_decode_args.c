@@ -976,3 +976,68 @@ FT_TEST(planner_page_size_near_int_max) {
   FT_CHECK(check_partition(1, indptr, last, ps, -1, 64, 64, items, n, chunk) == 0, "%lld items, chunk %d",
            (long long)n, chunk);
 }
+
+/* A stored tactic (issue 43) replaces the rule's warps, pipeline and split where no variable
+ * set them, and a variable still wins; the workspace layout stays the caller's; its text
+ * reads back; the key: the batch's bucket (max_batch's in CUDA-graph mode), the mean
+ * length's bucket (none in CUDA-graph mode). */
+FT_TEST(planner_takes_a_stored_tactic) {
+  unsetenv("FI_DECODE_PIPELINE");
+  unsetenv("FI_DECODE_WARPS");
+  unsetenv("FI_DECODE_SPLIT");
+  rt_tuning tune = env_tuning();
+  const rt_decode_device dev = rt_decode_device_model(132);
+  static int32_t ip[9], lp[8];
+  for (int i = 0; i <= 8; i++) ip[i] = i * 256; /* 8 requests of 4096 tokens */
+  for (int i = 0; i < 8; i++) lp[i] = 16;
+  fi_batch_decode_info info;
+  memset(&info, 0, sizeof info);
+  info.batch = 8, info.num_qo_heads = 32, info.num_kv_heads = 8, info.head_dim = 128, info.page_size = 16;
+  info.q_dtype = info.kv_dtype = (DLDataType){kDLBfloat, 16, 1};
+  info.indptr = ip, info.last_page_len = lp;
+  fi_attention_params prm;
+  fi_attention_params_init(&prm);
+  rt_decode_choice rule, tuned, env;
+  FT_REQUIRE(rt_decode_choose("test", &info, &prm, INT64_MAX, &tune, &dev, NULL, &rule) == FI_OK, "%s",
+             fi_last_error());
+  /* a tactic unlike the rule's in all three */
+  rt_decode_tactic t = {rule.key.v[DECODE_P_WARPS] == 8 ? 2 : 8,
+                        rule.key.v[DECODE_P_PIPELINE] == DECODE_PIPE_TWO_BUFFER ? DECODE_PIPE_K_ONLY
+                                                                                : DECODE_PIPE_TWO_BUFFER,
+                        4.0};
+  FT_REQUIRE(rt_decode_choose("test", &info, &prm, INT64_MAX, &tune, &dev, &t, &tuned) == FI_OK, "%s",
+             fi_last_error());
+  FT_CHECK_EQ_INT(tuned.key.v[DECODE_P_WARPS], t.warps);
+  FT_CHECK_EQ_INT(tuned.key.v[DECODE_P_PIPELINE], t.pipeline);
+  FT_CHECK(tuned.num_items > rule.num_items, "split x4: %lld items, the rule's %lld", (long long)tuned.num_items,
+           (long long)rule.num_items);
+  FT_CHECK(memcmp(&tuned.lay, &rule.lay, sizeof rule.lay) == 0, "the workspace layout is the caller's");
+  /* FI_DECODE_WARPS set: it wins over the stored warps, the rest of the tactic stands */
+  tune.decode_warps = 1;
+  FT_REQUIRE(rt_decode_choose("test", &info, &prm, INT64_MAX, &tune, &dev, &t, &env) == FI_OK);
+  FT_CHECK_EQ_INT(env.key.v[DECODE_P_WARPS], 1);
+  FT_CHECK_EQ_INT(env.key.v[DECODE_P_PIPELINE], t.pipeline);
+  free(rule.tab), free(tuned.tab), free(env.tab);
+  /* text */
+  char text[64];
+  rt_decode_tactic back;
+  FT_REQUIRE(rt_decode_tactic_format(&t, text, sizeof text) == 0);
+  FT_REQUIRE(rt_decode_tactic_parse(text, &back) == 0, "%s", text);
+  FT_CHECK(back.warps == t.warps && back.pipeline == t.pipeline && back.split == t.split, "%s", text);
+  const char *bad[] = {"warps=3;pipeline=1;split=1", "warps=4;pipeline=9;split=1", "warps=4;pipeline=1;split=0",
+                       "warps=4;pipeline=1;split=100", "warps=4;pipeline=1", "warps=4;pipeline=1;split=1;x=2", ""};
+  for (size_t i = 0; i < sizeof bad / sizeof *bad; i++)
+    FT_CHECK(rt_decode_tactic_parse(bad[i], &back) == -1, "'%s'", bad[i]);
+  /* the key */
+  int64_t f[RT_DECODE_TACTIC_FIELDS], bucket;
+  char shape[256];
+  rt_decode_tactic_key(&info, &prm, f, &bucket);
+  rt_decode_tactic_shape(f, shape, sizeof shape);
+  FT_CHECK_EQ_INT(bucket, 8);
+  FT_CHECK_EQ_STR(shape, "q=bf16;kv=bf16;heads=32/8;head_dim=128;page=16;rope=0;len=4096");
+  info.max_batch = 100;
+  rt_decode_tactic_key(&info, &prm, f, &bucket);
+  rt_decode_tactic_shape(f, shape, sizeof shape);
+  FT_CHECK_EQ_INT(bucket, 128);
+  FT_CHECK_EQ_STR(shape, "q=bf16;kv=bf16;heads=32/8;head_dim=128;page=16;rope=0;len=graph");
+}
