@@ -1,8 +1,8 @@
 /* rt_autotune.c: fi_autotune (issue 43): an op's tactics run on the same inputs, checked
  * against the rule's output, timed with the last-level cache flushed, and the fastest valid
- * one stored in the cache's tactics table. The harness (memory, validation, timing,
- * storing) is the op-independent part; each op brings its shape parser, inputs, tactic
- * list and a run of one tactic (the MoE grouped GEMM is the first). */
+ * one stored in the cache's tactics table. This is the op-independent part (memory,
+ * random inputs, validation, timing, storing); each op (rt_tune_op: rt_autotune_moe.c,
+ * rt_autotune_decode.c) brings its shape parser, inputs, tactic list and a run. */
 #include <math.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -14,41 +14,62 @@
 #include "rt_autotune.h"
 #include "rt_tune.h"
 
-#define MAX_TACTICS 32
+#define MAX_TACTICS RT_TUNE_MAX_TACTICS
+typedef rt_tune_dev tune_dev;
 
-/* The device the tuner measures on, and its last error. */
-typedef struct tune_dev {
-  fi_runtime *rt;
-  const rt_device_i *be;
-  void *state;
-  const rt_device_tune_i *t;
-  int dev;
-  char err[512];
-} tune_dev;
-
-static fi_status dev_fail(tune_dev *d, const char *what) {
+fi_status rt_tune_dev_fail(rt_tune_dev *d, const char *what) {
   return rt_fail(FI_ERR_DEVICE, "fi_autotune: %s: %s", what, d->err);
 }
+#define dev_fail rt_tune_dev_fail
 
-static fi_status dalloc(tune_dev *d, size_t bytes, void **p, const char *what) {
+fi_status rt_tune_alloc(rt_tune_dev *d, size_t bytes, void **p, const char *what) {
   if (d->t->mem_alloc(d->state, d->dev, bytes, p, d->err, sizeof d->err) != 0) return dev_fail(d, what);
   return FI_OK;
 }
+#define dalloc rt_tune_alloc
 
-static void dfree(tune_dev *d, void *p) {
+void rt_tune_free(rt_tune_dev *d, void *p) {
   if (p) d->t->mem_free(d->state, d->dev, p);
+}
+#define dfree rt_tune_free
+
+DLTensor rt_tune_tensor(void *p, int code, int bits, int nd, int64_t *shape, int dev) {
+  DLTensor t;
+  memset(&t, 0, sizeof t);
+  t.data = p;
+  t.device.device_type = kDLCUDA;
+  t.device.device_id = dev;
+  t.ndim = nd;
+  t.dtype.code = (uint8_t)code;
+  t.dtype.bits = (uint8_t)bits;
+  t.dtype.lanes = 1;
+  t.shape = shape;
+  return t;
+}
+
+int rt_tune_items(const char *shape, char *buf, size_t n, int (*item)(const char *k, const char *v, void *u),
+                  void *user) {
+  snprintf(buf, n, "%s", shape);
+  for (char *save = NULL, *it = strtok_r(buf, ";", &save); it; it = strtok_r(NULL, ";", &save)) {
+    char *eq = strchr(it, '=');
+    if (!eq) return item(it, NULL, user);
+    *eq = 0;
+    int rc = item(it, eq + 1, user);
+    if (rc) return rc;
+  }
+  return 0;
 }
 
 /* ---- random 16-bit floats ---- */
 
-static uint64_t rng_next(uint64_t *s) {
+uint64_t rt_tune_rand(uint64_t *s) {
   uint64_t x = *s;
   x ^= x << 13, x ^= x >> 7, x ^= x << 17;
   return *s = x;
 }
 
 /* Uniform in [-1, 1). */
-static float rng_unit(uint64_t *s) { return (float)((double)(rng_next(s) >> 11) * 0x1.0p-52 - 1.0); }
+static float rng_unit(uint64_t *s) { return (float)((double)(rt_tune_rand(s) >> 11) * 0x1.0p-52 - 1.0); }
 
 static uint16_t to_bf16(float f) {
   uint32_t u;
@@ -86,7 +107,7 @@ static float from_f16(uint16_t h) {
 
 /* bytes of random 16-bit floats (scale x uniform [-1, 1)) at p: one host chunk copied up,
  * then doubled on the device, so that gigabytes of weights cost no host time. */
-static fi_status fill_random(tune_dev *d, void *p, size_t bytes, int bf16, float scale, uint64_t seed) {
+fi_status rt_tune_fill(rt_tune_dev *d, void *p, size_t bytes, int bf16, float scale, uint64_t seed) {
   const size_t chunk = bytes < ((size_t)8 << 20) ? bytes : ((size_t)8 << 20);
   if (!chunk) return FI_OK;
   uint16_t *h = calloc(chunk / 2 + 1, 2);
@@ -106,154 +127,6 @@ static fi_status fill_random(tune_dev *d, void *p, size_t bytes, int bf16, float
     done += n;
   }
   return FI_OK;
-}
-
-/* ---- the MoE grouped GEMM ---- */
-
-typedef struct moe_case {
-  int dt, gated, gather, tile;
-  int64_t k, n, E, K, T, max_tiles, rows, wrows;
-  void *ids, *sws, *te, *mn, *e2p, *p2e, *nt, *tp, *a, *w;
-  int64_t s_ids[2], s_t[1], s_rows[1], s_one[1], s_sort[1], s_a[2], s_w[3], s_out[2];
-  DLTensor ids_t, sws_t, te_t, mn_t, e2p_t, p2e_t, nt_t, tp_t, a_t, w_t;
-  fi_moe_sort_outputs tables;
-  fi_moe_gemm_params p;
-  jit_moe_gemm_tactic tactic[MAX_TACTICS];
-} moe_case;
-
-static DLTensor dlt(void *p, int code, int bits, int nd, int64_t *shape, int dev) {
-  DLTensor t;
-  memset(&t, 0, sizeof t);
-  t.data = p;
-  t.device.device_type = kDLCUDA;
-  t.device.device_id = dev;
-  t.ndim = nd;
-  t.dtype.code = (uint8_t)code;
-  t.dtype.bits = (uint8_t)bits;
-  t.dtype.lanes = 1;
-  t.shape = shape;
-  return t;
-}
-
-/* "key=value;..." into the case; every key needed once. */
-static fi_status moe_parse(const char *shape, moe_case *c) {
-  static const char *const names[8] = {"dtype", "k", "n", "experts", "top_k", "gated", "gather", "tile"};
-  int64_t v[8];
-  int seen[8] = {0};
-  char buf[512];
-  if (strlen(shape) >= sizeof buf)
-    return rt_fail(FI_ERR_INVALID_ARGUMENT, "fi_autotune: o->shape is longer than %zu bytes", sizeof buf - 1);
-  snprintf(buf, sizeof buf, "%s", shape);
-  for (char *save = NULL, *item = strtok_r(buf, ";", &save); item; item = strtok_r(NULL, ";", &save)) {
-    char *eq = strchr(item, '=');
-    int i = 0;
-    if (eq) *eq = 0;
-    while (i < 8 && strcmp(item, names[i]) != 0) i++;
-    if (!eq || i == 8 || seen[i])
-      return rt_fail(FI_ERR_INVALID_ARGUMENT,
-                     "fi_autotune: o->shape item '%s' is %s; moe_gemm takes dtype, k, n, experts, top_k, gated, "
-                     "gather and tile, each once (\"dtype=bf16;k=7168;n=2048;experts=256;top_k=8;gated=1;"
-                     "gather=1;tile=128\")",
-                     item, !eq ? "not key=value" : i == 8 ? "unknown" : "given twice");
-    seen[i] = 1;
-    if (i == 0) {
-      if (strcmp(eq + 1, "bf16") && strcmp(eq + 1, "f16"))
-        return rt_fail(FI_ERR_INVALID_ARGUMENT, "fi_autotune: o->shape dtype=%s; bf16 or f16", eq + 1);
-      v[0] = strcmp(eq + 1, "bf16") == 0 ? JIT_DT_BF16 : JIT_DT_F16;
-      continue;
-    }
-    char *end;
-    v[i] = strtoll(eq + 1, &end, 10);
-    if (end == eq + 1 || *end)
-      return rt_fail(FI_ERR_INVALID_ARGUMENT, "fi_autotune: o->shape %s=%s is not an integer", item, eq + 1);
-  }
-  for (int i = 0; i < 8; i++)
-    if (!seen[i]) return rt_fail(FI_ERR_INVALID_ARGUMENT, "fi_autotune: o->shape has no %s", names[i]);
-  c->dt = (int)v[0], c->k = v[1], c->n = v[2], c->E = v[3], c->K = v[4];
-  c->gated = (int)v[5], c->gather = (int)v[6], c->tile = (int)v[7];
-  const char *bad = c->k <= 0 || c->k % 64 || c->k > 65536       ? "k (a multiple of 64 up to 65536)"
-                    : c->n <= 0 || c->n % 64 || c->n > 65536     ? "n (a multiple of 64 up to 65536)"
-                    : c->E < 1 || c->E > 256                     ? "experts (1 to 256)"
-                    : c->K < 1 || c->K > 32 || c->K > c->E       ? "top_k (1 to 32, at most experts)"
-                    : (c->gated | 1) != 1 || (c->gather | 1) != 1 ? "gated and gather (0 or 1)"
-                    : c->tile != 64 && c->tile != 128 && c->tile != 256 ? "tile (64, 128 or 256)"
-                                                                         : NULL;
-  if (bad) return rt_fail(FI_ERR_INVALID_ARGUMENT, "fi_autotune: o->shape \"%s\": check %s", shape, bad);
-  return FI_OK;
-}
-
-static void moe_free(tune_dev *d, moe_case *c) {
-  void *ps[10] = {c->ids, c->sws, c->te, c->mn, c->e2p, c->p2e, c->nt, c->tp, c->a, c->w};
-  for (int i = 0; i < 10; i++) dfree(d, ps[i]);
-}
-
-/* The inputs at c->T tokens: routes of top_k distinct experts a token drawn uniformly,
- * sorted by fi_moe_sort into the tables; a and the weights random. */
-static fi_status moe_setup(tune_dev *d, moe_case *c) {
-  fi_runtime *rt = d->rt;
-  const int dv = d->dev;
-  fi_status st;
-  c->max_tiles = fi_moe_max_tiles(c->T, (int)c->K, (int)c->E, c->tile);
-  c->rows = c->max_tiles * c->tile;
-  c->wrows = c->gated ? 2 * c->n : c->n;
-  const fi_moe_sort_params sp = {(int)c->E, 0, (int)c->E, c->tile};
-  size_t sort_bytes;
-  if ((st = fi_moe_sort_workspace_size(rt, c->T, (int)c->K, &sp, &sort_bytes)) != FI_OK) return st;
-  const int64_t a_rows = c->gather ? c->T : c->rows;
-  const size_t R = (size_t)(c->T * c->K);
-  if ((st = dalloc(d, R * 4, &c->ids, "expert ids")) != FI_OK || (st = dalloc(d, sort_bytes, &c->sws, "sort")) ||
-      (st = dalloc(d, (size_t)c->max_tiles * 4, &c->te, "tables")) ||
-      (st = dalloc(d, (size_t)c->max_tiles * 4, &c->mn, "tables")) || (st = dalloc(d, R * 4, &c->e2p, "tables")) ||
-      (st = dalloc(d, (size_t)c->rows * 4, &c->p2e, "tables")) || (st = dalloc(d, 4, &c->nt, "tables")) ||
-      (st = dalloc(d, 4, &c->tp, "tables")) ||
-      (st = dalloc(d, (size_t)a_rows * (size_t)c->k * 2, &c->a, "the GEMM's input")) ||
-      (st = dalloc(d, (size_t)c->E * (size_t)c->wrows * (size_t)c->k * 2, &c->w, "the experts' weights")))
-    return st;
-  int32_t *ids = malloc(R * 4);
-  if (!ids) return rt_fail(FI_ERR_OUT_OF_MEMORY, "fi_autotune: out of host memory");
-  uint64_t s = 0x9e3779b97f4a7c15ull;
-  int32_t perm[256];
-  for (int64_t t = 0; t < c->T; t++) {
-    for (int e = 0; e < c->E; e++) perm[e] = e;
-    for (int64_t j = 0; j < c->K; j++) {
-      const int64_t r = j + (int64_t)(rng_next(&s) % (uint64_t)(c->E - j));
-      const int32_t x = perm[r];
-      perm[r] = perm[j], perm[j] = x;
-      ids[t * c->K + j] = x;
-    }
-  }
-  int rc = d->t->copy(d->state, dv, c->ids, ids, R * 4, RT_COPY_H2D, d->err, sizeof d->err);
-  free(ids);
-  if (rc != 0) return dev_fail(d, "copying expert ids");
-  const int bf = c->dt == JIT_DT_BF16;
-  if ((st = fill_random(d, c->a, (size_t)a_rows * (size_t)c->k * 2, bf, 1.0f, 1)) != FI_OK ||
-      (st = fill_random(d, c->w, (size_t)c->E * (size_t)c->wrows * (size_t)c->k * 2, bf,
-                        1.0f / sqrtf((float)c->k), 2)) != FI_OK)
-    return st;
-  c->s_ids[0] = c->T, c->s_ids[1] = c->K, c->s_t[0] = c->max_tiles, c->s_rows[0] = c->rows, c->s_one[0] = 1;
-  c->s_sort[0] = (int64_t)sort_bytes;
-  c->s_a[0] = a_rows, c->s_a[1] = c->k;
-  c->s_w[0] = c->E, c->s_w[1] = c->wrows, c->s_w[2] = c->k;
-  c->s_out[0] = c->rows, c->s_out[1] = c->n;
-  c->ids_t = dlt(c->ids, kDLInt, 32, 2, c->s_ids, dv);
-  c->sws_t = dlt(c->sws, kDLUInt, 8, 1, c->s_sort, dv);
-  c->te_t = dlt(c->te, kDLInt, 32, 1, c->s_t, dv), c->mn_t = dlt(c->mn, kDLInt, 32, 1, c->s_t, dv);
-  c->e2p_t = dlt(c->e2p, kDLInt, 32, 2, c->s_ids, dv), c->p2e_t = dlt(c->p2e, kDLInt, 32, 1, c->s_rows, dv);
-  c->nt_t = dlt(c->nt, kDLInt, 32, 1, c->s_one, dv), c->tp_t = dlt(c->tp, kDLInt, 32, 1, c->s_one, dv);
-  const int code = bf ? kDLBfloat : kDLFloat;
-  c->a_t = dlt(c->a, code, 16, 2, c->s_a, dv), c->w_t = dlt(c->w, code, 16, 3, c->s_w, dv);
-  c->tables = (fi_moe_sort_outputs){&c->te_t, &c->mn_t, &c->e2p_t, &c->p2e_t, &c->nt_t, &c->tp_t};
-  if ((st = fi_moe_sort(rt, &c->ids_t, &sp, &c->sws_t, &c->tables, NULL)) != FI_OK) return st;
-  fi_moe_gemm_params_init(&c->p);
-  c->p.tile_size = c->tile;
-  c->p.activation = c->gated ? FI_MOE_GEMM_SWIGLU : FI_MOE_GEMM_PLAIN;
-  c->p.gather = c->gather;
-  return FI_OK;
-}
-
-static fi_status moe_run(fi_runtime *rt, moe_case *c, int i, void *out, int dev) {
-  DLTensor o = dlt(out, c->dt == JIT_DT_BF16 ? kDLBfloat : kDLFloat, 16, 2, c->s_out, dev);
-  return rt_moe_gemm(rt, &c->a_t, &c->w_t, &c->tables, &c->p, &o, NULL, &c->tactic[i]);
 }
 
 /* ---- the harness ---- */
@@ -325,8 +198,12 @@ FI_API fi_status fi_autotune(fi_runtime *rt, const fi_autotune_options *o, fi_au
     return rt_fail(FI_ERR_INVALID_ARGUMENT, "%s: o->struct_size is %zu; fi_autotune_options_init sets it", fn,
                    o->struct_size);
   memset(r, 0, sizeof *r);
-  if (!o->op || strcmp(o->op, "moe_gemm") != 0)
-    return rt_fail(FI_ERR_INVALID_ARGUMENT, "%s: o->op is %s%s%s; the ops it measures: moe_gemm", fn,
+  static const rt_tune_op *const ops[] = {&rt_tune_moe_gemm, &rt_tune_batch_decode};
+  const rt_tune_op *op = NULL;
+  for (size_t i = 0; o->op && i < sizeof ops / sizeof *ops; i++)
+    if (strcmp(o->op, ops[i]->name) == 0) op = ops[i];
+  if (!op)
+    return rt_fail(FI_ERR_INVALID_ARGUMENT, "%s: o->op is %s%s%s; the ops it measures: moe_gemm, batch_decode", fn,
                    o->op ? "\"" : "", o->op ? o->op : "NULL", o->op ? "\"" : "");
   if (!o->shape) return rt_fail(FI_ERR_INVALID_ARGUMENT, "%s: o->shape is NULL", fn);
   if (o->tokens < 1 || o->tokens > (1 << 20))
@@ -340,67 +217,82 @@ FI_API fi_status fi_autotune(fi_runtime *rt, const fi_autotune_options *o, fi_au
   if (o->device < 0 || o->device >= RT_MAX_DEVICES)
     return rt_fail(FI_ERR_INVALID_ARGUMENT, "%s: o->device is %d", fn, o->device);
   const int repeats = o->repeats ? o->repeats : 20, warmup = o->warmup ? o->warmup : 3;
-  moe_case c;
-  memset(&c, 0, sizeof c);
-  fi_status st = moe_parse(o->shape, &c);
-  if (st != FI_OK) return st;
-  c.T = fi_tune_bucket(o->tokens);
-  if (c.T * c.K > INT32_MAX / 2)
-    return rt_fail(FI_ERR_INVALID_ARGUMENT, "%s: %lld tokens of top_k %lld are too many routes", fn,
-                   (long long)c.T, (long long)c.K);
-  rt_moe_gemm_shape(c.dt, c.k, c.n, c.E, c.K, c.gated, c.gather, c.tile, r->shape, sizeof r->shape);
-  r->bucket = c.T;
+  void *c = calloc(1, op->case_size);
+  if (!c) return rt_fail(FI_ERR_OUT_OF_MEMORY, "%s: out of memory", fn);
+  fi_status st = op->parse(o->shape, c, r->shape, sizeof r->shape);
+  if (st != FI_OK) {
+    free(c);
+    return st;
+  }
+  const int64_t T = fi_tune_bucket(o->tokens);
+  r->bucket = T;
 
   /* The device, its measuring members and identity; the compiler loaded, so that the
    * row names it. */
   tune_dev d;
   memset(&d, 0, sizeof d);
   d.rt = rt, d.dev = o->device;
-  if ((st = rt_backend(rt, kDLCUDA, &d.be, &d.state)) != FI_OK) return st;
-  if (!d.be->tune) return rt_fail(FI_ERR_NO_DEVICE, "%s: the %s backend cannot measure", fn, d.be->name);
-  d.t = d.be->tune;
   rt_tactic_id id;
-  if (rt_tactic_identity(rt, kDLCUDA, o->device, &id) != 0)
+  const jit_compiler *cc;
+  if ((st = rt_backend(rt, kDLCUDA, &d.be, &d.state)) != FI_OK) {
+    free(c);
+    return st;
+  }
+  if (!d.be->tune) {
+    free(c);
+    return rt_fail(FI_ERR_NO_DEVICE, "%s: the %s backend cannot measure", fn, d.be->name);
+  }
+  d.t = d.be->tune;
+  if (rt_tactic_identity(rt, kDLCUDA, o->device, &id) != 0) {
+    free(c);
     return rt_fail(FI_ERR_DEVICE, "%s: device %d's name, driver or arch cannot be read", fn, o->device);
-  const jit_compiler *cc = jit_compiler_for_arch(id.arch);
-  if (!cc || cc->load(rt_compiler_library(rt, cc), d.err, sizeof d.err) != 0)
+  }
+  cc = jit_compiler_for_arch(id.arch);
+  if (!cc || cc->load(rt_compiler_library(rt, cc), d.err, sizeof d.err) != 0) {
+    free(c);
     return rt_fail(FI_ERR_COMPILE, "%s: no compiler for %s: %s", fn, id.arch, cc ? d.err : "none registered");
+  }
   snprintf(id.compiler, sizeof id.compiler, "%s", cc->identity());
   const fi_tactic_device tdev = {id.arch, id.name, id.sms, id.driver, id.compiler};
 
   if (!o->force) {
     cache_tactic have;
     const char *layer = NULL;
-    if (rt_tactic_lookup(rt, o->op, r->shape, c.T, &tdev, &have, &layer) && strcmp(layer, "user") == 0) {
+    if (rt_tactic_lookup(rt, o->op, r->shape, T, &tdev, &have, &layer) && strcmp(layer, "user") == 0) {
       snprintf(r->winner, sizeof r->winner, "%s", have.params);
       r->winner_us = have.time_us, r->rule_us = have.default_us;
       snprintf(r->runner_up, sizeof r->runner_up, "%s", have.runner_up);
       r->runner_up_us = have.runner_up_us;
       say(o, "%s %s bucket %lld: stored already (%s, %.2f us); force measures again", o->op, r->shape,
-          (long long)c.T, have.params, have.time_us);
+          (long long)T, have.params, have.time_us);
+      free(c);
       return FI_OK;
     }
   }
 
-  rt_device_caps caps;
-  if (rt_device_caps_get(d.be, d.state, o->device, &caps, d.err, sizeof d.err) != 0) return dev_fail(&d, "caps");
-  const int nt = jit_moe_gemm_tactics(c.T * c.K, (int)c.E, c.tile, c.gated, c.n, caps.smem_block_kb,
-                                      caps.wgmma && rt->env.tune.moe_wgmma, c.tactic, MAX_TACTICS);
-  r->tactics = nt;
-  char names[MAX_TACTICS][64];
-  for (int i = 0; i < nt; i++) jit_moe_gemm_tactic_format(&c.tactic[i], names[i], sizeof names[i]);
-  snprintf(r->rule, sizeof r->rule, "%s", names[0]);
-  say(o, "%s %s: %lld tokens (bucket), %d tactics on %s (%s, %lld SMs), %d runs each after %d", o->op, r->shape,
-      (long long)c.T, nt, id.name, id.arch, (long long)id.sms, repeats, warmup);
-
+  if (rt_device_caps_get(d.be, d.state, o->device, &d.caps, d.err, sizeof d.err) != 0) {
+    free(c);
+    return dev_fail(&d, "caps");
+  }
+  char names[MAX_TACTICS][RT_TUNE_NAME];
+  int nt = 0;
   void *out[MAX_TACTICS] = {0}, *flush = NULL, *ev[2] = {NULL, NULL};
   uint16_t *ref = NULL, *got = NULL;
   double *times = NULL, med[MAX_TACTICS];
   int valid[MAX_TACTICS] = {0};
   char whys[MAX_TACTICS][160];
-  const size_t out_n = (size_t)(c.rows * c.n), out_bytes = out_n * 2;
-  size_t l2 = 0, flush_bytes;
-  if ((st = moe_setup(&d, &c)) != FI_OK) goto done;
+  size_t out_n = 0, out_bytes = 0, l2 = 0, flush_bytes;
+  if ((st = op->setup(&d, c, T)) != FI_OK) goto done;
+  if ((nt = op->tactics(&d, c, names, MAX_TACTICS)) < 1) {
+    st = nt < 0 ? FI_ERR_DEVICE : rt_fail(FI_ERR_INTERNAL, "%s: no tactic can run this shape", fn);
+    nt = 0;
+    goto done;
+  }
+  r->tactics = nt;
+  snprintf(r->rule, sizeof r->rule, "%s", names[0]);
+  say(o, "%s %s: %lld tokens (bucket), %d tactics on %s (%s, %lld SMs), %d runs each after %d", o->op, r->shape,
+      (long long)T, nt, id.name, id.arch, (long long)id.sms, repeats, warmup);
+  out_bytes = op->out_bytes(c), out_n = out_bytes / 2;
   if (d.t->cache_bytes(d.state, d.dev, &l2, d.err, sizeof d.err) != 0) l2 = 0;
   flush_bytes = l2 ? 2 * l2 : ((size_t)128 << 20);
   ref = malloc(out_bytes ? out_bytes : 2), got = malloc(out_bytes ? out_bytes : 2);
@@ -424,7 +316,7 @@ FI_API fi_status fi_autotune(fi_runtime *rt, const fi_autotune_options *o, fi_au
       st = dev_fail(&d, "poisoning an output");
       goto done;
     }
-    if ((st = moe_run(rt, &c, i, out[i], d.dev)) != FI_OK) {
+    if ((st = op->run(&d, c, i, out[i])) != FI_OK) {
       /* A tactic that cannot launch here is invalid for this shape, not the tuner's end. */
       snprintf(whys[i], sizeof whys[i], "did not run: %s", fi_last_error());
       valid[i] = 0;
@@ -442,7 +334,7 @@ FI_API fi_status fi_autotune(fi_runtime *rt, const fi_autotune_options *o, fi_au
     }
     int bitwise = 1;
     double rel = 0;
-    valid[i] = i == 0 || compare(ref, got, out_n, c.dt == JIT_DT_BF16, &bitwise, &rel, whys[i], sizeof whys[i]) == 0;
+    valid[i] = i == 0 || compare(ref, got, out_n, op->bf16(c), &bitwise, &rel, whys[i], sizeof whys[i]) == 0;
     if (valid[i]) {
       r->valid++;
       r->bitwise += bitwise;
@@ -456,7 +348,7 @@ FI_API fi_status fi_autotune(fi_runtime *rt, const fi_autotune_options *o, fi_au
    * before each run, the start rotating from round to round. */
   for (int w = 0; w < warmup; w++)
     for (int i = 0; i < nt; i++)
-      if (valid[i] && (st = moe_run(rt, &c, i, out[i], d.dev)) != FI_OK) goto done;
+      if (valid[i] && (st = op->run(&d, c, i, out[i])) != FI_OK) goto done;
   for (int rep = 0; rep < repeats; rep++)
     for (int j = 0; j < nt; j++) {
       const int i = (j + rep) % nt;
@@ -467,7 +359,7 @@ FI_API fi_status fi_autotune(fi_runtime *rt, const fi_autotune_options *o, fi_au
         st = dev_fail(&d, "timing");
         goto done;
       }
-      if ((st = moe_run(rt, &c, i, out[i], d.dev)) != FI_OK) goto done;
+      if ((st = op->run(&d, c, i, out[i])) != FI_OK) goto done;
       if (d.t->event_record(d.state, d.dev, ev[1], NULL, d.err, sizeof d.err) != 0 ||
           d.t->event_ms(d.state, d.dev, ev[0], ev[1], &ms, d.err, sizeof d.err) != 0) {
         st = dev_fail(&d, "timing");
@@ -501,7 +393,7 @@ FI_API fi_status fi_autotune(fi_runtime *rt, const fi_autotune_options *o, fi_au
   }
   fi_tactic m;
   memset(&m, 0, sizeof m);
-  m.op = o->op, m.shape = r->shape, m.bucket = c.T, m.dev = tdev;
+  m.op = o->op, m.shape = r->shape, m.bucket = T, m.dev = tdev;
   m.params = names[best], m.valid = 1, m.time_us = med[best], m.default_us = med[0];
   m.runner_up = r->runner_up, m.runner_up_us = r->runner_up_us;
   m.samples = repeats;
@@ -514,14 +406,15 @@ FI_API fi_status fi_autotune(fi_runtime *rt, const fi_autotune_options *o, fi_au
     }
   r->measured = 1;
   rt_log(rt, RT_LOG_INFO, "%s %s bucket %lld: %s %.2f us (rule %s %.2f us), %d valid, %d invalid", o->op, r->shape,
-         (long long)c.T, r->winner, r->winner_us, r->rule, r->rule_us, r->valid, r->invalid);
+         (long long)T, r->winner, r->winner_us, r->rule, r->rule_us, r->valid, r->invalid);
 
 done:
   for (int i = 0; i < nt; i++) dfree(&d, out[i]);
   dfree(&d, flush);
   for (int i = 0; i < 2; i++)
     if (ev[i]) d.t->event_free(d.state, d.dev, ev[i]);
-  moe_free(&d, &c);
+  op->release(&d, c);
+  free(c);
   free(ref);
   free(got);
   free(times);

@@ -7,7 +7,9 @@
 #include <stdint.h>
 
 #include "ops_moe.h"
+#include "rt_decode_choose.h"
 #include "rt_internal.h"
+#include "rt_device.h"
 
 /* fi_moe_grouped_gemm with the kernel of tactic force (NULL: the stored tactic or the
  * rule, as the public call chooses); a tactic that cannot run the call is
@@ -18,5 +20,63 @@ fi_status rt_moe_gemm(fi_runtime *rt, const DLTensor *a, const DLTensor *weights
  * experts=256;top_k=8;gated=1;gather=1;tile=128"); its bucket is the token count's. */
 void rt_moe_gemm_shape(int dtype, int64_t k, int64_t n, int64_t experts, int64_t top_k, int gated, int gather,
                        int tile, char *buf, size_t len);
+
+/* fi_batch_decode_plan with the stored tactic (use_stored 1, force NULL: the public
+ * call), the rule alone (use_stored 0, force NULL: the tuner's reference), or the tactic
+ * force; and a plan's kernel key. */
+fi_status rt_decode_plan_tactic(fi_runtime *rt, const fi_batch_decode_info *info, const fi_attention_params *p,
+                                DLTensor *workspace, void *stream, fi_decode_plan **plan, int use_stored,
+                                const rt_decode_tactic *force);
+const jit_key *rt_decode_plan_key(const fi_decode_plan *pl);
+
+/* ---- the tuner's pieces (rt_autotune.c: the harness; rt_autotune_moe.c and
+ * rt_autotune_decode.c: the ops it measures) ---- */
+
+#define RT_TUNE_MAX_TACTICS 32
+#define RT_TUNE_NAME 64
+
+/* The device the tuner measures on, and its last error. */
+typedef struct rt_tune_dev {
+  fi_runtime *rt;
+  const rt_device_i *be;
+  void *state;
+  const rt_device_tune_i *t;
+  int dev;
+  rt_device_caps caps;
+  char err[512];
+} rt_tune_dev;
+
+fi_status rt_tune_dev_fail(rt_tune_dev *d, const char *what);
+fi_status rt_tune_alloc(rt_tune_dev *d, size_t bytes, void **p, const char *what);
+void rt_tune_free(rt_tune_dev *d, void *p);
+/* bytes of random 16-bit floats (scale x uniform [-1, 1), bf16 or f16) at p. */
+fi_status rt_tune_fill(rt_tune_dev *d, void *p, size_t bytes, int bf16, float scale, uint64_t seed);
+uint64_t rt_tune_rand(uint64_t *s);
+DLTensor rt_tune_tensor(void *p, int code, int bits, int nd, int64_t *shape, int dev);
+/* "key=value;..." split: calls item(key, value, user) for each; -1 when an item has no '='. */
+int rt_tune_items(const char *shape, char *buf, size_t n, int (*item)(const char *k, const char *v, void *u),
+                  void *user);
+
+/* One op the tuner measures. Its case (case_size bytes, zeroed) holds the parsed shape,
+ * the inputs and per-tactic state. */
+typedef struct rt_tune_op {
+  const char *name;
+  size_t case_size;
+  /* The shape text parsed and checked (FI_ERR_INVALID_ARGUMENT naming the item), and its
+   * canonical text: the tactics table's key. */
+  fi_status (*parse)(const char *shape, void *c, char *canon, size_t n);
+  /* Inputs for `tokens` tokens (the bucket's bound), on d. */
+  fi_status (*setup)(rt_tune_dev *d, void *c, int64_t tokens);
+  /* The tactics that can run the call, the rule's first: names (RT_TUNE_NAME each); the
+   * count, or -1 with the error reported. */
+  int (*tactics)(rt_tune_dev *d, void *c, char (*names)[RT_TUNE_NAME], int max);
+  size_t (*out_bytes)(const void *c); /* of 16-bit values */
+  int (*bf16)(const void *c);
+  /* Tactic i into out (the stream's order). */
+  fi_status (*run)(rt_tune_dev *d, void *c, int i, void *out);
+  void (*release)(rt_tune_dev *d, void *c);
+} rt_tune_op;
+
+extern const rt_tune_op rt_tune_moe_gemm, rt_tune_batch_decode;
 
 #endif

@@ -12,6 +12,7 @@
 #include "rt_decode_args.h"
 #include "rt_decode_choose.h"
 #include "rt_tune.h"
+#include "rt_autotune.h"
 #include "rt_internal.h"
 #include "rt_tensor.h"
 
@@ -127,7 +128,8 @@ static fi_status refuse_replan(const char *fn) {
  * (rt NULL): the kernel and the partition from rt_decode_choose on dev under tuning t. */
 static fi_status plan_impl(fi_runtime *rt, const char *fn, const fi_batch_decode_info *info,
                            const fi_attention_params *p, char *ws, int64_t ws_bytes, int devtype, int device,
-                           const rt_tuning *t, const rt_decode_device *dev, void *stream, fi_decode_plan **plan) {
+                           const rt_tuning *t, const rt_decode_device *dev, void *stream, fi_decode_plan **plan,
+                           int use_stored, const rt_decode_tactic *force) {
   fi_status st;
   const int B = info->batch, graph = info->max_batch > 0;
   const int qdt = rt_check_dtype(info->q_dtype), kvdt = rt_check_dtype(info->kv_dtype);
@@ -144,8 +146,8 @@ static fi_status plan_impl(fi_runtime *rt, const char *fn, const fi_batch_decode
   /* A device plan reads the stored tactic of its shape and bucket (once a key per runtime:
    * rt_tactic_cached); the rule chooses where there is none or it does not parse. */
   rt_decode_tactic tac;
-  const rt_decode_tactic *stored = NULL;
-  if (rt) {
+  const rt_decode_tactic *stored = force;
+  if (rt && use_stored && !force) {
     int64_t fields[RT_DECODE_TACTIC_FIELDS], bucket;
     const char *text;
     rt_decode_tactic_key(info, p, fields, &bucket);
@@ -231,6 +233,14 @@ static fi_status device_resident(void *ctx, const jit_key *key, int threads, int
 FI_API fi_status fi_batch_decode_plan(fi_runtime *rt, const fi_batch_decode_info *info,
                                       const fi_attention_params *p, DLTensor *workspace,
                                       void *stream, fi_decode_plan **plan) {
+  return rt_decode_plan_tactic(rt, info, p, workspace, stream, plan, 1, NULL);
+}
+
+const jit_key *rt_decode_plan_key(const fi_decode_plan *pl) { return &pl->key; }
+
+fi_status rt_decode_plan_tactic(fi_runtime *rt, const fi_batch_decode_info *info, const fi_attention_params *p,
+                                DLTensor *workspace, void *stream, fi_decode_plan **plan, int use_stored,
+                                const rt_decode_tactic *force) {
   const char *fn = PLAN;
   fi_status st;
   fi_attention_params defaults;
@@ -261,13 +271,13 @@ FI_API fi_status fi_batch_decode_plan(fi_runtime *rt, const fi_batch_decode_info
   if ((st = rt_backend(rt, devtype, &ctx.be, &state)) != FI_OK) return st;
   const rt_decode_device dev = {sms, device_resident, &ctx};
   return plan_impl(rt, fn, info, p, rt_data(workspace), ws_bytes, devtype, device, &rt->env.tune, &dev, stream,
-                   plan);
+                   plan, use_stored, force);
 }
 
 fi_status rt_decode_plan_host(const rt_decode_device *dev, const rt_tuning *t, const fi_batch_decode_info *info,
                               const fi_attention_params *p, void *workspace, int devtype, fi_decode_plan **plan) {
   fi_status st = check_info(PLAN, info, p);
-  return st != FI_OK ? st : plan_impl(NULL, PLAN, info, p, workspace, INT64_MAX, devtype, 0, t, dev, NULL, plan);
+  return st != FI_OK ? st : plan_impl(NULL, PLAN, info, p, workspace, INT64_MAX, devtype, 0, t, dev, NULL, plan, 0, NULL);
 }
 
 FI_API fi_status fi_batch_decode_run(fi_runtime *rt, const fi_decode_plan *pl,

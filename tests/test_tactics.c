@@ -419,7 +419,13 @@ FT_TEST(autotune_options_checked_before_the_device) {
     const char *named;
   } bad[] = {
       {NULL, good, 16, 0, 0, "o->op is NULL"},
-      {"batch_decode", good, 16, 0, 0, "moe_gemm"},
+      {"prefill", good, 16, 0, 0, "moe_gemm, batch_decode"},
+      {"batch_decode", "q=bf16;kv=f16;heads=32/8;head_dim=128;page=16;rope=0;len=4096", 16, 0, 0, "differ"},
+      {"batch_decode", "q=bf16;kv=bf16;heads=32/5;head_dim=128;page=16;rope=0;len=4096", 16, 0, 0, "heads=32/5"},
+      {"batch_decode", "q=bf16;kv=bf16;heads=32/8;head_dim=96;page=16;rope=0;len=4096", 16, 0, 0, "head_dim=96"},
+      {"batch_decode", "q=bf16;kv=bf16;heads=32/8;head_dim=128;page=16;rope=0;len=0", 16, 0, 0, "len=0"},
+      {"batch_decode", "q=bf16;kv=bf16;heads=32/8;head_dim=128;page=16;rope=0", 16, 0, 0, "has no len"},
+      {"batch_decode", "q=bf16;kv=bf16;heads=32/8;head_dim=128;page=16;rope=0;len=9;x=1", 16, 0, 0, "unknown"},
       {"moe_gemm", NULL, 16, 0, 0, "o->shape is NULL"},
       {"moe_gemm", good, 0, 0, 0, "o->tokens"},
       {"moe_gemm", good, (int64_t)1 << 40, 0, 0, "o->tokens"},

@@ -137,6 +137,17 @@ FT_TEST(a_tactic_with_a_wrong_output_is_stored_invalid) {
   FT_CHECK_STR_HAS(fi_last_error(), "fault_tactic");
 }
 
+/* A test's cache file, its sidecars and its directory, gone. */
+static void remove_cache(const char *path, const char *dir) {
+  char side[96];
+  const char *sfx[3] = {"", "-wal", "-shm"};
+  for (int i = 0; i < 3; i++) {
+    snprintf(side, sizeof side, "%s%s", path, sfx[i]);
+    unlink(side);
+  }
+  rmdir(dir);
+}
+
 static int has_kernel(const fi_cache_entry *e, void *user) {
   int *n = user;
   fprintf(stderr, "  kernel %s\n", e->key);
@@ -263,13 +274,7 @@ FT_TEST(a_fresh_runtime_runs_the_stored_tactic) {
   CUdeviceptr all[] = {d_x, d_w, d_ids, d_ws, d_te, d_mn, d_e2p, d_p2e, d_n, d_h[0], d_h[1]};
   for (size_t i = 0; i < sizeof all / sizeof *all; i++) cu.cuMemFree(all[i]);
   fi_runtime_destroy(fresh);
-  char side[96];
-  const char *sfx[3] = {"", "-wal", "-shm"};
-  for (int i = 0; i < 3; i++) {
-    snprintf(side, sizeof side, "%s%s", path, sfx[i]);
-    unlink(side);
-  }
-  rmdir(dir);
+  remove_cache(path, dir);
 }
 
 FT_TEST(bad_options_are_named) {
@@ -299,4 +304,67 @@ FT_TEST(bad_options_are_named) {
   o.struct_size = 8;
   FT_CHECK_EQ_INT(fi_autotune(rt, &o, &r), FI_ERR_INVALID_ARGUMENT);
   FT_CHECK_STR_HAS(fi_last_error(), "struct_size");
+}
+
+/* Batch decode: every tactic (warps x pipelines the plan takes, the rule's split halved and
+ * doubled) computes the same attention, the fastest is stored, a faulted tactic is refused;
+ * a fresh runtime's plan of that shape and batch finds the stored row (one lookup, a hit). */
+FT_TEST(decode_tactics_measured_and_used_by_a_plan) {
+  FT_REQUIRE(setup() == 0);
+  char dir[] = "/tmp/fi-gpu-tune-XXXXXX", path[64];
+  FT_REQUIRE(mkdtemp(dir));
+  snprintf(path, sizeof path, "%s/d.db", dir);
+  fi_options o;
+  fi_options_init(&o);
+  o.cache_path = path;
+  fi_runtime *a = NULL, *b = NULL;
+  FT_REQUIRE(fi_runtime_create(&o, &a) == FI_OK, "%s", fi_last_error());
+  const char *shape = "q=bf16;kv=bf16;heads=8/2;head_dim=128;page=16;rope=0;len=512";
+  fi_autotune_options to;
+  fi_autotune_options_init(&to);
+  lines l;
+  memset(&l, 0, sizeof l);
+  to.op = "batch_decode", to.shape = shape, to.tokens = 8, to.repeats = 5, to.warmup = 1, to.fault_tactic = 3;
+  to.progress = collect, to.user = &l;
+  fi_autotune_result r;
+  FT_REQUIRE(fi_autotune(a, &to, &r) == FI_OK, "%s", fi_last_error());
+  FT_CHECK(r.tactics >= 4, "%d tactics", r.tactics);
+  FT_CHECK_EQ_INT(r.invalid, 1, "the faulted tactic");
+  FT_CHECK_EQ_INT(r.valid, r.tactics - 1, "every other decode tactic agrees with the rule");
+  FT_CHECK_EQ_STR(r.shape, shape);
+  row w = get_row(a, shape, 8);
+  FT_REQUIRE(w.found == 1);
+  FT_CHECK_EQ_STR(w.params, r.winner);
+  fi_runtime_destroy(a);
+
+  /* A fresh runtime's plan of the same shape and batch bucket finds it. */
+  FT_REQUIRE(fi_runtime_create(&o, &b) == FI_OK, "%s", fi_last_error());
+  int32_t ip[9], ll[8];
+  for (int i = 0; i <= 8; i++) ip[i] = i * 32;
+  for (int i = 0; i < 8; i++) ll[i] = 16;
+  fi_batch_decode_info info;
+  memset(&info, 0, sizeof info);
+  info.batch = 7, info.indptr = ip, info.last_page_len = ll; /* 7 requests: bucket 8 */
+  info.num_qo_heads = 8, info.num_kv_heads = 2, info.head_dim = 128, info.page_size = 16;
+  info.q_dtype = info.kv_dtype = (DLDataType){kDLBfloat, 16, 1};
+  size_t wsb = 0;
+  const DLDevice dv = {kDLCUDA, 0};
+  FT_REQUIRE(fi_batch_decode_workspace_size(b, dv, 8, 8, 2, 128, &wsb) == FI_OK);
+  CUdeviceptr d_ws;
+  CU_CHECK(&cu, cuMemAlloc(&d_ws, wsb));
+  int64_t s_ws[1] = {(int64_t)wsb};
+  DLTensor t_ws = g_tensor(d_ws, 0, 2, 1, s_ws, NULL);
+  t_ws.dtype = (DLDataType){kDLUInt, 8, 1};
+  fi_admin_stats s0, s1;
+  FT_REQUIRE(fi_admin_stats_get(b, &s0) == FI_OK);
+  fi_decode_plan *plan = NULL;
+  FT_REQUIRE(fi_batch_decode_plan(b, &info, NULL, &t_ws, NULL, &plan) == FI_OK, "%s", fi_last_error());
+  FT_REQUIRE(fi_batch_decode_plan(b, &info, NULL, &t_ws, NULL, &plan) == FI_OK, "%s", fi_last_error());
+  FT_REQUIRE(fi_admin_stats_get(b, &s1) == FI_OK);
+  FT_CHECK_EQ_INT(s1.tactic_hits - s0.tactic_hits, 1, "one lookup for two plans, a hit");
+  FT_CHECK_EQ_INT(s1.tactic_misses - s0.tactic_misses, 0);
+  fi_batch_decode_plan_destroy(plan);
+  cu.cuMemFree(d_ws);
+  fi_runtime_destroy(b);
+  remove_cache(path, dir);
 }
