@@ -69,7 +69,7 @@ static int render_sort(const jit_key *k, const char *entry, char *buf, size_t n)
   return w < 0 || (size_t)w >= n ? -1 : w;
 }
 
-static int count_sort(void) { return 3; }
+static int count_sort(void) { return 2; }
 static void config_sort(int idx, jit_key *out) { jit_moe_sort_select(idx, out); }
 
 const jit_op jit_op_moe_sort = {
