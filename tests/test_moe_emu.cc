@@ -42,7 +42,11 @@ static double sigm(double x) { return 1.0 / (1.0 + exp(-x)); }
 // ---- routing ----
 static void routing_case(const char *what, int method, int T, int E, int k, int ng, int tg, double scale, int ties) {
   std::vector<float> x((size_t)T * E), bias(E, 0.0f);
-  for (auto &v : x) v = ties ? (float)((int)(urand() * 3) - 1) : (float)((urand() - 0.5) * 6.0);
+  // ties 1: -1, 0 and 1; 2: -2, -1 and 0 (the best ones zeros); half the zeros -0 (they tie with +0)
+  for (auto &v : x) v = ties ? (float)((int)(urand() * 3) - ties) : (float)((urand() - 0.5) * 6.0);
+  if (ties)
+    for (auto &v : x)
+      if (v == 0.0f && urand() < 0.5) v = -0.0f;
   if (method == FI_MOE_DEEPSEEK_V3 && !ties)
     for (auto &b : bias) b = (float)((urand() - 0.5) * 0.2);
   std::vector<int32_t> ids((size_t)T * k, -7);
@@ -298,6 +302,8 @@ int main() {
   routing_case("ties: qwen3", 2, 25, 128, 8, 0, 0, 1.0, 1);
   routing_case("ties: deepseek-v3", 3, 25, 256, 8, 8, 4, 2.5, 1);
   routing_case("ties: llama4, k 2", 4, 25, 16, 2, 0, 0, 1.0, 1);
+  routing_case("ties at +-0: qwen3", 2, 25, 128, 8, 0, 0, 1.0, 2);
+  routing_case("ties at +-0: mixtral", 1, 25, 8, 2, 0, 0, 1.0, 2);
   // DeepSeek-V3's groups: P lanes a group for every group count (64-lane warps: P = 8 for
   // 8 groups, 1 for 33..64), groups not a power of two, one group (nothing excluded), all
   // groups kept, every group kept but one.
