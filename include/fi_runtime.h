@@ -593,8 +593,9 @@ typedef struct fi_moe_sort_outputs {
   DLTensor *total_num_padded_tokens;       /**< [1] */
 } fi_moe_sort_outputs;
 
-/** Sorts the routes of expert_ids [T, top_k] int32 (contiguous) into the tile tables (three
- * launches on stream; no host synchronization, so CUDA-graph safe for a fixed T). */
+/** Sorts the routes of expert_ids [T, top_k] int32 (contiguous) into the tile tables (one
+ * launch on stream for T * top_k <= 4096, two above; no host synchronization, no state kept
+ * in the workspace between calls, so CUDA-graph safe for a fixed T). */
 FI_API fi_status fi_moe_sort(fi_runtime *rt, const DLTensor *expert_ids, const fi_moe_sort_params *p,
                              DLTensor *workspace, const fi_moe_sort_outputs *out, void *stream);
 

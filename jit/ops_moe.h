@@ -7,6 +7,7 @@
 #include <stdint.h>
 
 #include "jit_key.h"
+#include "moe_params.h"
 
 enum {
   MOE_ROUTE_P_DTYPE,  /* the logits' dtype: f32 or bf16 */
@@ -23,7 +24,22 @@ enum {
  * experts must be at most MOE_ROUTE_MAX_EPL * warp. */
 void jit_moe_routing_select(int dtype, int method, int experts, int warp, jit_key *out);
 
-/* The sort's three kernels (moe_sort.cuh): 0 count, 1 scan, 2 scatter. */
+/* The sort's grid for `routes` routes (moe_sort.cuh): FI_MOE_SORT_CHUNK routes a block, at
+ * most FI_MOE_SORT_MAX_BLOCKS blocks (larger chunks past that), chunks a multiple of the
+ * 1024-thread block, at least one block (a lone block also writes the tables for no
+ * routes). Header-only: the emulator test (tests/test_moe_emu.cc) runs the same grid. */
+static inline void jit_moe_sort_grid(int64_t routes, int32_t *blocks, int32_t *chunk) {
+  int64_t b = (routes + FI_MOE_SORT_CHUNK - 1) / FI_MOE_SORT_CHUNK;
+  if (b < 1) b = 1;
+  if (b > FI_MOE_SORT_MAX_BLOCKS) b = FI_MOE_SORT_MAX_BLOCKS;
+  int64_t c = ((routes + b - 1) / b + 1023) / 1024 * 1024;
+  if (c < 1024) c = 1024;
+  *blocks = (int32_t)b; /* grows with routes (a workspace serves every smaller call); the last chunk may be empty */
+  *chunk = (int32_t)c;
+}
+
+/* The sort's two kernels (moe_sort.cuh): 0 count (only when the routes take several blocks),
+ * 1 place (the scan, the tables and the rows). */
 enum { MOE_SORT_P_PHASE };
 void jit_moe_sort_select(int phase, jit_key *out);
 

@@ -37,9 +37,10 @@ typedef struct fi_moe_route_params {
 
 /* Sort of the routes (expanded index x = token * top_k + k) by local expert into tiles of
  * tile_size rows (moe_sort.cuh). ids [routes] (row stride 1: the [tokens, top_k] table as
- * one run); an id in [expert_offset, expert_offset + local_experts) is local. counts: the
- * workspace, [blocks, local_experts] int32 (each block's count per expert, then the
- * permuted row of its first route per expert). */
+ * one run); an id in [expert_offset, expert_offset + local_experts) is local. The routes
+ * are cut into blocks chunks of chunk routes (a multiple of 1024), a block each. counts:
+ * the workspace, [blocks, local_experts] int32, each block's count per expert (written by
+ * the count kernel when blocks > 1, read by the place kernel; unused for one block). */
 typedef struct fi_moe_sort_params_k {
   const int32_t *ids;
   int32_t *counts;
@@ -50,7 +51,8 @@ typedef struct fi_moe_sort_params_k {
   int32_t *num_tiles;         /* [1] tiles used */
   int32_t *total_padded;      /* [1] tiles used * tile_size */
   int32_t routes;
-  int32_t blocks;             /* of the count and scatter kernels: routes per block FI_MOE_SORT_CHUNK */
+  int32_t blocks;             /* of both kernels, at least 1 */
+  int32_t chunk;              /* routes a block */
   int32_t expert_offset;
   int32_t local_experts;
   int32_t tile_size;
@@ -112,9 +114,12 @@ typedef struct fi_moe_gemm_params_k {
   int32_t a_rows;            /* a's rows: a gathered route outside them reads as zeros */
 } fi_moe_gemm_params_k;
 
-/* Routes one count or scatter block takes (1024 threads, 4 rounds), and the most local
- * experts the sort supports (its per-warp counts live in shared memory). */
+/* The sort's chunks (moe_sort.cuh; 1024-thread blocks): FI_MOE_SORT_CHUNK routes a block (one
+ * block, one launch, for that many routes or fewer), at most FI_MOE_SORT_MAX_BLOCKS blocks (the
+ * chunks grow past that: each block reads every block's counts), and the most local experts
+ * the sort supports (its per-warp counts live in shared memory). */
 #define FI_MOE_SORT_CHUNK 4096
+#define FI_MOE_SORT_MAX_BLOCKS 128
 #define FI_MOE_SORT_MAX_EXPERTS 256
 
 #endif

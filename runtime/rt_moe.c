@@ -168,9 +168,6 @@ static fi_status check_sort_params(const char *fn, const fi_moe_sort_params *p) 
   return FI_OK;
 }
 
-/* Blocks of the count and scatter kernels, and the workspace: their counts per expert. */
-static int64_t sort_blocks(int64_t routes) { return (routes + FI_MOE_SORT_CHUNK - 1) / FI_MOE_SORT_CHUNK; }
-
 FI_API fi_status fi_moe_sort_workspace_size(fi_runtime *rt, int64_t num_tokens, int top_k,
                                             const fi_moe_sort_params *p, size_t *bytes) {
   const char *fn = "fi_moe_sort_workspace_size";
@@ -181,8 +178,9 @@ FI_API fi_status fi_moe_sort_workspace_size(fi_runtime *rt, int64_t num_tokens, 
   if (num_tokens < 0 || top_k < 1 || top_k > 32 || num_tokens * top_k > INT32_MAX / 2)
     return rt_fail(FI_ERR_INVALID_ARGUMENT, "%s: num_tokens %lld x top_k %d is out of range", fn,
                    (long long)num_tokens, top_k);
-  const int64_t b = sort_blocks(num_tokens * top_k);
-  *bytes = (size_t)(((b ? b : 1) * p->local_num_experts * 4 + 255) / 256 * 256);
+  int32_t b, c;
+  jit_moe_sort_grid(num_tokens * top_k, &b, &c);
+  *bytes = (size_t)(((int64_t)b * p->local_num_experts * 4 + 255) / 256 * 256);
   return FI_OK;
 }
 
@@ -269,7 +267,7 @@ FI_API fi_status fi_moe_sort(fi_runtime *rt, const DLTensor *expert_ids, const f
         return rt_fail(FI_ERR_INVALID_ARGUMENT, "%s: %s and %s overlap", fn, names[i], names[j]);
     }
   kp.routes = (int32_t)(T * K);
-  kp.blocks = (int32_t)sort_blocks(T * K);
+  jit_moe_sort_grid(T * K, &kp.blocks, &kp.chunk);
   kp.expert_offset = p->local_expert_offset;
   kp.local_experts = p->local_num_experts;
   kp.tile_size = p->tile_size;
@@ -278,14 +276,13 @@ FI_API fi_status fi_moe_sort(fi_runtime *rt, const DLTensor *expert_ids, const f
   const rt_device_i *be;
   void *state;
   if ((st = rt_backend(rt, dev.device_type, &be, &state)) != FI_OK) return st;
-  for (int phase = 0; phase < 3; phase++) {
-    const unsigned grid = phase == 1 ? 1u : (unsigned)kp.blocks;
-    if (grid == 0) continue; /* no routes: the scan alone writes the (empty) tables */
+  /* One block: the place kernel alone; more: the count kernel first. */
+  for (int phase = kp.blocks > 1 ? 0 : 1; phase < 2; phase++) {
     jit_key key;
     jit_moe_sort_select(phase, &key);
     rt_kernel *k;
     if ((st = rt_kernel_get(rt, &key, be, dev.device_id, &k)) != FI_OK) return st;
-    const rt_launch l = {{grid, 1, 1}, {1024, 1, 1}, 0};
+    const rt_launch l = {{(unsigned)kp.blocks, 1, 1}, {1024, 1, 1}, 0};
     if ((st = rt_launch_kernel(rt, k, &l, stream, &kp, sizeof kp)) != FI_OK) return st;
   }
   return FI_OK;

@@ -156,6 +156,18 @@ static inline int __shfl_xor(int v, int m, int width) {
   return __shfl(v, (int)(threadIdx.x % EMU_WARP) ^ m, EMU_WARP);
 }
 
+// The lanes of this warp whose pred is nonzero (AMD's __ballot: bit l for lane l).
+static inline unsigned long long __ballot(int pred) {
+  const int w = threadIdx.x / EMU_WARP;
+  emu::xbuf[w][threadIdx.x % EMU_WARP] = pred != 0;
+  emu::wait(emu::warp_bar[w]);
+  unsigned long long m = 0;
+  for (int l = 0; l < EMU_WARP; l++)
+    if (emu::xbuf[w][l]) m |= 1ull << l;
+  emu::wait(emu::warp_bar[w]);
+  return m;
+}
+
 static inline void __threadfence() {}
 static inline int atomicAdd(int *p, int v) {
   const int o = *p;

@@ -105,7 +105,7 @@ static int dtype_field(const char *f, size_t len) {
   return 0;
 }
 static int shape_field(const char *f, size_t len) {
-  static const char *const more[] = {"head_dim", "kind", "act", "mode", "pos", "layout"};
+  static const char *const more[] = {"head_dim", "kind", "act", "mode", "pos", "layout", "phase", "method", "epl"};
   if (dtype_field(f, len)) return 1;
   for (size_t i = 0; i < sizeof more / sizeof *more; i++)
     if (strlen(more[i]) == len && memcmp(f, more[i], len) == 0) return 1;
@@ -189,7 +189,7 @@ static void check_op_arch(const char *arch, int stride, field_pred pred) {
 }
 
 /* sm_90 is the arch served: every config in the full run (hiprtc, several times slower a
- * kernel, every 6th for gfx90a), each dtype, head dim,
+ * kernel, every 6th for gfx90a), each dtype, head dim, phase, method, epl,
  * kind and mode of every op in the sample. The others: every dtype of every op. */
 FT_TEST(nvrtc_sm90_every_config) { check_op_arch("sm_90", 1, shape_field); }
 FT_TEST(nvrtc_sm80_sample) { check_op_arch("sm_80", 7, dtype_field); }

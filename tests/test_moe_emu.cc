@@ -29,6 +29,7 @@ using std::min;
 #include "moe_routing.cuh"
 #include "moe_sort.cuh"
 #include "moe_combine.cuh"
+#include "ops_moe.h"
 
 static int fails;
 static uint64_t rng = 0x9e3779b97f4a7c15ull;
@@ -41,7 +42,11 @@ static double sigm(double x) { return 1.0 / (1.0 + exp(-x)); }
 // ---- routing ----
 static void routing_case(const char *what, int method, int T, int E, int k, int ng, int tg, double scale, int ties) {
   std::vector<float> x((size_t)T * E), bias(E, 0.0f);
-  for (auto &v : x) v = ties ? (float)((int)(urand() * 3) - 1) : (float)((urand() - 0.5) * 6.0);
+  // ties 1: -1, 0 and 1; 2: -2, -1 and 0 (the best ones zeros); half the zeros -0 (they tie with +0)
+  for (auto &v : x) v = ties ? (float)((int)(urand() * 3) - ties) : (float)((urand() - 0.5) * 6.0);
+  if (ties)
+    for (auto &v : x)
+      if (v == 0.0f && urand() < 0.5) v = -0.0f;
   if (method == FI_MOE_DEEPSEEK_V3 && !ties)
     for (auto &b : bias) b = (float)((urand() - 0.5) * 0.2);
   std::vector<int32_t> ids((size_t)T * k, -7);
@@ -130,7 +135,11 @@ static void routing_case(const char *what, int method, int T, int E, int k, int 
 }
 
 // ---- the sort ----
-static void sort_case(const char *what, int T, int K, int E, int off, int L, int TS, int pattern) {
+// pattern 0: random distinct experts a token; 1: one hot expert (k = 0 of every token, the
+// rest spread); 2: the bound (ids off + x / (1 + TS)); 3: heavy skew (3 in 4 routes to
+// expert off + L / 2, the rest random, duplicates allowed). chunk 0: the runtime's grid
+// (jit_moe_sort_grid), else that many routes a block (more blocks than the runtime would take).
+static void sort_case(const char *what, int T, int K, int E, int off, int L, int TS, int pattern, int chunk = 0) {
   const int R = T * K;
   std::vector<int32_t> ids(R > 0 ? R : 1);
   for (int x = 0; x < R; x++) {
@@ -142,22 +151,27 @@ static void sort_case(const char *what, int T, int K, int E, int off, int L, int
       }
     } else if (pattern == 1) {
       ids[x] = x % K == 0 ? off : off + (x % K) % L;
-    } else {
+    } else if (pattern == 2) {
       ids[x] = off + x / (1 + TS);
+    } else {
+      ids[x] = urand() < 0.75 ? off + L / 2 : (int)(urand() * E);
     }
   }
   const int64_t MT = R <= L ? R : ((int64_t)R + (int64_t)(TS - 1) * L) / TS;
-  const int blocks = (R + FI_MOE_SORT_CHUNK - 1) / FI_MOE_SORT_CHUNK;
-  std::vector<int32_t> counts((size_t)std::max(blocks, 1) * L, 0x5a5a5a5a), te(MT, 0x7b7b7b7b), mn(MT, 0x7b7b7b7b),
+  int32_t blocks, ch;
+  jit_moe_sort_grid(R, &blocks, &ch);
+  if (chunk) ch = chunk, blocks = std::max(1, (R + chunk - 1) / chunk);
+  std::vector<int32_t> counts((size_t)blocks * L, 0x5a5a5a5a), te(MT, 0x7b7b7b7b), mn(MT, 0x7b7b7b7b),
       e2p(R > 0 ? R : 1, 0x7b7b7b7b), p2e(MT * TS > 0 ? MT * TS : 1, 0x7b7b7b7b), n(2, 0x7b7b7b7b);
   fi_moe_sort_params_k p;
   memset(&p, 0, sizeof p);
   p.ids = ids.data(), p.counts = counts.data(), p.tile_expert = te.data(), p.tile_mn_limit = mn.data();
   p.e2p = e2p.data(), p.p2e = p2e.data(), p.num_tiles = &n[0], p.total_padded = &n[1];
-  p.routes = R, p.blocks = blocks, p.expert_offset = off, p.local_experts = L, p.tile_size = TS, p.max_tiles = (int32_t)MT;
-  if (blocks) emu::launch((unsigned)blocks, 1, 1024, [&] { fi::moe::sort<0>(p); });
-  emu::launch(1, 1, 1024, [&] { fi::moe::sort<1>(p); });
-  if (blocks) emu::launch((unsigned)blocks, 1, 1024, [&] { fi::moe::sort<2>(p); });
+  p.routes = R, p.blocks = blocks, p.chunk = ch, p.expert_offset = off, p.local_experts = L, p.tile_size = TS;
+  p.max_tiles = (int32_t)MT;
+  // As fi_moe_sort launches them: the count kernel only for several blocks.
+  if (blocks > 1) emu::launch((unsigned)blocks, 1, 1024, [&] { fi::moe::sort<0>(p); });
+  emu::launch((unsigned)blocks, 1, 1024, [&] { fi::moe::sort<1>(p); });
   // reference
   std::vector<int64_t> cnt(L, 0), start(L + 1, 0), fill(L, 0);
   for (int x = 0; x < R; x++)
@@ -180,8 +194,9 @@ static void sort_case(const char *what, int T, int K, int E, int off, int L, int
   if (R && memcmp(e2p.data(), re2p.data(), (size_t)R * 4)) bad++;
   if (MT * TS && memcmp(p2e.data(), rp2e.data(), (size_t)(MT * TS) * 4)) bad++;
   if (pattern == 2 && start[L] != MT) bad++;
-  fprintf(stderr, "%s sort %-31s T=%d K=%d L=%d@%d tile %d: %lld tiles of %lld at most\n", bad ? "FAIL" : "ok  ", what, T,
-          K, L, off, TS, (long long)start[L], (long long)MT);
+  fprintf(stderr, "%s sort %-31s T=%d K=%d L=%d@%d tile %d, %d block%s of %d: %lld tiles of %lld at most\n",
+          bad ? "FAIL" : "ok  ", what, T, K, L, off, TS, blocks, blocks > 1 ? "s" : "", ch, (long long)start[L],
+          (long long)MT);
   fails += bad != 0;
 }
 
@@ -251,6 +266,31 @@ static void combine_case(const char *what, int T_, int K, int E, int L, int TS, 
 }
 
 int main() {
+  // The sort's grid: every route in a chunk, chunks whole 1024-thread rounds, at most 128
+  // blocks, and blocks (so the workspace) never fewer for more routes.
+  int32_t prev = 0;
+  for (int64_t r = 0; r <= ((int64_t)1 << 30); r += r < 70000 ? 1 : r < 2000000 ? 997 : 1000003) {
+    int32_t b, c;
+    jit_moe_sort_grid(r, &b, &c);
+    if (b < 1 || b > FI_MOE_SORT_MAX_BLOCKS || c % 1024 || (int64_t)b * c < r || b < prev ||
+        (r <= FI_MOE_SORT_CHUNK) != (b == 1)) {
+      fprintf(stderr, "FAIL sort grid: %lld routes: %d blocks of %d\n", (long long)r, b, c);
+      fails++;
+      break;
+    }
+    prev = b;
+  }
+  // The routing's e / G as (e * ceil(2^20 / G)) >> 20, for every e and G up to 512.
+  for (uint32_t G = 1; G <= 512; G++) {
+    const uint32_t inv = ((1u << 20) + G - 1) / G;
+    for (uint32_t e = 0; e < 512; e++)
+      if (((e * inv) >> 20) != e / G) {
+        fprintf(stderr, "FAIL e / G: e %u G %u\n", e, G);
+        fails++;
+        G = 513;
+        break;
+      }
+  }
   routing_case("mixtral renormalize", 1, 37, 8, 2, 0, 0, 1.0, 0);
   routing_case("qwen3 softmax-topk-renorm", 2, 21, 128, 8, 0, 0, 1.0, 0);
   routing_case("softmax-topk", 0, 19, 64, 6, 0, 0, 1.0, 0);
@@ -262,6 +302,19 @@ int main() {
   routing_case("ties: qwen3", 2, 25, 128, 8, 0, 0, 1.0, 1);
   routing_case("ties: deepseek-v3", 3, 25, 256, 8, 8, 4, 2.5, 1);
   routing_case("ties: llama4, k 2", 4, 25, 16, 2, 0, 0, 1.0, 1);
+  routing_case("ties at +-0: qwen3", 2, 25, 128, 8, 0, 0, 1.0, 2);
+  routing_case("ties at +-0: mixtral", 1, 25, 8, 2, 0, 0, 1.0, 2);
+  // DeepSeek-V3's groups: P lanes a group for every group count (64-lane warps: P = 8 for
+  // 8 groups, 1 for 33..64), groups not a power of two, one group (nothing excluded), all
+  // groups kept, every group kept but one.
+  routing_case("deepseek-v3 3 groups of 32", 3, 13, 96, 8, 3, 2, 1.0, 0);
+  routing_case("deepseek-v3 5 groups of 32", 3, 13, 160, 6, 5, 2, 1.0, 0);
+  routing_case("deepseek-v3 9 groups of 8", 3, 13, 72, 4, 9, 1, 1.0, 0);
+  routing_case("deepseek-v3 32 groups of 16", 3, 9, 512, 8, 32, 4, 1.0, 0);
+  routing_case("deepseek-v3 1 group (kimi-k2)", 3, 11, 384, 8, 1, 1, 2.8, 0);
+  routing_case("deepseek-v3 all 8 groups kept", 3, 11, 256, 8, 8, 8, 1.0, 0);
+  routing_case("deepseek-v3 7 of 8 groups", 3, 11, 256, 8, 8, 7, 1.0, 0);
+  routing_case("ties: deepseek-v3 16 groups", 3, 17, 128, 6, 16, 3, 1.0, 1);
   sort_case("random, 3 blocks", 1100, 8, 256, 0, 256, 128, 0);
   sort_case("random, tile 64", 300, 8, 128, 0, 128, 64, 0);
   sort_case("one hot expert", 5000, 1, 64, 0, 64, 256, 1);
@@ -270,6 +323,23 @@ int main() {
   sort_case("T < L", 5, 2, 256, 0, 256, 128, 0);
   sort_case("the bound", 8 * 65, 1, 8, 0, 8, 64, 2);
   sort_case("no routes", 0, 8, 256, 0, 256, 128, 0);
+  // One block (decode sizes) and several, tile sizes, EP offsets, skew.
+  sort_case("decode 64 tokens, one block", 64, 8, 256, 0, 256, 128, 0);
+  sort_case("one block, a full chunk", 512, 8, 256, 0, 256, 64, 0);
+  sort_case("one block, skew, tile 256", 333, 8, 256, 0, 256, 256, 3);
+  sort_case("one block, ep rank 5 of 8", 500, 8, 256, 160, 32, 128, 0);
+  sort_case("one block, all to one", 1000, 4, 64, 0, 64, 64, 1);
+  sort_case("two blocks, skew", 600, 8, 256, 0, 256, 128, 3);
+  sort_case("2048 tokens, ep rank 2 of 8", 2048, 8, 256, 64, 32, 256, 0);
+  sort_case("2048 tokens, skew, tile 64", 2048, 8, 256, 0, 256, 64, 3);
+  // Forced small chunks: more blocks than threads an expert sums (4 at 256 experts) and
+  // than warps a block (padding spread over blocks), a last block cut short.
+  sort_case("37 blocks of 1024, skew", 4700, 8, 256, 0, 256, 128, 3, 1024);
+  sort_case("37 blocks of 1024, ep rank 1", 4700, 8, 256, 32, 32, 64, 0, 1024);
+  sort_case("20 blocks of 2048, one hot", 5000, 8, 128, 0, 128, 256, 1, 2048);
+  sort_case("3 blocks of 1024, the bound", 32 * 65, 1, 32, 0, 32, 64, 2, 1024);
+  // Chunks past 4096 (the runtime's past 128 blocks), not a power of two.
+  sort_case("3 blocks of 5120, skew", 1600, 8, 256, 0, 256, 128, 3, 5120);
   combine_case<float>("f32, all experts local", 50, 4, 16, 16, 64, 64, 0);
   combine_case<fi_bf16>("bf16, ep: half the experts", 70, 8, 64, 32, 64, 128, 1);
   fprintf(stderr, "%d failures (%ld scheduler rounds)\n", fails, emu::rounds);

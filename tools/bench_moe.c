@@ -153,11 +153,47 @@ static void run_fused(void *ctx, int call) {
                      NULL),
         "fi_fused_moe");
 }
-static void run_route_sort(void *ctx, int call) {
+static void run_route(void *ctx, int call) {
   (void)call;
   layer *l = ctx;
   check(fi_moe_routing(l->rt, &l->t_l, NULL, &l->rp, &l->t_ids, &l->t_wts, NULL), "fi_moe_routing");
+}
+static void run_sort(void *ctx, int call) {
+  (void)call;
+  layer *l = ctx;
   check(fi_moe_sort(l->rt, &l->t_ids, &l->sp, &l->t_ws, &l->so, NULL), "fi_moe_sort");
+}
+static void run_route_sort(void *ctx, int call) {
+  run_route(ctx, call);
+  run_sort(ctx, call);
+}
+
+/* Routing + sort for DeepSeek-V3 (256 experts, top 8, 8 groups keep 4, no bias; tile 128) at
+ * each of the n token counts Tr, EP 1 (and 8 with split), 20 calls back to back, us a call;
+ * split: routing and the sort alone too (the moe_route section). */
+static void route_sort_rows(fi_runtime *rt, const int64_t *Tr, int n, int reps, int split) {
+  printf("\nrouting + sort (DeepSeek-V3: 256 experts, top 8, 8 groups keep 4, no bias; tile 128):\n%s",
+         split ? "| T | EP | us | routing us | sort us |\n|---|---|---|---|---|\n" : "| T | us |\n|---|---|\n");
+  for (int ti = 0; ti < n; ti++)
+    for (int ep = 1; ep <= (split ? 8 : 1); ep += 7) {
+      const mshape m = {"deepseek-v3-router", 256, 8, 64, 64}; /* tiny H, I: only the tables matter */
+      layer l;
+      layer_make(&l, rt, &m, Tr[ti], ep, 128);
+      l.rp.method = FI_MOE_ROUTING_DEEPSEEK_V3, l.rp.n_group = 8, l.rp.topk_group = 4, l.rp.routed_scaling_factor = 2.5;
+      run_route_sort(&l, 0);
+      const double ms = time_runs(run_route_sort, &l, 20, reps);
+      if (!split) {
+        printf("| %lld | %.1f |\n", (long long)Tr[ti], ms * 1e3);
+        if (json) fprintf(json, "{\"bench\":\"moe_route_sort\",\"T\":%lld,\"us\":%.3f}\n", (long long)Tr[ti], ms * 1e3);
+      } else {
+        const double mr = time_runs(run_route, &l, 20, reps), msort = time_runs(run_sort, &l, 20, reps);
+        printf("| %lld | %d | %.1f | %.1f | %.1f |\n", (long long)Tr[ti], ep, ms * 1e3, mr * 1e3, msort * 1e3);
+        if (json)
+          fprintf(json, "{\"bench\":\"moe_route_split\",\"T\":%lld,\"ep\":%d,\"us\":%.3f,\"route_us\":%.3f,\"sort_us\":%.3f}\n",
+                  (long long)Tr[ti], ep, ms * 1e3, mr * 1e3, msort * 1e3);
+      }
+      layer_free(&l);
+    }
 }
 
 static void run_moe(fi_runtime *rt, double copy) {
@@ -239,19 +275,8 @@ static void run_moe(fi_runtime *rt, double copy) {
                 m->model, (long long)l.T, (long long)l.experts_touched, ms, tbs, rd > 0 ? tbs / rd : 0);
       layer_free(&l);
     }
-  printf("\nrouting + sort (DeepSeek-V3: 256 experts, top 8, 8 groups keep 4, no bias; tile 128):\n"
-         "| T | us |\n|---|---|\n");
   const int64_t Tr[] = {64, 4096, 16384};
-  for (size_t ti = 0; ti < 3; ti++) {
-    const mshape m = {"deepseek-v3-router", 256, 8, 64, 64}; /* tiny H, I: only the tables matter */
-    layer l;
-    layer_make(&l, rt, &m, Tr[ti], 1, 128);
-    l.rp.method = FI_MOE_ROUTING_DEEPSEEK_V3, l.rp.n_group = 8, l.rp.topk_group = 4, l.rp.routed_scaling_factor = 2.5;
-    const double ms = time_runs(run_route_sort, &l, 20, reps);
-    printf("| %lld | %.1f |\n", (long long)Tr[ti], ms * 1e3);
-    if (json) fprintf(json, "{\"bench\":\"moe_route_sort\",\"T\":%lld,\"us\":%.3f}\n", (long long)Tr[ti], ms * 1e3);
-    layer_free(&l);
-  }
+  route_sort_rows(rt, Tr, 3, reps, 0);
   /* Whether the GEMMs ran stored tactics (fi-bench --cache on a file fi-cache tune filled)
    * or their rule: the lookups of this section's runtime. */
   fi_admin_stats st;
@@ -270,3 +295,15 @@ const bench_section bench_moe_section = {
     "and 8; 4096 and 16384 tokens) against the tensor-core probes, decode sizes\n"
     "against the read probe, routing + sort; peer: lab/moe/torch_peer.py",
     0, run_moe};
+
+static void run_moe_route(fi_runtime *rt, double copy) {
+  (void)copy;
+  const int64_t Tr[] = {1, 64, 512, 4096, 16384, 65536};
+  route_sort_rows(rt, Tr, 6, quick ? 3 : 7, 1);
+}
+
+const bench_section bench_moe_route_section = {
+    "moe_route",
+    "routing + sort alone (DeepSeek-V3, 1 to 65536 tokens, EP 1 and 8), and each\n"
+    "of the two alone: the moe section's last table without its GEMMs",
+    0, run_moe_route};

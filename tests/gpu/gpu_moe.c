@@ -208,6 +208,13 @@ FT_TEST(moe_routing_every_method) {
       {"ties: qwen3 bf16", FI_MOE_ROUTING_SOFTMAX_TOPK_RENORM, 1, 400, 128, 128, 8, 8, 0, 0, 1.0, 1},
       {"ties: deepseek-v3 bf16", FI_MOE_ROUTING_DEEPSEEK_V3, 1, 400, 256, 256, 8, 8, 8, 4, 2.5, 1},
       {"ties: llama4 f32", FI_MOE_ROUTING_LLAMA4, 2, 300, 16, 16, 2, 2, 0, 0, 1.0, 1},
+      /* DeepSeek-V3 group layouts of the routing kernel (P lanes a group): one group (Kimi-K2,
+       * nothing excluded), 32 groups, 5 groups, every group kept */
+      {"kimi-k2 384 experts, 1 group", FI_MOE_ROUTING_DEEPSEEK_V3, 2, 301, 384, 384, 8, 8, 1, 1, 2.827, 0},
+      {"deepseek-v3 512 experts, 32 groups", FI_MOE_ROUTING_DEEPSEEK_V3, 1, 129, 512, 512, 8, 8, 32, 4, 1.0, 0},
+      {"deepseek-v3 160 experts, 5 groups", FI_MOE_ROUTING_DEEPSEEK_V3, 2, 129, 160, 160, 6, 6, 5, 2, 1.0, 0},
+      {"deepseek-v3 all 8 groups kept", FI_MOE_ROUTING_DEEPSEEK_V3, 2, 129, 256, 256, 8, 8, 8, 8, 1.0, 0},
+      {"ties: deepseek-v3 f32, 16 groups", FI_MOE_ROUTING_DEEPSEEK_V3, 2, 200, 128, 128, 6, 6, 16, 3, 1.0, 1},
   };
   for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) FT_CHECK(run(&cases[i]) == 0, "%s", cases[i].what);
 }
@@ -401,6 +408,13 @@ FT_TEST(moe_sort_tables_and_invariants) {
       {"the bound (R + (tile-1) L) / tile", 8 * 65, 1, 8, 0, 8, 64, 3},
       {"the bound, tile 256", 16 * 257, 1, 32, 16, 16, 256, 3},
       {"no tokens", 0, 8, 256, 0, 256, 128, 0},
+      /* the sort's grids: one block (<= 4096 routes), several, and the 128-block cap (chunks
+       * past 4096); a hot expert across many blocks; EP at prefill size */
+      {"one block, 512 tokens x 8", 512, 8, 256, 0, 256, 128, 0},
+      {"two blocks, 513 tokens x 8", 513, 8, 256, 0, 256, 128, 0},
+      {"128 blocks of 5120, 70000 tokens", 70000, 8, 256, 0, 256, 128, 0},
+      {"all to one expert, 40000 tokens", 40000, 1, 64, 0, 64, 128, 1},
+      {"ep rank 5 of 8, 16384 tokens", 16384, 8, 256, 160, 32, 128, 0},
   };
   for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) FT_CHECK(run_sort(&cases[i]) == 0, "%s", cases[i].what);
 }
