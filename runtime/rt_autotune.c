@@ -17,117 +17,9 @@
 #define MAX_TACTICS RT_TUNE_MAX_TACTICS
 typedef rt_tune_dev tune_dev;
 
-fi_status rt_tune_dev_fail(rt_tune_dev *d, const char *what) {
-  return rt_fail(FI_ERR_DEVICE, "fi_autotune: %s: %s", what, d->err);
-}
 #define dev_fail rt_tune_dev_fail
-
-fi_status rt_tune_alloc(rt_tune_dev *d, size_t bytes, void **p, const char *what) {
-  if (d->t->mem_alloc(d->state, d->dev, bytes, p, d->err, sizeof d->err) != 0) return dev_fail(d, what);
-  return FI_OK;
-}
 #define dalloc rt_tune_alloc
-
-void rt_tune_free(rt_tune_dev *d, void *p) {
-  if (p) d->t->mem_free(d->state, d->dev, p);
-}
 #define dfree rt_tune_free
-
-DLTensor rt_tune_tensor(void *p, int code, int bits, int nd, int64_t *shape, int dev) {
-  DLTensor t;
-  memset(&t, 0, sizeof t);
-  t.data = p;
-  t.device.device_type = kDLCUDA;
-  t.device.device_id = dev;
-  t.ndim = nd;
-  t.dtype.code = (uint8_t)code;
-  t.dtype.bits = (uint8_t)bits;
-  t.dtype.lanes = 1;
-  t.shape = shape;
-  return t;
-}
-
-int rt_tune_items(const char *shape, char *buf, size_t n, int (*item)(const char *k, const char *v, void *u),
-                  void *user) {
-  snprintf(buf, n, "%s", shape);
-  for (char *save = NULL, *it = strtok_r(buf, ";", &save); it; it = strtok_r(NULL, ";", &save)) {
-    char *eq = strchr(it, '=');
-    if (!eq) return item(it, NULL, user);
-    *eq = 0;
-    int rc = item(it, eq + 1, user);
-    if (rc) return rc;
-  }
-  return 0;
-}
-
-/* ---- random 16-bit floats ---- */
-
-uint64_t rt_tune_rand(uint64_t *s) {
-  uint64_t x = *s;
-  x ^= x << 13, x ^= x >> 7, x ^= x << 17;
-  return *s = x;
-}
-
-/* Uniform in [-1, 1). */
-static float rng_unit(uint64_t *s) { return (float)((double)(rt_tune_rand(s) >> 11) * 0x1.0p-52 - 1.0); }
-
-static uint16_t to_bf16(float f) {
-  uint32_t u;
-  memcpy(&u, &f, 4);
-  return (uint16_t)((u + 0x7fffu + ((u >> 16) & 1u)) >> 16);
-}
-
-static float from_bf16(uint16_t h) {
-  const uint32_t u = (uint32_t)h << 16;
-  float f;
-  memcpy(&f, &u, 4);
-  return f;
-}
-
-/* IEEE half for |f| < 65504 (the tuner's values are small), round to nearest even. */
-static uint16_t to_f16(float f) {
-  uint32_t u;
-  memcpy(&u, &f, 4);
-  const uint16_t sign = (uint16_t)((u >> 16) & 0x8000u);
-  const float a = fabsf(f);
-  if (a < 0x1.0p-24f) return sign;
-  if (a < 0x1.0p-14f) return (uint16_t)(sign | (uint16_t)lrintf(a * 0x1.0p24f)); /* subnormal */
-  int e;
-  const float m = frexpf(a, &e); /* a = m 2^e, m in [0.5, 1) */
-  long q = lrintf(m * 2048.0f); /* 11 significant bits */
-  if (q == 2048) q = 1024, e++;
-  return (uint16_t)(sign | (uint16_t)((e + 14) << 10) | (uint16_t)(q - 1024));
-}
-
-static float from_f16(uint16_t h) {
-  const int e = (h >> 10) & 31, m = h & 1023;
-  float v = e == 0 ? ldexpf((float)m, -24) : e == 31 ? (m ? NAN : INFINITY) : ldexpf((float)(m | 1024), e - 25);
-  return h & 0x8000u ? -v : v;
-}
-
-/* bytes of random 16-bit floats (scale x uniform [-1, 1)) at p: one host chunk copied up,
- * then doubled on the device, so that gigabytes of weights cost no host time. */
-fi_status rt_tune_fill(rt_tune_dev *d, void *p, size_t bytes, int bf16, float scale, uint64_t seed) {
-  const size_t chunk = bytes < ((size_t)8 << 20) ? bytes : ((size_t)8 << 20);
-  if (!chunk) return FI_OK;
-  uint16_t *h = calloc(chunk / 2 + 1, 2);
-  if (!h) return rt_fail(FI_ERR_OUT_OF_MEMORY, "fi_autotune: out of host memory");
-  uint64_t s = seed | 1;
-  for (size_t i = 0; i < chunk / 2; i++) {
-    const float v = scale * rng_unit(&s);
-    h[i] = bf16 ? to_bf16(v) : to_f16(v);
-  }
-  int rc = d->t->copy(d->state, d->dev, p, h, chunk, RT_COPY_H2D, d->err, sizeof d->err);
-  free(h);
-  if (rc != 0) return dev_fail(d, "copying inputs to the device");
-  for (size_t done = chunk; done < bytes;) {
-    const size_t n = done < bytes - done ? done : bytes - done;
-    if (d->t->copy(d->state, d->dev, (char *)p + done, p, n, RT_COPY_D2D, d->err, sizeof d->err) != 0)
-      return dev_fail(d, "filling inputs on the device");
-    done += n;
-  }
-  return FI_OK;
-}
 
 /* ---- the harness ---- */
 
@@ -165,7 +57,7 @@ static int compare(const uint16_t *ref, const uint16_t *got, size_t n, int bf16,
   if (*bitwise) return 0;
   for (size_t i = 0; i < n; i++)
     if (ref[i] != 0xffff) {
-      const double r = fabs(bf16 ? from_bf16(ref[i]) : from_f16(ref[i]));
+      const double r = fabs(rt_tune_value(ref[i], bf16));
       if (r > scale && isfinite(r)) scale = r;
     }
   for (size_t i = 0; i < n; i++) {
@@ -174,7 +66,7 @@ static int compare(const uint16_t *ref, const uint16_t *got, size_t n, int bf16,
       snprintf(why, whylen, "wrote element %zu, which the rule leaves unwritten (a padding row)", i);
       return -1;
     }
-    const double r = bf16 ? from_bf16(ref[i]) : from_f16(ref[i]), g = bf16 ? from_bf16(got[i]) : from_f16(got[i]);
+    const double r = rt_tune_value(ref[i], bf16), g = rt_tune_value(got[i], bf16);
     if (got[i] == 0xffff || !isfinite(g)) {
       snprintf(why, whylen, "element %zu is %s where the rule's is %g", i, got[i] == 0xffff ? "unwritten" : "not finite",
                r);

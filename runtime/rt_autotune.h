@@ -30,7 +30,7 @@ fi_status rt_decode_plan_tactic(fi_runtime *rt, const fi_batch_decode_info *info
 const jit_key *rt_decode_plan_key(const fi_decode_plan *pl);
 
 /* ---- the tuner's pieces (rt_autotune.c: the harness; rt_autotune_moe.c and
- * rt_autotune_decode.c: the ops it measures) ---- */
+ * rt_autotune_decode.c: the ops it measures; rt_autotune_util.c: what both use) ---- */
 
 #define RT_TUNE_MAX_TACTICS 32
 #define RT_TUNE_NAME 64
@@ -52,6 +52,8 @@ void rt_tune_free(rt_tune_dev *d, void *p);
 /* bytes of random 16-bit floats (scale x uniform [-1, 1), bf16 or f16) at p. */
 fi_status rt_tune_fill(rt_tune_dev *d, void *p, size_t bytes, int bf16, float scale, uint64_t seed);
 uint64_t rt_tune_rand(uint64_t *s);
+/* A 16-bit float's value (bf16 or f16). */
+double rt_tune_value(uint16_t h, int bf16);
 DLTensor rt_tune_tensor(void *p, int code, int bits, int nd, int64_t *shape, int dev);
 /* "key=value;..." split: calls item(key, value, user) for each; -1 when an item has no '='. */
 int rt_tune_items(const char *shape, char *buf, size_t n, int (*item)(const char *k, const char *v, void *u),
