@@ -209,7 +209,7 @@ static const int64_t moe_tokens[] = {1, 16, 64, 256, 1024, 4096, 16384};
 static int moe_ops(const rt_model *m, int dt, int smem_kb, int wgmma, keyset *s) {
   jit_key k;
   int rc = 0;
-  for (int phase = 0; phase < 3; phase++) {
+  for (int phase = 0; phase < 2; phase++) {
     jit_moe_sort_select(phase, &k);
     rc |= add(s, &k);
   }
