@@ -72,13 +72,14 @@ static int find_row(const fi_tactic *t, void *user) {
   return 1;
 }
 
-static row get_row(fi_runtime *r, const char *shape, int64_t bucket) {
+static row get_op_row(fi_runtime *r, const char *op, const char *shape, int64_t bucket) {
   row w;
   memset(&w, 0, sizeof w);
   w.shape = shape, w.bucket = bucket;
-  if (fi_admin_tactic_list(r, "moe_gemm", NULL, find_row, &w) != FI_OK) w.found = -1;
+  if (fi_admin_tactic_list(r, op, NULL, find_row, &w) != FI_OK) w.found = -1;
   return w;
 }
+static row get_row(fi_runtime *r, const char *shape, int64_t bucket) { return get_op_row(r, "moe_gemm", shape, bucket); }
 
 FT_TEST(tune_stores_the_fastest_valid_tactic) {
   FT_REQUIRE(setup() == 0);
@@ -332,8 +333,8 @@ FT_TEST(decode_tactics_measured_and_used_by_a_plan) {
   FT_CHECK_EQ_INT(r.invalid, 1, "the faulted tactic");
   FT_CHECK_EQ_INT(r.valid, r.tactics - 1, "every other decode tactic agrees with the rule");
   FT_CHECK_EQ_STR(r.shape, shape);
-  row w = get_row(a, shape, 8);
-  FT_REQUIRE(w.found == 1);
+  row w = get_op_row(a, "batch_decode", shape, 8);
+  FT_REQUIRE(w.found == 1, "no stored batch_decode row for %s bucket 8", shape);
   FT_CHECK_EQ_STR(w.params, r.winner);
   fi_runtime_destroy(a);
 
