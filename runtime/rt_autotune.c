@@ -2,7 +2,7 @@
  * against the rule's output, timed with the last-level cache flushed, and the fastest valid
  * one stored in the cache's tactics table. This is the op-independent part (memory,
  * random inputs, validation, timing, storing); each op (rt_tune_op: rt_autotune_moe.c,
- * rt_autotune_decode.c) brings its shape parser, inputs, tactic list and a run. */
+ * rt_autotune_decode.c, rt_autotune_prefill.c) brings its shape parser, inputs, tactic list and a run. */
 #include <math.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -90,12 +90,12 @@ FI_API fi_status fi_autotune(fi_runtime *rt, const fi_autotune_options *o, fi_au
     return rt_fail(FI_ERR_INVALID_ARGUMENT, "%s: o->struct_size is %zu; fi_autotune_options_init sets it", fn,
                    o->struct_size);
   memset(r, 0, sizeof *r);
-  static const rt_tune_op *const ops[] = {&rt_tune_moe_gemm, &rt_tune_batch_decode};
+  static const rt_tune_op *const ops[] = {&rt_tune_moe_gemm, &rt_tune_batch_decode, &rt_tune_batch_prefill};
   const rt_tune_op *op = NULL;
   for (size_t i = 0; o->op && i < sizeof ops / sizeof *ops; i++)
     if (strcmp(o->op, ops[i]->name) == 0) op = ops[i];
   if (!op)
-    return rt_fail(FI_ERR_INVALID_ARGUMENT, "%s: o->op is %s%s%s; the ops it measures: moe_gemm, batch_decode", fn,
+    return rt_fail(FI_ERR_INVALID_ARGUMENT, "%s: o->op is %s%s%s; the ops it measures: moe_gemm, batch_decode, batch_prefill", fn,
                    o->op ? "\"" : "", o->op ? o->op : "NULL", o->op ? "\"" : "");
   if (!o->shape) return rt_fail(FI_ERR_INVALID_ARGUMENT, "%s: o->shape is NULL", fn);
   if (o->tokens < 1 || o->tokens > (1 << 20))

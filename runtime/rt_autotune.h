@@ -8,6 +8,7 @@
 
 #include "ops_moe.h"
 #include "rt_decode_choose.h"
+#include "rt_prefill_args.h"
 #include "rt_internal.h"
 #include "rt_device.h"
 
@@ -29,8 +30,16 @@ fi_status rt_decode_plan_tactic(fi_runtime *rt, const fi_batch_decode_info *info
                                 const rt_decode_tactic *force);
 const jit_key *rt_decode_plan_key(const fi_decode_plan *pl);
 
-/* ---- the tuner's pieces (rt_autotune.c: the harness; rt_autotune_moe.c and
- * rt_autotune_decode.c: the ops it measures; rt_autotune_util.c: what both use) ---- */
+/* fi_batch_prefill_{ragged,paged}_plan (paged 0 or 1) as rt_decode_plan_tactic: the stored
+ * tactic, the rule alone, or the tactic force; and a plan's kernel key. */
+fi_status rt_prefill_plan_tactic(fi_runtime *rt, const fi_batch_prefill_info *info, const fi_prefill_params *p,
+                                 int paged, DLTensor *workspace, void *stream, fi_prefill_plan **plan, int use_stored,
+                                 const rt_prefill_tactic *force);
+const jit_key *rt_prefill_plan_key(const fi_prefill_plan *pl);
+
+/* ---- the tuner's pieces (rt_autotune.c: the harness; rt_autotune_moe.c,
+ * rt_autotune_decode.c and rt_autotune_prefill.c: the ops it measures; rt_autotune_util.c:
+ * what both sides use) ---- */
 
 #define RT_TUNE_MAX_TACTICS 32
 #define RT_TUNE_NAME 64
@@ -58,6 +67,12 @@ DLTensor rt_tune_tensor(void *p, int code, int bits, int nd, int64_t *shape, int
 /* "key=value;..." split: calls item(key, value, user) for each; -1 when an item has no '='. */
 int rt_tune_items(const char *shape, char *buf, size_t n, int (*item)(const char *k, const char *v, void *u),
                   void *user);
+/* An op's shape text of exactly the items names[0..n) (n <= 16), each once, in any order:
+ * value(i, text, c) parses item i into c (0, or -1: out of range). FI_ERR_INVALID_ARGUMENT
+ * naming the item (unknown, twice, not key=value, out of range, missing) and ending with
+ * want, the op's own description of its shape. */
+fi_status rt_tune_parse_shape(const char *shape, const char *const *names, int n,
+                              int (*value)(int i, const char *v, void *c), void *c, const char *want);
 
 /* One op the tuner measures. Its case (case_size bytes, zeroed) holds the parsed shape,
  * the inputs and per-tactic state. */
@@ -79,6 +94,6 @@ typedef struct rt_tune_op {
   void (*release)(rt_tune_dev *d, void *c);
 } rt_tune_op;
 
-extern const rt_tune_op rt_tune_moe_gemm, rt_tune_batch_decode;
+extern const rt_tune_op rt_tune_moe_gemm, rt_tune_batch_decode, rt_tune_batch_prefill;
 
 #endif

@@ -34,73 +34,49 @@ typedef struct dec_case {
   void *ws[RT_TUNE_MAX_TACTICS];
 } dec_case;
 
-typedef struct parse_ctx {
-  dec_case *c;
-  int seen[7];
-  char bad[160];
-} parse_ctx;
+static const char *const names[7] = {"q", "kv", "heads", "head_dim", "page", "rope", "len"};
 
-static int item(const char *k, const char *v, void *u) {
-  parse_ctx *x = u;
-  static const char *const names[7] = {"q", "kv", "heads", "head_dim", "page", "rope", "len"};
-  int i = 0;
-  while (i < 7 && strcmp(k, names[i]) != 0) i++;
-  if (!v || i == 7 || x->seen[i]) {
-    snprintf(x->bad, sizeof x->bad, "item '%s' is %s", k, !v ? "not key=value" : i == 7 ? "unknown" : "given twice");
-    return -1;
-  }
-  x->seen[i] = 1;
-  int64_t *f = x->c->f;
+static int value(int i, const char *v, void *cv) {
+  int64_t *f = ((dec_case *)cv)->f;
   char *end = NULL;
   long long a = 0, b = 0;
-  int ok = 1;
   switch (i) {
     case 0:
     case 1:
-      ok = strcmp(v, "bf16") == 0 || strcmp(v, "f16") == 0;
       f[i] = strcmp(v, "bf16") == 0 ? JIT_DT_BF16 : JIT_DT_F16;
-      break;
+      return strcmp(v, "bf16") == 0 || strcmp(v, "f16") == 0 ? 0 : -1;
     case 2:
-      ok = sscanf(v, "%lld/%lld", &a, &b) == 2 && b >= 1 && a >= b && a % b == 0 && a <= 256;
+      f[2] = 0, f[3] = 0;
+      if (sscanf(v, "%lld/%lld", &a, &b) != 2 || b < 1 || a < b || a % b || a > 256) return -1;
       f[2] = a, f[3] = b;
-      break;
+      return 0;
     case 6:
       if (strcmp(v, "graph") == 0) {
         f[7] = -1;
-        break;
+        return 0;
       }
       /* fall through */
     default:
       a = strtoll(v, &end, 10);
-      ok = end != v && !*end;
-      if (i == 3) ok = ok && (a == 64 || a == 128 || a == 256), f[4] = a;
-      if (i == 4) ok = ok && a >= 1 && a <= 256, f[5] = a;
-      if (i == 5) ok = ok && (a == 0 || a == 1), f[6] = a;
-      if (i == 6) ok = ok && a >= 1 && a <= (1 << 20), f[7] = a;
+      if (end == v || *end) return -1;
+      if (i == 3) f[4] = a;
+      if (i == 4) f[5] = a;
+      if (i == 5) f[6] = a;
+      if (i == 6) f[7] = a;
+      return (i == 3 && (a == 64 || a == 128 || a == 256)) || (i == 4 && a >= 1 && a <= 256) ||
+                     (i == 5 && (a == 0 || a == 1)) || (i == 6 && a >= 1 && a <= (1 << 20))
+                 ? 0
+                 : -1;
   }
-  if (!ok) {
-    snprintf(x->bad, sizeof x->bad, "%s=%s is out of range", k, v);
-    return -1;
-  }
-  return 0;
 }
 
 static fi_status parse(const char *shape, void *cv, char *canon, size_t n) {
   dec_case *c = cv;
-  parse_ctx x;
-  memset(&x, 0, sizeof x);
-  x.c = c;
-  char buf[512];
-  if (strlen(shape) >= sizeof buf)
-    return rt_fail(FI_ERR_INVALID_ARGUMENT, "fi_autotune: o->shape is longer than %zu bytes", sizeof buf - 1);
   static const char *const want =
       "batch_decode takes q, kv (bf16 or f16, the same), heads=H/K, head_dim (64, 128, 256), page, rope (0 or 1) "
       "and len (tokens a request, or graph): \"q=bf16;kv=bf16;heads=32/8;head_dim=128;page=16;rope=0;len=4096\"";
-  if (rt_tune_items(shape, buf, sizeof buf, item, &x) != 0)
-    return rt_fail(FI_ERR_INVALID_ARGUMENT, "fi_autotune: o->shape %s; %s", x.bad, want);
-  for (int i = 0; i < 7; i++)
-    if (!x.seen[i]) return rt_fail(FI_ERR_INVALID_ARGUMENT, "fi_autotune: o->shape has no %s; %s",
-                                   (const char *[]){"q", "kv", "heads", "head_dim", "page", "rope", "len"}[i], want);
+  fi_status st = rt_tune_parse_shape(shape, names, 7, value, c, want);
+  if (st != FI_OK) return st;
   if (c->f[0] != c->f[1])
     return rt_fail(FI_ERR_INVALID_ARGUMENT, "fi_autotune: o->shape q and kv differ; %s", want);
   rt_decode_tactic_shape(c->f, canon, n);

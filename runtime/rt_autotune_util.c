@@ -120,3 +120,43 @@ fi_status rt_tune_fill(rt_tune_dev *d, void *p, size_t bytes, int bf16, float sc
 }
 
 double rt_tune_value(uint16_t h, int bf16) { return bf16 ? from_bf16(h) : from_f16(h); }
+
+typedef struct shape_ctx {
+  const char *const *names;
+  int n, seen[16];
+  int (*value)(int i, const char *v, void *c);
+  void *c;
+  char bad[160];
+} shape_ctx;
+
+static int shape_item(const char *k, const char *v, void *u) {
+  shape_ctx *x = u;
+  int i = 0;
+  while (i < x->n && strcmp(k, x->names[i]) != 0) i++;
+  if (!v || i == x->n || x->seen[i]) {
+    snprintf(x->bad, sizeof x->bad, "item '%s' is %s", k,
+             !v ? "not key=value" : i == x->n ? "unknown" : "given twice");
+    return -1;
+  }
+  x->seen[i] = 1;
+  if (x->value(i, v, x->c) != 0) {
+    snprintf(x->bad, sizeof x->bad, "%s=%s is out of range", k, v);
+    return -1;
+  }
+  return 0;
+}
+
+fi_status rt_tune_parse_shape(const char *shape, const char *const *names, int n,
+                              int (*value)(int i, const char *v, void *c), void *c, const char *want) {
+  shape_ctx x;
+  memset(&x, 0, sizeof x);
+  x.names = names, x.n = n < 16 ? n : 16, x.value = value, x.c = c;
+  char buf[512];
+  if (strlen(shape) >= sizeof buf)
+    return rt_fail(FI_ERR_INVALID_ARGUMENT, "fi_autotune: o->shape is longer than %zu bytes", sizeof buf - 1);
+  if (rt_tune_items(shape, buf, sizeof buf, shape_item, &x) != 0)
+    return rt_fail(FI_ERR_INVALID_ARGUMENT, "fi_autotune: o->shape %s; %s", x.bad, want);
+  for (int i = 0; i < x.n; i++)
+    if (!x.seen[i]) return rt_fail(FI_ERR_INVALID_ARGUMENT, "fi_autotune: o->shape has no %s; %s", names[i], want);
+  return FI_OK;
+}

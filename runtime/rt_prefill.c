@@ -17,6 +17,8 @@
 #include "rt_prefill.h"
 #include "rt_prefill_args.h"
 #include "rt_tensor.h"
+#include "rt_tune.h"
+#include "rt_autotune.h"
 
 struct fi_prefill_plan {
   jit_key key, merge_key;
@@ -77,7 +79,8 @@ FI_API void fi_batch_prefill_plan_destroy(fi_prefill_plan *plan) {
 /* The plan, for a device (rt != NULL: tables uploaded on stream) or offline (rt NULL). */
 static fi_status plan_impl(fi_runtime *rt, const char *fn, const fi_batch_prefill_info *info,
                            const fi_prefill_params *p, int paged, char *ws, int64_t ws_bytes,
-                           int devtype, int device, int sms, void *stream, fi_prefill_plan **plan) {
+                           int devtype, int device, int sms, void *stream, fi_prefill_plan **plan, int use_stored,
+                           const rt_prefill_tactic *force) {
   fi_status st;
   char err[256];
   const int B = info->batch;
@@ -148,9 +151,25 @@ static fi_status plan_impl(fi_runtime *rt, const char *fn, const fi_batch_prefil
   fi_prefill_plan *pl = *plan;
   const int fresh = pl == NULL;
   const int64_t kvsel = rt_prefill_kvsel(fresh ? NULL : &pl->key, graph, maxkv);
+  /* A device plan reads the stored tactic of its shape and bucket (the longest request's
+   * query tokens; once a key per runtime: rt_tactic_cached); the rule chooses where there
+   * is none, it does not parse or it names no kernel this call can run. */
+  const int rope = p->attn.pos_encoding == FI_POS_ROPE_LLAMA, soft_cap = p->attn.logits_soft_cap != 0;
+  rt_prefill_tactic tac;
+  const rt_prefill_tactic *stored = force;
+  if (rt && use_stored && !force) {
+    int64_t fields[RT_PREFILL_TACTIC_FIELDS];
+    const char *text;
+    rt_prefill_tactic_fields(dt, info->num_qo_heads, info->num_kv_heads, D, p->causal, soft_cap, fields);
+    const int64_t bucket = fi_tune_bucket(graph ? info->max_qo_tokens : maxrows / G);
+    if (rt_tactic_cached(rt, "batch_prefill", fields, RT_PREFILL_TACTIC_FIELDS, bucket, devtype, device,
+                         rt_prefill_tactic_shape, &text) &&
+        rt_prefill_tactic_parse(text, &tac) == 0)
+      stored = &tac;
+  }
   jit_key key;
   const int qt = rt_prefill_pick_kernel(rt, devtype, device, 0, dt, D, graph ? (int64_t)info->max_qo_tokens * G : maxrows, kvsel,
-                             p->attn.pos_encoding == FI_POS_ROPE_LLAMA, p->attn.logits_soft_cap != 0, &key);
+                             rope, soft_cap, stored, &key);
   if (!fresh &&
       (pl->paged != paged || pl->graph != graph || (graph && (pl->max_batch != info->max_batch ||
                                                               pl->max_qo_tokens != info->max_qo_tokens)) ||
@@ -255,7 +274,7 @@ static fi_status plan_impl(fi_runtime *rt, const char *fn, const fi_batch_prefil
 
 static fi_status plan_entry(fi_runtime *rt, const char *fn, const fi_batch_prefill_info *info,
                             const fi_prefill_params *p, int paged, DLTensor *workspace, void *stream,
-                            fi_prefill_plan **plan) {
+                            fi_prefill_plan **plan, int use_stored, const rt_prefill_tactic *force) {
   fi_status st;
   fi_prefill_params defaults;
   if (!p) {
@@ -272,20 +291,29 @@ static fi_status plan_entry(fi_runtime *rt, const char *fn, const fi_batch_prefi
     return rt_fail(FI_ERR_INVALID_ARGUMENT, "%s: workspace must be contiguous", fn);
   /* The SM count is looked up once the arguments are checked (sms -1). */
   return plan_impl(rt, fn, info, p, paged, rt_data(workspace), ws_bytes, workspace->device.device_type,
-                   workspace->device.device_id, -1, stream, plan);
+                   workspace->device.device_id, -1, stream, plan, use_stored, force);
 }
 
 FI_API fi_status fi_batch_prefill_ragged_plan(fi_runtime *rt, const fi_batch_prefill_info *info,
                                               const fi_prefill_params *p, DLTensor *workspace,
                                               void *stream, fi_prefill_plan **plan) {
-  return plan_entry(rt, "fi_batch_prefill_ragged_plan", info, p, 0, workspace, stream, plan);
+  return plan_entry(rt, "fi_batch_prefill_ragged_plan", info, p, 0, workspace, stream, plan, 1, NULL);
 }
 
 FI_API fi_status fi_batch_prefill_paged_plan(fi_runtime *rt, const fi_batch_prefill_info *info,
                                              const fi_prefill_params *p, DLTensor *workspace,
                                              void *stream, fi_prefill_plan **plan) {
-  return plan_entry(rt, "fi_batch_prefill_paged_plan", info, p, 1, workspace, stream, plan);
+  return plan_entry(rt, "fi_batch_prefill_paged_plan", info, p, 1, workspace, stream, plan, 1, NULL);
 }
+
+fi_status rt_prefill_plan_tactic(fi_runtime *rt, const fi_batch_prefill_info *info, const fi_prefill_params *p,
+                                 int paged, DLTensor *workspace, void *stream, fi_prefill_plan **plan, int use_stored,
+                                 const rt_prefill_tactic *force) {
+  return plan_entry(rt, paged ? "fi_batch_prefill_paged_plan" : "fi_batch_prefill_ragged_plan", info, p, paged,
+                    workspace, stream, plan, use_stored, force);
+}
+
+const jit_key *rt_prefill_plan_key(const fi_prefill_plan *pl) { return &pl->key; }
 
 /* The checks both runs share (q, out, lse against the plan), then the launches. */
 static fi_status run_common(fi_runtime *rt, const char *fn, const fi_prefill_plan *pl, int paged,
@@ -446,7 +474,7 @@ FI_API fi_status fi_batch_prefill_paged_run(fi_runtime *rt, const fi_prefill_pla
 int rt_prefill_plan_offline(const fi_batch_prefill_info *info, const fi_prefill_params *p, int paged,
                             void *workspace, int devtype, int sms, fi_prefill_plan **plan) {
   return plan_impl(NULL, paged ? "fi_batch_prefill_paged_plan" : "fi_batch_prefill_ragged_plan", info, p,
-                   paged, workspace, INT64_MAX, devtype, 0, sms, NULL, plan) == FI_OK
+                   paged, workspace, INT64_MAX, devtype, 0, sms, NULL, plan, 0, NULL) == FI_OK
              ? 0
              : -1;
 }

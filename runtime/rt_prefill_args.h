@@ -25,10 +25,35 @@ fi_status rt_prefill_check_kv_rows(const char *fn, const DLTensor *k, const DLTe
 fi_status rt_prefill_launch(fi_runtime *rt, int devtype, int device, const jit_key *key, int64_t gx, int64_t gy,
                             unsigned threads, void *params, size_t bytes, void *stream);
 
+/* A stored tactic for batch prefill (issue 43): the wgmma kernel's shape (q tile 64, 128 or
+ * 192 rows, kv tile, producer, stages) or the mma.sync kernel's q tile. Text:
+ * "kernel=wgmma;q_tile=128;kv_tile=128;producer=2;stages=2" or "kernel=mma;q_tile=64". */
+typedef struct rt_prefill_tactic {
+  int wgmma;
+  int q_tile, kv_tile, producer, stages; /* kv_tile, producer, stages: wgmma only */
+} rt_prefill_tactic;
+/* 0, or -1 for text that is not a prefill tactic. */
+int rt_prefill_tactic_parse(const char *s, rt_prefill_tactic *t);
+int rt_prefill_tactic_format(const rt_prefill_tactic *t, char *buf, size_t n);
+/* The tactic a batch prefill key is. */
+void rt_prefill_tactic_of_key(const jit_key *k, rt_prefill_tactic *t);
+/* The batch prefill key of tactic t for a call (dtype, head_dim, RoPE, soft cap): 0, or -1
+ * where the tactic names no registered kernel for it (a wgmma tactic with RoPE, a shape
+ * the selectors would change). */
+int rt_prefill_tactic_key(const rt_prefill_tactic *t, int dt, int D, int rope, int cap, jit_key *key);
+/* A batch prefill plan's stored-tactic key: its shape text ("q=bf16;heads=32/8;
+ * head_dim=128;causal=1;cap=0") from RT_PREFILL_TACTIC_FIELDS numbers; the bucket is that
+ * of the longest request's query tokens (max_qo_tokens in CUDA-graph mode). */
+#define RT_PREFILL_TACTIC_FIELDS 6
+void rt_prefill_tactic_fields(int dt, int hq, int hkv, int D, int causal, int cap, int64_t *f);
+void rt_prefill_tactic_shape(const int64_t *f, char *buf, size_t n);
+
 /* The kernel of a call, into key; returns its q tile (rt_prefill_choose.c says the rule).
  * rt NULL: planned without a device (the tests), the mma.sync kernel under the default
- * tuning. */
+ * tuning. stored: a tactic in place of the rule's shape where no tuning variable sets the
+ * kernel and it names a kernel the call can run (the wgmma one only on a device that has
+ * wgmma); NULL: the rule. */
 int rt_prefill_pick_kernel(fi_runtime *rt, int devtype, int device, int single, int dt, int D, int64_t rows,
-                           int64_t maxkv, int rope, int cap, jit_key *key);
+                           int64_t maxkv, int rope, int cap, const rt_prefill_tactic *stored, jit_key *key);
 
 #endif

@@ -2,6 +2,8 @@
  * (rt_prefill_wgmma_key, pure), the KV length a re-plan gives it (rt_prefill_kvsel), and
  * rt_prefill_pick_kernel, which picks between the wgmma and mma.sync kernels for a call. */
 #include <stdint.h>
+#include <stdio.h>
+#include <string.h>
 
 #include "ops_prefill.h"
 #include "rt_internal.h"
@@ -90,20 +92,98 @@ int64_t rt_prefill_kvsel(const jit_key *plan_key, int graph, int64_t maxkv) {
  * Read at fi_runtime_create (rt->env.tune); a plan made without a runtime (rt NULL: the
  * tests' offline planning) takes the defaults. */
 int rt_prefill_pick_kernel(fi_runtime *rt, int devtype, int device, int single, int dt, int D, int64_t rows,
-                           int64_t maxkv, int rope, int cap, jit_key *key) {
+                           int64_t maxkv, int rope, int cap, const rt_prefill_tactic *stored, jit_key *key) {
   const rt_tuning def = rt_tuning_default(), *t = rt ? &rt->env.tune : &def;
   const int allow = t->prefill_wgmma && !t->prefill_qtile;
+  /* A tuning variable that sets the kernel wins over a stored tactic. */
+  const int tuned_by_env = !allow || t->prefill_wg_q || t->prefill_ws >= 0 || t->prefill_stages;
+  if (stored && (single || tuned_by_env)) stored = NULL;
+  int wgmma = 0;
   if (rt && allow && !rope && (D == 64 || D == 128 || D == 256) && rows > 16) { /* rt: NULL when planning offline (tests) */
     const rt_device_i *be;
     void *state;
     rt_device_caps caps;
     char err[128];
-    if (rt_backend(rt, devtype, &be, &state) == FI_OK &&
-        rt_device_caps_get(be, state, device, &caps, err, sizeof err) == 0 && caps.wgmma) {
-      rt_prefill_wgmma_key(t, single, dt, D, rows, maxkv, cap, key);
-      return jit_prefill_key_q_tile(key);
-    }
+    wgmma = rt_backend(rt, devtype, &be, &state) == FI_OK &&
+            rt_device_caps_get(be, state, device, &caps, err, sizeof err) == 0 && caps.wgmma;
+  }
+  if (stored && (wgmma || !stored->wgmma) && rt_prefill_tactic_key(stored, dt, D, rope, cap, key) == 0)
+    return jit_prefill_key_q_tile(key);
+  if (wgmma) {
+    rt_prefill_wgmma_key(t, single, dt, D, rows, maxkv, cap, key);
+    return jit_prefill_key_q_tile(key);
   }
   jit_prefill_select(single, dt, D, q_tile_for(t, D, rows), rope, key);
   return jit_prefill_key_q_tile(key);
+}
+
+/* ---- stored tactics ---- */
+
+int rt_prefill_tactic_parse(const char *s, rt_prefill_tactic *t) {
+  int q = 0, kv = 0, pr = 0, st = 0, used = 0;
+  if (!s) return -1;
+  if (sscanf(s, "kernel=mma;q_tile=%d%n", &q, &used) == 1 && !s[used]) {
+    if (q != 16 && q != 64 && q != 128) return -1;
+    *t = (rt_prefill_tactic){0, q, 0, 0, 0};
+    return 0;
+  }
+  used = 0;
+  if (sscanf(s, "kernel=wgmma;q_tile=%d;kv_tile=%d;producer=%d;stages=%d%n", &q, &kv, &pr, &st, &used) != 4 || s[used])
+    return -1;
+  if ((q != 64 && q != 128 && q != 192) || (kv != 64 && kv != 128) || pr < 0 || pr > 2 || st < 2 || st > 4) return -1;
+  *t = (rt_prefill_tactic){1, q, kv, pr, st};
+  return 0;
+}
+
+int rt_prefill_tactic_format(const rt_prefill_tactic *t, char *buf, size_t n) {
+  const int w = t->wgmma ? snprintf(buf, n, "kernel=wgmma;q_tile=%d;kv_tile=%d;producer=%d;stages=%d", t->q_tile,
+                                    t->kv_tile, t->producer, t->stages)
+                         : snprintf(buf, n, "kernel=mma;q_tile=%d", t->q_tile);
+  return w < 0 || (size_t)w >= n ? -1 : 0;
+}
+
+void rt_prefill_tactic_of_key(const jit_key *k, rt_prefill_tactic *t) {
+  if (jit_prefill_is_wgmma(k))
+    *t = (rt_prefill_tactic){1, (int)k->v[PREFILL_WG_P_WARPGROUPS] * 64, (int)k->v[PREFILL_WG_P_KV_TILE],
+                             (int)k->v[PREFILL_WG_P_PRODUCER], (int)k->v[PREFILL_WG_P_STAGES]};
+  else
+    *t = (rt_prefill_tactic){0, (int)k->v[PREFILL_P_Q_TILE], 0, 0, 0};
+}
+
+static int registered(const jit_key *k) {
+  for (int c = 0, nc = k->op->config_count(); c < nc; c++) {
+    jit_key r;
+    k->op->config(c, &r);
+    if (memcmp(r.v, k->v, sizeof r.v) == 0) return 1;
+  }
+  return 0;
+}
+
+int rt_prefill_tactic_key(const rt_prefill_tactic *t, int dt, int D, int rope, int cap, jit_key *key) {
+  jit_key k;
+  if (t->wgmma) {
+    if (rope) return -1;
+    jit_prefill_wgmma_select(0, dt, D, t->q_tile, t->kv_tile, t->producer, &k);
+    jit_prefill_wgmma_stages(&k, t->stages);
+    jit_prefill_wgmma_soft_cap(&k, cap);
+  } else {
+    jit_prefill_select(0, dt, D, t->q_tile, rope, &k);
+  }
+  /* The selectors adjust a shape they do not take (head_dim 256's one shape, a producer of
+   * 2 at q tile 64): such a tactic is not what it says. */
+  rt_prefill_tactic back;
+  rt_prefill_tactic_of_key(&k, &back);
+  if (memcmp(&back, t, sizeof back) != 0 || !registered(&k)) return -1;
+  *key = k;
+  return 0;
+}
+
+void rt_prefill_tactic_fields(int dt, int hq, int hkv, int D, int causal, int cap, int64_t *f) {
+  f[0] = dt, f[1] = hq, f[2] = hkv, f[3] = D, f[4] = causal != 0, f[5] = cap != 0;
+}
+
+void rt_prefill_tactic_shape(const int64_t *f, char *buf, size_t n) {
+  const char *q = jit_dtype_name((int)f[0]);
+  snprintf(buf, n, "q=%s;heads=%lld/%lld;head_dim=%lld;causal=%lld;cap=%lld", q ? q : "?", (long long)f[1],
+           (long long)f[2], (long long)f[3], (long long)f[4], (long long)f[5]);
 }

@@ -79,7 +79,7 @@ FI_API fi_status fi_single_prefill(fi_runtime *rt, const DLTensor *q, const DLTe
   kp.kv_len = (int32_t)Lkv;
   jit_key key;
   const int qt = rt_prefill_pick_kernel(rt, q->device.device_type, q->device.device_id, 1, qdt, (int)D, Lq * group, Lkv,
-                             p->attn.pos_encoding == FI_POS_ROPE_LLAMA, p->attn.logits_soft_cap != 0, &key);
+                             p->attn.pos_encoding == FI_POS_ROPE_LLAMA, p->attn.logits_soft_cap != 0, NULL, &key);
   return rt_prefill_launch(rt, q->device.device_type, q->device.device_id, &key, (Lq * group + qt - 1) / qt, hkv,
                 jit_prefill_threads(&key), &kp, sizeof kp, stream);
 }

@@ -16,6 +16,7 @@
 #include "prefill_params.h"
 #include "rt_internal.h"
 #include "rt_prefill.h"
+#include "rt_prefill_args.h"
 
 #define IW FI_PREFILL_ITEM_WORDS
 #define ADDR(i) ((void *)(uintptr_t)(0x10000000u * (unsigned)((i) + 1)))
@@ -705,4 +706,74 @@ FT_TEST(batch_prefill_plan_and_run_bad_arguments_named) {
   EXPECT_BAD(fi_batch_prefill_ragged_run(rt, plan, &q.t, &k.t, &v.t, NHD, &oq.t, NULL, NULL), "overlaps");
   fi_batch_prefill_plan_destroy(plan);
   fi_runtime_destroy(rt);
+}
+
+/* Stored tactics (issue 43): every registered batch prefill kernel (wgmma and mma.sync, RoPE
+ * off) is a tactic whose text parses back to the same key; text that is no tactic, or a
+ * tactic no registered kernel of the call is, is refused; the planner's choice takes a
+ * tactic where it can run it, and the rule's otherwise. The tuner measuring them:
+ * tests/gpu/gpu_autotune.c. */
+FT_TEST(prefill_tactics_name_registered_kernels_and_the_planner_takes_them) {
+  const char *ops[2] = {"batch_prefill_sm90", "batch_prefill"};
+  int seen = 0;
+  for (int o = 0; o < 2; o++) {
+    const jit_op *op = jit_registry_find(ops[o]);
+    FT_REQUIRE(op, "%s", ops[o]);
+    for (int i = 0, n = op->config_count(); i < n; i++) {
+      jit_key k, back;
+      op->config(i, &k);
+      const int wg = o == 0;
+      if (!wg && k.v[PREFILL_P_ROPE]) continue;
+      const int dt = (int)k.v[wg ? PREFILL_WG_P_DTYPE : PREFILL_P_DTYPE], D = (int)k.v[wg ? PREFILL_WG_P_HEAD_DIM : PREFILL_P_HEAD_DIM];
+      const int cap = wg ? (int)k.v[PREFILL_WG_P_SOFT_CAP] : 0;
+      rt_prefill_tactic t, parsed;
+      char text[96];
+      rt_prefill_tactic_of_key(&k, &t);
+      FT_REQUIRE(rt_prefill_tactic_format(&t, text, sizeof text) == 0);
+      FT_CHECK(rt_prefill_tactic_parse(text, &parsed) == 0 && memcmp(&parsed, &t, sizeof t) == 0, "%s", text);
+      FT_CHECK(rt_prefill_tactic_key(&parsed, dt, D, 0, cap, &back) == 0 && back.op == k.op &&
+                   memcmp(back.v, k.v, sizeof k.v) == 0,
+               "%s #%d: %s", ops[o], i, text);
+      /* a wgmma tactic never with RoPE */
+      if (wg) FT_CHECK(rt_prefill_tactic_key(&parsed, dt, D, 1, cap, &back) == -1, "%s with RoPE", text);
+      seen++;
+    }
+  }
+  FT_CHECK(seen > 100, "%d kernels", seen);
+  static const char *const bad[] = {"kernel=mma;q_tile=32", "kernel=mma;q_tile=64;x=1", "kernel=mma",
+                                    "kernel=wgmma;q_tile=128;kv_tile=128;producer=2;stages=5",
+                                    "kernel=wgmma;q_tile=128;kv_tile=96;producer=2;stages=2",
+                                    "kernel=wgmma;q_tile=256;kv_tile=128;producer=2;stages=2",
+                                    "kernel=wgmma;q_tile=128;kv_tile=128;producer=3;stages=2",
+                                    "warps=4;pipeline=1;split=1", ""};
+  rt_prefill_tactic t;
+  for (size_t i = 0; i < sizeof bad / sizeof *bad; i++)
+    FT_CHECK(rt_prefill_tactic_parse(bad[i], &t) == -1, "'%s'", bad[i]);
+  FT_CHECK(rt_prefill_tactic_parse(NULL, &t) == -1);
+  /* tactics that parse but name no kernel of the call: head_dim 256 has one wgmma shape;
+   * q tile 128 on mma.sync only to head_dim 128; four stages only where registered */
+  jit_key k;
+  const rt_prefill_tactic wg256 = {1, 64, 64, 0, 2}, mma256 = {0, 128, 0, 0, 0}, four = {1, 64, 64, 1, 4};
+  FT_CHECK(rt_prefill_tactic_key(&wg256, JIT_DT_BF16, 256, 0, 0, &k) == -1);
+  FT_CHECK(rt_prefill_tactic_key(&mma256, JIT_DT_BF16, 256, 0, 0, &k) == -1);
+  FT_CHECK(rt_prefill_tactic_key(&four, JIT_DT_BF16, 128, 0, 0, &k) == -1);
+  /* The planner's choice without a device (rt NULL: mma.sync): an mma.sync tactic is
+   * taken, its q tile and not the rule's; a wgmma one cannot run there and the rule
+   * chooses; single prefill never takes one. */
+  jit_key rule, tuned, wgk, single;
+  const int qr = rt_prefill_pick_kernel(NULL, kDLCUDA, 0, 0, JIT_DT_BF16, 128, 4096, 4096, 0, 0, NULL, &rule);
+  const rt_prefill_tactic m16 = {0, 16, 0, 0, 0}, w = {1, 128, 128, 2, 2};
+  FT_CHECK(qr != 16, "the rule's q tile at 4096 rows is %d", qr);
+  FT_CHECK_EQ_INT(rt_prefill_pick_kernel(NULL, kDLCUDA, 0, 0, JIT_DT_BF16, 128, 4096, 4096, 0, 0, &m16, &tuned), 16);
+  FT_CHECK(tuned.op == rule.op && tuned.v[PREFILL_P_Q_TILE] == 16);
+  FT_CHECK_EQ_INT(rt_prefill_pick_kernel(NULL, kDLCUDA, 0, 0, JIT_DT_BF16, 128, 4096, 4096, 0, 0, &w, &wgk), qr);
+  FT_CHECK(memcmp(wgk.v, rule.v, sizeof rule.v) == 0 && wgk.op == rule.op, "a wgmma tactic without wgmma: the rule");
+  rt_prefill_pick_kernel(NULL, kDLCUDA, 0, 1, JIT_DT_BF16, 128, 4096, 4096, 0, 0, &m16, &single);
+  FT_CHECK(single.v[PREFILL_P_Q_TILE] != 16, "single prefill takes no stored tactic");
+  /* the key's text */
+  int64_t f[RT_PREFILL_TACTIC_FIELDS];
+  char shape[128];
+  rt_prefill_tactic_fields(JIT_DT_BF16, 32, 8, 128, 1, 0, f);
+  rt_prefill_tactic_shape(f, shape, sizeof shape);
+  FT_CHECK_EQ_STR(shape, "q=bf16;heads=32/8;head_dim=128;causal=1;cap=0");
 }

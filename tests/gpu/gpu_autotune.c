@@ -307,36 +307,82 @@ FT_TEST(bad_options_are_named) {
   FT_CHECK_STR_HAS(fi_last_error(), "struct_size");
 }
 
+/* A plan-time op's case: op's shape tuned at tokens (bucket) in a fresh cache under dir,
+ * tactic 3 faulted: at least min_tactics, that one invalid, every other valid, the winner
+ * stored. The cache's options into *o for the fresh runtime that plans next; a required
+ * check that fails ends the helper with ft_failed_now set. */
+static void tune_fresh(const char *op, const char *shape, int64_t tokens, int64_t bucket, int min_tactics, char *dir,
+                      char *path, size_t n, fi_options *o) {
+  FT_REQUIRE(mkdtemp(dir));
+  snprintf(path, n, "%s/t.db", dir);
+  fi_options_init(o);
+  o->cache_path = path;
+  fi_runtime *a = NULL;
+  FT_REQUIRE(fi_runtime_create(o, &a) == FI_OK, "%s", fi_last_error());
+  fi_autotune_options to;
+  fi_autotune_options_init(&to);
+  lines l;
+  memset(&l, 0, sizeof l);
+  to.op = op, to.shape = shape, to.tokens = tokens, to.repeats = 5, to.warmup = 1, to.fault_tactic = 3;
+  to.progress = collect, to.user = &l;
+  fi_autotune_result r;
+  FT_REQUIRE(fi_autotune(a, &to, &r) == FI_OK, "%s", fi_last_error());
+  FT_CHECK_EQ_INT(r.bucket, bucket);
+  FT_CHECK(r.tactics >= min_tactics, "%d tactics", r.tactics);
+  FT_CHECK_EQ_INT(r.invalid, 1, "the faulted tactic");
+  FT_CHECK_EQ_INT(r.valid, r.tactics - 1, "every other %s tactic agrees with the rule", op);
+  FT_CHECK_EQ_STR(r.shape, shape);
+  row w = get_op_row(a, op, shape, bucket);
+  FT_REQUIRE(w.found == 1, "no stored %s row for %s bucket %lld", op, shape, (long long)bucket);
+  FT_CHECK_EQ_STR(w.params, r.winner);
+  fi_runtime_destroy(a);
+}
+
+/* plan(b, workspace of wsb bytes, u) plans twice (and destroys its plan): one tactic lookup
+ * for both, a hit. */
+static void one_hit_for_two_plans(fi_runtime *b, size_t wsb, fi_status (*plan)(fi_runtime *, DLTensor *, void *),
+                                  void *u) {
+  CUdeviceptr d_ws;
+  CU_CHECK(&cu, cuMemAlloc(&d_ws, wsb));
+  int64_t s_ws[1] = {(int64_t)wsb};
+  DLTensor t_ws = g_tensor(d_ws, 0, 2, 1, s_ws, NULL);
+  t_ws.dtype = (DLDataType){kDLUInt, 8, 1};
+  fi_admin_stats s0, s1;
+  FT_CHECK(fi_admin_stats_get(b, &s0) == FI_OK);
+  FT_CHECK(plan(b, &t_ws, u) == FI_OK, "%s", fi_last_error());
+  FT_CHECK(fi_admin_stats_get(b, &s1) == FI_OK);
+  FT_CHECK_EQ_INT(s1.tactic_hits - s0.tactic_hits, 1, "one lookup for two plans, a hit");
+  FT_CHECK_EQ_INT(s1.tactic_misses - s0.tactic_misses, 0);
+  cu.cuMemFree(d_ws);
+}
+
+static fi_status decode_twice(fi_runtime *b, DLTensor *ws, void *u) {
+  fi_decode_plan *plan = NULL;
+  fi_status st = fi_batch_decode_plan(b, u, NULL, ws, NULL, &plan);
+  if (st == FI_OK) st = fi_batch_decode_plan(b, u, NULL, ws, NULL, &plan);
+  fi_batch_decode_plan_destroy(plan);
+  return st;
+}
+
+static fi_status prefill_twice(fi_runtime *b, DLTensor *ws, void *u) {
+  fi_prefill_plan *plan = NULL;
+  fi_status st = fi_batch_prefill_ragged_plan(b, u, NULL, ws, NULL, &plan);
+  if (st == FI_OK) st = fi_batch_prefill_ragged_plan(b, u, NULL, ws, NULL, &plan);
+  fi_batch_prefill_plan_destroy(plan);
+  return st;
+}
+
 /* Batch decode: every tactic (warps x pipelines the plan takes, the rule's split halved and
  * doubled) computes the same attention, the fastest is stored, a faulted tactic is refused;
  * a fresh runtime's plan of that shape and batch finds the stored row (one lookup, a hit). */
 FT_TEST(decode_tactics_measured_and_used_by_a_plan) {
   FT_REQUIRE(setup() == 0);
   char dir[] = "/tmp/fi-gpu-tune-XXXXXX", path[64];
-  FT_REQUIRE(mkdtemp(dir));
-  snprintf(path, sizeof path, "%s/d.db", dir);
   fi_options o;
-  fi_options_init(&o);
-  o.cache_path = path;
-  fi_runtime *a = NULL, *b = NULL;
-  FT_REQUIRE(fi_runtime_create(&o, &a) == FI_OK, "%s", fi_last_error());
-  const char *shape = "q=bf16;kv=bf16;heads=8/2;head_dim=128;page=16;rope=0;len=512";
-  fi_autotune_options to;
-  fi_autotune_options_init(&to);
-  lines l;
-  memset(&l, 0, sizeof l);
-  to.op = "batch_decode", to.shape = shape, to.tokens = 8, to.repeats = 5, to.warmup = 1, to.fault_tactic = 3;
-  to.progress = collect, to.user = &l;
-  fi_autotune_result r;
-  FT_REQUIRE(fi_autotune(a, &to, &r) == FI_OK, "%s", fi_last_error());
-  FT_CHECK(r.tactics >= 4, "%d tactics", r.tactics);
-  FT_CHECK_EQ_INT(r.invalid, 1, "the faulted tactic");
-  FT_CHECK_EQ_INT(r.valid, r.tactics - 1, "every other decode tactic agrees with the rule");
-  FT_CHECK_EQ_STR(r.shape, shape);
-  row w = get_op_row(a, "batch_decode", shape, 8);
-  FT_REQUIRE(w.found == 1, "no stored batch_decode row for %s bucket 8", shape);
-  FT_CHECK_EQ_STR(w.params, r.winner);
-  fi_runtime_destroy(a);
+  fi_runtime *b = NULL;
+  tune_fresh("batch_decode", "q=bf16;kv=bf16;heads=8/2;head_dim=128;page=16;rope=0;len=512", 8, 8, 4, dir, path,
+             sizeof path, &o);
+  if (ft_failed_now) return;
 
   /* A fresh runtime's plan of the same shape and batch bucket finds it. */
   FT_REQUIRE(fi_runtime_create(&o, &b) == FI_OK, "%s", fi_last_error());
@@ -351,21 +397,36 @@ FT_TEST(decode_tactics_measured_and_used_by_a_plan) {
   size_t wsb = 0;
   const DLDevice dv = {kDLCUDA, 0};
   FT_REQUIRE(fi_batch_decode_workspace_size(b, dv, 8, 8, 2, 128, &wsb) == FI_OK);
-  CUdeviceptr d_ws;
-  CU_CHECK(&cu, cuMemAlloc(&d_ws, wsb));
-  int64_t s_ws[1] = {(int64_t)wsb};
-  DLTensor t_ws = g_tensor(d_ws, 0, 2, 1, s_ws, NULL);
-  t_ws.dtype = (DLDataType){kDLUInt, 8, 1};
-  fi_admin_stats s0, s1;
-  FT_REQUIRE(fi_admin_stats_get(b, &s0) == FI_OK);
-  fi_decode_plan *plan = NULL;
-  FT_REQUIRE(fi_batch_decode_plan(b, &info, NULL, &t_ws, NULL, &plan) == FI_OK, "%s", fi_last_error());
-  FT_REQUIRE(fi_batch_decode_plan(b, &info, NULL, &t_ws, NULL, &plan) == FI_OK, "%s", fi_last_error());
-  FT_REQUIRE(fi_admin_stats_get(b, &s1) == FI_OK);
-  FT_CHECK_EQ_INT(s1.tactic_hits - s0.tactic_hits, 1, "one lookup for two plans, a hit");
-  FT_CHECK_EQ_INT(s1.tactic_misses - s0.tactic_misses, 0);
-  fi_batch_decode_plan_destroy(plan);
-  cu.cuMemFree(d_ws);
+  one_hit_for_two_plans(b, wsb, decode_twice, &info);
+  fi_runtime_destroy(b);
+  remove_cache(path, dir);
+}
+
+/* Batch prefill at head_dim 256 (three tactics: the wgmma kernel's one shape, the rule's on
+ * Hopper, and mma.sync's q tiles 16 and 64): each computes the same attention, the fastest
+ * is stored, a faulted tactic is refused; a fresh runtime's plan whose longest request
+ * falls in that bucket finds the row (one lookup for two plans, a hit). */
+FT_TEST(prefill_tactics_measured_and_used_by_a_plan) {
+  FT_REQUIRE(setup() == 0);
+  char dir[] = "/tmp/fi-gpu-tune-XXXXXX", path[64];
+  fi_options o;
+  fi_runtime *b = NULL;
+  tune_fresh("batch_prefill", "q=bf16;heads=8/2;head_dim=256;causal=1;cap=0", 200, 256, 3, dir, path, sizeof path,
+             &o);
+  if (ft_failed_now) return;
+
+  /* A fresh runtime's plan: 3 requests, the longest 190 query tokens (bucket 256). */
+  FT_REQUIRE(fi_runtime_create(&o, &b) == FI_OK, "%s", fi_last_error());
+  int32_t qi[4] = {0, 100, 290, 300}, ki[4] = {0, 100, 290, 300};
+  fi_batch_prefill_info info;
+  memset(&info, 0, sizeof info);
+  info.batch = 3, info.qo_indptr = qi, info.kv_indptr = ki;
+  info.num_qo_heads = 8, info.num_kv_heads = 2, info.head_dim = 256;
+  info.q_dtype = info.kv_dtype = (DLDataType){kDLBfloat, 16, 1};
+  size_t wsb = 0;
+  const DLDevice dv = {kDLCUDA, 0};
+  FT_REQUIRE(fi_batch_prefill_workspace_size(b, dv, 3, 300, 8, 2, 256, &wsb) == FI_OK, "%s", fi_last_error());
+  one_hit_for_two_plans(b, wsb, prefill_twice, &info);
   fi_runtime_destroy(b);
   remove_cache(path, dir);
 }
