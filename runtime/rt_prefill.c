@@ -35,6 +35,7 @@ struct fi_prefill_plan {
   rt_prefill_layout lay;
   fi_prefill_kparams scalars;
   int32_t *tab;     /* host copy of the header and items */
+  int from_tactic;  /* its kernel is a stored (or forced) tactic's: a re-plan keeps it */
 };
 
 FI_API void fi_prefill_params_init(fi_prefill_params *p) {
@@ -157,7 +158,13 @@ static fi_status plan_impl(fi_runtime *rt, const char *fn, const fi_batch_prefil
   const int rope = p->attn.pos_encoding == FI_POS_ROPE_LLAMA, soft_cap = p->attn.logits_soft_cap != 0;
   rt_prefill_tactic tac;
   const rt_prefill_tactic *stored = force;
-  if (rt && use_stored && !force) {
+  fi_prefill_plan *was = *plan;
+  if (was && was->from_tactic && !force) {
+    /* A re-plan keeps the tactic its plan was made with, whichever bucket the batch is in
+     * now (the kernel a re-plan must keep). */
+    rt_prefill_tactic_of_key(&was->key, &tac);
+    stored = &tac;
+  } else if (rt && use_stored && !force && !was) {
     int64_t fields[RT_PREFILL_TACTIC_FIELDS];
     const char *text;
     rt_prefill_tactic_fields(dt, info->num_qo_heads, info->num_kv_heads, D, p->causal, soft_cap, fields);
@@ -170,6 +177,9 @@ static fi_status plan_impl(fi_runtime *rt, const char *fn, const fi_batch_prefil
   jit_key key;
   const int qt = rt_prefill_pick_kernel(rt, devtype, device, 0, dt, D, graph ? (int64_t)info->max_qo_tokens * G : maxrows, kvsel,
                              rope, soft_cap, stored, &key);
+  rt_prefill_tactic got;
+  rt_prefill_tactic_of_key(&key, &got);
+  const int stored_taken = stored && memcmp(&got, stored, sizeof got) == 0;
   if (!fresh &&
       (pl->paged != paged || pl->graph != graph || (graph && (pl->max_batch != info->max_batch ||
                                                               pl->max_qo_tokens != info->max_qo_tokens)) ||
@@ -230,6 +240,7 @@ static fi_status plan_impl(fi_runtime *rt, const char *fn, const fi_batch_prefil
   free(pl->tab);
   pl->tab = tab;
   pl->key = key;
+  pl->from_tactic = stored_taken;
   jit_prefill_merge_select(dt, D, &pl->merge_key);
   pl->devtype = devtype;
   pl->device = device;
@@ -473,8 +484,14 @@ FI_API fi_status fi_batch_prefill_paged_run(fi_runtime *rt, const fi_prefill_pla
 
 int rt_prefill_plan_offline(const fi_batch_prefill_info *info, const fi_prefill_params *p, int paged,
                             void *workspace, int devtype, int sms, fi_prefill_plan **plan) {
+  return rt_prefill_plan_offline_tactic(info, p, paged, workspace, devtype, sms, plan, NULL);
+}
+
+int rt_prefill_plan_offline_tactic(const fi_batch_prefill_info *info, const fi_prefill_params *p, int paged,
+                                   void *workspace, int devtype, int sms, fi_prefill_plan **plan,
+                                   const rt_prefill_tactic *force) {
   return plan_impl(NULL, paged ? "fi_batch_prefill_paged_plan" : "fi_batch_prefill_ragged_plan", info, p,
-                   paged, workspace, INT64_MAX, devtype, 0, sms, NULL, plan, 0, NULL) == FI_OK
+                   paged, workspace, INT64_MAX, devtype, 0, sms, NULL, plan, 0, force) == FI_OK
              ? 0
              : -1;
 }

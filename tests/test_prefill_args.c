@@ -16,6 +16,7 @@
 #include "prefill_params.h"
 #include "rt_internal.h"
 #include "rt_prefill.h"
+#include "rt_autotune.h"
 #include "rt_prefill_args.h"
 
 #define IW FI_PREFILL_ITEM_WORDS
@@ -776,4 +777,35 @@ FT_TEST(prefill_tactics_name_registered_kernels_and_the_planner_takes_them) {
   rt_prefill_tactic_fields(JIT_DT_BF16, 32, 8, 128, 1, 0, f);
   rt_prefill_tactic_shape(f, shape, sizeof shape);
   FT_CHECK_EQ_STR(shape, "q=bf16;heads=32/8;head_dim=128;causal=1;cap=0");
+}
+
+/* A plan made from a tactic keeps it on re-plans whatever bucket the batch falls in now
+ * (the kernel a re-plan must keep); a plan made by the rule re-plans by the rule. Offline
+ * (no device: the mma.sync kernel), the tactic forced as a stored one would be. */
+FT_TEST(prefill_replan_keeps_its_tactic) {
+  fi_prefill_params prm;
+  fi_prefill_params_init(&prm);
+  int32_t qo_long[3] = {0, 1000, 2000}, qo_short[3] = {0, 10, 20};
+  fi_batch_prefill_info info;
+  memset(&info, 0, sizeof info);
+  info.batch = 2, info.qo_indptr = qo_long, info.kv_indptr = qo_long;
+  info.num_qo_heads = 32, info.num_kv_heads = 8, info.head_dim = 128;
+  info.q_dtype = info.kv_dtype = (DLDataType){kDLBfloat, 16, 1};
+  const rt_prefill_tactic m16 = {0, 16, 0, 0, 0};
+  fi_prefill_plan *plan = NULL, *rule = NULL;
+  FT_REQUIRE(rt_prefill_plan_offline_tactic(&info, &prm, 0, ADDR(9), kDLCUDA, 132, &plan, &m16) == 0, "%s",
+             fi_last_error());
+  FT_REQUIRE(rt_prefill_plan_offline(&info, &prm, 0, ADDR(9), kDLCUDA, 132, &rule) == 0, "%s", fi_last_error());
+  rt_prefill_tactic got;
+  rt_prefill_tactic_of_key(rt_prefill_plan_key(plan), &got);
+  FT_CHECK_EQ_INT(got.q_tile, 16, "the forced tactic");
+  rt_prefill_tactic_of_key(rt_prefill_plan_key(rule), &got);
+  FT_CHECK(got.q_tile != 16, "the rule at 4000 rows: q tile %d", got.q_tile);
+  /* re-planned with short requests (another bucket), no tactic given: still q tile 16 */
+  info.qo_indptr = info.kv_indptr = qo_short;
+  FT_REQUIRE(rt_prefill_plan_offline(&info, &prm, 0, ADDR(9), kDLCUDA, 132, &plan) == 0, "%s", fi_last_error());
+  rt_prefill_tactic_of_key(rt_prefill_plan_key(plan), &got);
+  FT_CHECK_EQ_INT(got.q_tile, 16, "kept by the re-plan");
+  fi_batch_prefill_plan_destroy(plan);
+  fi_batch_prefill_plan_destroy(rule);
 }
