@@ -44,9 +44,12 @@ FI_API fi_status fi_admin_preset_configs(const char *preset, const char *arch, f
                                          int cap, int *n);
 
 /** What fi-cache tune --preset measures for a model at `tokens` tokens: the i-th (op,
- * shape) of fi_autotune (a mixture-of-experts model's two expert GEMMs, bf16, at the tile
- * fi_fused_moe's rule takes there). 0 with *op (static) and shape; -1 past the last job,
- * for a dense model, or for bad arguments. */
+ * shape) of fi_autotune, bf16: a mixture-of-experts model's two expert GEMMs (at the tile
+ * fi_fused_moe's rule takes there), then, where its attention is this library's, batch
+ * decode in CUDA-graph mode (tokens: the batch, up to 512) and causal batch prefill (tokens:
+ * the longest request's query tokens). 0 with *op (static) and shape; 1 where job i
+ * measures nothing at this token count (decode past 512); -1 past the last job, or for bad
+ * arguments. */
 FI_API int fi_admin_preset_tune_job(const char *preset, int i, int64_t tokens, const char **op, char *shape,
                                     size_t n);
 

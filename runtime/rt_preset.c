@@ -226,19 +226,51 @@ static int moe_ops(const rt_model *m, int dt, int smem_kb, int wgmma, keyset *s)
   return rc;
 }
 
+/* Decode is tuned for CUDA-graph plans (the mode engines capture decode in: the tactic's
+ * key is the batch, fixed by max_batch) up to this many requests, each measured with 2048
+ * KV tokens (rt_autotune_decode.c). */
+#define TUNE_DECODE_MAX_BATCH 512
+
 FI_API int fi_admin_preset_tune_job(const char *preset, int i, int64_t tokens, const char **op, char *shape,
                                     size_t n) {
   const rt_model *m = NULL;
   for (int j = 0; preset && j < NMODELS; j++)
     if (strcmp(models[j].name, preset) == 0) m = &models[j];
-  if (!m || !m->experts || i < 0 || i > 1 || tokens < 1 || !op || !shape || !n) return -1;
-  /* Job 0: the first GEMM (gathered tokens, SwiGLU); 1: the second. */
+  if (!m || i < 0 || tokens < 1 || !op || !shape || !n) return -1;
+  /* The jobs: a mixture-of-experts model's two expert GEMMs (0: the first, gathered tokens
+   * and SwiGLU; 1: the second), then, where the attention is this library's, batch decode
+   * and batch prefill. */
+  enum { GEMM1, GEMM2, DECODE, PREFILL };
+  int jobs[4], nj = 0;
+  if (m->experts) jobs[nj++] = GEMM1, jobs[nj++] = GEMM2;
+  if (!m->mla) jobs[nj++] = DECODE, jobs[nj++] = PREFILL;
+  if (i >= nj) return -1;
   char buf[256];
-  rt_moe_gemm_shape(JIT_DT_BF16, i ? m->inter : m->hidden, i ? m->hidden : m->inter, m->experts, m->top_k, !i, !i,
-                    moe_tile(m, fi_tune_bucket(tokens)), buf, sizeof buf);
+  switch (jobs[i]) {
+    case GEMM1:
+    case GEMM2: {
+      const int second = jobs[i] == GEMM2;
+      rt_moe_gemm_shape(JIT_DT_BF16, second ? m->inter : m->hidden, second ? m->hidden : m->inter, m->experts,
+                        m->top_k, !second, !second, moe_tile(m, fi_tune_bucket(tokens)), buf, sizeof buf);
+      *op = "moe_gemm";
+      break;
+    }
+    case DECODE:
+      if (tokens > TUNE_DECODE_MAX_BATCH) return 1;
+      rt_decode_tactic_shape((const int64_t[RT_DECODE_TACTIC_FIELDS]){JIT_DT_BF16, JIT_DT_BF16, m->hq, m->hkv,
+                                                                       m->head_dim, 16, 0, -1},
+                             buf, sizeof buf);
+      *op = "batch_decode";
+      break;
+    default: {
+      int64_t f[RT_PREFILL_TACTIC_FIELDS];
+      rt_prefill_tactic_fields(JIT_DT_BF16, m->hq, m->hkv, m->head_dim, 1, 0, f);
+      rt_prefill_tactic_shape(f, buf, sizeof buf);
+      *op = "batch_prefill";
+    }
+  }
   if (strlen(buf) >= n) return -1;
   memcpy(shape, buf, strlen(buf) + 1);
-  *op = "moe_gemm";
   return 0;
 }
 

@@ -151,4 +151,24 @@ else
   echo "# no hiprtc here: AMD checks skipped" >&2
 fi
 
+
+# ---- tune (the autotuner's command line; measuring itself needs the GPU: tests/gpu/gpu_autotune.c) ----
+run tune --cache "$T/tune.db"
+check tune_needs_a_target '[ $rc -eq 2 ] && grep -q "say what to measure" "$T/err"'
+run tune --cache "$T/tune.db" --op batch_prefill
+check tune_op_needs_shape '[ $rc -eq 2 ] && grep -q -- "--op needs --shape" "$T/err"'
+run tune --cache "$T/tune.db" --preset llama-9
+check tune_unknown_preset '[ $rc -eq 2 ] && grep -q "llama-9" "$T/err"'
+run tune --preset list
+check tune_preset_list '[ $rc -eq 0 ] && grep -q "^llama3-8b " "$T/out" && grep -q "^deepseek-v3 " "$T/out" && [ "$(wc -l <"$T/out")" -eq 5 ]'
+run tune --help
+check tune_help_names_the_ops '[ $rc -eq 0 ] && grep -q "batch_prefill: q=bf16" "$T/out" && grep -q "batch_decode: q=bf16" "$T/out" && grep -q "moe_gemm: dtype=" "$T/out"'
+run tune --cache "$T/tune.db" --op batch_prefill --shape "q=bf16;heads=32/8;head_dim=96;causal=1;cap=0" --tokens 64
+check tune_bad_shape_named '[ $rc -eq 1 ] && grep -q "head_dim=96" "$T/err"'
+# A preset on a machine without a GPU: every job fails with the device's error, nothing stored.
+run tune --cache "$T/tune.db" --preset llama3-8b --tokens 64,1024 --json
+check tune_preset_without_gpu '[ $rc -eq 1 ] && [ "$(grep -c "\"error\"" "$T/out")" -eq 3 ] && grep -q "batch_decode" "$T/out" && grep -q "batch_prefill" "$T/out"'
+run ls --cache "$T/tune.db" --tactics --json
+check tune_stored_nothing_without_gpu '[ $rc -eq 0 ] && [ "$(json "len(d)" <"$T/out")" = 0 ]'
+
 [ "$nfail" -eq 0 ]

@@ -316,7 +316,7 @@ FT_TEST(presets_resolve_to_a_serving_step) {
       const int mla = strcmp(name, "deepseek-v3") == 0;
       const char *op;
       char shape[256];
-      const int moe = fi_admin_preset_tune_job(name, 0, 1, &op, shape, sizeof shape) == 0;
+      const int moe = fi_admin_preset_tune_job(name, 0, 1, &op, shape, sizeof shape) == 0 && strcmp(op, "moe_gemm") == 0;
       for (size_t s = 0; s < sizeof step / sizeof *step; s++) {
         int found = 0;
         for (int i = 0; i < n; i++) found |= strcmp(c[i].op, step[s]) == 0;

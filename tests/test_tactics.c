@@ -473,3 +473,51 @@ FT_TEST(autotune_options_checked_before_the_device) {
   fi_runtime_destroy(rt);
   td_end(dirs.dir);
 }
+
+/* fi-cache tune --preset's jobs: a mixture-of-experts model's two expert GEMMs, then batch
+ * decode (CUDA-graph plans, up to 512 requests) and batch prefill where the attention is
+ * this library's (not DeepSeek-V3's MLA); every job's shape is one fi_autotune takes (on
+ * this machine without a GPU: a device error, not a bad argument). */
+FT_TEST(preset_tune_jobs_are_shapes_the_tuner_takes) {
+  tt_dir dirs;
+  fi_runtime *rt = tt_open(&dirs);
+  FT_REQUIRE(rt);
+  static const struct {
+    const char *preset, *ops[4];
+  } want[] = {
+      {"llama3-8b", {"batch_decode", "batch_prefill"}},
+      {"qwen3-30b-a3b", {"moe_gemm", "moe_gemm", "batch_decode", "batch_prefill"}},
+      {"deepseek-v3", {"moe_gemm", "moe_gemm"}},
+  };
+  for (size_t p = 0; p < sizeof want / sizeof *want; p++) {
+    int j = 0;
+    const char *op;
+    char shape[256];
+    for (; fi_admin_preset_tune_job(want[p].preset, j, 64, &op, shape, sizeof shape) == 0; j++) {
+      FT_REQUIRE(j < 4 && want[p].ops[j], "%s: job %d is %s", want[p].preset, j, op);
+      FT_CHECK_EQ_STR(op, want[p].ops[j], "%s job %d", want[p].preset, j);
+      fi_autotune_options o;
+      fi_autotune_result r;
+      fi_autotune_options_init(&o);
+      o.op = op, o.shape = shape, o.tokens = 64;
+      const fi_status st = fi_autotune(rt, &o, &r);
+      FT_CHECK(st == FI_ERR_NO_DEVICE || st == FI_ERR_DEVICE, "%s %s: %s", op, shape, fi_last_error());
+    }
+    FT_CHECK(j == 4 || !want[p].ops[j], "%s: %d jobs", want[p].preset, j);
+  }
+  const char *op;
+  char shape[256];
+  FT_CHECK_EQ_STR((fi_admin_preset_tune_job("llama3-8b", 0, 64, &op, shape, sizeof shape), shape),
+                  "q=bf16;kv=bf16;heads=32/8;head_dim=128;page=16;rope=0;len=graph");
+  FT_CHECK_EQ_STR((fi_admin_preset_tune_job("llama3-8b", 1, 64, &op, shape, sizeof shape), shape),
+                  "q=bf16;heads=32/8;head_dim=128;causal=1;cap=0");
+  /* decode past 512 requests: nothing at that count, the jobs after it still there */
+  FT_CHECK_EQ_INT(fi_admin_preset_tune_job("llama3-8b", 0, 1024, &op, shape, sizeof shape), 1);
+  FT_CHECK_EQ_INT(fi_admin_preset_tune_job("llama3-8b", 1, 1024, &op, shape, sizeof shape), 0);
+  FT_CHECK_EQ_INT(fi_admin_preset_tune_job("llama3-8b", 2, 64, &op, shape, sizeof shape), -1);
+  FT_CHECK_EQ_INT(fi_admin_preset_tune_job("llama-9", 0, 64, &op, shape, sizeof shape), -1);
+  FT_CHECK_EQ_INT(fi_admin_preset_tune_job("llama3-8b", 0, 64, &op, shape, 8), -1, "too small a buffer");
+  fi_runtime_destroy(rt);
+  td_end(dirs.dir);
+}
+

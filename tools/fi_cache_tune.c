@@ -82,8 +82,7 @@ int cmd_tune(fi_runtime *rt, const args *a) {
     for (int i = 0; i < fi_admin_preset_count(); i++) known |= strcmp(fi_admin_preset_name(i), a->presets[p]) == 0;
     if (!known) return usage_error("tune: no preset named '%s' (--preset list)", a->presets[p]);
     if (fi_admin_preset_tune_job(a->presets[p], 0, 1, &op, shape, sizeof shape) != 0)
-      return usage_error("tune: preset '%s' has no tuned op (a dense model: --preset list names those that do)",
-                         a->presets[p]);
+      return usage_error("tune: preset '%s' has no tuned op (--preset list names those that do)", a->presets[p]);
   }
   int failed = 0, done = 0;
   const double t0 = now_s();
@@ -91,7 +90,10 @@ int cmd_tune(fi_runtime *rt, const args *a) {
     for (int t = 0; t < ntok; t++) {
       const char *op;
       char shape[256];
-      for (int j = 0; fi_admin_preset_tune_job(a->presets[p], j, tokens[t], &op, shape, sizeof shape) == 0; j++) {
+      int rc;
+      for (int j = 0; (rc = fi_admin_preset_tune_job(a->presets[p], j, tokens[t], &op, shape, sizeof shape)) >= 0;
+           j++) {
+        if (rc > 0) continue; /* nothing of this job at this token count */
         failed += tune_one(rt, a, op, shape, tokens[t]);
         done++;
       }
