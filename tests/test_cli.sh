@@ -159,6 +159,7 @@ run tune --cache "$T/tune.db" --op batch_prefill
 check tune_op_needs_shape '[ $rc -eq 2 ] && grep -q -- "--op needs --shape" "$T/err"'
 run tune --cache "$T/tune.db" --preset llama-9
 check tune_unknown_preset '[ $rc -eq 2 ] && grep -q "llama-9" "$T/err"'
+check tune_usage_touches_no_cache '[ ! -e "$T/tune.db" ]'
 run tune --preset list
 check tune_preset_list '[ $rc -eq 0 ] && grep -q "^llama3-8b " "$T/out" && grep -q "^deepseek-v3 " "$T/out" && [ "$(wc -l <"$T/out")" -eq 5 ]'
 run tune --help

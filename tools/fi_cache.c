@@ -448,6 +448,10 @@ int main(int argc, char **argv) {
       return 1;
     }
   }
+  if (cmd->run == cmd_tune) { /* said before the cache is touched */
+    const int u = tune_usage(&a);
+    if (u >= 0) return u;
+  }
   if (cmd->run == cmd_prewarm) {
     for (int i = 0; i < a.npreset; i++)
       if (strcmp(a.presets[i], "list") == 0) {

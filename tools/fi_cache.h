@@ -91,6 +91,9 @@ int cmd_ls_tactics(fi_runtime *rt, const args *a);
 int show_tactic(fi_runtime *rt, const char *prefix, int *not_found);
 int cmd_clear_tactics(fi_runtime *rt, const args *a);
 int cmd_tune(fi_runtime *rt, const args *a);
+/* tune's arguments checked (and --preset list answered) before the cache is opened: the
+ * exit status, or -1 to go on. */
+int tune_usage(const args *a);
 /* The stored tactics of each layer: n[0] the user cache's, n[1] the system layer's. */
 int count_tactics(fi_runtime *rt, int64_t n[2]);
 /* The report's detail, one problem a line, as text (indented) or a JSON array. */

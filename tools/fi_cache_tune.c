@@ -61,10 +61,7 @@ static int tune_one(fi_runtime *rt, const args *a, const char *op, const char *s
   return 0;
 }
 
-int cmd_tune(fi_runtime *rt, const args *a) {
-  static const int64_t default_tokens[] = {1, 16, 64, 256, 1024, 4096, 16384};
-  const int64_t *tokens = a->ntokens ? a->tokens : default_tokens;
-  const int ntok = a->ntokens ? a->ntokens : (int)(sizeof default_tokens / sizeof *default_tokens);
+int tune_usage(const args *a) {
   if (!a->npreset && !a->nop) return usage_error("tune: say what to measure: --preset NAME or --op OP --shape SHAPE");
   if (a->nop && !a->nshape) return usage_error("tune: --op needs --shape (fi-cache tune --help names the keys)");
   if (a->nshape && !a->nop) return usage_error("tune: --shape needs --op");
@@ -84,6 +81,13 @@ int cmd_tune(fi_runtime *rt, const args *a) {
     if (fi_admin_preset_tune_job(a->presets[p], 0, 1, &op, shape, sizeof shape) != 0)
       return usage_error("tune: preset '%s' has no tuned op (--preset list names those that do)", a->presets[p]);
   }
+  return -1;
+}
+
+int cmd_tune(fi_runtime *rt, const args *a) {
+  static const int64_t default_tokens[] = {1, 16, 64, 256, 1024, 4096, 16384};
+  const int64_t *tokens = a->ntokens ? a->tokens : default_tokens;
+  const int ntok = a->ntokens ? a->ntokens : (int)(sizeof default_tokens / sizeof *default_tokens);
   int failed = 0, done = 0;
   const double t0 = now_s();
   for (int p = 0; p < a->npreset; p++)
