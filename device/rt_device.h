@@ -54,6 +54,9 @@ typedef struct rt_device_tune_i {
   int (*sync)(void *state, int dev, void *stream, char *err, size_t errlen);
   /* The device's last-level cache, bytes (0 unknown). */
   int (*cache_bytes)(void *state, int dev, size_t *bytes, char *err, size_t errlen);
+  /* Whether work on stream is being captured into a graph (*yes 1 also where the driver
+   * cannot say): measuring then would break the capture. */
+  int (*capturing)(void *state, int dev, void *stream, int *yes, char *err, size_t errlen);
 } rt_device_tune_i;
 
 typedef struct rt_device_i {

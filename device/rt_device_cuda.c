@@ -615,8 +615,23 @@ static int t_cache_bytes(void *state, int dev, size_t *bytes, char *err, size_t 
   return 0;
 }
 
-static const rt_device_tune_i cuda_tune = {t_alloc,        t_free, t_copy, t_fill32, t_event_new, t_event_free,
-                                           t_event_record, t_event_ms, t_sync, t_cache_bytes};
+/* cuStreamIsCapturing fails (CUDA_ERROR_STREAM_CAPTURE_IMPLICIT) on the legacy stream while
+ * another stream captures in global mode: that counts as capturing too. */
+static int t_capturing(void *state, int dev, void *stream, int *yes, char *err, size_t errlen) {
+  int c = 1;
+  *yes = 1;
+  cuda_state *s = state;
+  int pushed;
+  if (!api.cuStreamIsCapturing) return 0;
+  if (ensure_device(s, dev, err, errlen) != 0 || enter(s, dev, &pushed, err, errlen) != 0) return -1;
+  if (api.cuStreamIsCapturing(stream, &c) != 0) c = 1;
+  leave(pushed);
+  *yes = c != 0;
+  return 0;
+}
+
+static const rt_device_tune_i cuda_tune = {t_alloc,        t_free,     t_copy, t_fill32,      t_event_new, t_event_free,
+                                           t_event_record, t_event_ms, t_sync, t_cache_bytes, t_capturing};
 
 static void *create(const rt_device_config *cfg) {
   cuda_state *s = calloc(1, sizeof *s);

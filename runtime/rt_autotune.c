@@ -312,3 +312,46 @@ done:
   free(times);
   return st;
 }
+
+/* ---- on-line tuning at plan time (FI_AUTOTUNE=1) ---- */
+
+int rt_tactic_plan(fi_runtime *rt, const char *op, const int64_t *fields, int nfields, int64_t bucket, int devtype,
+                   int device, void (*shape_fn)(const int64_t *fields, char *buf, size_t n), void *stream,
+                   const char **params) {
+  int first = 0;
+  if (rt_tactic_cached(rt, op, fields, nfields, bucket, devtype, device, shape_fn, params, &first)) return 1;
+  if (!first || !rt->env.tune.autotune || bucket < 1) return 0;
+  char shape[CACHE_TACTIC_TEXT], err[256];
+  shape_fn(fields, shape, sizeof shape);
+  const rt_device_i *be;
+  void *state;
+  int capturing = 1;
+  if (rt_backend(rt, devtype, &be, &state) != FI_OK) {
+    rt_log(rt, RT_LOG_WARN, "FI_AUTOTUNE: %s %s bucket %lld not measured: %s", op, shape, (long long)bucket,
+           fi_last_error());
+    return 0;
+  }
+  if (!be->tune || !be->tune->capturing) {
+    rt_log(rt, RT_LOG_WARN, "FI_AUTOTUNE: %s %s bucket %lld not measured: the %s backend does not measure", op, shape,
+           (long long)bucket, be->name);
+    return 0;
+  }
+  if (be->tune->capturing(state, device, stream, &capturing, err, sizeof err) != 0 || capturing) {
+    rt_log(rt, RT_LOG_WARN, "FI_AUTOTUNE: %s %s bucket %lld not measured: the plan's stream is being captured "
+           "into a graph (or the driver cannot say); tune before capturing", op, shape, (long long)bucket);
+    return 0;
+  }
+  fi_autotune_options o;
+  fi_autotune_options_init(&o);
+  o.op = op, o.shape = shape, o.tokens = bucket, o.device = device;
+  fi_autotune_result r;
+  rt_log(rt, RT_LOG_INFO, "FI_AUTOTUNE: measuring %s %s at %lld tokens (no stored tactic)", op, shape,
+         (long long)bucket);
+  if (fi_autotune(rt, &o, &r) != FI_OK) {
+    rt_log(rt, RT_LOG_WARN, "FI_AUTOTUNE: %s %s bucket %lld not measured: %s; the rule chooses", op, shape,
+           (long long)bucket, fi_last_error());
+    return 0;
+  }
+  return rt_tactic_cached(rt, op, fields, nfields, bucket, devtype, device, shape_fn, params, NULL);
+}
+

@@ -94,6 +94,15 @@ typedef struct rt_tune_op {
   void (*release)(rt_tune_dev *d, void *c);
 } rt_tune_op;
 
+/* A plan's stored tactic for (op, fields, bucket) on (devtype, device), as rt_tactic_cached;
+ * with FI_AUTOTUNE=1, the key's first lookup that finds none measures it first (fi_autotune
+ * at the bucket's bound), unless the plan's stream is being captured into a graph. Never
+ * fails the plan: a measurement that fails is a warning, and the rule chooses. 1 with
+ * *params, or 0. */
+int rt_tactic_plan(fi_runtime *rt, const char *op, const int64_t *fields, int nfields, int64_t bucket, int devtype,
+                   int device, void (*shape_fn)(const int64_t *fields, char *buf, size_t n), void *stream,
+                   const char **params);
+
 extern const rt_tune_op rt_tune_moe_gemm, rt_tune_batch_decode, rt_tune_batch_prefill;
 
 #endif

@@ -151,8 +151,8 @@ static fi_status plan_impl(fi_runtime *rt, const char *fn, const fi_batch_decode
     int64_t fields[RT_DECODE_TACTIC_FIELDS], bucket;
     const char *text;
     rt_decode_tactic_key(info, p, fields, &bucket);
-    if (rt_tactic_cached(rt, "batch_decode", fields, RT_DECODE_TACTIC_FIELDS, bucket, devtype, device,
-                         rt_decode_tactic_shape, &text) &&
+    if (rt_tactic_plan(rt, "batch_decode", fields, RT_DECODE_TACTIC_FIELDS, bucket, devtype, device,
+                       rt_decode_tactic_shape, stream, &text) &&
         rt_decode_tactic_parse(text, &tac) == 0)
       stored = &tac;
   }

@@ -191,6 +191,7 @@ static void read_tuning(rt_env *e, rt_tuning *t) {
   }
   boolean(e, "FI_PREFILL_WGMMA", &t->prefill_wgmma);
   boolean(e, "FI_MOE_WGMMA", &t->moe_wgmma);
+  boolean(e, "FI_AUTOTUNE", &t->autotune);
   static const int qtiles[] = {16, 64, 128};
   one_of(e, "FI_PREFILL_QTILE", qtiles, 3, "16, 64 or 128", &t->prefill_qtile);
   if ((v = var("FI_PREFILL_WG"))) {

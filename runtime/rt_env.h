@@ -37,6 +37,7 @@ typedef struct rt_tuning {
   int moe_wgmma;            /* FI_MOE_WGMMA: 1, 0 the grouped GEMM on mma.sync everywhere */
   int sampling_select;      /* FI_SAMPLING_SELECT: -1 by op, 0 radix, 1 range */
   int sampling_topp_exact;  /* FI_SAMPLING_TOPP=exact: 1 */
+  int autotune;             /* FI_AUTOTUNE: 0; 1 a plan whose bucket has no stored tactic tunes it */
 } rt_tuning;
 
 enum { RT_PERSIST_DEFAULT = 0, RT_PERSIST_OFF = 1, RT_PERSIST_FIXED = 2, RT_PERSIST_CAP = 3 };

@@ -581,7 +581,7 @@ fi_status rt_moe_gemm(fi_runtime *rt, const DLTensor *a, const DLTensor *weights
                      (long long)n, ts);
   } else if (p->block_m == 0 &&
              rt_tactic_cached(rt, "moe_gemm", (const int64_t[GF_COUNT]){dt, k, n, E, K, gated, p->gather, ts},
-                              GF_COUNT, fi_tune_bucket(T), dev.device_type, dev.device_id, gemm_shape, &stored) &&
+                              GF_COUNT, fi_tune_bucket(T), dev.device_type, dev.device_id, gemm_shape, &stored, NULL) &&
              jit_moe_gemm_tactic_parse(stored, &t) == 0 &&
              jit_moe_gemm_tactic_key(&t, dt, ts, gated, p->gather, n, caps.smem_block_kb, wg_ok, &key) == 0) {
     /* the stored tactic's kernel */

@@ -169,8 +169,8 @@ static fi_status plan_impl(fi_runtime *rt, const char *fn, const fi_batch_prefil
     const char *text;
     rt_prefill_tactic_fields(dt, info->num_qo_heads, info->num_kv_heads, D, p->causal, soft_cap, fields);
     const int64_t bucket = fi_tune_bucket(graph ? info->max_qo_tokens : maxrows / G);
-    if (rt_tactic_cached(rt, "batch_prefill", fields, RT_PREFILL_TACTIC_FIELDS, bucket, devtype, device,
-                         rt_prefill_tactic_shape, &text) &&
+    if (rt_tactic_plan(rt, "batch_prefill", fields, RT_PREFILL_TACTIC_FIELDS, bucket, devtype, device,
+                       rt_prefill_tactic_shape, stream, &text) &&
         rt_prefill_tactic_parse(text, &tac) == 0)
       stored = &tac;
   }

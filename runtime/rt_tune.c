@@ -145,7 +145,8 @@ typedef struct tactic_memo_v {
 
 int rt_tactic_cached(fi_runtime *rt, const char *op, const int64_t *fields, int nfields, int64_t bucket,
                      int devtype, int device, void (*shape_fn)(const int64_t *fields, char *buf, size_t n),
-                     const char **params) {
+                     const char **params, int *first) {
+  if (first) *first = 0;
   /* The key: the op's name, its shape's numbers, the bucket, the device type and the
    * generation of this runtime's stored tactics. */
   int64_t blob[24];
@@ -164,6 +165,7 @@ int rt_tactic_cached(fi_runtime *rt, const char *op, const int64_t *fields, int 
     v = cache_memo_put(rt->tactic_memo, h.low64, h.high64, device, n);
     if (v != n) free(n);
     if (!v) return 0;
+    if (first) *first = v == n;
   }
   if (!v->found) return 0;
   *params = v->params;

@@ -47,10 +47,11 @@ int rt_tactic_find(fi_runtime *rt, const char *op, const char *shape_key, int64_
  * (devtype, device), found in the cache at the first call of a key and memoized; later
  * calls read the memo (no lock, no allocation, no formatting). shape_fn writes the
  * shape's canonical text from the fields, called on the first call only. 1 with *params
- * (valid while the runtime lives), or 0: the rule chooses. */
+ * (valid while the runtime lives), or 0: the rule chooses. *first (may be NULL): 1 when
+ * this call looked in the cache (the key's first lookup since tactics last changed). */
 int rt_tactic_cached(fi_runtime *rt, const char *op, const int64_t *fields, int nfields, int64_t bucket,
                      int devtype, int device, void (*shape_fn)(const int64_t *fields, char *buf, size_t n),
-                     const char **params);
+                     const char **params, int *first);
 
 /* A tactic was stored or cleared through this runtime: memoized lookups are made again. */
 void rt_tactic_changed(fi_runtime *rt);

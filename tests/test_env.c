@@ -20,7 +20,7 @@ static const char *const vars[] = {
     "FI_LOG_LEVEL", "FI_CACHE_MAX_BYTES", "FI_CACHE_JOURNAL", "FI_CACHE_CLAIM_TIMEOUT", "FI_CACHE_UMASK",
     "FI_DECODE_WARPS", "FI_DECODE_PIPELINE", "FI_DECODE_SPLIT", "FI_DECODE_PRE_PREFETCH", "FI_PDL",
     "FI_PREFILL_WG", "FI_PREFILL_STAGES", "FI_PREFILL_PERSIST", "FI_SAMPLING_SELECT", "FI_SAMPLING_TOPP",
-    "FI_CUDA_LIBRARY", "FI_CACHE_PATH", "XDG_CACHE_HOME", "FI_DECODE_KV_PAIR", "FI_PREFILL_QTILE"};
+    "FI_CUDA_LIBRARY", "FI_CACHE_PATH", "XDG_CACHE_HOME", "FI_DECODE_KV_PAIR", "FI_PREFILL_QTILE", "FI_AUTOTUNE"};
 static void clear_vars(void) {
   for (size_t i = 0; i < sizeof vars / sizeof vars[0]; i++) unsetenv(vars[i]);
 }
@@ -36,7 +36,8 @@ static int same_tuning(const rt_tuning *a, const rt_tuning *b) {
          a->prefill_wg_kv == b->prefill_wg_kv && a->prefill_ws == b->prefill_ws &&
          a->prefill_stages == b->prefill_stages && a->prefill_persist == b->prefill_persist &&
          a->prefill_persist_cap == b->prefill_persist_cap && a->prefill_split == b->prefill_split &&
-         a->sampling_select == b->sampling_select && a->sampling_topp_exact == b->sampling_topp_exact;
+         a->sampling_select == b->sampling_select && a->sampling_topp_exact == b->sampling_topp_exact &&
+         a->moe_wgmma == b->moe_wgmma && a->autotune == b->autotune;
 }
 
 static int warned(const rt_env *e, const char *needle) {
@@ -160,6 +161,7 @@ FT_TEST(refused_values_warn_by_name_and_keep_the_default) {
   setenv("FI_PREFILL_PERSIST", "3", 1);
   setenv("FI_SAMPLING_SELECT", "range", 1);
   setenv("FI_SAMPLING_TOPP", "exact", 1);
+  setenv("FI_AUTOTUNE", "1", 1);
   rt_env_read(&e);
   FT_CHECK(e.nwarnings == 0, "%d warnings: %s", e.nwarnings, e.warnings[0]);
   FT_CHECK(e.max_bytes == 300 * 1024 && e.log_level == 4 && e.journal == RT_JOURNAL_DELETE && e.umask == 7);
@@ -168,6 +170,8 @@ FT_TEST(refused_values_warn_by_name_and_keep_the_default) {
   FT_CHECK(e.tune.prefill_wg_q == 192 && e.tune.prefill_wg_kv == 128 && e.tune.prefill_stages == 2);
   FT_CHECK(e.tune.prefill_persist == RT_PERSIST_CAP && e.tune.prefill_persist_cap == 3);
   FT_CHECK(e.tune.sampling_select == 1 && e.tune.sampling_topp_exact == 1);
+  FT_CHECK_EQ_INT(e.tune.autotune, 1);
+  FT_CHECK_EQ_INT(rt_tuning_default().autotune, 0);
   clear_vars();
 }
 

@@ -4,6 +4,7 @@
  * layer used when the user cache has none; rows of another device, SM count, driver,
  * compiler or runtime not used; a tampered row ignored and reported by verify. Rows are
  * planted with fi_admin_tactic_put: measuring a tactic needs a GPU. */
+#include <fcntl.h>
 #include <math.h>
 #include <signal.h>
 #include <stdint.h>
@@ -12,6 +13,7 @@
 
 #include "cache_ops.h"
 #include "ft.h"
+#include "rt_autotune.h"
 #include "rt_tune.h"
 #include "test_tactics_util.h"
 
@@ -521,3 +523,49 @@ FT_TEST(preset_tune_jobs_are_shapes_the_tuner_takes) {
   td_end(dirs.dir);
 }
 
+
+/* FI_AUTOTUNE=1 at plan time, on this machine without a GPU: the key's first lookup that
+ * finds no row tries to measure it, cannot, says why once (a warning naming FI_AUTOTUNE and
+ * the key), and leaves the choice to the rule; the key's next lookup is the memo's (no
+ * second try), and nothing is stored. Measuring for real: tests/gpu/gpu_autotune.c. */
+FT_TEST(autotune_at_plan_time_without_a_gpu_leaves_the_rule) {
+  setenv("FI_AUTOTUNE", "1", 1);
+  setenv("FI_LOG_LEVEL", "warn", 1);
+  tt_dir dirs;
+  fi_runtime *rt = tt_open(&dirs);
+  unsetenv("FI_AUTOTUNE");
+  unsetenv("FI_LOG_LEVEL");
+  FT_REQUIRE(rt);
+  char logp[256];
+  snprintf(logp, sizeof logp, "%s/log.txt", dirs.dir);
+  const int fd = open(logp, O_CREAT | O_TRUNC | O_WRONLY, 0600);
+  FT_REQUIRE(fd >= 0);
+  fflush(stderr);
+  const int saved = dup(2);
+  dup2(fd, 2);
+  const int64_t f[RT_DECODE_TACTIC_FIELDS] = {JIT_DT_BF16, JIT_DT_BF16, 32, 8, 128, 16, 0, -1};
+  const char *params = NULL;
+  const int r1 = rt_tactic_plan(rt, "batch_decode", f, RT_DECODE_TACTIC_FIELDS, 8, kDLCUDA, 0, rt_decode_tactic_shape,
+                                NULL, &params);
+  const int r2 = rt_tactic_plan(rt, "batch_decode", f, RT_DECODE_TACTIC_FIELDS, 8, kDLCUDA, 0, rt_decode_tactic_shape,
+                                NULL, &params);
+  fflush(stderr);
+  dup2(saved, 2);
+  close(saved);
+  close(fd);
+  FT_CHECK(r1 == 0 && r2 == 0, "%d %d", r1, r2);
+  char log[4096] = {0};
+  FILE *lf = fopen(logp, "r");
+  FT_REQUIRE(lf);
+  const size_t got = fread(log, 1, sizeof log - 1, lf);
+  fclose(lf);
+  log[got] = 0;
+  int tries = 0;
+  for (const char *s = log; (s = strstr(s, "FI_AUTOTUNE:")); s++) tries++;
+  FT_CHECK_EQ_INT(tries, 1, "one warning for two lookups: %s", log);
+  FT_CHECK_STR_HAS(log, "q=bf16;kv=bf16;heads=32/8;head_dim=128;page=16;rope=0;len=graph bucket 8 not measured");
+  fi_admin_stats s;
+  FT_CHECK(fi_admin_stats_get(rt, &s) == FI_OK && s.tactics == 0);
+  fi_runtime_destroy(rt);
+  td_end(dirs.dir);
+}

@@ -372,6 +372,17 @@ static fi_status prefill_twice(fi_runtime *b, DLTensor *ws, void *u) {
   return st;
 }
 
+/* 7 requests of 512 tokens (32 full pages of 16), 8/2 heads of 128, bf16: batch bucket 8,
+ * KV length bucket 512. */
+static void decode_batch(fi_batch_decode_info *info, int32_t *ip, int32_t *ll) {
+  for (int i = 0; i <= 8; i++) ip[i] = i * 32;
+  for (int i = 0; i < 8; i++) ll[i] = 16;
+  memset(info, 0, sizeof *info);
+  info->batch = 7, info->indptr = ip, info->last_page_len = ll;
+  info->num_qo_heads = 8, info->num_kv_heads = 2, info->head_dim = 128, info->page_size = 16;
+  info->q_dtype = info->kv_dtype = (DLDataType){kDLBfloat, 16, 1};
+}
+
 /* Batch decode: every tactic (warps x pipelines the plan takes, the rule's split halved and
  * doubled) computes the same attention, the fastest is stored, a faulted tactic is refused;
  * a fresh runtime's plan of that shape and batch finds the stored row (one lookup, a hit). */
@@ -387,13 +398,8 @@ FT_TEST(decode_tactics_measured_and_used_by_a_plan) {
   /* A fresh runtime's plan of the same shape and batch bucket finds it. */
   FT_REQUIRE(fi_runtime_create(&o, &b) == FI_OK, "%s", fi_last_error());
   int32_t ip[9], ll[8];
-  for (int i = 0; i <= 8; i++) ip[i] = i * 32;
-  for (int i = 0; i < 8; i++) ll[i] = 16;
   fi_batch_decode_info info;
-  memset(&info, 0, sizeof info);
-  info.batch = 7, info.indptr = ip, info.last_page_len = ll; /* 7 requests: bucket 8 */
-  info.num_qo_heads = 8, info.num_kv_heads = 2, info.head_dim = 128, info.page_size = 16;
-  info.q_dtype = info.kv_dtype = (DLDataType){kDLBfloat, 16, 1};
+  decode_batch(&info, ip, ll);
   size_t wsb = 0;
   const DLDevice dv = {kDLCUDA, 0};
   FT_REQUIRE(fi_batch_decode_workspace_size(b, dv, 8, 8, 2, 128, &wsb) == FI_OK);
@@ -427,6 +433,47 @@ FT_TEST(prefill_tactics_measured_and_used_by_a_plan) {
   const DLDevice dv = {kDLCUDA, 0};
   FT_REQUIRE(fi_batch_prefill_workspace_size(b, dv, 3, 300, 8, 2, 256, &wsb) == FI_OK, "%s", fi_last_error());
   one_hit_for_two_plans(b, wsb, prefill_twice, &info);
+  fi_runtime_destroy(b);
+  remove_cache(path, dir);
+}
+
+/* FI_AUTOTUNE=1: a runtime's first decode plan of a shape and bucket with no stored row
+ * measures it (fi_autotune at the bucket's bound) and plans with the winner; the row is
+ * there for a fresh runtime without the variable, whose plans find it (one lookup, a hit). */
+FT_TEST(autotune_env_measures_at_the_first_plan) {
+  FT_REQUIRE(setup() == 0);
+  char dir[] = "/tmp/fi-gpu-tune-XXXXXX", path[64];
+  FT_REQUIRE(mkdtemp(dir));
+  snprintf(path, sizeof path, "%s/e.db", dir);
+  fi_options o;
+  fi_options_init(&o);
+  o.cache_path = path;
+  fi_runtime *a = NULL, *b = NULL;
+  setenv("FI_AUTOTUNE", "1", 1);
+  const fi_status created = fi_runtime_create(&o, &a);
+  unsetenv("FI_AUTOTUNE");
+  FT_REQUIRE(created == FI_OK, "%s", fi_last_error());
+  int32_t ip[9], ll[8];
+  fi_batch_decode_info info;
+  decode_batch(&info, ip, ll);
+  size_t wsb = 0;
+  const DLDevice dv = {kDLCUDA, 0};
+  FT_REQUIRE(fi_batch_decode_workspace_size(a, dv, 8, 8, 2, 128, &wsb) == FI_OK);
+  CUdeviceptr d_ws;
+  CU_CHECK(&cu, cuMemAlloc(&d_ws, wsb));
+  int64_t s_ws[1] = {(int64_t)wsb};
+  DLTensor t_ws = g_tensor(d_ws, 0, 2, 1, s_ws, NULL);
+  t_ws.dtype = (DLDataType){kDLUInt, 8, 1};
+  FT_CHECK(decode_twice(a, &t_ws, &info) == FI_OK, "%s", fi_last_error());
+  cu.cuMemFree(d_ws);
+  const char *shape = "q=bf16;kv=bf16;heads=8/2;head_dim=128;page=16;rope=0;len=512";
+  row w = get_op_row(a, "batch_decode", shape, 8);
+  FT_CHECK(w.found == 1 && w.valid == 1, "no row for %s bucket 8 after the plan", shape);
+  fi_admin_stats s;
+  FT_CHECK(fi_admin_stats_get(a, &s) == FI_OK && s.tactic_hits >= 1, "the plan took the measured tactic");
+  fi_runtime_destroy(a);
+  FT_REQUIRE(fi_runtime_create(&o, &b) == FI_OK, "%s", fi_last_error());
+  one_hit_for_two_plans(b, wsb, decode_twice, &info);
   fi_runtime_destroy(b);
   remove_cache(path, dir);
 }
