@@ -90,12 +90,13 @@ FI_API fi_status fi_autotune(fi_runtime *rt, const fi_autotune_options *o, fi_au
     return rt_fail(FI_ERR_INVALID_ARGUMENT, "%s: o->struct_size is %zu; fi_autotune_options_init sets it", fn,
                    o->struct_size);
   memset(r, 0, sizeof *r);
-  static const rt_tune_op *const ops[] = {&rt_tune_moe_gemm, &rt_tune_batch_decode, &rt_tune_batch_prefill};
+  static const rt_tune_op *const ops[] = {&rt_tune_moe_gemm, &rt_tune_batch_decode, &rt_tune_batch_prefill,
+                                          &rt_tune_sampling};
   const rt_tune_op *op = NULL;
   for (size_t i = 0; o->op && i < sizeof ops / sizeof *ops; i++)
     if (strcmp(o->op, ops[i]->name) == 0) op = ops[i];
   if (!op)
-    return rt_fail(FI_ERR_INVALID_ARGUMENT, "%s: o->op is %s%s%s; the ops it measures: moe_gemm, batch_decode, batch_prefill", fn,
+    return rt_fail(FI_ERR_INVALID_ARGUMENT, "%s: o->op is %s%s%s; the ops it measures: moe_gemm, batch_decode, batch_prefill, sampling", fn,
                    o->op ? "\"" : "", o->op ? o->op : "NULL", o->op ? "\"" : "");
   if (!o->shape) return rt_fail(FI_ERR_INVALID_ARGUMENT, "%s: o->shape is NULL", fn);
   if (o->tokens < 1 || o->tokens > (1 << 20))
@@ -226,7 +227,12 @@ FI_API fi_status fi_autotune(fi_runtime *rt, const fi_autotune_options *o, fi_au
     }
     int bitwise = 1;
     double rel = 0;
-    valid[i] = i == 0 || compare(ref, got, out_n, op->bf16(c), &bitwise, &rel, whys[i], sizeof whys[i]) == 0;
+    if (i > 0 && op->exact) {
+      bitwise = memcmp(ref, got, out_bytes) == 0, rel = 0;
+      if (!bitwise) snprintf(whys[i], sizeof whys[i], "its output is not the rule's bit for bit (token ids)");
+    }
+    valid[i] = i == 0 || (op->exact ? bitwise : compare(ref, got, out_n, op->bf16(c), &bitwise, &rel, whys[i],
+                                                           sizeof whys[i]) == 0);
     if (valid[i]) {
       r->valid++;
       r->bitwise += bitwise;

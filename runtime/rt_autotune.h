@@ -60,6 +60,8 @@ fi_status rt_tune_alloc(rt_tune_dev *d, size_t bytes, void **p, const char *what
 void rt_tune_free(rt_tune_dev *d, void *p);
 /* bytes of random 16-bit floats (scale x uniform [-1, 1), bf16 or f16) at p. */
 fi_status rt_tune_fill(rt_tune_dev *d, void *p, size_t bytes, int bf16, float scale, uint64_t seed);
+/* bytes of uniform [lo, hi) values of dtype dt (JIT_DT_F32, _BF16 or _F16) at p. */
+fi_status rt_tune_fill_as(rt_tune_dev *d, void *p, size_t bytes, int dt, float lo, float hi, uint64_t seed);
 uint64_t rt_tune_rand(uint64_t *s);
 /* A 16-bit float's value (bf16 or f16). */
 double rt_tune_value(uint16_t h, int bf16);
@@ -92,6 +94,9 @@ typedef struct rt_tune_op {
   /* Tactic i into out (the stream's order). */
   fi_status (*run)(rt_tune_dev *d, void *c, int i, void *out);
   void (*release)(rt_tune_dev *d, void *c);
+  /* 1: the outputs are not floats (sampled token ids): a tactic is valid only where its
+   * output is the rule's bit for bit. */
+  int exact;
 } rt_tune_op;
 
 /* A plan's stored tactic for (op, fields, bucket) on (devtype, device), as rt_tactic_cached;
@@ -103,6 +108,6 @@ int rt_tactic_plan(fi_runtime *rt, const char *op, const int64_t *fields, int nf
                    int device, void (*shape_fn)(const int64_t *fields, char *buf, size_t n), void *stream,
                    const char **params);
 
-extern const rt_tune_op rt_tune_moe_gemm, rt_tune_batch_decode, rt_tune_batch_prefill;
+extern const rt_tune_op rt_tune_moe_gemm, rt_tune_batch_decode, rt_tune_batch_prefill, rt_tune_sampling;
 
 #endif

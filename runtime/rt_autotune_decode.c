@@ -222,4 +222,4 @@ static void release(rt_tune_dev *d, void *cv) {
 }
 
 const rt_tune_op rt_tune_batch_decode = {"batch_decode", sizeof(dec_case), parse, setup, tactics, out_bytes, is_bf16,
-                                         run, release};
+                                         run, release, 0};

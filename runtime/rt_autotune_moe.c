@@ -179,5 +179,5 @@ static fi_status run(rt_tune_dev *d, void *cv, int i, void *out) {
 static void release(rt_tune_dev *d, void *cv) { moe_free(d, cv); }
 
 const rt_tune_op rt_tune_moe_gemm = {"moe_gemm", sizeof(moe_case), parse, setup, tactics, out_bytes, is_bf16, run,
-                                     release};
+                                     release, 0};
 

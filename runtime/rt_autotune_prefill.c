@@ -194,4 +194,4 @@ static void release(rt_tune_dev *d, void *cv) {
 }
 
 const rt_tune_op rt_tune_batch_prefill = {"batch_prefill", sizeof(pf_case), parse,   setup,  tactics,
-                                          out_bytes,       is_bf16,          run,     release};
+                                          out_bytes,       is_bf16,          run,     release, 0};

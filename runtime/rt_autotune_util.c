@@ -95,17 +95,28 @@ static float from_f16(uint16_t h) {
   return h & 0x8000u ? -v : v;
 }
 
-/* bytes of random 16-bit floats (scale x uniform [-1, 1)) at p: one host chunk copied up,
- * then doubled on the device, so that gigabytes of weights cost no host time. */
 fi_status rt_tune_fill(rt_tune_dev *d, void *p, size_t bytes, int bf16, float scale, uint64_t seed) {
-  const size_t chunk = bytes < ((size_t)8 << 20) ? bytes : ((size_t)8 << 20);
+  return rt_tune_fill_as(d, p, bytes, bf16 ? JIT_DT_BF16 : JIT_DT_F16, -scale, scale, seed);
+}
+
+/* One host chunk of random values copied up, then doubled on the device, so that gigabytes
+ * of weights cost no host time. */
+fi_status rt_tune_fill_as(rt_tune_dev *d, void *p, size_t bytes, int dt, float lo, float hi, uint64_t seed) {
+  const size_t es = dt == JIT_DT_F32 ? 4 : 2;
+  size_t chunk = bytes < ((size_t)8 << 20) ? bytes : ((size_t)8 << 20);
+  chunk -= chunk % es;
   if (!chunk) return FI_OK;
-  uint16_t *h = calloc(chunk / 2 + 1, 2);
+  unsigned char *h = calloc(chunk + 4, 1);
   if (!h) return rt_fail(FI_ERR_OUT_OF_MEMORY, "fi_autotune: out of host memory");
   uint64_t s = seed | 1;
-  for (size_t i = 0; i < chunk / 2; i++) {
-    const float v = scale * rng_unit(&s);
-    h[i] = bf16 ? to_bf16(v) : to_f16(v);
+  for (size_t i = 0; i < chunk / es; i++) {
+    const float v = lo + (hi - lo) * 0.5f * (rng_unit(&s) + 1.0f);
+    if (es == 4) {
+      memcpy(h + 4 * i, &v, 4);
+    } else {
+      const uint16_t x = dt == JIT_DT_BF16 ? to_bf16(v) : to_f16(v);
+      memcpy(h + 2 * i, &x, 2);
+    }
   }
   int rc = d->t->copy(d->state, d->dev, p, h, chunk, RT_COPY_H2D, d->err, sizeof d->err);
   free(h);

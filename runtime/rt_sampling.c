@@ -9,8 +9,11 @@
 
 #include "fi_params.h"
 #include "ops_sampling.h"
+#include "fi_admin.h"
 #include "rt_internal.h"
+#include "rt_sampling.h"
 #include "rt_tensor.h"
+#include "rt_tune.h"
 #include "sampling_params.h"
 
 typedef struct smp_call {
@@ -194,6 +197,79 @@ static int topp_variant(const rt_tuning *t) {
   return t->sampling_topp_exact ? FI_SMP_TOPP_EXACT : FI_SMP_TOPP_FLOAT;
 }
 
+/* ---- stored tactics (issue 43): CTAs per row and the threshold search ---- */
+
+int rt_sampling_tactic_parse(const char *s, rt_sampling_tactic *t) {
+  int cl = 0, sel = 0, used = 0;
+  if (!s || sscanf(s, "cluster=%d;select=%d%n", &cl, &sel, &used) != 2 || s[used]) return -1;
+  if ((cl != 1 && cl != 4 && cl != 8) || (sel != 0 && sel != 1)) return -1;
+  *t = (rt_sampling_tactic){cl, sel};
+  return 0;
+}
+
+int rt_sampling_tactic_format(const rt_sampling_tactic *t, char *buf, size_t n) {
+  const int w = snprintf(buf, n, "cluster=%d;select=%d", t->cluster, t->select);
+  return w < 0 || (size_t)w >= n ? -1 : 0;
+}
+
+static const char *const smp_names[FI_SMP_OP_COUNT] = {
+    "softmax", "sample", "top_k", "top_p", "min_p", "top_k_top_p_logits", "top_k_renorm", "top_p_renorm",
+    "top_k_mask"};
+
+const char *rt_sampling_op_name(int op) { return op >= 0 && op < FI_SMP_OP_COUNT ? smp_names[op] : NULL; }
+
+int rt_sampling_op_of(const char *name) {
+  for (int i = 0; name && i < FI_SMP_OP_COUNT; i++)
+    if (strcmp(name, smp_names[i]) == 0) return i;
+  return -1;
+}
+
+void rt_sampling_tactic_shape(const int64_t *f, char *buf, size_t n) {
+  const char *op = rt_sampling_op_name((int)f[0]), *dt = jit_dtype_name((int)f[1]);
+  snprintf(buf, n, "op=%s;dtype=%s;vocab=%lld", op ? op : "?", dt ? dt : "?", (long long)f[2]);
+}
+
+int rt_sampling_tuned(int op) {
+  return op == FI_SMP_SAMPLE || op == FI_SMP_TOPK || op == FI_SMP_TOPP || op == FI_SMP_MINP ||
+         op == FI_SMP_TOPK_TOPP_LOGITS;
+}
+
+static _Thread_local const rt_sampling_tactic *forced;
+
+void rt_sampling_force(const rt_sampling_tactic *t) { forced = t; }
+
+/* The tactic of a call: the forced one (the tuner), else the stored one for (op, dtype,
+ * vocab) and the batch's bucket where the cluster it names can run here (memoized: no
+ * lock, no allocation after a key's first call), else the rule's; FI_SAMPLING_SELECT
+ * wins over a stored search. */
+static rt_sampling_tactic choose(fi_runtime *rt, const rt_device_i *be, void *state, const smp_call *c, int op,
+                                 int dt) {
+  rt_sampling_tactic t = {pick_cluster(be, state, c->device, c->batch), select_variant(&rt->env.tune, op)};
+  if (forced) return *forced;
+  if (!rt_sampling_tuned(op)) return t;
+  const char *text;
+  rt_sampling_tactic s;
+  if (rt_tactic_cached(rt, "sampling", (const int64_t[RT_SAMPLING_TACTIC_FIELDS]){op, dt, c->in->shape[1]},
+                       RT_SAMPLING_TACTIC_FIELDS, fi_tune_bucket(c->batch), c->devtype, c->device,
+                       rt_sampling_tactic_shape, &text, NULL) &&
+      rt_sampling_tactic_parse(text, &s) == 0) {
+    rt_device_caps caps;
+    char err[128];
+    if (s.cluster == 1 || (rt_device_caps_get(be, state, c->device, &caps, err, sizeof err) == 0 && caps.clusters))
+      t.cluster = s.cluster;
+    if (rt->env.tune.sampling_select < 0) t.select = s.select;
+  }
+  return t;
+}
+
+int rt_sampling_rule(fi_runtime *rt, int devtype, int device, int op, int64_t batch, rt_sampling_tactic *t) {
+  const rt_device_i *be;
+  void *state;
+  if (rt_backend(rt, devtype, &be, &state) != FI_OK) return -1;
+  *t = (rt_sampling_tactic){pick_cluster(be, state, device, batch), select_variant(&rt->env.tune, op)};
+  return 0;
+}
+
 /* Chooses the kernel (vec from in's and out2d's alignment) and launches it. */
 static fi_status launch(fi_runtime *rt, smp_call *c, int op, const DLTensor *out2d, void *stream) {
   if (c->batch == 0) return FI_OK;
@@ -215,8 +291,9 @@ static fi_status launch(fi_runtime *rt, smp_call *c, int op, const DLTensor *out
   void *state;
   fi_status st = rt_backend(rt, c->devtype, &be, &state);
   if (st != FI_OK) return st;
-  const int cl = pick_cluster(be, state, c->device, c->batch);
-  jit_sampling_select(op, dt, vec, cl, select_variant(&rt->env.tune, op), &c->key);
+  const rt_sampling_tactic t = choose(rt, be, state, c, op, dt);
+  const int cl = t.cluster;
+  jit_sampling_select(op, dt, vec, cl, t.select, &c->key);
   if (op == FI_SMP_TOPP || op == FI_SMP_TOPK_TOPP_LOGITS) c->p.topp_variant = topp_variant(&rt->env.tune);
   rt_kernel *k;
   if ((st = rt_kernel_get(rt, &c->key, be, c->device, &k)) != FI_OK) return st;

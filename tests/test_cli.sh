@@ -163,7 +163,7 @@ check tune_usage_touches_no_cache '[ ! -e "$T/tune.db" ]'
 run tune --preset list
 check tune_preset_list '[ $rc -eq 0 ] && grep -q "^llama3-8b " "$T/out" && grep -q "^deepseek-v3 " "$T/out" && [ "$(wc -l <"$T/out")" -eq 5 ]'
 run tune --help
-check tune_help_names_the_ops '[ $rc -eq 0 ] && grep -q "batch_prefill: q=bf16" "$T/out" && grep -q "batch_decode: q=bf16" "$T/out" && grep -q "moe_gemm: dtype=" "$T/out"'
+check tune_help_names_the_ops '[ $rc -eq 0 ] && grep -q "batch_prefill: q=bf16" "$T/out" && grep -q "batch_decode: q=bf16" "$T/out" && grep -q "moe_gemm: dtype=" "$T/out" && grep -q "sampling: op=" "$T/out"'
 run tune --cache "$T/tune.db" --op batch_prefill --shape "q=bf16;heads=32/8;head_dim=96;causal=1;cap=0" --tokens 64
 check tune_bad_shape_named '[ $rc -eq 1 ] && grep -q "head_dim=96" "$T/err"'
 # A preset on a machine without a GPU: every job fails with the device's error, nothing stored.

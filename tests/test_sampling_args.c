@@ -14,6 +14,7 @@
 #include "jit_render.h"
 #include "ops_sampling.h"
 #include "rt_internal.h"
+#include "rt_sampling.h"
 #include "sampling_params.h"
 
 /* Fake device addresses, never dereferenced, 64 MiB apart. */
@@ -428,3 +429,40 @@ FT_TEST(sampling_key_canonical_and_render) {
            "%s", src);
   free(src);
 }
+
+/* Stored tactics (issue 43): "cluster=C;select=S" round-trips, anything else is refused;
+ * the key's text names the op as the shape text spells it. The tuner measuring them and a
+ * call taking one: tests/gpu/gpu_autotune.c. */
+FT_TEST(sampling_tactics_parse_and_name_their_key) {
+  static const int cl[3] = {1, 4, 8};
+  for (int c = 0; c < 3; c++)
+    for (int s = 0; s < 2; s++) {
+      const rt_sampling_tactic t = {cl[c], s};
+      rt_sampling_tactic back;
+      char text[64];
+      FT_REQUIRE(rt_sampling_tactic_format(&t, text, sizeof text) == 0);
+      FT_CHECK(rt_sampling_tactic_parse(text, &back) == 0 && back.cluster == t.cluster && back.select == t.select,
+               "%s", text);
+    }
+  static const char *const bad[] = {"cluster=2;select=0", "cluster=8;select=2", "cluster=8", "cluster=8;select=1;x=1",
+                                    "select=1;cluster=8", ""};
+  rt_sampling_tactic t;
+  for (size_t i = 0; i < sizeof bad / sizeof *bad; i++)
+    FT_CHECK(rt_sampling_tactic_parse(bad[i], &t) == -1, "'%s'", bad[i]);
+  FT_CHECK(rt_sampling_tactic_parse(NULL, &t) == -1);
+  for (int op = 0; op < FI_SMP_OP_COUNT; op++) {
+    FT_REQUIRE(rt_sampling_op_name(op));
+    FT_CHECK_EQ_INT(rt_sampling_op_of(rt_sampling_op_name(op)), op);
+  }
+  FT_CHECK(!rt_sampling_op_name(FI_SMP_OP_COUNT) && rt_sampling_op_of("top_q") == -1);
+  /* the samplers take stored tactics; softmax, renorm and mask keep the rule */
+  for (int op = 0; op < FI_SMP_OP_COUNT; op++)
+    FT_CHECK_EQ_INT(rt_sampling_tuned(op), op == FI_SMP_SAMPLE || op == FI_SMP_TOPK || op == FI_SMP_TOPP ||
+                                               op == FI_SMP_MINP || op == FI_SMP_TOPK_TOPP_LOGITS,
+                    "%s", rt_sampling_op_name(op));
+  char shape[128];
+  rt_sampling_tactic_shape((const int64_t[RT_SAMPLING_TACTIC_FIELDS]){FI_SMP_TOPK, JIT_DT_F32, 128256}, shape,
+                           sizeof shape);
+  FT_CHECK_EQ_STR(shape, "op=top_k;dtype=f32;vocab=128256");
+}
+

@@ -55,6 +55,8 @@ static const command commands[] = {
      "                 batch_prefill: q=bf16|f16;heads=H/K;head_dim=64|128|256;\n"
      "                   causal=0|1;cap=0|1 (tokens: the longest request's query\n"
      "                   tokens; measured on clamp(16384/tokens, 1, 64) requests)\n"
+     "                 sampling: op=sample|top_k|top_p|min_p|top_k_top_p_logits;\n"
+     "                   dtype=f32|bf16|f16;vocab=V (tokens: the batch's rows)\n"
      "  --tokens N,... token counts (each measured at its bucket's bound; default\n"
      "                 1,16,64,256,1024,4096,16384)\n"
      "  --device N     the CUDA device (default 0)\n"

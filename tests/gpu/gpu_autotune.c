@@ -338,8 +338,8 @@ static void tune_fresh(const char *op, const char *shape, int64_t tokens, int64_
   fi_runtime_destroy(a);
 }
 
-/* plan(b, workspace of wsb bytes, u) plans twice (and destroys its plan): one tactic lookup
- * for both, a hit. */
+/* plan(b, workspace of wsb bytes, u) plans (or calls) twice (and destroys its plan): one
+ * tactic lookup for both, a hit. */
 static void one_hit_for_two_plans(fi_runtime *b, size_t wsb, fi_status (*plan)(fi_runtime *, DLTensor *, void *),
                                   void *u) {
   CUdeviceptr d_ws;
@@ -474,6 +474,50 @@ FT_TEST(autotune_env_measures_at_the_first_plan) {
   fi_runtime_destroy(a);
   FT_REQUIRE(fi_runtime_create(&o, &b) == FI_OK, "%s", fi_last_error());
   one_hit_for_two_plans(b, wsb, decode_twice, &info);
+  fi_runtime_destroy(b);
+  remove_cache(path, dir);
+}
+
+/* The samplers: every tactic (CTAs per row x the threshold search) draws the same tokens
+ * as the rule (the Philox contract: the same seed and offset, the same draws, whatever the
+ * launch shape), a faulted one is refused, the fastest stored; a fresh runtime's call of
+ * that op, dtype, vocab and batch bucket finds it (one lookup for two calls, a hit). */
+static fi_status top_k_twice(fi_runtime *b, DLTensor *ws, void *u) {
+  (void)ws;
+  DLTensor *t = u; /* probs, samples */
+  fi_status st = fi_top_k_sampling_from_probs(b, &t[0], NULL, 50, &t[1], 1, 2, NULL);
+  if (st == FI_OK) st = fi_top_k_sampling_from_probs(b, &t[0], NULL, 50, &t[1], 3, 4, NULL);
+  if (st == FI_OK && cu.cuCtxSynchronize() != 0) st = FI_ERR_DEVICE;
+  return st;
+}
+
+FT_TEST(sampling_tactics_measured_and_used_by_a_call) {
+  FT_REQUIRE(setup() == 0);
+  char dir[] = "/tmp/fi-gpu-tune-XXXXXX", path[64];
+  fi_options o;
+  fi_runtime *b = NULL;
+  tune_fresh("sampling", "op=top_k;dtype=f32;vocab=32000", 12, 16, 2, dir, path, sizeof path, &o);
+  if (ft_failed_now) return;
+  FT_REQUIRE(fi_runtime_create(&o, &b) == FI_OK, "%s", fi_last_error());
+  const int64_t B = 10, V = 32000; /* bucket 16 */
+  float *h = malloc((size_t)(B * V) * 4);
+  FT_REQUIRE(h);
+  for (int64_t i = 0; i < B * V; i++) h[i] = (float)((i * 2654435761u) % 1000) / 1000.0f;
+  CUdeviceptr d_p, d_s;
+  CU_CHECK(&cu, cuMemAlloc(&d_p, (size_t)(B * V) * 4));
+  CU_CHECK(&cu, cuMemAlloc(&d_s, (size_t)B * 4));
+  CU_CHECK(&cu, cuMemcpyHtoD(d_p, h, (size_t)(B * V) * 4));
+  free(h);
+  int64_t sp[2] = {B, V}, ss[1] = {B};
+  DLTensor t[2] = {g_tensor(d_p, 0, 3, 2, sp, NULL), g_tensor(d_s, 0, 4, 1, ss, NULL)};
+  t[0].dtype = (DLDataType){kDLFloat, 32, 1};
+  t[1].dtype = (DLDataType){kDLInt, 32, 1};
+  one_hit_for_two_plans(b, 256, top_k_twice, t);
+  int32_t s[10];
+  CU_CHECK(&cu, cuMemcpyDtoH(s, d_s, sizeof s));
+  for (int i = 0; i < 10; i++) FT_CHECK(s[i] >= 0 && s[i] < V, "sample %d is %d", i, s[i]);
+  cu.cuMemFree(d_p);
+  cu.cuMemFree(d_s);
   fi_runtime_destroy(b);
   remove_cache(path, dir);
 }
