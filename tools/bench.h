@@ -57,4 +57,4 @@ extern const bench_section bench_act_section, bench_cascade_section, bench_page_
 extern const bench_section bench_decode_section, bench_single_section;
 extern const bench_section bench_prefill_section;
 extern const bench_section bench_sampling_section;
-extern const bench_section bench_moe_section, bench_moe_route_section;
+extern const bench_section bench_moe_section, bench_moe_route_section, bench_tactics_section;

@@ -5,7 +5,8 @@
 # into a fresh cache, and fi-bench moe on that cache, whose GEMM calls must find the
 # shipped tactics with no measuring (tactic hits, nothing tuned); the llama3-8b preset's
 # decode and prefill at two token counts. Logs under $OUT; a short table last.
-# Build here first: make BUILD=build-gpu all build-gpu/tests/gpu_autotune
+# Build here first: make BUILD=build-gpu all build-gpu/tests/gpu_autotune. The table of every
+# tuned op's tactics is a second call: build-gpu/fi-bench --json $OUT/t.jsonl tactics.
 B=${B:-build-gpu}; export FI_LOG_LEVEL=warn; S=$(date +%s); C=$(mktemp -d)
 el() { echo "t=$(( $(date +%s) - S ))s"; }
 left() { local l=$(( $1 - $(date +%s) + S )); [ $l -gt $2 ] && l=$2; [ $l -lt 5 ] && l=5; echo $l; }
