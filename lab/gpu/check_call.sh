@@ -1,6 +1,7 @@
-# check_call.sh: the GPU tests of this session's changes side by side, each bounded, logs
-# in one tar under $OUT (a call returns few files): the autotuner, routing + sort, the MoE
-# layer on both kernels, batch decode (its plan now looks up stored tactics).
+# check_call.sh: the GPU tests of the latest sessions' changes side by side, each bounded,
+# logs in one tar under $OUT (a call returns few files): the autotuner (MoE GEMM, decode,
+# prefill, sampling, FI_AUTOTUNE=1), routing + sort, the MoE layer on both kernels, batch
+# decode and prefill (their plans look up stored tactics), sampling (its calls do).
 B=${B:-build-gpu}; export FI_LOG_LEVEL=warn; C=$(mktemp -d); L=$(mktemp -d)
 nvidia-smi --query-gpu=name,driver_version --format=csv,noheader
 run() { local n=$1 t=$2; shift 2; ( env "$@" FI_TEST_CACHE=$C/$n.db timeout $t $B/tests/${n%%.*} > $L/$n.log 2>&1; echo "$n rc=$? $(grep -c '^PASS' $L/$n.log) passed $(grep -c '^FAIL' $L/$n.log) failed" ) & }
@@ -9,6 +10,8 @@ run gpu_moe 200
 run gpu_moe_gemm 200
 run gpu_moe_gemm.mma 200 FI_MOE_WGMMA=0
 run gpu_decode 230
+run gpu_prefill 230
+run gpu_sampling 200
 wait
 grep -h "^FAIL\|check failed\|required:" $L/*.log | head -30
 tar -C $L -czf $OUT/logs.tgz . ; echo done
