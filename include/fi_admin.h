@@ -264,7 +264,8 @@ FI_API fi_status fi_admin_tactic_clear(fi_runtime *rt, const char *op, const cha
  * on the same random inputs, each into its own output buffer poisoned first, and its
  * output compared with the rule's (the default tactic's): equal bits, or within the
  * stated tolerance where the summation order differs (bf16 1e-2, f16 2e-3 of the
- * output's largest magnitude; a NaN, an unwritten row or a written padding row fails).
+ * output's largest magnitude; a NaN, an unwritten row or a written padding row fails);
+ * sampled token ids must be the rule's bit for bit.
  * A tactic that fails is stored as invalid and never chosen. The valid ones are timed
  * with CUDA events, the last-level cache flushed before every run (a write of twice its
  * size), after warm-up runs, taking turns round by round; each time is the median of
@@ -277,10 +278,21 @@ FI_API fi_status fi_admin_tactic_clear(fi_runtime *rt, const char *op, const cha
  *  "moe_gemm": dtype=bf16|f16;k=K;n=N;experts=E;top_k=TOPK;gated=0|1;gather=0|1;tile=64|128|256
  *    (fi_moe_grouped_gemm: k the input width, n the output width, SwiGLU when gated,
  *    the tokens' rows gathered when gather; routes drawn uniformly, top_k distinct
- *    experts a token). Tactics: mma.sync block rows x columns x stages, wgmma on sm_90. */
+ *    experts a token; tokens: the layer's). Tactics: mma.sync block rows x columns x
+ *    stages, wgmma on sm_90.
+ *  "batch_decode": q=bf16|f16;kv=(q's);heads=H/K;head_dim=64|128|256;page=P;rope=0|1;len=L|graph
+ *    (tokens: the batch's requests, each len KV tokens, 2048 for graph). Tactics: the
+ *    block's warps x pipelines, the split halved and doubled.
+ *  "batch_prefill": q=bf16|f16;heads=H/K;head_dim=64|128|256;causal=0|1;cap=0|1 (tokens: the
+ *    longest request's query tokens; clamp(16384 / tokens, 1, 64) such requests over as
+ *    many KV tokens). Tactics: the registered wgmma kernels (sm_90), mma.sync's q tiles.
+ *  "sampling": op=sample|top_k|top_p|min_p|top_k_top_p_logits;dtype=f32|bf16|f16;vocab=V
+ *    (tokens: the rows). Tactics: CTAs a row (clusters on sm_90) x the threshold search.
+ * A tuning variable that sets what an op's tactics choose (FI_PREFILL_QTILE, ...) makes
+ * fi_autotune refuse that op (FI_ERR_INVALID_ARGUMENT naming it). */
 typedef struct fi_autotune_options {
   size_t struct_size;   /**< sizeof(fi_autotune_options) (fi_autotune_options_init sets it) */
-  const char *op;       /**< "moe_gemm" */
+  const char *op;       /**< "moe_gemm", "batch_decode", "batch_prefill", "sampling" */
   const char *shape;    /**< the op's shape text */
   int64_t tokens;       /**< measured at fi_tune_bucket(tokens), the largest count the row serves */
   int device;           /**< CUDA device ordinal */

@@ -9,7 +9,10 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#define XXH_INLINE_ALL
+#include <xxhash.h>
 
+#include "cache_memo.h"
 #include "jit_compiler.h"
 #include "rt_autotune.h"
 #include "rt_tune.h"
@@ -83,6 +86,28 @@ static int compare(const uint16_t *ref, const uint16_t *got, size_t n, int bf16,
   return 0;
 }
 
+/* A tuning variable that sets what op's tactics choose: the rule would then be the
+ * variable's choice and the tactics would not run as named, so a measurement would store
+ * the variable's kernel as if it were the rule's. NULL where none is set. */
+static const char *env_conflict(const rt_tuning *t, const char *op) {
+  if (!strcmp(op, "moe_gemm")) return !t->moe_wgmma ? "FI_MOE_WGMMA" : NULL;
+  if (!strcmp(op, "batch_decode"))
+    return t->decode_warps ? "FI_DECODE_WARPS" : t->decode_pipeline >= 0 ? "FI_DECODE_PIPELINE"
+                             : t->decode_split != 1.0               ? "FI_DECODE_SPLIT"
+                                                                    : NULL;
+  if (!strcmp(op, "batch_prefill"))
+    return !t->prefill_wgmma ? "FI_PREFILL_WGMMA" : t->prefill_qtile ? "FI_PREFILL_QTILE"
+                           : t->prefill_wg_q                         ? "FI_PREFILL_WG"
+                           : t->prefill_ws >= 0                      ? "FI_PREFILL_WS"
+                           : t->prefill_stages                       ? "FI_PREFILL_STAGES"
+                           : t->prefill_split != 1.0                 ? "FI_PREFILL_SPLIT"
+                           : t->prefill_persist != RT_PERSIST_DEFAULT ? "FI_PREFILL_PERSIST"
+                                                                      : NULL;
+  if (!strcmp(op, "sampling"))
+    return t->sampling_select >= 0 ? "FI_SAMPLING_SELECT" : t->sampling_topp_exact ? "FI_SAMPLING_TOPP" : NULL;
+  return NULL;
+}
+
 FI_API fi_status fi_autotune(fi_runtime *rt, const fi_autotune_options *o, fi_autotune_result *r) {
   const char *fn = "fi_autotune";
   if (!rt || !o || !r) return rt_fail(FI_ERR_INVALID_ARGUMENT, "%s: %s is NULL", fn, !rt ? "rt" : !o ? "o" : "r");
@@ -99,6 +124,12 @@ FI_API fi_status fi_autotune(fi_runtime *rt, const fi_autotune_options *o, fi_au
     return rt_fail(FI_ERR_INVALID_ARGUMENT, "%s: o->op is %s%s%s; the ops it measures: moe_gemm, batch_decode, batch_prefill, sampling", fn,
                    o->op ? "\"" : "", o->op ? o->op : "NULL", o->op ? "\"" : "");
   if (!o->shape) return rt_fail(FI_ERR_INVALID_ARGUMENT, "%s: o->shape is NULL", fn);
+  const char *var = env_conflict(&rt->env.tune, op->name);
+  if (var)
+    return rt_fail(FI_ERR_INVALID_ARGUMENT,
+                   "%s: %s is set for this runtime: it sets what %s's tactics choose, so the rule measured "
+                   "would be its choice; tune in a process without the FI_* tuning variables",
+                   fn, var, op->name);
   if (o->tokens < 1 || o->tokens > (1 << 20))
     return rt_fail(FI_ERR_INVALID_ARGUMENT, "%s: o->tokens is %lld; 1 to 1048576", fn, (long long)o->tokens);
   if (o->repeats < 0 || o->repeats > 10000 || o->warmup < 0 || o->warmup > 1000)
@@ -217,7 +248,7 @@ FI_API fi_status fi_autotune(fi_runtime *rt, const fi_autotune_options *o, fi_au
       continue;
     }
     if (o->fault_tactic == i + 1 &&
-        d.t->fill32(d.state, d.dev, out[i], 0x3f803f80u, out_bytes / 4 / 2, NULL, d.err, sizeof d.err) != 0) {
+        d.t->fill32(d.state, d.dev, out[i], 0x3f803f80u, (out_bytes / 4 + 1) / 2, NULL, d.err, sizeof d.err) != 0) {
       st = dev_fail(&d, "the test's fault");
       goto done;
     }
@@ -326,27 +357,38 @@ int rt_tactic_plan(fi_runtime *rt, const char *op, const int64_t *fields, int nf
                    const char **params) {
   int first = 0;
   if (rt_tactic_cached(rt, op, fields, nfields, bucket, devtype, device, shape_fn, params, &first)) return 1;
-  if (!first || !rt->env.tune.autotune || bucket < 1) return 0;
+  if (!rt->env.tune.autotune || bucket < 1 || nfields > 16) return 0;
+  /* Measured once a process per key, whatever came of it (a key that cannot be measured
+   * is not tried again at every plan); a key seen while a capture runs waits for a plan
+   * outside it. */
+  int64_t blob[20];
+  blob[0] = (int64_t)XXH3_64bits(op, strlen(op)), blob[1] = bucket, blob[2] = devtype;
+  memcpy(blob + 3, fields, sizeof(int64_t) * (size_t)nfields);
+  const XXH128_hash_t h = XXH3_128bits(blob, sizeof(int64_t) * (size_t)(3 + nfields));
+  if (cache_memo_get(rt->autotune_tried, h.low64, h.high64, device)) return 0;
   char shape[CACHE_TACTIC_TEXT], err[256];
   shape_fn(fields, shape, sizeof shape);
-  const rt_device_i *be;
-  void *state;
-  int capturing = 1;
-  if (rt_backend(rt, devtype, &be, &state) != FI_OK) {
-    rt_log(rt, RT_LOG_WARN, "FI_AUTOTUNE: %s %s bucket %lld not measured: %s", op, shape, (long long)bucket,
-           fi_last_error());
+  const rt_device_i *be = NULL;
+  void *state = NULL;
+  const int have = rt_backend(rt, devtype, &be, &state) == FI_OK;
+  if (!have || !be->tune || !be->tune->capturing) {
+    if (first)
+      rt_log(rt, RT_LOG_WARN, "FI_AUTOTUNE: %s %s bucket %lld not measured: %s", op, shape, (long long)bucket,
+             have ? "this backend does not measure" : fi_last_error());
     return 0;
   }
-  if (!be->tune || !be->tune->capturing) {
-    rt_log(rt, RT_LOG_WARN, "FI_AUTOTUNE: %s %s bucket %lld not measured: the %s backend does not measure", op, shape,
-           (long long)bucket, be->name);
+  /* The plan's stream, and the legacy stream (which reports a global-mode capture on
+   * another stream): measuring would break a capture. */
+  int cap_plan = 1, cap_legacy = 1;
+  if (be->tune->capturing(state, device, stream, &cap_plan, err, sizeof err) != 0 ||
+      be->tune->capturing(state, device, NULL, &cap_legacy, err, sizeof err) != 0 || cap_plan || cap_legacy) {
+    if (first)
+      rt_log(rt, RT_LOG_WARN, "FI_AUTOTUNE: %s %s bucket %lld not measured now: a graph is being captured (or "
+             "the driver cannot say); a plan outside the capture measures it", op, shape, (long long)bucket);
     return 0;
   }
-  if (be->tune->capturing(state, device, stream, &capturing, err, sizeof err) != 0 || capturing) {
-    rt_log(rt, RT_LOG_WARN, "FI_AUTOTUNE: %s %s bucket %lld not measured: the plan's stream is being captured "
-           "into a graph (or the driver cannot say); tune before capturing", op, shape, (long long)bucket);
-    return 0;
-  }
+  static char tried = 1;
+  if (cache_memo_put(rt->autotune_tried, h.low64, h.high64, device, &tried) != &tried) return 0; /* another thread */
   fi_autotune_options o;
   fi_autotune_options_init(&o);
   o.op = op, o.shape = shape, o.tokens = bucket, o.device = device;
@@ -360,4 +402,3 @@ int rt_tactic_plan(fi_runtime *rt, const char *op, const int64_t *fields, int nf
   }
   return rt_tactic_cached(rt, op, fields, nfields, bucket, devtype, device, shape_fn, params, NULL);
 }
-

@@ -62,6 +62,9 @@ struct fi_runtime {
    * clears tactics, so that a lookup made before is made again. */
   cache_memo *tactic_memo;
   atomic_llong tactic_gen;
+  /* FI_AUTOTUNE=1: the keys this runtime has tried to measure (rt_tactic_plan), so that
+   * each is measured once a process, whether or not it succeeded. */
+  cache_memo *autotune_tried;
   pthread_mutex_t mu;        /* guards inflight, the device state load, store switch */
   cache_held mu_held;        /* who holds mu, for assert(rt_locked(rt)): rt_lock, rt_unlock */
   pthread_cond_t cv;

@@ -35,7 +35,6 @@ struct fi_prefill_plan {
   rt_prefill_layout lay;
   fi_prefill_kparams scalars;
   int32_t *tab;     /* host copy of the header and items */
-  int from_tactic;  /* its kernel is a stored (or forced) tactic's: a re-plan keeps it */
 };
 
 FI_API void fi_prefill_params_init(fi_prefill_params *p) {
@@ -153,18 +152,15 @@ static fi_status plan_impl(fi_runtime *rt, const char *fn, const fi_batch_prefil
   const int fresh = pl == NULL;
   const int64_t kvsel = rt_prefill_kvsel(fresh ? NULL : &pl->key, graph, maxkv);
   /* A device plan reads the stored tactic of its shape and bucket (the longest request's
-   * query tokens; once a key per runtime: rt_tactic_cached); the rule chooses where there
-   * is none, it does not parse or it names no kernel this call can run. */
+   * query tokens; max_qo_tokens in CUDA-graph mode, so that a re-plan's bucket is its
+   * plan's; once a key per runtime: rt_tactic_plan); the rule chooses where there is none,
+   * it does not parse or it names no kernel this call can run, and for RoPE (the tuner
+   * measures without it). A re-plan chooses as a fresh plan does: where that changes the
+   * kernel it is refused below, as the rule's re-plans are. */
   const int rope = p->attn.pos_encoding == FI_POS_ROPE_LLAMA, soft_cap = p->attn.logits_soft_cap != 0;
   rt_prefill_tactic tac;
   const rt_prefill_tactic *stored = force;
-  fi_prefill_plan *was = *plan;
-  if (was && was->from_tactic && !force) {
-    /* A re-plan keeps the tactic its plan was made with, whichever bucket the batch is in
-     * now (the kernel a re-plan must keep). */
-    rt_prefill_tactic_of_key(&was->key, &tac);
-    stored = &tac;
-  } else if (rt && use_stored && !force && !was) {
+  if (rt && use_stored && !force && !rope) {
     int64_t fields[RT_PREFILL_TACTIC_FIELDS];
     const char *text;
     rt_prefill_tactic_fields(dt, info->num_qo_heads, info->num_kv_heads, D, p->causal, soft_cap, fields);
@@ -177,9 +173,6 @@ static fi_status plan_impl(fi_runtime *rt, const char *fn, const fi_batch_prefil
   jit_key key;
   const int qt = rt_prefill_pick_kernel(rt, devtype, device, 0, dt, D, graph ? (int64_t)info->max_qo_tokens * G : maxrows, kvsel,
                              rope, soft_cap, stored, &key);
-  rt_prefill_tactic got;
-  rt_prefill_tactic_of_key(&key, &got);
-  const int stored_taken = stored && memcmp(&got, stored, sizeof got) == 0;
   if (!fresh &&
       (pl->paged != paged || pl->graph != graph || (graph && (pl->max_batch != info->max_batch ||
                                                               pl->max_qo_tokens != info->max_qo_tokens)) ||
@@ -240,7 +233,6 @@ static fi_status plan_impl(fi_runtime *rt, const char *fn, const fi_batch_prefil
   free(pl->tab);
   pl->tab = tab;
   pl->key = key;
-  pl->from_tactic = stored_taken;
   jit_prefill_merge_select(dt, D, &pl->merge_key);
   pl->devtype = devtype;
   pl->device = device;

@@ -48,8 +48,8 @@ int rt_prefill_tactic_key(const rt_prefill_tactic *t, int dt, int D, int rope, i
 void rt_prefill_tactic_fields(int dt, int hq, int hkv, int D, int causal, int cap, int64_t *f);
 void rt_prefill_tactic_shape(const int64_t *f, char *buf, size_t n);
 
-/* rt_prefill_plan_offline (rt_prefill.h) with the tactic force (NULL: the rule; a re-plan
- * of a plan made from a tactic keeps it), for the CPU tests. */
+/* rt_prefill_plan_offline (rt_prefill.h) with the tactic force (NULL: the rule), for the
+ * CPU tests. */
 struct fi_prefill_plan;
 int rt_prefill_plan_offline_tactic(const fi_batch_prefill_info *info, const fi_prefill_params *p, int paged,
                                    void *workspace, int devtype, int sms, struct fi_prefill_plan **plan,

@@ -81,7 +81,8 @@ FI_API fi_status fi_runtime_create(const fi_options *opts, fi_runtime **out) {
   pthread_cond_init(&rt->cv, NULL);
   rt->memo = cache_memo_create();
   rt->tactic_memo = cache_memo_create();
-  if (!rt->memo || !rt->tactic_memo) {
+  rt->autotune_tried = cache_memo_create();
+  if (!rt->memo || !rt->tactic_memo || !rt->autotune_tried) {
     fi_runtime_destroy(rt);
     return rt_fail(FI_ERR_OUT_OF_MEMORY, "fi_runtime_create: out of memory");
   }
@@ -122,6 +123,7 @@ FI_API void fi_runtime_destroy(fi_runtime *rt) {
     cache_memo_destroy(rt->memo, unload_kernel, &u);
   }
   if (rt->tactic_memo) cache_memo_destroy(rt->tactic_memo, free_value, NULL);
+  if (rt->autotune_tried) cache_memo_destroy(rt->autotune_tried, NULL, NULL);
   if (rt->store) cache_store_close(rt->store);
   if (rt->system_store) cache_store_close(rt->system_store);
   for (int i = 0; i < rt_device_count(); i++)

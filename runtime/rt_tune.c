@@ -1,6 +1,6 @@
 /* rt_tune.c: stored tactics on the runtime's side (issue 43): token buckets, the device
  * identity a tactic is keyed by, and the layered lookup the op choosers call at plan time.
- * The GPU half (fi_autotune: validate, time and store each op's tactics) is not built. */
+ * The GPU half (fi_autotune: validate, time and store each op's tactics) is rt_autotune.c. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>

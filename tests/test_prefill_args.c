@@ -779,33 +779,36 @@ FT_TEST(prefill_tactics_name_registered_kernels_and_the_planner_takes_them) {
   FT_CHECK_EQ_STR(shape, "q=bf16;heads=32/8;head_dim=128;causal=1;cap=0");
 }
 
-/* A plan made from a tactic keeps it on re-plans whatever bucket the batch falls in now
- * (the kernel a re-plan must keep); a plan made by the rule re-plans by the rule. Offline
- * (no device: the mma.sync kernel), the tactic forced as a stored one would be. */
-FT_TEST(prefill_replan_keeps_its_tactic) {
+/* A plan made from a tactic partitions the batch with the tactic's q tile, not the rule's
+ * (offline: the mma.sync kernel, the tactic forced as a stored one would be): 160 packed rows
+ * a request are 10 items at q tile 16 and 3 at q tile 64; a re-plan without it chooses by the rule again, which
+ * changes the kernel, and is refused as any re-plan that would change it. */
+FT_TEST(prefill_plan_partitions_with_its_tactic) {
   fi_prefill_params prm;
   fi_prefill_params_init(&prm);
-  int32_t qo_long[3] = {0, 1000, 2000}, qo_short[3] = {0, 10, 20};
+  prm.causal = 0;
+  int32_t qo[3] = {0, 40, 80}; /* 160 packed rows a request: the rule's q tile 128 */
   fi_batch_prefill_info info;
   memset(&info, 0, sizeof info);
-  info.batch = 2, info.qo_indptr = qo_long, info.kv_indptr = qo_long;
+  info.batch = 2, info.qo_indptr = qo, info.kv_indptr = qo;
   info.num_qo_heads = 32, info.num_kv_heads = 8, info.head_dim = 128;
   info.q_dtype = info.kv_dtype = (DLDataType){kDLBfloat, 16, 1};
-  const rt_prefill_tactic m16 = {0, 16, 0, 0, 0};
-  fi_prefill_plan *plan = NULL, *rule = NULL;
-  FT_REQUIRE(rt_prefill_plan_offline_tactic(&info, &prm, 0, ADDR(9), kDLCUDA, 132, &plan, &m16) == 0, "%s",
+  const rt_prefill_tactic m16 = {0, 16, 0, 0, 0}, m64 = {0, 64, 0, 0, 0};
+  fi_prefill_plan *a = NULL, *b = NULL;
+  FT_REQUIRE(rt_prefill_plan_offline_tactic(&info, &prm, 0, ADDR(9), kDLCUDA, 132, &a, &m16) == 0, "%s",
              fi_last_error());
-  FT_REQUIRE(rt_prefill_plan_offline(&info, &prm, 0, ADDR(9), kDLCUDA, 132, &rule) == 0, "%s", fi_last_error());
+  FT_REQUIRE(rt_prefill_plan_offline_tactic(&info, &prm, 0, ADDR(9), kDLCUDA, 132, &b, &m64) == 0, "%s",
+             fi_last_error());
+  int64_t na, nb;
+  rt_prefill_plan_items(a, &na);
+  rt_prefill_plan_items(b, &nb);
+  FT_CHECK(na == 2 * 10 && nb == 2 * 3, "%lld items at q tile 16, %lld at 64", (long long)na, (long long)nb);
   rt_prefill_tactic got;
-  rt_prefill_tactic_of_key(rt_prefill_plan_key(plan), &got);
-  FT_CHECK_EQ_INT(got.q_tile, 16, "the forced tactic");
-  rt_prefill_tactic_of_key(rt_prefill_plan_key(rule), &got);
-  FT_CHECK(got.q_tile != 16, "the rule at 4000 rows: q tile %d", got.q_tile);
-  /* re-planned with short requests (another bucket), no tactic given: still q tile 16 */
-  info.qo_indptr = info.kv_indptr = qo_short;
-  FT_REQUIRE(rt_prefill_plan_offline(&info, &prm, 0, ADDR(9), kDLCUDA, 132, &plan) == 0, "%s", fi_last_error());
-  rt_prefill_tactic_of_key(rt_prefill_plan_key(plan), &got);
-  FT_CHECK_EQ_INT(got.q_tile, 16, "kept by the re-plan");
-  fi_batch_prefill_plan_destroy(plan);
-  fi_batch_prefill_plan_destroy(rule);
+  rt_prefill_tactic_of_key(rt_prefill_plan_key(a), &got);
+  FT_CHECK_EQ_INT(got.q_tile, 16);
+  FT_CHECK(rt_prefill_plan_offline(&info, &prm, 0, ADDR(9), kDLCUDA, 132, &a) == -1 &&
+               strstr(fi_last_error(), "re-plan"),
+           "%s", fi_last_error());
+  fi_batch_prefill_plan_destroy(a);
+  fi_batch_prefill_plan_destroy(b);
 }

@@ -573,3 +573,37 @@ FT_TEST(autotune_at_plan_time_without_a_gpu_leaves_the_rule) {
   fi_runtime_destroy(rt);
   td_end(dirs.dir);
 }
+
+/* A tuning variable that sets what an op's tactics choose makes fi_autotune refuse that op
+ * (its rule would be the variable's kernel, stored as if it were the rule's), naming the
+ * variable; the other ops still go on to the device. */
+FT_TEST(autotune_refuses_under_a_tuning_variable) {
+  static const struct {
+    const char *var, *value, *op, *shape;
+  } c[] = {
+      {"FI_PREFILL_QTILE", "16", "batch_prefill", "q=bf16;heads=32/8;head_dim=128;causal=1;cap=0"},
+      {"FI_DECODE_WARPS", "2", "batch_decode", "q=bf16;kv=bf16;heads=32/8;head_dim=128;page=16;rope=0;len=graph"},
+      {"FI_SAMPLING_SELECT", "radix", "sampling", "op=top_k;dtype=f32;vocab=1000"},
+      {"FI_MOE_WGMMA", "0", "moe_gemm", "dtype=bf16;k=128;n=128;experts=4;top_k=1;gated=0;gather=0;tile=64"},
+  };
+  for (size_t i = 0; i < sizeof c / sizeof *c; i++) {
+    setenv(c[i].var, c[i].value, 1);
+    tt_dir dirs;
+    fi_runtime *rt = tt_open(&dirs);
+    unsetenv(c[i].var);
+    FT_REQUIRE(rt);
+    fi_autotune_options o;
+    fi_autotune_result r;
+    fi_autotune_options_init(&o);
+    o.op = c[i].op, o.shape = c[i].shape, o.tokens = 64;
+    FT_CHECK_EQ_INT(fi_autotune(rt, &o, &r), FI_ERR_INVALID_ARGUMENT, "%s", c[i].var);
+    FT_CHECK_STR_HAS(fi_last_error(), c[i].var);
+    /* another op: on to the device (none here) */
+    o.op = i ? "batch_prefill" : "sampling";
+    o.shape = i ? c[0].shape : c[2].shape;
+    const fi_status st = fi_autotune(rt, &o, &r);
+    FT_CHECK(st == FI_ERR_NO_DEVICE || st == FI_ERR_DEVICE, "%s with %s set: %s", o.op, c[i].var, fi_last_error());
+    fi_runtime_destroy(rt);
+    td_end(dirs.dir);
+  }
+}

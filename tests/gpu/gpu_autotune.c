@@ -25,6 +25,12 @@ static int setup(void) {
   return g_setup(&cu, &ctx, &rt, &seed);
 }
 
+/* Compute capability 9 or more: wgmma (sm_90a) and thread-block clusters. */
+static int hopper(void) {
+  int major = 0;
+  return cu.cuDeviceGetAttribute(&major, 75 /* COMPUTE_CAPABILITY_MAJOR */, 0) == 0 && major >= 9;
+}
+
 /* The progress lines of one fi_autotune call. */
 typedef struct lines {
   char text[64][256];
@@ -408,12 +414,13 @@ FT_TEST(decode_tactics_measured_and_used_by_a_plan) {
   remove_cache(path, dir);
 }
 
-/* Batch prefill at head_dim 256 (three tactics: the wgmma kernel's one shape, the rule's on
- * Hopper, and mma.sync's q tiles 16 and 64): each computes the same attention, the fastest
+/* Batch prefill at head_dim 256 on Hopper (three tactics: the wgmma kernel's one shape, the
+ * rule's, and mma.sync's q tiles 16 and 64): each computes the same attention, the fastest
  * is stored, a faulted tactic is refused; a fresh runtime's plan whose longest request
  * falls in that bucket finds the row (one lookup for two plans, a hit). */
 FT_TEST(prefill_tactics_measured_and_used_by_a_plan) {
   FT_REQUIRE(setup() == 0);
+  if (!hopper()) FT_SKIP("three tactics need the wgmma kernel (sm_90)");
   char dir[] = "/tmp/fi-gpu-tune-XXXXXX", path[64];
   fi_options o;
   fi_runtime *b = NULL;
@@ -493,10 +500,11 @@ static fi_status top_k_twice(fi_runtime *b, DLTensor *ws, void *u) {
 
 FT_TEST(sampling_tactics_measured_and_used_by_a_call) {
   FT_REQUIRE(setup() == 0);
+  if (!hopper()) FT_SKIP("more than two tactics need clusters (sm_90)");
   char dir[] = "/tmp/fi-gpu-tune-XXXXXX", path[64];
   fi_options o;
   fi_runtime *b = NULL;
-  tune_fresh("sampling", "op=top_k;dtype=f32;vocab=32000", 12, 16, 2, dir, path, sizeof path, &o);
+  tune_fresh("sampling", "op=top_k;dtype=f32;vocab=32000", 12, 16, 3, dir, path, sizeof path, &o);
   if (ft_failed_now) return;
   FT_REQUIRE(fi_runtime_create(&o, &b) == FI_OK, "%s", fi_last_error());
   const int64_t B = 10, V = 32000; /* bucket 16 */
