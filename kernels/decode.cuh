@@ -72,7 +72,8 @@ FI_DEVICE void decode_heads(const fi_decode_params &p) {
   __shared__ int s_last;
 
   const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5, g = lane >> 2, c = lane & 3;
-  // hkv: the block's (first) KV head; GE: its rows (q heads hkv G .. hkv G + GE - 1).
+  // hkv: the block's (first) grid head (its KV head: FI_DECODE_KV_HEAD); GE: its rows (q
+  // heads hkv G .. hkv G + GE - 1).
   const int item = blockIdx.x, hkv = blockIdx.y * HP, G = p.group, GE = G * HP;
   // An e4m3 cache widened exactly (hardware conversion) instead of as value / 256.
   float wide = 1.0f;
@@ -209,8 +210,8 @@ FI_DEVICE void decode_heads(const fi_decode_params &p) {
     const int end = hi - lo < want ? hi : lo + want;
     constexpr uint32_t ROW = DE * sizeof(KVT);
     constexpr int PU = 4;  // tokens a thread looks up before it prefetches any
-    const KVT *kh = static_cast<const KVT *>(p.k) + (int64_t)hkv * p.kv_stride_head;
-    const KVT *vh = static_cast<const KVT *>(p.v) + (int64_t)hkv * p.kv_stride_head;
+    const KVT *kh = static_cast<const KVT *>(p.k) + (int64_t)FI_DECODE_KV_HEAD(p, hkv) * p.kv_stride_head;
+    const KVT *vh = static_cast<const KVT *>(p.v) + (int64_t)FI_DECODE_KV_HEAD(p, hkv) * p.kv_stride_head;
     for (int t = lo + t0; t < end; t += PU * nt) {
       tok_loc l[PU];
 #pragma unroll
@@ -238,8 +239,8 @@ FI_DEVICE void decode_heads(const fi_decode_params &p) {
     head_pf(WARPS > 1 ? tid - 32 : tid, WARPS > 1 ? THREADS - 32 : THREADS);
 
 
-  const KVT *kb = static_cast<const KVT *>(p.k) + (int64_t)hkv * p.kv_stride_head;
-  const KVT *vb = static_cast<const KVT *>(p.v) + (int64_t)hkv * p.kv_stride_head;
+  const KVT *kb = static_cast<const KVT *>(p.k) + (int64_t)FI_DECODE_KV_HEAD(p, hkv) * p.kv_stride_head;
+  const KVT *vb = static_cast<const KVT *>(p.v) + (int64_t)FI_DECODE_KV_HEAD(p, hkv) * p.kv_stride_head;
 
   float o[H8][D / 16][4];
   float m[H8], dsum[H8];

@@ -87,8 +87,9 @@ FI_DEVICE void decode_enter(const fi_decode_params &p, int hkv) {
       __syncthreads();
       if (threadIdx.x >= 32 && !s_go)
         pre_wait_prefetch<KVT, DE, SINGLE, WARPS>(
-            static_cast<const KVT *>(p.k) + (int64_t)hkv * p.kv_stride_head,
-            static_cast<const KVT *>(p.v) + (int64_t)hkv * p.kv_stride_head, p, p.pre_prefetch, &s_go);
+            static_cast<const KVT *>(p.k) + (int64_t)FI_DECODE_KV_HEAD(p, hkv) * p.kv_stride_head,
+            static_cast<const KVT *>(p.v) + (int64_t)FI_DECODE_KV_HEAD(p, hkv) * p.kv_stride_head, p, p.pre_prefetch,
+            &s_go);
     }
     asm volatile("griddepcontrol.wait;" ::: "memory");
     if (pre && threadIdx.x == 0) s_go = 1;

@@ -46,8 +46,8 @@ typedef struct fi_decode_params {
   int64_t kv_stride_slot;
   int64_t kv_stride_head;
   int32_t num_items;        /* >= 0: grid items; -1: read header[0] (CUDA-graph mode) */
-  int32_t num_kv_heads;
-  int32_t group;            /* num_qo_heads / num_kv_heads, 1..16 */
+  int32_t num_kv_heads;     /* the grid's heads: KV heads x kv_head_div */
+  int32_t group;            /* query heads a grid head: num_qo_heads / num_kv_heads, 1..16 */
   int32_t page_size;
   int32_t kv_len;           /* single decode: L */
   int32_t single_lo;        /* single decode: first attended token (sliding window) */
@@ -74,7 +74,14 @@ typedef struct fi_decode_params {
    * Last, so that batch decode's fields keep their offsets. */
   int32_t single_chunk;
   int32_t single_merge;
+  /* A KV head's group of more than 16 query heads (MQA, wide GQA) is cut into this many
+   * grid heads of `group` rows each: grid head y reads KV head y / kv_head_div (0 or 1:
+   * grid heads are KV heads). */
+  int32_t kv_head_div;
 } fi_decode_params;
+
+/* The cache's KV head of grid head y. */
+#define FI_DECODE_KV_HEAD(p, y) ((p).kv_head_div > 1 ? (y) / (p).kv_head_div : (y))
 
 /* Plan upload: dst[i] = data[i] (i < n) or, with fill set, dst[i] = fill_value (i < n).
  * The plan's tables travel to the device in these launch parameters, in stream order. */

@@ -69,8 +69,8 @@ FI_DEVICE void decode_simt(const fi_decode_params &p) {
     }
   }
 
-  const KVT *kb = static_cast<const KVT *>(p.k) + (int64_t)hkv * p.kv_stride_head;
-  const KVT *vb = static_cast<const KVT *>(p.v) + (int64_t)hkv * p.kv_stride_head;
+  const KVT *kb = static_cast<const KVT *>(p.k) + (int64_t)FI_DECODE_KV_HEAD(p, hkv) * p.kv_stride_head;
+  const KVT *vb = static_cast<const KVT *>(p.v) + (int64_t)FI_DECODE_KV_HEAD(p, hkv) * p.kv_stride_head;
   // Step k's token lo + STEP k + lane % STEP (clamped into the item: the loads stay in
   // bounds, the softmax masks what is past hi) as an element offset into the cache: one
   // page lookup a lane a step, a step ahead; each lane then takes its U tokens' offsets

@@ -66,9 +66,6 @@ static fi_status parse(const char *shape, void *cv, char *canon, size_t n) {
       "1: a logits soft cap): \"q=bf16;heads=32/8;head_dim=128;causal=1;cap=0\"";
   fi_status st = rt_tune_parse_shape(shape, names, NITEMS, value, c, want);
   if (st != FI_OK) return st;
-  if (c->f[1] / c->f[2] > 16)
-    return rt_fail(FI_ERR_INVALID_ARGUMENT, "fi_autotune: o->shape heads=%lld/%lld; a group of 1..16 query heads "
-                   "per KV head is supported; %s", (long long)c->f[1], (long long)c->f[2], want);
   rt_prefill_tactic_shape(c->f, canon, n);
   return FI_OK;
 }

@@ -61,11 +61,11 @@ FI_API fi_status fi_batch_decode_workspace_size(fi_runtime *rt, DLDevice device,
     return rt_fail(FI_ERR_INVALID_ARGUMENT,
                    "%s: num_qo_heads %d and num_kv_heads %d: a positive multiple is needed", fn,
                    num_qo_heads, num_kv_heads);
-  if (num_qo_heads / num_kv_heads > 16) /* as the plan: no size for a layout it refuses */
+  if (num_qo_heads / num_kv_heads > RT_DECODE_MAX_GROUP) /* as the plan: no size for a layout it refuses */
     return rt_fail(FI_ERR_INVALID_ARGUMENT,
-                   "%s: num_qo_heads / num_kv_heads is %d; a group of 1..16 query heads per KV "
+                   "%s: num_qo_heads / num_kv_heads is %d; a group of 1..%d query heads per KV "
                    "head is supported",
-                   fn, num_qo_heads / num_kv_heads);
+                   fn, num_qo_heads / num_kv_heads, RT_DECODE_MAX_GROUP);
   if (head_dim != 64 && head_dim != 128 && head_dim != 256)
     return rt_fail(FI_ERR_INVALID_ARGUMENT, "%s: head_dim is %d; 64, 128 or 256 is supported", fn,
                    head_dim);
@@ -80,7 +80,8 @@ FI_API fi_status fi_batch_decode_workspace_size(fi_runtime *rt, DLDevice device,
   fi_status st = rt_dec_device_sms(rt, device.device_type, device.device_id, &sms);
   if (st != FI_OK) return st;
   rt_decode_layout l;
-  rt_decode_ws_layout(&rt->env.tune, max_batch, sms, num_qo_heads, num_kv_heads, head_dim, &l);
+  rt_decode_ws_layout(&rt->env.tune, max_batch, sms, num_qo_heads,
+                      num_kv_heads * rt_decode_group_chunks(num_qo_heads, num_kv_heads), head_dim, &l);
   if (l.bytes < 0)
     return rt_fail(FI_ERR_INVALID_ARGUMENT,
                    "%s: max_batch %d with %d query heads of head_dim %d needs more than 2^63 bytes", fn,
@@ -206,7 +207,8 @@ static fi_status plan_impl(fi_runtime *rt, const char *fn, const fi_batch_decode
   free(c.tab);
   if (rt && st == FI_OK && pl->split)
     st = rt_upload_words(rt, devtype, device, (int32_t *)(ws + c.lay.counters_off), NULL,
-                         (int64_t)B * info->num_kv_heads, stream);
+                         (int64_t)B * info->num_kv_heads * rt_decode_group_chunks(info->num_qo_heads, info->num_kv_heads),
+                         stream);
   if (st != FI_OK) {
     if (fresh) free(pl);
     return st;
@@ -368,8 +370,11 @@ FI_API fi_status fi_batch_decode_run(fi_runtime *rt, const fi_decode_plan *pl,
   kp.kv_stride_slot = rt_stride(kc, layout == FI_KV_LAYOUT_NHD ? 1 : 2);
   kp.kv_stride_head = rt_stride(kc, layout == FI_KV_LAYOUT_NHD ? 2 : 1);
   kp.num_items = pl->graph ? -1 : (int32_t)pl->num_items;
-  kp.num_kv_heads = (int32_t)hkv;
-  kp.group = (int32_t)(hq / hkv);
+  /* Groups above 16: grid heads of group / chunks rows, each reading KV head y / chunks. */
+  const int chunks = rt_decode_group_chunks((int)hq, (int)hkv);
+  kp.num_kv_heads = (int32_t)(hkv * chunks);
+  kp.group = (int32_t)(hq / hkv / chunks);
+  kp.kv_head_div = chunks;
   kp.page_size = pl->page_size;
   kp.num_pages = (int32_t)kc->shape[0];
   kp.nnz = indices->shape[0] > INT32_MAX ? INT32_MAX : (int32_t)indices->shape[0];
@@ -377,7 +382,7 @@ FI_API fi_status fi_batch_decode_run(fi_runtime *rt, const fi_decode_plan *pl,
    * block a head, in the same plan. */
   kp.kv_heads_per_block = pl->kv_pair == RT_DECODE_KV_PAIR && kp.kv_stride_head == D ? RT_DECODE_KV_PAIR : 1;
   return rt_dec_launch(rt, pl->devtype, pl->device, &pl->key, (unsigned)pl->grid,
-                       (unsigned)(hkv / kp.kv_heads_per_block), 32u * (unsigned)pl->key.v[DECODE_P_WARPS],
+                       (unsigned)(kp.num_kv_heads / kp.kv_heads_per_block), 32u * (unsigned)pl->key.v[DECODE_P_WARPS],
                        &kp, sizeof kp, stream);
 }
 

@@ -22,11 +22,11 @@ fi_status rt_dec_check_common(const char *fn, int hq, int hkv, int D, int qdt, i
                    "%s: num_qo_heads %d and num_kv_heads %d: num_qo_heads must be a positive "
                    "multiple of num_kv_heads",
                    fn, hq, hkv);
-  if (hq / hkv > 16)
+  if (hq / hkv > RT_DECODE_MAX_GROUP)
     return rt_fail(FI_ERR_INVALID_ARGUMENT,
-                   "%s: num_qo_heads / num_kv_heads is %d; a group of 1..16 query heads per KV "
+                   "%s: num_qo_heads / num_kv_heads is %d; a group of 1..%d query heads per KV "
                    "head is supported",
-                   fn, hq / hkv);
+                   fn, hq / hkv, RT_DECODE_MAX_GROUP);
   if (D != 64 && D != 128 && D != 256)
     return rt_fail(FI_ERR_INVALID_ARGUMENT, "%s: head_dim is %d; 64, 128 or 256 is supported",
                    fn, D);

@@ -8,7 +8,10 @@
 #include "rt_check.h"
 #include "rt_internal.h"
 
-/* Heads (a group of 1..16), head_dim, q and cache dtypes, and the parameters (p may be NULL). */
+/* The largest group of query heads a KV head decode takes (above 16: rt_decode_group_chunks). */
+#define RT_DECODE_MAX_GROUP 128
+
+/* Heads (a group of 1..RT_DECODE_MAX_GROUP), head_dim, q and cache dtypes, and the parameters (p may be NULL). */
 fi_status rt_dec_check_common(const char *fn, int hq, int hkv, int D, int qdt, int kvdt,
                               DLDataType qd, DLDataType kvd, const fi_attention_params *p);
 

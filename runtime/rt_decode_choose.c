@@ -258,11 +258,24 @@ static fi_status short_chunks(const ask *a, int64_t n, int chunk, int resident, 
   return FI_OK;
 }
 
-fi_status rt_decode_choose(const char *fn, const fi_batch_decode_info *info, const fi_attention_params *p,
+int rt_decode_group_chunks(int num_qo_heads, int num_kv_heads) {
+  const int g = num_kv_heads > 0 ? num_qo_heads / num_kv_heads : 1;
+  int c = 1;
+  while (g / c > 16 || g % c) c++;
+  return c;
+}
+
+fi_status rt_decode_choose(const char *fn, const fi_batch_decode_info *info_in, const fi_attention_params *p,
                            int64_t ws_bytes, const rt_tuning *t, const rt_decode_device *dev,
                            const rt_decode_tactic *stored, rt_decode_choice *out) {
   fi_status st;
   memset(out, 0, sizeof *out);
+  /* Groups above 16: the grid's heads (rt_decode_group_chunks) stand for the KV heads from
+   * here on; head pairs only where they are the cache's heads. */
+  const int chunks = rt_decode_group_chunks(info_in->num_qo_heads, info_in->num_kv_heads);
+  fi_batch_decode_info grid_info = *info_in;
+  grid_info.num_kv_heads *= chunks;
+  const fi_batch_decode_info *info = &grid_info;
   const int B = info->batch, graph = info->max_batch > 0;
   const int kvdt = rt_check_dtype(info->kv_dtype), rope = p->pos_encoding == FI_POS_ROPE_LLAMA;
   const int sms = dev->sms;
@@ -279,7 +292,7 @@ fi_status rt_decode_choose(const char *fn, const fi_batch_decode_info *info, con
                    "%s: workspace has %lld bytes; %lld are needed (fi_batch_decode_workspace_size)", fn,
                    (long long)ws_bytes, (long long)lay->bytes);
   /* KV head pairs (rt_decode_kv_pair): a block per request and pair of KV heads. */
-  out->kv_pair = rt_decode_kv_pair(t->decode_kv_pair, kvdt, info->head_dim, info->num_qo_heads,
+  out->kv_pair = rt_decode_kv_pair(t->decode_kv_pair && chunks == 1, kvdt, info->head_dim, info->num_qo_heads,
                                    info->num_kv_heads, rope);
   /* A stored tactic: the tuning it names in place of the rule's, where no variable set it
    * (the workspace layout above stays the variables': it is what the caller sized). */

@@ -139,6 +139,13 @@ int rt_decode_short_chunks(int64_t items, int64_t requests, int64_t chunk_tokens
  * block where the heads' rows are not adjacent (kv_stride_head != head_dim). */
 int rt_decode_kv_pair(int on, int kv_dtype, int head_dim, int num_qo_heads, int num_kv_heads, int rope);
 
+/* Groups above 16 query heads a KV head (MQA, wide GQA; up to RT_DECODE_MAX_GROUP): each KV
+ * head's group is cut into this many grid heads of group / chunks rows (at most 16: the
+ * fewest chunks that divide the group), each reading its KV head (the kernel's
+ * kv_head_div); 1 for groups of 16 or fewer. The plan, its workspace and the run count
+ * grid heads (num_kv_heads x chunks) where they counted KV heads. */
+int rt_decode_group_chunks(int num_qo_heads, int num_kv_heads);
+
 /* Whether a plan on `pipeline` (its kernel so far) runs the CUDA-core kernel
  * (DECODE_PIPE_SIMT) instead: the capped kernel at group 1 where that kernel exists. */
 int rt_dec_pick_simt(int pipeline, int kv_dtype, int head_dim, int group, int rope);

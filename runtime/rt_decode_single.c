@@ -9,6 +9,7 @@
 #include "ops_decode.h"
 #include "rt_decode.h"
 #include "rt_decode_args.h"
+#include "rt_decode_choose.h"
 #include "rt_internal.h"
 #include "rt_tensor.h"
 
@@ -150,8 +151,11 @@ FI_API fi_status fi_single_decode(fi_runtime *rt, const DLTensor *q, const DLTen
   kp.kv_stride_slot = rt_stride(k, sd);
   kp.kv_stride_head = rt_stride(k, hd);
   kp.num_items = 1;
-  kp.num_kv_heads = (int32_t)hkv;
-  kp.group = (int32_t)(hq / hkv);
+  /* Groups above 16: grid heads of group / chunks rows, each reading KV head y / chunks. */
+  const int chunks = rt_decode_group_chunks((int)hq, (int)hkv);
+  kp.num_kv_heads = (int32_t)(hkv * chunks);
+  kp.group = (int32_t)(hq / hkv / chunks);
+  kp.kv_head_div = chunks;
   kp.page_size = 1;
   kp.kv_len = (int32_t)L;
   kp.single_lo = p->window_left >= 0 && L - 1 - p->window_left > 0 ? (int32_t)(L - 1 - p->window_left) : 0;

@@ -704,12 +704,12 @@ FT_TEST(batch_decode_plan_and_run_bad_arguments_named) {
   bad.head_dim = 80;
   EXPECT_BAD(fi_batch_decode_plan(rt, &bad, NULL, &ws.t, NULL, &plan), "head_dim");
   bad = info;
-  bad.num_qo_heads = 8 * 17;
+  bad.num_qo_heads = 8 * 129; /* group 129: past the 128 a plan takes */
   EXPECT_BAD(fi_batch_decode_plan(rt, &bad, NULL, &ws.t, NULL, &plan), "group");
   /* the workspace size refuses the shapes the plan refuses, before it asks the device */
   size_t wsb = 0;
   const DLDevice dev = {kDLCUDA, 0};
-  EXPECT_BAD(fi_batch_decode_workspace_size(rt, dev, 8, 8 * 17, 8, 128, &wsb), "group");
+  EXPECT_BAD(fi_batch_decode_workspace_size(rt, dev, 8, 8 * 129, 8, 128, &wsb), "group");
   EXPECT_BAD(fi_batch_decode_workspace_size(rt, dev, 8, 32, 5, 128, &wsb), "num_kv_heads");
   EXPECT_BAD(fi_batch_decode_workspace_size(rt, dev, 8, 32, 8, 80, &wsb), "head_dim");
   EXPECT_BAD(fi_batch_decode_workspace_size(rt, dev, -1, 32, 8, 128, &wsb), "max_batch");
@@ -981,20 +981,30 @@ FT_TEST(planner_page_size_near_int_max) {
  * set them, and a variable still wins; the workspace layout stays the caller's; its text
  * reads back; the key: the batch's bucket (max_batch's in CUDA-graph mode), the mean
  * length's bucket (none in CUDA-graph mode). */
-FT_TEST(planner_takes_a_stored_tactic) {
+/* The tuning of no FI_DECODE_* variable, and 8 requests of 4096 tokens (pages of 16),
+ * hq/hkv heads of 128, bf16, for the planner tests below. */
+static rt_tuning plain_tuning(void) {
   unsetenv("FI_DECODE_PIPELINE");
   unsetenv("FI_DECODE_WARPS");
   unsetenv("FI_DECODE_SPLIT");
-  rt_tuning tune = env_tuning();
-  const rt_decode_device dev = rt_decode_device_model(132);
+  return env_tuning();
+}
+static fi_batch_decode_info eight_requests(int hq, int hkv) {
   static int32_t ip[9], lp[8];
-  for (int i = 0; i <= 8; i++) ip[i] = i * 256; /* 8 requests of 4096 tokens */
+  for (int i = 0; i <= 8; i++) ip[i] = i * 256;
   for (int i = 0; i < 8; i++) lp[i] = 16;
   fi_batch_decode_info info;
   memset(&info, 0, sizeof info);
-  info.batch = 8, info.num_qo_heads = 32, info.num_kv_heads = 8, info.head_dim = 128, info.page_size = 16;
+  info.batch = 8, info.num_qo_heads = hq, info.num_kv_heads = hkv, info.head_dim = 128, info.page_size = 16;
   info.q_dtype = info.kv_dtype = (DLDataType){kDLBfloat, 16, 1};
   info.indptr = ip, info.last_page_len = lp;
+  return info;
+}
+
+FT_TEST(planner_takes_a_stored_tactic) {
+  rt_tuning tune = plain_tuning();
+  const rt_decode_device dev = rt_decode_device_model(132);
+  fi_batch_decode_info info = eight_requests(32, 8);
   fi_attention_params prm;
   fi_attention_params_init(&prm);
   rt_decode_choice rule, tuned, env;
@@ -1040,4 +1050,51 @@ FT_TEST(planner_takes_a_stored_tactic) {
   rt_decode_tactic_shape(f, shape, sizeof shape);
   FT_CHECK_EQ_INT(bucket, 128);
   FT_CHECK_EQ_STR(shape, "q=bf16;kv=bf16;heads=32/8;head_dim=128;page=16;rope=0;len=graph");
+}
+
+/* Groups above 16 query heads a KV head (MQA, wide GQA; issue 45 item 5): each KV head's
+ * group is cut into the fewest grid heads of at most 16 rows that divide it, and the plan
+ * counts grid heads where it counted KV heads: its workspace (counters a grid head), a
+ * key of 16 rows (or the CUDA-core kernel's few), no head pairs; up to 128, beyond refused
+ * by name. The kernel's side (grid head y reading KV head y / chunks) runs in the
+ * emulator (test_prefill_emu) and on the GPU (gpu_decode). */
+FT_TEST(planner_cuts_groups_above_16_into_grid_heads) {
+  static const int g[][2] = {{1, 1}, {8, 1}, {16, 1}, {17, 17}, {24, 2}, {32, 2}, {34, 17}, {48, 3},
+                             {64, 4}, {96, 6}, {128, 8}};
+  for (size_t i = 0; i < sizeof g / sizeof *g; i++) {
+    FT_CHECK_EQ_INT(rt_decode_group_chunks(g[i][0] * 2, 2), g[i][1], "group %d", g[i][0]);
+    FT_CHECK(g[i][0] % g[i][1] == 0 && g[i][0] / g[i][1] <= 16);
+  }
+  fi_attention_params prm;
+  fi_attention_params_init(&prm);
+  const DLDataType bf = {kDLBfloat, 16, 1}, e4 = {RT_DL_E4M3FN, 8, 1};
+  FT_CHECK_EQ_INT(rt_dec_check_common("t", 64, 1, 128, JIT_DT_BF16, JIT_DT_BF16, bf, bf, &prm), FI_OK);
+  FT_CHECK_EQ_INT(rt_dec_check_common("t", 128, 1, 128, JIT_DT_BF16, JIT_DT_BF16, bf, bf, &prm), FI_OK);
+  FT_CHECK_EQ_INT(rt_dec_check_common("t", 256, 1, 128, JIT_DT_BF16, JIT_DT_BF16, bf, bf, &prm),
+                  FI_ERR_INVALID_ARGUMENT);
+  FT_CHECK_STR_HAS(fi_last_error(), "1..128");
+  /* a plan of 64/1 (an fp8 cache, which would take head pairs at a small group) against
+   * one of 64/4: the same grid of 4 heads of 16 rows, layout, kernel and items */
+  rt_tuning tune = plain_tuning();
+  const rt_decode_device dev = rt_decode_device_model(132);
+  fi_batch_decode_info info = eight_requests(64, 1);
+  info.kv_dtype = e4;
+  rt_decode_choice mqa, four;
+  FT_REQUIRE(rt_decode_choose("t", &info, &prm, INT64_MAX, &tune, &dev, NULL, &mqa) == FI_OK, "%s", fi_last_error());
+  info.num_kv_heads = 4; /* group 16: what the MQA plan's grid heads are */
+  FT_REQUIRE(rt_decode_choose("t", &info, &prm, INT64_MAX, &tune, &dev, NULL, &four) == FI_OK, "%s",
+             fi_last_error());
+  FT_CHECK(memcmp(&mqa.lay, &four.lay, sizeof mqa.lay) == 0, "the layout of 4 grid heads");
+  FT_CHECK(mqa.key.op == four.key.op && memcmp(mqa.key.v, four.key.v, sizeof mqa.key.v) == 0, "the kernel of 16 rows");
+  FT_CHECK_EQ_INT(mqa.num_items, four.num_items);
+  FT_CHECK_EQ_INT(mqa.kv_pair, 1, "no head pairs");
+  FT_CHECK_EQ_INT(mqa.key.v[DECODE_P_ROWS], 16);
+  free(mqa.tab), free(four.tab);
+  /* 34/2 over fp8: group 17, cut into 17 grid heads of 1 row a KV head; 34 grid heads of
+   * group 1 would take head pairs, but a pair must be two of the cache's heads */
+  rt_decode_choice odd;
+  info.num_qo_heads = 34, info.num_kv_heads = 2;
+  FT_REQUIRE(rt_decode_choose("t", &info, &prm, INT64_MAX, &tune, &dev, NULL, &odd) == FI_OK, "%s", fi_last_error());
+  FT_CHECK_EQ_INT(odd.kv_pair, 1, "no head pairs across grid heads of one KV head");
+  free(odd.tab);
 }

@@ -398,7 +398,7 @@ struct fp8_of<fi_e5m2> {
 // and ROPE unused).
 template <typename QT, typename KVT, int D, int GM, int PF, int ROPE, int WARPS, int SIMT = 0>
 static void decode_batch(int hq, int hkv, int ps, std::vector<int> lens, int window, double cap, int split,
-                         int head_pf = 0, int hp = 1) {
+                         int head_pf = 0, int hp = 1, int nc = 1) {
   const int bf = sizeof(QT) == 2 && fp8_of<QT>::is == 0 && !std::is_same<QT, fi_half>::value;
   const int F8 = fp8_of<KVT>::is, E4 = fp8_of<KVT>::e4m3, B = (int)lens.size(), G = hq / hkv;
   prob P{bf, D, hq, hkv, 1, window, ROPE, ps, 1, cap, std::vector<int>(B, 1), lens};
@@ -420,7 +420,10 @@ static void decode_batch(int hq, int hkv, int ps, std::vector<int> lens, int win
   int chunk = 0;
   const int64_t n = rt_decode_partition(B, indptr.data(), last.data(), ps, window, split ? 1000 : 1,
                                         items.data(), 4096, &chunk);
-  std::vector<int32_t> counters((size_t)B * hkv, 0);
+  // nc > 1: each KV head's group of G query heads cut into nc grid heads of G / nc rows
+  // (groups above 16), as the runtime plans them (rt_decode_group_chunks).
+  const int gh = hkv * nc;
+  std::vector<int32_t> counters((size_t)B * gh, 0);
   std::vector<float> po((size_t)(n + 1) * hq * D), pl((size_t)(n + 1) * hq);
   fi_decode_params dp;
   memset(&dp, 0, sizeof dp);
@@ -437,16 +440,18 @@ static void decode_batch(int hq, int hkv, int ps, std::vector<int> lens, int win
   dp.kv_stride_page = (int64_t)ps * hkv * D, dp.kv_stride_slot = (int64_t)hkv * D, dp.kv_stride_head = D;
   dp.indptr = indptr.data(), dp.indices = d.indices.data(), dp.last_page_len = last.data();
   dp.items = items.data(), dp.counters = counters.data(), dp.partial_o = po.data(), dp.partial_lse = pl.data();
-  dp.num_items = (int32_t)n, dp.num_kv_heads = hkv, dp.group = G, dp.page_size = ps;
+  dp.num_items = (int32_t)n, dp.num_kv_heads = gh, dp.group = G / nc, dp.page_size = ps;
+  dp.kv_head_div = nc;
   dp.head_prefetch = head_pf;
   dp.kv_heads_per_block = hp;
   if constexpr (SIMT)
-    emu::launch((unsigned)n, hkv, 32 * WARPS, [&] { fi::dec::decode_simt<QT, KVT, D, GM, WARPS>(dp); });
+    emu::launch((unsigned)n, gh, 32 * WARPS, [&] { fi::dec::decode_simt<QT, KVT, D, GM, WARPS>(dp); });
   else
-    emu::launch((unsigned)n, hkv / hp, 32 * WARPS, [&] { fi::dec::decode<QT, KVT, D, GM, PF, ROPE, 0, WARPS>(dp); });
-  char what[96];
-  snprintf(what, sizeof what, "decode %s%s%s w%d n=%lld%s", SIMT ? "simt " : "", F8 ? (E4 ? "e4m3 " : "e5m2 ") : "",
-           chunk && n > B ? "split" : "", WARPS, (long long)n, hp > 1 ? " head pairs" : "");
+    emu::launch((unsigned)n, gh / hp, 32 * WARPS, [&] { fi::dec::decode<QT, KVT, D, GM, PF, ROPE, 0, WARPS>(dp); });
+  char what[112];
+  snprintf(what, sizeof what, "decode %s%s%s w%d n=%lld%s%s", SIMT ? "simt " : "", F8 ? (E4 ? "e4m3 " : "e5m2 ") : "",
+           chunk && n > B ? "split" : "", WARPS, (long long)n, hp > 1 ? " head pairs" : "",
+           nc > 1 ? " group chunks" : "");
   check(P, d, what);
   for (int x : counters)
     if (x != 0) {
@@ -486,6 +491,13 @@ int main() {
   decode_batch<fi_bf16, fi_bf16, 128, 8, 1, 0, 4>(16, 4, 16, {4200, 40}, -1, 0.0, 1, 256);
   decode_batch<fi_half, fi_half, 64, 8, 1, 0, 1>(4, 2, 16, {2500, 7, 0}, 1000, 0.0, 1, -64);
   decode_batch<fi_half, fi_e4m3, 128, 8, 1, 1, 4>(8, 2, 16, {2300}, -1, 0.0, 1, -4096);
+  // Groups above 16 (MQA, wide GQA), each KV head's group cut into grid heads of at most 16
+  // rows: 32/1 and 64/1 (two and four heads of 16), 48/2 (two of 12 a KV head), 34/1
+  // (seventeen of 2, on the CUDA-core kernel); 16-bit and fp8 caches, split or not.
+  decode_batch<fi_bf16, fi_bf16, 128, 16, 1, 0, 4>(32, 1, 16, {300, 47}, -1, 0.0, 1, 0, 1, 2);
+  decode_batch<fi_half, fi_half, 64, 16, 1, 0, 2>(64, 1, 16, {200, 1}, -1, 0.0, 0, 0, 1, 4);
+  decode_batch<fi_bf16, fi_e4m3, 128, 16, 1, 0, 4>(48, 2, 16, {250, 33}, -1, 0.0, 1, 0, 1, 2);
+  decode_batch<fi_bf16, fi_bf16, 128, 2, 0, 0, 2, 1>(34, 1, 16, {150, 20}, -1, 0.0, 1, 0, 1, 17);
   // KV head pairs (fp8, head_dim 128, group <= 4): groups 4, 2, 3, 1; split or not; an
   // empty request; window and soft cap; one buffer; the head prefetch.
   decode_batch<fi_half, fi_e4m3, 128, 8, 1, 0, 4>(8, 2, 16, {300, 33}, -1, 0.0, 1, 0, 2);

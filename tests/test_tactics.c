@@ -429,7 +429,7 @@ FT_TEST(autotune_options_checked_before_the_device) {
       {"batch_decode", "q=bf16;kv=bf16;heads=32/8;head_dim=128;page=16;rope=0", 16, 0, 0, "has no len"},
       {"batch_decode", "q=bf16;kv=bf16;heads=32/8;head_dim=128;page=16;rope=0;len=9;x=1", 16, 0, 0, "unknown"},
       {"batch_prefill", "q=bf16;heads=32/8;head_dim=96;causal=1;cap=0", 16, 0, 0, "head_dim=96"},
-      {"batch_prefill", "q=bf16;heads=64/2;head_dim=128;causal=1;cap=0", 16, 0, 0, "1..16"},
+      {"batch_prefill", "q=bf16;heads=64/3;head_dim=128;causal=1;cap=0", 16, 0, 0, "heads=64/3"},
       {"batch_prefill", "q=e4m3;heads=32/8;head_dim=128;causal=1;cap=0", 16, 0, 0, "q=e4m3"},
       {"batch_prefill", "q=bf16;heads=32/8;head_dim=128;causal=2;cap=0", 16, 0, 0, "causal=2"},
       {"batch_prefill", "q=bf16;heads=32/8;head_dim=128;causal=1", 16, 0, 0, "has no cap"},

@@ -258,6 +258,9 @@ static const dcfg targets[] = {
     {"target 4.35", 64, 4096, 32, 32, 0, 0}, {"target 4.35", 16, 16384, 32, 32, 0, 0},
     {"target 4.0", 128, 1024, 32, 8, 0, 0},  {"target 2.0", 1, 8192, 32, 8, 0, 0},
     {"target 4.0", 64, 4096, 32, 8, 0, 1},
+    /* MQA (issue 45: >= 85% of the read probe): a group of 64 runs as four blocks of 16 a
+     * KV head, each reading it */
+    {"MQA 0.85 read", 64, 4096, 64, 1, 0, 0},
 };
 
 /* The sweep: batch, length, group (1, 4, 8 over 8 KV heads), both layouts; at most 8 GiB

@@ -654,6 +654,20 @@ FT_TEST(decode_f16_d64_group3_page3) {
   dcase c = base("f16 D64 6/2 ps3", T_F16, T_F16, 64, 6, 2, 3, 0, 5, 500);
   run_case(&c);
 }
+/* Groups above 16 (MQA and wide GQA, issue 45 item 5): each KV head's group cut into grid
+ * heads of at most 16 rows reading the same KV head: 64/1 (four of 16), 32/1 HND (two),
+ * 48/2 over e4m3 (three of 16 a KV head), 34/2 at head_dim 64 (seventeen of one row a
+ * KV head: the CUDA-core kernel); batch and single decode (run_case), split or not. */
+FT_TEST(decode_groups_above_16) {
+  dcase c = base("bf16 MQA 64/1", T_BF16, T_BF16, 128, 64, 1, 16, 0, 6, 2000);
+  run_case(&c);
+  c = base("f16 32/1 HND", T_F16, T_F16, 128, 32, 1, 16, 1, 3, 1500);
+  run_case(&c);
+  c = base("e4m3 bf16 48/2", T_BF16, T_E4M3, 128, 48, 2, 16, 0, 4, 1200);
+  run_case(&c);
+  c = base("bf16 D64 34/2 ps5", T_BF16, T_BF16, 64, 34, 2, 5, 0, 3, 700);
+  run_case(&c);
+}
 FT_TEST(decode_e4m3_bf16_scales) {
   dcase c = base("e4m3 bf16 32/8 scales", T_BF16, T_E4M3, 128, 32, 8, 16, 0, 4, 2500);
   c.k_scale = 0.5;
