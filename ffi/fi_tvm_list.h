@@ -75,6 +75,10 @@
   X(top_k_top_p_sampling_from_logits,                                                         \
     "logits: Tensor, top_k_arr: Tensor?, top_k: int, top_p_arr: Tensor?, top_p: float, "      \
     "samples: Tensor, seed: int, offset: int")                                                \
+  X(top_k_top_p_sampling_from_probs,                                                          \
+    "probs: Tensor, top_k_arr: Tensor?, top_k: int, top_p_arr: Tensor?, top_p: float, "       \
+    "samples: Tensor, seed: int, offset: int")                                                \
+  X(sampling_from_logits, "logits: Tensor, samples: Tensor, seed: int, offset: int")          \
   X(top_k_renorm_probs, "probs: Tensor, top_k_arr: Tensor?, top_k: int, out: Tensor")         \
   X(top_p_renorm_probs, "probs: Tensor, top_p_arr: Tensor?, top_p: float, out: Tensor")       \
   X(top_k_mask_logits, "logits: Tensor, top_k_arr: Tensor?, top_k: int, out: Tensor")         \

@@ -153,14 +153,26 @@ FT_FILTERED_SAMPLING(top_p_sampling_from_probs, ft_float, double)
 FT_FILTERED_SAMPLING(min_p_sampling_from_probs, ft_float, double)
 #undef FT_RUN_ARGS
 
-FT_EXPORT(top_k_top_p_sampling_from_logits) {
-  DLTensor *logits = ft_tensor(c, 0), *k_arr = ft_tensor_opt(c, 1), *p_arr = ft_tensor_opt(c, 3),
-           *samples = ft_tensor(c, 5);
-  int top_k = (int)ft_int(c, 2);
-  double top_p = ft_float(c, 4);
-  uint64_t seed = (uint64_t)ft_int(c, 6), offset = (uint64_t)ft_int(c, 7);
-#define FT_RUN_ARGS logits, k_arr, top_k, p_arr, top_p, samples, seed, offset
-  FT_RUN(fi_top_k_top_p_sampling_from_logits);
+/* input, top-k (array or scalar), top-p (array or scalar), samples, seed, offset. */
+#define FT_TOP_K_TOP_P(name)                                                                  \
+  FT_EXPORT(name) {                                                                           \
+    DLTensor *in = ft_tensor(c, 0), *k_arr = ft_tensor_opt(c, 1), *p_arr = ft_tensor_opt(c, 3), \
+             *samples = ft_tensor(c, 5);                                                      \
+    int top_k = (int)ft_int(c, 2);                                                            \
+    double top_p = ft_float(c, 4);                                                            \
+    uint64_t seed = (uint64_t)ft_int(c, 6), offset = (uint64_t)ft_int(c, 7);                  \
+    FT_RUN(fi_##name);                                                                        \
+  }
+#define FT_RUN_ARGS in, k_arr, top_k, p_arr, top_p, samples, seed, offset
+FT_TOP_K_TOP_P(top_k_top_p_sampling_from_logits)
+FT_TOP_K_TOP_P(top_k_top_p_sampling_from_probs)
+#undef FT_RUN_ARGS
+
+FT_EXPORT(sampling_from_logits) {
+  DLTensor *logits = ft_tensor(c, 0), *samples = ft_tensor(c, 1);
+  uint64_t seed = (uint64_t)ft_int(c, 2), offset = (uint64_t)ft_int(c, 3);
+#define FT_RUN_ARGS logits, samples, seed, offset
+  FT_RUN(fi_sampling_from_logits);
 #undef FT_RUN_ARGS
 }
 

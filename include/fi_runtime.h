@@ -409,6 +409,20 @@ FI_API fi_status fi_top_k_top_p_sampling_from_logits(fi_runtime *rt, const DLTen
                                                      DLTensor *samples, uint64_t seed,
                                                      uint64_t offset, void *stream);
 
+/** FlashInfer's top_k_top_p_sampling_from_probs with filter_apply_order "top_k_first": the
+ * top-k set of probs, renormalized, then one draw from the top-p set of it. Either filter
+ * may be off (k <= 0 or >= vocab; top_p = 1). */
+FI_API fi_status fi_top_k_top_p_sampling_from_probs(fi_runtime *rt, const DLTensor *probs,
+                                                    const DLTensor *top_k_arr, int top_k,
+                                                    const DLTensor *top_p_arr, double top_p,
+                                                    DLTensor *samples, uint64_t seed,
+                                                    uint64_t offset, void *stream);
+
+/** One draw per row from softmax(logits) (FlashInfer's sampling_from_logits): samples[b] =
+ * i with probability exp(logits[b, i]) / sum_j exp(logits[b, j]). */
+FI_API fi_status fi_sampling_from_logits(fi_runtime *rt, const DLTensor *logits, DLTensor *samples,
+                                         uint64_t seed, uint64_t offset, void *stream);
+
 /** out = probs / (sum of the top-k set) on the top-k set, 0 elsewhere; out has probs'
  * dtype and shape (it may be probs itself). */
 FI_API fi_status fi_top_k_renorm_probs(fi_runtime *rt, const DLTensor *probs,

@@ -17,7 +17,8 @@ static const int clusters[] = {1, 4, 8};
 
 int jit_sampling_has_select(int op) {
   return op == FI_SMP_TOPK || op == FI_SMP_TOPP || op == FI_SMP_TOPK_TOPP_LOGITS ||
-         op == FI_SMP_TOPK_RENORM || op == FI_SMP_TOPP_RENORM || op == FI_SMP_TOPK_MASK;
+         op == FI_SMP_TOPK_RENORM || op == FI_SMP_TOPP_RENORM || op == FI_SMP_TOPK_MASK ||
+         op == FI_SMP_TOPK_TOPP_PROBS;
 }
 
 void jit_sampling_select(int op, int dtype, int vec, int cluster, int sel, jit_key *out) {

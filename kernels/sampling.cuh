@@ -116,6 +116,8 @@ FI_DEVICE void run(R &r) {
     const float ninf = neg_inf();
     auto wl = [m, ninf](float x) { return x > ninf ? __expf(x - m) : 0.0f; };
     TopP<R>::sample(r, TopK<R>::tau(r), wl);
+  } else if constexpr (OP == FI_SMP_TOPK_TOPP_PROBS) {  // the same over probabilities
+    TopP<R>::sample(r, TopK<R>::tau(r), [](float x) { return prob_w(x); });
   } else if constexpr (OP == FI_SMP_TOPK_RENORM || OP == FI_SMP_TOPP_RENORM) {
     uint32_t tau;
     if constexpr (OP == FI_SMP_TOPK_RENORM)

@@ -17,7 +17,8 @@ enum {
   FI_SMP_TOPK_RENORM = 6,      /* probs, top_k -> renormalized probs */
   FI_SMP_TOPP_RENORM = 7,      /* probs, top_p -> renormalized probs */
   FI_SMP_TOPK_MASK = 8,        /* logits, top_k -> logits with -inf outside the top k */
-  FI_SMP_OP_COUNT = 9
+  FI_SMP_TOPK_TOPP_PROBS = 9,  /* probs, top_k then top_p -> sample */
+  FI_SMP_OP_COUNT = 10
 };
 
 /* fi_sampling_params.topp_variant */

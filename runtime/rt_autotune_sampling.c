@@ -1,7 +1,7 @@
 /* rt_autotune_sampling.c: the samplers as fi_autotune measures them. Shape text as a call
  * keys its stored tactic (rt_sampling_tactic_shape): "op=top_k;dtype=f32;vocab=128256",
- * the op one of sample, top_k, top_p, min_p (from probabilities) or top_k_top_p_logits
- * (from logits); tokens are the batch's rows. Inputs: probabilities uniform in [0, 1) (not
+ * the op one of sample, top_k, top_p, min_p, top_k_top_p_probs (from probabilities) or
+ * top_k_top_p_logits (from logits); tokens are the batch's rows. Inputs: probabilities uniform in [0, 1) (not
  * normalized: every sampler is relative to the row's total) or logits uniform in [-8, 8),
  * top_k 50, top_p 0.9, min_p 0.05, one seed and offset for every run, so that every tactic
  * draws the same tokens: the output is the samples, which must be the rule's bit for bit.
@@ -54,7 +54,8 @@ static int value(int i, const char *v, void *cv) {
 static fi_status parse(const char *shape, void *cv, char *canon, size_t n) {
   smp_case *c = cv;
   static const char *const want =
-      "sampling takes op (sample, top_k, top_p, min_p or top_k_top_p_logits), dtype (f32, bf16 or f16) and vocab: "
+      "sampling takes op (sample, top_k, top_p, min_p, top_k_top_p_probs or top_k_top_p_logits), dtype (f32, bf16 "
+      "or f16) and vocab: "
       "\"op=top_k;dtype=f32;vocab=128256\"";
   fi_status st = rt_tune_parse_shape(shape, names, 3, value, c, want);
   if (st != FI_OK) return st;
@@ -126,6 +127,9 @@ static fi_status run(rt_tune_dev *d, void *cv, int i, void *out) {
       break;
     case FI_SMP_MINP:
       st = fi_min_p_sampling_from_probs(d->rt, &c->in_t, NULL, MIN_P, &s, SEED, OFFSET, NULL);
+      break;
+    case FI_SMP_TOPK_TOPP_PROBS:
+      st = fi_top_k_top_p_sampling_from_probs(d->rt, &c->in_t, NULL, TOP_K, NULL, TOP_P, &s, SEED, OFFSET, NULL);
       break;
     default:
       st = fi_top_k_top_p_sampling_from_logits(d->rt, &c->in_t, NULL, TOP_K, NULL, TOP_P, &s, SEED, OFFSET, NULL);

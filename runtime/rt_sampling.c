@@ -187,7 +187,7 @@ static int pick_cluster(const rt_device_i *be, void *state, int device, int64_t 
 static int select_variant(const rt_tuning *t, int op) {
   if (t->sampling_select >= 0) return t->sampling_select; /* 1 range, 0 radix */
   return op == FI_SMP_TOPK || op == FI_SMP_TOPK_TOPP_LOGITS || op == FI_SMP_TOPK_RENORM ||
-         op == FI_SMP_TOPK_MASK;
+         op == FI_SMP_TOPK_MASK || op == FI_SMP_TOPK_TOPP_PROBS;
 }
 
 /* The membership test of top-p sampling (fi_sampling_params.topp_variant): float sums with
@@ -214,7 +214,7 @@ int rt_sampling_tactic_format(const rt_sampling_tactic *t, char *buf, size_t n) 
 
 static const char *const smp_names[FI_SMP_OP_COUNT] = {
     "softmax", "sample", "top_k", "top_p", "min_p", "top_k_top_p_logits", "top_k_renorm", "top_p_renorm",
-    "top_k_mask"};
+    "top_k_mask", "top_k_top_p_probs"};
 
 const char *rt_sampling_op_name(int op) { return op >= 0 && op < FI_SMP_OP_COUNT ? smp_names[op] : NULL; }
 
@@ -231,7 +231,7 @@ void rt_sampling_tactic_shape(const int64_t *f, char *buf, size_t n) {
 
 int rt_sampling_tuned(int op) {
   return op == FI_SMP_SAMPLE || op == FI_SMP_TOPK || op == FI_SMP_TOPP || op == FI_SMP_MINP ||
-         op == FI_SMP_TOPK_TOPP_LOGITS;
+         op == FI_SMP_TOPK_TOPP_LOGITS || op == FI_SMP_TOPK_TOPP_PROBS;
 }
 
 static _Thread_local const rt_sampling_tactic *forced;
@@ -434,22 +434,46 @@ static fi_status min_p_only_arg(const char *fn, const DLTensor *arr, double v, c
   }
 SMP_ONE_FILTER_SAMPLERS(SMP_DEFINE_SAMPLER)
 
+/* Top-k then top-p, from logits or probabilities (op), in_name the input's. */
+static fi_status top_k_top_p(const char *fn, int op, const char *in_name, fi_runtime *rt, const DLTensor *in,
+                             const DLTensor *top_k_arr, int top_k, const DLTensor *top_p_arr, double top_p,
+                             DLTensor *samples, uint64_t seed, uint64_t offset, void *stream) {
+  smp_call c;
+  smp_arrays a = {{NULL}, {NULL}};
+  fi_status st = begin(fn, rt, in_name, in, &c);
+  if (st != FI_OK) return st;
+  if ((st = top_k_arg(fn, top_k_arr, top_k, in, &c, &a, 0)) != FI_OK) return st;
+  if ((st = top_p_arg(fn, top_p_arr, top_p, in, &c, &a, 1)) != FI_OK) return st;
+  if ((st = samples_arg(fn, in_name, samples, in, &c, &a)) != FI_OK) return st;
+  c.p.seed = seed;
+  c.p.offset = offset;
+  return launch(rt, &c, op, NULL, stream);
+}
+
 FI_API fi_status fi_top_k_top_p_sampling_from_logits(fi_runtime *rt, const DLTensor *logits,
                                                      const DLTensor *top_k_arr, int top_k,
                                                      const DLTensor *top_p_arr, double top_p,
                                                      DLTensor *samples, uint64_t seed,
                                                      uint64_t offset, void *stream) {
-  static const char *fn = "fi_top_k_top_p_sampling_from_logits";
-  smp_call c;
-  smp_arrays a = {{NULL}, {NULL}};
-  fi_status st = begin(fn, rt, "logits", logits, &c);
-  if (st != FI_OK) return st;
-  if ((st = top_k_arg(fn, top_k_arr, top_k, logits, &c, &a, 0)) != FI_OK) return st;
-  if ((st = top_p_arg(fn, top_p_arr, top_p, logits, &c, &a, 1)) != FI_OK) return st;
-  if ((st = samples_arg(fn, "logits", samples, logits, &c, &a)) != FI_OK) return st;
-  c.p.seed = seed;
-  c.p.offset = offset;
-  return launch(rt, &c, FI_SMP_TOPK_TOPP_LOGITS, NULL, stream);
+  return top_k_top_p("fi_top_k_top_p_sampling_from_logits", FI_SMP_TOPK_TOPP_LOGITS, "logits", rt, logits,
+                     top_k_arr, top_k, top_p_arr, top_p, samples, seed, offset, stream);
+}
+
+FI_API fi_status fi_top_k_top_p_sampling_from_probs(fi_runtime *rt, const DLTensor *probs,
+                                                    const DLTensor *top_k_arr, int top_k,
+                                                    const DLTensor *top_p_arr, double top_p,
+                                                    DLTensor *samples, uint64_t seed,
+                                                    uint64_t offset, void *stream) {
+  return top_k_top_p("fi_top_k_top_p_sampling_from_probs", FI_SMP_TOPK_TOPP_PROBS, "probs", rt, probs,
+                     top_k_arr, top_k, top_p_arr, top_p, samples, seed, offset, stream);
+}
+
+/* Softmax of the logits, then one draw: the top-k + top-p kernel with both filters off (one
+ * pass for the maximum, the draws weighted by exp(logit - max)). */
+FI_API fi_status fi_sampling_from_logits(fi_runtime *rt, const DLTensor *logits, DLTensor *samples,
+                                         uint64_t seed, uint64_t offset, void *stream) {
+  return top_k_top_p("fi_sampling_from_logits", FI_SMP_TOPK_TOPP_LOGITS, "logits", rt, logits, NULL, 0, NULL,
+                     1.0, samples, seed, offset, stream);
 }
 
 /* X(entry point, op, input's name, filter, its scalar's type): out has the input's dtype. */

@@ -28,7 +28,7 @@ const char *rt_sampling_op_name(int op);
 int rt_sampling_op_of(const char *name);
 
 /* Whether op's calls take a stored tactic (the samplers: sample, top_k, top_p, min_p,
- * top_k_top_p_logits; not softmax, the renorm and mask ops). */
+ * top_k_top_p_logits and _probs; not softmax, the renorm and mask ops). */
 int rt_sampling_tuned(int op);
 /* The rule's tactic for op at batch rows on (devtype, device): 0, or -1 (no backend). */
 int rt_sampling_rule(fi_runtime *rt, int devtype, int device, int op, int64_t batch, rt_sampling_tactic *t);

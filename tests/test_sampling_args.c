@@ -84,7 +84,7 @@ static void set_strides(tens *x, int64_t s0, int64_t s1) {
   x->strides[1] = s1;
 }
 
-enum { SOFTMAX, SAMPLE, TOPK, TOPP, MINP, KPL, KRENORM, PRENORM, KMASK, NOPS };
+enum { SOFTMAX, SAMPLE, TOPK, TOPP, MINP, KPL, KRENORM, PRENORM, KMASK, KPP, SLOG, NOPS };
 static const char *const names[NOPS] = {"fi_softmax",
                                         "fi_sampling_from_probs",
                                         "fi_top_k_sampling_from_probs",
@@ -93,7 +93,9 @@ static const char *const names[NOPS] = {"fi_softmax",
                                         "fi_top_k_top_p_sampling_from_logits",
                                         "fi_top_k_renorm_probs",
                                         "fi_top_p_renorm_probs",
-                                        "fi_top_k_mask_logits"};
+                                        "fi_top_k_mask_logits",
+                                        "fi_top_k_top_p_sampling_from_probs",
+                                        "fi_sampling_from_logits"};
 
 static fi_status run_op(fi_runtime *rt, int op, call *c) {
   const DLTensor *ka = c->use_karr ? &c->karr.t : NULL, *pa = c->use_parr ? &c->parr.t : NULL;
@@ -119,14 +121,19 @@ static fi_status run_op(fi_runtime *rt, int op, call *c) {
       return fi_top_k_renorm_probs(rt, &c->in.t, ka, c->top_k, &c->out.t, NULL);
     case PRENORM:
       return fi_top_p_renorm_probs(rt, &c->in.t, pa, c->top_p, &c->out.t, NULL);
-    default:
+    case KMASK:
       return fi_top_k_mask_logits(rt, &c->in.t, ka, c->top_k, &c->out.t, NULL);
+    case KPP:
+      return fi_top_k_top_p_sampling_from_probs(rt, &c->in.t, ka, c->top_k, pa, c->top_p, &c->samples.t, 1, 2,
+                                                NULL);
+    default:
+      return fi_sampling_from_logits(rt, &c->in.t, &c->samples.t, 1, 2, NULL);
   }
 }
 
-static const int is_sampler[NOPS] = {0, 1, 1, 1, 1, 1, 0, 0, 0};
-static const int uses_k[NOPS] = {0, 0, 1, 0, 0, 1, 1, 0, 1};
-static const int uses_p[NOPS] = {1, 0, 0, 1, 1, 1, 0, 1, 0}; /* parr: temperature/top_p/min_p */
+static const int is_sampler[NOPS] = {0, 1, 1, 1, 1, 1, 0, 0, 0, 1, 1};
+static const int uses_k[NOPS] = {0, 0, 1, 0, 0, 1, 1, 0, 1, 1, 0};
+static const int uses_p[NOPS] = {1, 0, 0, 1, 1, 1, 0, 1, 0, 1, 0}; /* parr: temperature/top_p/min_p */
 
 /* op refuses c with INVALID_ARGUMENT and a message naming op and every one of nm. */
 #define EXPECT_INVALID_OP(rt, op, c, what, nm)                                                    \
@@ -201,7 +208,7 @@ FT_TEST(sampling_null_and_devices) {
     poison_error();
     FT_CHECK(run_op(NULL, op, &c) == FI_ERR_INVALID_ARGUMENT && strstr(fi_last_error(), "rt"),
              "%s: NULL rt: %s", names[op], fi_last_error());
-    const char *in = op == SOFTMAX || op == KPL || op == KMASK ? "logits" : "probs";
+    const char *in = op == SOFTMAX || op == KPL || op == KMASK || op == SLOG ? "logits" : "probs";
     call_copy(&d, &c);
     d.in.t.data = NULL;
     EXPECT_INVALID_OP(rt, op, &d, "input data NULL", NAMES(in));
@@ -238,7 +245,7 @@ FT_TEST(sampling_dtypes_and_shapes) {
   call c, d;
   call_make(&c, kDLFloat, 32, 4, 1000);
   for (int op = 0; op < NOPS; op++) {
-    const char *in = op == SOFTMAX || op == KPL || op == KMASK ? "logits" : "probs";
+    const char *in = op == SOFTMAX || op == KPL || op == KMASK || op == SLOG ? "logits" : "probs";
     call_make(&d, kDLInt, 32, 4, 1000);
     EXPECT_INVALID_OP(rt, op, &d, "int32 input", NAMES(in, "int32"));
     call_make(&d, kDLFloat, 64, 4, 1000);
@@ -338,17 +345,17 @@ FT_TEST(sampling_scalars) {
   FT_REQUIRE(rt != NULL);
   call c, d;
   call_make(&c, kDLFloat, 32, 4, 1000);
-  const int kops[4] = {TOPK, KPL, KRENORM, KMASK};
-  for (int i = 0; i < 4; i++) {
+  const int kops[5] = {TOPK, KPL, KRENORM, KMASK, KPP};
+  for (int i = 0; i < 5; i++) {
     call_copy(&d, &c);
     d.top_k = -1;
     EXPECT_INVALID_OP(rt, kops[i], &d, "top_k -1", NAMES("top_k", "-1"));
     d.use_karr = 1; /* with an array the scalar is not used */
     expect_valid(rt, &d, kops[i], "top_k -1 with an array");
   }
-  const int pops[3] = {TOPP, KPL, PRENORM};
+  const int pops[4] = {TOPP, KPL, PRENORM, KPP};
   const double badp[4] = {0.0, -0.5, 1.5, NAN};
-  for (int i = 0; i < 3; i++)
+  for (int i = 0; i < 4; i++)
     for (int j = 0; j < 4; j++) {
       call_copy(&d, &c);
       d.top_p = badp[j];
@@ -379,7 +386,11 @@ FT_TEST(sampling_scalars) {
 FT_TEST(sampling_selection_is_registered) {
   FT_CHECK(jit_registry_find("sampling") == &jit_op_sampling);
   const int n = jit_op_sampling.config_count();
-  FT_CHECK(n > 0 && n <= 200, "%d configurations", n);
+  /* each op x dtype x access width x cluster, and the key-range search of the ops that
+   * search, on float32 */
+  int searching = 0;
+  for (int op = 0; op < FI_SMP_OP_COUNT; op++) searching += jit_sampling_has_select(op);
+  FT_CHECK_EQ_INT(n, FI_SMP_OP_COUNT * 3 * 2 * 3 + searching * 2 * 3, "configurations");
   const int dts[3] = {JIT_DT_F16, JIT_DT_BF16, JIT_DT_F32};
   const int cls[3] = {1, 4, 8};
   for (int op = 0; op < FI_SMP_OP_COUNT; op++)
@@ -458,7 +469,8 @@ FT_TEST(sampling_tactics_parse_and_name_their_key) {
   /* the samplers take stored tactics; softmax, renorm and mask keep the rule */
   for (int op = 0; op < FI_SMP_OP_COUNT; op++)
     FT_CHECK_EQ_INT(rt_sampling_tuned(op), op == FI_SMP_SAMPLE || op == FI_SMP_TOPK || op == FI_SMP_TOPP ||
-                                               op == FI_SMP_MINP || op == FI_SMP_TOPK_TOPP_LOGITS,
+                                               op == FI_SMP_MINP || op == FI_SMP_TOPK_TOPP_LOGITS ||
+                                               op == FI_SMP_TOPK_TOPP_PROBS,
                     "%s", rt_sampling_op_name(op));
   char shape[128];
   rt_sampling_tactic_shape((const int64_t[RT_SAMPLING_TACTIC_FIELDS]){FI_SMP_TOPK, JIT_DT_F32, 128256}, shape,

@@ -9,21 +9,24 @@
 
 #include "bench.h"
 
-enum { S_SAMPLE, S_TOPK, S_TOPP, S_MINP, S_KPL, S_SOFTMAX, S_KRENORM, S_PRENORM, S_KMASK, S_N };
+enum { S_SAMPLE, S_TOPK, S_TOPP, S_MINP, S_KPL, S_KPP, S_SLOG, S_SOFTMAX, S_KRENORM, S_PRENORM, S_KMASK, S_N };
 static const char *const s_names[S_N] = {"sampling_from_probs",
                                          "top_k_sampling (k=50)",
                                          "top_p_sampling (p=0.9)",
                                          "min_p_sampling (0.05)",
                                          "top_k_top_p_from_logits (50, 0.9)",
+                                         "top_k_top_p_from_probs (50, 0.9)",
+                                         "sampling_from_logits",
                                          "softmax (T=1)",
                                          "top_k_renorm_probs (k=50)",
                                          "top_p_renorm_probs (p=0.9)",
                                          "top_k_mask_logits (k=50)"};
 static const char *const s_keys[S_N] = {"sampling",     "top_k",        "top_p",
-                                        "min_p",        "top_k_top_p",  "softmax",
+                                        "min_p",        "top_k_top_p",  "top_k_top_p_probs",
+                                        "sampling_logits", "softmax",
                                         "top_k_renorm", "top_p_renorm", "top_k_mask"};
 /* FlashInfer on this H200 at batch 64 x 128256 float32 (the figures), us. */
-static const double flashinfer_us[S_N] = {34, 152, 66, 45, 153, 0, 0, 0, 0};
+static const double flashinfer_us[S_N] = {34, 152, 66, 45, 153, 0, 0, 0, 0, 0, 0};
 
 #define SETS 6
 
@@ -45,6 +48,10 @@ static fi_status call(fi_runtime *rt, int op, bset *s, uint64_t off) {
     case S_KPL:
       return fi_top_k_top_p_sampling_from_logits(rt, &s->tl, NULL, 50, NULL, 0.9, &s->ts, 42, off,
                                                  NULL);
+    case S_KPP:
+      return fi_top_k_top_p_sampling_from_probs(rt, &s->tp, NULL, 50, NULL, 0.9, &s->ts, 42, off, NULL);
+    case S_SLOG:
+      return fi_sampling_from_logits(rt, &s->tl, &s->ts, 42, off, NULL);
     case S_SOFTMAX:
       return fi_softmax(rt, &s->tl, NULL, 1.0, &s->to, NULL);
     case S_KRENORM:
@@ -117,7 +124,7 @@ static void run_sampling(fi_runtime *rt, double copy) {
     setenv("FI_SAMPLING_SELECT", pass ? "range" : "radix", 1);
     fi_runtime *prt = bench_env_runtime(); /* FI_SAMPLING_SELECT is read at create */
     for (int op = 0; op < S_N; op++) {
-      const int has_select = op == S_TOPK || op == S_TOPP || op == S_KPL || op == S_KRENORM ||
+      const int has_select = op == S_TOPK || op == S_TOPP || op == S_KPL || op == S_KPP || op == S_KRENORM ||
                              op == S_PRENORM || op == S_KMASK;
       if (pass && !has_select) continue;
       fi_status st = call(prt, op, &set[0], 0);

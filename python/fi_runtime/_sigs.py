@@ -77,6 +77,11 @@ SIGNATURES = {
         'logits: Tensor, top_k_arr: Tensor?, top_k: int, top_p_arr: Tensor?, top_p: float, samples: Tensor, seed: int, offset: int',
         ('samples',),
     ),
+    'top_k_top_p_sampling_from_probs': (
+        'probs: Tensor, top_k_arr: Tensor?, top_k: int, top_p_arr: Tensor?, top_p: float, samples: Tensor, seed: int, offset: int',
+        ('samples',),
+    ),
+    'sampling_from_logits': ('logits: Tensor, samples: Tensor, seed: int, offset: int', ('samples',)),
     'top_k_renorm_probs': ('probs: Tensor, top_k_arr: Tensor?, top_k: int, out: Tensor', ('out',)),
     'top_p_renorm_probs': (
         'probs: Tensor, top_p_arr: Tensor?, top_p: float, out: Tensor',

@@ -262,8 +262,7 @@ def sampling_from_probs(probs, indices=None, deterministic=True, generator=None,
 def sampling_from_logits(logits, indices=None, deterministic=True, generator=None,
                          check_nan=False, seed=None, offset=None):
     _sample_checks("sampling_from_logits", logits, indices, check_nan)
-    return sampling_from_probs(softmax(logits), None, deterministic, generator, False, seed,
-                               offset)
+    return _draw("sampling_from_logits", logits, (), generator, seed, offset, False)
 
 
 def _filtered(fn, pname, kind, probs, value, indices, generator, check_nan, seed, offset,
@@ -311,8 +310,8 @@ def top_k_top_p_sampling_from_probs(probs, top_k, top_p, indices=None,
     if filter_apply_order != "top_k_first":
         unsupported(fn, "filter_apply_order", filter_apply_order)
     _sample_checks(fn, probs, indices, check_nan)
-    return top_p_sampling_from_probs(top_k_renorm_probs(probs, top_k), top_p, None,
-                                     deterministic, generator, False, seed, offset, return_valid)
+    return _draw(fn, probs, param(fn, "top_k", top_k, int) + param(fn, "top_p", top_p, float),
+                 generator, seed, offset, return_valid)
 
 
 def _filter(fn, pname, kind, x, value):

@@ -46,10 +46,13 @@ static void env_rt_end(void) {
   own_rt = NULL;
 }
 
-enum { OP_SAMPLE, OP_TOPK, OP_TOPP, OP_MINP, OP_KPL, NSOPS };
-static const char *const sop_names[NSOPS] = {"sampling_from_probs", "top_k_sampling",
-                                             "top_p_sampling", "min_p_sampling",
-                                             "top_k_top_p_from_logits"};
+/* The samplers; the loops over every op run the first NSOPS (the last two are checked by
+ * their statistics only). */
+enum { OP_SAMPLE, OP_TOPK, OP_TOPP, OP_MINP, OP_KPL, NSOPS, OP_KPP = NSOPS, OP_SLOG, NALL };
+static const char *const sop_names[NALL] = {"sampling_from_probs", "top_k_sampling",
+                                            "top_p_sampling", "min_p_sampling",
+                                            "top_k_top_p_from_logits", "top_k_top_p_from_probs",
+                                            "sampling_from_logits"};
 
 /* ---- host helpers ---- */
 
@@ -184,6 +187,10 @@ static fi_status sample_call(int op, DLTensor *in, DLTensor *karr, int k, DLTens
       return fi_top_p_sampling_from_probs(rt, in, parr, tp, out, sd, off, stream);
     case OP_MINP:
       return fi_min_p_sampling_from_probs(rt, in, parr, mp, out, sd, off, stream);
+    case OP_KPP:
+      return fi_top_k_top_p_sampling_from_probs(rt, in, karr, k, parr, tp, out, sd, off, stream);
+    case OP_SLOG:
+      return fi_sampling_from_logits(rt, in, out, sd, off, stream);
     default:
       return fi_top_k_top_p_sampling_from_logits(rt, in, karr, k, parr, tp, out, sd, off, stream);
   }
@@ -199,14 +206,16 @@ static void expected(int op, const double *x, int64_t v, int k, float tp, float 
   *amb = 0;
   double mx = -INFINITY;
   for (int64_t i = 0; i < v; i++) {
-    keys[i] = op == OP_KPL ? key_logit((float)x[i]) : key_prob((float)x[i]);
+    keys[i] = op == OP_KPL || op == OP_SLOG ? key_logit((float)x[i]) : key_prob((float)x[i]);
     mx = fmax(mx, x[i]);
   }
-  for (int64_t i = 0; i < v; i++) w[i] = op == OP_KPL ? exp(x[i] - mx) : (x[i] > 0 ? x[i] : 0);
+  for (int64_t i = 0; i < v; i++)
+    w[i] = op == OP_KPL || op == OP_SLOG ? exp(x[i] - mx) : (x[i] > 0 ? x[i] : 0);
   uint32_t tau = 0;
   float thr = 0;
-  if ((op == OP_TOPK || op == OP_KPL) && k > 0 && k < v) tau = kth_key(keys, v, k);
+  if ((op == OP_TOPK || op == OP_KPL || op == OP_KPP) && k > 0 && k < v) tau = kth_key(keys, v, k);
   if (op == OP_TOPP) tau = topp_key(keys, w, v, 0, tp, NULL);
+  if (op == OP_KPP) tau = topp_key(keys, w, v, tau, tp, NULL); /* top-p within the top-k set */
   if (op == OP_KPL) {
     double margin;
     tau = topp_key(keys, w, v, tau, tp, &margin);
@@ -363,6 +372,20 @@ FT_TEST(smp_statistics_small_vocab) {
   stats_case("zipf no filters", OP_KPL, 2, l, v, 1024, 0, 1.0f, 0, 1000000);
   stats_case("zipf top-p only", OP_KPL, 2, l, v, 1024, 0, 0.7f, 0, 1000000);
   stats_case("zipf min_p=1", OP_MINP, 2, p, v, 1024, 0, 1, 1.0f, 200000);
+  /* top-k then top-p over probabilities, and softmax-then-draw from logits (issue 45) */
+  for (int shape = 0; shape < 4; shape++) {
+    make_probs(p, v, shape);
+    for (int64_t i = 0; i < v; i++) l[i] = log(p[i] > 0 ? p[i] : 1e-30) * 0.9 + 0.3;
+    static const char *const sn[4] = {"zipf", "ties", "dominant", "zipf+zeros"};
+    stats_case(sn[shape], OP_KPP, 2, p, v, 1024, 50, 0.9f, 0, 1000000);
+    stats_case(sn[shape], OP_SLOG, 2, l, v, 1024, 0, 1, 0, 1000000);
+  }
+  make_probs(p, v, 0);
+  for (int64_t i = 0; i < v; i++) l[i] = log(p[i]);
+  stats_case("zipf", OP_KPP, 1, p, v, 1024, 20, 0.8f, 0, 1000000);
+  stats_case("zipf top-p only", OP_KPP, 2, p, v, 1024, 0, 0.7f, 0, 1000000);
+  stats_case("zipf top-k only", OP_KPP, 2, p, v, 1024, 30, 1.0f, 0, 1000000);
+  stats_case("zipf", OP_SLOG, 0, l, v, 1024, 0, 1, 0, 1000000);
   free(p);
   free(l);
 }
@@ -380,6 +403,8 @@ FT_TEST(smp_statistics_large_vocab) {
   stats_case("zipf", OP_TOPP, 2, p, v, 64, 0, 0.9f, 0, 1000000);
   stats_case("zipf", OP_MINP, 2, p, v, 64, 0, 1, 0.05f, 1000000);
   stats_case("zipf", OP_KPL, 2, l, v, 64, 50, 0.9f, 0, 1000000);
+  stats_case("zipf", OP_KPP, 2, p, v, 64, 50, 0.9f, 0, 1000000);
+  stats_case("zipf", OP_SLOG, 2, l, v, 64, 0, 1, 0, 1000000);
   stats_case("zipf batch 100", OP_TOPP, 2, p, v, 100, 0, 0.5f, 0, 1000000);
   stats_case("zipf batch 100", OP_TOPK, 1, p, v, 100, 1000, 1, 0, 1000000);
   make_probs(p, v, 1);
