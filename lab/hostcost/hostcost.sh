@@ -5,7 +5,7 @@
 # commits' dispatch paths compare exactly. The driver's own cost is not in it (the fake returns
 # at once); it also prints the driver calls a call makes and the last launch's configuration,
 # which must match between builds for the count to be the whole story.
-# usage: lab/hostcost/hostcost.sh NAME=BUILD_DIR[:INCLUDE_DIR] ...
+# usage: [HOSTCOST_OP=top_k] lab/hostcost/hostcost.sh NAME=BUILD_DIR[:INCLUDE_DIR] ...
 #   INCLUDE_DIR defaults to include/ of this tree (fi_runtime.h)
 set -eu
 here=$(cd "$(dirname "$0")" && pwd)
