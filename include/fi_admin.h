@@ -47,9 +47,10 @@ FI_API fi_status fi_admin_preset_configs(const char *preset, const char *arch, f
  * shape) of fi_autotune, bf16: a mixture-of-experts model's two expert GEMMs (at the tile
  * fi_fused_moe's rule takes there), then, where its attention is this library's, batch
  * decode in CUDA-graph mode (tokens: the batch, up to 512) and causal batch prefill (tokens:
- * the longest request's query tokens). 0 with *op (static) and shape; 1 where job i
- * measures nothing at this token count (decode past 512); -1 past the last job, or for bad
- * arguments. */
+ * the longest request's query tokens), then the serving step's sampler (top-k + top-p from
+ * float32 logits over the model's vocabulary; tokens: the batch, up to 512). 0 with *op
+ * (static) and shape; 1 where job i measures nothing at this token count (decode and
+ * sampling past 512); -1 past the last job, or for bad arguments. */
 FI_API int fi_admin_preset_tune_job(const char *preset, int i, int64_t tokens, const char **op, char *shape,
                                     size_t n);
 

@@ -21,6 +21,7 @@
 #include "rt_env.h"
 #include "rt_internal.h"
 #include "rt_prefill.h"
+#include "rt_sampling.h"
 #include "rt_autotune.h"
 
 /* A model's attention and MLP shapes on one rank (tensor parallelism divides the heads
@@ -240,10 +241,11 @@ FI_API int fi_admin_preset_tune_job(const char *preset, int i, int64_t tokens, c
   /* The jobs: a mixture-of-experts model's two expert GEMMs (0: the first, gathered tokens
    * and SwiGLU; 1: the second), then, where the attention is this library's, batch decode
    * and batch prefill. */
-  enum { GEMM1, GEMM2, DECODE, PREFILL };
-  int jobs[4], nj = 0;
+  enum { GEMM1, GEMM2, DECODE, PREFILL, SAMPLING };
+  int jobs[5], nj = 0;
   if (m->experts) jobs[nj++] = GEMM1, jobs[nj++] = GEMM2;
   if (!m->mla) jobs[nj++] = DECODE, jobs[nj++] = PREFILL;
+  jobs[nj++] = SAMPLING;
   if (i >= nj) return -1;
   char buf[256];
   switch (jobs[i]) {
@@ -262,12 +264,19 @@ FI_API int fi_admin_preset_tune_job(const char *preset, int i, int64_t tokens, c
                              buf, sizeof buf);
       *op = "batch_decode";
       break;
-    default: {
+    case PREFILL: {
       int64_t f[RT_PREFILL_TACTIC_FIELDS];
       rt_prefill_tactic_fields(JIT_DT_BF16, m->hq, m->hkv, m->head_dim, 1, 0, f);
       rt_prefill_tactic_shape(f, buf, sizeof buf);
       *op = "batch_prefill";
+      break;
     }
+    default: /* the serving step's sampler (fi-example's): top-k + top-p from float32 logits */
+      if (tokens > TUNE_DECODE_MAX_BATCH) return 1;
+      rt_sampling_tactic_shape((const int64_t[RT_SAMPLING_TACTIC_FIELDS]){FI_SMP_TOPK_TOPP_LOGITS, JIT_DT_F32,
+                                                                           m->vocab},
+                               buf, sizeof buf);
+      *op = "sampling";
   }
   if (strlen(buf) >= n) return -1;
   memcpy(shape, buf, strlen(buf) + 1);

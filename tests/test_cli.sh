@@ -168,7 +168,7 @@ run tune --cache "$T/tune.db" --op batch_prefill --shape "q=bf16;heads=32/8;head
 check tune_bad_shape_named '[ $rc -eq 1 ] && grep -q "head_dim=96" "$T/err"'
 # A preset on a machine without a GPU: every job fails with the device's error, nothing stored.
 run tune --cache "$T/tune.db" --preset llama3-8b --tokens 64,1024 --json
-check tune_preset_without_gpu '[ $rc -eq 1 ] && [ "$(grep -c "\"error\"" "$T/out")" -eq 3 ] && grep -q "batch_decode" "$T/out" && grep -q "batch_prefill" "$T/out"'
+check tune_preset_without_gpu '[ $rc -eq 1 ] && [ "$(grep -c "\"error\"" "$T/out")" -eq 4 ] && grep -q "batch_decode" "$T/out" && grep -q "batch_prefill" "$T/out" && grep -q "sampling" "$T/out"'
 run ls --cache "$T/tune.db" --tactics --json
 check tune_stored_nothing_without_gpu '[ $rc -eq 0 ] && [ "$(json "len(d)" <"$T/out")" = 0 ]'
 

@@ -489,18 +489,18 @@ FT_TEST(preset_tune_jobs_are_shapes_the_tuner_takes) {
   fi_runtime *rt = tt_open(&dirs);
   FT_REQUIRE(rt);
   static const struct {
-    const char *preset, *ops[4];
+    const char *preset, *ops[5];
   } want[] = {
-      {"llama3-8b", {"batch_decode", "batch_prefill"}},
-      {"qwen3-30b-a3b", {"moe_gemm", "moe_gemm", "batch_decode", "batch_prefill"}},
-      {"deepseek-v3", {"moe_gemm", "moe_gemm"}},
+      {"llama3-8b", {"batch_decode", "batch_prefill", "sampling"}},
+      {"qwen3-30b-a3b", {"moe_gemm", "moe_gemm", "batch_decode", "batch_prefill", "sampling"}},
+      {"deepseek-v3", {"moe_gemm", "moe_gemm", "sampling"}},
   };
   for (size_t p = 0; p < sizeof want / sizeof *want; p++) {
     int j = 0;
     const char *op;
     char shape[256];
     for (; fi_admin_preset_tune_job(want[p].preset, j, 64, &op, shape, sizeof shape) == 0; j++) {
-      FT_REQUIRE(j < 4 && want[p].ops[j], "%s: job %d is %s", want[p].preset, j, op);
+      FT_REQUIRE(j < 5 && want[p].ops[j], "%s: job %d is %s", want[p].preset, j, op);
       FT_CHECK_EQ_STR(op, want[p].ops[j], "%s job %d", want[p].preset, j);
       fi_autotune_options o;
       fi_autotune_result r;
@@ -509,7 +509,7 @@ FT_TEST(preset_tune_jobs_are_shapes_the_tuner_takes) {
       const fi_status st = fi_autotune(rt, &o, &r);
       FT_CHECK(st == FI_ERR_NO_DEVICE || st == FI_ERR_DEVICE, "%s %s: %s", op, shape, fi_last_error());
     }
-    FT_CHECK(j == 4 || !want[p].ops[j], "%s: %d jobs", want[p].preset, j);
+    FT_CHECK(j == 5 || !want[p].ops[j], "%s: %d jobs", want[p].preset, j);
   }
   const char *op;
   char shape[256];
@@ -520,7 +520,10 @@ FT_TEST(preset_tune_jobs_are_shapes_the_tuner_takes) {
   /* decode past 512 requests: nothing at that count, the jobs after it still there */
   FT_CHECK_EQ_INT(fi_admin_preset_tune_job("llama3-8b", 0, 1024, &op, shape, sizeof shape), 1);
   FT_CHECK_EQ_INT(fi_admin_preset_tune_job("llama3-8b", 1, 1024, &op, shape, sizeof shape), 0);
-  FT_CHECK_EQ_INT(fi_admin_preset_tune_job("llama3-8b", 2, 64, &op, shape, sizeof shape), -1);
+  FT_CHECK_EQ_STR((fi_admin_preset_tune_job("llama3-8b", 2, 64, &op, shape, sizeof shape), shape),
+                  "op=top_k_top_p_logits;dtype=f32;vocab=128256");
+  FT_CHECK_EQ_INT(fi_admin_preset_tune_job("llama3-8b", 2, 1024, &op, shape, sizeof shape), 1);
+  FT_CHECK_EQ_INT(fi_admin_preset_tune_job("llama3-8b", 3, 64, &op, shape, sizeof shape), -1);
   FT_CHECK_EQ_INT(fi_admin_preset_tune_job("llama-9", 0, 64, &op, shape, sizeof shape), -1);
   FT_CHECK_EQ_INT(fi_admin_preset_tune_job("llama3-8b", 0, 64, &op, shape, 8), -1, "too small a buffer");
   fi_runtime_destroy(rt);
