@@ -244,7 +244,7 @@ FI_API fi_status fi_get_batch_indices_positions(fi_runtime *rt, const DLTensor *
                                                 void *stream);
 
 /* ---- decode attention: one query token per request against its KV cache ----
- * Query head h reads KV head h / (H_qo / H_kv) (GQA; H_qo / H_kv from 1 to 16). dtypes:
+ * Query head h reads KV head h / (H_qo / H_kv) (GQA and MQA; H_qo / H_kv from 1 to 128). dtypes:
  * q and out float16 or bfloat16; K and V caches q's dtype or fp8 (kDLFloat8_e4m3fn code 10,
  * kDLFloat8_e5m2 code 12, 8 bits) holding value / scale. head_dim 64, 128 or 256,
  * contiguous; every other dimension may be strided, with start addresses and strides in

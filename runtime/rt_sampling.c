@@ -294,7 +294,8 @@ static fi_status launch(fi_runtime *rt, smp_call *c, int op, const DLTensor *out
   const rt_sampling_tactic t = choose(rt, be, state, c, op, dt);
   const int cl = t.cluster;
   jit_sampling_select(op, dt, vec, cl, t.select, &c->key);
-  if (op == FI_SMP_TOPP || op == FI_SMP_TOPK_TOPP_LOGITS) c->p.topp_variant = topp_variant(&rt->env.tune);
+  if (op == FI_SMP_TOPP || op == FI_SMP_TOPK_TOPP_LOGITS || op == FI_SMP_TOPK_TOPP_PROBS)
+    c->p.topp_variant = topp_variant(&rt->env.tune);
   rt_kernel *k;
   if ((st = rt_kernel_get(rt, &c->key, be, c->device, &k)) != FI_OK) return st;
   return rt_launch_1d(rt, k, c->batch * cl, SMP_THREADS, stream, &c->p, sizeof c->p);

@@ -124,8 +124,8 @@ static void run_sampling(fi_runtime *rt, double copy) {
     setenv("FI_SAMPLING_SELECT", pass ? "range" : "radix", 1);
     fi_runtime *prt = bench_env_runtime(); /* FI_SAMPLING_SELECT is read at create */
     for (int op = 0; op < S_N; op++) {
-      const int has_select = op == S_TOPK || op == S_TOPP || op == S_KPL || op == S_KPP || op == S_KRENORM ||
-                             op == S_PRENORM || op == S_KMASK;
+      const int has_select = op == S_TOPK || op == S_TOPP || op == S_KPL || op == S_KPP || op == S_SLOG ||
+                             op == S_KRENORM || op == S_PRENORM || op == S_KMASK;
       if (pass && !has_select) continue;
       fi_status st = call(prt, op, &set[0], 0);
       if (st != FI_OK) {

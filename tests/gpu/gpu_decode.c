@@ -656,7 +656,7 @@ FT_TEST(decode_f16_d64_group3_page3) {
 }
 /* Groups above 16 (MQA and wide GQA, issue 45 item 5): each KV head's group cut into grid
  * heads of at most 16 rows reading the same KV head: 64/1 (four of 16), 32/1 HND (two),
- * 48/2 over e4m3 (three of 16 a KV head), 34/2 at head_dim 64 (seventeen of one row a
+ * 48/2 over e4m3 (two of 12 a KV head), 34/2 at head_dim 64 (seventeen of one row a
  * KV head: the CUDA-core kernel); batch and single decode (run_case), split or not. */
 FT_TEST(decode_groups_above_16) {
   dcase c = base("bf16 MQA 64/1", T_BF16, T_BF16, 128, 64, 1, 16, 0, 6, 2000);
