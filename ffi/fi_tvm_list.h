@@ -79,6 +79,10 @@
     "probs: Tensor, top_k_arr: Tensor?, top_k: int, top_p_arr: Tensor?, top_p: float, "       \
     "samples: Tensor, seed: int, offset: int")                                                \
   X(sampling_from_logits, "logits: Tensor, samples: Tensor, seed: int, offset: int")          \
+  X(chain_speculative_sampling,                                                               \
+    "draft_probs: Tensor, draft_token_ids: Tensor, target_probs: Tensor, "                    \
+    "output_token_ids: Tensor, accepted_num: Tensor?, emitted_num: Tensor?, seed: int, "      \
+    "offset: int")                                                                            \
   X(top_k_renorm_probs, "probs: Tensor, top_k_arr: Tensor?, top_k: int, out: Tensor")         \
   X(top_p_renorm_probs, "probs: Tensor, top_p_arr: Tensor?, top_p: float, out: Tensor")       \
   X(top_k_mask_logits, "logits: Tensor, top_k_arr: Tensor?, top_k: int, out: Tensor")         \

@@ -176,6 +176,15 @@ FT_EXPORT(sampling_from_logits) {
 #undef FT_RUN_ARGS
 }
 
+FT_EXPORT(chain_speculative_sampling) {
+  DLTensor *dp = ft_tensor(c, 0), *ids = ft_tensor(c, 1), *tp = ft_tensor(c, 2), *out = ft_tensor(c, 3),
+           *acc = ft_tensor_opt(c, 4), *emit = ft_tensor_opt(c, 5);
+  uint64_t seed = (uint64_t)ft_int(c, 6), offset = (uint64_t)ft_int(c, 7);
+#define FT_RUN_ARGS dp, ids, tp, out, acc, emit, seed, offset
+  FT_RUN(fi_chain_speculative_sampling);
+#undef FT_RUN_ARGS
+}
+
 /* input, a per-row parameter (array or scalar), out. */
 #define FT_FILTER(name, scalar_reader, ctype)                                                 \
   FT_EXPORT(name) {                                                                           \

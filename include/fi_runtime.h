@@ -423,6 +423,23 @@ FI_API fi_status fi_top_k_top_p_sampling_from_probs(fi_runtime *rt, const DLTens
 FI_API fi_status fi_sampling_from_logits(fi_runtime *rt, const DLTensor *logits, DLTensor *samples,
                                          uint64_t seed, uint64_t offset, void *stream);
 
+/** Chain speculative sampling (FlashInfer's chain_speculative_sampling): per request, the S
+ * draft tokens draft_token_ids [batch, S] (int32, drawn by the draft model from draft_probs
+ * [batch, S, vocab]) are checked in order against target_probs [batch, S + 1, vocab] (both
+ * float32): token t at position i is accepted with probability min(1, p_i(t) / q_i(t)). At
+ * the first rejection j, output_token_ids [batch, S + 1] (int32) gets the accepted tokens,
+ * then one token drawn from max(p_j - q_j, 0) renormalized (from p_j where that has no
+ * mass), then -1; when all S are accepted, the S drafts and a bonus token drawn from p_S.
+ * accepted_num [batch] (int32, or NULL) is added the positions whose test passes, each on
+ * its own (not stopping at the first rejection); emitted_num [batch] (or NULL) the draft
+ * tokens emitted (j). A draft id outside the vocabulary is rejected; a row without mass
+ * gives -1. All tensors contiguous, on one device; S up to 1024. Randomness as the other
+ * samplers: Philox keyed by seed, counter (position, request, offset). */
+FI_API fi_status fi_chain_speculative_sampling(fi_runtime *rt, const DLTensor *draft_probs,
+                                               const DLTensor *draft_token_ids, const DLTensor *target_probs,
+                                               DLTensor *output_token_ids, DLTensor *accepted_num,
+                                               DLTensor *emitted_num, uint64_t seed, uint64_t offset, void *stream);
+
 /** out = probs / (sum of the top-k set) on the top-k set, 0 elsewhere; out has probs'
  * dtype and shape (it may be probs itself). */
 FI_API fi_status fi_top_k_renorm_probs(fi_runtime *rt, const DLTensor *probs,

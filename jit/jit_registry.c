@@ -17,6 +17,7 @@ static const jit_op *const ops[] = {
     &jit_op_append_paged_kv,
     &jit_op_batch_indices_positions,
     &jit_op_sampling,
+    &jit_op_spec_sampling,
     &jit_op_single_decode,
     &jit_op_batch_decode,
     &jit_op_decode_upload,

@@ -22,6 +22,7 @@ extern const jit_op jit_op_rope;
 extern const jit_op jit_op_append_paged_kv;
 extern const jit_op jit_op_batch_indices_positions;
 extern const jit_op jit_op_sampling;
+extern const jit_op jit_op_spec_sampling;
 extern const jit_op jit_op_single_decode;
 extern const jit_op jit_op_batch_decode;
 extern const jit_op jit_op_decode_upload;

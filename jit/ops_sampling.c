@@ -116,3 +116,37 @@ const jit_op jit_op_sampling = {
     .config_count = count,
     .config = config,
 };
+
+/* ---- chain speculative sampling (spec_sampling.cuh): one configuration ---- */
+
+void jit_spec_sampling_select(jit_key *out) {
+  out->op = &jit_op_spec_sampling;
+  for (int i = 0; i < JIT_MAX_PARAMS; i++) out->v[i] = 0;
+  out->v[0] = FI_SPEC_THREADS;
+}
+
+static int render_spec(const jit_key *k, const char *entry, char *buf, size_t n) {
+  const int w = snprintf(buf, n,
+                         "extern \"C\" __global__ void __launch_bounds__(%d)\n"
+                         "%s(fi_spec_params p) {\n"
+                         "  fi_pdl_enter();\n"
+                         "  fi::spec::chain<%d>(p);\n"
+                         "}\n",
+                         (int)k->v[0], entry, (int)k->v[0]);
+  return w < 0 || (size_t)w >= n ? -1 : w;
+}
+static int count_spec(void) { return 1; }
+static void config_spec(int idx, jit_key *out) {
+  (void)idx;
+  jit_spec_sampling_select(out);
+}
+
+const jit_op jit_op_spec_sampling = {
+    .name = "spec_sampling",
+    .template_name = "spec_sampling.cuh",
+    .nparams = 1,
+    .params = {{"threads", JIT_P_INT}},
+    .render_entry = render_spec,
+    .config_count = count_spec,
+    .config = config_spec,
+};

@@ -30,4 +30,8 @@ int jit_sampling_has_select(int op);
 /* Is key a usable sampling configuration? */
 int jit_sampling_valid(const jit_key *k);
 
+/* Chain speculative sampling's kernel (one configuration: FI_SPEC_THREADS threads). */
+extern const jit_op jit_op_spec_sampling;
+void jit_spec_sampling_select(jit_key *out);
+
 #endif

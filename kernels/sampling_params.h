@@ -52,4 +52,26 @@ typedef struct fi_sampling_params {
   int32_t topp_variant;
 } fi_sampling_params;
 
+/* Chain speculative sampling (kernels/spec_sampling.cuh): one block a request. draft_probs
+ * [batch, S, vocab] and target_probs [batch, S + 1, vocab] float32, draft_ids [batch, S] and
+ * out [batch, S + 1] int32, all contiguous; accepted and emitted int32 [batch] (element
+ * strides given) or NULL, added to in place. */
+typedef struct fi_spec_params {
+  const float *draft_probs;
+  const int32_t *draft_ids;
+  const float *target_probs;
+  int32_t *out;
+  int32_t *accepted;
+  int32_t *emitted;
+  int64_t accepted_stride;
+  int64_t emitted_stride;
+  uint64_t seed;
+  uint64_t offset;
+  int32_t batch;
+  int32_t num_draft; /* S */
+  int32_t vocab;
+  int32_t pad_;
+} fi_spec_params;
+#define FI_SPEC_THREADS 256
+
 #endif /* FI_SAMPLING_PARAMS_H */

@@ -478,3 +478,83 @@ FT_TEST(sampling_tactics_parse_and_name_their_key) {
   FT_CHECK_EQ_STR(shape, "op=top_k;dtype=f32;vocab=128256");
 }
 
+
+/* fi_chain_speculative_sampling's checks: valid calls (with and without the counters, S 0,
+ * batch 0) reach the device layer; every bad tensor is refused naming it. The kernel itself:
+ * tests/test_spec_emu.cc (emulator), tests/gpu/gpu_sampling.c. */
+typedef struct spec_call {
+  DLTensor dp, ids, tp, out, acc, emit;
+  int64_t s_dp[3], s_ids[2], s_tp[3], s_out[2], s_cnt[1], st_dp[3];
+} spec_call;
+
+static void spec_make(spec_call *c, int64_t B, int64_t S, int64_t V, int dev) {
+  memset(c, 0, sizeof *c);
+  c->s_dp[0] = B, c->s_dp[1] = S, c->s_dp[2] = V;
+  c->s_ids[0] = B, c->s_ids[1] = S;
+  c->s_tp[0] = B, c->s_tp[1] = S + 1, c->s_tp[2] = V;
+  c->s_out[0] = B, c->s_out[1] = S + 1;
+  c->s_cnt[0] = B;
+  DLTensor *t[6] = {&c->dp, &c->ids, &c->tp, &c->out, &c->acc, &c->emit};
+  int64_t *shape[6] = {c->s_dp, c->s_ids, c->s_tp, c->s_out, c->s_cnt, c->s_cnt};
+  const int nd[6] = {3, 2, 3, 2, 1, 1}, f32[6] = {1, 0, 1, 0, 0, 0};
+  for (int i = 0; i < 6; i++) {
+    t[i]->data = (void *)(uintptr_t)(0x10000000ull * (uint64_t)(i + 1));
+    t[i]->device.device_type = kDLCUDA;
+    t[i]->device.device_id = dev;
+    t[i]->ndim = nd[i];
+    t[i]->dtype = (DLDataType){(uint8_t)(f32[i] ? kDLFloat : kDLInt), 32, 1};
+    t[i]->shape = shape[i];
+  }
+}
+
+static fi_status spec_run(fi_runtime *rt, spec_call *c, int counters) {
+  return fi_chain_speculative_sampling(rt, &c->dp, &c->ids, &c->tp, &c->out, counters ? &c->acc : NULL,
+                                       counters ? &c->emit : NULL, 1, 2, NULL);
+}
+
+FT_TEST(spec_sampling_arguments_named) {
+  fi_runtime *rt = mem_runtime();
+  FT_REQUIRE(rt != NULL);
+  spec_call c;
+  static const int64_t shapes[3][3] = {{32, 4, 128256}, {1, 0, 7}, {3, 1024, 16}};
+  for (int s = 0; s < 3; s++)
+    for (int counters = 0; counters < 2; counters++) {
+      spec_make(&c, shapes[s][0], shapes[s][1], shapes[s][2], NO_SUCH_DEVICE);
+      FT_CHECK_EQ_INT(spec_run(rt, &c, counters), FI_ERR_NO_DEVICE, "shape %d counters %d: %s", s, counters,
+                      fi_last_error());
+    }
+  spec_make(&c, 0, 4, 100, NO_SUCH_DEVICE);
+  FT_CHECK_EQ_INT(spec_run(rt, &c, 1), FI_OK, "batch 0 launches nothing: %s", fi_last_error());
+  struct {
+    const char *what, *named;
+  } bad[] = {{"target_probs' second dimension S", "target_probs"},
+             {"draft_token_ids as float32", "draft_token_ids"},
+             {"output_token_ids strided", "output_token_ids"},
+             {"accepted_num of batch + 1", "accepted_num"},
+             {"emitted_num overlapping output_token_ids", "emitted_num"},
+             {"output_token_ids overlapping draft_probs", "output_token_ids"},
+             {"draft_probs as float16", "draft_probs"},
+             {"1025 draft tokens", "draft_probs"},
+             {"target_probs on another device", "target_probs"},
+             {"rt NULL", "rt"}};
+  for (size_t i = 0; i < sizeof bad / sizeof *bad; i++) {
+    spec_make(&c, 8, 3, 1000, 0);
+    int64_t strided[2] = {8, 2}, acc_shape[1] = {9};
+    fi_runtime *r = rt;
+    switch (i) {
+      case 0: c.s_tp[1] = 3; break;
+      case 1: c.ids.dtype = (DLDataType){kDLFloat, 32, 1}; break;
+      case 2: c.out.strides = strided; break;
+      case 3: c.acc.shape = acc_shape; break;
+      case 4: c.emit.data = c.out.data; break;
+      case 5: c.out.data = (char *)c.dp.data + 64; break;
+      case 6: c.dp.dtype = (DLDataType){kDLFloat, 16, 1}; break;
+      case 7: spec_make(&c, 2, 1025, 8, 0); break;
+      case 8: c.tp.device.device_id = 1; break;
+      default: r = NULL;
+    }
+    FT_CHECK_EQ_INT(spec_run(r, &c, 1), FI_ERR_INVALID_ARGUMENT, "%s", bad[i].what);
+    FT_CHECK_STR_HAS(fi_last_error(), bad[i].named, "%s", bad[i].what);
+  }
+  fi_runtime_destroy(rt);
+}

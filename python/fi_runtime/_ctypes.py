@@ -21,7 +21,7 @@ FLAT = {"rmsnorm", "fused_add_rmsnorm", "gemma_rmsnorm", "gemma_fused_add_rmsnor
         "get_batch_indices_positions", "softmax", "sampling_from_probs",
         "top_k_sampling_from_probs", "top_p_sampling_from_probs", "min_p_sampling_from_probs",
         "top_k_top_p_sampling_from_logits", "top_k_top_p_sampling_from_probs",
-        "sampling_from_logits", "top_k_renorm_probs", "top_p_renorm_probs",
+        "sampling_from_logits", "chain_speculative_sampling", "top_k_renorm_probs", "top_p_renorm_probs",
         "top_k_mask_logits"}
 _LAYOUTS = {"NHD": 0, "HND": 1}
 

@@ -82,6 +82,10 @@ SIGNATURES = {
         ('samples',),
     ),
     'sampling_from_logits': ('logits: Tensor, samples: Tensor, seed: int, offset: int', ('samples',)),
+    'chain_speculative_sampling': (
+        'draft_probs: Tensor, draft_token_ids: Tensor, target_probs: Tensor, output_token_ids: Tensor, accepted_num: Tensor?, emitted_num: Tensor?, seed: int, offset: int',
+        ('output_token_ids', 'accepted_num', 'emitted_num'),
+    ),
     'top_k_renorm_probs': ('probs: Tensor, top_k_arr: Tensor?, top_k: int, out: Tensor', ('out',)),
     'top_p_renorm_probs': (
         'probs: Tensor, top_p_arr: Tensor?, top_p: float, out: Tensor',

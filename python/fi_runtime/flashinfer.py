@@ -314,6 +314,24 @@ def top_k_top_p_sampling_from_probs(probs, top_k, top_p, indices=None,
                  generator, seed, offset, return_valid)
 
 
+def chain_speculative_sampling(draft_probs, draft_token_ids, target_probs,
+                               maybe_output_accepted_token_num=None,
+                               maybe_output_emitted_draft_token_num=None, deterministic=True,
+                               generator=None, seed=None, offset=None):
+    """FlashInfer's chain_speculative_sampling: the verified tokens [batch, S + 1] (-1 after
+    the drawn one); the counters, when given, are added to in place."""
+    fn = "chain_speculative_sampling"
+    for name, x in (("draft_probs", draft_probs), ("draft_token_ids", draft_token_ids),
+                    ("target_probs", target_probs)):
+        tensor(fn, name, x)
+    b, n = draft_token_ids.shape[0], draft_token_ids.shape[1]
+    out = empty(draft_probs, (b, n + 1), "int32")
+    s, o = _seed_offset(fn, generator, seed, offset)
+    run(fn, draft_probs, draft_token_ids, target_probs, out, maybe_output_accepted_token_num,
+        maybe_output_emitted_draft_token_num, s, o)
+    return out
+
+
 def _filter(fn, pname, kind, x, value):
     tensor(fn, "logits" if "logits" in fn else "probs", x)
     out = empty(x, x.shape)

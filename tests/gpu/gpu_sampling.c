@@ -896,3 +896,106 @@ FT_TEST(smp_range_select_matches_radix) {
   free(p);
   free(l);
 }
+
+/* Chain speculative sampling (fi_chain_speculative_sampling): over many requests of the same
+ * target p and draft q, each with its own draft tokens drawn from q on the host, the first
+ * output token is distributed as p_0 and a bonus token as p_S (chi-square), the mean count
+ * of passed tests is sum_i sum_v min(p_i, q_i), and every row is the accepted drafts, one
+ * drawn token, then -1, with the counters added in place. A vocabulary of several tiles, and
+ * the benchmark's 128256 (rows checked, first tokens against p_0 in 64 bins). */
+static void spec_case(const char *what, int B, int S, int V, int bins) {
+  double *p = malloc(sizeof(double) * (size_t)(S + 1) * V), *q = malloc(sizeof(double) * (size_t)(S > 0 ? S : 1) * V);
+  FT_REQUIRE(p && q);
+  for (int r = 0; r <= S; r++) make_probs(p + (size_t)r * V, V, r % 4);
+  for (int r = 0; r < S; r++) make_probs(q + (size_t)r * V, V, (r + 1) % 4);
+  float *hd = malloc(sizeof(float) * (size_t)B * S * V), *ht = malloc(sizeof(float) * (size_t)B * (S + 1) * V);
+  int32_t *hid = malloc(sizeof(int32_t) * (size_t)B * (S > 0 ? S : 1)), *ho = malloc(sizeof(int32_t) * (size_t)B * (S + 1));
+  int32_t *hc = malloc(sizeof(int32_t) * (size_t)B * 2);
+  FT_REQUIRE(hd && ht && hid && ho && hc);
+  for (int b = 0; b < B; b++) {
+    for (int64_t i = 0; i < (int64_t)S * V; i++) hd[(size_t)b * S * V + i] = (float)q[i];
+    for (int64_t i = 0; i < (int64_t)(S + 1) * V; i++) ht[(size_t)b * (S + 1) * V + i] = (float)p[i];
+    for (int i = 0; i < S; i++) { /* a draft token from q_i */
+      double u = (double)(g_rand(&seed) >> 11) / 9007199254740992.0, c = 0;
+      int t = V - 1;
+      for (int v = 0; v < V; v++)
+        if ((c += q[(size_t)i * V + v]) > u) { t = v; break; }
+      hid[(size_t)b * S + i] = t;
+    }
+  }
+  for (int i = 0; i < 2 * B; i++) hc[i] = 3;
+  CUdeviceptr dd, dt, di, dout, dc;
+  CU_CHECK(&cu, cuMemAlloc(&dd, sizeof(float) * (size_t)B * S * V + 4));
+  CU_CHECK(&cu, cuMemAlloc(&dt, sizeof(float) * (size_t)B * (S + 1) * V));
+  CU_CHECK(&cu, cuMemAlloc(&di, sizeof(int32_t) * (size_t)B * S + 4));
+  CU_CHECK(&cu, cuMemAlloc(&dout, sizeof(int32_t) * (size_t)B * (S + 1)));
+  CU_CHECK(&cu, cuMemAlloc(&dc, sizeof(int32_t) * (size_t)B * 2));
+  if (S) CU_CHECK(&cu, cuMemcpyHtoD(dd, hd, sizeof(float) * (size_t)B * S * V));
+  CU_CHECK(&cu, cuMemcpyHtoD(dt, ht, sizeof(float) * (size_t)B * (S + 1) * V));
+  if (S) CU_CHECK(&cu, cuMemcpyHtoD(di, hid, sizeof(int32_t) * (size_t)B * S));
+  CU_CHECK(&cu, cuMemsetD8(dout, 0xee, sizeof(int32_t) * (size_t)B * (S + 1)));
+  CU_CHECK(&cu, cuMemcpyHtoD(dc, hc, sizeof(int32_t) * (size_t)B * 2));
+  int64_t s_d[3] = {B, S, V}, s_i[2] = {B, S}, s_t[3] = {B, S + 1, V}, s_o[2] = {B, S + 1}, s_c[1] = {B};
+  DLTensor td = g_tensor(dd, 0, 2, 3, s_d, NULL), tt = g_tensor(dt, 0, 2, 3, s_t, NULL),
+           ti = g_tensor(di, 0, 2, 2, s_i, NULL), to = g_tensor(dout, 0, 2, 2, s_o, NULL),
+           ta = g_tensor(dc, 0, 2, 1, s_c, NULL), te = g_tensor(dc, (int64_t)B * 4, 2, 1, s_c, NULL);
+  ti.dtype = to.dtype = ta.dtype = te.dtype = (DLDataType){kDLInt, 32, 1};
+  td.dtype = tt.dtype = (DLDataType){kDLFloat, 32, 1};
+  FT_CHECK(fi_chain_speculative_sampling(rt, &td, &ti, &tt, &to, &ta, &te, g_rand(&seed), g_rand(&seed), stream) ==
+               FI_OK,
+           "%s: %s", what, fi_last_error());
+  CU_CHECK(&cu, cuStreamSynchronize(stream));
+  CU_CHECK(&cu, cuMemcpyDtoH(ho, dout, sizeof(int32_t) * (size_t)B * (S + 1)));
+  CU_CHECK(&cu, cuMemcpyDtoH(hc, dc, sizeof(int32_t) * (size_t)B * 2));
+  int64_t *first = calloc((size_t)V, sizeof(int64_t)), *bonus = calloc((size_t)V, sizeof(int64_t));
+  int64_t nbonus = 0, bad = 0;
+  double acc = 0;
+  for (int b = 0; b < B; b++) {
+    const int32_t *o = ho + (size_t)b * (S + 1);
+    const int j = hc[B + b] - 3, a = hc[b] - 3;
+    int ok = j >= 0 && j <= S && a >= j && a <= S;
+    for (int i = 0; ok && i < j; i++) ok = o[i] == hid[(size_t)b * S + i];
+    ok = ok && o[j] >= 0 && o[j] < V;
+    for (int i = j + 1; ok && i <= S; i++) ok = o[i] == -1;
+    if (!ok) {
+      bad++;
+      continue;
+    }
+    first[o[0]]++;
+    if (j == S) bonus[o[S]]++, nbonus++;
+    acc += a;
+  }
+  FT_CHECK(bad == 0, "%s: %lld rows or counters wrong", what, (long long)bad);
+  /* chi-square in `bins` equal-mass-order bins of the vocabulary (bins 0: per token) */
+  const int nb = bins ? bins : V;
+  double *e = calloc((size_t)nb, sizeof(double)), *ob = calloc((size_t)nb, sizeof(double));
+  for (int v = 0; v < V; v++) e[(int64_t)v * nb / V] += p[v] * B, ob[(int64_t)v * nb / V] += (double)first[v];
+  double chi = 0;
+  int used = 0;
+  for (int k = 0; k < nb; k++)
+    if (e[k] >= 5) chi += (ob[k] - e[k]) * (ob[k] - e[k]) / e[k], used++;
+  const double df = used > 1 ? used - 1 : 1, lim = df + 6 * sqrt(2 * df) + 10;
+  double mean = 0, var = 0;
+  for (int i = 0; i < S; i++) {
+    double m = 0;
+    for (int v = 0; v < V; v++) m += fmin(p[(size_t)i * V + v], q[(size_t)i * V + v]);
+    mean += m, var += m * (1 - m);
+  }
+  const double got = acc / B, sd = sqrt(var / B);
+  fprintf(stderr, "  spec %-28s B %d S %d V %d: first-token chi2 %.1f over %d bins (limit %.1f); accepted %.4f, "
+          "expected %.4f (sd %.4f); %lld bonus draws\n", what, B, S, V, chi, used, lim, got, mean, sd,
+          (long long)nbonus);
+  FT_CHECK(chi < lim, "%s: the first token is not distributed as p_0: chi2 %.1f > %.1f", what, chi, lim);
+  FT_CHECK(fabs(got - mean) < 5 * sd + 1e-3, "%s: mean acceptances %.4f, expected %.4f", what, got, mean);
+  free(e), free(ob), free(first), free(bonus), free(p), free(q), free(hd), free(ht), free(hid), free(ho), free(hc);
+  CUdeviceptr all[5] = {dd, dt, di, dout, dc};
+  for (int i = 0; i < 5; i++) CU_CHECK(&cu, cuMemFree(all[i]));
+}
+
+FT_TEST(smp_chain_speculative_sampling) {
+  FT_REQUIRE(setup() == 0, "CUDA or runtime set-up failed");
+  spec_case("small vocabulary", 20000, 3, 64, 0);
+  spec_case("several tiles", 8000, 4, 1000, 50);
+  spec_case("no draft tokens (bonus only)", 8000, 0, 100, 0);
+  spec_case("128256, the benchmark's", 256, 4, 128256, 16);
+}
