@@ -74,6 +74,57 @@ static void op_run(void *c, int i) {
   call(x->rt, x->op, &x->set[i % SETS], (uint64_t)i);
 }
 
+/* Chain speculative sampling at batch 64, 4 draft tokens, over rows of the Zipf probabilities
+ * (draft and target the same rows shifted by one: the draws reject often). Bytes: the two
+ * rows of the final draw read twice (its total, then the scan to the crossing: a bound). */
+typedef struct spec_ctx {
+  fi_runtime *rt;
+  DLTensor d, ids, t, out;
+} spec_ctx;
+static void spec_run(void *c, int i) {
+  spec_ctx *x = c;
+  fi_chain_speculative_sampling(x->rt, &x->d, &x->ids, &x->t, &x->out, NULL, NULL, 42, (uint64_t)i, NULL);
+}
+static void spec_bench(CUdeviceptr probs, int64_t batch, int64_t vocab, double copy) {
+  enum { S = 4 };
+  const size_t row = (size_t)vocab * 4;
+  CUdeviceptr d, t, ids, out;
+  CU_CHECK(&cu, cuMemAlloc(&d, row * (size_t)(batch * S)));
+  CU_CHECK(&cu, cuMemAlloc(&t, row * (size_t)(batch * (S + 1))));
+  CU_CHECK(&cu, cuMemAlloc(&ids, (size_t)(batch * S) * 4));
+  CU_CHECK(&cu, cuMemAlloc(&out, (size_t)(batch * (S + 1)) * 4));
+  for (int64_t r = 0; r < batch * S; r++)
+    CU_CHECK(&cu, cuMemcpyDtoDAsync(d + row * (size_t)r, probs + row * (size_t)(r % batch), row, NULL));
+  for (int64_t r = 0; r < batch * (S + 1); r++)
+    CU_CHECK(&cu, cuMemcpyDtoDAsync(t + row * (size_t)r, probs + row * (size_t)((r + 1) % batch), row, NULL));
+  int32_t *hid = malloc((size_t)(batch * S) * 4);
+  for (int64_t i = 0; i < batch * S; i++) hid[i] = (int32_t)(((uint32_t)i * 2654435761u) % (uint32_t)vocab);
+  CU_CHECK(&cu, cuMemcpyHtoD(ids, hid, (size_t)(batch * S) * 4));
+  free(hid);
+  int64_t sd[3] = {batch, S, vocab}, si[2] = {batch, S}, st[3] = {batch, S + 1, vocab}, so[2] = {batch, S + 1};
+  fi_runtime *rt = bench_env_runtime();
+  spec_ctx x = {rt, tensor(d, 2, 3, sd), tensor(ids, 2, 2, si), tensor(t, 2, 3, st), tensor(out, 2, 2, so)};
+  x.ids.dtype = x.out.dtype = (DLDataType){kDLInt, 32, 1};
+  fi_status stt = fi_chain_speculative_sampling(rt, &x.d, &x.ids, &x.t, &x.out, NULL, NULL, 42, 0, NULL);
+  if (stt != FI_OK) {
+    fprintf(stderr, "chain_speculative_sampling: %s\n", fi_last_error());
+  } else {
+    CU_CHECK(&cu, cuCtxSynchronize());
+    const double us = time_runs(spec_run, &x, 30, quick ? 3 : 11) * 1e3;
+    const double tbs = 4.0 * (double)row * (double)batch / (us * 1e-6) / 1e12;
+    printf("\nchain_speculative_sampling, batch %lld, %d draft tokens, vocab %lld: %.1f us (%.0f GB/s of the final "
+           "draw's two rows read twice, %.1f%% of copy)\n",
+           (long long)batch, S, (long long)vocab, us, tbs * 1e3, 100.0 * tbs / copy);
+    if (json)
+      fprintf(json, "{\"bench\":\"chain_speculative_sampling\",\"batch\":%lld,\"draft\":%d,\"vocab\":%lld,"
+              "\"us\":%.3f}\n", (long long)batch, S, (long long)vocab, us);
+  }
+  CU_CHECK(&cu, cuCtxSynchronize());
+  fi_runtime_destroy(rt);
+  CUdeviceptr all[4] = {d, t, ids, out};
+  for (int i = 0; i < 4; i++) CU_CHECK(&cu, cuMemFree(all[i]));
+}
+
 static void run_sampling(fi_runtime *rt, double copy) {
   (void)rt; /* each pass below makes its own: FI_SAMPLING_SELECT is read at create */
   const int64_t batch = 64, vocab = 128256;
@@ -156,6 +207,7 @@ static void run_sampling(fi_runtime *rt, double copy) {
     fi_runtime_destroy(prt);
   }
   unsetenv("FI_SAMPLING_SELECT");
+  spec_bench(set[0].probs, batch, vocab, copy);
   for (int s = 0; s < SETS; s++) {
     CU_CHECK(&cu, cuMemFree(set[s].probs));
     CU_CHECK(&cu, cuMemFree(set[s].logits));
@@ -170,5 +222,5 @@ const bench_section bench_sampling_section = {
     "sampling",
     "the samplers (plain, top-k 50, top-p 0.9, min-p 0.05, top-k + top-p from logits),\n"
     "softmax, renorm and mask at batch 64 x vocab 128256 float32, Zipf-shaped rows,\n"
-    "against FlashInfer's figures on the H200",
+    "against FlashInfer's figures on the H200; chain speculative sampling (4 drafts)",
     1, run_sampling};

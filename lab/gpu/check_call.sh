@@ -17,4 +17,4 @@ grep -h "^FAIL\|check failed\|required:" $L/*.log | head -30
 tar -C $L -czf $OUT/logs.tgz . ; echo done
 # then the new rows' figures: decode's MQA row (64/1), the two new samplers
 timeout 200 $B/fi-bench --quick --json $OUT/bench.jsonl decode sampling > $OUT/bench.txt 2>&1; echo "fi-bench rc=$?"
-grep -E "MQA|target|read|copy|top_k_top_p|sampling_from_logits" $OUT/bench.txt | head -30
+grep -E "MQA|target|read|copy|top_k_top_p|sampling_from_logits|chain_spec" $OUT/bench.txt | head -30
