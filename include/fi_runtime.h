@@ -431,9 +431,10 @@ FI_API fi_status fi_sampling_from_logits(fi_runtime *rt, const DLTensor *logits,
  * then one token drawn from max(p_j - q_j, 0) renormalized (from p_j where that has no
  * mass), then -1; when all S are accepted, the S drafts and a bonus token drawn from p_S.
  * accepted_num [batch] (int32, or NULL) is added the positions whose test passes, each on
- * its own (not stopping at the first rejection); emitted_num [batch] (or NULL) the draft
- * tokens emitted (j). A draft id outside the vocabulary is rejected; a row without mass
- * gives -1. All tensors contiguous, on one device; S up to 1024. Randomness as the other
+ * its own (not stopping at the first rejection; the rejected position's own test counts as
+ * failed); emitted_num [batch] (or NULL) the draft tokens emitted (j). A draft id outside
+ * the vocabulary is rejected; a row without mass gives -1. All tensors contiguous (the
+ * counters too), on one device; a batch up to 2^24, S up to 1024. Randomness as the other
  * samplers: Philox keyed by seed, counter (position, request, offset). */
 FI_API fi_status fi_chain_speculative_sampling(fi_runtime *rt, const DLTensor *draft_probs,
                                                const DLTensor *draft_token_ids, const DLTensor *target_probs,

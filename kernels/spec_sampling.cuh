@@ -111,28 +111,39 @@ FI_DEVICE void chain(const fi_spec_params &p) {
     for (int v = tid; v < V; v += THREADS) s += weight(pj, qj, v);
     total = red::block_reduce<THREADS>(s, add, red_f);
   }
-  const float target = uniform(p, b, S) * total;
+  const float u = uniform(p, b, S);
   // Reductions over unsigned token numbers: NONE is none for the minimum, and `mine` holds
   // this thread's last token of positive weight plus one (0: none) for the maximum.
   constexpr uint32_t NONE = 0xffffffffu;
   auto mn = [](uint32_t a, uint32_t c) { return a < c ? a : c; };
   auto mx = [](uint32_t a, uint32_t c) { return a > c ? a : c; };
-  float base = 0.0f;
   uint32_t pick = NONE, mine = 0;
-  for (int t0 = 0; t0 < V; t0 += THREADS) {
-    const int v = t0 + tid;
-    const float x = v < V ? weight(pj, qj, v) : 0.0f;
-    if (x > 0.0f) mine = (uint32_t)v + 1u;
-    float tile;
-    const float incl = block_scan<THREADS>(x, wsum, &tile);
-    if (base + tile > target) {  // the same in every thread: the whole block stops here
-      pick = red::block_reduce<THREADS>(x > 0.0f && base + incl > target ? (uint32_t)v : NONE, mn, red_i);
-      break;
+  // The search: the target u x (the row's total) against the running sum of the tiles. The
+  // total above is a tree sum and the running one sums tiles in order, so rounding may leave
+  // the running sum short of the target: then once more with the target u x the running
+  // sum's own total, which it reaches (u < 1).
+  float target = u * total;
+  for (int attempt = 0; attempt < 2 && pick == NONE; attempt++) {
+    float base = 0.0f;
+    bool crossed = false;
+    for (int t0 = 0; t0 < V; t0 += THREADS) {
+      const int v = t0 + tid;
+      const float x = v < V ? weight(pj, qj, v) : 0.0f;
+      if (x > 0.0f) mine = (uint32_t)v + 1u;
+      float tile;
+      const float incl = block_scan<THREADS>(x, wsum, &tile);
+      if (base + tile > target) {  // the same in every thread: the whole block stops here
+        pick = red::block_reduce<THREADS>(x > 0.0f && base + incl > target ? (uint32_t)v : NONE, mn, red_i);
+        crossed = true;
+        break;
+      }
+      base += tile;
     }
-    base += tile;
+    if (crossed) break;
+    target = u * base;
   }
-  // The running sum fell short of the target by rounding: the last token of positive
-  // weight; none at all (a row without mass): -1.
+  // No candidate: a row without mass (-1), or rounding inside the crossing tile (a lane's
+  // prefix sum is not monotone in the last bits): the last token of positive weight seen.
   if (pick == NONE) pick = red::block_reduce<THREADS>(mine, mx, red_i) - 1u;
   if (tid == 0) {
     out[j] = (int32_t)pick;

@@ -11,21 +11,32 @@
 #include "sampling_params.h"
 
 /* A contiguous row-major tensor of ndim dims, dtype want, with the given shape (-1: any),
- * on ref's device (ref NULL: itself the reference). */
+ * on ref's device (ref NULL: itself the reference). A tensor without elements (no draft
+ * tokens) is checked for its shape, dtype and device only: frameworks give it any strides
+ * and often no data. */
 static fi_status check_dense(const char *fn, const char *name, const DLTensor *t, int ndim, int want,
                              const char *want_name, const int64_t *shape, const char *ref_name, const DLTensor *ref) {
-  fi_status st = rt_check_tensor(fn, name, t, ndim);
-  if (st != FI_OK) return st;
-  if (ref && (st = rt_check_same_device(fn, ref_name, ref, name, t)) != FI_OK) return st;
+  if (!t) return rt_fail(FI_ERR_INVALID_ARGUMENT, "%s: %s is NULL", fn, name);
+  if (t->ndim != ndim || !t->shape)
+    return rt_fail(FI_ERR_INVALID_ARGUMENT, "%s: %s has %d dimensions; %d are needed", fn, name, t->ndim, ndim);
+  int64_t n = 1;
+  for (int d = 0; d < ndim; d++) {
+    if (t->shape[d] < 0 || (shape[d] >= 0 && t->shape[d] != shape[d]))
+      return rt_fail(FI_ERR_INVALID_ARGUMENT, "%s: %s has %lld in dimension %d; %lld is needed", fn, name,
+                     (long long)t->shape[d], d, (long long)shape[d]);
+    if (__builtin_mul_overflow(n, t->shape[d], &n))
+      return rt_fail(FI_ERR_INVALID_ARGUMENT, "%s: %s has more than 2^63 elements", fn, name);
+  }
   char b[32];
   if (rt_tensor_dtype(t) != want)
     return rt_fail(FI_ERR_INVALID_ARGUMENT, "%s: %s has dtype %s; %s is needed", fn, name,
                    rt_dtype_string(t->dtype, b, sizeof b), want_name);
+  fi_status st;
+  if (n == 0) return ref ? rt_check_same_device(fn, ref_name, ref, name, t) : FI_OK;
+  if ((st = rt_check_tensor(fn, name, t, ndim)) != FI_OK) return st;
+  if (ref && (st = rt_check_same_device(fn, ref_name, ref, name, t)) != FI_OK) return st;
   int64_t expect = 1;
   for (int d = ndim - 1; d >= 0; d--) {
-    if (shape[d] >= 0 && t->shape[d] != shape[d])
-      return rt_fail(FI_ERR_INVALID_ARGUMENT, "%s: %s has %lld in dimension %d; %lld is needed", fn, name,
-                     (long long)t->shape[d], d, (long long)shape[d]);
     if (t->shape[d] > 1 && rt_stride(t, d) != expect)
       return rt_fail(FI_ERR_INVALID_ARGUMENT, "%s: %s must be contiguous (row-major)", fn, name);
     expect *= t->shape[d];
@@ -46,9 +57,9 @@ FI_API fi_status fi_chain_speculative_sampling(fi_runtime *rt, const DLTensor *d
   if ((st = check_dense(fn, "draft_probs", draft_probs, 3, JIT_DT_F32, "float32", any3, NULL, NULL)) != FI_OK)
     return st;
   const int64_t B = draft_probs->shape[0], S = draft_probs->shape[1], V = draft_probs->shape[2];
-  if (B > INT32_MAX || S > 1024 || V < 1 || V > ((int64_t)1 << 30))
+  if (B > ((int64_t)1 << 24) || S > 1024 || V < 1 || V > ((int64_t)1 << 30))
     return rt_fail(FI_ERR_INVALID_ARGUMENT,
-                   "%s: draft_probs has shape [%lld, %lld, %lld]; a batch below 2^31, up to 1024 draft tokens and "
+                   "%s: draft_probs has shape [%lld, %lld, %lld]; a batch up to 2^24, up to 1024 draft tokens and "
                    "a vocabulary of 1 to 2^30 are supported",
                    fn, (long long)B, (long long)S, (long long)V);
   const int64_t ids_shape[2] = {B, S}, tgt_shape[3] = {B, S + 1, V}, out_shape[2] = {B, S + 1}, cnt_shape[1] = {B};
@@ -59,21 +70,13 @@ FI_API fi_status fi_chain_speculative_sampling(fi_runtime *rt, const DLTensor *d
       (st = check_dense(fn, "output_token_ids", output_token_ids, 2, JIT_DT_I32, "int32 [batch, S + 1]", out_shape,
                         "draft_probs", draft_probs)) != FI_OK)
     return st;
+  /* The counters contiguous too: a stride-0 view would have every block add to one element. */
   DLTensor *counters[2] = {accepted_num, emitted_num};
   static const char *const cnames[2] = {"accepted_num", "emitted_num"};
-  for (int i = 0; i < 2; i++) {
-    if (!counters[i]) continue;
-    if ((st = rt_check_tensor(fn, cnames[i], counters[i], 1)) != FI_OK ||
-        (st = rt_check_same_device(fn, "draft_probs", draft_probs, cnames[i], counters[i])) != FI_OK)
+  for (int i = 0; i < 2; i++)
+    if (counters[i] && (st = check_dense(fn, cnames[i], counters[i], 1, JIT_DT_I32, "int32 [batch]", cnt_shape,
+                                         "draft_probs", draft_probs)) != FI_OK)
       return st;
-    char b[32];
-    if (rt_tensor_dtype(counters[i]) != JIT_DT_I32 || counters[i]->shape[0] != cnt_shape[0])
-      return rt_fail(FI_ERR_INVALID_ARGUMENT, "%s: %s is %s [%lld]; int32 [%lld] is needed", fn, cnames[i],
-                     rt_dtype_string(counters[i]->dtype, b, sizeof b), (long long)counters[i]->shape[0],
-                     (long long)B);
-    if (rt_extent_bytes(counters[i]) < 0)
-      return rt_fail(FI_ERR_INVALID_ARGUMENT, "%s: %s spans more than 2^63 bytes", fn, cnames[i]);
-  }
   /* What the kernel writes shares no memory with what it reads, nor with each other. */
   const DLTensor *outs[3] = {output_token_ids, accepted_num, emitted_num};
   const DLTensor *ins[3] = {draft_probs, draft_token_ids, target_probs};

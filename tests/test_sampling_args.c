@@ -525,6 +525,12 @@ FT_TEST(spec_sampling_arguments_named) {
     }
   spec_make(&c, 0, 4, 100, NO_SUCH_DEVICE);
   FT_CHECK_EQ_INT(spec_run(rt, &c, 1), FI_OK, "batch 0 launches nothing: %s", fi_last_error());
+  /* no draft tokens as a framework gives them: no data, strides of max(size, 1) */
+  spec_make(&c, 4, 0, 100, NO_SUCH_DEVICE);
+  int64_t dp_strides[3] = {100, 100, 1}, id_strides[2] = {1, 1};
+  c.dp.data = c.ids.data = NULL;
+  c.dp.strides = dp_strides, c.ids.strides = id_strides;
+  FT_CHECK_EQ_INT(spec_run(rt, &c, 1), FI_ERR_NO_DEVICE, "S 0 from a framework: %s", fi_last_error());
   struct {
     const char *what, *named;
   } bad[] = {{"target_probs' second dimension S", "target_probs"},
@@ -536,10 +542,11 @@ FT_TEST(spec_sampling_arguments_named) {
              {"draft_probs as float16", "draft_probs"},
              {"1025 draft tokens", "draft_probs"},
              {"target_probs on another device", "target_probs"},
+             {"accepted_num with stride 0 (every request one element)", "accepted_num"},
              {"rt NULL", "rt"}};
   for (size_t i = 0; i < sizeof bad / sizeof *bad; i++) {
     spec_make(&c, 8, 3, 1000, 0);
-    int64_t strided[2] = {8, 2}, acc_shape[1] = {9};
+    int64_t strided[2] = {8, 2}, acc_shape[1] = {9}, zero[1] = {0};
     fi_runtime *r = rt;
     switch (i) {
       case 0: c.s_tp[1] = 3; break;
@@ -551,6 +558,7 @@ FT_TEST(spec_sampling_arguments_named) {
       case 6: c.dp.dtype = (DLDataType){kDLFloat, 16, 1}; break;
       case 7: spec_make(&c, 2, 1025, 8, 0); break;
       case 8: c.tp.device.device_id = 1; break;
+      case 9: c.acc.strides = zero; break;
       default: r = NULL;
     }
     FT_CHECK_EQ_INT(spec_run(r, &c, 1), FI_ERR_INVALID_ARGUMENT, "%s", bad[i].what);

@@ -61,7 +61,7 @@ static int draw(const std::vector<double> &w) {
     }                                  \
   } while (0)
 
-constexpr int THREADS = 128;
+constexpr int THREADS = FI_SPEC_THREADS;  // the registered configuration
 
 struct run {
   std::vector<int32_t> out, acc, emit;
@@ -176,7 +176,15 @@ int main() {
     const std::vector<int32_t> ids;
     const run r = launch(2000, 0, 12, p, q, ids, 9, 9);
     std::vector<long> c(12, 0);
-    for (int b = 0; b < 2000; b++) c[r.out[b] >= 0 && r.out[b] < 12 ? r.out[b] : 0]++;
+    long bad = 0;
+    for (int b = 0; b < 2000; b++) {
+      if (r.out[b] < 0 || r.out[b] >= 12) {
+        bad++;
+        continue;
+      }
+      c[r.out[b]]++;
+    }
+    CHECK(bad == 0, "S 0: %ld outputs outside the vocabulary", bad);
     fails += !chi2_ok(c, std::vector<double>(p.begin(), p.end()), 2000, "S 0 (the bonus alone)");
   }
   // The same seed and offset: the same rows; another offset: other draws; no counters.

@@ -324,6 +324,9 @@ def chain_speculative_sampling(draft_probs, draft_token_ids, target_probs,
     for name, x in (("draft_probs", draft_probs), ("draft_token_ids", draft_token_ids),
                     ("target_probs", target_probs)):
         tensor(fn, name, x)
+    if len(draft_token_ids.shape) != 2:
+        raise ValueError(f"{fn}: draft_token_ids has shape {tuple(draft_token_ids.shape)}; "
+                         "[batch, S] is needed")
     b, n = draft_token_ids.shape[0], draft_token_ids.shape[1]
     out = empty(draft_probs, (b, n + 1), "int32")
     s, o = _seed_offset(fn, generator, seed, offset)

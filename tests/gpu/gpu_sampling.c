@@ -903,6 +903,19 @@ FT_TEST(smp_range_select_matches_radix) {
  * of passed tests is sum_i sum_v min(p_i, q_i), and every row is the accepted drafts, one
  * drawn token, then -1, with the counters added in place. A vocabulary of several tiles, and
  * the benchmark's 128256 (rows checked, first tokens against p_0 in 64 bins). */
+static double spec_chi2(const int64_t *cnt, const double *w, int V, int64_t n, int nb, double *e, double *ob,
+                        int *used, double *lim) {
+  for (int k = 0; k < nb; k++) e[k] = ob[k] = 0;
+  for (int v = 0; v < V; v++) e[(int64_t)v * nb / V] += w[v] * (double)n, ob[(int64_t)v * nb / V] += (double)cnt[v];
+  double chi = 0;
+  *used = 0;
+  for (int k = 0; k < nb; k++)
+    if (e[k] >= 5) chi += (ob[k] - e[k]) * (ob[k] - e[k]) / e[k], (*used)++;
+  const double df = *used > 1 ? *used - 1 : 1;
+  *lim = df + 6 * sqrt(2 * df) + 10;
+  return chi;
+}
+
 static void spec_case(const char *what, int B, int S, int V, int bins) {
   double *p = malloc(sizeof(double) * (size_t)(S + 1) * V), *q = malloc(sizeof(double) * (size_t)(S > 0 ? S : 1) * V);
   FT_REQUIRE(p && q);
@@ -966,15 +979,13 @@ static void spec_case(const char *what, int B, int S, int V, int bins) {
     acc += a;
   }
   FT_CHECK(bad == 0, "%s: %lld rows or counters wrong", what, (long long)bad);
-  /* chi-square in `bins` equal-mass-order bins of the vocabulary (bins 0: per token) */
+  /* chi-square of counts against n x w in `bins` bins of consecutive tokens (0: a bin a
+   * token; the rows are shuffled, so any binning is fair); *used the bins of >= 5 expected */
   const int nb = bins ? bins : V;
   double *e = calloc((size_t)nb, sizeof(double)), *ob = calloc((size_t)nb, sizeof(double));
-  for (int v = 0; v < V; v++) e[(int64_t)v * nb / V] += p[v] * B, ob[(int64_t)v * nb / V] += (double)first[v];
-  double chi = 0;
   int used = 0;
-  for (int k = 0; k < nb; k++)
-    if (e[k] >= 5) chi += (ob[k] - e[k]) * (ob[k] - e[k]) / e[k], used++;
-  const double df = used > 1 ? used - 1 : 1, lim = df + 6 * sqrt(2 * df) + 10;
+  double lim = 0;
+  double chi = spec_chi2(first, p, V, B, nb, e, ob, &used, &lim);
   double mean = 0, var = 0;
   for (int i = 0; i < S; i++) {
     double m = 0;
@@ -986,6 +997,13 @@ static void spec_case(const char *what, int B, int S, int V, int bins) {
           "expected %.4f (sd %.4f); %lld bonus draws\n", what, B, S, V, chi, used, lim, got, mean, sd,
           (long long)nbonus);
   FT_CHECK(chi < lim, "%s: the first token is not distributed as p_0: chi2 %.1f > %.1f", what, chi, lim);
+  if (nbonus >= 500) { /* the bonus tokens, after S acceptances, against p_S */
+    int ub = 0;
+    double bl = 0;
+    const double bc = spec_chi2(bonus, p + (size_t)S * V, V, nbonus, nb, e, ob, &ub, &bl);
+    fprintf(stderr, "  spec %-28s bonus chi2 %.1f over %d bins (limit %.1f)\n", what, bc, ub, bl);
+    FT_CHECK(bc < bl, "%s: bonus tokens not distributed as p_S: chi2 %.1f > %.1f", what, bc, bl);
+  }
   FT_CHECK(fabs(got - mean) < 5 * sd + 1e-3, "%s: mean acceptances %.4f, expected %.4f", what, got, mean);
   free(e), free(ob), free(first), free(bonus), free(p), free(q), free(hd), free(ht), free(hid), free(ho), free(hc);
   CUdeviceptr all[5] = {dd, dt, di, dout, dc};
