@@ -242,10 +242,16 @@ void rt_sampling_force(const rt_sampling_tactic *t) { forced = t; }
  * vocab) and the batch's bucket where the cluster it names can run here (memoized: no
  * lock, no allocation after a key's first call), else the rule's; FI_SAMPLING_SELECT
  * wins over a stored search. */
+/* The rule's tactic: the cluster the grid allows, the search the op (or FI_SAMPLING_SELECT) takes. */
+static rt_sampling_tactic rule(fi_runtime *rt, const rt_device_i *be, void *state, int device, int op,
+                               int64_t batch) {
+  return (rt_sampling_tactic){pick_cluster(be, state, device, batch), select_variant(&rt->env.tune, op)};
+}
+
 static rt_sampling_tactic choose(fi_runtime *rt, const rt_device_i *be, void *state, const smp_call *c, int op,
                                  int dt) {
-  rt_sampling_tactic t = {pick_cluster(be, state, c->device, c->batch), select_variant(&rt->env.tune, op)};
   if (forced) return *forced;
+  rt_sampling_tactic t = rule(rt, be, state, c->device, op, c->batch);
   if (!rt_sampling_tuned(op)) return t;
   const char *text;
   rt_sampling_tactic s;
@@ -266,7 +272,7 @@ int rt_sampling_rule(fi_runtime *rt, int devtype, int device, int op, int64_t ba
   const rt_device_i *be;
   void *state;
   if (rt_backend(rt, devtype, &be, &state) != FI_OK) return -1;
-  *t = (rt_sampling_tactic){pick_cluster(be, state, device, batch), select_variant(&rt->env.tune, op)};
+  *t = rule(rt, be, state, device, op, batch);
   return 0;
 }
 
