@@ -270,6 +270,23 @@ typedef struct fi_attention_params {
 
 FI_API void fi_attention_params_init(fi_attention_params *p);
 
+/** What an attention run may take beyond its plan (the *_ex entry points; the plain ones
+ * pass none). Call fi_attention_extras_init, then set what is used; struct_size lets later
+ * versions add members.
+ * - sinks: learned attention sinks (gpt-oss): a float32 device tensor [H_qo], contiguous,
+ *   on q's device, or NULL. Each query head's sink is a logit in the units of the scaled
+ *   logits (sm_scale * q.k, after the soft cap where one is set) that joins every row's
+ *   softmax denominator and carries no value: out = sum_j e^{s_j} v_j / (e^{sink} +
+ *   sum_j e^{s_j}), lse = log(e^{sink} + sum_j e^{s_j}) (natural log). A row with no key
+ *   gets out = 0 and lse = sink. Cascades (fi_merge_state) stay exact when one of the
+ *   merged parts carries the sinks and the others do not. */
+typedef struct fi_attention_extras {
+  size_t struct_size;    /**< sizeof(fi_attention_extras), set by init */
+  const DLTensor *sinks; /**< NULL (default) or [H_qo] float32 */
+} fi_attention_extras;
+
+FI_API void fi_attention_extras_init(fi_attention_extras *x);
+
 /** Decode attention for one request: q [H_qo, D], k and v [L, H_kv, D] (NHD) or
  * [H_kv, L, D] (HND), out [H_qo, D], lse [H_qo] or NULL; p NULL for the defaults. From
  * 512 attended tokens the tokens are split over the device (one wave of blocks), the
@@ -280,6 +297,11 @@ FI_API fi_status fi_single_decode(fi_runtime *rt, const DLTensor *q, const DLTen
                                   const DLTensor *v, DLTensor *out, DLTensor *lse,
                                   fi_kv_layout layout, const fi_attention_params *p,
                                   void *stream);
+/** fi_single_decode with extras (NULL: none). */
+FI_API fi_status fi_single_decode_ex(fi_runtime *rt, const DLTensor *q, const DLTensor *k,
+                                     const DLTensor *v, DLTensor *out, DLTensor *lse,
+                                     fi_kv_layout layout, const fi_attention_params *p,
+                                     const fi_attention_extras *x, void *stream);
 
 /** Batch decode over a paged KV cache, planned on the host and run on the device.
  * fi_batch_decode_plan decides the work partition (split-KV, flash-decoding, when the
@@ -334,6 +356,13 @@ FI_API fi_status fi_batch_decode_run(fi_runtime *rt, const fi_decode_plan *plan,
                                      const DLTensor *indices, const DLTensor *last_page_len,
                                      fi_kv_layout layout, DLTensor *out, DLTensor *lse,
                                      void *stream);
+/** fi_batch_decode_run with extras (NULL: none). */
+FI_API fi_status fi_batch_decode_run_ex(fi_runtime *rt, const fi_decode_plan *plan,
+                                        const DLTensor *q, const DLTensor *paged_k_cache,
+                                        const DLTensor *paged_v_cache, const DLTensor *indptr,
+                                        const DLTensor *indices, const DLTensor *last_page_len,
+                                        fi_kv_layout layout, DLTensor *out, DLTensor *lse,
+                                        const fi_attention_extras *x, void *stream);
 
 FI_API void fi_batch_decode_plan_destroy(fi_decode_plan *plan);
 
@@ -484,6 +513,11 @@ FI_API void fi_prefill_params_init(fi_prefill_params *p);
 FI_API fi_status fi_single_prefill(fi_runtime *rt, const DLTensor *q, const DLTensor *k,
                                    const DLTensor *v, DLTensor *out, DLTensor *lse,
                                    fi_kv_layout layout, const fi_prefill_params *p, void *stream);
+/** fi_single_prefill with extras (NULL: none). */
+FI_API fi_status fi_single_prefill_ex(fi_runtime *rt, const DLTensor *q, const DLTensor *k,
+                                      const DLTensor *v, DLTensor *out, DLTensor *lse,
+                                      fi_kv_layout layout, const fi_prefill_params *p,
+                                      const fi_attention_extras *x, void *stream);
 
 /** Batch prefill, planned on the host and run on the device as batch decode is: the plan
  * (from host copies of the index arrays) cuts every request's packed rows (query token x
@@ -533,6 +567,12 @@ FI_API fi_status fi_batch_prefill_ragged_run(fi_runtime *rt, const fi_prefill_pl
                                              const DLTensor *q, const DLTensor *k,
                                              const DLTensor *v, fi_kv_layout layout,
                                              DLTensor *out, DLTensor *lse, void *stream);
+/** fi_batch_prefill_ragged_run with extras (NULL: none). */
+FI_API fi_status fi_batch_prefill_ragged_run_ex(fi_runtime *rt, const fi_prefill_plan *plan,
+                                                const DLTensor *q, const DLTensor *k,
+                                                const DLTensor *v, fi_kv_layout layout,
+                                                DLTensor *out, DLTensor *lse,
+                                                const fi_attention_extras *x, void *stream);
 
 /** Plans a batch over a paged KV cache (decode's description: info->kv_indptr in pages,
  * kv_last_page_len, page_size). */
@@ -548,6 +588,13 @@ FI_API fi_status fi_batch_prefill_paged_run(fi_runtime *rt, const fi_prefill_pla
                                             const DLTensor *paged_v_cache,
                                             const DLTensor *kv_indices, fi_kv_layout layout,
                                             DLTensor *out, DLTensor *lse, void *stream);
+/** fi_batch_prefill_paged_run with extras (NULL: none). */
+FI_API fi_status fi_batch_prefill_paged_run_ex(fi_runtime *rt, const fi_prefill_plan *plan,
+                                               const DLTensor *q, const DLTensor *paged_k_cache,
+                                               const DLTensor *paged_v_cache,
+                                               const DLTensor *kv_indices, fi_kv_layout layout,
+                                               DLTensor *out, DLTensor *lse,
+                                               const fi_attention_extras *x, void *stream);
 
 FI_API void fi_batch_prefill_plan_destroy(fi_prefill_plan *plan);
 

@@ -68,7 +68,7 @@ FI_DEVICE void decode_heads(const fi_decode_params &p) {
 
   __shared__ float s_o[GM][D + 2];  // + 2: rows apart in the banks, dims kept in pairs
   __shared__ float s_m[WARPS][GM], s_d[WARPS][GM];
-  __shared__ float s_fm[GM], s_fs[GM];
+  __shared__ float s_fm[GM], s_fs[GM], s_fa[GM];
   __shared__ int s_last;
 
   const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5, g = lane >> 2, c = lane & 3;
@@ -438,9 +438,10 @@ FI_DEVICE void decode_heads(const fi_decode_params &p) {
   const int head0 = hkv * G;
   if (nchunks <= 1) {
     // The whole request: out and lse directly.
+    if (p.sinks) sinks_fold_rows(p.sinks + head0, GE, s_fm, s_fs, s_fa);
     for (int u = tid; u < GE * (D / 8); u += THREADS) {
       const int r = u / (D / 8), d8 = (u - r * (D / 8)) * 8;
-      const float ds = s_fs[r], inv = ds > 0.0f ? v_scale / ds : 0.0f;
+      const float ds = s_fs[r], inv = ds > 0.0f ? (p.sinks ? v_scale * s_fa[r] : v_scale) / ds : 0.0f;
       fi_vec<QT, 8> y;
 #pragma unroll
       for (int e = 0; e < 8; e++) y.v[e] = fi_from_float<QT>(s_o[r][d8 + e] * inv);

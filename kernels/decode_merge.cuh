@@ -37,6 +37,14 @@ FI_DEVICE void split_acquired() {
 #endif
 }
 
+// The sinks of a block's rows (query heads head0 .. head0 + rows - 1, sinks pointing at
+// head0's) folded into their final states in shared memory (m base 2, s the sum), each
+// row's values' factor (sink_fold) into a. Block-wide: every thread calls it, a barrier after.
+FI_DEVICE void sinks_fold_rows(const float *sinks, int rows, float *m, float *s, float *a) {
+  if ((int)threadIdx.x < rows) a[threadIdx.x] = sink_fold(sinks[threadIdx.x] * LOG2E_F, m[threadIdx.x], s[threadIdx.x]);
+  __syncthreads();
+}
+
 // The merge of a split (request, KV head): its nchunks partials from item `first` into
 // out and lse, by one block of THREADS threads (the last chunk's block in batch decode,
 // the merge launch in single decode).
@@ -119,7 +127,8 @@ FI_DEVICE void split_merge(const fi_decode_params &p, int b, int head0, int GE, 
       }
     }
     if (uq < U && (Q == 1 || tid < U)) {
-      const float inv = sw > 0.0f ? 1.0f / sw : 0.0f;
+      const float a = p.sinks ? sink_fold(p.sinks[head0 + r] * LOG2E_F, mx, sw) : 1.0f;
+      const float inv = sw > 0.0f ? a / sw : 0.0f;
       fi_vec<QT, 8> y;
 #pragma unroll
       for (int e = 0; e < 8; e++) y.v[e] = fi_from_float<QT>(acc[e] * inv);

@@ -7,7 +7,7 @@
 #include "fi_params.h"
 
 /* Bump when a struct below changes layout (the template hash changes too). */
-#define FI_DECODE_ABI_VERSION 7
+#define FI_DECODE_ABI_VERSION 8
 
 /* Most head_dim / 2 RoPE frequencies carried in the parameters. */
 #define FI_DECODE_MAX_FREQ 128
@@ -78,6 +78,11 @@ typedef struct fi_decode_params {
    * grid heads of `group` rows each: grid head y reads KV head y / kv_head_div (0 or 1:
    * grid heads are KV heads). */
   int32_t kv_head_div;
+  int32_t pad_sinks_;
+  /* Attention sinks (fi_attention_extras.sinks): one logit a query head, natural-log units
+   * of the scaled logits, in every row's softmax denominator; NULL: none. Folded in where a
+   * row's state is final (the unsplit write, the merge), never into a split's partial. */
+  const float *sinks;
 } fi_decode_params;
 
 /* The cache's KV head of grid head y. */

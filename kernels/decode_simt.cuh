@@ -34,7 +34,7 @@ FI_DEVICE void decode_simt(const fi_decode_params &p) {
 
   __shared__ float s_o[GS][D + 2];
   __shared__ float s_m[WARPS][GS], s_d[WARPS][GS];
-  __shared__ float s_fm[GS], s_fs[GS];
+  __shared__ float s_fm[GS], s_fs[GS], s_fa[GS];
   __shared__ int s_last;
 
   const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5, r = lane / LPR, part = lane % LPR;
@@ -297,9 +297,10 @@ FI_DEVICE void decode_simt(const fi_decode_params &p) {
   const float LN2 = 0.6931471805599453f;
   const int head0 = hkv * G, GE = G;
   if (nchunks <= 1) {
+    if (p.sinks) sinks_fold_rows(p.sinks + head0, GE, s_fm, s_fs, s_fa);
     for (int u = tid; u < GE * (D / 8); u += THREADS) {
       const int rr = u / (D / 8), d8 = (u - rr * (D / 8)) * 8;
-      const float ds = s_fs[rr], inv = ds > 0.0f ? v_scale / ds : 0.0f;
+      const float ds = s_fs[rr], inv = ds > 0.0f ? (p.sinks ? v_scale * s_fa[rr] : v_scale) / ds : 0.0f;
       fi_vec<QT, 8> y;
 #pragma unroll
       for (int e = 0; e < 8; e++) y.v[e] = fi_from_float<QT>(s_o[rr][d8 + e] * inv);

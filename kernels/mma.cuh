@@ -131,6 +131,23 @@ FI_DEVICE float ex2(float x) {
 #endif
 }
 
+// A learned attention sink (gpt-oss) folded into a query head's final softmax state: x is
+// the sink's logit in base 2 (sink * log2 e, the units of the scaled logits the state was
+// built from), m the state's max and s its sum of 2^(logit - m) over the keys. Afterwards m
+// and s are those of the keys and the sink together; the returned factor multiplies the
+// keys' accumulated values before they are divided by the new s (0 when s was: no key).
+// A sink of -inf changes nothing. Applied once, where a row's last state is final (never to
+// a split's partial, so that merges count it once).
+FI_DEVICE float sink_fold(float x, float &m, float &s) {
+  if (x == neg_inf()) return 1.0f;
+  const bool keys = s > 0.0f;
+  const float m2 = keys ? fmaxf(m, x) : x, a = keys ? ex2(m - m2) : 0.0f;
+  s = s * a + ex2(x - m2);
+  m = m2;
+  return a;
+}
+constexpr float LOG2E_F = 1.4426950408889634f;
+
 // ---- 16-bit pairs: a 32-bit word holds two elements, the lower index in the low half ----
 template <typename MT>
 struct w16;

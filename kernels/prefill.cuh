@@ -358,7 +358,10 @@ FI_DEVICE void prefill(const fi_prefill_kparams &p) {
       const int rt = WR * warp + 16 * mt + g + 8 * h;  // row in the tile
       if (rt >= rows) continue;
       const int r = r0 + rt, tq = r / G, head = hkv * G + (r - tq * G);
-      const float inv = ds > 0.0f ? p.v_scale / ds : 0.0f;
+      // A sink joins the row's final state (dec::sink_fold; a split's partial has none).
+      float mr = m[mt][h], fa = 1.0f;
+      if (p.sinks && nchunks <= 1) fa = dec::sink_fold(p.sinks[head] * dec::LOG2E_F, mr, ds);
+      const float inv = ds > 0.0f ? p.v_scale * fa / ds : 0.0f;
       if (nchunks <= 1) {
         T *orow = static_cast<T *>(p.out) + (q_start + tq) * p.out_stride_tok + (int64_t)head * p.out_stride_head;
 #pragma unroll
@@ -367,7 +370,7 @@ FI_DEVICE void prefill(const fi_prefill_kparams &p) {
               W::pack(o[mt][j][2 * h] * inv, o[mt][j][2 * h + 1] * inv);
         if (p.lse && c == 0)
           p.lse[(q_start + tq) * p.lse_stride_tok + (int64_t)head * p.lse_stride_head] =
-              ds > 0.0f ? (m[mt][h] + log2f(ds)) * LN2 : neg_inf();
+              ds > 0.0f ? (mr + log2f(ds)) * LN2 : neg_inf();
       } else {
         const int64_t prow = ((int64_t)(slot + chunk) * p.num_kv_heads + hkv) * FI_PREFILL_SLOT_ROWS + rt;
         float *po = p.partial_o + prow * D;
@@ -417,7 +420,8 @@ FI_DEVICE void prefill_merge(const fi_prefill_merge_params &p) {
       mx = mn;
     }
     const int r = r0 + rt, tq = r / G, head = hkv * G + (r - tq * G);
-    const float inv = sw > 0.0f ? 1.0f / sw : 0.0f;
+    const float fa = p.sinks ? dec::sink_fold(p.sinks[head] * dec::LOG2E_F, mx, sw) : 1.0f;
+    const float inv = sw > 0.0f ? fa / sw : 0.0f;
     fi_vec<T, 8> y;
 #pragma unroll
     for (int e = 0; e < 8; e++) y.v[e] = fi_from_float<T>(acc[e] * inv);

@@ -7,7 +7,7 @@
 #include "fi_params.h"
 
 /* Bump when a struct below changes layout (the template hash changes too). */
-#define FI_PREFILL_ABI_VERSION 1
+#define FI_PREFILL_ABI_VERSION 2
 
 /* Most head_dim / 2 RoPE frequencies carried in the parameters. */
 #define FI_PREFILL_MAX_FREQ 128
@@ -85,6 +85,9 @@ typedef struct fi_prefill_kparams {
   float cap_log2;           /* 0: no soft cap */
   float v_scale;
   float rope_freq[FI_PREFILL_MAX_FREQ];
+  /* Attention sinks (fi_attention_extras.sinks): one logit a query head in every row's
+   * softmax denominator; NULL: none. Folded in by the unsplit write and by the merge. */
+  const float *sinks;
 } fi_prefill_kparams;
 
 /* The merge of split tiles: one block per item of chunk 0 (and KV head), combining its
@@ -102,6 +105,7 @@ typedef struct fi_prefill_merge_params {
   int32_t num_kv_heads;
   int32_t group;
   int32_t q_tile;           /* rows a partial slot holds: FI_PREFILL_SLOT_ROWS */
+  const float *sinks;       /* as fi_prefill_kparams' */
 } fi_prefill_merge_params;
 
 /* fi-bench's tensor-core probe: each warp runs `iters` rounds of independent bf16

@@ -81,7 +81,10 @@ FI_DEVICE void epilogue(const fi_prefill_kparams &p, const block<S> &b, const un
     const int r = un.r0 + rt, tq = r / b.G, head = un.hkv * b.G + (r - tq * b.G);
     // (the fast division: ds >= 1 whenever a column is attended, and an IEEE one costs
     // a slow-path branch in this once-a-unit code)
-    const float ds = a.dsum[h], inv = ds > 0.0f ? __fdividef(p.v_scale, ds) : 0.0f;
+    // A sink joins the row's final state (dec::sink_fold; a split's partial has none).
+    float ds = a.dsum[h], mr = a.m[h], fa = 1.0f;
+    if (p.sinks && un.nchunks <= 1) fa = dec::sink_fold(p.sinks[head] * dec::LOG2E_F, mr, ds);
+    const float inv = ds > 0.0f ? __fdividef(p.v_scale * fa, ds) : 0.0f;
     if (staged) {
       // row lr of the slice, 16-byte chunk j: the Q tile's swizzled layout (conflict-free:
       // the 8 rows of an instruction land in 8 different 16-byte columns)
@@ -101,7 +104,7 @@ FI_DEVICE void epilogue(const fi_prefill_kparams &p, const block<S> &b, const un
     if (un.nchunks <= 1) {
       if (p.lse && b.c == 0)
         p.lse[(un.q_start + tq) * p.lse_stride_tok + (int64_t)head * p.lse_stride_head] =
-            ds > 0.0f ? (a.m[h] + log2f(ds)) * LN2 : dec::neg_inf();
+            ds > 0.0f ? (mr + log2f(ds)) * LN2 : dec::neg_inf();
     } else {
       const int64_t prow = ((int64_t)(un.slot + un.chunk) * p.num_kv_heads + un.hkv) * FI_PREFILL_SLOT_ROWS + rt;
       float *po = p.partial_o + prow * D;

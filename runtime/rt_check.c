@@ -3,6 +3,7 @@
 
 #include <stdint.h>
 #include <stdio.h>
+#include <string.h>
 
 #include "jit_key.h"
 #include "rt_internal.h"
@@ -113,6 +114,45 @@ fi_status rt_check_outputs_apart(const char *fn, const DLTensor *out, const DLTe
   return FI_OK;
 }
 
+
+FI_API void fi_attention_extras_init(fi_attention_extras *x) {
+  if (!x) return;
+  memset(x, 0, sizeof *x);
+  x->struct_size = sizeof *x;
+}
+
+fi_status rt_check_extras(const char *fn, const fi_attention_extras *x, const DLTensor *q, int64_t hq,
+                          const DLTensor *out, const DLTensor *lse, const float **sinks) {
+  fi_status st;
+  char b1[32];
+  *sinks = NULL;
+  if (!x) return FI_OK;
+  /* The first version's size: a caller's struct must hold every member read below. */
+  if (x->struct_size < sizeof(fi_attention_extras))
+    return rt_fail(FI_ERR_INVALID_ARGUMENT,
+                   "%s: extras->struct_size is %zu; at least %zu (fi_attention_extras_init sets it)", fn,
+                   x->struct_size, sizeof(fi_attention_extras));
+  const DLTensor *t = x->sinks;
+  if (!t) return FI_OK;
+  if ((st = rt_check_tensor(fn, "sinks", t, 1)) != FI_OK) return st;
+  if ((st = rt_check_same_device(fn, "q", q, "sinks", t)) != FI_OK) return st;
+  if (rt_check_dtype(t->dtype) != JIT_DT_F32)
+    return rt_fail(FI_ERR_INVALID_ARGUMENT, "%s: sinks has dtype %s; float32 is needed", fn,
+                   rt_dtype_string(t->dtype, b1, sizeof b1));
+  if (t->shape[0] != hq)
+    return rt_fail(FI_ERR_INVALID_ARGUMENT, "%s: sinks has %lld entries; one a query head (%lld) is needed", fn,
+                   (long long)t->shape[0], (long long)hq);
+  if (t->shape[0] > 1 && rt_stride(t, 0) != 1)
+    return rt_fail(FI_ERR_INVALID_ARGUMENT, "%s: sinks has stride %lld; contiguous (1) is needed", fn,
+                   (long long)rt_stride(t, 0));
+  if ((uintptr_t)rt_data(t) % 4)
+    return rt_fail(FI_ERR_INVALID_ARGUMENT, "%s: sinks starts at %p; a multiple of 4 bytes is needed", fn,
+                   rt_data(t));
+  if (rt_tensors_overlap(out, t)) return rt_fail(FI_ERR_INVALID_ARGUMENT, "%s: out overlaps sinks", fn);
+  if (lse && rt_tensors_overlap(lse, t)) return rt_fail(FI_ERR_INVALID_ARGUMENT, "%s: lse overlaps sinks", fn);
+  *sinks = (const float *)rt_data(t);
+  return FI_OK;
+}
 
 fi_status rt_check_index(const char *fn, const char *name, const DLTensor *t, const DLTensor *q,
                              int64_t min_len, int exact) {

@@ -32,6 +32,11 @@ fi_status rt_check_shape(const char *fn, const char *name, const DLTensor *t, in
 /* lse: n dims of sizes want, float32, on q's device. */
 fi_status rt_check_lse(const char *fn, const DLTensor *lse, const DLTensor *q, int n,
                        const int64_t *want);
+/* The extras of an attention run (x may be NULL): struct_size known, sinks NULL or a
+ * contiguous float32 [hq] on q's device apart from out and lse (NULL: none); *sinks gets
+ * its device address (NULL: none). */
+fi_status rt_check_extras(const char *fn, const fi_attention_extras *x, const DLTensor *q, int64_t hq,
+                          const DLTensor *out, const DLTensor *lse, const float **sinks);
 /* out and lse (may be NULL) overlap none of the n inputs (NULL entries skipped), nor
  * each other. */
 fi_status rt_check_outputs_apart(const char *fn, const DLTensor *out, const DLTensor *lse,

@@ -287,6 +287,15 @@ FI_API fi_status fi_batch_decode_run(fi_runtime *rt, const fi_decode_plan *pl,
                                      const DLTensor *indptr, const DLTensor *indices,
                                      const DLTensor *last_page_len, fi_kv_layout layout,
                                      DLTensor *out, DLTensor *lse, void *stream) {
+  return fi_batch_decode_run_ex(rt, pl, q, kc, vc, indptr, indices, last_page_len, layout, out, lse, NULL, stream);
+}
+
+FI_API fi_status fi_batch_decode_run_ex(fi_runtime *rt, const fi_decode_plan *pl,
+                                        const DLTensor *q, const DLTensor *kc, const DLTensor *vc,
+                                        const DLTensor *indptr, const DLTensor *indices,
+                                        const DLTensor *last_page_len, fi_kv_layout layout,
+                                        DLTensor *out, DLTensor *lse, const fi_attention_extras *x,
+                                        void *stream) {
   const char *fn = RUN;
   fi_status st;
   char b1[32], b2[32];
@@ -345,12 +354,15 @@ FI_API fi_status fi_batch_decode_run(fi_runtime *rt, const fi_decode_plan *pl,
   const DLTensor *ins[6] = {q, kc, vc, indptr, indices, last_page_len};
   static const char *const in_names[6] = {"q", "paged_k_cache", "paged_v_cache", "indptr", "indices", "last_page_len"};
   if ((st = rt_check_outputs_apart(fn, out, lse, ins, in_names, 6)) != FI_OK) return st;
+  const float *sinks;
+  if ((st = rt_check_extras(fn, x, q, hq, out, lse, &sinks)) != FI_OK) return st;
   if (pl->grid == 0) return FI_OK;
 
   fi_decode_params kp = pl->scalars;
   kp.q = rt_data(q);
   kp.out = rt_data(out);
   kp.lse = lse ? (float *)rt_data(lse) : NULL;
+  kp.sinks = sinks;
   kp.k = rt_data(kc);
   kp.v = rt_data(vc);
   kp.indptr = (const int32_t *)rt_data(indptr);

@@ -91,6 +91,13 @@ FI_API fi_status fi_single_decode(fi_runtime *rt, const DLTensor *q, const DLTen
                                   const DLTensor *v, DLTensor *out, DLTensor *lse,
                                   fi_kv_layout layout, const fi_attention_params *p,
                                   void *stream) {
+  return fi_single_decode_ex(rt, q, k, v, out, lse, layout, p, NULL, stream);
+}
+
+FI_API fi_status fi_single_decode_ex(fi_runtime *rt, const DLTensor *q, const DLTensor *k,
+                                     const DLTensor *v, DLTensor *out, DLTensor *lse,
+                                     fi_kv_layout layout, const fi_attention_params *p,
+                                     const fi_attention_extras *x, void *stream) {
   const char *fn = "fi_single_decode";
   fi_status st;
   char b1[32], b2[32];
@@ -134,6 +141,8 @@ FI_API fi_status fi_single_decode(fi_runtime *rt, const DLTensor *q, const DLTen
   const DLTensor *ins[3] = {q, k, v};
   static const char *const in_names[3] = {"q", "k", "v"};
   if ((st = rt_check_outputs_apart(fn, out, lse, ins, in_names, 3)) != FI_OK) return st;
+  const float *sinks;
+  if ((st = rt_check_extras(fn, x, q, hq, out, lse, &sinks)) != FI_OK) return st;
   if (hq == 0) return FI_OK;
 
   fi_decode_params kp;
@@ -142,6 +151,7 @@ FI_API fi_status fi_single_decode(fi_runtime *rt, const DLTensor *q, const DLTen
   kp.q = rt_data(q);
   kp.out = rt_data(out);
   kp.lse = lse ? (float *)rt_data(lse) : NULL;
+  kp.sinks = sinks;
   kp.k = rt_data(k);
   kp.v = rt_data(v);
   kp.q_stride[1] = rt_stride(q, 0);

@@ -382,6 +382,7 @@ static fi_status run_launch(fi_runtime *rt, const fi_prefill_plan *pl, fi_prefil
   mp.num_kv_heads = kp->num_kv_heads;
   mp.group = kp->group;
   mp.q_tile = RT_PREFILL_SLOT_ROWS;
+  mp.sinks = kp->sinks;
   return rt_prefill_launch(rt, pl->devtype, pl->device, &pl->merge_key, pl->grid, pl->num_kv_heads,
                 PREFILL_MERGE_THREADS, &mp, sizeof mp, stream);
 }
@@ -390,6 +391,14 @@ FI_API fi_status fi_batch_prefill_ragged_run(fi_runtime *rt, const fi_prefill_pl
                                              const DLTensor *q, const DLTensor *k,
                                              const DLTensor *v, fi_kv_layout layout,
                                              DLTensor *out, DLTensor *lse, void *stream) {
+  return fi_batch_prefill_ragged_run_ex(rt, pl, q, k, v, layout, out, lse, NULL, stream);
+}
+
+FI_API fi_status fi_batch_prefill_ragged_run_ex(fi_runtime *rt, const fi_prefill_plan *pl,
+                                                const DLTensor *q, const DLTensor *k,
+                                                const DLTensor *v, fi_kv_layout layout,
+                                                DLTensor *out, DLTensor *lse,
+                                                const fi_attention_extras *x, void *stream) {
   const char *fn = "fi_batch_prefill_ragged_run";
   fi_status st;
   char b1[32], b2[32];
@@ -421,6 +430,7 @@ FI_API fi_status fi_batch_prefill_ragged_run(fi_runtime *rt, const fi_prefill_pl
   static const char *const in_names[3] = {"q", "k", "v"};
   if ((st = rt_check_outputs_apart(fn, out, lse, ins, in_names, 3)) != FI_OK) return st;
   fi_prefill_kparams kp = pl->scalars;
+  if ((st = rt_check_extras(fn, x, q, pl->num_qo_heads, out, lse, &kp.sinks)) != FI_OK) return st;
   kp.k = rt_data(k);
   kp.v = rt_data(v);
   kp.indices = NULL;
@@ -435,6 +445,14 @@ FI_API fi_status fi_batch_prefill_paged_run(fi_runtime *rt, const fi_prefill_pla
                                             const DLTensor *vc, const DLTensor *kv_indices,
                                             fi_kv_layout layout, DLTensor *out, DLTensor *lse,
                                             void *stream) {
+  return fi_batch_prefill_paged_run_ex(rt, pl, q, kc, vc, kv_indices, layout, out, lse, NULL, stream);
+}
+
+FI_API fi_status fi_batch_prefill_paged_run_ex(fi_runtime *rt, const fi_prefill_plan *pl,
+                                               const DLTensor *q, const DLTensor *kc,
+                                               const DLTensor *vc, const DLTensor *kv_indices,
+                                               fi_kv_layout layout, DLTensor *out, DLTensor *lse,
+                                               const fi_attention_extras *x, void *stream) {
   const char *fn = "fi_batch_prefill_paged_run";
   fi_status st;
   char b1[32], b2[32];
@@ -464,6 +482,7 @@ FI_API fi_status fi_batch_prefill_paged_run(fi_runtime *rt, const fi_prefill_pla
   static const char *const in_names[4] = {"q", "paged_k_cache", "paged_v_cache", "kv_indices"};
   if ((st = rt_check_outputs_apart(fn, out, lse, ins, in_names, 4)) != FI_OK) return st;
   fi_prefill_kparams kp = pl->scalars;
+  if ((st = rt_check_extras(fn, x, q, pl->num_qo_heads, out, lse, &kp.sinks)) != FI_OK) return st;
   kp.k = rt_data(kc);
   kp.v = rt_data(vc);
   kp.indices = (const int32_t *)rt_data(kv_indices);

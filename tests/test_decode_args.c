@@ -660,6 +660,77 @@ FT_TEST(single_decode_bad_arguments_named) {
   fi_runtime_destroy(rt);
 }
 
+/* fi_attention_extras (sinks): every defect named, on single decode and on each other
+ * entry point that takes extras (the batch runs refuse their NULL plan first, so only the
+ * checks shared by all five, rt_check_extras, are reached through single decode/prefill). */
+FT_TEST(attention_extras_bad_sinks_named) {
+  fi_runtime *rt = rt_make();
+  FT_REQUIRE(rt);
+  tens q, k, v, o, l, sk;
+  mk(&q, ADDR(0), kDLBfloat, 16, 2, 32, 128, 0, 0);
+  mk(&k, ADDR(1), kDLBfloat, 16, 3, 100, 8, 128, 0);
+  mk(&v, ADDR(2), kDLBfloat, 16, 3, 100, 8, 128, 0);
+  mk(&o, ADDR(3), kDLBfloat, 16, 2, 32, 128, 0, 0);
+  mk(&l, ADDR(4), kDLFloat, 32, 1, 32, 0, 0, 0);
+  mk(&sk, ADDR(5), kDLFloat, 32, 1, 32, 0, 0, 0);
+  fi_attention_extras x;
+  fi_attention_extras_init(&x);
+  FT_CHECK_EQ_INT((long long)x.struct_size, (long long)sizeof x);
+  FT_CHECK(x.sinks == NULL, "init leaves sinks NULL");
+  x.sinks = &sk.t;
+  /* Valid: past validation to the missing device. */
+  fi_status st = fi_single_decode_ex(rt, &q.t, &k.t, &v.t, &o.t, &l.t, FI_KV_LAYOUT_NHD, NULL, &x, NULL);
+  FT_CHECK(st != FI_ERR_INVALID_ARGUMENT, "valid sinks refused: %s", fi_last_error());
+  fi_attention_extras small = x;
+  small.struct_size = 4;
+  EXPECT_BAD(fi_single_decode_ex(rt, &q.t, &k.t, &v.t, &o.t, NULL, FI_KV_LAYOUT_NHD, NULL, &small, NULL),
+             "struct_size");
+  tens b = sk;
+  b.t.shape = b.shape;
+  b.shape[0] = 8; /* one a KV head, not a query head */
+  x.sinks = &b.t;
+  EXPECT_BAD(fi_single_decode_ex(rt, &q.t, &k.t, &v.t, &o.t, NULL, FI_KV_LAYOUT_NHD, NULL, &x, NULL), "sinks has 8");
+  b = sk, b.t.shape = b.shape, b.t.dtype.code = kDLBfloat, b.t.dtype.bits = 16;
+  EXPECT_BAD(fi_single_decode_ex(rt, &q.t, &k.t, &v.t, &o.t, NULL, FI_KV_LAYOUT_NHD, NULL, &x, NULL),
+             "sinks has dtype");
+  b = sk, b.t.shape = b.shape, b.t.strides = b.strides, b.strides[0] = 2;
+  EXPECT_BAD(fi_single_decode_ex(rt, &q.t, &k.t, &v.t, &o.t, NULL, FI_KV_LAYOUT_NHD, NULL, &x, NULL),
+             "sinks has stride");
+  b = sk, b.t.shape = b.shape, b.t.byte_offset = 2;
+  EXPECT_BAD(fi_single_decode_ex(rt, &q.t, &k.t, &v.t, &o.t, NULL, FI_KV_LAYOUT_NHD, NULL, &x, NULL),
+             "sinks starts at");
+  b = sk, b.t.shape = b.shape, b.t.device.device_id = 1;
+  EXPECT_BAD(fi_single_decode_ex(rt, &q.t, &k.t, &v.t, &o.t, NULL, FI_KV_LAYOUT_NHD, NULL, &x, NULL), "sinks");
+  b = sk, b.t.shape = b.shape, b.t.ndim = 2;
+  EXPECT_BAD(fi_single_decode_ex(rt, &q.t, &k.t, &v.t, &o.t, NULL, FI_KV_LAYOUT_NHD, NULL, &x, NULL), "sinks has 2");
+  b = sk, b.t.shape = b.shape, b.t.data = o.t.data; /* written over by out while read */
+  EXPECT_BAD(fi_single_decode_ex(rt, &q.t, &k.t, &v.t, &o.t, NULL, FI_KV_LAYOUT_NHD, NULL, &x, NULL),
+             "out overlaps sinks");
+  b = sk, b.t.shape = b.shape, b.t.data = l.t.data;
+  EXPECT_BAD(fi_single_decode_ex(rt, &q.t, &k.t, &v.t, &o.t, &l.t, FI_KV_LAYOUT_NHD, NULL, &x, NULL),
+             "lse overlaps sinks");
+  /* Single prefill: the same checker, q [L_q, H_qo, D]. */
+  tens q3, o3;
+  mk(&q3, ADDR(0), kDLBfloat, 16, 3, 4, 32, 128, 0);
+  mk(&o3, ADDR(3), kDLBfloat, 16, 3, 4, 32, 128, 0);
+  b = sk, b.t.shape = b.shape, b.shape[0] = 31;
+  EXPECT_BAD(fi_single_prefill_ex(rt, &q3.t, &k.t, &v.t, &o3.t, NULL, FI_KV_LAYOUT_NHD, NULL, &x, NULL),
+             "sinks has 31");
+  x.sinks = &sk.t;
+  st = fi_single_prefill_ex(rt, &q3.t, &k.t, &v.t, &o3.t, NULL, FI_KV_LAYOUT_NHD, NULL, &x, NULL);
+  FT_CHECK(st != FI_ERR_INVALID_ARGUMENT, "valid prefill sinks refused: %s", fi_last_error());
+  /* The batch runs with extras refuse a NULL plan by name, as the plain ones. */
+  EXPECT_BAD(fi_batch_decode_run_ex(rt, NULL, &q.t, NULL, NULL, NULL, NULL, NULL, FI_KV_LAYOUT_NHD, &o.t, NULL, &x,
+                                    NULL),
+             "plan");
+  EXPECT_BAD(fi_batch_prefill_ragged_run_ex(rt, NULL, &q3.t, &k.t, &v.t, FI_KV_LAYOUT_NHD, &o3.t, NULL, &x, NULL),
+             "plan");
+  EXPECT_BAD(fi_batch_prefill_paged_run_ex(rt, NULL, &q3.t, NULL, NULL, NULL, FI_KV_LAYOUT_NHD, &o3.t, NULL, &x,
+                                           NULL),
+             "plan");
+  fi_runtime_destroy(rt);
+}
+
 /* Two requests of 3 and 2 pages (bf16, 32/8 heads, head_dim 128, pages of 16). */
 static fi_batch_decode_info small_info(int32_t *indptr, int32_t *last) {
   fi_batch_decode_info info;

@@ -94,6 +94,8 @@ static void rope_ref(double *x, int D, double pos) {
 }
 
 static int fails = 0;
+// Attention sinks of the case being checked (one logit a query head; empty: none).
+static std::vector<float> g_sinks;
 
 static void check(const prob &P, const data &d, const char *what) {
   const int D = P.D, H = P.hkv, G = P.hq / P.hkv;
@@ -126,12 +128,15 @@ static void check(const prob &P, const data &d, const char *what) {
           s[j] = x;
           if (x > m) m = x;
         }
-        double dn = 0;
+        // A sink joins the denominator with no value (and the max, for the exponentials).
+        const double sk = g_sinks.empty() ? -INFINITY : (double)g_sinks[hh];
+        if (sk > m) m = sk;
+        double dn = sk > -INFINITY ? exp(sk - m) : 0.0;
         for (int64_t j = lo; j < hi; j++) dn += exp(s[j] - m);
         for (int i = 0; i < D; i++) {
           double a = 0;
           for (int64_t j = lo; j < hi; j++) a += exp(s[j] - m) * d.vd[(((int64_t)d.kstart[b] + j) * H + k) * D + i];
-          const double ref = hi > lo ? a / dn : 0.0, got = from_bits(d.out[row * D + i], P.bf);
+          const double ref = dn > 0 ? a / dn : 0.0, got = from_bits(d.out[row * D + i], P.bf);
           if (got != got) {
             nan++;
             continue;
@@ -139,7 +144,7 @@ static void check(const prob &P, const data &d, const char *what) {
           num += (got - ref) * (got - ref);
           den += ref * ref;
         }
-        const double rl = hi > lo ? m + log(dn) : -INFINITY, gl = d.lse[row];
+        const double rl = dn > 0 ? m + log(dn) : -INFINITY, gl = d.lse[row];
         if (isinf(rl) || isinf(gl) || gl != gl)
           infbad += !(isinf(rl) && isinf(gl) && rl < 0 && gl < 0);
         else if (fabs(gl - rl) > lmax)
@@ -220,12 +225,23 @@ static void fill_params(const prob &P, fi_prefill_kparams &k) {
   k.num_kv_heads = P.hkv;
 }
 
+// Sinks for hq query heads into g_sinks: N(0, 2) logits, the first head's far above the
+// keys' (the sink takes nearly all the weight), the last one's -inf (no sink).
+static const float *make_sinks(int hq) {
+  g_sinks.clear();
+  for (int h = 0; h < hq; h++) g_sinks.push_back((float)(2.0 * nrand()));
+  g_sinks[0] = 12.0f;
+  if (hq > 1) g_sinks[hq - 1] = -INFINITY;
+  return g_sinks.data();
+}
+
 template <typename T, int D, int QT, int ROPE>
-static void run_single(const prob &P) {
+static void run_single(const prob &P, int sinks = 0) {
   data d;
   build(P, d);
   fi_prefill_kparams k;
   fill_params(P, k);
+  if (sinks) k.sinks = make_sinks(P.hq);
   k.q = d.q.data(), k.out = d.out.data(), k.lse = d.lse.data(), k.k = d.k.data(), k.v = d.v.data();
   k.q_stride_tok = (int64_t)P.hq * D, k.q_stride_head = D;
   k.out_stride_tok = (int64_t)P.hq * D, k.out_stride_head = D;
@@ -234,16 +250,18 @@ static void run_single(const prob &P) {
   k.q_len = P.lq[0], k.kv_len = P.lkv[0], k.page_size = 1;
   const int rows = P.lq[0] * k.group;
   emu::launch((rows + QT - 1) / QT, P.hkv, 32 * FI_PF_WARPS(D, QT), [&] { fi::pf::prefill<T, D, QT, ROPE, 1>(k); });
-  check(P, d, "single");
+  check(P, d, sinks ? "single sinks" : "single");
+  g_sinks.clear();
 }
 
 // Batch through the real planner (split forced by a large target when `split`).
 template <typename T, int D, int QT, int ROPE>
-static void run_batch(const prob &P, int split) {
+static void run_batch(const prob &P, int split, int sinks = 0) {
   data d;
   build(P, d);
   fi_prefill_kparams k;
   fill_params(P, k);
+  if (sinks) k.sinks = make_sinks(P.hq);
   const int B = (int)P.lq.size(), G = P.hq / P.hkv;
   std::vector<int64_t> kvl(B + 1);
   for (int b = 0; b < B; b++) kvl[b] = P.lkv[b];
@@ -275,10 +293,13 @@ static void run_batch(const prob &P, int split) {
   m.out = d.out.data(), m.lse = d.lse.data(), m.items = items.data(), m.partial_o = po.data(), m.partial_lse = pl.data();
   m.out_stride_tok = k.out_stride_tok, m.out_stride_head = D, m.lse_stride_tok = P.hq, m.lse_stride_head = 1;
   m.num_items = (int32_t)n, m.num_kv_heads = P.hkv, m.group = G, m.q_tile = FI_PREFILL_SLOT_ROWS;
+  m.sinks = k.sinks;
   emu::launch((unsigned)n, P.hkv, 128, [&] { fi::pf::prefill_merge<T, D>(m); });
   char what[64];
-  snprintf(what, sizeof what, "%s%s n=%lld", P.paged ? "paged" : "ragged", chunk ? " split" : "", (long long)n);
+  snprintf(what, sizeof what, "%s%s n=%lld%s", P.paged ? "paged" : "ragged", chunk ? " split" : "", (long long)n,
+           sinks ? " sinks" : "");
   check(P, d, what);
+  g_sinks.clear();
   if (split && chunk == 0) {
     fprintf(stderr, "FAIL expected a split\n");
     fails++;
@@ -290,7 +311,7 @@ static void run_batch(const prob &P, int split) {
 // split > 1: the decode kernel's single-request split (fi_single_decode's, chunks from
 // rt_single_decode_chunks for `split` blocks a KV head), then its merge launch.
 template <typename T, int D, int ROPE>
-static void prefill_vs_decode(int bf, int hq, int hkv, int L, int window, double cap, int split = 1) {
+static void prefill_vs_decode(int bf, int hq, int hkv, int L, int window, double cap, int split = 1, int sinks = 0) {
   prob P{bf, D, hq, hkv, 1, window, ROPE, 1, 0, cap, {1}, {L}};
   data d;
   build(P, d);
@@ -322,6 +343,7 @@ static void prefill_vs_decode(int bf, int hq, int hkv, int L, int window, double
   dp.num_items = n, dp.single_chunk = chunk;
   dp.partial_o = po.data(), dp.partial_lse = pl.data();  // no counters: a split must not need them
   constexpr int GM = 8;  // group <= 8
+  if (sinks) dp.sinks = make_sinks(hq);  // (the prefill run above had none: the comparison below is left out)
   emu::launch((unsigned)n, hkv, 32 * 4, [&] { fi::dec::decode<T, T, D, GM, 1, ROPE, 1, 4>(dp); });
   if (n > 1) {
     // The chunks leave out untouched (still poisoned); fi_single_decode's second launch merges.
@@ -332,11 +354,13 @@ static void prefill_vs_decode(int bf, int hq, int hkv, int L, int window, double
     dp.single_merge = 1;
     emu::launch(1, hkv, 32 * 4, [&] { fi::dec::decode<T, T, D, GM, 1, ROPE, 1, 4>(dp); });
   }
-  check(P, d, n > 1 ? "L_q=1 decode, split" : "L_q=1 decode");
+  check(P, d, n > 1 ? (sinks ? "L_q=1 decode, split, sinks" : "L_q=1 decode, split") : (sinks ? "L_q=1 decode, sinks" : "L_q=1 decode"));
+  g_sinks.clear();
   if (split > 1 && n < 2) {
     fprintf(stderr, "FAIL single decode: expected a split of %d tokens\n", L - dp.single_lo);
     fails++;
   }
+  if (sinks) return;
   double num = 0, den = 0, lmax = 0;
   for (int64_t i = 0; i < (int64_t)hq * D; i++) {
     const double a = from_bits(pout[i], bf), b = from_bits(d.out[i], bf);
@@ -398,7 +422,7 @@ struct fp8_of<fi_e5m2> {
 // and ROPE unused).
 template <typename QT, typename KVT, int D, int GM, int PF, int ROPE, int WARPS, int SIMT = 0>
 static void decode_batch(int hq, int hkv, int ps, std::vector<int> lens, int window, double cap, int split,
-                         int head_pf = 0, int hp = 1, int nc = 1) {
+                         int head_pf = 0, int hp = 1, int nc = 1, int sinks = 0) {
   const int bf = sizeof(QT) == 2 && fp8_of<QT>::is == 0 && !std::is_same<QT, fi_half>::value;
   const int F8 = fp8_of<KVT>::is, E4 = fp8_of<KVT>::e4m3, B = (int)lens.size(), G = hq / hkv;
   prob P{bf, D, hq, hkv, 1, window, ROPE, ps, 1, cap, std::vector<int>(B, 1), lens};
@@ -444,15 +468,19 @@ static void decode_batch(int hq, int hkv, int ps, std::vector<int> lens, int win
   dp.kv_head_div = nc;
   dp.head_prefetch = head_pf;
   dp.kv_heads_per_block = hp;
+  // Sinks: random logits around the keys' (N(0, 2)), the first head's far above them (the
+  // sink takes nearly all the weight), the last head's -inf (no sink).
+  if (sinks) dp.sinks = make_sinks(hq);
   if constexpr (SIMT)
     emu::launch((unsigned)n, gh, 32 * WARPS, [&] { fi::dec::decode_simt<QT, KVT, D, GM, WARPS>(dp); });
   else
     emu::launch((unsigned)n, gh / hp, 32 * WARPS, [&] { fi::dec::decode<QT, KVT, D, GM, PF, ROPE, 0, WARPS>(dp); });
   char what[112];
-  snprintf(what, sizeof what, "decode %s%s%s w%d n=%lld%s%s", SIMT ? "simt " : "", F8 ? (E4 ? "e4m3 " : "e5m2 ") : "",
+  snprintf(what, sizeof what, "decode %s%s%s w%d n=%lld%s%s%s", SIMT ? "simt " : "", F8 ? (E4 ? "e4m3 " : "e5m2 ") : "",
            chunk && n > B ? "split" : "", WARPS, (long long)n, hp > 1 ? " head pairs" : "",
-           nc > 1 ? " group chunks" : "");
+           nc > 1 ? " group chunks" : "", sinks ? " sinks" : "");
   check(P, d, what);
+  g_sinks.clear();
   for (int x : counters)
     if (x != 0) {
       fprintf(stderr, "FAIL decode: a merge counter left at %d\n", x);
@@ -514,7 +542,15 @@ int main() {
   decode_batch<fi_half, fi_half, 128, 4, 0, 0, 4, 1>(8, 2, 1, {290, 3}, 100, 20.0, 0);
   decode_batch<fi_bf16, fi_bf16, 64, 1, 0, 0, 4, 1>(2, 2, 16, {4200, 40}, -1, 0.0, 1);
   decode_batch<fi_half, fi_half, 256, 1, 0, 0, 2, 1>(3, 3, 1, {200, 9, 1}, 60, 15.0, 0);
-
+  // Attention sinks: unsplit with an empty request (out 0, lse = the sink) and a request
+  // of one token; split (the merge folds them); fp8 head pairs; group chunks; CUDA-core
+  // kernel split and not; soft cap and window.
+  decode_batch<fi_bf16, fi_bf16, 128, 8, 1, 0, 2>(8, 2, 16, {300, 1, 0, 47}, -1, 0.0, 0, 0, 1, 1, 1);
+  decode_batch<fi_half, fi_half, 64, 8, 1, 0, 4>(8, 1, 7, {333, 170}, -1, 15.0, 1, 0, 1, 1, 1);
+  decode_batch<fi_bf16, fi_e4m3, 128, 8, 1, 0, 4>(8, 2, 16, {300, 0, 33}, -1, 0.0, 1, 0, 2, 1, 1);
+  decode_batch<fi_bf16, fi_bf16, 128, 16, 1, 0, 4>(32, 1, 16, {300, 47}, -1, 0.0, 1, 0, 1, 2, 1);
+  decode_batch<fi_bf16, fi_bf16, 128, 1, 0, 0, 4, 1>(4, 4, 16, {300, 1, 0, 47}, -1, 0.0, 0, 0, 1, 1, 1);
+  decode_batch<fi_half, fi_half, 64, 2, 0, 0, 2, 1>(4, 2, 5, {333, 170}, -1, 0.0, 1, 0, 1, 1, 1);
 
   prefill_vs_decode<fi_bf16, 64, 0>(1, 8, 2, 300, -1, 0.0);
   prefill_vs_decode<fi_half, 64, 1>(0, 4, 1, 200, 50, 0.0);
@@ -525,6 +561,8 @@ int main() {
   prefill_vs_decode<fi_half, 64, 0>(0, 4, 1, 900, 600, 0.0, 3);
   prefill_vs_decode<fi_bf16, 128, 1>(1, 4, 2, 520, -1, 10.0, 4);
   prefill_vs_decode<fi_half, 128, 0>(0, 2, 2, 600, -1, 0.0, 2);
+  prefill_vs_decode<fi_bf16, 128, 0>(1, 8, 2, 1000, -1, 0.0, 5, 1);  // sinks, split
+  prefill_vs_decode<fi_half, 64, 0>(0, 4, 1, 200, -1, 0.0, 1, 1);     // sinks, whole
 
   // single prefill: L_kv over two KV tiles and a partial one, rows over several q tiles
   {
@@ -561,6 +599,13 @@ int main() {
     prob Pw{1, 64, 4, 1, 1, 50, 1, 16, 1, 0.0, {2, 17}, {400, 17}};
     run_batch<fi_bf16, 64, 16, 1>(Pw, 1);
     run_batch<fi_bf16, 64, 128, 1>(Pw, 1);  // two row tiles a warp, Q tile in shared memory
+    // Sinks: paged split (the merge folds them) and not, with an empty query run; ragged
+    // split; single with a window and a soft cap.
+    run_batch<fi_bf16, 64, 64, 0>(PS, 1, 1);
+    run_batch<fi_bf16, 64, 16, 0>(P, 0, 1);
+    run_batch<fi_half, 64, 16, 0>(Rg, 1, 1);
+    prob Ws{0, 64, 6, 2, 1, 20, 0, 1, 0, 5.0, {40}, {130}};
+    run_single<fi_half, 64, 16, 0>(Ws, 1);
   }
   {
     prob A{1, 128, 4, 1, 1, -1, 0, 1, 0, 0.0, {70}, {200}};  // q tile 128 (two row tiles a warp), group 4

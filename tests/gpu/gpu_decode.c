@@ -105,7 +105,13 @@ typedef struct dcase {
   double k_scale, v_scale, sm_scale, qscale;
   int interleaved;     /* K and V views of one [pages, 2, ...] buffer */
   double tol;
+  int sinks;           /* attention sinks (fi_attention_extras) on every run of the case */
 } dcase;
+
+/* The case's sinks (c->sinks) and the extras every run of run_case passes (NULL
+ * without sinks). */
+static g_sinks g_sk;
+static const fi_attention_extras *g_xp;
 
 typedef struct host_kv {
   int64_t pages;
@@ -154,14 +160,17 @@ static void reference(const dcase *c, int L, const double *qv, const double *kk,
       s[t] = x;
       if (x > m) m = x;
     }
-    double den = 0;
+    /* A sink joins the denominator (and the max) with no value. */
+    const double sk = c->sinks ? (double)g_sk.host[h] : -INFINITY;
+    if (sk > m) m = sk;
+    double den = sk > -INFINITY ? exp(sk - m) : 0.0;
     for (int t = start; t < L; t++) den += exp(s[t] - m);
     for (int d = 0; d < D; d++) {
       double acc = 0;
       for (int t = start; t < L; t++) acc += exp(s[t] - m) * vv[((int64_t)t * c->hkv + kh) * D + d];
-      out[(int64_t)h * D + d] = L > start ? acc / den * c->v_scale : 0.0;
+      out[(int64_t)h * D + d] = den > 0 ? acc / den * c->v_scale : 0.0;
     }
-    lse[h] = L > start ? m + log(den) : -INFINITY;
+    lse[h] = den > 0 ? m + log(den) : -INFINITY;
   }
   free(s);
   free(qr);
@@ -428,6 +437,11 @@ static fi_batch_decode_info info_of(const dcase *c, const batch_data *bd, int ma
 /* Batch decode of c, then single decode of a few requests (contiguous copies). */
 static void run_case(const dcase *c) {
   FT_REQUIRE(setup() == 0);
+  g_xp = NULL;
+  if (c->sinks) {
+    FT_REQUIRE(g_sinks_make(&cu, &g_sk, c->hq, &seed) == 0);
+    g_xp = &g_sk.x;
+  }
   batch_data bd;
   make_batch(c, &bd);
   dev_batch d;
@@ -438,8 +452,8 @@ static void run_case(const dcase *c) {
   fi_status st = fi_batch_decode_plan(rt, &in, &p, &d.tw, NULL, &plan);
   FT_CHECK(st == FI_OK, "%s: plan: %s", c->name, fi_last_error());
   if (st == FI_OK) {
-    st = fi_batch_decode_run(rt, plan, &d.tq, &d.tk, &d.tv, &d.tip, &d.tix, &d.tlp,
-                             c->hnd ? FI_KV_LAYOUT_HND : FI_KV_LAYOUT_NHD, &d.to, &d.tl, NULL);
+    st = fi_batch_decode_run_ex(rt, plan, &d.tq, &d.tk, &d.tv, &d.tip, &d.tix, &d.tlp,
+                             c->hnd ? FI_KV_LAYOUT_HND : FI_KV_LAYOUT_NHD, &d.to, &d.tl, g_xp, NULL);
     FT_CHECK(st == FI_OK, "%s: run: %s", c->name, fi_last_error());
     CU_CHECK(&cu, cuCtxSynchronize());
     void *out = malloc(d.out_bytes);
@@ -449,8 +463,8 @@ static void run_case(const dcase *c) {
     check_rows(c, "batch", &bd, c->B, out, lse);
     /* A second run of the same plan (the merge counters reset themselves). */
     CU_CHECK(&cu, cuMemsetD8(d.out, 0xff, d.out_bytes));
-    st = fi_batch_decode_run(rt, plan, &d.tq, &d.tk, &d.tv, &d.tip, &d.tix, &d.tlp,
-                             c->hnd ? FI_KV_LAYOUT_HND : FI_KV_LAYOUT_NHD, &d.to, NULL, NULL);
+    st = fi_batch_decode_run_ex(rt, plan, &d.tq, &d.tk, &d.tv, &d.tip, &d.tix, &d.tlp,
+                             c->hnd ? FI_KV_LAYOUT_HND : FI_KV_LAYOUT_NHD, &d.to, NULL, g_xp, NULL);
     FT_CHECK(st == FI_OK, "%s: run 2: %s", c->name, fi_last_error());
     CU_CHECK(&cu, cuCtxSynchronize());
     CU_CHECK(&cu, cuMemcpyDtoH(out, d.out, d.out_bytes));
@@ -493,7 +507,7 @@ static void run_case(const dcase *c) {
       DLTensor tk = g_tensor(dk, 0, 0, 3, ks, NULL), tv = g_tensor(dv, 0, 0, 3, ks, NULL);
       tk.dtype = tv.dtype = tdl(c->kvt);
       DLTensor tl = g_tensor(dl, 0, 2, 1, ls, NULL);
-      st = fi_single_decode(rt, &tq, &tk, &tv, &to, &tl, c->hnd ? FI_KV_LAYOUT_HND : FI_KV_LAYOUT_NHD, &p, NULL);
+      st = fi_single_decode_ex(rt, &tq, &tk, &tv, &to, &tl, c->hnd ? FI_KV_LAYOUT_HND : FI_KV_LAYOUT_NHD, &p, g_xp, NULL);
       FT_CHECK(st == FI_OK, "%s: single decode: %s", c->name, fi_last_error());
       CU_CHECK(&cu, cuCtxSynchronize());
       void *so = malloc((size_t)c->hq * D * 2);
@@ -547,8 +561,8 @@ static void run_case(const dcase *c) {
     st = fi_batch_decode_plan(rt, &in, &p, &d.tw, NULL, &plan);
     FT_CHECK(st == FI_OK, "%s %s: plan: %s", c->name, what, fi_last_error());
     if (st == FI_OK) {
-      st = fi_batch_decode_run(rt, plan, &d.tq, &d.tk, &d.tv, &d.tip, &d.tix, &d.tlp,
-                               c->hnd ? FI_KV_LAYOUT_HND : FI_KV_LAYOUT_NHD, &d.to, &d.tl, NULL);
+      st = fi_batch_decode_run_ex(rt, plan, &d.tq, &d.tk, &d.tv, &d.tip, &d.tix, &d.tlp,
+                               c->hnd ? FI_KV_LAYOUT_HND : FI_KV_LAYOUT_NHD, &d.to, &d.tl, g_xp, NULL);
       FT_CHECK(st == FI_OK, "%s %s: run: %s", c->name, what, fi_last_error());
       CU_CHECK(&cu, cuCtxSynchronize());
       void *out = malloc(d.out_bytes);
@@ -569,6 +583,8 @@ static void run_case(const dcase *c) {
   }
   free_dev(&d);
   free_batch(c, &bd);
+  if (g_xp) g_sinks_free(&cu, &g_sk);
+  g_xp = NULL;
 }
 
 static dcase base(const char *name, int qt, int kvt, int D, int hq, int hkv, int ps, int hnd, int B, int maxlen) {
@@ -768,6 +784,26 @@ FT_TEST(decode_page_boundaries_len1_empty) {
   static const int lens[6] = {16, 1, 256, 0, 33, 48};
   dcase c = base("page-boundary lengths, 1 and 0", T_BF16, T_BF16, 128, 32, 8, 16, 0, 6, 0);
   c.lens = lens;
+  run_case(&c);
+}
+/* Attention sinks (gpt-oss: head_dim 64, 64/8): split and not, with requests of 0 and 1
+ * tokens (out 0 and lse = the sink for the empty one); the CUDA-core kernel (group 1); an
+ * fp8 cache; every run of run_case (rerun, single decode split and not, block sizes). */
+FT_TEST(decode_sinks) {
+  static const int lens[6] = {16, 1, 256, 0, 33, 48};
+  dcase c = base("sinks bf16 64/8 D=64 lens", T_BF16, T_BF16, 64, 64, 8, 16, 0, 6, 0);
+  c.lens = lens;
+  c.sinks = 1;
+  run_case(&c);
+  c = base("sinks bf16 64/8 D=64 split", T_BF16, T_BF16, 64, 64, 8, 16, 0, 3, 4000);
+  c.sinks = 1;
+  run_case(&c);
+  c = base("sinks f16 MHA (CUDA cores)", T_F16, T_F16, 128, 8, 8, 16, 0, 5, 2000);
+  c.sinks = 1;
+  run_case(&c);
+  c = base("sinks e4m3 32/8 soft cap", T_BF16, T_E4M3, 128, 32, 8, 16, 0, 4, 3000);
+  c.sinks = 1;
+  c.soft_cap = 30.0;
   run_case(&c);
 }
 FT_TEST(decode_b1_long_split_all_sms) {

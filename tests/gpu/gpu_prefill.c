@@ -42,6 +42,12 @@ typedef struct pcase {
   int maxq, maxextra;
   double tol;
 } pcase;
+
+/* Attention sinks on every run of the cases run while g_sinks_on is set, and the extras
+ * run_once passes (NULL without sinks). */
+static int g_sinks_on;
+static g_sinks g_sk;
+static const fi_attention_extras *g_xp;
 /* > 0: the reference only for tokens t % ref_sample == 0 and each request's last (the
  * others NaN there, and only checked for being written). */
 static int ref_sample;
@@ -208,7 +214,10 @@ static void reference(const pcase *c, const hbatch *h, double *out, double *lse)
         }
         /* P once a KV token, then O row by row of V (the sums in the same order as a
          * column at a time, with an exp a column: 5x the test's CPU time at 20000 tokens) */
-        double den = 0;
+        /* A sink joins the denominator (and the max) with no value. */
+        const double sk = g_sinks_on ? (double)g_sk.host[hh] : -INFINITY;
+        if (sk > m) m = sk;
+        double den = sk > -INFINITY ? exp(sk - m) : 0.0;
         for (int64_t j = lo; j < hi; j++) {
           s[j] = exp(s[j] - m);
           den += s[j];
@@ -218,8 +227,8 @@ static void reference(const pcase *c, const hbatch *h, double *out, double *lse)
           const double pj = s[j], *vj = vb + (j * H + k) * D;
           for (int d = 0; d < D; d++) acc[d] += pj * vj[d];
         }
-        for (int d = 0; d < D; d++) out[row * D + d] = hi > lo ? acc[d] / den : 0.0;
-        lse[row] = hi > lo ? m + log(den) : -INFINITY;
+        for (int d = 0; d < D; d++) out[row * D + d] = den > 0 ? acc[d] / den : 0.0;
+        lse[row] = den > 0 ? m + log(den) : -INFINITY;
       }
     }
   }
@@ -392,14 +401,14 @@ static fi_status run_once(const pcase *c, const hbatch *h, dbatch *d, fi_prefill
     DLTensor q1 = d->tq, o1 = d->to, l1 = d->tl;
     int64_t qs[3] = {h->nq, c->hq, c->D}, ls[2] = {h->nq, c->hq};
     q1.shape = qs, o1.shape = qs, l1.shape = ls;
-    return fi_single_prefill(rt, &q1, &d->tk, &d->tv, &o1, &l1, lay, &p, s);
+    return fi_single_prefill_ex(rt, &q1, &d->tk, &d->tv, &o1, &l1, lay, &p, g_xp, s);
   }
   if (c->mode == M_RAGGED) {
     if ((st = fi_batch_prefill_ragged_plan(rt, info, &p, &d->tw, s, plan)) != FI_OK) return st;
-    return fi_batch_prefill_ragged_run(rt, *plan, &d->tq, &d->tk, &d->tv, lay, &d->to, &d->tl, s);
+    return fi_batch_prefill_ragged_run_ex(rt, *plan, &d->tq, &d->tk, &d->tv, lay, &d->to, &d->tl, g_xp, s);
   }
   if ((st = fi_batch_prefill_paged_plan(rt, info, &p, &d->tw, s, plan)) != FI_OK) return st;
-  return fi_batch_prefill_paged_run(rt, *plan, &d->tq, &d->tk, &d->tv, &d->ti, lay, &d->to, &d->tl, s);
+  return fi_batch_prefill_paged_run_ex(rt, *plan, &d->tq, &d->tk, &d->tv, &d->ti, lay, &d->to, &d->tl, g_xp, s);
 }
 
 static void fetch(const pcase *c, const hbatch *h, const dbatch *d, void **out, float **lse) {
@@ -412,6 +421,14 @@ static void fetch(const pcase *c, const hbatch *h, const dbatch *d, void **out, 
 
 /* One case end to end; returns 0 when the call itself succeeded. */
 static int run_case(const pcase *c) {
+  g_xp = NULL;
+  if (g_sinks_on) {
+    if (g_sinks_make(&cu, &g_sk, c->hq, &seed) != 0) {
+      FT_CHECK(0, "%s: %d heads: more than g_sinks holds", c->name, c->hq);
+      return -1;
+    }
+    g_xp = &g_sk.x;
+  }
   hbatch h;
   memset(&h, 0, sizeof h);
   draw(c, &h);
@@ -472,6 +489,8 @@ static int run_case(const pcase *c) {
   fi_batch_prefill_plan_destroy(plan);
   dfree(&d);
   hfree(&h);
+  if (g_xp) g_sinks_free(&cu, &g_sk);
+  g_xp = NULL;
   return st == FI_OK ? 0 : -1;
 }
 
@@ -605,6 +624,34 @@ FT_TEST(batch_prefill_split_kv) {
   static const int lq4[2] = {40, 3}, lkv4[2] = {20000, 9000};
   pcase w4 = {"split-KV 160 rows", M_PAGED, 1, 64, 8, 2, 0, 16, 1, -1, 0, 0, 0, 2, lq4, lkv4, 0, 0, 2e-2};
   run_case(&w4);
+}
+
+/* Attention sinks (gpt-oss: head_dim 64, 64/8) on every path: single (mma.sync or wgmma as
+ * chosen), ragged and paged batches with an empty query run, the long head_dim 64 batch
+ * (the wgmma kernel with a producer, its staged epilogue), split KV (the merge folds them),
+ * a window with the soft cap, f16 and bf16; and on mma.sync alone (FI_PREFILL_WGMMA=0 is
+ * the prefill-mma job of make gpu-test). */
+FT_TEST(prefill_sinks) {
+  FT_REQUIRE(setup() == 0);
+  g_sinks_on = 1;
+  static const int lq[4] = {0, 1, 77, 300}, lkv[4] = {50, 200, 77, 900};
+  for (int dt = 0; dt < 2; dt++) {
+    pcase s1 = {"sinks single", M_SINGLE, dt, 64, 64, 8, 0, 1, 1, -1, 0, 0, 0, 1, NULL, NULL, 200, 300, tol_of(dt)};
+    run_case(&s1);
+    pcase r = {"sinks ragged", M_RAGGED, dt, 64, 64, 8, dt, 1, 1, -1, 0, 0, 0, 4, lq, lkv, 0, 0, tol_of(dt)};
+    run_case(&r);
+    pcase pg = {"sinks paged D=128", M_PAGED, dt, 128, 32, 8, 0, 16, 1, -1, 0, 0, 0, 4, lq, lkv, 0, 0, tol_of(dt)};
+    run_case(&pg);
+  }
+  static const int lq64[4] = {700, 1, 600, 1000}, lkv64[4] = {900, 300, 600, 1500};
+  pcase l = {"sinks D=64 long", M_PAGED, 1, 64, 8, 2, 0, 16, 1, -1, 0, 0, 0, 4, lq64, lkv64, 0, 0, 2e-2};
+  run_case(&l);
+  static const int lqs[2] = {16, 3}, lkvs[2] = {30000, 12000};
+  pcase sp = {"sinks split-KV", M_PAGED, 1, 64, 64, 8, 0, 16, 1, -1, 0, 0, 0, 2, lqs, lkvs, 0, 0, 2e-2};
+  run_case(&sp);
+  pcase wc = {"sinks window cap", M_RAGGED, 0, 64, 16, 4, 0, 1, 1, 100, 0, 30, 0, 3, NULL, NULL, 200, 600, 3e-3};
+  run_case(&wc);
+  g_sinks_on = 0;
 }
 
 /* The issue's upper length, 128k tokens: a whole 131072-token causal prefill (2^20 packed

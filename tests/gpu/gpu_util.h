@@ -145,6 +145,36 @@ static inline double g_normal(uint64_t *s) {
   return sqrt(-2.0 * log(u)) * cos(6.283185307179586 * v);
 }
 
+/* Attention sinks for a test case (decode's and prefill's): hq logits N(0, 2), head 0's
+ * far above the keys' (the sink takes nearly all the weight) and the last -inf (no sink),
+ * copied to the device, and the fi_attention_extras that pass them. */
+typedef struct g_sinks {
+  float host[512];
+  CUdeviceptr dev;
+  int64_t shape[1];
+  DLTensor t;
+  fi_attention_extras x;
+} g_sinks;
+static inline int g_sinks_make(cu_api *cu, g_sinks *s, int hq, uint64_t *seed) {
+  if (hq < 1 || hq > 512) return -1;
+  for (int h = 0; h < hq; h++) s->host[h] = (float)(2.0 * g_normal(seed));
+  s->host[0] = 12.0f;
+  if (hq > 1) s->host[hq - 1] = -INFINITY;
+  CU_CHECK(cu, cuMemAlloc(&s->dev, (size_t)hq * 4));
+  CU_CHECK(cu, cuMemcpyHtoD(s->dev, s->host, (size_t)hq * 4));
+  s->shape[0] = hq;
+  memset(&s->t, 0, sizeof s->t);
+  s->t.data = (void *)(uintptr_t)s->dev;
+  s->t.device.device_type = kDLCUDA;
+  s->t.ndim = 1;
+  s->t.dtype.code = kDLFloat, s->t.dtype.bits = 32, s->t.dtype.lanes = 1;
+  s->t.shape = s->shape;
+  fi_attention_extras_init(&s->x);
+  s->x.sinks = &s->t;
+  return 0;
+}
+static inline void g_sinks_free(cu_api *cu, g_sinks *s) { CU_CHECK(cu, cuMemFree(s->dev)); }
+
 /* dtype codes used by the tests: 0 f16, 1 bf16, 2 f32. */
 static inline int g_esize(int dt) { return dt == 2 ? 4 : 2; }
 static inline const char *g_dtname(int dt) { return dt == 0 ? "f16" : dt == 1 ? "bf16" : "f32"; }
