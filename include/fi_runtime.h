@@ -656,6 +656,10 @@ typedef struct fi_moe_sort_params {
  * arguments out of range. The tile tables have this many entries and
  * permuted_idx_to_expanded_idx this many times tile_size. */
 FI_API int64_t fi_moe_max_tiles(int64_t num_tokens, int top_k, int local_num_experts, int tile_size);
+/** The tile size fi_fused_moe takes when its tile_size is 0: 64 rows when the routes
+ * average fewer than 64 a local expert (num_tokens x top_k < 64 x local_num_experts:
+ * decode and small batches, less padding), else 128. */
+FI_API int fi_moe_default_tile(int64_t num_tokens, int top_k, int local_num_experts);
 
 /** Workspace bytes fi_moe_sort needs for num_tokens tokens of top_k routes (device memory,
  * 256-byte aligned, the caller's; it may be kept for every later call of at most as many). */

@@ -108,10 +108,13 @@ int rt_env_parse_mode(const char *s, const char *const *names, int *out) {
 static void warn(rt_env *e, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 static void warn(rt_env *e, const char *fmt, ...) {
   if (e->nwarnings >= RT_ENV_MAX_WARNINGS) return;
+  char *w = malloc(256);
+  if (!w) return;
   va_list ap;
   va_start(ap, fmt);
-  vsnprintf(e->warnings[e->nwarnings++], sizeof e->warnings[0], fmt, ap);
+  vsnprintf(w, 256, fmt, ap);
   va_end(ap);
+  e->warnings[e->nwarnings++] = w;
 }
 
 /* The variable's value, or NULL when unset or empty (empty counts as unset everywhere). */
@@ -160,13 +163,13 @@ static void one_of(rt_env *e, const char *name, const int *allowed, int n, const
   warn(e, "%s=%.64s ignored: %s is expected", name, v, expect);
 }
 
-static void path(rt_env *e, const char *name, char *out, size_t n) {
+static void path(rt_env *e, const char *name, char **out) {
   const char *v = var(name);
   if (!v) return;
-  if (strlen(v) >= n)
-    warn(e, "%s ignored: longer than %zu bytes", name, n - 1);
+  if (strlen(v) >= RT_ENV_PATH)
+    warn(e, "%s ignored: longer than %d bytes", name, RT_ENV_PATH - 1);
   else
-    memcpy(out, v, strlen(v) + 1);
+    *out = strdup(v);
 }
 
 static void read_tuning(rt_env *e, rt_tuning *t) {
@@ -273,11 +276,19 @@ void rt_env_read(rt_env *e) {
     else
       e->umask = m;
   }
-  path(e, "FI_CACHE_SYSTEM_PATH", e->system_path, sizeof e->system_path);
+  path(e, "FI_CACHE_SYSTEM_PATH", &e->system_path);
   /* The vendor libraries: each backend and compiler names its own variable. */
   for (int i = 0; i < rt_device_count() && i < RT_MAX_BACKENDS; i++)
-    path(e, rt_device_at(i)->library_env, e->device_library[i], sizeof e->device_library[i]);
+    path(e, rt_device_at(i)->library_env, &e->device_library[i]);
   for (int i = 0; i < jit_compiler_count() && i < RT_ENV_MAX_COMPILERS; i++)
-    path(e, jit_compiler_at(i)->library_env, e->compiler_library[i], sizeof e->compiler_library[i]);
+    path(e, jit_compiler_at(i)->library_env, &e->compiler_library[i]);
   read_tuning(e, &e->tune);
+}
+
+void rt_env_free(rt_env *e) {
+  free(e->system_path);
+  for (int i = 0; i < RT_MAX_BACKENDS; i++) free(e->device_library[i]);
+  for (int i = 0; i < RT_ENV_MAX_COMPILERS; i++) free(e->compiler_library[i]);
+  for (int i = 0; i < e->nwarnings; i++) free(e->warnings[i]);
+  memset(e, 0, sizeof *e);
 }

@@ -69,19 +69,24 @@ typedef struct rt_env {
   int64_t max_bytes;        /* FI_CACHE_MAX_BYTES: -1 unset, 0 no cap */
   int64_t claim_timeout_s;  /* FI_CACHE_CLAIM_TIMEOUT: -1 unset, else > 0 */
   int umask;                /* FI_CACHE_UMASK: -1 unset, else 0..0777 */
-  char system_path[RT_ENV_PATH];                        /* FI_CACHE_SYSTEM_PATH, "" unset */
-  char device_library[RT_MAX_BACKENDS][RT_ENV_PATH];    /* by device registry slot */
-  char compiler_library[RT_ENV_MAX_COMPILERS][RT_ENV_PATH]; /* by compiler registry index */
+  /* The strings are malloc'ed (rt_env_free), NULL where unset: fixed 4 KB buffers made the
+   * struct 45 KB, and zeroing it cost a fresh process's fi_runtime_create ~30 us of page
+   * faults (docs/runtime.md, thirty-ninth session). */
+  char *system_path;                        /* FI_CACHE_SYSTEM_PATH */
+  char *device_library[RT_MAX_BACKENDS];    /* by device registry slot */
+  char *compiler_library[RT_ENV_MAX_COMPILERS]; /* by compiler registry index */
   rt_tuning tune;
   /* What was refused, one line each naming the variable; the runtime logs them. */
   int nwarnings;
-  char warnings[RT_ENV_MAX_WARNINGS][256];
+  char *warnings[RT_ENV_MAX_WARNINGS];
 } rt_env;
 
 enum { RT_JOURNAL_WAL = 1, RT_JOURNAL_DELETE = 2 };
 
-/* Reads every variable into *e (defaults where unset or refused). */
+/* Reads every variable into *e (defaults where unset or refused); rt_env_free releases
+ * its strings. A value that does not fit in memory is dropped like a refused one. */
 void rt_env_read(rt_env *e);
+void rt_env_free(rt_env *e);
 
 /* The parsers, each 0 on success, -1 for a value it does not take (*out untouched).
  * Size: decimal digits with an optional binary suffix K, M, G, T (optionally followed by

@@ -16,11 +16,14 @@ FI_API void fi_fused_moe_params_init(fi_fused_moe_params *p) {
   fi_moe_routing_params_init(&p->routing);
 }
 
-/* The tile rule: 64 rows when the routes average fewer than 64 a local expert (decode and
- * small batches: less padding), else 128. */
+FI_API int fi_moe_default_tile(int64_t num_tokens, int top_k, int local_num_experts) {
+  return num_tokens * top_k < 64 * (int64_t)local_num_experts ? 64 : 128;
+}
+
+/* The caller's tile, or the rule's (fi_moe_default_tile). */
 static int tile_for(const fi_fused_moe_params *p, int64_t T) {
   if (p->tile_size) return p->tile_size;
-  return T * p->routing.top_k < 64 * (int64_t)p->local_num_experts ? 64 : 128;
+  return fi_moe_default_tile(T, p->routing.top_k, p->local_num_experts);
 }
 
 /* The workspace's pieces, in order, each 256-byte aligned. */

@@ -199,7 +199,7 @@ static int prefill_ops(const rt_model *m, int dt, int hopper, keyset *s) {
 }
 
 /* The fused layer's tile (rt_moe_fused.c's rule) at T tokens. */
-static int moe_tile(const rt_model *m, int64_t T) { return T * m->top_k < 64 * (int64_t)m->experts ? 64 : 128; }
+static int moe_tile(const rt_model *m, int64_t T) { return fi_moe_default_tile(T, m->top_k, m->experts); }
 
 /* Token counts the MoE kernels and tactics of a preset are found for. */
 static const int64_t moe_tokens[] = {1, 16, 64, 256, 1024, 4096, 16384};

@@ -114,6 +114,7 @@ FI_API void fi_runtime_destroy(fi_runtime *rt) {
   if (atomic_load(&rt_fork_generation) != rt->fork_gen) {
     /* Destroyed in a forked child before any use there: what it holds is
      * the parent's (connections, modules) and must not be closed here. */
+    rt_env_free(&rt->env); /* (plain heap strings: the child's copies) */
     free(rt);
     return;
   }
@@ -131,6 +132,7 @@ FI_API void fi_runtime_destroy(fi_runtime *rt) {
   free(rt->touched);
   pthread_cond_destroy(&rt->cv);
   pthread_mutex_destroy(&rt->mu);
+  rt_env_free(&rt->env);
   free(rt);
 }
 
@@ -152,7 +154,7 @@ fi_status rt_backend(fi_runtime *rt, int dlpack_type, const rt_device_i **be, vo
   }
   rt_lock(rt);
   if (*loaded == 0) {
-    const rt_device_config cfg = {rt->env.device_library[slot][0] ? rt->env.device_library[slot] : NULL,
+    const rt_device_config cfg = {rt->env.device_library[slot],
                                   rt->env.tune.pdl};
     *st = b->create(&cfg);
     if (!*st) {
@@ -194,6 +196,6 @@ FI_API fi_status fi_runtime_stats(fi_runtime *rt, fi_stats *st) {
 
 const char *rt_compiler_library(const fi_runtime *rt, const void *cc) {
   for (int i = 0; i < jit_compiler_count() && i < RT_ENV_MAX_COMPILERS; i++)
-    if (jit_compiler_at(i) == cc) return rt->env.compiler_library[i][0] ? rt->env.compiler_library[i] : NULL;
+    if (jit_compiler_at(i) == cc) return rt->env.compiler_library[i];
   return NULL;
 }

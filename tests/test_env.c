@@ -123,7 +123,7 @@ FT_TEST(refused_values_warn_by_name_and_keep_the_default) {
   static rt_env e;
   rt_env_read(&e);
   const rt_tuning def = rt_tuning_default();
-  FT_CHECK(e.nwarnings == 0, "%d warnings with nothing set: %s", e.nwarnings, e.warnings[0]);
+  FT_CHECK(e.nwarnings == 0, "%d warnings with nothing set: %s", e.nwarnings, e.nwarnings ? e.warnings[0] : "");
   FT_CHECK(e.log_level == -1 && e.max_bytes == -1 && e.claim_timeout_s == -1 && e.umask == -1 && e.journal == 0);
   FT_CHECK(same_tuning(&e.tune, &def));
   static const struct {
@@ -137,6 +137,7 @@ FT_TEST(refused_values_warn_by_name_and_keep_the_default) {
   const int n = (int)(sizeof bad / sizeof bad[0]);
   FT_REQUIRE(n <= RT_ENV_MAX_WARNINGS);
   for (int i = 0; i < n; i++) setenv(bad[i].var, bad[i].val, 1);
+  rt_env_free(&e);
   rt_env_read(&e);
   FT_CHECK(e.nwarnings == n, "%d warnings for %d bad values", e.nwarnings, n);
   for (int i = 0; i < n; i++) {
@@ -162,8 +163,9 @@ FT_TEST(refused_values_warn_by_name_and_keep_the_default) {
   setenv("FI_SAMPLING_SELECT", "range", 1);
   setenv("FI_SAMPLING_TOPP", "exact", 1);
   setenv("FI_AUTOTUNE", "1", 1);
+  rt_env_free(&e);
   rt_env_read(&e);
-  FT_CHECK(e.nwarnings == 0, "%d warnings: %s", e.nwarnings, e.warnings[0]);
+  FT_CHECK(e.nwarnings == 0, "%d warnings: %s", e.nwarnings, e.nwarnings ? e.warnings[0] : "");
   FT_CHECK(e.max_bytes == 300 * 1024 && e.log_level == 4 && e.journal == RT_JOURNAL_DELETE && e.umask == 7);
   FT_CHECK(e.tune.decode_warps == 4 && e.tune.decode_split == 2.5 && e.tune.decode_pre_prefetch == 65536 &&
            e.tune.pdl == 0);
@@ -172,6 +174,7 @@ FT_TEST(refused_values_warn_by_name_and_keep_the_default) {
   FT_CHECK(e.tune.sampling_select == 1 && e.tune.sampling_topp_exact == 1);
   FT_CHECK_EQ_INT(e.tune.autotune, 1);
   FT_CHECK_EQ_INT(rt_tuning_default().autotune, 0);
+  rt_env_free(&e);
   clear_vars();
 }
 

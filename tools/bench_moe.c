@@ -255,7 +255,8 @@ static void run_moe(fi_runtime *rt, double copy) {
       }
   printf("\nthe whole layer (fi_fused_moe: routing, sort, GEMM1, GEMM2, finalize) against its two GEMMs:\n"
          "| model | T | EP | layer ms | GEMMs ms | ratio |\n|---|---|---|---|---|---|\n%s", layers);
-  printf("\ndecode sizes (bf16, EP=1; bytes: the touched experts' W13 and W2, read once; read probe %.2f TB/s):\n"
+  printf("\ndecode sizes (bf16, EP=1, fi_fused_moe's tile; bytes: the touched experts' W13 and W2, read once; read "
+         "probe %.2f TB/s):\n"
          "| model | T | experts touched | ms (GEMM1 + GEMM2) | TB/s | of read |\n|---|---|---|---|---|---|\n",
          rd);
   const int64_t Td[] = {1, 8, 64};
@@ -263,7 +264,9 @@ static void run_moe(fi_runtime *rt, double copy) {
     for (size_t ti = 0; ti < 3; ti++) {
       const mshape *m = &shapes[s];
       layer l;
-      layer_make(&l, rt, m, Td[ti], 1, 128);
+      /* the tile fi_fused_moe takes at this size (64 here), as a serving engine runs it,
+       * so that tactics tuned for the preset's jobs (fi-cache tune --preset) apply */
+      layer_make(&l, rt, m, Td[ti], 1, fi_moe_default_tile(Td[ti], m->k, m->E));
       run_g1(&l, 0), run_g2(&l, 0);
       const double ms = time_runs(run_g1, &l, 5, reps) + time_runs(run_g2, &l, 5, reps);
       const double bytes = (double)l.experts_touched * 3.0 * (double)m->H * (double)m->I * 2.0;

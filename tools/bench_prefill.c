@@ -113,7 +113,11 @@ void fill_random(CUdeviceptr d, size_t n) {
   free(h);
 }
 
+/* Set while bench_one runs its case with attention sinks (fi_attention_extras). */
+static int with_sinks;
+
 typedef struct rctx {
+  const fi_attention_extras *x; /* NULL: the plain run */
   fi_runtime *rt;
   fi_prefill_plan *plan;
   const DLTensor *q, *k, *v, *ix;
@@ -122,7 +126,7 @@ typedef struct rctx {
 static void run_case(void *ctx, int call) {
   (void)call; /* the same inputs every call */
   const rctx *c = ctx;
-  fi_batch_prefill_paged_run(c->rt, c->plan, c->q, c->k, c->v, c->ix, FI_KV_LAYOUT_NHD, c->out, NULL, NULL);
+  fi_batch_prefill_paged_run_ex(c->rt, c->plan, c->q, c->k, c->v, c->ix, FI_KV_LAYOUT_NHD, c->out, NULL, c->x, NULL);
 }
 
 static double bench_one(fi_runtime *rt, const pcfg *c, double mma_tf, double wg_tf) {
@@ -180,6 +184,22 @@ static double bench_one(fi_runtime *rt, const pcfg *c, double mma_tf, double wg_
   fi_prefill_params p;
   fi_prefill_params_init(&p);
   p.causal = c->causal;
+  /* with_sinks: a logit a query head (0.5: a sink of about a key's weight) */
+  CUdeviceptr sk = 0;
+  int64_t sks[1] = {c->hq};
+  DLTensor tsk;
+  fi_attention_extras xsk;
+  fi_attention_extras_init(&xsk);
+  if (with_sinks) {
+    float *h = malloc(sizeof(float) * (size_t)c->hq);
+    for (int i = 0; i < c->hq; i++) h[i] = 0.5f;
+    CU_CHECK(&cu, cuMemAlloc(&sk, sizeof(float) * (size_t)c->hq));
+    CU_CHECK(&cu, cuMemcpyHtoD(sk, h, sizeof(float) * (size_t)c->hq));
+    free(h);
+    tsk = tensor(sk, 1, 1, sks);
+    tsk.dtype = (DLDataType){kDLFloat, 32, 1};
+    xsk.sinks = &tsk;
+  }
   /* FI_BENCH_PREFILL_VARIANTS="V1;V2;...": each case once per variant, on the same inputs,
    * one after the other in this process; a variant is "-" (as set outside) or
    * "NAME=VALUE,NAME=VALUE" set with setenv before a runtime made for it (the knobs are
@@ -213,7 +233,9 @@ static double bench_one(fi_runtime *rt, const pcfg *c, double mma_tf, double wg_
     if (wsb == 0) st = FI_ERR_INVALID_ARGUMENT;
     if (st == FI_OK) st = fi_batch_prefill_paged_plan(vrt, &in, &p, &tw, NULL, &plan);
     if (st == FI_OK) CU_CHECK(&cu, cuMemsetD8(out, 0xff, qbytes));
-    if (st == FI_OK) st = fi_batch_prefill_paged_run(vrt, plan, &tq, &tk, &tv, &tix, FI_KV_LAYOUT_NHD, &to, NULL, NULL);
+    if (st == FI_OK)
+      st = fi_batch_prefill_paged_run_ex(vrt, plan, &tq, &tk, &tv, &tix, FI_KV_LAYOUT_NHD, &to, NULL,
+                                         with_sinks ? &xsk : NULL, NULL);
     for (int i = 0; i < nn; i++) unsetenv(names[i]);
     if (st != FI_OK) {
       fprintf(stderr, "prefill %s [%s]: %s\n", c->label, var, fi_last_error());
@@ -224,7 +246,7 @@ static double bench_one(fi_runtime *rt, const pcfg *c, double mma_tf, double wg_
     }
     CU_CHECK(&cu, cuCtxSynchronize());
     const double flops = 4.0 * B * c->hq * (double)L * L * D / (c->causal ? 2.0 : 1.0);
-    rctx rc = {vrt, plan, &tq, &tk, &tv, &tix, &to};
+    rctx rc = {with_sinks ? &xsk : NULL, vrt, plan, &tq, &tk, &tv, &tix, &to};
     const rates rr = time_both(run_case, &rc, quick ? 3 : 9);
     const double ms = rr.ms1;
     tf = flops / (ms * 1e-3) / 1e12;
@@ -270,6 +292,7 @@ static double bench_one(fi_runtime *rt, const pcfg *c, double mma_tf, double wg_
   }
   free(first);
   free(cur);
+  if (sk) CU_CHECK(&cu, cuMemFree(sk));
   CUdeviceptr fr[6] = {kc, vc, q, out, ix, ws};
   for (int i = 0; i < 6; i++) CU_CHECK(&cu, cuMemFree(fr[i]));
   free(qo), free(kvp), free(last), free(perm);
@@ -312,6 +335,16 @@ static void bench_prefill(fi_runtime *rt, double copy) {
     fflush(stdout); /* a case that hangs is the one after the last line printed */
     if (json) fflush(json);
   }
+  /* Attention sinks (issue 45: within 10% of the same shape without them): gpt-oss's
+   * 64/8 at head_dim 64, 4 x 8192 causal, without then with (also under --quick). */
+  static const pcfg sink_cases[] = {{"no sinks", 4, 8192, 64, 8, 64, 1}, {"sinks", 4, 8192, 64, 8, 64, 1}};
+  if (!(only_d > 0 && only_d != 64) && !(only_b > 0 && only_b != 4))
+    for (int i = 0; i < 2; i++) {
+      with_sinks = i;
+      bench_one(rt, &sink_cases[i], tf, wg);
+      with_sinks = 0;
+      fflush(stdout);
+    }
   /* FI_BENCH_PREFILL_EXTRA="B,L,H_qo,H_kv,D,causal;...": more cases (after the filtered
    * ones, not filtered themselves) */
   const char *xe = getenv("FI_BENCH_PREFILL_EXTRA");
