@@ -41,6 +41,16 @@ typedef fi_status (*probe_fn)(fi_runtime *, DLDevice, int, int, void *, double *
 double bench_probe(fi_runtime *rt, probe_fn fn, int iters, const char *what, const char *jname);
 /* n bytes of random bf16 in [-1, 1) at d (bench_prefill.c). */
 void fill_random(CUdeviceptr d, size_t n);
+/* Attention sinks for hq query heads on the device (each 0.5: a sink of about one key's
+ * weight) and the extras passing them; bench_sinks_free releases the buffer. */
+typedef struct bench_sinks {
+  CUdeviceptr dev;
+  int64_t shape[1];
+  DLTensor t;
+  fi_attention_extras x;
+} bench_sinks;
+void bench_sinks_make(bench_sinks *s, int hq);
+void bench_sinks_free(bench_sinks *s);
 
 /* One fi-bench section. run gets a runtime on an in-memory cache and the copy
  * bandwidth measured at start. */

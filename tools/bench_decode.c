@@ -216,24 +216,10 @@ static double bench_one(fi_runtime *rt, const dcfg *c, double read_tbs) {
   fi_decode_plan *plan = NULL;
   if (st == FI_OK) st = fi_batch_decode_plan(rt, &in, NULL, &tw, NULL, &plan);
   const fi_kv_layout lay = c->hnd ? FI_KV_LAYOUT_HND : FI_KV_LAYOUT_NHD;
-  /* with_sinks: a logit a query head (0.5: a sink of about a key's weight) */
-  CUdeviceptr sk = 0;
-  int64_t sks[1] = {c->hq};
-  DLTensor tsk;
-  fi_attention_extras xsk;
-  fi_attention_extras_init(&xsk);
-  if (with_sinks) {
-    float *h = malloc(sizeof(float) * (size_t)c->hq);
-    for (int i = 0; i < c->hq; i++) h[i] = 0.5f;
-    CU_CHECK(&cu, cuMemAlloc(&sk, sizeof(float) * (size_t)c->hq));
-    CU_CHECK(&cu, cuMemcpyHtoD(sk, h, sizeof(float) * (size_t)c->hq));
-    free(h);
-    tsk = tensor(sk, 1, 1, sks);
-    tsk.dtype = (DLDataType){kDLFloat, 32, 1};
-    xsk.sinks = &tsk;
-  }
+  bench_sinks sk;
+  if (with_sinks) bench_sinks_make(&sk, c->hq);
   if (st == FI_OK)
-    st = fi_batch_decode_run_ex(rt, plan, &tq, &tk, &tv, &tip, &tix[0], &tlp, lay, &to, NULL, with_sinks ? &xsk : NULL,
+    st = fi_batch_decode_run_ex(rt, plan, &tq, &tk, &tv, &tip, &tix[0], &tlp, lay, &to, NULL, with_sinks ? &sk.x : NULL,
                                 NULL);
   if (st != FI_OK) {
     fprintf(stderr, "decode %s: %s\n", c->label, fi_last_error());
@@ -241,7 +227,7 @@ static double bench_one(fi_runtime *rt, const dcfg *c, double read_tbs) {
     CU_CHECK(&cu, cuCtxSynchronize());
     const double kvb = 2.0 * (double)B * L * c->hkv * D * es, bytes = kvb + 2.0 * (double)qbytes;
     const int batch = runs_for_bytes(bytes);
-    run_ctx rc = {with_sinks ? &xsk : NULL, rt, plan, &tq, &tk, &tv, &tip, tix, &tlp, &to, lay, sets, 0};
+    run_ctx rc = {with_sinks ? &sk.x : NULL, rt, plan, &tq, &tk, &tv, &tip, tix, &tlp, &to, lay, sets, 0};
     const char *gap = getenv("FI_BENCH_DECODE_GAP");
     if (gap && gap[0] == '1') CU_CHECK(&cu, cuMemAlloc(&rc.gap, 512));
     const double ms = time_runs(decode_run, &rc, batch, quick ? 3 : 9);
@@ -266,7 +252,7 @@ static double bench_one(fi_runtime *rt, const dcfg *c, double read_tbs) {
               read_tbs > 0 ? tbs / read_tbs : 0.0);
   }
   fi_batch_decode_plan_destroy(plan);
-  if (sk) CU_CHECK(&cu, cuMemFree(sk));
+  if (with_sinks) bench_sinks_free(&sk);
   CUdeviceptr fr[7] = {q, out, ip, lp, ws, kc, vc};
   for (int i = 0; i < (own ? 7 : 5); i++) CU_CHECK(&cu, cuMemFree(fr[i]));
   for (int s = 0; s < sets; s++) CU_CHECK(&cu, cuMemFree(ix[s]));

@@ -184,22 +184,8 @@ static double bench_one(fi_runtime *rt, const pcfg *c, double mma_tf, double wg_
   fi_prefill_params p;
   fi_prefill_params_init(&p);
   p.causal = c->causal;
-  /* with_sinks: a logit a query head (0.5: a sink of about a key's weight) */
-  CUdeviceptr sk = 0;
-  int64_t sks[1] = {c->hq};
-  DLTensor tsk;
-  fi_attention_extras xsk;
-  fi_attention_extras_init(&xsk);
-  if (with_sinks) {
-    float *h = malloc(sizeof(float) * (size_t)c->hq);
-    for (int i = 0; i < c->hq; i++) h[i] = 0.5f;
-    CU_CHECK(&cu, cuMemAlloc(&sk, sizeof(float) * (size_t)c->hq));
-    CU_CHECK(&cu, cuMemcpyHtoD(sk, h, sizeof(float) * (size_t)c->hq));
-    free(h);
-    tsk = tensor(sk, 1, 1, sks);
-    tsk.dtype = (DLDataType){kDLFloat, 32, 1};
-    xsk.sinks = &tsk;
-  }
+  bench_sinks sk;
+  if (with_sinks) bench_sinks_make(&sk, c->hq);
   /* FI_BENCH_PREFILL_VARIANTS="V1;V2;...": each case once per variant, on the same inputs,
    * one after the other in this process; a variant is "-" (as set outside) or
    * "NAME=VALUE,NAME=VALUE" set with setenv before a runtime made for it (the knobs are
@@ -235,7 +221,7 @@ static double bench_one(fi_runtime *rt, const pcfg *c, double mma_tf, double wg_
     if (st == FI_OK) CU_CHECK(&cu, cuMemsetD8(out, 0xff, qbytes));
     if (st == FI_OK)
       st = fi_batch_prefill_paged_run_ex(vrt, plan, &tq, &tk, &tv, &tix, FI_KV_LAYOUT_NHD, &to, NULL,
-                                         with_sinks ? &xsk : NULL, NULL);
+                                         with_sinks ? &sk.x : NULL, NULL);
     for (int i = 0; i < nn; i++) unsetenv(names[i]);
     if (st != FI_OK) {
       fprintf(stderr, "prefill %s [%s]: %s\n", c->label, var, fi_last_error());
@@ -246,7 +232,7 @@ static double bench_one(fi_runtime *rt, const pcfg *c, double mma_tf, double wg_
     }
     CU_CHECK(&cu, cuCtxSynchronize());
     const double flops = 4.0 * B * c->hq * (double)L * L * D / (c->causal ? 2.0 : 1.0);
-    rctx rc = {with_sinks ? &xsk : NULL, vrt, plan, &tq, &tk, &tv, &tix, &to};
+    rctx rc = {with_sinks ? &sk.x : NULL, vrt, plan, &tq, &tk, &tv, &tix, &to};
     const rates rr = time_both(run_case, &rc, quick ? 3 : 9);
     const double ms = rr.ms1;
     tf = flops / (ms * 1e-3) / 1e12;
@@ -292,7 +278,7 @@ static double bench_one(fi_runtime *rt, const pcfg *c, double mma_tf, double wg_
   }
   free(first);
   free(cur);
-  if (sk) CU_CHECK(&cu, cuMemFree(sk));
+  if (with_sinks) bench_sinks_free(&sk);
   CUdeviceptr fr[6] = {kc, vc, q, out, ix, ws};
   for (int i = 0; i < 6; i++) CU_CHECK(&cu, cuMemFree(fr[i]));
   free(qo), free(kvp), free(last), free(perm);

@@ -82,6 +82,21 @@ DLTensor tensor(CUdeviceptr p, int dt, int ndim, int64_t *shape) {
   return t;
 }
 
+void bench_sinks_make(bench_sinks *s, int hq) {
+  float *h = malloc(sizeof(float) * (size_t)hq);
+  if (!h) exit(1);
+  for (int i = 0; i < hq; i++) h[i] = 0.5f;
+  CU_CHECK(&cu, cuMemAlloc(&s->dev, sizeof(float) * (size_t)hq));
+  CU_CHECK(&cu, cuMemcpyHtoD(s->dev, h, sizeof(float) * (size_t)hq));
+  free(h);
+  s->shape[0] = hq;
+  s->t = tensor(s->dev, 1, 1, s->shape);
+  s->t.dtype = (DLDataType){kDLFloat, 32, 1};
+  fi_attention_extras_init(&s->x);
+  s->x.sinks = &s->t;
+}
+void bench_sinks_free(bench_sinks *s) { CU_CHECK(&cu, cuMemFree(s->dev)); }
+
 const char *dtname(int dt) { return dt == 0 ? "f16" : dt == 1 ? "bf16" : "f32"; }
 
 /* In the order they run. copy always runs first: it is the roofline. */
