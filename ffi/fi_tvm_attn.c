@@ -16,6 +16,14 @@ static void attn_params(ft_call *c, int i, fi_attention_params *p) {
   p->v_scale = ft_float(c, i + 7);
 }
 
+/* fi_attention_extras from the optional sinks tensor at argument i (NULL when absent: the
+ * call passes no extras). */
+static const fi_attention_extras *extras_of(ft_call *c, int i, fi_attention_extras *x) {
+  fi_attention_extras_init(x);
+  x->sinks = ft_tensor_opt(c, i);
+  return x->sinks ? x : NULL;
+}
+
 /* The number of requests a host indptr argument describes (its length - 1). */
 static int batch_of(ft_call *c, int i) {
   DLTensor *t = ft_tensor(c, i);
@@ -62,8 +70,10 @@ FT_EXPORT(single_decode) {
   fi_kv_layout layout = ft_layout(c, 5);
   fi_attention_params p;
   attn_params(c, 6, &p);
-#define FT_RUN_ARGS q, k, v, out, lse, layout, &p
-  FT_RUN(fi_single_decode);
+  fi_attention_extras xs;
+  const fi_attention_extras *x = extras_of(c, 14, &xs);
+#define FT_RUN_ARGS q, k, v, out, lse, layout, &p, x
+  FT_RUN(fi_single_decode_ex);
 #undef FT_RUN_ARGS
 }
 
@@ -106,8 +116,10 @@ FT_EXPORT(batch_decode_run) {
            *indptr = ft_tensor(c, 4), *idx = ft_tensor(c, 5), *last = ft_tensor(c, 6),
            *out = ft_tensor(c, 8), *lse = ft_tensor_opt(c, 9);
   fi_kv_layout layout = ft_layout(c, 7);
-#define FT_RUN_ARGS plan, q, kc, vc, indptr, idx, last, layout, out, lse
-  FT_RUN(fi_batch_decode_run);
+  fi_attention_extras xs;
+  const fi_attention_extras *x = extras_of(c, 10, &xs);
+#define FT_RUN_ARGS plan, q, kc, vc, indptr, idx, last, layout, out, lse, x
+  FT_RUN(fi_batch_decode_run_ex);
 #undef FT_RUN_ARGS
 }
 
@@ -123,8 +135,10 @@ FT_EXPORT(single_prefill) {
   fi_prefill_params_init(&p);
   attn_params(c, 6, &p.attn);
   p.causal = (int)ft_int(c, 14);
-#define FT_RUN_ARGS q, k, v, out, lse, layout, &p
-  FT_RUN(fi_single_prefill);
+  fi_attention_extras xs;
+  const fi_attention_extras *x = extras_of(c, 15, &xs);
+#define FT_RUN_ARGS q, k, v, out, lse, layout, &p, x
+  FT_RUN(fi_single_prefill_ex);
 #undef FT_RUN_ARGS
 }
 
@@ -187,8 +201,10 @@ FT_EXPORT(batch_prefill_ragged_run) {
   DLTensor *q = ft_tensor(c, 1), *k = ft_tensor(c, 2), *v = ft_tensor(c, 3),
            *out = ft_tensor(c, 5), *lse = ft_tensor_opt(c, 6);
   fi_kv_layout layout = ft_layout(c, 4);
-#define FT_RUN_ARGS plan, q, k, v, layout, out, lse
-  FT_RUN(fi_batch_prefill_ragged_run);
+  fi_attention_extras xs;
+  const fi_attention_extras *x = extras_of(c, 7, &xs);
+#define FT_RUN_ARGS plan, q, k, v, layout, out, lse, x
+  FT_RUN(fi_batch_prefill_ragged_run_ex);
 #undef FT_RUN_ARGS
 }
 
@@ -197,8 +213,10 @@ FT_EXPORT(batch_prefill_paged_run) {
   DLTensor *q = ft_tensor(c, 1), *kc = ft_tensor(c, 2), *vc = ft_tensor(c, 3),
            *idx = ft_tensor(c, 4), *out = ft_tensor(c, 6), *lse = ft_tensor_opt(c, 7);
   fi_kv_layout layout = ft_layout(c, 5);
-#define FT_RUN_ARGS plan, q, kc, vc, idx, layout, out, lse
-  FT_RUN(fi_batch_prefill_paged_run);
+  fi_attention_extras xs;
+  const fi_attention_extras *x = extras_of(c, 8, &xs);
+#define FT_RUN_ARGS plan, q, kc, vc, idx, layout, out, lse, x
+  FT_RUN(fi_batch_prefill_paged_run_ex);
 #undef FT_RUN_ARGS
 }
 

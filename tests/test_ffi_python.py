@@ -115,7 +115,7 @@ def tvm_call_on_cpu_raises_the_c_error():
     assert m.last_error() in msg, (m.last_error(), msg)
     raises(ValueError, ["FI_ERR_INVALID_ARGUMENT", "fi_single_decode"], m.single_decode,
            np.zeros((8, 128), np.float16), x16, x16, x16, None, "NHD", 0.0, 0.0, -1, "NONE",
-           1.0, 1e4, 1.0, 1.0)
+           1.0, 1e4, 1.0, 1.0, None)
     raises(ValueError, ["fi_top_k_top_p_sampling_from_logits"], m.top_k_top_p_sampling_from_logits,
            np.ones((2, 10), np.float32), None, 5, None, 0.9, np.zeros(2, np.int32), 1, 2)
 
@@ -126,10 +126,12 @@ def tvm_bad_arguments_are_named():
     raises(TypeError, ["rmsnorm", "takes 4 arguments", "got 3"], m.rmsnorm, x16, w16, 1e-6)
     raises(TypeError, ["argument 1 'weight'", "tensor", "None"], m.rmsnorm, x16, None, 1e-6, x16)
     raises(TypeError, ["argument 2 'eps'", "float", "str"], m.rmsnorm, x16, w16, "a", x16)
+    raises(TypeError, ["argument 14 'sinks'", "tensor"], m.single_decode, x16, x16, x16, x16,
+           None, "NHD", 0.0, 0.0, -1, "NONE", 1.0, 1e4, 1.0, 1.0, 1.5)
     raises(ValueError, ["argument 9 'layout'", "'XYZ'"], m.append_paged_kv_cache, x16, x16, x16,
            x16, x16, x16, x16, x16, x16, "XYZ", 1.0, 1.0)
     raises(ValueError, ["argument 0 'plan'", "not a live batch decode plan"],
-           m.batch_decode_run, 1234, x16, x16, x16, x16, x16, x16, "NHD", x16, None)
+           m.batch_decode_run, 1234, x16, x16, x16, x16, x16, x16, "NHD", x16, None, None)
     raises(ValueError, ["argument 0 'plan'"], m.batch_prefill_plan_destroy, 99)
     raises(ValueError, ["argument 7 'q_dtype'", "unknown dtype 'nope'"], m.batch_decode_plan,
            np.zeros(256, np.uint8), np.zeros(2, np.int32), np.ones(1, np.int32), 8, 8, 128, 16,

@@ -56,6 +56,22 @@ for b in range(B):
     o = torch.einsum("hgn,nhd->hgd", s.softmax(-1), v).reshape(HQ, D)
     err = max(err, rel(out[b], o))
 report("decode wrapper bf16 B=8 L=1000..1700 32/8", err, 1e-2)
+# the same with attention sinks (FlashInfer's run(sinks=...)): a logit a query head in the
+# denominator, no value
+sinks = torch.randn(HQ, dtype=torch.float32, device=dev) * 2
+out_s = wrapper.run(q, cache, sinks=sinks)
+err = 0.0
+for b in range(B):
+    ids = indices[indptr[b]:indptr[b + 1]].long()
+    k = cache[ids, 0].reshape(-1, HK, D)[:lens[b]].double()
+    v = cache[ids, 1].reshape(-1, HK, D)[:lens[b]].double()
+    qq = q[b].double().view(HK, HQ // HK, D)
+    s = torch.einsum("hgd,nhd->hgn", qq, k) / D ** 0.5
+    sk = sinks.double().view(HK, HQ // HK, 1)
+    p = torch.cat([s, sk], -1).softmax(-1)[..., :-1]
+    o = torch.einsum("hgn,nhd->hgd", p, v).reshape(HQ, D)
+    err = max(err, rel(out_s[b], o))
+report("decode wrapper with sinks", err, 1e-2)
 ref1 = fl.single_decode_with_kv_cache(q[0], cache[indices[:pages[0]].long(), 0].reshape(-1, HK, D)[:lens[0]],
                                       cache[indices[:pages[0]].long(), 1].reshape(-1, HK, D)[:lens[0]])
 report("single decode == batch decode (request 0)", rel(ref1, out[0]), 1e-2)

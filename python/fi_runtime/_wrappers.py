@@ -201,7 +201,7 @@ class BatchDecodeWithPagedKVCacheWrapper(_Wrapper):
         fn = "BatchDecodeWithPagedKVCacheWrapper.run"
         if args:
             unsupported(fn, "positional arguments after paged_kv_cache", args)
-        _refuse(fn, sinks=sinks, kv_cache_sf=kv_cache_sf,
+        _refuse(fn, kv_cache_sf=kv_cache_sf,
                 skip_softmax_threshold_scale_factor=skip_softmax_threshold_scale_factor)
         if q_len_per_req not in (None, 1):
             unsupported(fn, "q_len_per_req", q_len_per_req)
@@ -212,8 +212,10 @@ class BatchDecodeWithPagedKVCacheWrapper(_Wrapper):
             sm = self._sm_scale * (1.0 if q_scale is None else number(fn, "q_scale", q_scale))
         self._replan_if(fn, {0: sm, 2: window_left, 6: k_scale, 7: v_scale})
         out, lse = self._outputs(q, out, lse, return_lse)
+        if sinks is not None:
+            tensor(fn, "sinks", sinks)
         run("batch_decode_run", self._plan, q, k, v, self._indptr, self._indices, self._last,
-            self._layout, out, lse)
+            self._layout, out, lse, sinks)
         return (out, lse) if return_lse else out
 
     def run_return_lse(self, q, paged_kv_cache, *args, **kwargs):
@@ -308,14 +310,17 @@ class BatchPrefillWithPagedKVCacheWrapper(_Prefill):
         fn = "BatchPrefillWithPagedKVCacheWrapper.run"
         if args:
             unsupported(fn, "positional arguments after paged_kv_cache", args)
-        _refuse(fn, sinks=sinks, kv_cache_sf=kv_cache_sf, use_fp16_softmax=use_fp16_softmax,
+        _refuse(fn, kv_cache_sf=kv_cache_sf, use_fp16_softmax=use_fp16_softmax,
                 uses_spcompress=uses_spcompress, q_scale=q_scale,
                 skip_softmax_threshold_scale_factor=skip_softmax_threshold_scale_factor)
         tensor(fn, "q", q)
         k, v = kv_pair(fn, paged_kv_cache)
         self._replan_if(fn, {2: window_left, 6: k_scale, 7: v_scale})
         out, lse = self._outputs(q, out, lse, return_lse)
-        run("batch_prefill_paged_run", self._plan, q, k, v, self._indices, self._layout, out, lse)
+        if sinks is not None:
+            tensor(fn, "sinks", sinks)
+        run("batch_prefill_paged_run", self._plan, q, k, v, self._indices, self._layout, out, lse,
+            sinks)
         return (out, lse) if return_lse else out
 
     def run_return_lse(self, q, paged_kv_cache, *args, **kwargs):
@@ -359,7 +364,7 @@ class BatchPrefillWithRaggedKVCacheWrapper(_Prefill):
         tensor(fn, "q", q), tensor(fn, "k", k), tensor(fn, "v", v)
         self._replan_if(fn, {6: k_scale, 7: v_scale})
         out, lse = self._outputs(q, out, lse, return_lse)
-        run("batch_prefill_ragged_run", self._plan, q, k, v, self._layout, out, lse)
+        run("batch_prefill_ragged_run", self._plan, q, k, v, self._layout, out, lse, None)
         return (out, lse) if return_lse else out
 
     def run_return_lse(self, q, k, v, *args, **kwargs):

@@ -2,7 +2,7 @@
 current API, for what fi_runtime implements): `from fi_runtime import flashinfer`, then code
 written for `import flashinfer` runs unchanged. Outputs are allocated like FlashInfer's
 (torch tensors for torch inputs; numpy arrays for numpy ones). An argument FlashInfer has
-and fi_runtime lacks (custom masks, ALIBI, sinks, ...) raises UnsupportedError naming it;
+and fi_runtime lacks (custom masks, ALIBI, ...) raises UnsupportedError naming it;
 arguments that only tune FlashInfer's kernels (enable_pdl, use_tensor_cores, non_blocking,
 backend="auto") are accepted and ignored. The attention wrappers are in
 fi_runtime._wrappers and re-exported here."""
@@ -392,7 +392,7 @@ def single_decode_with_kv_cache(q, k, v, kv_layout="NHD", pos_encoding_mode="NON
     lse = empty(q, (q.shape[0],), "float32") if return_lse else None
     run("single_decode", q, k, v, out, lse, layout(fn, kv_layout),
         *_attn_params(fn, q.shape[-1], pos_encoding_mode, window_left, logits_soft_cap,
-                      sm_scale, rope_scale, rope_theta, q_scale, k_scale, v_scale))
+                      sm_scale, rope_scale, rope_theta, q_scale, k_scale, v_scale), None)
     return (out, lse) if return_lse else out
 
 
@@ -419,7 +419,7 @@ def single_prefill_with_kv_cache(q, k, v, scale_q=None, scale_k=None, scale_v=No
     run("single_prefill", q, k, v, out, lse, layout(fn, kv_layout),
         *_attn_params(fn, q.shape[-1], pos_encoding_mode, window_left, logits_soft_cap,
                       sm_scale, rope_scale, rope_theta, None, k_scale, v_scale),
-        int(bool(causal)))
+        int(bool(causal)), None)
     return (out, lse) if return_lse else out
 
 
