@@ -18,6 +18,23 @@ static int sig_count(const char *sig) {
   return n;
 }
 
+/* How many of a signature's last arguments are optional tensors ("x: Tensor?"): a caller
+ * may leave those out (the attention exports' trailing `sinks`, added after callers
+ * existed). */
+static int sig_optional_tail(const char *sig) {
+  int n = 0;
+  const char *end = sig + strlen(sig);
+  while (end > sig) {
+    const char *p = end;
+    while (p > sig && p[-1] != ',') p--;
+    const size_t len = (size_t)(end - p), tl = strlen("Tensor?");
+    if (len < tl || memcmp(end - tl, "Tensor?", tl) != 0) break;
+    n++;
+    end = p > sig ? p - 1 : sig;
+  }
+  return n;
+}
+
 /* The name of argument i of a signature "a: T, b: U" into buf. */
 static const char *sig_name(const char *sig, int i, char *buf, size_t cap) {
   const char *p = sig;
@@ -71,9 +88,12 @@ int ft_begin(ft_call *c, const char *fn, const char *sig, const TVMFFIAny *args,
              TVMFFIAny *rv) {
   memset(c, 0, sizeof *c);
   c->fn = fn, c->sig = sig, c->args = args, c->nargs = nargs, c->rv = rv;
-  int want = sig_count(sig);
-  if (nargs != want)
-    return ft_fail(c, -1, "TypeError", "takes %d arguments (%s), got %d", want, sig, (int)nargs);
+  const int want = sig_count(sig), least = want - sig_optional_tail(sig);
+  if (nargs > want || nargs < least) {
+    if (least == want)
+      return ft_fail(c, -1, "TypeError", "takes %d arguments (%s), got %d", want, sig, (int)nargs);
+    return ft_fail(c, -1, "TypeError", "takes %d to %d arguments (%s), got %d", least, want, sig, (int)nargs);
+  }
   return 0;
 }
 
@@ -81,6 +101,10 @@ int ft_begin(ft_call *c, const char *fn, const char *sig, const TVMFFIAny *args,
 
 static DLTensor *tensor_of(ft_call *c, int i, int optional) {
   if (c->failed) return NULL;
+  if (i >= c->nargs) { /* a trailing optional tensor left out (ft_begin allowed it) */
+    if (!optional) ft_fail(c, i, "TypeError", "is missing");
+    return NULL;
+  }
   const TVMFFIAny *a = &c->args[i];
   DLTensor *t = NULL;
   if (a->type_index == kTVMFFITensor)

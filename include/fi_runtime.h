@@ -278,7 +278,7 @@ FI_API void fi_attention_params_init(fi_attention_params *p);
  *   logits (sm_scale * q.k, after the soft cap where one is set) that joins every row's
  *   softmax denominator and carries no value: out = sum_j e^{s_j} v_j / (e^{sink} +
  *   sum_j e^{s_j}), lse = log(e^{sink} + sum_j e^{s_j}) (natural log). A row with no key
- *   gets out = 0 and lse = sink. Cascades (fi_merge_state) stay exact when one of the
+ *   gets out = 0 and lse = sink. Each sink is finite or -inf (no sink for that head). Cascades (fi_merge_state) stay exact when one of the
  *   merged parts carries the sinks and the others do not. */
 typedef struct fi_attention_extras {
   size_t struct_size;    /**< sizeof(fi_attention_extras), set by init */

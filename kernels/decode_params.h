@@ -78,7 +78,6 @@ typedef struct fi_decode_params {
    * grid heads of `group` rows each: grid head y reads KV head y / kv_head_div (0 or 1:
    * grid heads are KV heads). */
   int32_t kv_head_div;
-  int32_t pad_sinks_;
   /* Attention sinks (fi_attention_extras.sinks): one logit a query head, natural-log units
    * of the scaled logits, in every row's softmax denominator; NULL: none. Folded in where a
    * row's state is final (the unsplit write, the merge), never into a split's partial. */

@@ -1,6 +1,7 @@
 /* rt_check.c: the argument checks the ops share (rt_check.h). */
 #include "rt_check.h"
 
+#include <stddef.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <string.h>
@@ -127,11 +128,13 @@ fi_status rt_check_extras(const char *fn, const fi_attention_extras *x, const DL
   char b1[32];
   *sinks = NULL;
   if (!x) return FI_OK;
-  /* The first version's size: a caller's struct must hold every member read below. */
-  if (x->struct_size < sizeof(fi_attention_extras))
+  /* The first version's size (struct_size and sinks): a caller built against it stays
+   * valid when members are added; those are read only where struct_size covers them. */
+  const size_t v1 = offsetof(fi_attention_extras, sinks) + sizeof x->sinks;
+  if (x->struct_size < v1)
     return rt_fail(FI_ERR_INVALID_ARGUMENT,
                    "%s: extras->struct_size is %zu; at least %zu (fi_attention_extras_init sets it)", fn,
-                   x->struct_size, sizeof(fi_attention_extras));
+                   x->struct_size, v1);
   const DLTensor *t = x->sinks;
   if (!t) return FI_OK;
   if ((st = rt_check_tensor(fn, "sinks", t, 1)) != FI_OK) return st;
@@ -145,9 +148,6 @@ fi_status rt_check_extras(const char *fn, const fi_attention_extras *x, const DL
   if (t->shape[0] > 1 && rt_stride(t, 0) != 1)
     return rt_fail(FI_ERR_INVALID_ARGUMENT, "%s: sinks has stride %lld; contiguous (1) is needed", fn,
                    (long long)rt_stride(t, 0));
-  if ((uintptr_t)rt_data(t) % 4)
-    return rt_fail(FI_ERR_INVALID_ARGUMENT, "%s: sinks starts at %p; a multiple of 4 bytes is needed", fn,
-                   rt_data(t));
   if (rt_tensors_overlap(out, t)) return rt_fail(FI_ERR_INVALID_ARGUMENT, "%s: out overlaps sinks", fn);
   if (lse && rt_tensors_overlap(lse, t)) return rt_fail(FI_ERR_INVALID_ARGUMENT, "%s: lse overlaps sinks", fn);
   *sinks = (const float *)rt_data(t);

@@ -168,8 +168,8 @@ static void path(rt_env *e, const char *name, char **out) {
   if (!v) return;
   if (strlen(v) >= RT_ENV_PATH)
     warn(e, "%s ignored: longer than %d bytes", name, RT_ENV_PATH - 1);
-  else
-    *out = strdup(v);
+  else if (!(*out = strdup(v)))
+    warn(e, "%s ignored: out of memory", name);
 }
 
 static void read_tuning(rt_env *e, rt_tuning *t) {

@@ -42,9 +42,11 @@ static inline int op_registers(const jit_op *op, const jit_key *k) {
 /* The tuning the runtime would read from the environment now (rt_env_read, as
  * fi_runtime_create does): a test sets a variable, then reads it this way. */
 static inline rt_tuning env_tuning(void) {
-  static rt_env e;
+  rt_env e;
   rt_env_read(&e);
-  return e.tune;
+  const rt_tuning t = e.tune;
+  rt_env_free(&e);
+  return t;
 }
 static inline const rt_tuning *env_tuning_p(void) {
   static rt_tuning t;

@@ -128,6 +128,12 @@ def tvm_bad_arguments_are_named():
     raises(TypeError, ["argument 2 'eps'", "float", "str"], m.rmsnorm, x16, w16, "a", x16)
     raises(TypeError, ["argument 14 'sinks'", "tensor"], m.single_decode, x16, x16, x16, x16,
            None, "NHD", 0.0, 0.0, -1, "NONE", 1.0, 1e4, 1.0, 1.0, 1.5)
+    # the trailing optional sinks may be left out (callers from before it existed); one
+    # argument fewer still is refused by count
+    raises(ValueError, ["fi_single_decode"], m.single_decode, x16, x16, x16, x16, None, "NHD",
+           0.0, 0.0, -1, "NONE", 1.0, 1e4, 1.0, 1.0)
+    raises(TypeError, ["takes 14 to 15 arguments", "got 13"], m.single_decode, x16, x16, x16,
+           x16, None, "NHD", 0.0, 0.0, -1, "NONE", 1.0, 1e4, 1.0)
     raises(ValueError, ["argument 9 'layout'", "'XYZ'"], m.append_paged_kv_cache, x16, x16, x16,
            x16, x16, x16, x16, x16, x16, "XYZ", 1.0, 1.0)
     raises(ValueError, ["argument 0 'plan'", "not a live batch decode plan"],
