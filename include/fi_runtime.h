@@ -278,11 +278,19 @@ FI_API void fi_attention_params_init(fi_attention_params *p);
  *   logits (sm_scale * q.k, after the soft cap where one is set) that joins every row's
  *   softmax denominator and carries no value: out = sum_j e^{s_j} v_j / (e^{sink} +
  *   sum_j e^{s_j}), lse = log(e^{sink} + sum_j e^{s_j}) (natural log). A row with no key
- *   gets out = 0 and lse = sink. Each sink is finite or -inf (no sink for that head). Cascades (fi_merge_state) stay exact when one of the
- *   merged parts carries the sinks and the others do not. */
+ *   gets out = 0 and lse = sink. Each sink is finite or -inf (no sink for that head).
+ *   Cascades (fi_merge_state) stay exact when one of the merged parts carries the sinks
+ *   and the others do not.
+ * - custom_mask (fi_single_prefill_ex only, for now): packed bits, a uint8 device tensor
+ *   [ceil(L_q * L_kv / 8)] (or longer), contiguous: bit t * L_kv + j (byte (t * L_kv + j) / 8,
+ *   bit (t * L_kv + j) % 8: FlashInfer's packbits order, little-endian) is 1 where query
+ *   token t may attend KV token j; AND-ed with causal and the window. A row whose keys are
+ *   all masked gets out = 0 and lse = -inf (or the sink). The call runs on the mma.sync
+ *   kernel (not Hopper's wgmma one). Decode and the batch prefill runs refuse it. */
 typedef struct fi_attention_extras {
   size_t struct_size;    /**< sizeof(fi_attention_extras), set by init */
   const DLTensor *sinks; /**< NULL (default) or [H_qo] float32 */
+  const DLTensor *custom_mask; /**< NULL (default) or packed uint8 bits (above) */
 } fi_attention_extras;
 
 FI_API void fi_attention_extras_init(fi_attention_extras *x);

@@ -255,7 +255,7 @@ FI_DEVICE void prefill(const fi_prefill_kparams &p) {
     }
 
     // online softmax (base 2); P packed to 16 bits as the A fragments of P V
-    const bool masked = j0 < blk_lo || j0 + KT > blk_hi;
+    const bool masked = j0 < blk_lo || j0 + KT > blk_hi || p.custom_mask;
     uint32_t pa[MT][KT / 16][4];
 #pragma unroll
     for (int mt = 0; mt < MT; mt++) {
@@ -264,10 +264,12 @@ FI_DEVICE void prefill(const fi_prefill_kparams &p) {
         // The attended range of this thread's row (g or g + 8 of the row tile), needed
         // only on the tiles that cut through it (worked out there: fewer live registers).
         int lim_lo = kv_lo, lim_hi = kv_hi;
+        int64_t mbit = 0;  // the custom mask's bit of (this row's token, KV token 0)
         if (masked) {
           const int r = r0 + WR * warp + 16 * mt + g + 8 * h, tq = (r < rlast ? r : rlast) / G;
           lim_hi = p.causal && tq + off + 1 < kv_hi ? tq + off + 1 : kv_hi;
           lim_lo = p.window_left >= 0 && tq + off - p.window_left > kv_lo ? tq + off - p.window_left : kv_lo;
+          mbit = 8 * (int64_t)w.mask_off + (int64_t)tq * Lkv;
         }
         float mx = neg_inf();
 #pragma unroll
@@ -281,7 +283,9 @@ FI_DEVICE void prefill(const fi_prefill_kparams &p) {
               x *= p.scale_log2;
             if (masked) {
               const int j = j0 + 8 * nb + 2 * c + e;
-              if (j < lim_lo || j >= lim_hi) x = neg_inf();
+              // (the mask's byte read only for a token in range: inside the segment)
+              if (j < lim_lo || j >= lim_hi || (p.custom_mask && !((p.custom_mask[(mbit + j) >> 3] >> ((mbit + j) & 7)) & 1)))
+                x = neg_inf();
             }
             s[mt][nb][2 * h + e] = x;
             mx = fmaxf(mx, x);

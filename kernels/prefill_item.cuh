@@ -13,6 +13,7 @@ struct work_item {
   int Lq, Lkv;           // the request's query and KV lengths
   int chunk, nchunks;    // this chunk and the tile's count (1: not split)
   int slot;              // partial slot of chunk 0 (split tiles)
+  int mask_off;          // the request's custom-mask segment (byte offset)
   int64_t q_start;       // the request's first query token
   int64_t kv_base;       // its first KV token (ragged) or page (paged)
 };
@@ -25,6 +26,7 @@ FI_DEVICE bool load_item(const fi_prefill_kparams &p, int item, int QT, work_ite
   w.chunk = 0;
   w.nchunks = 1;
   w.slot = 0;
+  w.mask_off = 0;
   w.q_start = 0;
   w.kv_base = 0;
   if (SINGLE) {
@@ -55,6 +57,7 @@ FI_DEVICE bool load_item(const fi_prefill_kparams &p, int item, int QT, work_ite
   w.kv_base = c.v[0];
   w.Lkv = c.v[1];
   w.slot = c.v[2];
+  w.mask_off = c.v[3];
   return true;
 }
 

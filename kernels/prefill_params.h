@@ -23,7 +23,8 @@
  *     [0] request b, [1] first packed row r0, [2] rows (<= q tile), [3] kv_lo, [4] kv_hi,
  *     [5] chunk | chunks << 16, [6] q_start (qo_indptr[b]), [7] L_q,
  *     [8] kv_base (ragged: kv_indptr[b], the first token; paged: kv_indptr[b], the
- *         first page), [9] L_kv, [10] partial slot of chunk 0 (split tiles), [11] 0
+ *         first page), [9] L_kv, [10] partial slot of chunk 0 (split tiles), [11] the
+ *         request's custom-mask segment's first byte (0 without a mask)
  * then float32 partial outputs [slots][H_kv][q tile][head_dim] and partial LSEs (base 2)
  * [slots][H_kv][q tile], each at a 256-byte boundary. */
 #define FI_PREFILL_HDR_WORDS 16
@@ -88,6 +89,11 @@ typedef struct fi_prefill_kparams {
   /* Attention sinks (fi_attention_extras.sinks): one logit a query head in every row's
    * softmax denominator; NULL: none. Folded in by the unsplit write and by the merge. */
   const float *sinks;
+  /* Custom mask (fi_attention_extras.custom_mask; the mma.sync kernel only): bit t * L_kv
+   * + j of the request's segment (little-endian bit order within a byte) says whether query
+   * token t attends KV token j, AND-ed with causal and window; the segment starts at byte
+   * items[11] (batch) or 0 (single). NULL: none. */
+  const uint8_t *custom_mask;
 } fi_prefill_kparams;
 
 /* The merge of split tiles: one block per item of chunk 0 (and KV head), combining its

@@ -154,6 +154,39 @@ fi_status rt_check_extras(const char *fn, const fi_attention_extras *x, const DL
   return FI_OK;
 }
 
+fi_status rt_check_extras_mask(const char *fn, const fi_attention_extras *x, const DLTensor *q, int64_t need_bytes,
+                               const DLTensor *out, const DLTensor *lse, const uint8_t **mask) {
+  fi_status st;
+  char b1[32];
+  *mask = NULL;
+  /* custom_mask is the second version's member: read where the caller's struct has it
+   * (rt_check_extras has checked the first version's size). */
+  if (!x || x->struct_size < offsetof(fi_attention_extras, custom_mask) + sizeof x->custom_mask) return FI_OK;
+  const DLTensor *t = x->custom_mask;
+  if (!t) return FI_OK;
+  if (need_bytes < 0)
+    return rt_fail(FI_ERR_INVALID_ARGUMENT,
+                   "%s: extras->custom_mask is given; custom masks are taken by fi_single_prefill_ex only "
+                   "(batch prefill: not yet)", fn);
+  if ((st = rt_check_tensor(fn, "custom_mask", t, 1)) != FI_OK) return st;
+  if ((st = rt_check_same_device(fn, "q", q, "custom_mask", t)) != FI_OK) return st;
+  if (t->dtype.code != kDLUInt || t->dtype.bits != 8 || t->dtype.lanes != 1)
+    return rt_fail(FI_ERR_INVALID_ARGUMENT, "%s: custom_mask has dtype %s; uint8 (packed bits) is needed", fn,
+                   rt_dtype_string(t->dtype, b1, sizeof b1));
+  if (t->shape[0] > 1 && rt_stride(t, 0) != 1)
+    return rt_fail(FI_ERR_INVALID_ARGUMENT, "%s: custom_mask has stride %lld; contiguous (1) is needed", fn,
+                   (long long)rt_stride(t, 0));
+  if (t->shape[0] < need_bytes)
+    return rt_fail(FI_ERR_INVALID_ARGUMENT,
+                   "%s: custom_mask has %lld bytes; ceil(L_q * L_kv / 8) = %lld are needed (packed bits)", fn,
+                   (long long)t->shape[0], (long long)need_bytes);
+  if (rt_tensors_overlap(out, t)) return rt_fail(FI_ERR_INVALID_ARGUMENT, "%s: out overlaps custom_mask", fn);
+  if (lse && rt_tensors_overlap(lse, t))
+    return rt_fail(FI_ERR_INVALID_ARGUMENT, "%s: lse overlaps custom_mask", fn);
+  *mask = (const uint8_t *)rt_data(t);
+  return FI_OK;
+}
+
 fi_status rt_check_index(const char *fn, const char *name, const DLTensor *t, const DLTensor *q,
                              int64_t min_len, int exact) {
   fi_status st;

@@ -37,6 +37,12 @@ fi_status rt_check_lse(const char *fn, const DLTensor *lse, const DLTensor *q, i
  * its device address (NULL: none). */
 fi_status rt_check_extras(const char *fn, const fi_attention_extras *x, const DLTensor *q, int64_t hq,
                           const DLTensor *out, const DLTensor *lse, const float **sinks);
+/* The custom mask of an attention run's extras (x may be NULL): *mask gets its device
+ * address (NULL: none). need_bytes < 0: the op takes none (one given is refused); else a
+ * contiguous uint8 tensor on q's device with at least need_bytes entries, apart from out
+ * and lse. */
+fi_status rt_check_extras_mask(const char *fn, const fi_attention_extras *x, const DLTensor *q, int64_t need_bytes,
+                               const DLTensor *out, const DLTensor *lse, const uint8_t **mask);
 /* out and lse (may be NULL) overlap none of the n inputs (NULL entries skipped), nor
  * each other. */
 fi_status rt_check_outputs_apart(const char *fn, const DLTensor *out, const DLTensor *lse,

@@ -430,7 +430,9 @@ FI_API fi_status fi_batch_prefill_ragged_run_ex(fi_runtime *rt, const fi_prefill
   static const char *const in_names[3] = {"q", "k", "v"};
   if ((st = rt_check_outputs_apart(fn, out, lse, ins, in_names, 3)) != FI_OK) return st;
   fi_prefill_kparams kp = pl->scalars;
-  if ((st = rt_check_extras(fn, x, q, pl->num_qo_heads, out, lse, &kp.sinks)) != FI_OK) return st;
+  if ((st = rt_check_extras(fn, x, q, pl->num_qo_heads, out, lse, &kp.sinks)) != FI_OK ||
+      (st = rt_check_extras_mask(fn, x, q, -1, out, lse, &kp.custom_mask)) != FI_OK)
+    return st;
   kp.k = rt_data(k);
   kp.v = rt_data(v);
   kp.indices = NULL;
@@ -482,7 +484,9 @@ FI_API fi_status fi_batch_prefill_paged_run_ex(fi_runtime *rt, const fi_prefill_
   static const char *const in_names[4] = {"q", "paged_k_cache", "paged_v_cache", "kv_indices"};
   if ((st = rt_check_outputs_apart(fn, out, lse, ins, in_names, 4)) != FI_OK) return st;
   fi_prefill_kparams kp = pl->scalars;
-  if ((st = rt_check_extras(fn, x, q, pl->num_qo_heads, out, lse, &kp.sinks)) != FI_OK) return st;
+  if ((st = rt_check_extras(fn, x, q, pl->num_qo_heads, out, lse, &kp.sinks)) != FI_OK ||
+      (st = rt_check_extras_mask(fn, x, q, -1, out, lse, &kp.custom_mask)) != FI_OK)
+    return st;
   kp.k = rt_data(kc);
   kp.v = rt_data(vc);
   kp.indices = (const int32_t *)rt_data(kv_indices);

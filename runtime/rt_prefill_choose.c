@@ -117,6 +117,12 @@ int rt_prefill_pick_kernel(fi_runtime *rt, int devtype, int device, int single, 
   return jit_prefill_key_q_tile(key);
 }
 
+int rt_prefill_pick_mma(const fi_runtime *rt, int single, int dt, int D, int64_t rows, int rope, jit_key *key) {
+  const rt_tuning def = rt_tuning_default(), *t = rt ? &rt->env.tune : &def;
+  jit_prefill_select(single, dt, D, q_tile_for(t, D, rows), rope, key);
+  return jit_prefill_key_q_tile(key);
+}
+
 /* ---- stored tactics ---- */
 
 int rt_prefill_tactic_parse(const char *s, rt_prefill_tactic *t) {

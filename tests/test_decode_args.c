@@ -1,6 +1,7 @@
 /* test_decode_args.c: decode attention on a machine with no GPU: the batch planner on
  * ragged batches (every token covered once, chunks in bounds, workspace large enough),
  * kernel keys against the registry, and bad arguments refused by name. */
+#include <stddef.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -719,6 +720,37 @@ FT_TEST(attention_extras_bad_sinks_named) {
   x.sinks = &sk.t;
   st = fi_single_prefill_ex(rt, &q3.t, &k.t, &v.t, &o3.t, NULL, FI_KV_LAYOUT_NHD, NULL, &x, NULL);
   FT_CHECK(st != FI_ERR_INVALID_ARGUMENT, "valid prefill sinks refused: %s", fi_last_error());
+  /* custom_mask: single prefill only; packed uint8 bits, ceil(L_q * L_kv / 8) bytes (4 x 100
+   * here: 50), contiguous, apart from out and lse. */
+  tens mk8;
+  mk(&mk8, ADDR(6), kDLUInt, 8, 1, 50, 0, 0, 0);
+  fi_attention_extras xm;
+  fi_attention_extras_init(&xm);
+  xm.custom_mask = &mk8.t;
+  st = fi_single_prefill_ex(rt, &q3.t, &k.t, &v.t, &o3.t, NULL, FI_KV_LAYOUT_NHD, NULL, &xm, NULL);
+  FT_CHECK(st != FI_ERR_INVALID_ARGUMENT, "valid custom mask refused: %s", fi_last_error());
+  EXPECT_BAD(fi_single_decode_ex(rt, &q.t, &k.t, &v.t, &o.t, NULL, FI_KV_LAYOUT_NHD, NULL, &xm, NULL),
+             "custom masks are taken by fi_single_prefill_ex only");
+  tens mb = mk8;
+  mb.t.shape = mb.shape, mb.shape[0] = 49;
+  xm.custom_mask = &mb.t;
+  EXPECT_BAD(fi_single_prefill_ex(rt, &q3.t, &k.t, &v.t, &o3.t, NULL, FI_KV_LAYOUT_NHD, NULL, &xm, NULL),
+             "custom_mask has 49 bytes; ceil(L_q * L_kv / 8) = 50");
+  mb = mk8, mb.t.shape = mb.shape, mb.t.dtype.code = kDLInt;
+  EXPECT_BAD(fi_single_prefill_ex(rt, &q3.t, &k.t, &v.t, &o3.t, NULL, FI_KV_LAYOUT_NHD, NULL, &xm, NULL),
+             "custom_mask has dtype");
+  mb = mk8, mb.t.shape = mb.shape, mb.t.strides = mb.strides, mb.strides[0] = 2;
+  EXPECT_BAD(fi_single_prefill_ex(rt, &q3.t, &k.t, &v.t, &o3.t, NULL, FI_KV_LAYOUT_NHD, NULL, &xm, NULL),
+             "custom_mask has stride");
+  mb = mk8, mb.t.shape = mb.shape, mb.t.data = o3.t.data;
+  EXPECT_BAD(fi_single_prefill_ex(rt, &q3.t, &k.t, &v.t, &o3.t, NULL, FI_KV_LAYOUT_NHD, NULL, &xm, NULL),
+             "out overlaps custom_mask");
+  /* a caller's first-version struct (no custom_mask member) is read as such */
+  fi_attention_extras v1 = xm;
+  v1.struct_size = offsetof(fi_attention_extras, custom_mask);
+  v1.sinks = NULL;
+  st = fi_single_decode_ex(rt, &q.t, &k.t, &v.t, &o.t, NULL, FI_KV_LAYOUT_NHD, NULL, &v1, NULL);
+  FT_CHECK(st != FI_ERR_INVALID_ARGUMENT, "a version-1 extras struct refused: %s", fi_last_error());
   /* The batch runs with extras refuse a NULL plan by name, as the plain ones. */
   EXPECT_BAD(fi_batch_decode_run_ex(rt, NULL, &q.t, NULL, NULL, NULL, NULL, NULL, FI_KV_LAYOUT_NHD, &o.t, NULL, &x,
                                     NULL),

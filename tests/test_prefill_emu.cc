@@ -96,6 +96,15 @@ static void rope_ref(double *x, int D, double pos) {
 static int fails = 0;
 // Attention sinks of the case being checked (one logit a query head; empty: none).
 static std::vector<float> g_sinks;
+// A custom mask of the case being checked (empty: none): packed bits, request b's
+// [L_q][L_kv] segment from byte g_mask_off[b], little-endian within a byte.
+static std::vector<uint8_t> g_mask;
+static std::vector<int32_t> g_mask_off;
+static bool mask_bit(int b, int64_t t, int64_t lkv, int64_t j) {
+  if (g_mask.empty()) return true;
+  const int64_t bit = 8 * (int64_t)g_mask_off[b] + t * lkv + j;
+  return (g_mask[bit >> 3] >> (bit & 7)) & 1;
+}
 
 static void check(const prob &P, const data &d, const char *what) {
   const int D = P.D, H = P.hkv, G = P.hq / P.hkv;
@@ -125,6 +134,7 @@ static void check(const prob &P, const data &d, const char *what) {
           for (int i = 0; i < D; i++) x += qr[i] * kr[(j * H + k) * D + i];
           x *= sm;
           if (P.cap > 0) x = P.cap * tanh(x / P.cap);
+          if (!mask_bit((int)b, t, lkv, j)) x = -INFINITY;
           s[j] = x;
           if (x > m) m = x;
         }
@@ -132,10 +142,11 @@ static void check(const prob &P, const data &d, const char *what) {
         const double sk = g_sinks.empty() ? -INFINITY : (double)g_sinks[hh];
         if (sk > m) m = sk;
         double dn = sk > -INFINITY ? exp(sk - m) : 0.0;
-        for (int64_t j = lo; j < hi; j++) dn += exp(s[j] - m);
+        const bool any = m > -INFINITY;  // (every key masked, no sink: out 0, lse -inf)
+        for (int64_t j = lo; j < hi && any; j++) dn += exp(s[j] - m);
         for (int i = 0; i < D; i++) {
           double a = 0;
-          for (int64_t j = lo; j < hi; j++) a += exp(s[j] - m) * d.vd[(((int64_t)d.kstart[b] + j) * H + k) * D + i];
+          for (int64_t j = lo; j < hi && any; j++) a += exp(s[j] - m) * d.vd[(((int64_t)d.kstart[b] + j) * H + k) * D + i];
           const double ref = dn > 0 ? a / dn : 0.0, got = from_bits(d.out[row * D + i], P.bf);
           if (got != got) {
             nan++;
@@ -235,13 +246,33 @@ static const float *make_sinks(int hq) {
   return g_sinks.data();
 }
 
+// A random custom mask for P's requests into g_mask / g_mask_off (each request's segment
+// padded to whole bytes, as FlashInfer's segment_packbits lays them out): about 70% of the
+// pairs attended, and every 7th query token of a request with nothing attended.
+static const uint8_t *make_mask(const prob &P) {
+  g_mask.clear(), g_mask_off.clear();
+  for (size_t b = 0; b < P.lq.size(); b++) {
+    g_mask_off.push_back((int32_t)g_mask.size());
+    const int64_t n = (int64_t)P.lq[b] * P.lkv[b];
+    std::vector<uint8_t> seg((size_t)((n + 7) / 8), 0);
+    for (int64_t i = 0; i < n; i++) {
+      const int64_t t = P.lkv[b] ? i / P.lkv[b] : 0;
+      if (t % 7 != 3 && urand() < 0.7) seg[(size_t)(i >> 3)] |= (uint8_t)(1u << (i & 7));
+    }
+    g_mask.insert(g_mask.end(), seg.begin(), seg.end());
+  }
+  g_mask.push_back(0);  // a non-empty vector even when every segment is
+  return g_mask.data();
+}
+
 template <typename T, int D, int QT, int ROPE>
-static void run_single(const prob &P, int sinks = 0) {
+static void run_single(const prob &P, int sinks = 0, int mask = 0) {
   data d;
   build(P, d);
   fi_prefill_kparams k;
   fill_params(P, k);
   if (sinks) k.sinks = make_sinks(P.hq);
+  if (mask) k.custom_mask = make_mask(P);
   k.q = d.q.data(), k.out = d.out.data(), k.lse = d.lse.data(), k.k = d.k.data(), k.v = d.v.data();
   k.q_stride_tok = (int64_t)P.hq * D, k.q_stride_head = D;
   k.out_stride_tok = (int64_t)P.hq * D, k.out_stride_head = D;
@@ -250,18 +281,19 @@ static void run_single(const prob &P, int sinks = 0) {
   k.q_len = P.lq[0], k.kv_len = P.lkv[0], k.page_size = 1;
   const int rows = P.lq[0] * k.group;
   emu::launch((rows + QT - 1) / QT, P.hkv, 32 * FI_PF_WARPS(D, QT), [&] { fi::pf::prefill<T, D, QT, ROPE, 1>(k); });
-  check(P, d, sinks ? "single sinks" : "single");
-  g_sinks.clear();
+  check(P, d, mask ? (sinks ? "single mask sinks" : "single mask") : sinks ? "single sinks" : "single");
+  g_sinks.clear(), g_mask.clear();
 }
 
 // Batch through the real planner (split forced by a large target when `split`).
 template <typename T, int D, int QT, int ROPE>
-static void run_batch(const prob &P, int split, int sinks = 0) {
+static void run_batch(const prob &P, int split, int sinks = 0, int mask = 0) {
   data d;
   build(P, d);
   fi_prefill_kparams k;
   fill_params(P, k);
   if (sinks) k.sinks = make_sinks(P.hq);
+  if (mask) k.custom_mask = make_mask(P);
   const int B = (int)P.lq.size(), G = P.hq / P.hkv;
   std::vector<int64_t> kvl(B + 1);
   for (int b = 0; b < B; b++) kvl[b] = P.lkv[b];
@@ -275,6 +307,9 @@ static void run_batch(const prob &P, int split, int sinks = 0) {
     fails++;
     return;
   }
+  // each item's mask segment (word 11), from its request (word 0)
+  for (int64_t i = 0; mask && i < n; i++)
+    items[FI_PREFILL_ITEM_WORDS * i + 11] = g_mask_off[items[FI_PREFILL_ITEM_WORDS * i]];
   std::vector<float> po((size_t)(slots + 1) * P.hkv * FI_PREFILL_SLOT_ROWS * D), pl((size_t)(slots + 1) * P.hkv * FI_PREFILL_SLOT_ROWS);
   k.q = d.q.data(), k.out = d.out.data(), k.lse = d.lse.data(), k.k = d.k.data(), k.v = d.v.data();
   k.indices = P.paged ? d.indices.data() : nullptr;
@@ -296,10 +331,10 @@ static void run_batch(const prob &P, int split, int sinks = 0) {
   m.sinks = k.sinks;
   emu::launch((unsigned)n, P.hkv, 128, [&] { fi::pf::prefill_merge<T, D>(m); });
   char what[64];
-  snprintf(what, sizeof what, "%s%s n=%lld%s", P.paged ? "paged" : "ragged", chunk ? " split" : "", (long long)n,
-           sinks ? " sinks" : "");
+  snprintf(what, sizeof what, "%s%s n=%lld%s%s", P.paged ? "paged" : "ragged", chunk ? " split" : "", (long long)n,
+           sinks ? " sinks" : "", mask ? " mask" : "");
   check(P, d, what);
-  g_sinks.clear();
+  g_sinks.clear(), g_mask.clear();
   if (split && chunk == 0) {
     fprintf(stderr, "FAIL expected a split\n");
     fails++;
@@ -588,6 +623,7 @@ int main() {
     run_batch<fi_bf16, 64, 16, 0>(P, 0);
     run_batch<fi_bf16, 64, 64, 0>(P, 0);
     prob PS{1, 64, 4, 2, 1, -1, 0, 3, 1, 0.0, {0, 1, 30, 9}, {10, 700, 600, 9}};
+    prob P1m{1, 64, 4, 2, 0, -1, 0, 1, 0, 0.0, {45}, {100}};  // single, non-causal
     run_batch<fi_bf16, 64, 64, 0>(PS, 1);
     prob Rg{0, 64, 2, 2, 0, -1, 0, 1, 0, 0.0, {3, 20}, {300, 10}};
     run_batch<fi_half, 64, 16, 0>(Rg, 0);
@@ -606,6 +642,14 @@ int main() {
     run_batch<fi_half, 64, 16, 0>(Rg, 1, 1);
     prob Ws{0, 64, 6, 2, 1, 20, 0, 1, 0, 5.0, {40}, {130}};
     run_single<fi_half, 64, 16, 0>(Ws, 1);
+    // Custom masks (AND-ed with causal, window; some query tokens with nothing attended):
+    // paged split and not, ragged non-causal, single with a window, with sinks, q tile 64.
+    run_batch<fi_bf16, 64, 64, 0>(PS, 1, 0, 1);
+    run_batch<fi_bf16, 64, 16, 0>(P, 0, 0, 1);
+    run_batch<fi_half, 64, 16, 0>(Rg, 0, 0, 1);
+    prob Wm{0, 64, 6, 2, 1, 20, 0, 1, 0, 0.0, {40}, {130}};  // window, group 3
+    run_single<fi_half, 64, 16, 0>(Wm, 0, 1);
+    run_single<fi_bf16, 64, 64, 0>(P1m, 1, 1);
   }
   {
     prob A{1, 128, 4, 1, 1, -1, 0, 1, 0, 0.0, {70}, {200}};  // q tile 128 (two row tiles a warp), group 4

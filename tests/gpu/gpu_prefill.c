@@ -47,6 +47,14 @@ typedef struct pcase {
  * run_once passes (NULL without sinks). */
 static int g_sinks_on;
 static g_sinks g_sk;
+/* A custom mask on the single-prefill cases run while g_mask_on is set: packed bits of
+ * [L_q][L_kv] (little-endian within a byte), host copy g_hmask, on the device g_dmask. */
+static int g_mask_on;
+static uint8_t *g_hmask;
+static CUdeviceptr g_dmask;
+static int64_t g_mshape[1];
+static DLTensor g_tmask;
+static fi_attention_extras g_xm;
 static const fi_attention_extras *g_xp;
 /* > 0: the reference only for tokens t % ref_sample == 0 and each request's last (the
  * others NaN there, and only checked for being written). */
@@ -209,6 +217,8 @@ static void reference(const pcase *c, const hbatch *h, double *out, double *lse)
           for (int d = 0; d < D; d++) x += qr[d] * kj[d];
           x *= sm;
           if (c->cap > 0) x = c->cap * tanh(x / c->cap);
+          const int64_t bit = (int64_t)t * lkv + j;
+          if (g_hmask && !((g_hmask[bit >> 3] >> (bit & 7)) & 1)) x = -INFINITY;
           s[j] = x;
           if (x > m) m = x;
         }
@@ -219,7 +229,7 @@ static void reference(const pcase *c, const hbatch *h, double *out, double *lse)
         if (sk > m) m = sk;
         double den = sk > -INFINITY ? exp(sk - m) : 0.0;
         for (int64_t j = lo; j < hi; j++) {
-          s[j] = exp(s[j] - m);
+          s[j] = m > -INFINITY ? exp(s[j] - m) : 0.0; /* (every key masked: out 0, lse -inf) */
           den += s[j];
         }
         for (int d = 0; d < D; d++) acc[d] = 0;
@@ -433,6 +443,30 @@ static int run_case(const pcase *c) {
   memset(&h, 0, sizeof h);
   draw(c, &h);
   build(c, &h);
+  if (g_mask_on) {
+    /* about 70% of the pairs attended, every 7th query token nothing */
+    const int64_t n = (int64_t)h.lq[0] * h.lkv[0], nb = (n + 7) / 8 + 1;
+    g_hmask = calloc((size_t)nb, 1);
+    if (!g_hmask) {
+      FT_CHECK(0, "%s: out of memory", c->name);
+      return -1;
+    }
+    for (int64_t i = 0; i < n; i++)
+      if ((i / (h.lkv[0] ? h.lkv[0] : 1)) % 7 != 3 && g_uniform(&seed) < 0.7) g_hmask[i >> 3] |= (uint8_t)(1u << (i & 7));
+    CU_CHECK(&cu, cuMemAlloc(&g_dmask, (size_t)nb));
+    CU_CHECK(&cu, cuMemcpyHtoD(g_dmask, g_hmask, (size_t)nb));
+    g_mshape[0] = nb;
+    memset(&g_tmask, 0, sizeof g_tmask);
+    g_tmask.data = (void *)(uintptr_t)g_dmask;
+    g_tmask.device.device_type = kDLCUDA;
+    g_tmask.ndim = 1;
+    g_tmask.dtype.code = kDLUInt, g_tmask.dtype.bits = 8, g_tmask.dtype.lanes = 1;
+    g_tmask.shape = g_mshape;
+    if (g_xp) g_xm = *g_xp;
+    else fi_attention_extras_init(&g_xm);
+    g_xm.custom_mask = &g_tmask;
+    g_xp = &g_xm;
+  }
   dbatch d;
   upload(c, &h, &d, 0, 0);
   fi_batch_prefill_info info = info_of(c, &h);
@@ -489,7 +523,12 @@ static int run_case(const pcase *c) {
   fi_batch_prefill_plan_destroy(plan);
   dfree(&d);
   hfree(&h);
-  if (g_xp) g_sinks_free(&cu, &g_sk);
+  if (g_sinks_on) g_sinks_free(&cu, &g_sk);
+  if (g_mask_on) {
+    CU_CHECK(&cu, cuMemFree(g_dmask));
+    free(g_hmask);
+    g_hmask = NULL;
+  }
   g_xp = NULL;
   return st == FI_OK ? 0 : -1;
 }
@@ -652,6 +691,28 @@ FT_TEST(prefill_sinks) {
   pcase wc = {"sinks window cap", M_RAGGED, 0, 64, 16, 4, 0, 1, 1, 100, 0, 30, 0, 3, NULL, NULL, 200, 600, 3e-3};
   run_case(&wc);
   g_sinks_on = 0;
+}
+
+/* Custom masks (packed bits) on single prefill: f16 and bf16, head_dims 64, 128, 256,
+ * causal and not, a window, with sinks; every 7th query token attends nothing (out 0). */
+FT_TEST(single_prefill_custom_mask) {
+  FT_REQUIRE(setup() == 0);
+  g_mask_on = 1;
+  static const int lq[1] = {77}, lkv[1] = {300}, lq2[1] = {300}, lkv2[1] = {300};
+  for (int dt = 0; dt < 2; dt++)
+    for (int di = 0; di < 3; di++) {
+      const int D = (int[]){64, 128, 256}[di];
+      pcase c = {"mask single", M_SINGLE, dt, D, 8, 2, di == 1, 1, (dt + di) % 2, -1, 0, 0, 0, 1, lq, lkv, 0, 0,
+                 tol_of(dt)};
+      run_case(&c);
+    }
+  pcase w = {"mask single window", M_SINGLE, 1, 128, 32, 8, 0, 1, 1, 100, 0, 0, 0, 1, lq2, lkv2, 0, 0, 2e-2};
+  run_case(&w);
+  g_sinks_on = 1;
+  pcase sk = {"mask single sinks", M_SINGLE, 0, 64, 64, 8, 0, 1, 1, -1, 0, 0, 0, 1, lq2, lkv2, 0, 0, 3e-3};
+  run_case(&sk);
+  g_sinks_on = 0;
+  g_mask_on = 0;
 }
 
 /* The issue's upper length, 128k tokens: a whole 131072-token causal prefill (2^20 packed
