@@ -281,12 +281,14 @@ FI_API void fi_attention_params_init(fi_attention_params *p);
  *   gets out = 0 and lse = sink. Each sink is finite or -inf (no sink for that head).
  *   Cascades (fi_merge_state) stay exact when one of the merged parts carries the sinks
  *   and the others do not.
- * - custom_mask (fi_single_prefill_ex only, for now): packed bits, a uint8 device tensor
+ * - custom_mask (fi_single_prefill_ex, and the batch prefill plans' _ex forms, which lay
+ *   the requests' segments one after the other): packed bits, a uint8 device tensor
  *   [ceil(L_q * L_kv / 8)] (or longer), contiguous: bit t * L_kv + j (byte (t * L_kv + j) / 8,
  *   bit (t * L_kv + j) % 8: FlashInfer's packbits order, little-endian) is 1 where query
  *   token t may attend KV token j; AND-ed with causal and the window. A row whose keys are
  *   all masked gets out = 0 and lse = -inf (or the sink). The call runs on the mma.sync
- *   kernel (not Hopper's wgmma one). Decode and the batch prefill runs refuse it. */
+ *   kernel (not Hopper's wgmma one). Decode and the batch prefill runs refuse it (a batch
+ *   takes its mask at plan time). */
 typedef struct fi_attention_extras {
   size_t struct_size;    /**< sizeof(fi_attention_extras), set by init */
   const DLTensor *sinks; /**< NULL (default) or [H_qo] float32 */
@@ -596,6 +598,17 @@ FI_API fi_status fi_batch_prefill_paged_run(fi_runtime *rt, const fi_prefill_pla
                                             const DLTensor *paged_v_cache,
                                             const DLTensor *kv_indices, fi_kv_layout layout,
                                             DLTensor *out, DLTensor *lse, void *stream);
+/** The batch prefill plans with extras: a plan takes extras->custom_mask (its runs then
+ * read it: keep it allocated, and its bits may change between runs; a re-plan must keep the
+ * same tensor), every request's [L_q][L_kv] bits one after the other, each padded to a
+ * whole byte (FlashInfer's segment_packbits layout), at least sum ceil(L_q * L_kv / 8)
+ * bytes; sinks go to the run. A masked plan runs the mma.sync kernel. */
+FI_API fi_status fi_batch_prefill_ragged_plan_ex(fi_runtime *rt, const fi_batch_prefill_info *info,
+                                                 const fi_prefill_params *p, const fi_attention_extras *x,
+                                                 DLTensor *workspace, void *stream, fi_prefill_plan **plan);
+FI_API fi_status fi_batch_prefill_paged_plan_ex(fi_runtime *rt, const fi_batch_prefill_info *info,
+                                                const fi_prefill_params *p, const fi_attention_extras *x,
+                                                DLTensor *workspace, void *stream, fi_prefill_plan **plan);
 /** fi_batch_prefill_paged_run with extras (NULL: none). */
 FI_API fi_status fi_batch_prefill_paged_run_ex(fi_runtime *rt, const fi_prefill_plan *plan,
                                                const DLTensor *q, const DLTensor *paged_k_cache,

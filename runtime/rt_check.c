@@ -148,7 +148,7 @@ fi_status rt_check_extras(const char *fn, const fi_attention_extras *x, const DL
   if (t->shape[0] > 1 && rt_stride(t, 0) != 1)
     return rt_fail(FI_ERR_INVALID_ARGUMENT, "%s: sinks has stride %lld; contiguous (1) is needed", fn,
                    (long long)rt_stride(t, 0));
-  if (rt_tensors_overlap(out, t)) return rt_fail(FI_ERR_INVALID_ARGUMENT, "%s: out overlaps sinks", fn);
+  if (out && rt_tensors_overlap(out, t)) return rt_fail(FI_ERR_INVALID_ARGUMENT, "%s: out overlaps sinks", fn);
   if (lse && rt_tensors_overlap(lse, t)) return rt_fail(FI_ERR_INVALID_ARGUMENT, "%s: lse overlaps sinks", fn);
   *sinks = (const float *)rt_data(t);
   return FI_OK;
@@ -164,12 +164,16 @@ fi_status rt_check_extras_mask(const char *fn, const fi_attention_extras *x, con
   if (!x || x->struct_size < offsetof(fi_attention_extras, custom_mask) + sizeof x->custom_mask) return FI_OK;
   const DLTensor *t = x->custom_mask;
   if (!t) return FI_OK;
+  if (need_bytes == -2)
+    return rt_fail(FI_ERR_INVALID_ARGUMENT,
+                   "%s: extras->custom_mask is given to the run; a batch prefill takes its mask at plan time "
+                   "(fi_batch_prefill_*_plan_ex)", fn);
   if (need_bytes < 0)
     return rt_fail(FI_ERR_INVALID_ARGUMENT,
-                   "%s: extras->custom_mask is given; custom masks are taken by fi_single_prefill_ex only "
-                   "(batch prefill: not yet)", fn);
+                   "%s: extras->custom_mask is given; custom masks are taken by prefill only "
+                   "(fi_single_prefill_ex, fi_batch_prefill_*_plan_ex)", fn);
   if ((st = rt_check_tensor(fn, "custom_mask", t, 1)) != FI_OK) return st;
-  if ((st = rt_check_same_device(fn, "q", q, "custom_mask", t)) != FI_OK) return st;
+  if ((st = rt_check_same_device(fn, q->ndim == 1 ? "workspace" : "q", q, "custom_mask", t)) != FI_OK) return st;
   if (t->dtype.code != kDLUInt || t->dtype.bits != 8 || t->dtype.lanes != 1)
     return rt_fail(FI_ERR_INVALID_ARGUMENT, "%s: custom_mask has dtype %s; uint8 (packed bits) is needed", fn,
                    rt_dtype_string(t->dtype, b1, sizeof b1));
@@ -180,7 +184,7 @@ fi_status rt_check_extras_mask(const char *fn, const fi_attention_extras *x, con
     return rt_fail(FI_ERR_INVALID_ARGUMENT,
                    "%s: custom_mask has %lld bytes; ceil(L_q * L_kv / 8) = %lld are needed (packed bits)", fn,
                    (long long)t->shape[0], (long long)need_bytes);
-  if (rt_tensors_overlap(out, t)) return rt_fail(FI_ERR_INVALID_ARGUMENT, "%s: out overlaps custom_mask", fn);
+  if (out && rt_tensors_overlap(out, t)) return rt_fail(FI_ERR_INVALID_ARGUMENT, "%s: out overlaps custom_mask", fn);
   if (lse && rt_tensors_overlap(lse, t))
     return rt_fail(FI_ERR_INVALID_ARGUMENT, "%s: lse overlaps custom_mask", fn);
   *mask = (const uint8_t *)rt_data(t);

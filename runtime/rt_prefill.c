@@ -3,6 +3,7 @@
  * rt_prefill_single.c; the shared checks: rt_prefill_args.c; the kernel choice:
  * rt_prefill_choose.c. */
 #include <math.h>
+#include <stddef.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -21,6 +22,7 @@
 #include "rt_autotune.h"
 
 struct fi_prefill_plan {
+  const uint8_t *mask; /* the custom mask (device) the runs read; NULL: none */
   jit_key key, merge_key;
   int devtype, device, paged, graph;
   int batch, max_batch, max_qo_tokens;
@@ -77,10 +79,27 @@ FI_API void fi_batch_prefill_plan_destroy(fi_prefill_plan *plan) {
 }
 
 /* The plan, for a device (rt != NULL: tables uploaded on stream) or offline (rt NULL). */
+/* A plan's custom mask: its device address and length in bytes (NULL: none). */
+typedef struct plan_mask {
+  const uint8_t *ptr;
+  int64_t len;
+} plan_mask;
+
+/* The byte offset of each request's mask segment (segment_packbits' layout: each request's
+ * [L_q][L_kv] bits padded to a whole byte) into off[B]; returns the bytes of them all. */
+static int64_t mask_offsets(int B, const int32_t *qo_indptr, const int64_t *kv_len, int64_t *off) {
+  int64_t total = 0;
+  for (int b = 0; b < B; b++) {
+    off[b] = total;
+    total += (((int64_t)qo_indptr[b + 1] - qo_indptr[b]) * kv_len[b] + 7) / 8;
+  }
+  return total;
+}
+
 static fi_status plan_impl(fi_runtime *rt, const char *fn, const fi_batch_prefill_info *info,
                            const fi_prefill_params *p, int paged, char *ws, int64_t ws_bytes,
                            int devtype, int device, int sms, void *stream, fi_prefill_plan **plan, int use_stored,
-                           const rt_prefill_tactic *force) {
+                           const rt_prefill_tactic *force, const plan_mask *mask) {
   fi_status st;
   char err[256];
   const int B = info->batch;
@@ -134,9 +153,27 @@ static fi_status plan_impl(fi_runtime *rt, const char *fn, const fi_batch_prefil
     free(kv_len);
     return rt_fail(FI_ERR_INVALID_ARGUMENT, "%s: a request has 2^31 or more query tokens x group", fn);
   }
+  int64_t *moff = NULL;
+  if (mask) {
+    moff = malloc(((size_t)B + 1) * sizeof *moff);
+    if (!moff) {
+      free(kv_len);
+      return rt_fail(FI_ERR_OUT_OF_MEMORY, "%s: out of memory", fn);
+    }
+    const int64_t need = mask_offsets(B, info->qo_indptr, kv_len, moff);
+    if (need > mask->len || need > INT32_MAX) {
+      free(moff);
+      free(kv_len);
+      return rt_fail(FI_ERR_INVALID_ARGUMENT,
+                     "%s: extras->custom_mask has %lld bytes; the batch's segments need %lld (each request's "
+                     "ceil(L_q * L_kv / 8), in order)%s",
+                     fn, (long long)mask->len, (long long)need, need > INT32_MAX ? ", at most 2^31 - 1" : "");
+    }
+  }
   const int64_t qo_total = B > 0 ? (int64_t)info->qo_indptr[B] - info->qo_indptr[0] : 0;
   if (sms < 0 && (st = rt_dec_device_sms(rt, devtype, device, &sms)) != FI_OK) {
     free(kv_len);
+    free(moff);
     return st;
   }
   rt_prefill_layout lay;
@@ -144,6 +181,7 @@ static fi_status plan_impl(fi_runtime *rt, const char *fn, const fi_batch_prefil
                         info->num_qo_heads, info->num_kv_heads, D, &lay);
   if (lay.bytes > ws_bytes) {
     free(kv_len);
+    free(moff);
     return rt_fail(FI_ERR_INVALID_ARGUMENT,
                    "%s: workspace has %lld bytes; %lld are needed (fi_batch_prefill_workspace_size)",
                    fn, (long long)ws_bytes, (long long)lay.bytes);
@@ -160,7 +198,7 @@ static fi_status plan_impl(fi_runtime *rt, const char *fn, const fi_batch_prefil
   const int rope = p->attn.pos_encoding == FI_POS_ROPE_LLAMA, soft_cap = p->attn.logits_soft_cap != 0;
   rt_prefill_tactic tac;
   const rt_prefill_tactic *stored = force;
-  if (rt && use_stored && !force && !rope) {
+  if (rt && use_stored && !force && !rope && !mask) {
     int64_t fields[RT_PREFILL_TACTIC_FIELDS];
     const char *text;
     rt_prefill_tactic_fields(dt, info->num_qo_heads, info->num_kv_heads, D, p->causal, soft_cap, fields);
@@ -171,19 +209,24 @@ static fi_status plan_impl(fi_runtime *rt, const char *fn, const fi_batch_prefil
       stored = &tac;
   }
   jit_key key;
-  const int qt = rt_prefill_pick_kernel(rt, devtype, device, 0, dt, D, graph ? (int64_t)info->max_qo_tokens * G : maxrows, kvsel,
-                             rope, soft_cap, stored, &key);
+  const int64_t pick_rows = graph ? (int64_t)info->max_qo_tokens * G : maxrows;
+  /* A custom mask runs on the mma.sync kernel (the wgmma one has no mask yet). */
+  const int qt = mask ? rt_prefill_pick_mma(rt, 0, dt, D, pick_rows, rope, &key)
+                      : rt_prefill_pick_kernel(rt, devtype, device, 0, dt, D, pick_rows, kvsel, rope, soft_cap, stored,
+                                               &key);
   if (!fresh &&
       (pl->paged != paged || pl->graph != graph || (graph && (pl->max_batch != info->max_batch ||
                                                               pl->max_qo_tokens != info->max_qo_tokens)) ||
        pl->num_qo_heads != info->num_qo_heads || pl->num_kv_heads != info->num_kv_heads ||
        pl->head_dim != D || (paged && pl->page_size != info->page_size) || pl->dt != dt ||
-       memcmp(&pl->params, p, sizeof *p) != 0 || pl->ws != ws || memcmp(pl->key.v, key.v, sizeof key.v) != 0)) {
+       memcmp(&pl->params, p, sizeof *p) != 0 || pl->ws != ws || memcmp(pl->key.v, key.v, sizeof key.v) != 0 ||
+       pl->mask != (mask ? mask->ptr : NULL))) {
     free(kv_len);
+    free(moff);
     return rt_fail(FI_ERR_INVALID_ARGUMENT,
                    "%s: a re-plan must keep the plan's kind, heads, head_dim, page_size, dtypes, "
-                   "parameters, sizes, kernel (q and kv tiles, chosen by the longest request) and "
-                   "workspace; make a new plan instead",
+                   "parameters, sizes, kernel (q and kv tiles, chosen by the longest request), "
+                   "workspace and custom mask; make a new plan instead",
                    fn);
   }
   int64_t target = (int64_t)sms * RT_PREFILL_BLOCKS_PER_SM;
@@ -196,6 +239,7 @@ static fi_status plan_impl(fi_runtime *rt, const char *fn, const fi_batch_prefil
     free(tab);
     free(kv_base);
     free(kv_len);
+    free(moff);
     return rt_fail(FI_ERR_OUT_OF_MEMORY, "%s: out of memory", fn);
   }
   for (int b = 0; b < B; b++) kv_base[b] = info->kv_indptr[b];
@@ -207,6 +251,11 @@ static fi_status plan_impl(fi_runtime *rt, const char *fn, const fi_batch_prefil
                                          lay.slots, &chunk, &slots);
   free(kv_base);
   free(kv_len);
+  /* each item's mask segment (word 11), from its request (word 0) */
+  for (int64_t i = 0; moff && i < n; i++)
+    tab[FI_PREFILL_HDR_WORDS + FI_PREFILL_ITEM_WORDS * i + 11] =
+        (int32_t)moff[tab[FI_PREFILL_HDR_WORDS + FI_PREFILL_ITEM_WORDS * i]];
+  free(moff);
   if (n < 0) {
     free(tab);
     return rt_fail(FI_ERR_INVALID_ARGUMENT, "%s: the batch does not fit the plan's %lld work items",
@@ -232,6 +281,7 @@ static fi_status plan_impl(fi_runtime *rt, const char *fn, const fi_batch_prefil
   }
   free(pl->tab);
   pl->tab = tab;
+  pl->mask = mask ? mask->ptr : NULL;
   pl->key = key;
   jit_prefill_merge_select(dt, D, &pl->merge_key);
   pl->devtype = devtype;
@@ -277,7 +327,8 @@ static fi_status plan_impl(fi_runtime *rt, const char *fn, const fi_batch_prefil
 
 static fi_status plan_entry(fi_runtime *rt, const char *fn, const fi_batch_prefill_info *info,
                             const fi_prefill_params *p, int paged, DLTensor *workspace, void *stream,
-                            fi_prefill_plan **plan, int use_stored, const rt_prefill_tactic *force) {
+                            fi_prefill_plan **plan, int use_stored, const rt_prefill_tactic *force,
+                            const fi_attention_extras *x) {
   fi_status st;
   fi_prefill_params defaults;
   if (!p) {
@@ -292,28 +343,49 @@ static fi_status plan_entry(fi_runtime *rt, const char *fn, const fi_batch_prefi
                    fn, (void *)rt_data(workspace));
   if (workspace->shape[0] > 1 && rt_stride(workspace, 0) != 1)
     return rt_fail(FI_ERR_INVALID_ARGUMENT, "%s: workspace must be contiguous", fn);
+  /* A plan takes the extras' custom mask (sinks go to the run). */
+  const float *sinks;
+  plan_mask pm = {NULL, 0};
+  if (x && x->struct_size >= offsetof(fi_attention_extras, sinks) + sizeof x->sinks && x->sinks)
+    return rt_fail(FI_ERR_INVALID_ARGUMENT, "%s: extras->sinks is given to the plan; sinks go to the run", fn);
+  if ((st = rt_check_extras(fn, x, workspace, 0, NULL, NULL, &sinks)) != FI_OK ||
+      (st = rt_check_extras_mask(fn, x, workspace, 0, NULL, NULL, &pm.ptr)) != FI_OK)
+    return st;
+  if (pm.ptr) pm.len = x->custom_mask->shape[0];
   /* The SM count is looked up once the arguments are checked (sms -1). */
   return plan_impl(rt, fn, info, p, paged, rt_data(workspace), ws_bytes, workspace->device.device_type,
-                   workspace->device.device_id, -1, stream, plan, use_stored, force);
+                   workspace->device.device_id, -1, stream, plan, use_stored, force, pm.ptr ? &pm : NULL);
 }
 
 FI_API fi_status fi_batch_prefill_ragged_plan(fi_runtime *rt, const fi_batch_prefill_info *info,
                                               const fi_prefill_params *p, DLTensor *workspace,
                                               void *stream, fi_prefill_plan **plan) {
-  return plan_entry(rt, "fi_batch_prefill_ragged_plan", info, p, 0, workspace, stream, plan, 1, NULL);
+  return plan_entry(rt, "fi_batch_prefill_ragged_plan", info, p, 0, workspace, stream, plan, 1, NULL, NULL);
 }
 
 FI_API fi_status fi_batch_prefill_paged_plan(fi_runtime *rt, const fi_batch_prefill_info *info,
                                              const fi_prefill_params *p, DLTensor *workspace,
                                              void *stream, fi_prefill_plan **plan) {
-  return plan_entry(rt, "fi_batch_prefill_paged_plan", info, p, 1, workspace, stream, plan, 1, NULL);
+  return plan_entry(rt, "fi_batch_prefill_paged_plan", info, p, 1, workspace, stream, plan, 1, NULL, NULL);
+}
+
+FI_API fi_status fi_batch_prefill_ragged_plan_ex(fi_runtime *rt, const fi_batch_prefill_info *info,
+                                                 const fi_prefill_params *p, const fi_attention_extras *x,
+                                                 DLTensor *workspace, void *stream, fi_prefill_plan **plan) {
+  return plan_entry(rt, "fi_batch_prefill_ragged_plan", info, p, 0, workspace, stream, plan, 1, NULL, x);
+}
+
+FI_API fi_status fi_batch_prefill_paged_plan_ex(fi_runtime *rt, const fi_batch_prefill_info *info,
+                                                const fi_prefill_params *p, const fi_attention_extras *x,
+                                                DLTensor *workspace, void *stream, fi_prefill_plan **plan) {
+  return plan_entry(rt, "fi_batch_prefill_paged_plan", info, p, 1, workspace, stream, plan, 1, NULL, x);
 }
 
 fi_status rt_prefill_plan_tactic(fi_runtime *rt, const fi_batch_prefill_info *info, const fi_prefill_params *p,
                                  int paged, DLTensor *workspace, void *stream, fi_prefill_plan **plan, int use_stored,
                                  const rt_prefill_tactic *force) {
   return plan_entry(rt, paged ? "fi_batch_prefill_paged_plan" : "fi_batch_prefill_ragged_plan", info, p, paged,
-                    workspace, stream, plan, use_stored, force);
+                    workspace, stream, plan, use_stored, force, NULL);
 }
 
 const jit_key *rt_prefill_plan_key(const fi_prefill_plan *pl) { return &pl->key; }
@@ -362,6 +434,7 @@ static fi_status run_launch(fi_runtime *rt, const fi_prefill_plan *pl, fi_prefil
   kp->num_kv_heads = pl->num_kv_heads;
   kp->group = pl->num_qo_heads / pl->num_kv_heads;
   kp->split = pl->slots_used > 0;
+  kp->custom_mask = pl->mask;
   if (pl->grid == 0) return FI_OK;
   fi_status st = rt_prefill_launch(rt, pl->devtype, pl->device, &pl->key, pl->pgrid > 0 ? pl->pgrid : pl->grid,
                         pl->pgrid > 0 ? 1 : pl->num_kv_heads, jit_prefill_threads(&pl->key), kp, sizeof *kp, stream);
@@ -431,7 +504,7 @@ FI_API fi_status fi_batch_prefill_ragged_run_ex(fi_runtime *rt, const fi_prefill
   if ((st = rt_check_outputs_apart(fn, out, lse, ins, in_names, 3)) != FI_OK) return st;
   fi_prefill_kparams kp = pl->scalars;
   if ((st = rt_check_extras(fn, x, q, pl->num_qo_heads, out, lse, &kp.sinks)) != FI_OK ||
-      (st = rt_check_extras_mask(fn, x, q, -1, out, lse, &kp.custom_mask)) != FI_OK)
+      (st = rt_check_extras_mask(fn, x, q, -2, out, lse, &kp.custom_mask)) != FI_OK)
     return st;
   kp.k = rt_data(k);
   kp.v = rt_data(v);
@@ -485,7 +558,7 @@ FI_API fi_status fi_batch_prefill_paged_run_ex(fi_runtime *rt, const fi_prefill_
   if ((st = rt_check_outputs_apart(fn, out, lse, ins, in_names, 4)) != FI_OK) return st;
   fi_prefill_kparams kp = pl->scalars;
   if ((st = rt_check_extras(fn, x, q, pl->num_qo_heads, out, lse, &kp.sinks)) != FI_OK ||
-      (st = rt_check_extras_mask(fn, x, q, -1, out, lse, &kp.custom_mask)) != FI_OK)
+      (st = rt_check_extras_mask(fn, x, q, -2, out, lse, &kp.custom_mask)) != FI_OK)
     return st;
   kp.k = rt_data(kc);
   kp.v = rt_data(vc);
@@ -502,11 +575,21 @@ int rt_prefill_plan_offline(const fi_batch_prefill_info *info, const fi_prefill_
   return rt_prefill_plan_offline_tactic(info, p, paged, workspace, devtype, sms, plan, NULL);
 }
 
+int rt_prefill_plan_offline_mask(const fi_batch_prefill_info *info, const fi_prefill_params *p, int paged,
+                                 void *workspace, int devtype, int sms, int64_t mask_len, fi_prefill_plan **plan) {
+  static const uint8_t bits[1]; /* a mask address no offline plan reads */
+  const plan_mask pm = {bits, mask_len};
+  return plan_impl(NULL, paged ? "fi_batch_prefill_paged_plan" : "fi_batch_prefill_ragged_plan", info, p, paged,
+                   workspace, INT64_MAX, devtype, 0, sms, NULL, plan, 0, NULL, &pm) == FI_OK
+             ? 0
+             : -1;
+}
+
 int rt_prefill_plan_offline_tactic(const fi_batch_prefill_info *info, const fi_prefill_params *p, int paged,
                                    void *workspace, int devtype, int sms, fi_prefill_plan **plan,
                                    const rt_prefill_tactic *force) {
   return plan_impl(NULL, paged ? "fi_batch_prefill_paged_plan" : "fi_batch_prefill_ragged_plan", info, p,
-                   paged, workspace, INT64_MAX, devtype, 0, sms, NULL, plan, 0, force) == FI_OK
+                   paged, workspace, INT64_MAX, devtype, 0, sms, NULL, plan, 0, force, NULL) == FI_OK
              ? 0
              : -1;
 }

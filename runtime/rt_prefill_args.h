@@ -51,6 +51,10 @@ void rt_prefill_tactic_shape(const int64_t *f, char *buf, size_t n);
 /* rt_prefill_plan_offline (rt_prefill.h) with the tactic force (NULL: the rule), for the
  * CPU tests. */
 struct fi_prefill_plan;
+/* rt_prefill_plan_offline with a custom mask of mask_len bytes (the tests: the item
+ * table's segment offsets, the length check). */
+int rt_prefill_plan_offline_mask(const fi_batch_prefill_info *info, const fi_prefill_params *p, int paged,
+                                 void *workspace, int devtype, int sms, int64_t mask_len, struct fi_prefill_plan **plan);
 int rt_prefill_plan_offline_tactic(const fi_batch_prefill_info *info, const fi_prefill_params *p, int paged,
                                    void *workspace, int devtype, int sms, struct fi_prefill_plan **plan,
                                    const rt_prefill_tactic *force);

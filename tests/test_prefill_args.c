@@ -587,13 +587,11 @@ FT_TEST(single_prefill_bad_arguments_named) {
   fi_runtime_destroy(rt);
 }
 
-FT_TEST(batch_prefill_plan_and_run_bad_arguments_named) {
-  fi_runtime *rt = rt_make();
-  FT_REQUIRE(rt);
-  int32_t qo[3] = {0, 100, 101}, kvp[3] = {0, 10, 13}, last[2] = {16, 5};
+/* A paged batch of B requests over pages of 16: bf16, 32/8 heads, head_dim 128. */
+static fi_batch_prefill_info paged_info(int B, int32_t *qo, int32_t *kvp, int32_t *last) {
   fi_batch_prefill_info info;
   memset(&info, 0, sizeof info);
-  info.batch = 2;
+  info.batch = B;
   info.qo_indptr = qo;
   info.kv_indptr = kvp;
   info.kv_last_page_len = last;
@@ -602,6 +600,14 @@ FT_TEST(batch_prefill_plan_and_run_bad_arguments_named) {
   info.head_dim = 128;
   info.page_size = 16;
   info.q_dtype = info.kv_dtype = (DLDataType){kDLBfloat, 16, 1};
+  return info;
+}
+
+FT_TEST(batch_prefill_plan_and_run_bad_arguments_named) {
+  fi_runtime *rt = rt_make();
+  FT_REQUIRE(rt);
+  int32_t qo[3] = {0, 100, 101}, kvp[3] = {0, 10, 13}, last[2] = {16, 5};
+  fi_batch_prefill_info info = paged_info(2, qo, kvp, last);
   tens ws;
   mk(&ws, ADDR(9), kDLUInt, 8, 1, 1 << 26, 0, 0, 0);
   fi_prefill_plan *plan = NULL;
@@ -811,4 +817,69 @@ FT_TEST(prefill_plan_partitions_with_its_tactic) {
            "%s", fi_last_error());
   fi_batch_prefill_plan_destroy(a);
   fi_batch_prefill_plan_destroy(b);
+}
+
+/* A batch plan with a custom mask (fi_attention_extras at plan time): every item's word 11
+ * is its request's segment, the requests' ceil(L_q * L_kv / 8) bytes one after the other;
+ * a mask too short for the batch is refused naming the bytes; sinks given to the plan and a
+ * mask given to a run are refused by name. */
+FT_TEST(batch_prefill_plan_custom_mask_segments) {
+  int32_t qo[4] = {0, 100, 101, 131}, kvp[4] = {0, 10, 13, 16}, last[3] = {16, 5, 9};
+  fi_batch_prefill_info info = paged_info(3, qo, kvp, last);
+  fi_prefill_params prm;
+  fi_prefill_params_init(&prm);
+  /* L_kv: 160, 37, 41; L_q: 100, 1, 30 -> 2000, 5 (37 bits), 154 (1230 bits) bytes */
+  const int64_t seg[3] = {0, 2000, 2005}, total = 2005 + 154;
+  fi_prefill_plan *plan = NULL;
+  FT_REQUIRE(rt_prefill_plan_offline_mask(&info, &prm, 1, ADDR(9), kDLCUDA, 132, total, &plan) == 0,
+             "%s", fi_last_error());
+  int64_t n;
+  const int32_t *items = rt_prefill_plan_items(plan, &n);
+  int seen[3] = {0, 0, 0};
+  for (int64_t i = 0; i < n; i++) {
+    const int b = items[IW * i];
+    FT_REQUIRE(b >= 0 && b < 3);
+    FT_CHECK_EQ_INT(items[IW * i + 11], seg[b]);
+    seen[b] = 1;
+  }
+  FT_CHECK(seen[0] && seen[1] && seen[2], "every request has an item");
+  FT_CHECK(!jit_prefill_is_wgmma(rt_prefill_plan_key(plan)), "a masked plan runs mma.sync");
+  fi_batch_prefill_plan_destroy(plan);
+  plan = NULL;
+  FT_CHECK(rt_prefill_plan_offline_mask(&info, &prm, 1, ADDR(9), kDLCUDA, 132, total - 1, &plan) == -1);
+  FT_CHECK_STR_HAS(fi_last_error(), "custom_mask has 2158 bytes; the batch's segments need 2159");
+  /* through the API (no device here: a valid call gets past the checks) */
+  fi_runtime *rt = rt_make();
+  FT_REQUIRE(rt);
+  tens ws, m8, sk;
+  mk(&ws, ADDR(9), kDLUInt, 8, 1, 1 << 26, 0, 0, 0);
+  mk(&m8, ADDR(5), kDLUInt, 8, 1, total - 1, 0, 0, 0);
+  mk(&sk, ADDR(6), kDLFloat, 32, 1, 32, 0, 0, 0);
+  fi_attention_extras x;
+  fi_attention_extras_init(&x);
+  x.custom_mask = &m8.t;
+  EXPECT_BAD(fi_batch_prefill_paged_plan_ex(rt, &info, NULL, &x, &ws.t, NULL, &plan), "need 2159");
+  m8.shape[0] = total;
+  fi_status st = fi_batch_prefill_paged_plan_ex(rt, &info, NULL, &x, &ws.t, NULL, &plan);
+  FT_CHECK(st != FI_ERR_INVALID_ARGUMENT, "valid masked plan refused: %s", fi_last_error());
+  m8.t.dtype.code = kDLInt;
+  EXPECT_BAD(fi_batch_prefill_paged_plan_ex(rt, &info, NULL, &x, &ws.t, NULL, &plan), "custom_mask has dtype");
+  fi_attention_extras xs;
+  fi_attention_extras_init(&xs);
+  xs.sinks = &sk.t;
+  EXPECT_BAD(fi_batch_prefill_paged_plan_ex(rt, &info, NULL, &xs, &ws.t, NULL, &plan), "sinks go to the run");
+  /* a run given a mask: refused (batches take theirs at plan time) */
+  m8.t.dtype.code = kDLUInt;
+  FT_REQUIRE(rt_prefill_plan_offline(&info, &prm, 1, ADDR(9), kDLCUDA, 132, &plan) == 0);
+  tens q, kc, vc, ix, o;
+  mk(&q, ADDR(0), kDLBfloat, 16, 3, 131, 32, 128, 0);
+  mk(&kc, ADDR(1), kDLBfloat, 16, 4, 20, 16, 8, 128);
+  mk(&vc, ADDR(2), kDLBfloat, 16, 4, 20, 16, 8, 128);
+  mk(&ix, ADDR(4), kDLInt, 32, 1, 16, 0, 0, 0);
+  mk(&o, ADDR(7), kDLBfloat, 16, 3, 131, 32, 128, 0);
+  EXPECT_BAD(fi_batch_prefill_paged_run_ex(rt, plan, &q.t, &kc.t, &vc.t, &ix.t, FI_KV_LAYOUT_NHD, &o.t, NULL, &x,
+                                           NULL),
+             "takes its mask at plan time");
+  fi_batch_prefill_plan_destroy(plan);
+  fi_runtime_destroy(rt);
 }

@@ -51,6 +51,8 @@ static g_sinks g_sk;
  * [L_q][L_kv] (little-endian within a byte), host copy g_hmask, on the device g_dmask. */
 static int g_mask_on;
 static uint8_t *g_hmask;
+static int64_t g_hmask_off[64]; /* request b's segment (byte), segment_packbits' layout */
+static fi_attention_extras g_xplan; /* a batch plan's extras: the mask */
 static CUdeviceptr g_dmask;
 static int64_t g_mshape[1];
 static DLTensor g_tmask;
@@ -217,7 +219,7 @@ static void reference(const pcase *c, const hbatch *h, double *out, double *lse)
           for (int d = 0; d < D; d++) x += qr[d] * kj[d];
           x *= sm;
           if (c->cap > 0) x = c->cap * tanh(x / c->cap);
-          const int64_t bit = (int64_t)t * lkv + j;
+          const int64_t bit = 8 * g_hmask_off[b] + (int64_t)t * lkv + j;
           if (g_hmask && !((g_hmask[bit >> 3] >> (bit & 7)) & 1)) x = -INFINITY;
           s[j] = x;
           if (x > m) m = x;
@@ -407,6 +409,7 @@ static fi_status run_once(const pcase *c, const hbatch *h, dbatch *d, fi_prefill
   const fi_prefill_params p = params_of(c);
   const fi_kv_layout lay = c->hnd ? FI_KV_LAYOUT_HND : FI_KV_LAYOUT_NHD;
   fi_status st;
+  const fi_attention_extras *xp = g_mask_on ? &g_xplan : NULL; /* a batch plan's mask */
   if (c->mode == M_SINGLE) {
     DLTensor q1 = d->tq, o1 = d->to, l1 = d->tl;
     int64_t qs[3] = {h->nq, c->hq, c->D}, ls[2] = {h->nq, c->hq};
@@ -414,10 +417,10 @@ static fi_status run_once(const pcase *c, const hbatch *h, dbatch *d, fi_prefill
     return fi_single_prefill_ex(rt, &q1, &d->tk, &d->tv, &o1, &l1, lay, &p, g_xp, s);
   }
   if (c->mode == M_RAGGED) {
-    if ((st = fi_batch_prefill_ragged_plan(rt, info, &p, &d->tw, s, plan)) != FI_OK) return st;
+    if ((st = fi_batch_prefill_ragged_plan_ex(rt, info, &p, xp, &d->tw, s, plan)) != FI_OK) return st;
     return fi_batch_prefill_ragged_run_ex(rt, *plan, &d->tq, &d->tk, &d->tv, lay, &d->to, &d->tl, g_xp, s);
   }
-  if ((st = fi_batch_prefill_paged_plan(rt, info, &p, &d->tw, s, plan)) != FI_OK) return st;
+  if ((st = fi_batch_prefill_paged_plan_ex(rt, info, &p, xp, &d->tw, s, plan)) != FI_OK) return st;
   return fi_batch_prefill_paged_run_ex(rt, *plan, &d->tq, &d->tk, &d->tv, &d->ti, lay, &d->to, &d->tl, g_xp, s);
 }
 
@@ -444,15 +447,20 @@ static int run_case(const pcase *c) {
   draw(c, &h);
   build(c, &h);
   if (g_mask_on) {
-    /* about 70% of the pairs attended, every 7th query token nothing */
-    const int64_t n = (int64_t)h.lq[0] * h.lkv[0], nb = (n + 7) / 8 + 1;
-    g_hmask = calloc((size_t)nb, 1);
-    if (!g_hmask) {
-      FT_CHECK(0, "%s: out of memory", c->name);
+    /* every request's segment, padded to a byte: about 70% of the pairs attended, every
+     * 7th query token nothing */
+    int64_t nb = 1;
+    for (int b = 0; b < h.B && b < 64; b++) g_hmask_off[b] = nb - 1, nb += ((int64_t)h.lq[b] * h.lkv[b] + 7) / 8;
+    if (h.B > 64 || !(g_hmask = calloc((size_t)nb, 1))) {
+      FT_CHECK(0, "%s: more than 64 requests, or out of memory", c->name);
       return -1;
     }
-    for (int64_t i = 0; i < n; i++)
-      if ((i / (h.lkv[0] ? h.lkv[0] : 1)) % 7 != 3 && g_uniform(&seed) < 0.7) g_hmask[i >> 3] |= (uint8_t)(1u << (i & 7));
+    for (int b = 0; b < h.B; b++)
+      for (int64_t i = 0; i < (int64_t)h.lq[b] * h.lkv[b]; i++)
+        if ((i / (h.lkv[b] ? h.lkv[b] : 1)) % 7 != 3 && g_uniform(&seed) < 0.7) {
+          const int64_t bit = 8 * g_hmask_off[b] + i;
+          g_hmask[bit >> 3] |= (uint8_t)(1u << (bit & 7));
+        }
     CU_CHECK(&cu, cuMemAlloc(&g_dmask, (size_t)nb));
     CU_CHECK(&cu, cuMemcpyHtoD(g_dmask, g_hmask, (size_t)nb));
     g_mshape[0] = nb;
@@ -462,10 +470,14 @@ static int run_case(const pcase *c) {
     g_tmask.ndim = 1;
     g_tmask.dtype.code = kDLUInt, g_tmask.dtype.bits = 8, g_tmask.dtype.lanes = 1;
     g_tmask.shape = g_mshape;
-    if (g_xp) g_xm = *g_xp;
-    else fi_attention_extras_init(&g_xm);
-    g_xm.custom_mask = &g_tmask;
-    g_xp = &g_xm;
+    fi_attention_extras_init(&g_xplan);
+    g_xplan.custom_mask = &g_tmask;
+    if (c->mode == M_SINGLE) { /* a single prefill takes both at the call */
+      if (g_xp) g_xm = *g_xp;
+      else fi_attention_extras_init(&g_xm);
+      g_xm.custom_mask = &g_tmask;
+      g_xp = &g_xm;
+    }
   }
   dbatch d;
   upload(c, &h, &d, 0, 0);
@@ -693,9 +705,10 @@ FT_TEST(prefill_sinks) {
   g_sinks_on = 0;
 }
 
-/* Custom masks (packed bits) on single prefill: f16 and bf16, head_dims 64, 128, 256,
- * causal and not, a window, with sinks; every 7th query token attends nothing (out 0). */
-FT_TEST(single_prefill_custom_mask) {
+/* Custom masks (packed bits): single prefill in f16 and bf16, head_dims 64, 128, 256,
+ * causal and not, a window, with sinks; batch plans (ragged, paged, split KV, tree-verify
+ * shapes); every 7th query token attends nothing (out 0). */
+FT_TEST(prefill_custom_mask) {
   FT_REQUIRE(setup() == 0);
   g_mask_on = 1;
   static const int lq[1] = {77}, lkv[1] = {300}, lq2[1] = {300}, lkv2[1] = {300};
@@ -708,6 +721,16 @@ FT_TEST(single_prefill_custom_mask) {
     }
   pcase w = {"mask single window", M_SINGLE, 1, 128, 32, 8, 0, 1, 1, 100, 0, 0, 0, 1, lq2, lkv2, 0, 0, 2e-2};
   run_case(&w);
+  /* batches: the plan lays the requests' segments (ragged and paged, split KV, a tree-verify
+   * shape of 8 query tokens a request over 600-token caches) */
+  static const int tq[6] = {8, 8, 8, 8, 8, 8}, tkv[6] = {600, 608, 650, 700, 9, 1200};
+  pcase r = {"mask ragged", M_RAGGED, 0, 128, 32, 8, 0, 1, 1, -1, 0, 0, 0, 5, NULL, NULL, 100, 300, 3e-3};
+  run_case(&r);
+  pcase pg = {"mask paged tree", M_PAGED, 1, 64, 64, 8, 0, 16, 1, -1, 0, 0, 0, 6, tq, tkv, 0, 0, 2e-2};
+  run_case(&pg);
+  static const int lqs[2] = {16, 3}, lkvs[2] = {30000, 12000};
+  pcase sp = {"mask split-KV", M_PAGED, 1, 128, 8, 8, 0, 16, 1, -1, 0, 0, 0, 2, lqs, lkvs, 0, 0, 2e-2};
+  run_case(&sp);
   g_sinks_on = 1;
   pcase sk = {"mask single sinks", M_SINGLE, 0, 64, 64, 8, 0, 1, 1, -1, 0, 0, 0, 1, lq2, lkv2, 0, 0, 3e-3};
   run_case(&sk);
