@@ -169,11 +169,15 @@ static int prefill_plan(ft_call *c, DLTensor *ws, fi_batch_prefill_info *in, int
   p.causal = (int)ft_int(c, i + 12);
   int64_t old = ft_int(c, i + 13);
   fi_prefill_plan *plan = old ? ft_plan_get(c, i + 13, FT_PLAN_PREFILL) : NULL;
+  /* the optional packed custom mask after plan (fi_attention_extras.custom_mask) */
+  fi_attention_extras x;
+  fi_attention_extras_init(&x);
+  x.custom_mask = ft_tensor_opt(c, i + 14);
   if (c->failed) return -1;
   fi_runtime *rt = ft_rt(c);
   if (!rt) return -1;
-  fi_status st = paged ? fi_batch_prefill_paged_plan(rt, in, &p, ws, ft_stream(c), &plan)
-                       : fi_batch_prefill_ragged_plan(rt, in, &p, ws, ft_stream(c), &plan);
+  fi_status st = paged ? fi_batch_prefill_paged_plan_ex(rt, in, &p, &x, ws, ft_stream(c), &plan)
+                       : fi_batch_prefill_ragged_plan_ex(rt, in, &p, &x, ws, ft_stream(c), &plan);
   return ret_plan(c, st, plan, old, FT_PLAN_PREFILL, prefill_destroy);
 }
 

@@ -108,12 +108,12 @@
   X(batch_prefill_ragged_plan,                                                                \
     "workspace: Tensor, qo_indptr: Tensor, kv_indptr: Tensor, num_qo_heads: int, "            \
     "num_kv_heads: int, head_dim: int, q_dtype: dtype, kv_dtype: dtype, max_batch: int, "     \
-    "max_qo_tokens: int, " FT_ATTN_SIG ", causal: int, plan: int")                            \
+    "max_qo_tokens: int, " FT_ATTN_SIG ", causal: int, plan: int, custom_mask: Tensor?")      \
   X(batch_prefill_paged_plan,                                                                 \
     "workspace: Tensor, qo_indptr: Tensor, kv_indptr: Tensor, kv_last_page_len: Tensor, "     \
     "num_qo_heads: int, num_kv_heads: int, head_dim: int, page_size: int, q_dtype: dtype, "   \
     "kv_dtype: dtype, max_batch: int, max_qo_tokens: int, " FT_ATTN_SIG ", causal: int, "     \
-    "plan: int")                                                                              \
+    "plan: int, custom_mask: Tensor?")                                                        \
   X(batch_prefill_ragged_run, "plan: int, q: Tensor, k: Tensor, v: Tensor, layout: int|str, " \
                               "out: Tensor, lse: Tensor?, sinks: Tensor?")                    \
   X(batch_prefill_paged_run,                                                                  \

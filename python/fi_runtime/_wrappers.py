@@ -92,7 +92,9 @@ class _Wrapper:
                 args[self._attn_at + k] = v
                 changed = True
         if changed:
-            self._plan = getattr(ops, f"batch_{self._kind}_plan")(*args, self._plan)
+            # (a prefill plan's packed custom mask goes with every re-plan: the same tensor)
+            mask = (getattr(self, "_mask", None),) if self._kind == "prefill" else ()
+            self._plan = getattr(ops, f"batch_{self._kind}_plan")(*args, self._plan, *mask)
             self._plan_args = tuple(args) + (self._plan,)
 
     def _outputs(self, q, out, lse, return_lse):
@@ -230,8 +232,13 @@ class _Prefill(_Wrapper):
         hq, hk, d = heads
         if head_dim_vo is not None and head_dim_vo != d:
             unsupported(fn, "head_dim_vo", head_dim_vo, "differs from head_dim_qk")
-        _refuse(fn, custom_mask=custom_mask, packed_custom_mask=packed_custom_mask,
-                use_fp16_qk_reduction=use_fp16_qk_reduction, **extra)
+        if custom_mask is not None:
+            unsupported(fn, "custom_mask", "a tensor", "is not taken unpacked: pass packed_custom_mask "
+                        "(flashinfer.segment_packbits' layout, little-endian bits)")
+        _refuse(fn, use_fp16_qk_reduction=use_fp16_qk_reduction, **extra)
+        if packed_custom_mask is not None:
+            tensor(fn, "packed_custom_mask", packed_custom_mask)
+        self._mask = packed_custom_mask  # the plan's (fi_attention_extras.custom_mask)
         total = int(qo_indptr_h[-1])
         max_batch = max_qo = 0
         if self._use_cuda_graph:
@@ -298,7 +305,7 @@ class BatchPrefillWithPagedKVCacheWrapper(_Prefill):
                                    tensor(fn, "paged_kv_indices", paged_kv_indices), int(kv_h[-1]))
         args = (self._workspace, qo_h, kv_h, last_h, *heads,
                 number(fn, "page_size", page_size, int), *rest)
-        self._plan = ops.batch_prefill_paged_plan(*args, self._plan)
+        self._plan = ops.batch_prefill_paged_plan(*args, self._plan, self._mask)
         self._plan_args = args + (self._plan,)
 
     begin_forward = plan
@@ -350,7 +357,7 @@ class BatchPrefillWithRaggedKVCacheWrapper(_Prefill):
         heads, rest = self._plan_common(fn, qo_h, batch, heads, dv, cm, pcm, causal, fp16,
                                         _attn(fn, heads[2], *a), _dtypes(fn, *dts), {})
         args = (self._workspace, qo_h, kv_h, *heads, *rest)
-        self._plan = ops.batch_prefill_ragged_plan(*args, self._plan)
+        self._plan = ops.batch_prefill_ragged_plan(*args, self._plan, self._mask)
         self._plan_args = args + (self._plan,)
 
     begin_forward = plan
