@@ -295,7 +295,11 @@ typedef struct fi_attention_extras {
   const DLTensor *custom_mask; /**< NULL (default) or packed uint8 bits (above) */
 } fi_attention_extras;
 
-FI_API void fi_attention_extras_init(fi_attention_extras *x);
+/** Zeroes the caller's struct of `size` bytes and sets struct_size to it: through the
+ * macro, the size of the header the caller was built with, so that a later library reads
+ * only the members that caller has. */
+FI_API void fi_attention_extras_init_sized(fi_attention_extras *x, size_t size);
+#define fi_attention_extras_init(x) fi_attention_extras_init_sized((x), sizeof *(x))
 
 /** Decode attention for one request: q [H_qo, D], k and v [L, H_kv, D] (NHD) or
  * [H_kv, L, D] (HND), out [H_qo, D], lse [H_qo] or NULL; p NULL for the defaults. From
@@ -599,8 +603,8 @@ FI_API fi_status fi_batch_prefill_paged_run(fi_runtime *rt, const fi_prefill_pla
                                             const DLTensor *kv_indices, fi_kv_layout layout,
                                             DLTensor *out, DLTensor *lse, void *stream);
 /** The batch prefill plans with extras: a plan takes extras->custom_mask (its runs then
- * read it: keep it allocated, and its bits may change between runs; a re-plan must keep the
- * same tensor), every request's [L_q][L_kv] bits one after the other, each padded to a
+ * read it: keep it allocated, and its bits may change between runs; a CUDA-graph re-plan
+ * must keep the same tensor), every request's [L_q][L_kv] bits one after the other, each padded to a
  * whole byte (FlashInfer's segment_packbits layout), at least sum ceil(L_q * L_kv / 8)
  * bytes; sinks go to the run. A masked plan runs the mma.sync kernel. */
 FI_API fi_status fi_batch_prefill_ragged_plan_ex(fi_runtime *rt, const fi_batch_prefill_info *info,

@@ -116,10 +116,10 @@ fi_status rt_check_outputs_apart(const char *fn, const DLTensor *out, const DLTe
 }
 
 
-FI_API void fi_attention_extras_init(fi_attention_extras *x) {
-  if (!x) return;
-  memset(x, 0, sizeof *x);
-  x->struct_size = sizeof *x;
+FI_API void fi_attention_extras_init_sized(fi_attention_extras *x, size_t size) {
+  if (!x || size < sizeof x->struct_size) return;
+  memset(x, 0, size < sizeof *x ? size : sizeof *x);
+  x->struct_size = size;
 }
 
 fi_status rt_check_extras(const char *fn, const fi_attention_extras *x, const DLTensor *q, int64_t hq,

@@ -220,13 +220,13 @@ static fi_status plan_impl(fi_runtime *rt, const char *fn, const fi_batch_prefil
        pl->num_qo_heads != info->num_qo_heads || pl->num_kv_heads != info->num_kv_heads ||
        pl->head_dim != D || (paged && pl->page_size != info->page_size) || pl->dt != dt ||
        memcmp(&pl->params, p, sizeof *p) != 0 || pl->ws != ws || memcmp(pl->key.v, key.v, sizeof key.v) != 0 ||
-       pl->mask != (mask ? mask->ptr : NULL))) {
+       (graph && pl->mask != (mask ? mask->ptr : NULL)))) {
     free(kv_len);
     free(moff);
     return rt_fail(FI_ERR_INVALID_ARGUMENT,
                    "%s: a re-plan must keep the plan's kind, heads, head_dim, page_size, dtypes, "
                    "parameters, sizes, kernel (q and kv tiles, chosen by the longest request), "
-                   "workspace and custom mask; make a new plan instead",
+                   "workspace and (CUDA-graph mode) custom mask tensor; make a new plan instead",
                    fn);
   }
   int64_t target = (int64_t)sms * RT_PREFILL_BLOCKS_PER_SM;

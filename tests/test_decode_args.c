@@ -745,6 +745,19 @@ FT_TEST(attention_extras_bad_sinks_named) {
   mb = mk8, mb.t.shape = mb.shape, mb.t.data = o3.t.data;
   EXPECT_BAD(fi_single_prefill_ex(rt, &q3.t, &k.t, &v.t, &o3.t, NULL, FI_KV_LAYOUT_NHD, NULL, &xm, NULL),
              "out overlaps custom_mask");
+  /* init writes only the caller's size (the header it was built with): a first-version
+   * struct (struct_size and sinks) leaves what follows it alone */
+  struct {
+    fi_attention_extras x;
+    uint64_t canary;
+  } old;
+  memset(&old, 0xab, sizeof old);
+  const size_t v1size = offsetof(fi_attention_extras, custom_mask);
+  fi_attention_extras_init_sized(&old.x, v1size);
+  FT_CHECK_EQ_INT((long long)old.x.struct_size, (long long)v1size);
+  FT_CHECK(old.x.sinks == NULL, "init zeroes the caller's members");
+  FT_CHECK(old.canary == 0xababababababababull && ((unsigned char *)&old.x)[v1size] == 0xab,
+           "init wrote past the caller's size");
   /* a caller's first-version struct (no custom_mask member) is read as such */
   fi_attention_extras v1 = xm;
   v1.struct_size = offsetof(fi_attention_extras, custom_mask);

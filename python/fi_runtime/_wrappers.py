@@ -238,7 +238,10 @@ class _Prefill(_Wrapper):
         _refuse(fn, use_fp16_qk_reduction=use_fp16_qk_reduction, **extra)
         if packed_custom_mask is not None:
             tensor(fn, "packed_custom_mask", packed_custom_mask)
-        self._mask = packed_custom_mask  # the plan's (fi_attention_extras.custom_mask)
+            # FlashInfer's mask replaces causal (MaskMode.CUSTOM); fi_runtime AND-s the two
+            causal = False
+        if self._plan and (packed_custom_mask is None) != (getattr(self, "_mask", None) is None):
+            self._destroy()  # masked plans run another kernel: a new plan, not a re-plan
         total = int(qo_indptr_h[-1])
         max_batch = max_qo = 0
         if self._use_cuda_graph:
@@ -305,7 +308,8 @@ class BatchPrefillWithPagedKVCacheWrapper(_Prefill):
                                    tensor(fn, "paged_kv_indices", paged_kv_indices), int(kv_h[-1]))
         args = (self._workspace, qo_h, kv_h, last_h, *heads,
                 number(fn, "page_size", page_size, int), *rest)
-        self._plan = ops.batch_prefill_paged_plan(*args, self._plan, self._mask)
+        self._plan = ops.batch_prefill_paged_plan(*args, self._plan, pcm)
+        self._mask = pcm  # kept only once the plan took it (the plan reads it)
         self._plan_args = args + (self._plan,)
 
     begin_forward = plan
@@ -357,7 +361,8 @@ class BatchPrefillWithRaggedKVCacheWrapper(_Prefill):
         heads, rest = self._plan_common(fn, qo_h, batch, heads, dv, cm, pcm, causal, fp16,
                                         _attn(fn, heads[2], *a), _dtypes(fn, *dts), {})
         args = (self._workspace, qo_h, kv_h, *heads, *rest)
-        self._plan = ops.batch_prefill_ragged_plan(*args, self._plan, self._mask)
+        self._plan = ops.batch_prefill_ragged_plan(*args, self._plan, pcm)
+        self._mask = pcm  # kept only once the plan took it (the plan reads it)
         self._plan_args = args + (self._plan,)
 
     begin_forward = plan

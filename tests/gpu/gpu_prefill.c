@@ -219,8 +219,10 @@ static void reference(const pcase *c, const hbatch *h, double *out, double *lse)
           for (int d = 0; d < D; d++) x += qr[d] * kj[d];
           x *= sm;
           if (c->cap > 0) x = c->cap * tanh(x / c->cap);
-          const int64_t bit = 8 * g_hmask_off[b] + (int64_t)t * lkv + j;
-          if (g_hmask && !((g_hmask[bit >> 3] >> (bit & 7)) & 1)) x = -INFINITY;
+          if (g_hmask) {
+            const int64_t bit = 8 * g_hmask_off[b] + (int64_t)t * lkv + j;
+            if (!((g_hmask[bit >> 3] >> (bit & 7)) & 1)) x = -INFINITY;
+          }
           s[j] = x;
           if (x > m) m = x;
         }
