@@ -122,11 +122,28 @@ FI_API void fi_attention_extras_init_sized(fi_attention_extras *x, size_t size) 
   x->struct_size = size;
 }
 
-fi_status rt_check_extras(const char *fn, const fi_attention_extras *x, const DLTensor *q, int64_t hq,
-                          const DLTensor *out, const DLTensor *lse, const float **sinks) {
+/* A side input of an attention call (sinks, custom_mask): 1-D, on q's device, contiguous,
+ * apart from out and lse (either may be NULL). */
+static fi_status check_side(const char *fn, const char *name, const DLTensor *t, const DLTensor *q,
+                            const char *qname, const DLTensor *out, const DLTensor *lse) {
+  fi_status st;
+  if ((st = rt_check_tensor(fn, name, t, 1)) != FI_OK) return st;
+  if ((st = rt_check_same_device(fn, qname, q, name, t)) != FI_OK) return st;
+  if (t->shape[0] > 1 && rt_stride(t, 0) != 1)
+    return rt_fail(FI_ERR_INVALID_ARGUMENT, "%s: %s has stride %lld; contiguous (1) is needed", fn, name,
+                   (long long)rt_stride(t, 0));
+  if (out && rt_tensors_overlap(out, t)) return rt_fail(FI_ERR_INVALID_ARGUMENT, "%s: out overlaps %s", fn, name);
+  if (lse && rt_tensors_overlap(lse, t)) return rt_fail(FI_ERR_INVALID_ARGUMENT, "%s: lse overlaps %s", fn, name);
+  return FI_OK;
+}
+
+fi_status rt_check_extras(const char *fn, const fi_attention_extras *x, const DLTensor *q, const char *qname,
+                          int64_t hq, int64_t mask_bytes, const DLTensor *out, const DLTensor *lse,
+                          const float **sinks, const uint8_t **mask) {
   fi_status st;
   char b1[32];
   *sinks = NULL;
+  *mask = NULL;
   if (!x) return FI_OK;
   /* The first version's size (struct_size and sinks): a caller built against it stays
    * valid when members are added; those are read only where struct_size covers them. */
@@ -136,57 +153,37 @@ fi_status rt_check_extras(const char *fn, const fi_attention_extras *x, const DL
                    "%s: extras->struct_size is %zu; at least %zu (fi_attention_extras_init sets it)", fn,
                    x->struct_size, v1);
   const DLTensor *t = x->sinks;
-  if (!t) return FI_OK;
-  if ((st = rt_check_tensor(fn, "sinks", t, 1)) != FI_OK) return st;
-  if ((st = rt_check_same_device(fn, "q", q, "sinks", t)) != FI_OK) return st;
-  if (rt_check_dtype(t->dtype) != JIT_DT_F32)
-    return rt_fail(FI_ERR_INVALID_ARGUMENT, "%s: sinks has dtype %s; float32 is needed", fn,
-                   rt_dtype_string(t->dtype, b1, sizeof b1));
-  if (t->shape[0] != hq)
-    return rt_fail(FI_ERR_INVALID_ARGUMENT, "%s: sinks has %lld entries; one a query head (%lld) is needed", fn,
-                   (long long)t->shape[0], (long long)hq);
-  if (t->shape[0] > 1 && rt_stride(t, 0) != 1)
-    return rt_fail(FI_ERR_INVALID_ARGUMENT, "%s: sinks has stride %lld; contiguous (1) is needed", fn,
-                   (long long)rt_stride(t, 0));
-  if (out && rt_tensors_overlap(out, t)) return rt_fail(FI_ERR_INVALID_ARGUMENT, "%s: out overlaps sinks", fn);
-  if (lse && rt_tensors_overlap(lse, t)) return rt_fail(FI_ERR_INVALID_ARGUMENT, "%s: lse overlaps sinks", fn);
-  *sinks = (const float *)rt_data(t);
-  return FI_OK;
-}
-
-fi_status rt_check_extras_mask(const char *fn, const fi_attention_extras *x, const DLTensor *q, int64_t need_bytes,
-                               const DLTensor *out, const DLTensor *lse, const uint8_t **mask) {
-  fi_status st;
-  char b1[32];
-  *mask = NULL;
-  /* custom_mask is the second version's member: read where the caller's struct has it
-   * (rt_check_extras has checked the first version's size). */
-  if (!x || x->struct_size < offsetof(fi_attention_extras, custom_mask) + sizeof x->custom_mask) return FI_OK;
-  const DLTensor *t = x->custom_mask;
-  if (!t) return FI_OK;
-  if (need_bytes == -2)
+  if (t) {
+    if (hq < 0)
+      return rt_fail(FI_ERR_INVALID_ARGUMENT, "%s: extras->sinks is given to the plan; sinks go to the run", fn);
+    if ((st = check_side(fn, "sinks", t, q, qname, out, lse)) != FI_OK) return st;
+    if (rt_check_dtype(t->dtype) != JIT_DT_F32)
+      return rt_fail(FI_ERR_INVALID_ARGUMENT, "%s: sinks has dtype %s; float32 is needed", fn,
+                     rt_dtype_string(t->dtype, b1, sizeof b1));
+    if (t->shape[0] != hq)
+      return rt_fail(FI_ERR_INVALID_ARGUMENT, "%s: sinks has %lld entries; one a query head (%lld) is needed", fn,
+                     (long long)t->shape[0], (long long)hq);
+    *sinks = (const float *)rt_data(t);
+  }
+  /* custom_mask, the second version's member: read where the caller's struct has it. */
+  if (x->struct_size < offsetof(fi_attention_extras, custom_mask) + sizeof x->custom_mask) return FI_OK;
+  if (!(t = x->custom_mask)) return FI_OK;
+  if (mask_bytes == RT_MASK_AT_PLAN)
     return rt_fail(FI_ERR_INVALID_ARGUMENT,
                    "%s: extras->custom_mask is given to the run; a batch prefill takes its mask at plan time "
                    "(fi_batch_prefill_*_plan_ex)", fn);
-  if (need_bytes < 0)
+  if (mask_bytes < 0)
     return rt_fail(FI_ERR_INVALID_ARGUMENT,
                    "%s: extras->custom_mask is given; custom masks are taken by prefill only "
                    "(fi_single_prefill_ex, fi_batch_prefill_*_plan_ex)", fn);
-  if ((st = rt_check_tensor(fn, "custom_mask", t, 1)) != FI_OK) return st;
-  if ((st = rt_check_same_device(fn, q->ndim == 1 ? "workspace" : "q", q, "custom_mask", t)) != FI_OK) return st;
+  if ((st = check_side(fn, "custom_mask", t, q, qname, out, lse)) != FI_OK) return st;
   if (t->dtype.code != kDLUInt || t->dtype.bits != 8 || t->dtype.lanes != 1)
     return rt_fail(FI_ERR_INVALID_ARGUMENT, "%s: custom_mask has dtype %s; uint8 (packed bits) is needed", fn,
                    rt_dtype_string(t->dtype, b1, sizeof b1));
-  if (t->shape[0] > 1 && rt_stride(t, 0) != 1)
-    return rt_fail(FI_ERR_INVALID_ARGUMENT, "%s: custom_mask has stride %lld; contiguous (1) is needed", fn,
-                   (long long)rt_stride(t, 0));
-  if (t->shape[0] < need_bytes)
+  if (t->shape[0] < mask_bytes)
     return rt_fail(FI_ERR_INVALID_ARGUMENT,
                    "%s: custom_mask has %lld bytes; ceil(L_q * L_kv / 8) = %lld are needed (packed bits)", fn,
-                   (long long)t->shape[0], (long long)need_bytes);
-  if (out && rt_tensors_overlap(out, t)) return rt_fail(FI_ERR_INVALID_ARGUMENT, "%s: out overlaps custom_mask", fn);
-  if (lse && rt_tensors_overlap(lse, t))
-    return rt_fail(FI_ERR_INVALID_ARGUMENT, "%s: lse overlaps custom_mask", fn);
+                   (long long)t->shape[0], (long long)mask_bytes);
   *mask = (const uint8_t *)rt_data(t);
   return FI_OK;
 }

@@ -32,17 +32,17 @@ fi_status rt_check_shape(const char *fn, const char *name, const DLTensor *t, in
 /* lse: n dims of sizes want, float32, on q's device. */
 fi_status rt_check_lse(const char *fn, const DLTensor *lse, const DLTensor *q, int n,
                        const int64_t *want);
-/* The extras of an attention run (x may be NULL): struct_size known, sinks NULL or a
- * contiguous float32 [hq] on q's device apart from out and lse (NULL: none); *sinks gets
- * its device address (NULL: none). */
-fi_status rt_check_extras(const char *fn, const fi_attention_extras *x, const DLTensor *q, int64_t hq,
-                          const DLTensor *out, const DLTensor *lse, const float **sinks);
-/* The custom mask of an attention run's extras (x may be NULL): *mask gets its device
- * address (NULL: none). need_bytes < 0: the op takes none (one given is refused); else a
- * contiguous uint8 tensor on q's device with at least need_bytes entries, apart from out
- * and lse. */
-fi_status rt_check_extras_mask(const char *fn, const fi_attention_extras *x, const DLTensor *q, int64_t need_bytes,
-                               const DLTensor *out, const DLTensor *lse, const uint8_t **mask);
+/* The extras of an attention call (x may be NULL), into their device addresses (NULL:
+ * none). sinks: a contiguous float32 [hq] on q's device (qname: q's name for messages),
+ * apart from out and lse (either may be NULL); hq < 0: the call takes none (a plan).
+ * custom_mask: a contiguous uint8 tensor of at least mask_bytes on q's device, apart from
+ * out and lse; mask_bytes RT_MASK_NONE: the op takes none, RT_MASK_AT_PLAN: a batch
+ * prefill run (its plan has it). */
+#define RT_MASK_NONE (-1)
+#define RT_MASK_AT_PLAN (-2)
+fi_status rt_check_extras(const char *fn, const fi_attention_extras *x, const DLTensor *q, const char *qname,
+                          int64_t hq, int64_t mask_bytes, const DLTensor *out, const DLTensor *lse,
+                          const float **sinks, const uint8_t **mask);
 /* out and lse (may be NULL) overlap none of the n inputs (NULL entries skipped), nor
  * each other. */
 fi_status rt_check_outputs_apart(const char *fn, const DLTensor *out, const DLTensor *lse,

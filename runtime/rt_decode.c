@@ -356,9 +356,7 @@ FI_API fi_status fi_batch_decode_run_ex(fi_runtime *rt, const fi_decode_plan *pl
   if ((st = rt_check_outputs_apart(fn, out, lse, ins, in_names, 6)) != FI_OK) return st;
   const float *sinks;
   const uint8_t *mask;
-  if ((st = rt_check_extras(fn, x, q, hq, out, lse, &sinks)) != FI_OK ||
-      (st = rt_check_extras_mask(fn, x, q, -1, out, lse, &mask)) != FI_OK)
-    return st;
+  if ((st = rt_check_extras(fn, x, q, "q", hq, RT_MASK_NONE, out, lse, &sinks, &mask)) != FI_OK) return st;
   if (pl->grid == 0) return FI_OK;
 
   fi_decode_params kp = pl->scalars;

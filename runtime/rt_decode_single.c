@@ -143,9 +143,7 @@ FI_API fi_status fi_single_decode_ex(fi_runtime *rt, const DLTensor *q, const DL
   if ((st = rt_check_outputs_apart(fn, out, lse, ins, in_names, 3)) != FI_OK) return st;
   const float *sinks;
   const uint8_t *mask;
-  if ((st = rt_check_extras(fn, x, q, hq, out, lse, &sinks)) != FI_OK ||
-      (st = rt_check_extras_mask(fn, x, q, -1, out, lse, &mask)) != FI_OK)
-    return st;
+  if ((st = rt_check_extras(fn, x, q, "q", hq, RT_MASK_NONE, out, lse, &sinks, &mask)) != FI_OK) return st;
   if (hq == 0) return FI_OK;
 
   fi_decode_params kp;

@@ -198,7 +198,7 @@ static fi_status plan_impl(fi_runtime *rt, const char *fn, const fi_batch_prefil
   const int rope = p->attn.pos_encoding == FI_POS_ROPE_LLAMA, soft_cap = p->attn.logits_soft_cap != 0;
   rt_prefill_tactic tac;
   const rt_prefill_tactic *stored = force;
-  if (rt && use_stored && !force && !rope && !mask) {
+  if (rt && use_stored && !force && !rope) {
     int64_t fields[RT_PREFILL_TACTIC_FIELDS];
     const char *text;
     rt_prefill_tactic_fields(dt, info->num_qo_heads, info->num_kv_heads, D, p->causal, soft_cap, fields);
@@ -209,11 +209,8 @@ static fi_status plan_impl(fi_runtime *rt, const char *fn, const fi_batch_prefil
       stored = &tac;
   }
   jit_key key;
-  const int64_t pick_rows = graph ? (int64_t)info->max_qo_tokens * G : maxrows;
-  /* A custom mask runs on the mma.sync kernel (the wgmma one has no mask yet). */
-  const int qt = mask ? rt_prefill_pick_mma(rt, 0, dt, D, pick_rows, rope, &key)
-                      : rt_prefill_pick_kernel(rt, devtype, device, 0, dt, D, pick_rows, kvsel, rope, soft_cap, stored,
-                                               &key);
+  const int qt = rt_prefill_pick_kernel(rt, devtype, device, 0, dt, D, graph ? (int64_t)info->max_qo_tokens * G : maxrows,
+                                        kvsel, rope, soft_cap, mask != NULL, stored, &key);
   if (!fresh &&
       (pl->paged != paged || pl->graph != graph || (graph && (pl->max_batch != info->max_batch ||
                                                               pl->max_qo_tokens != info->max_qo_tokens)) ||
@@ -346,11 +343,7 @@ static fi_status plan_entry(fi_runtime *rt, const char *fn, const fi_batch_prefi
   /* A plan takes the extras' custom mask (sinks go to the run). */
   const float *sinks;
   plan_mask pm = {NULL, 0};
-  if (x && x->struct_size >= offsetof(fi_attention_extras, sinks) + sizeof x->sinks && x->sinks)
-    return rt_fail(FI_ERR_INVALID_ARGUMENT, "%s: extras->sinks is given to the plan; sinks go to the run", fn);
-  if ((st = rt_check_extras(fn, x, workspace, 0, NULL, NULL, &sinks)) != FI_OK ||
-      (st = rt_check_extras_mask(fn, x, workspace, 0, NULL, NULL, &pm.ptr)) != FI_OK)
-    return st;
+  if ((st = rt_check_extras(fn, x, workspace, "workspace", -1, 0, NULL, NULL, &sinks, &pm.ptr)) != FI_OK) return st;
   if (pm.ptr) pm.len = x->custom_mask->shape[0];
   /* The SM count is looked up once the arguments are checked (sms -1). */
   return plan_impl(rt, fn, info, p, paged, rt_data(workspace), ws_bytes, workspace->device.device_type,
@@ -503,8 +496,9 @@ FI_API fi_status fi_batch_prefill_ragged_run_ex(fi_runtime *rt, const fi_prefill
   static const char *const in_names[3] = {"q", "k", "v"};
   if ((st = rt_check_outputs_apart(fn, out, lse, ins, in_names, 3)) != FI_OK) return st;
   fi_prefill_kparams kp = pl->scalars;
-  if ((st = rt_check_extras(fn, x, q, pl->num_qo_heads, out, lse, &kp.sinks)) != FI_OK ||
-      (st = rt_check_extras_mask(fn, x, q, -2, out, lse, &kp.custom_mask)) != FI_OK)
+  const uint8_t *run_mask; /* (refused: a batch's mask comes with its plan) */
+  if ((st = rt_check_extras(fn, x, q, "q", pl->num_qo_heads, RT_MASK_AT_PLAN, out, lse, &kp.sinks, &run_mask)) !=
+      FI_OK)
     return st;
   kp.k = rt_data(k);
   kp.v = rt_data(v);
@@ -557,8 +551,9 @@ FI_API fi_status fi_batch_prefill_paged_run_ex(fi_runtime *rt, const fi_prefill_
   static const char *const in_names[4] = {"q", "paged_k_cache", "paged_v_cache", "kv_indices"};
   if ((st = rt_check_outputs_apart(fn, out, lse, ins, in_names, 4)) != FI_OK) return st;
   fi_prefill_kparams kp = pl->scalars;
-  if ((st = rt_check_extras(fn, x, q, pl->num_qo_heads, out, lse, &kp.sinks)) != FI_OK ||
-      (st = rt_check_extras_mask(fn, x, q, -2, out, lse, &kp.custom_mask)) != FI_OK)
+  const uint8_t *run_mask; /* (refused: a batch's mask comes with its plan) */
+  if ((st = rt_check_extras(fn, x, q, "q", pl->num_qo_heads, RT_MASK_AT_PLAN, out, lse, &kp.sinks, &run_mask)) !=
+      FI_OK)
     return st;
   kp.k = rt_data(kc);
   kp.v = rt_data(vc);

@@ -63,11 +63,9 @@ int rt_prefill_plan_offline_tactic(const fi_batch_prefill_info *info, const fi_p
  * rt NULL: planned without a device (the tests), the mma.sync kernel under the default
  * tuning. stored: a tactic in place of the rule's shape where no tuning variable sets the
  * kernel and it names a kernel the call can run (the wgmma one only on a device that has
- * wgmma); NULL: the rule. */
+ * wgmma, and without a custom mask: mask); NULL: the rule. */
 int rt_prefill_pick_kernel(fi_runtime *rt, int devtype, int device, int single, int dt, int D, int64_t rows,
-                           int64_t maxkv, int rope, int cap, const rt_prefill_tactic *stored, jit_key *key);
-/* The mma.sync kernel for a call whatever the device (the tuning's q tile): what a call
- * with a custom mask runs. Returns its q tile. */
-int rt_prefill_pick_mma(const fi_runtime *rt, int single, int dt, int D, int64_t rows, int rope, jit_key *key);
+                           int64_t maxkv, int rope, int cap, int mask, const rt_prefill_tactic *stored,
+                           jit_key *key);
 
 #endif

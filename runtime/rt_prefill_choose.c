@@ -85,21 +85,23 @@ int64_t rt_prefill_kvsel(const jit_key *plan_key, int graph, int64_t maxkv) {
  * may override the asked shape, as head_dim 256 does). On a Hopper device (sm_90) the
  * wgmma kernel (prefill_wgmma.cuh) takes head_dims 64, 128 and 256 without RoPE once a
  * request has more than 16 packed rows; everything else runs on mma.sync (prefill.cuh),
- * which every NVIDIA GPU from sm_80 and AMD's run. FI_PREFILL_WGMMA=0 forces mma.sync, as does
+ * which every NVIDIA GPU from sm_80 and AMD's run, and every call with a custom mask (the
+ * wgmma kernel has none; a stored wgmma tactic is passed over). FI_PREFILL_WGMMA=0 forces mma.sync, as does
  * FI_PREFILL_QTILE (its tuning override); FI_PREFILL_WG=<warpgroups>x<kv tile> (1x64,
  * 2x128, 3x128: head_dim 64 only, else 2, ...) forces the wgmma kernel's shape, FI_PREFILL_WS=0 its every-thread-loads
  * variant (no producer warpgroup), FI_PREFILL_WS=1 a producer without the ping-pong, 2 with it.
  * Read at fi_runtime_create (rt->env.tune); a plan made without a runtime (rt NULL: the
  * tests' offline planning) takes the defaults. */
 int rt_prefill_pick_kernel(fi_runtime *rt, int devtype, int device, int single, int dt, int D, int64_t rows,
-                           int64_t maxkv, int rope, int cap, const rt_prefill_tactic *stored, jit_key *key) {
+                           int64_t maxkv, int rope, int cap, int mask, const rt_prefill_tactic *stored,
+                           jit_key *key) {
   const rt_tuning def = rt_tuning_default(), *t = rt ? &rt->env.tune : &def;
   const int allow = t->prefill_wgmma && !t->prefill_qtile;
   /* A tuning variable that sets the kernel wins over a stored tactic. */
   const int tuned_by_env = !allow || t->prefill_wg_q || t->prefill_ws >= 0 || t->prefill_stages;
   if (stored && (single || tuned_by_env)) stored = NULL;
   int wgmma = 0;
-  if (rt && allow && !rope && (D == 64 || D == 128 || D == 256) && rows > 16) { /* rt: NULL when planning offline (tests) */
+  if (rt && allow && !rope && !mask && (D == 64 || D == 128 || D == 256) && rows > 16) { /* rt: NULL when planning offline (tests) */
     const rt_device_i *be;
     void *state;
     rt_device_caps caps;
@@ -113,12 +115,6 @@ int rt_prefill_pick_kernel(fi_runtime *rt, int devtype, int device, int single, 
     rt_prefill_wgmma_key(t, single, dt, D, rows, maxkv, cap, key);
     return jit_prefill_key_q_tile(key);
   }
-  jit_prefill_select(single, dt, D, q_tile_for(t, D, rows), rope, key);
-  return jit_prefill_key_q_tile(key);
-}
-
-int rt_prefill_pick_mma(const fi_runtime *rt, int single, int dt, int D, int64_t rows, int rope, jit_key *key) {
-  const rt_tuning def = rt_tuning_default(), *t = rt ? &rt->env.tune : &def;
   jit_prefill_select(single, dt, D, q_tile_for(t, D, rows), rope, key);
   return jit_prefill_key_q_tile(key);
 }

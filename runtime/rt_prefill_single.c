@@ -62,9 +62,7 @@ FI_API fi_status fi_single_prefill_ex(fi_runtime *rt, const DLTensor *q, const D
   if ((st = rt_check_outputs_apart(fn, out, lse, ins, in_names, 3)) != FI_OK) return st;
   const float *sinks;
   const uint8_t *mask;
-  if ((st = rt_check_extras(fn, x, q, hq, out, lse, &sinks)) != FI_OK ||
-      (st = rt_check_extras_mask(fn, x, q, (Lq * Lkv + 7) / 8, out, lse, &mask)) != FI_OK)
-    return st;
+  if ((st = rt_check_extras(fn, x, q, "q", hq, (Lq * Lkv + 7) / 8, out, lse, &sinks, &mask)) != FI_OK) return st;
   if (Lq == 0) return FI_OK;
 
   fi_prefill_kparams kp;
@@ -92,12 +90,9 @@ FI_API fi_status fi_single_prefill_ex(fi_runtime *rt, const DLTensor *q, const D
   kp.q_len = (int32_t)Lq;
   kp.kv_len = (int32_t)Lkv;
   jit_key key;
-  /* A custom mask runs on the mma.sync kernel (the wgmma one has no mask yet). */
-  const int qt = mask ? rt_prefill_pick_mma(rt, 1, qdt, (int)D, Lq * group, p->attn.pos_encoding == FI_POS_ROPE_LLAMA,
-                                            &key)
-                      : rt_prefill_pick_kernel(rt, q->device.device_type, q->device.device_id, 1, qdt, (int)D,
-                                               Lq * group, Lkv, p->attn.pos_encoding == FI_POS_ROPE_LLAMA,
-                                               p->attn.logits_soft_cap != 0, NULL, &key);
+  const int qt = rt_prefill_pick_kernel(rt, q->device.device_type, q->device.device_id, 1, qdt, (int)D, Lq * group, Lkv,
+                                        p->attn.pos_encoding == FI_POS_ROPE_LLAMA, p->attn.logits_soft_cap != 0,
+                                        mask != NULL, NULL, &key);
   return rt_prefill_launch(rt, q->device.device_type, q->device.device_id, &key, (Lq * group + qt - 1) / qt, hkv,
                 jit_prefill_threads(&key), &kp, sizeof kp, stream);
 }

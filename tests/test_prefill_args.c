@@ -768,14 +768,14 @@ FT_TEST(prefill_tactics_name_registered_kernels_and_the_planner_takes_them) {
    * taken, its q tile and not the rule's; a wgmma one cannot run there and the rule
    * chooses; single prefill never takes one. */
   jit_key rule, tuned, wgk, single;
-  const int qr = rt_prefill_pick_kernel(NULL, kDLCUDA, 0, 0, JIT_DT_BF16, 128, 4096, 4096, 0, 0, NULL, &rule);
+  const int qr = rt_prefill_pick_kernel(NULL, kDLCUDA, 0, 0, JIT_DT_BF16, 128, 4096, 4096, 0, 0, 0, NULL, &rule);
   const rt_prefill_tactic m16 = {0, 16, 0, 0, 0}, w = {1, 128, 128, 2, 2};
   FT_CHECK(qr != 16, "the rule's q tile at 4096 rows is %d", qr);
-  FT_CHECK_EQ_INT(rt_prefill_pick_kernel(NULL, kDLCUDA, 0, 0, JIT_DT_BF16, 128, 4096, 4096, 0, 0, &m16, &tuned), 16);
+  FT_CHECK_EQ_INT(rt_prefill_pick_kernel(NULL, kDLCUDA, 0, 0, JIT_DT_BF16, 128, 4096, 4096, 0, 0, 0, &m16, &tuned), 16);
   FT_CHECK(tuned.op == rule.op && tuned.v[PREFILL_P_Q_TILE] == 16);
-  FT_CHECK_EQ_INT(rt_prefill_pick_kernel(NULL, kDLCUDA, 0, 0, JIT_DT_BF16, 128, 4096, 4096, 0, 0, &w, &wgk), qr);
+  FT_CHECK_EQ_INT(rt_prefill_pick_kernel(NULL, kDLCUDA, 0, 0, JIT_DT_BF16, 128, 4096, 4096, 0, 0, 0, &w, &wgk), qr);
   FT_CHECK(memcmp(wgk.v, rule.v, sizeof rule.v) == 0 && wgk.op == rule.op, "a wgmma tactic without wgmma: the rule");
-  rt_prefill_pick_kernel(NULL, kDLCUDA, 0, 1, JIT_DT_BF16, 128, 4096, 4096, 0, 0, &m16, &single);
+  rt_prefill_pick_kernel(NULL, kDLCUDA, 0, 1, JIT_DT_BF16, 128, 4096, 4096, 0, 0, 0, &m16, &single);
   FT_CHECK(single.v[PREFILL_P_Q_TILE] != 16, "single prefill takes no stored tactic");
   /* the key's text */
   int64_t f[RT_PREFILL_TACTIC_FIELDS];
