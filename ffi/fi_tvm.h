@@ -79,8 +79,8 @@ int ft_ret_int(ft_call *c, int64_t v);
 int ft_ret_str(TVMFFIAny *rv, const char *s);
 int ft_ret_doc(TVMFFIAny *rv, const char *name, const char *sig); /* "name(sig)" */
 
-/* Plans (batch decode / prefill) cross the ABI as int handles; only live ones are accepted. */
-enum { FT_PLAN_DECODE = 1, FT_PLAN_PREFILL = 2 };
+/* Plans (batch decode / prefill / MLA) cross the ABI as int handles; only live ones are accepted. */
+enum { FT_PLAN_DECODE = 1, FT_PLAN_PREFILL = 2, FT_PLAN_MLA = 3 };
 int64_t ft_plan_add(void *plan, int kind);
 void *ft_plan_get(ft_call *c, int i, int kind); /* argument i as a live plan of kind */
 void *ft_plan_take(ft_call *c, int i, int kind); /* the same, forgotten (to destroy it) */

@@ -341,7 +341,7 @@ static void *plan_find(ft_call *c, int i, int kind, int take) {
   pthread_mutex_unlock(&plans_mu);
   if (!found)
     ft_fail(c, i, "ValueError", "%lld is not a live %s plan handle", (long long)h,
-            kind == FT_PLAN_DECODE ? "batch decode" : "batch prefill");
+            kind == FT_PLAN_DECODE ? "batch decode" : kind == FT_PLAN_MLA ? "batch MLA" : "batch prefill");
   return found;
 }
 

@@ -1,4 +1,4 @@
-/* fi_tvm_attn.c: TVM-FFI exports of decode and prefill attention: single-request calls,
+/* fi_tvm_attn.c: TVM-FFI exports of decode, prefill and MLA attention: single-request calls,
  * and batch plan / run / destroy with plans as int handles (ft_plan_add). Host index
  * arrays come as CPU int32 tensors, read by the plan only. */
 #include "fi_tvm.h"
@@ -225,3 +225,61 @@ FT_EXPORT(batch_prefill_paged_run) {
 }
 
 FT_EXPORT(batch_prefill_plan_destroy) { return destroy_plan(c, FT_PLAN_PREFILL, prefill_destroy); }
+
+/* ---- multi-head latent attention ---- */
+
+static void mla_destroy(void *p) { fi_batch_mla_plan_destroy(p); }
+
+FT_EXPORT(batch_mla_workspace_size) {
+  DLDevice dev = device_of(c, 0);
+  int mb = (int)ft_int(c, 2), mq = (int)ft_int(c, 3), h = (int)ft_int(c, 4);
+#define FT_RUN_ARGS dev, mb, mq, h
+  FT_RUN_SIZE(fi_batch_mla_workspace_size);
+#undef FT_RUN_ARGS
+}
+
+FT_EXPORT(batch_mla_paged_plan) {
+  fi_batch_mla_info in = {0};
+  DLTensor *ws = ft_tensor(c, 0);
+  in.batch = batch_of(c, 1);
+  in.qo_indptr = ft_host_i32(c, 1, (int64_t)in.batch + 1);
+  in.kv_indptr = ft_host_i32(c, 2, (int64_t)in.batch + 1);
+  in.kv_len = ft_host_i32(c, 3, in.batch);
+  in.num_heads = (int)ft_int(c, 4);
+  in.head_dim_ckv = (int)ft_int(c, 5);
+  in.head_dim_kpe = (int)ft_int(c, 6);
+  in.page_size = (int)ft_int(c, 7);
+  in.causal = (int)ft_int(c, 8);
+  in.sm_scale = (float)ft_float(c, 9);
+  in.q_dtype = ft_dtype(c, 10);
+  in.kv_dtype = ft_dtype(c, 11);
+  in.max_batch = (int)ft_int(c, 12);
+  in.max_qo_tokens = (int)ft_int(c, 13);
+  const int64_t old = ft_int(c, 14);
+  fi_mla_plan *plan = old ? ft_plan_get(c, 14, FT_PLAN_MLA) : NULL;
+  if (c->failed) return -1;
+  fi_runtime *rt = ft_rt(c);
+  if (!rt) return -1;
+  const fi_status st = fi_batch_mla_paged_plan(rt, &in, ws, ft_stream(c), &plan);
+  return ret_plan(c, st, plan, old, FT_PLAN_MLA, mla_destroy);
+}
+
+FT_EXPORT(batch_mla_paged_run) {
+  const fi_mla_plan *plan = ft_plan_get(c, 0, FT_PLAN_MLA);
+  DLTensor *qn = ft_tensor(c, 1), *qp = ft_tensor(c, 2), *ckv = ft_tensor(c, 3), *kpe = ft_tensor(c, 4),
+           *idx = ft_tensor(c, 5), *out = ft_tensor(c, 6), *lse = ft_tensor_opt(c, 7);
+#define FT_RUN_ARGS plan, qn, qp, ckv, kpe, idx, out, lse
+  FT_RUN(fi_batch_mla_paged_run);
+#undef FT_RUN_ARGS
+}
+
+FT_EXPORT(batch_mla_plan_destroy) { return destroy_plan(c, FT_PLAN_MLA, mla_destroy); }
+
+FT_EXPORT(append_paged_mla_kv_cache) {
+  DLTensor *ack = ft_tensor(c, 0), *akp = ft_tensor(c, 1), *bi = ft_tensor(c, 2), *pos = ft_tensor(c, 3),
+           *ckv = ft_tensor(c, 4), *kpe = ft_tensor(c, 5), *idx = ft_tensor(c, 6), *indptr = ft_tensor(c, 7),
+           *last = ft_tensor(c, 8);
+#define FT_RUN_ARGS ack, akp, bi, pos, ckv, kpe, idx, indptr, last
+  FT_RUN(fi_append_paged_mla_kv_cache);
+#undef FT_RUN_ARGS
+}

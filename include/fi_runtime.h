@@ -795,6 +795,69 @@ FI_API fi_status fi_fused_moe(fi_runtime *rt, const DLTensor *x, const DLTensor 
                               const DLTensor *expert_weights, const DLTensor *w13, const DLTensor *w2,
                               const fi_fused_moe_params *p, DLTensor *workspace, DLTensor *out, void *stream);
 
+
+/* ---- multi-head latent attention (DeepSeek-V2/V3/R1, Kimi-K2; the absorbed form) ----
+ * Every head attends one shared compressed cache: a token's key is ckv [512] then kpe [64],
+ * its value is ckv. q_nope [N, H, 512] is the query after the absorbed up-projection,
+ * q_pe [N, H, 64] its rotary part (RoPE applied by the caller, as for the cache's kpe);
+ * out [N, H, 512] is the latent output (the caller applies the absorbed output projection).
+ * out[t, h] = softmax(sm_scale * (q_nope[t, h] . ckv_j + q_pe[t, h] . kpe_j)) ckv over the
+ * request's KV tokens j (causal: j <= t + L_kv - L_q). Planned on the host as batch prefill
+ * is (query token x head rows cut into tiles, long KV ranges split when the batch cannot
+ * fill the device, partials merged by LSE), run on the caller's stream. */
+typedef struct fi_mla_plan fi_mla_plan;
+
+typedef struct fi_batch_mla_info {
+  int batch;                 /**< B >= 0 */
+  const int32_t *qo_indptr;  /**< host copy, B + 1: request b's query tokens are rows
+                                  qo_indptr[b] .. qo_indptr[b+1] of q_nope, q_pe and out */
+  const int32_t *kv_indptr;  /**< host copy, B + 1: request b's pages are
+                                  kv_indices[kv_indptr[b] .. kv_indptr[b+1]) */
+  const int32_t *kv_len;     /**< host copy, B: request b's KV tokens (FlashInfer's kv_len_arr),
+                                  at most its pages x page_size */
+  int num_heads;             /**< H: 1 to 1024 (DeepSeek: 128, or 128 / TP) */
+  int head_dim_ckv;          /**< 512 */
+  int head_dim_kpe;          /**< 64 */
+  int page_size;             /**< >= 1 */
+  int causal;                /**< 0 or 1 */
+  float sm_scale;            /**< > 0 (DeepSeek: 1 / sqrt(192), times its YaRN mscale^2) */
+  DLDataType q_dtype, kv_dtype; /**< float16 or bfloat16, the same */
+  /** CUDA-graph mode when max_batch > 0: the grid and the q tile are fixed for batches of
+   * up to max_batch requests and max_qo_tokens query tokens in all. */
+  int max_batch, max_qo_tokens;
+} fi_batch_mla_info;
+
+/** Workspace bytes an MLA plan for up to max_batch requests and max_qo_tokens query tokens
+ * needs on device (the caller allocates it, 256-byte aligned). */
+FI_API fi_status fi_batch_mla_workspace_size(fi_runtime *rt, DLDevice device, int max_batch, int max_qo_tokens,
+                                             int num_heads, size_t *bytes);
+/** Plans a batch: *plan NULL makes a new plan, else re-plans it in place (same heads,
+ * page size, dtypes, causal, sm_scale, q tile, sizes and workspace). Runs of one plan (or of
+ * plans sharing a workspace) must not overlap in time. */
+FI_API fi_status fi_batch_mla_paged_plan(fi_runtime *rt, const fi_batch_mla_info *info, DLTensor *workspace,
+                                         void *stream, fi_mla_plan **plan);
+/** Runs a plan: q_nope [N, H, 512] and q_pe [N, H, 64] (N >= qo_indptr[B]), ckv_cache
+ * [pages, page_size, 512] and kpe_cache [pages, page_size, 64], kv_indices [nnz_pages]
+ * int32 (page ids, the caller's to keep in range), out [N, H, 512], lse [N, H] float32
+ * (natural log) or NULL. Last dimensions contiguous, rows 16-byte aligned. */
+FI_API fi_status fi_batch_mla_paged_run(fi_runtime *rt, const fi_mla_plan *plan, const DLTensor *q_nope,
+                                        const DLTensor *q_pe, const DLTensor *ckv_cache, const DLTensor *kpe_cache,
+                                        const DLTensor *kv_indices, DLTensor *out, DLTensor *lse, void *stream);
+FI_API void fi_batch_mla_plan_destroy(fi_mla_plan *plan);
+
+/** Appends tokens to an MLA cache (FlashInfer's append_paged_mla_kv_cache): token i's
+ * append_ckv [nnz, 512] and append_kpe [nnz, 64] rows go to slot positions[i] % page_size
+ * of page kv_indices[kv_indptr[batch_indices[i]] + positions[i] / page_size] of ckv_cache
+ * [pages, page_size, 512] and kpe_cache [pages, page_size, 64]. One 16-bit dtype for all;
+ * int32 index tensors (batch_indices and positions as fi_get_batch_indices_positions makes
+ * them; kv_last_page_len [B] is checked, not read). Page ids and positions are device data,
+ * the caller's to keep in range. */
+FI_API fi_status fi_append_paged_mla_kv_cache(fi_runtime *rt, const DLTensor *append_ckv, const DLTensor *append_kpe,
+                                              const DLTensor *batch_indices, const DLTensor *positions,
+                                              DLTensor *ckv_cache, DLTensor *kpe_cache, const DLTensor *kv_indices,
+                                              const DLTensor *kv_indptr, const DLTensor *kv_last_page_len,
+                                              void *stream);
+
 #ifdef __cplusplus
 }
 #endif

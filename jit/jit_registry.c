@@ -34,6 +34,9 @@ static const jit_op *const ops[] = {
     &jit_op_moe_combine,
     &jit_op_moe_gemm,
     &jit_op_moe_gemm_sm90,
+    &jit_op_batch_mla_paged,
+    &jit_op_mla_merge,
+    &jit_op_append_paged_mla,
 };
 
 int jit_registry_count(void) { return (int)(sizeof ops / sizeof ops[0]); }

@@ -23,6 +23,7 @@
 #include "rt_prefill.h"
 #include "rt_sampling.h"
 #include "rt_autotune.h"
+#include "ops_mla.h"
 
 /* A model's attention and MLP shapes on one rank (tensor parallelism divides the heads
  * and the intermediate size; the vocabulary is gathered before sampling). */
@@ -32,8 +33,9 @@ typedef struct rt_model {
   int qk_norm; /* RMSNorm over each head of q and k (Qwen3) */
   int experts, routing; /* mixture of experts: routed experts and fi_moe_routing_method; 0 experts: dense */
   int top_k;            /* experts a token; inter is then one expert's intermediate size */
-  int mla;              /* multi-head latent attention (DeepSeek): not this library's attention yet, so
-                           no attention, RoPE or KV-append kernels in the preset */
+  int mla;              /* multi-head latent attention (DeepSeek): the MLA kernels (both q tiles: 128
+                           heads, or 16 a rank under TP8) and their merge; no GQA attention, RoPE or
+                           KV-append kernels */
 } rt_model;
 
 static const rt_model models[] = {
@@ -47,7 +49,7 @@ static const rt_model models[] = {
     {"mixtral-8x7b", "Mixtral-8x7B: bf16, 32/8 heads of 128, hidden 4096, 8 experts top 2 of intermediate 14336",
      128, 32, 8, 4096, 14336, 32000, 0, 8, FI_MOE_RENORMALIZE, 2, 0},
     {"deepseek-v3", "DeepSeek-V3/R1: bf16 experts, hidden 7168, 256 experts top 8 of intermediate 2048 (grouped "
-                    "routing with bias); its MLA attention is not in this library yet, so no attention kernels",
+                    "routing with bias), MLA attention (ckv 512 + kpe 64, 128 heads or 16 a rank)",
      0, 0, 0, 7168, 2048, 129280, 0, 256, FI_MOE_DEEPSEEK_V3, 8, 1},
 };
 #define NMODELS ((int)(sizeof models / sizeof models[0]))
@@ -308,6 +310,16 @@ FI_API fi_status fi_admin_preset_configs(const char *preset, const char *arch, f
   if (!m->mla) {
     rc |= decode_ops(m, sms, &s);
     rc |= prefill_ops(m, dt, hopper, &s);
+  } else {
+    jit_key k;
+    jit_mla_select(dt, 16, &k);
+    rc |= add(&s, &k);
+    jit_mla_select(dt, 64, &k);
+    rc |= add(&s, &k);
+    jit_mla_merge_select(dt, &k);
+    rc |= add(&s, &k);
+    jit_mla_append_select(dt, &k);
+    rc |= add(&s, &k);
   }
   if (m->experts) {
     /* Shared memory a block may use on the arch (the device layer's table) and wgmma on sm_90. */

@@ -244,6 +244,33 @@ def flashinfer_wrappers_check_and_reach_the_library():
 
 
 @case
+def mla_exports_and_wrapper_check_and_reach_the_library():
+    import fi_runtime
+    from fi_runtime import flashinfer as fl
+
+    m = module()
+    ws = np.zeros(1 << 16, np.uint8)
+    qo, kvp, kvl = np.array([0, 1, 2], np.int32), np.array([0, 2, 3], np.int32), np.array([20, 5], np.int32)
+    raises(ValueError, ["fi_batch_mla_paged_plan", "workspace", CPU], m.batch_mla_paged_plan, ws, qo,
+           kvp, kvl, 16, 512, 64, 16, 1, 0.07, "bfloat16", "bfloat16", 0, 0, 0)
+    raises(ValueError, ["argument 3 'kv_len'", "int32"], m.batch_mla_paged_plan, ws, qo, kvp,
+           kvl.astype(np.int64), 16, 512, 64, 16, 1, 0.07, "bfloat16", "bfloat16", 0, 0, 0)
+    raises(ValueError, ["argument 0 'plan'", "not a live batch MLA plan"], m.batch_mla_paged_run, 77,
+           x16, x16, x16, x16, x16, x16, None)
+    raises(ValueError, ["fi_batch_mla_workspace_size", "GPU"], m.batch_mla_workspace_size, 1, 0, 2, 2, 16)
+    raises(ValueError, ["fi_append_paged_mla_kv_cache", "append_ckv"], m.append_paged_mla_kv_cache,
+           x16, x16, x16, x16, x16, x16, x16, x16, x16)
+    w = fl.BatchMLAPagedAttentionWrapper(ws)
+    raises(RuntimeError, ["call plan before run"], w.run, x16, x16, x16, x16)
+    raises(fi_runtime.UnsupportedError, ["use_profiler"], w.plan, qo, kvp, np.arange(3, dtype=np.int32),
+           kvl, 16, 512, 64, 16, True, 0.07, "bfloat16", "bfloat16", use_profiler=True)
+    raises(ValueError, ["batch_mla_workspace_size", "GPU"], w.plan, qo, kvp, np.arange(3, dtype=np.int32),
+           kvl, 16, 512, 64, 16, True, 0.07, "bfloat16", "bfloat16")
+    raises(ValueError, ["fi_append_paged_mla_kv_cache"], fl.append_paged_mla_kv_cache, x16, x16, x16,
+           x16, x16, x16, x16, x16, x16)
+
+
+@case
 def ctypes_fallback_serves_flat_ops():
     code = ("import numpy as np, fi_runtime\n"
             "from fi_runtime import flashinfer as fl\n"

@@ -68,3 +68,4 @@ extern const bench_section bench_decode_section, bench_single_section;
 extern const bench_section bench_prefill_section;
 extern const bench_section bench_sampling_section;
 extern const bench_section bench_moe_section, bench_moe_route_section, bench_tactics_section;
+extern const bench_section bench_mla_section;

@@ -102,7 +102,7 @@ const char *dtname(int dt) { return dt == 0 ? "f16" : dt == 1 ? "bf16" : "f32"; 
 /* In the order they run. copy always runs first: it is the roofline. */
 static const bench_section *const sections[] = {
     &bench_rmsnorm_section, &bench_norms_section, &bench_act_section,  &bench_cascade_section,
-    &bench_page_section,    &bench_rope_section,  &bench_tune_section, &bench_decode_section, &bench_single_section, &bench_prefill_section, &bench_sampling_section, &bench_moe_section, &bench_moe_route_section, &bench_tactics_section, &bench_runtime_section,
+    &bench_page_section,    &bench_rope_section,  &bench_tune_section, &bench_decode_section, &bench_single_section, &bench_prefill_section, &bench_mla_section, &bench_sampling_section, &bench_moe_section, &bench_moe_route_section, &bench_tactics_section, &bench_runtime_section,
 };
 #define NSECTIONS ((int)(sizeof sections / sizeof sections[0]))
 

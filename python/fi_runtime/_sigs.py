@@ -134,6 +134,23 @@ SIGNATURES = {
         ('out', 'lse'),
     ),
     'batch_prefill_plan_destroy': ('plan: int', ()),
+    'batch_mla_workspace_size': (
+        'device_type: int, device_id: int, max_batch: int, max_qo_tokens: int, num_heads: int',
+        (),
+    ),
+    'batch_mla_paged_plan': (
+        'workspace: Tensor, qo_indptr: Tensor, kv_indptr: Tensor, kv_len: Tensor, num_heads: int, head_dim_ckv: int, head_dim_kpe: int, page_size: int, causal: int, sm_scale: float, q_dtype: dtype, kv_dtype: dtype, max_batch: int, max_qo_tokens: int, plan: int',
+        ('workspace',),
+    ),
+    'batch_mla_paged_run': (
+        'plan: int, q_nope: Tensor, q_pe: Tensor, ckv_cache: Tensor, kpe_cache: Tensor, kv_indices: Tensor, out: Tensor, lse: Tensor?',
+        ('out', 'lse'),
+    ),
+    'batch_mla_plan_destroy': ('plan: int', ()),
+    'append_paged_mla_kv_cache': (
+        'append_ckv: Tensor, append_kpe: Tensor, batch_indices: Tensor, positions: Tensor, ckv_cache: Tensor, kpe_cache: Tensor, kv_indices: Tensor, kv_indptr: Tensor, kv_last_page_len: Tensor',
+        ('ckv_cache', 'kpe_cache'),
+    ),
     'moe_routing': (
         'logits: Tensor, correction_bias: Tensor?, method: int, top_k: int, n_group: int, topk_group: int, routed_scaling_factor: float, expert_ids: Tensor, weights: Tensor',
         ('expert_ids', 'weights'),

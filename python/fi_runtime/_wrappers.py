@@ -381,3 +381,63 @@ class BatchPrefillWithRaggedKVCacheWrapper(_Prefill):
 
     def run_return_lse(self, q, k, v, *args, **kwargs):
         return self.run(q, k, v, *args, return_lse=True, **kwargs)
+
+
+class BatchMLAPagedAttentionWrapper(_Wrapper):
+    """FlashInfer's MLA wrapper (the absorbed form): plan(qo_indptr, kv_indptr, kv_indices,
+    kv_len_arr, num_heads, head_dim_ckv, head_dim_kpe, page_size, causal, sm_scale,
+    q_data_type, kv_data_type), then run(q_nope, q_pe, ckv_cache, kpe_cache)."""
+    _kind = "mla"
+
+    def __init__(self, float_workspace_buffer, use_cuda_graph=False, qo_indptr=None,
+                 kv_indptr=None, kv_indices=None, kv_len_arr=None, backend="auto"):
+        fn = "BatchMLAPagedAttentionWrapper"
+        super().__init__(fn, float_workspace_buffer, "NHD", use_cuda_graph, backend,
+                         {"qo_indptr": qo_indptr, "kv_indptr": kv_indptr, "kv_indices": kv_indices,
+                          "kv_len_arr": kv_len_arr})
+
+    def plan(self, qo_indptr, kv_indptr, kv_indices, kv_len_arr, num_heads, head_dim_ckv,
+             head_dim_kpe, page_size, causal, sm_scale, q_data_type, kv_data_type,
+             use_profiler=False):
+        fn = "BatchMLAPagedAttentionWrapper.plan"
+        _refuse(fn, use_profiler=use_profiler)
+        qo_h = host_i32(fn, "qo_indptr", qo_indptr)
+        kv_h = host_i32(fn, "kv_indptr", kv_indptr)
+        len_h = host_i32(fn, "kv_len_arr", kv_len_arr)
+        batch = int(qo_h.shape[0]) - 1
+        q_dt = dtype_name(fn, "q_data_type", q_data_type)
+        kv_dt = dtype_name(fn, "kv_data_type", kv_data_type) or q_dt
+        heads = number(fn, "num_heads", num_heads, int)
+        # CUDA-graph mode: a plan for the buffers' batch and every query token they can hold
+        max_batch = int(self._buffers["qo_indptr"].shape[0]) - 1 if self._use_cuda_graph else 0
+        max_q = int(qo_h[-1]) if not self._use_cuda_graph else max(int(qo_h[-1]), max_batch)
+        dev_t, dev_i = self._device()
+        self._check_workspace(ops.batch_mla_workspace_size(dev_t, dev_i, max(batch, max_batch),
+                                                           max(max_q, 1), heads))
+        self._indices = self._fill("kv_indices", tensor(fn, "kv_indices", kv_indices), int(kv_h[-1]))
+        args = (self._workspace, qo_h, kv_h, len_h, heads,
+                number(fn, "head_dim_ckv", head_dim_ckv, int),
+                number(fn, "head_dim_kpe", head_dim_kpe, int),
+                number(fn, "page_size", page_size, int), 1 if causal else 0,
+                number(fn, "sm_scale", sm_scale), q_dt, kv_dt, max_batch,
+                max_q if self._use_cuda_graph else 0)
+        self._plan = ops.batch_mla_paged_plan(*args, self._plan)
+        self._plan_args = args + (self._plan,)
+
+    def run(self, q_nope, q_pe, ckv_cache, kpe_cache, out=None, lse=None, return_lse=False,
+            profiler_buffer=None, kv_len=None, page_table=None, return_lse_base_on_e=False):
+        fn = "BatchMLAPagedAttentionWrapper.run"
+        _refuse(fn, profiler_buffer=profiler_buffer, kv_len=kv_len, page_table=page_table)
+        if not self._plan:
+            raise RuntimeError(f"{fn}: call plan before run")
+        tensor(fn, "q_nope", q_nope)
+        out = empty(q_nope, (q_nope.shape[0], q_nope.shape[1], ckv_cache.shape[-1])) \
+            if out is None else tensor(fn, "out", out)
+        if return_lse and lse is None:
+            lse = empty(q_nope, (q_nope.shape[0], q_nope.shape[1]), "float32")
+        run("batch_mla_paged_run", self._plan, q_nope, tensor(fn, "q_pe", q_pe),
+            tensor(fn, "ckv_cache", ckv_cache), tensor(fn, "kpe_cache", kpe_cache), self._indices,
+            out, lse)
+        if lse is not None and not return_lse_base_on_e:
+            lse *= 1.4426950408889634  # FlashInfer's MLA lse is base 2 unless asked otherwise
+        return (out, lse) if return_lse else out

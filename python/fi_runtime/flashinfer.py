@@ -12,7 +12,8 @@ from ._util import (dtype_like, empty, is_torch, kv_pair, layout, number, param,
                     pos_encoding, run, tensor, torch, unsupported)
 from ._wrappers import (BatchDecodeWithPagedKVCacheWrapper,  # noqa: F401
                         BatchPrefillWithPagedKVCacheWrapper,
-                        BatchPrefillWithRaggedKVCacheWrapper)
+                        BatchPrefillWithRaggedKVCacheWrapper,
+                        BatchMLAPagedAttentionWrapper)
 
 # ---- norms ----
 
@@ -205,6 +206,16 @@ def append_paged_kv_cache(append_key, append_value, batch_indices, positions, pa
         k_cache, v_cache, tensor(fn, "kv_indices", kv_indices),
         tensor(fn, "kv_indptr", kv_indptr), tensor(fn, "kv_last_page_len", kv_last_page_len),
         layout(fn, kv_layout), 1.0, 1.0)
+
+
+def append_paged_mla_kv_cache(append_ckv, append_kpe, batch_indices, positions, ckv_cache,
+                              kpe_cache, kv_indices, kv_indptr, kv_last_page_len):
+    fn = "append_paged_mla_kv_cache"
+    run(fn, tensor(fn, "append_ckv", append_ckv), tensor(fn, "append_kpe", append_kpe),
+        tensor(fn, "batch_indices", batch_indices), tensor(fn, "positions", positions),
+        tensor(fn, "ckv_cache", ckv_cache), tensor(fn, "kpe_cache", kpe_cache),
+        tensor(fn, "kv_indices", kv_indices), tensor(fn, "kv_indptr", kv_indptr),
+        tensor(fn, "kv_last_page_len", kv_last_page_len))
 
 
 # ---- sampling ----

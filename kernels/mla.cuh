@@ -1,0 +1,303 @@
+// mla.cuh: multi-head latent attention (DeepSeek-V2/V3 MLA, the absorbed form) over a
+// paged compressed cache, on mma.sync m16n8k16: every query head attends one shared
+// 576-wide key (ckv [512] then kpe [64]) whose first 512 columns are also the value.
+//
+// A block is RG x CG warps over one q tile of QT packed rows (row r: query token r / H,
+// head r % H; mla_params.h) and the KV range of its work item (batch prefill's plan tables:
+// split-KV partials are merged by prefill.cuh's prefill_merge with D = 512). Warp (rg, cg)
+// owns rows 16 rg .. 16 rg + 15 and
+//   S: the 16 x 16 scores of its rows against KV tokens 16 cg .. 16 cg + 15 of the tile
+//      (A = Q from the shared Q tile, B = K rows, ldmatrix x4, 36 k-steps over 576);
+//   the rows' tile maximum: each warp's partial maxima through shared memory, so all CG
+//      warps of a row group rescale by the same factor (each keeps its own partial sum);
+//   P: its 16 x 16 probabilities packed as one A fragment of P V into shared memory;
+//   O += P V over the whole tile: the row group's CG P fragments, B = ckv columns
+//      cg * 512 / CG .. of the tile (ldmatrix x4 .trans), fp32 accumulators.
+// Q, K and V sit in shared memory as [rows][576] bf16/f16 with 16-byte chunks XOR-swizzled
+// by row % 8 (sm80.cuh's swz), so cp.async writes and ldmatrix reads avoid bank conflicts.
+// Two KV stages: tile t + 1 loads while tile t is computed; the page lookups of tile t + 2
+// are made a tile ahead.
+#pragma once
+#include "mla_params.h"
+#include "prefill.cuh"
+
+namespace fi {
+namespace mla {
+
+using dec::mma;
+using dec::neg_inf;
+using dec::ex2;
+using dec::shfl_xor;
+using pf::cp16;
+using pf::cp_commit;
+using pf::cp_wait;
+using pf::ldsm4;
+using pf::ldsm4t;
+using pf::swz;
+
+#ifndef FI_MLA_EMU_SMEM
+extern __shared__ unsigned char fi_mla_smem[] __attribute__((aligned(128)));
+#endif
+
+// The block's item from the plan's table (prefill_item.cuh's layout); false: none.
+FI_DEVICE bool load_item(const fi_mla_kparams &p, int item, pf::work_item &w) {
+  const int n = p.num_items >= 0 ? p.num_items : p.header[0];
+  if (item >= n) return false;
+  const int32_t *ip = p.items + FI_PREFILL_ITEM_WORDS * item;
+  w.r0 = ip[1];
+  w.rows = ip[2];
+  w.kv_lo = ip[3];
+  w.kv_hi = ip[4];
+  w.chunk = ip[5] & 0xffff;
+  w.nchunks = ip[5] >> 16;
+  w.q_start = ip[6];
+  w.Lq = ip[7];
+  w.kv_base = ip[8];
+  w.Lkv = ip[9];
+  w.slot = ip[10];
+  w.mask_off = 0;
+  return true;
+}
+
+// T: q, cache and out dtype (f16 or bf16); QT: the q tile, 16 or 64 packed rows.
+template <typename T, int QT>
+FI_DEVICE void mla_paged(const fi_mla_kparams &p) {
+  typedef dec::w16<T> W;
+  constexpr int RG = FI_MLA_RG(QT), CG = FI_MLA_CG(QT), KT = FI_MLA_KT(QT);
+  constexpr int THREADS = 32 * RG * CG, DQ = FI_MLA_DQK, CH = DQ / 8, CHN = FI_MLA_DCKV / 8;
+  constexpr int OW = FI_MLA_DCKV / CG;  // latent columns a warp accumulates
+  static_assert(QT == 16 || QT == 64, "q tile 16 or 64");
+
+  uint16_t *const sQ = reinterpret_cast<uint16_t *>(fi_mla_smem);
+  uint16_t *const sKV = sQ + QT * DQ;                                       // [2][KT][576]
+  int64_t *const s_offc = reinterpret_cast<int64_t *>(sKV + 2 * KT * DQ);  // [2][KT] into ckv
+  int64_t *const s_offp = s_offc + 2 * KT;                                  // [2][KT] into kpe
+  uint32_t *const sP = reinterpret_cast<uint32_t *>(s_offp + 2 * KT);      // [RG][CG][32][4]
+  float *const sMax = reinterpret_cast<float *>(sP + RG * CG * 32 * 4);     // [RG][CG][16]
+  float *const sSum = sMax + RG * CG * 16;                                  // [RG][CG][16]
+
+  const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5, g = lane >> 2, c = lane & 3;
+  const int rg = warp / CG, cg = warp % CG, H = p.num_heads;
+
+  pf::work_item w;
+  if (!load_item(p, blockIdx.x, w)) return;
+  const int r0 = w.r0, rows = w.rows, kv_lo = w.kv_lo, kv_hi = w.kv_hi;
+  const int off = w.Lkv - w.Lq, rlast = r0 + rows - 1;
+  const int64_t q_start = w.q_start, kv_base = w.kv_base;
+  const int ntiles = kv_hi > kv_lo ? (kv_hi - kv_lo + KT - 1) / KT : 0;
+
+  // ---- Q: the tile's rows (past the last: the last again) ----
+  const T *qn = static_cast<const T *>(p.q_nope), *qp = static_cast<const T *>(p.q_pe);
+  for (int i = tid; i < QT * CH; i += THREADS) {
+    const int row = i / CH, ch = i - row * CH;
+    const int r = r0 + row < rlast ? r0 + row : rlast, tq = r / H, h = r - tq * H;
+    const T *src = ch < CHN ? qn + (q_start + tq) * p.qn_stride_tok + (int64_t)h * p.qn_stride_head + 8 * ch
+                            : qp + (q_start + tq) * p.qp_stride_tok + (int64_t)h * p.qp_stride_head + 8 * (ch - CHN);
+    cp16(sQ + swz<DQ>(row, ch), src);
+  }
+  cp_commit();
+
+  // Tile rows past kv_hi repeat its last token: finite values, masked out below.
+  const T *ckv = static_cast<const T *>(p.ckv), *kpe = static_cast<const T *>(p.kpe);
+  auto tok_clamp = [&](int j) { return j < kv_hi - 1 ? j : kv_hi - 1; };
+  auto page_of = [&](int j) -> int32_t { return p.indices[kv_base + j / p.page_size]; };
+  auto set_off = [&](int i, int j, int32_t page) {
+    const int64_t slot = j % p.page_size;
+    s_offc[i] = (int64_t)page * p.ckv_stride_page + slot * p.ckv_stride_slot;
+    s_offp[i] = (int64_t)page * p.kpe_stride_page + slot * p.kpe_stride_slot;
+  };
+  auto load_tile = [&](int buf) {
+    uint16_t *dst = sKV + buf * KT * DQ;
+    const int64_t *oc = s_offc + buf * KT, *op = s_offp + buf * KT;
+    for (int i = tid; i < KT * CH; i += THREADS) {
+      const int row = i / CH, ch = i - row * CH;
+      const T *src = ch < CHN ? ckv + oc[row] + 8 * ch : kpe + op[row] + 8 * (ch - CHN);
+      cp16(dst + swz<DQ>(row, ch), src);
+    }
+  };
+  constexpr int NOFF = (KT + THREADS - 1) / THREADS;
+
+  float o[OW / 8][4];
+  float m[2], dsum[2];
+#pragma unroll
+  for (int h = 0; h < 2; h++) {
+    m[h] = neg_inf();
+    dsum[h] = 0.0f;
+  }
+#pragma unroll
+  for (int j = 0; j < OW / 8; j++)
+#pragma unroll
+    for (int e = 0; e < 4; e++) o[j][e] = 0.0f;
+
+  // The rows this thread's accumulators hold (g and g + 8 of the warp's 16), their tokens'
+  // causal limits.
+  int lim[2];
+#pragma unroll
+  for (int h = 0; h < 2; h++) {
+    const int r = r0 + 16 * rg + g + 8 * h, tq = (r < rlast ? r : rlast) / H;
+    lim[h] = p.causal && tq + off + 1 < kv_hi ? tq + off + 1 : kv_hi;
+  }
+
+  if (ntiles > 0) {
+    for (int i = tid; i < 2 * KT; i += THREADS) {
+      const int j = tok_clamp(kv_lo + i);
+      set_off(i, j, page_of(j));
+    }
+    __syncthreads();
+    load_tile(0);
+    cp_commit();
+  }
+  for (int t = 0; t < ntiles; t++) {
+    const int j0 = kv_lo + t * KT, buf = t & 1;
+    const bool more = t + 1 < ntiles, more2 = t + 2 < ntiles;
+    int32_t pg[NOFF];
+#pragma unroll
+    for (int u = 0; u < NOFF; u++) {
+      const int i = tid + u * THREADS;
+      pg[u] = more2 && i < KT ? page_of(tok_clamp(j0 + 2 * KT + i)) : 0;
+    }
+    cp_wait<0>();     // this tile (and, first, the Q tile)
+    __syncthreads();  // ... seen by all; every warp is done with tile t - 1
+    if (more) load_tile(buf ^ 1);
+    cp_commit();
+    const uint16_t *cK = sKV + buf * KT * DQ;
+
+    // S = Q K^T over the warp's 16 tokens
+    float s[2][4];
+#pragma unroll
+    for (int nb = 0; nb < 2; nb++)
+#pragma unroll
+      for (int e = 0; e < 4; e++) s[nb][e] = 0.0f;
+#pragma unroll 4
+    for (int ks = 0; ks < DQ / 16; ks++) {
+      uint32_t qa[4], kb[4];
+      ldsm4(sQ, swz<DQ>(16 * rg + (lane & 15), 2 * ks + (lane >> 4)), qa);
+      ldsm4(cK, swz<DQ>(16 * cg + (lane & 7) + ((lane >> 4) << 3), 2 * ks + ((lane >> 3) & 1)), kb);
+      mma<T>(s[0], qa[0], qa[1], qa[2], qa[3], kb[0], kb[1]);
+      mma<T>(s[1], qa[0], qa[1], qa[2], qa[3], kb[2], kb[3]);
+    }
+    // Tile t + 2's offsets into the table this tile's loads read (issued before the
+    // barrier above, so done); the next tile's barrier publishes them.
+    if (more2) {
+#pragma unroll
+      for (int u = 0; u < NOFF; u++) {
+        const int i = tid + u * THREADS;
+        if (i < KT) set_off(buf * KT + i, tok_clamp(j0 + 2 * KT + i), pg[u]);
+      }
+    }
+
+    // scale, mask, the warp's row maxima -> shared
+    const bool masked = j0 + KT > kv_hi || (p.causal && j0 + KT > r0 / H + off + 1);
+#pragma unroll
+    for (int h = 0; h < 2; h++) {
+      float mx = neg_inf();
+#pragma unroll
+      for (int nb = 0; nb < 2; nb++)
+#pragma unroll
+        for (int e = 0; e < 2; e++) {
+          float x = s[nb][2 * h + e] * p.scale_log2;
+          if (masked && j0 + 16 * cg + 8 * nb + 2 * c + e >= lim[h]) x = neg_inf();
+          s[nb][2 * h + e] = x;
+          mx = fmaxf(mx, x);
+        }
+      mx = fmaxf(mx, shfl_xor(mx, 1));
+      mx = fmaxf(mx, shfl_xor(mx, 2));
+      if (c == 0) sMax[(rg * CG + cg) * 16 + g + 8 * h] = mx;
+    }
+    __syncthreads();
+    float alpha[2];
+#pragma unroll
+    for (int h = 0; h < 2; h++) {
+      float mx = neg_inf();
+#pragma unroll
+      for (int k = 0; k < CG; k++) mx = fmaxf(mx, sMax[(rg * CG + k) * 16 + g + 8 * h]);
+      const float mn = fmaxf(m[h], mx), mu = mn == neg_inf() ? 0.0f : mn;
+      alpha[h] = ex2(m[h] - mu);
+      m[h] = mn;
+      float ps = 0.0f;
+#pragma unroll
+      for (int nb = 0; nb < 2; nb++)
+#pragma unroll
+        for (int e = 0; e < 2; e++) {
+          const float pv = ex2(s[nb][2 * h + e] - mu);
+          s[nb][2 * h + e] = pv;
+          ps += pv;
+        }
+      dsum[h] = dsum[h] * alpha[h] + ps;
+    }
+    {
+      fi_vec<uint32_t, 4> pa;
+      pa.v[0] = W::pack(s[0][0], s[0][1]);
+      pa.v[1] = W::pack(s[0][2], s[0][3]);
+      pa.v[2] = W::pack(s[1][0], s[1][1]);
+      pa.v[3] = W::pack(s[1][2], s[1][3]);
+      *reinterpret_cast<fi_vec<uint32_t, 4> *>(sP + ((rg * CG + cg) * 32 + lane) * 4) = pa;
+    }
+#pragma unroll
+    for (int j = 0; j < OW / 8; j++) {
+      o[j][0] *= alpha[0];
+      o[j][1] *= alpha[0];
+      o[j][2] *= alpha[1];
+      o[j][3] *= alpha[1];
+    }
+    __syncthreads();
+
+    // O += P V: the row group's CG fragments (k-steps of 16 tokens), V = ckv columns
+#pragma unroll 1
+    for (int kk = 0; kk < CG; kk++) {
+      const fi_vec<uint32_t, 4> pa = *reinterpret_cast<const fi_vec<uint32_t, 4> *>(sP + ((rg * CG + kk) * 32 + lane) * 4);
+#pragma unroll
+      for (int n2 = 0; n2 < OW / 16; n2++) {
+        uint32_t vb[4];
+        ldsm4t(cK, swz<DQ>(16 * kk + (lane & 7) + (((lane >> 3) & 1) << 3), cg * (OW / 8) + 2 * n2 + (lane >> 4)), vb);
+        mma<T>(o[2 * n2], pa.v[0], pa.v[1], pa.v[2], pa.v[3], vb[0], vb[1]);
+        mma<T>(o[2 * n2 + 1], pa.v[0], pa.v[1], pa.v[2], pa.v[3], vb[2], vb[3]);
+      }
+    }
+  }
+  cp_wait<0>();
+
+  // ---- the rows' sums over the CG warps, then out / lse or this chunk's partial ----
+#pragma unroll
+  for (int h = 0; h < 2; h++) {
+    float ds = dsum[h];
+    ds += shfl_xor(ds, 1);
+    ds += shfl_xor(ds, 2);
+    if (c == 0) sSum[(rg * CG + cg) * 16 + g + 8 * h] = ds;
+  }
+  __syncthreads();
+  const float LN2 = 0.6931471805599453f;
+#pragma unroll
+  for (int h = 0; h < 2; h++) {
+    float ds = 0.0f;
+#pragma unroll
+    for (int k = 0; k < CG; k++) ds += sSum[(rg * CG + k) * 16 + g + 8 * h];
+    const int rt = 16 * rg + g + 8 * h;  // row in the tile
+    if (rt >= rows) continue;
+    const int r = r0 + rt, tq = r / H, head = r - tq * H;
+    const float inv = ds > 0.0f ? 1.0f / ds : 0.0f;
+    if (w.nchunks <= 1) {
+      T *orow = static_cast<T *>(p.out) + (q_start + tq) * p.out_stride_tok + (int64_t)head * p.out_stride_head + cg * OW;
+#pragma unroll
+      for (int j = 0; j < OW / 8; j++)
+        *reinterpret_cast<uint32_t *>(orow + 8 * j + 2 * c) = W::pack(o[j][2 * h] * inv, o[j][2 * h + 1] * inv);
+      if (p.lse && c == 0 && cg == 0)
+        p.lse[(q_start + tq) * p.lse_stride_tok + (int64_t)head * p.lse_stride_head] =
+            ds > 0.0f ? (m[h] + log2f(ds)) * LN2 : neg_inf();
+    } else {
+      const int64_t prow = (int64_t)(w.slot + w.chunk) * FI_MLA_SLOT_ROWS + rt;
+      float *po = p.partial_o + prow * FI_MLA_DCKV + cg * OW;
+#pragma unroll
+      for (int j = 0; j < OW / 8; j++) {
+        fi_vec<float, 2> y;
+        y.v[0] = o[j][2 * h] * inv;
+        y.v[1] = o[j][2 * h + 1] * inv;
+        *reinterpret_cast<fi_vec<float, 2> *>(po + 8 * j + 2 * c) = y;
+      }
+      if (c == 0 && cg == 0) p.partial_lse[prow] = ds > 0.0f ? m[h] + log2f(ds) : neg_inf();
+    }
+  }
+}
+
+}  // namespace mla
+}  // namespace fi
