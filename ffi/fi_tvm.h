@@ -37,6 +37,7 @@ double ft_float(ft_call *c, int i);         /* float, int or bool */
 DLDataType ft_dtype(ft_call *c, int i);     /* a dtype, or its name ("bfloat16") */
 fi_kv_layout ft_layout(ft_call *c, int i);  /* 0 / 1, or "NHD" / "HND" */
 int ft_pos_encoding(ft_call *c, int i);     /* 0 / 1, or "NONE" / "ROPE_LLAMA" */
+int ft_bitorder(ft_call *c, int i);         /* 0 / 1, or "big" / "little" */
 /* A host (CPU) int32 tensor of n entries, contiguous: its data. */
 const int32_t *ft_host_i32(ft_call *c, int i, int64_t n);
 

@@ -177,6 +177,11 @@ fi_kv_layout ft_layout(ft_call *c, int i) {
   return (fi_kv_layout)enum_of(c, i, names, 2, "kv layout (\"NHD\" or \"HND\")");
 }
 
+int ft_bitorder(ft_call *c, int i) {
+  static const char *const names[] = {"big", "little"};
+  return enum_of(c, i, names, 2, "bit order (\"big\" or \"little\")");
+}
+
 int ft_pos_encoding(ft_call *c, int i) {
   static const char *const names[] = {"NONE", "ROPE_LLAMA"};
   return enum_of(c, i, names, 2, "position encoding (\"NONE\" or \"ROPE_LLAMA\")");

@@ -63,6 +63,10 @@
     "kv_last_page_len: Tensor, layout: int|str, k_scale: float, v_scale: float")              \
   X(get_batch_indices_positions, "append_indptr: Tensor, seq_lens: Tensor, "                 \
                                  "batch_indices: Tensor, positions: Tensor")                  \
+  /* bit packing (prefill's packed custom masks) */                                           \
+  X(packbits, "x: Tensor, bitorder: int|str, y: Tensor")                                      \
+  X(segment_packbits, "x: Tensor, indptr: Tensor, bitorder: int|str, y: Tensor, "             \
+                      "indptr_new: Tensor")                                                   \
   /* sampling */                                                                              \
   X(softmax, "logits: Tensor, temperature_arr: Tensor?, temperature: float, out: Tensor")     \
   X(sampling_from_probs, "probs: Tensor, samples: Tensor, seed: int, offset: int")            \

@@ -121,6 +121,24 @@ FT_EXPORT(get_batch_indices_positions) {
 #undef FT_RUN_ARGS
 }
 
+/* ---- bit packing ---- */
+
+FT_EXPORT(packbits) {
+  DLTensor *x = ft_tensor(c, 0), *y = ft_tensor(c, 2);
+  const fi_bitorder order = (fi_bitorder)ft_bitorder(c, 1);
+#define FT_RUN_ARGS x, order, y
+  FT_RUN(fi_packbits);
+#undef FT_RUN_ARGS
+}
+
+FT_EXPORT(segment_packbits) {
+  DLTensor *x = ft_tensor(c, 0), *indptr = ft_tensor(c, 1), *y = ft_tensor(c, 3), *out_indptr = ft_tensor(c, 4);
+  const fi_bitorder order = (fi_bitorder)ft_bitorder(c, 2);
+#define FT_RUN_ARGS x, indptr, order, y, out_indptr
+  FT_RUN(fi_segment_packbits);
+#undef FT_RUN_ARGS
+}
+
 /* ---- sampling ---- */
 
 FT_EXPORT(softmax) {

@@ -796,6 +796,24 @@ FI_API fi_status fi_fused_moe(fi_runtime *rt, const DLTensor *x, const DLTensor 
                               const fi_fused_moe_params *p, DLTensor *workspace, DLTensor *out, void *stream);
 
 
+/* ---- bit packing (the packed custom masks of batch prefill) ---- */
+typedef enum fi_bitorder {
+  FI_BITORDER_BIG = 0,   /**< element 8 j + k is bit 7 - k of byte j (numpy's default) */
+  FI_BITORDER_LITTLE = 1 /**< element 8 j + k is bit k of byte j (prefill's custom masks) */
+} fi_bitorder;
+
+/** FlashInfer's packbits: x [N] (bool, int8 or uint8; nonzero is 1) into y [ceil(N / 8)]
+ * uint8. */
+FI_API fi_status fi_packbits(fi_runtime *rt, const DLTensor *x, fi_bitorder bitorder, DLTensor *y, void *stream);
+/** FlashInfer's segment_packbits: each segment x[indptr[s] .. indptr[s+1]) packed on its own,
+ * padded to whole bytes, one after the other into y; indptr_new [S + 1] int32 gets where
+ * each starts (indptr_new[S]: the bytes written). indptr is device data (non-decreasing, the
+ * caller's to keep in range of x); y needs indptr_new[S] bytes ((N + 7 S) / 8 always
+ * suffices; bytes past y's end are not written). A batch prefill plan's custom mask is
+ * the segment_packbits (little) of each request's [L_q][L_kv] mask. */
+FI_API fi_status fi_segment_packbits(fi_runtime *rt, const DLTensor *x, const DLTensor *indptr, fi_bitorder bitorder,
+                                     DLTensor *y, DLTensor *indptr_new, void *stream);
+
 /* ---- multi-head latent attention (DeepSeek-V2/V3/R1, Kimi-K2; the absorbed form) ----
  * Every head attends one shared compressed cache: a token's key is ckv [512] then kpe [64],
  * its value is ckv. q_nope [N, H, 512] is the query after the absorbed up-projection,

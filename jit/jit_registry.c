@@ -37,6 +37,7 @@ static const jit_op *const ops[] = {
     &jit_op_batch_mla_paged,
     &jit_op_mla_merge,
     &jit_op_append_paged_mla,
+    &jit_op_packbits,
 };
 
 int jit_registry_count(void) { return (int)(sizeof ops / sizeof ops[0]); }

@@ -41,6 +41,7 @@ extern const jit_op jit_op_moe_gemm;
 extern const jit_op jit_op_batch_mla_paged;
 extern const jit_op jit_op_mla_merge;
 extern const jit_op jit_op_append_paged_mla;
+extern const jit_op jit_op_packbits;
 extern const jit_op jit_op_moe_gemm_sm90;
 
 #endif

@@ -162,4 +162,21 @@ typedef struct fi_rope_params {
   float inv_freq[FI_ROPE_MAX_PAIRS];
 } fi_rope_params;
 
+/* Bit packing (fi_packbits, fi_segment_packbits): bit k of output byte j is whether
+ * x[8 j + k] != 0, k counted from the lowest bit (little) or the highest (big). Segmented:
+ * segment s is x[indptr[s] .. indptr[s+1]), packed from byte indptr_new[s] = sum over
+ * earlier segments of ceil(length / 8) (block s writes indptr_new[s + 1], block 0 also
+ * indptr_new[0]); bytes at or past y_len are not written. Strides in elements. */
+typedef struct fi_packbits_params {
+  const uint8_t *x;
+  uint8_t *y;
+  const int32_t *indptr;  /* segmented only */
+  int32_t *indptr_new;    /* segmented only */
+  int64_t x_stride, indptr_stride, indptr_new_stride;
+  int64_t n;              /* elements of x (unsegmented) */
+  int64_t y_len;          /* bytes of y */
+  int32_t segments;
+  int32_t pad_;
+} fi_packbits_params;
+
 #endif /* FI_PARAMS_H */

@@ -53,3 +53,13 @@ static inline const rt_tuning *env_tuning_p(void) {
   t = env_tuning();
   return &t;
 }
+
+/* call must fail with FI_ERR_INVALID_ARGUMENT and a message containing needle (the last
+ * error is poisoned first, so an old message cannot pass). Needs ft.h. */
+#define EXPECT_INVALID(call, needle)                                                             \
+  do {                                                                                           \
+    poison_error();                                                                              \
+    fi_status s_ = (call);                                                                       \
+    FT_CHECK(s_ == FI_ERR_INVALID_ARGUMENT && strstr(fi_last_error(), needle),                  \
+             "%s: status %d, message: %s (wanted \"%s\")", #call, s_, fi_last_error(), needle); \
+  } while (0)

@@ -271,6 +271,30 @@ def mla_exports_and_wrapper_check_and_reach_the_library():
 
 
 @case
+def packbits_exports_and_wrappers_reach_the_library():
+    from fi_runtime import flashinfer as fl
+
+    m = module()
+    x8 = np.zeros(20, np.uint8)
+    raises(ValueError, ["fi_packbits", "x", CPU], m.packbits, x8, "little", np.zeros(3, np.uint8))
+    raises(ValueError, ["argument 1 'bitorder'", "'middle'"], m.packbits, x8, "middle", np.zeros(3, np.uint8))
+    raises(ValueError, ["fi_segment_packbits"], m.segment_packbits, x8, np.array([0, 20], np.int32), 1,
+           np.zeros(3, np.uint8), np.zeros(2, np.int32))
+    raises(ValueError, ["fi_packbits"], fl.packbits, x8, "little")
+    raises(ValueError, ["bitorder must be"], fl.packbits, x8, "middle")
+    raises(ValueError, ["fi_segment_packbits"], fl.segment_packbits, x8, np.array([0, 9, 20], np.int32), "little")
+    # the prefill wrappers pack an unpacked custom_mask themselves (2 requests: 1 x 5 and 2 x 7 here)
+    ws = np.zeros(1 << 16, np.uint8)
+    r = fl.BatchPrefillWithRaggedKVCacheWrapper(ws)
+    qo, kv = np.array([0, 1, 3], np.int32), np.array([0, 5, 12], np.int32)
+    raises(ValueError, ["custom_mask has 18 elements", "need 19"], r.plan, qo, kv, 8, 8, 128,
+           custom_mask=np.ones(18, np.uint8))
+    raises(ValueError, ["not both"], r.plan, qo, kv, 8, 8, 128, custom_mask=np.ones(19, np.uint8),
+           packed_custom_mask=np.ones(3, np.uint8))
+    raises(ValueError, ["fi_segment_packbits"], r.plan, qo, kv, 8, 8, 128, custom_mask=np.ones(19, np.uint8))
+
+
+@case
 def ctypes_fallback_serves_flat_ops():
     code = ("import numpy as np, fi_runtime\n"
             "from fi_runtime import flashinfer as fl\n"

@@ -53,6 +53,11 @@ SIGNATURES = {
         'append_indptr: Tensor, seq_lens: Tensor, batch_indices: Tensor, positions: Tensor',
         ('batch_indices', 'positions'),
     ),
+    'packbits': ('x: Tensor, bitorder: int|str, y: Tensor', ('y',)),
+    'segment_packbits': (
+        'x: Tensor, indptr: Tensor, bitorder: int|str, y: Tensor, indptr_new: Tensor',
+        ('y', 'indptr_new'),
+    ),
     'softmax': (
         'logits: Tensor, temperature_arr: Tensor?, temperature: float, out: Tensor',
         ('out',),

@@ -224,6 +224,27 @@ class BatchDecodeWithPagedKVCacheWrapper(_Wrapper):
         return self.run(q, paged_kv_cache, *args, return_lse=True, **kwargs)
 
 
+def _pack_mask(fn, custom_mask, packed_custom_mask, qo_h, kv_lens):
+    """An unpacked custom_mask (every request's [L_q][L_kv] booleans, flattened one after the
+    other) packed as the plan takes it: segment_packbits, little-endian bits."""
+    if custom_mask is None:
+        return packed_custom_mask
+    if packed_custom_mask is not None:
+        raise ValueError(f"{fn}: give custom_mask or packed_custom_mask, not both")
+    from .flashinfer import segment_packbits
+
+    flat = tensor(fn, "custom_mask", custom_mask).reshape(-1)
+    qk = [0]
+    for b, lkv in enumerate(kv_lens):
+        qk.append(qk[-1] + (int(qo_h[b + 1]) - int(qo_h[b])) * int(lkv))
+    if int(flat.shape[0]) != qk[-1]:
+        raise ValueError(f"{fn}: custom_mask has {int(flat.shape[0])} elements; the batch's [L_q][L_kv] "
+                         f"masks need {qk[-1]}")
+    import numpy
+
+    return segment_packbits(flat, numpy.array(qk, numpy.int32), "little")[0]
+
+
 class _Prefill(_Wrapper):
     _kind = "prefill"
 
@@ -232,9 +253,6 @@ class _Prefill(_Wrapper):
         hq, hk, d = heads
         if head_dim_vo is not None and head_dim_vo != d:
             unsupported(fn, "head_dim_vo", head_dim_vo, "differs from head_dim_qk")
-        if custom_mask is not None:
-            unsupported(fn, "custom_mask", "a tensor", "is not taken unpacked: pass packed_custom_mask "
-                        "(flashinfer.segment_packbits' layout, little-endian bits)")
         _refuse(fn, use_fp16_qk_reduction=use_fp16_qk_reduction, **extra)
         if packed_custom_mask is not None:
             tensor(fn, "packed_custom_mask", packed_custom_mask)
@@ -300,9 +318,13 @@ class BatchPrefillWithPagedKVCacheWrapper(_Prefill):
         kv_h = host_i32(fn, "paged_kv_indptr", paged_kv_indptr)
         last_h = host_i32(fn, "paged_kv_last_page_len", paged_kv_last_page_len)
         batch = int(qo_h.shape[0]) - 1
+        ps = number(fn, "page_size", page_size, int)
+        pcm = _pack_mask(fn, cm, pcm, qo_h, [
+            (int(kv_h[b + 1]) - int(kv_h[b]) - 1) * ps + int(last_h[b]) if kv_h[b + 1] > kv_h[b] else 0
+            for b in range(batch)])
         heads = [number(fn, n, v, int) for n, v in (("num_qo_heads", num_qo_heads),
                  ("num_kv_heads", num_kv_heads), ("head_dim_qk", head_dim_qk))]
-        heads, rest = self._plan_common(fn, qo_h, batch, heads, dv, cm, pcm, causal, fp16,
+        heads, rest = self._plan_common(fn, qo_h, batch, heads, dv, None, pcm, causal, fp16,
                                         _attn(fn, heads[2], *a), _dtypes(fn, *dts), {})
         self._indices = self._fill("paged_kv_indices_buf",
                                    tensor(fn, "paged_kv_indices", paged_kv_indices), int(kv_h[-1]))
@@ -356,9 +378,10 @@ class BatchPrefillWithRaggedKVCacheWrapper(_Prefill):
         qo_h = host_i32(fn, "qo_indptr", qo_indptr)
         kv_h = host_i32(fn, "kv_indptr", kv_indptr)
         batch = int(qo_h.shape[0]) - 1
+        pcm = _pack_mask(fn, cm, pcm, qo_h, [int(kv_h[b + 1]) - int(kv_h[b]) for b in range(batch)])
         heads = [number(fn, n, v, int) for n, v in (("num_qo_heads", num_qo_heads),
                  ("num_kv_heads", num_kv_heads), ("head_dim_qk", head_dim_qk))]
-        heads, rest = self._plan_common(fn, qo_h, batch, heads, dv, cm, pcm, causal, fp16,
+        heads, rest = self._plan_common(fn, qo_h, batch, heads, dv, None, pcm, causal, fp16,
                                         _attn(fn, heads[2], *a), _dtypes(fn, *dts), {})
         args = (self._workspace, qo_h, kv_h, *heads, *rest)
         self._plan = ops.batch_prefill_ragged_plan(*args, self._plan, pcm)

@@ -8,7 +8,7 @@ backend="auto") are accepted and ignored. The attention wrappers are in
 fi_runtime._wrappers and re-exported here."""
 
 from . import UnsupportedError  # noqa: F401
-from ._util import (dtype_like, empty, is_torch, kv_pair, layout, number, param,
+from ._util import (dtype_like, empty, host_i32, is_torch, kv_pair, layout, number, param,
                     pos_encoding, run, tensor, torch, unsupported)
 from ._wrappers import (BatchDecodeWithPagedKVCacheWrapper,  # noqa: F401
                         BatchPrefillWithPagedKVCacheWrapper,
@@ -216,6 +216,35 @@ def append_paged_mla_kv_cache(append_ckv, append_kpe, batch_indices, positions, 
         tensor(fn, "ckv_cache", ckv_cache), tensor(fn, "kpe_cache", kpe_cache),
         tensor(fn, "kv_indices", kv_indices), tensor(fn, "kv_indptr", kv_indptr),
         tensor(fn, "kv_last_page_len", kv_last_page_len))
+
+
+def _bitorder(fn, bitorder):
+    if bitorder not in ("big", "little"):
+        raise ValueError(f"{fn}: bitorder must be 'big' or 'little', got {bitorder!r}")
+    return bitorder
+
+
+def packbits(x, bitorder="big"):
+    """FlashInfer's packbits: a 1-D bool / uint8 tensor into uint8 bytes of 8 elements."""
+    fn = "packbits"
+    tensor(fn, "x", x)
+    y = empty(x, ((int(x.shape[0]) + 7) // 8,), "uint8")
+    run(fn, x, _bitorder(fn, bitorder), y)
+    return y
+
+
+def segment_packbits(x, indptr, bitorder="big"):
+    """FlashInfer's segment_packbits: each segment x[indptr[i]:indptr[i+1]] packed on its
+    own (padded to whole bytes), and where each segment's bytes start."""
+    fn = "segment_packbits"
+    tensor(fn, "x", x)
+    ih = host_i32(fn, "indptr", indptr)
+    total = sum((int(ih[i + 1]) - int(ih[i]) + 7) // 8 for i in range(int(ih.shape[0]) - 1))
+    y = empty(x, (total,), "uint8")
+    indptr_new = empty(x, (int(ih.shape[0]),), "int32")
+    ind = torch.as_tensor(ih, dtype=torch.int32).to(x.device) if is_torch(x) else ih  # on x's device
+    run(fn, x, ind, _bitorder(fn, bitorder), y, indptr_new)
+    return y, indptr_new
 
 
 # ---- sampling ----
