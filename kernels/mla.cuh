@@ -162,20 +162,29 @@ FI_DEVICE void mla_paged(const fi_mla_kparams &p) {
     cp_commit();
     const uint16_t *cK = sKV + buf * KT * DQ;
 
-    // S = Q K^T over the warp's 16 tokens
-    float s[2][4];
+    // S = Q K^T over the warp's 16 tokens: even and odd k-steps into separate accumulators
+    // (two independent mma chains instead of one 36 long), summed after
+    float s[2][4], s2[2][4];
 #pragma unroll
     for (int nb = 0; nb < 2; nb++)
 #pragma unroll
-      for (int e = 0; e < 4; e++) s[nb][e] = 0.0f;
-#pragma unroll 4
-    for (int ks = 0; ks < DQ / 16; ks++) {
-      uint32_t qa[4], kb[4];
+      for (int e = 0; e < 4; e++) s[nb][e] = s2[nb][e] = 0.0f;
+#pragma unroll 2
+    for (int ks = 0; ks < DQ / 16; ks += 2) {
+      uint32_t qa[4], kb[4], qa2[4], kb2[4];
       ldsm4(sQ, swz<DQ>(16 * rg + (lane & 15), 2 * ks + (lane >> 4)), qa);
       ldsm4(cK, swz<DQ>(16 * cg + (lane & 7) + ((lane >> 4) << 3), 2 * ks + ((lane >> 3) & 1)), kb);
+      ldsm4(sQ, swz<DQ>(16 * rg + (lane & 15), 2 * ks + 2 + (lane >> 4)), qa2);
+      ldsm4(cK, swz<DQ>(16 * cg + (lane & 7) + ((lane >> 4) << 3), 2 * ks + 2 + ((lane >> 3) & 1)), kb2);
       mma<T>(s[0], qa[0], qa[1], qa[2], qa[3], kb[0], kb[1]);
       mma<T>(s[1], qa[0], qa[1], qa[2], qa[3], kb[2], kb[3]);
+      mma<T>(s2[0], qa2[0], qa2[1], qa2[2], qa2[3], kb2[0], kb2[1]);
+      mma<T>(s2[1], qa2[0], qa2[1], qa2[2], qa2[3], kb2[2], kb2[3]);
     }
+#pragma unroll
+    for (int nb = 0; nb < 2; nb++)
+#pragma unroll
+      for (int e = 0; e < 4; e++) s[nb][e] += s2[nb][e];
     // Tile t + 2's offsets into the table this tile's loads read (issued before the
     // barrier above, so done); the next tile's barrier publishes them.
     if (more2) {

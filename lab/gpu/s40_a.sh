@@ -4,9 +4,9 @@
 # rows, append vs copy). Carry ["build-gpu2"]. Logs under $OUT.
 export FI_LOG_LEVEL=warn; S=$(date +%s); el() { echo "t=$(( $(date +%s) - S ))s"; }
 nvidia-smi --query-gpu=name,driver_version,clocks.max.sm --format=csv,noheader
-for t in gpu_mla gpu_prefill gpu_decode; do (timeout 280 build-gpu2/tests/$t > $OUT/$t.txt 2>&1; echo "$t rc=$?" >> $OUT/$t.txt) & done
+for t in gpu_mla gpu_packbits gpu_prefill gpu_decode; do (timeout 280 build-gpu2/tests/$t > $OUT/$t.txt 2>&1; echo "$t rc=$?" >> $OUT/$t.txt) & done
 wait; el
-for t in gpu_mla gpu_prefill gpu_decode; do echo "== $t: $(grep -c '^PASS' $OUT/$t.txt) passed, $(grep -c '^FAIL' $OUT/$t.txt) failed; $(tail -1 $OUT/$t.txt)"; done
+for t in gpu_mla gpu_packbits gpu_prefill gpu_decode; do echo "== $t: $(grep -c '^PASS' $OUT/$t.txt) passed, $(grep -c '^FAIL' $OUT/$t.txt) failed; $(tail -1 $OUT/$t.txt)"; done
 grep -E "^  (ok|FAIL)" $OUT/gpu_mla.txt | cut -c1-170
 grep -E "FAIL|mask" $OUT/gpu_prefill.txt | head -20
 timeout 200 build-gpu2/fi-bench mla > $OUT/bench_mla.txt 2>&1; echo "fi-bench mla rc=$?"; cat $OUT/bench_mla.txt | grep -v "^$" | tail -25; el
