@@ -67,6 +67,7 @@ FI_DEVICE void mla_paged(const fi_mla_kparams &p) {
   constexpr int THREADS = 32 * RG * CG, DQ = FI_MLA_DQK, CH = DQ / 8, CHN = FI_MLA_DCKV / 8;
   constexpr int OW = FI_MLA_DCKV / CG;  // latent columns a warp accumulates
   static_assert(QT == 16 || QT == 64, "q tile 16 or 64");
+  static_assert(FI_MLA_SMEM(QT) <= 227 * 1024, "shared memory a block (sm_90's opt-in limit)");
 
   uint16_t *const sQ = reinterpret_cast<uint16_t *>(fi_mla_smem);
   uint16_t *const sKV = sQ + QT * DQ;                                       // [2][KT][576]

@@ -158,7 +158,27 @@ static fi_status plan_impl(fi_runtime *rt, const char *fn, const fi_batch_mla_in
       st = rt_fail(FI_ERR_INVALID_ARGUMENT, "%s: workspace has %lld bytes; %lld are needed (fi_batch_mla_workspace_size)",
                    fn, (long long)ws_bytes, (long long)lay.bytes);
   }
-  const int qt = jit_mla_q_tile(graph ? (int64_t)info->max_qo_tokens * H : maxrows);
+  int qt = jit_mla_q_tile(graph ? (int64_t)info->max_qo_tokens * H : maxrows);
+  /* The 16-row tile's two 64-token stages need 170 KB of shared memory a block: where the
+   * device has less (sm_80: 163 KB) the 64-row tile (150 KB) serves small requests too;
+   * with less than that (sm_86/89, ROCm) there is no MLA kernel. Offline plans (rt NULL)
+   * assume Hopper. */
+  if (st == FI_OK && rt) {
+    const rt_device_i *be;
+    void *state;
+    rt_device_caps caps;
+    char err[256];
+    if ((st = rt_backend(rt, devtype, &be, &state)) == FI_OK &&
+        rt_device_caps_get(be, state, device, &caps, err, sizeof err) != 0)
+      st = rt_fail(FI_ERR_DEVICE, "%s: %s", fn, err);
+    const int64_t have = st == FI_OK ? (int64_t)caps.smem_block_kb * 1024 : 0;
+    if (st == FI_OK && qt == 16 && have < FI_MLA_SMEM(16)) qt = 64;
+    if (st == FI_OK && have < FI_MLA_SMEM(qt))
+      st = rt_fail(FI_ERR_INVALID_ARGUMENT,
+                   "%s: the MLA kernel needs %d KB of shared memory a block; this device allows %lld KB "
+                   "(sm_80 and sm_90 have enough)",
+                   fn, (FI_MLA_SMEM(qt) + 1023) / 1024, (long long)(have / 1024));
+  }
   jit_key key;
   jit_mla_select(dt, qt, &key);
   fi_mla_plan *pl = *plan;
@@ -166,10 +186,10 @@ static fi_status plan_impl(fi_runtime *rt, const char *fn, const fi_batch_mla_in
   if (st == FI_OK && !fresh &&
       (pl->graph != graph || (graph && (pl->max_batch != info->max_batch || pl->max_qo_tokens != info->max_qo_tokens)) ||
        pl->num_heads != H || pl->page_size != info->page_size || pl->dt != dt || pl->causal != info->causal ||
-       pl->sm_scale != info->sm_scale || pl->ws != ws || pl->q_tile != qt))
+       pl->sm_scale != info->sm_scale || pl->ws != ws || (graph && pl->q_tile != qt)))
     st = rt_fail(FI_ERR_INVALID_ARGUMENT,
-                 "%s: a re-plan must keep the plan's heads, page_size, dtypes, causal, sm_scale, sizes (CUDA-graph "
-                 "mode), q tile (chosen by the longest request) and workspace; make a new plan instead",
+                 "%s: a re-plan must keep the plan's heads, page_size, dtypes, causal, sm_scale, workspace and "
+                 "(CUDA-graph mode) sizes and q tile; make a new plan instead",
                  fn);
   int32_t *tab = NULL;
   int64_t n = 0, chunk = 0, slots = 0;
@@ -419,6 +439,19 @@ static fi_status check_mat(const char *fn, const char *name, const DLTensor *t, 
   return rt_check_rows(fn, name, t, 2);
 }
 
+/* Whether ckv and kpe are the column ranges [0, 512) and [512, 576) (or any two disjoint
+ * ranges) of the rows of one buffer, as engines keep them ([pages, page_size, 576]): the
+ * same page and slot strides, kpe's start inside the slot row of ckv's, past its columns. */
+static int caches_interleave(const DLTensor *ckv, const DLTensor *kpe) {
+  if (rt_stride(ckv, 0) != rt_stride(kpe, 0) || rt_stride(ckv, 1) != rt_stride(kpe, 1)) return 0;
+  const intptr_t a = (intptr_t)rt_data(ckv), b = (intptr_t)rt_data(kpe), row = 2 * (intptr_t)rt_stride(ckv, 1);
+  const intptr_t d = b - a; /* bytes from ckv's start to kpe's */
+  if (row <= 0) return 0;
+  if (d >= 2 * FI_MLA_DCKV && d + 2 * FI_MLA_DKPE <= row) return 1;
+  if (-d >= 2 * FI_MLA_DKPE && -d + 2 * FI_MLA_DCKV <= row) return 1;
+  return 0;
+}
+
 FI_API fi_status fi_append_paged_mla_kv_cache(fi_runtime *rt, const DLTensor *append_ckv, const DLTensor *append_kpe,
                                               const DLTensor *batch_indices, const DLTensor *positions,
                                               DLTensor *ckv_cache, DLTensor *kpe_cache, const DLTensor *kv_indices,
@@ -467,6 +500,7 @@ FI_API fi_status fi_append_paged_mla_kv_cache(fi_runtime *rt, const DLTensor *ap
   static const char *const names[8] = {"append_ckv", "append_kpe", "batch_indices", "positions",
                                        "kv_indices", "kv_indptr",  "kv_last_page_len", "kpe_cache"};
   for (int i = 0; i < 8; i++) {
+    if (i == 7 && caches_interleave(ckv_cache, kpe_cache)) continue;
     if (rt_tensors_overlap(ckv_cache, ins[i]))
       return rt_fail(FI_ERR_INVALID_ARGUMENT, "%s: ckv_cache overlaps %s; the caches need their own memory", fn, names[i]);
     if (i < 7 && rt_tensors_overlap(kpe_cache, ins[i]))

@@ -24,6 +24,7 @@
 #include "rt_sampling.h"
 #include "rt_autotune.h"
 #include "ops_mla.h"
+#include "mla_params.h"
 
 /* A model's attention and MLP shapes on one rank (tensor parallelism divides the heads
  * and the intermediate size; the vocabulary is gathered before sampling). */
@@ -310,20 +311,26 @@ FI_API fi_status fi_admin_preset_configs(const char *preset, const char *arch, f
   if (!m->mla) {
     rc |= decode_ops(m, sms, &s);
     rc |= prefill_ops(m, dt, hopper, &s);
-  } else {
+  }
+  /* Shared memory a block may use on the arch (the device layer's table) and wgmma on sm_90. */
+  const int smem_kb = hopper ? 227 : amd ? 64 : strcmp(arch, "sm_80") == 0 || strcmp(arch, "sm_87") == 0 ? 163 : 99;
+  if (m->mla && smem_kb * 1024 >= FI_MLA_SMEM(64)) { /* the tiles the MLA plan can choose there */
     jit_key k;
-    jit_mla_select(dt, 16, &k);
-    rc |= add(&s, &k);
+    if (smem_kb * 1024 >= FI_MLA_SMEM(16)) {
+      jit_mla_select(dt, 16, &k);
+      rc |= add(&s, &k);
+    }
     jit_mla_select(dt, 64, &k);
     rc |= add(&s, &k);
     jit_mla_merge_select(dt, &k);
     rc |= add(&s, &k);
+  }
+  if (m->mla) {
+    jit_key k;
     jit_mla_append_select(dt, &k);
     rc |= add(&s, &k);
   }
   if (m->experts) {
-    /* Shared memory a block may use on the arch (the device layer's table) and wgmma on sm_90. */
-    const int smem_kb = hopper ? 227 : amd ? 64 : strcmp(arch, "sm_80") == 0 || strcmp(arch, "sm_87") == 0 ? 163 : 99;
     rc |= moe_ops(m, dt, smem_kb, hopper, &s);
   }
   if (rc) {

@@ -119,6 +119,56 @@ FT_TEST(mla_planner_tiles_rows_and_splits_long_kv) {
   fi_batch_mla_plan_destroy(pl);
 }
 
+FT_TEST(mla_replans_keep_what_a_plan_fixes) {
+  static char ws[1];
+  /* non-graph: a re-plan may change the batch and the q tile (decode, then MTP) */
+  int32_t qo[3] = {0, 1, 2}, kvp[3] = {0, 2, 4}, kvl[2] = {20, 30};
+  fi_batch_mla_info in = info_of(2, qo, kvp, kvl, 16, 16);
+  fi_mla_plan *pl = NULL;
+  FT_REQUIRE(rt_mla_plan_offline(&in, ws, 132, &pl) == 0, "%s", fi_last_error());
+  int64_t n;
+  const jit_key *key;
+  rt_mla_plan_table(pl, &n, &key);
+  FT_CHECK(key->v[MLA_P_Q_TILE] == 16);
+  int32_t qo2[3] = {0, 2, 4};
+  fi_batch_mla_info mtp = in;
+  mtp.qo_indptr = qo2;
+  FT_CHECK(rt_mla_plan_offline(&mtp, ws, 132, &pl) == 0, "%s", fi_last_error());
+  rt_mla_plan_table(pl, &n, &key);
+  FT_CHECK(key->v[MLA_P_Q_TILE] == 64 && check_items(&mtp, pl) == 0);
+  fi_batch_mla_info bad = in;
+  bad.num_heads = 32;
+  poison_error();
+  FT_CHECK(rt_mla_plan_offline(&bad, ws, 132, &pl) != 0 && strstr(fi_last_error(), "re-plan"), "%s", fi_last_error());
+  bad = in;
+  bad.sm_scale = 0.5f;
+  FT_CHECK(rt_mla_plan_offline(&bad, ws, 132, &pl) != 0 && strstr(fi_last_error(), "re-plan"));
+  fi_batch_mla_plan_destroy(pl);
+  /* CUDA-graph mode: the grid is the capacity, the q tile and sizes fixed by the first plan */
+  in.max_batch = 4;
+  in.max_qo_tokens = 8;
+  pl = NULL;
+  FT_REQUIRE(rt_mla_plan_offline(&in, ws, 132, &pl) == 0, "%s", fi_last_error());
+  rt_mla_plan_table(pl, &n, &key);
+  FT_CHECK(key->v[MLA_P_Q_TILE] == 64 && n == 2, "q tile %lld (8 tokens x 16 heads), %lld items",
+           (long long)key->v[MLA_P_Q_TILE], (long long)n);
+  mtp = in;
+  mtp.qo_indptr = qo2;
+  FT_CHECK(rt_mla_plan_offline(&mtp, ws, 132, &pl) == 0, "%s", fi_last_error());
+  bad = in;
+  bad.max_qo_tokens = 16;
+  poison_error();
+  FT_CHECK(rt_mla_plan_offline(&bad, ws, 132, &pl) != 0 && strstr(fi_last_error(), "re-plan"), "%s", fi_last_error());
+  int32_t qo9[3] = {0, 5, 9};
+  bad = in;
+  bad.qo_indptr = qo9;
+  kvl[0] = 30;
+  poison_error();
+  FT_CHECK(rt_mla_plan_offline(&bad, ws, 132, &pl) != 0 && strstr(fi_last_error(), "max_qo_tokens"), "%s",
+           fi_last_error());
+  fi_batch_mla_plan_destroy(pl);
+}
+
 typedef struct tens {
   DLTensor t;
   int64_t shape[3];
@@ -242,5 +292,40 @@ FT_TEST(mla_plan_and_run_bad_arguments_named) {
   EXPECT_INVALID(fi_batch_mla_paged_run(rt, NULL, &qn.t, &qp.t, &ckv.t, &kpe.t, &idx.t, &out.t, NULL, NULL), "plan");
 #undef RUN
   fi_batch_mla_plan_destroy(plan);
+
+  /* append: ckv and kpe as the two column ranges of one [pages, 16, 576] buffer pass the
+   * overlap check (a launch then fails: no device here), overlapping views do not */
+  tens ack, akp, bi, pos, last, kvp_t;
+  mk(&ack, ADDR(7), kDLBfloat, 16, 2, 4, 512, 0);
+  mk(&akp, ADDR(8), kDLBfloat, 16, 2, 4, 64, 0);
+  mk(&bi, ADDR(10), kDLInt, 32, 1, 4, 0, 0);
+  mk(&pos, ADDR(11), kDLInt, 32, 1, 4, 0, 0);
+  mk(&kvp_t, ADDR(12), kDLInt, 32, 1, 3, 0, 0);
+  mk(&last, ADDR(13), kDLInt, 32, 1, 2, 0, 0);
+  int64_t st3[3] = {16 * 576, 576, 1};
+  tens fc = ckv, fk = kpe;
+  fc.t.shape = fc.shape, fk.t.shape = fk.shape;
+  fc.t.strides = st3, fk.t.strides = st3;
+  fc.t.data = ADDR(14), fk.t.data = (char *)ADDR(14) + 1024;
+#define APPEND(c, k) fi_append_paged_mla_kv_cache(rt, &ack.t, &akp.t, &bi.t, &pos.t, &(c).t, &(k).t, &idx.t, &kvp_t.t, &last.t, NULL)
+  poison_error();
+  fi_status s = APPEND(fc, fk);
+  FT_CHECK(s != FI_ERR_INVALID_ARGUMENT, "interleaved caches refused: %s", fi_last_error());
+  fk.t.data = (char *)ADDR(14) + 512;
+  EXPECT_INVALID(APPEND(fc, fk), "ckv_cache overlaps kpe_cache");
+  fk.t.data = (char *)ADDR(14) + 1024;
+  x = ack, x.t.shape = x.shape, x.shape[1] = 576;
+  EXPECT_INVALID(fi_append_paged_mla_kv_cache(rt, &x.t, &akp.t, &bi.t, &pos.t, &fc.t, &fk.t, &idx.t, &kvp_t.t,
+                                              &last.t, NULL),
+                 "append_ckv has 576 columns");
+  x = pos, x.t.shape = x.shape, x.shape[0] = 3;
+  EXPECT_INVALID(fi_append_paged_mla_kv_cache(rt, &ack.t, &akp.t, &bi.t, &x.t, &fc.t, &fk.t, &idx.t, &kvp_t.t,
+                                              &last.t, NULL),
+                 "positions has 3 entries");
+  x = last, x.t.shape = x.shape, x.shape[0] = 3;
+  EXPECT_INVALID(fi_append_paged_mla_kv_cache(rt, &ack.t, &akp.t, &bi.t, &pos.t, &fc.t, &fk.t, &idx.t, &kvp_t.t,
+                                              &x.t, NULL),
+                 "kv_last_page_len has 3 entries");
+#undef APPEND
   fi_runtime_destroy(rt);
 }

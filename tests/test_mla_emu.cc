@@ -23,9 +23,11 @@
 #include "emu.h"
 
 #include "fi_port.cuh"
-// The kernel's dynamic shared memory: one array for every block (blocks run one at a time).
+// The kernel's dynamic shared memory: one array for every block (blocks run one at a time),
+// exactly the larger tile's FI_MLA_SMEM (a layout past it would write beyond the array).
 #define FI_MLA_EMU_SMEM 1
-alignas(128) static unsigned char fi_mla_smem[1 << 18];
+#include "mla_params.h"
+alignas(128) static unsigned char fi_mla_smem[FI_MLA_SMEM(16) > FI_MLA_SMEM(64) ? FI_MLA_SMEM(16) : FI_MLA_SMEM(64)];
 #define FI_PF_EMU_SMEM 1  // (prefill.cuh's, for its merge kernel: no shared memory used)
 static unsigned char fi_pf_smem[16];
 #include "mla.cuh"
@@ -40,7 +42,7 @@ static int fails = 0;
 enum { DC = FI_MLA_DCKV, DP = FI_MLA_DKPE };
 
 struct prob {
-  int bf, H, ps, causal, split;
+  int bf, H, ps, causal, split, graph;  // graph: CUDA-graph mode (the item count from the header, a larger grid)
   std::vector<int> lq, lkv;
 };
 
@@ -86,16 +88,19 @@ static void run(const prob &P) {
   k.out_stride_tok = (int64_t)H * DC, k.out_stride_head = DC, k.lse_stride_tok = H, k.lse_stride_head = 1;
   k.ckv_stride_page = (int64_t)ps * DC, k.ckv_stride_slot = DC, k.kpe_stride_page = (int64_t)ps * DP, k.kpe_stride_slot = DP;
   k.num_items = (int32_t)n, k.num_heads = H, k.page_size = ps, k.causal = P.causal;
+  int32_t header[FI_PREFILL_HDR_WORDS] = {(int32_t)n};
+  const unsigned grid = (unsigned)n + (P.graph ? 5 : 0);
+  if (P.graph) k.num_items = -1, k.header = header;
   const double sm = 1.0 / sqrt(192.0);
   k.scale_log2 = (float)(sm * 1.4426950408889634);
-  emu::launch((unsigned)n, 1, 32 * FI_MLA_WARPS(QT), [&] { fi::mla::mla_paged<T, QT>(k); });
-  if (slots > 0) {
+  emu::launch(grid, 1, 32 * FI_MLA_WARPS(QT), [&] { fi::mla::mla_paged<T, QT>(k); });
+  if (slots > 0 || P.graph) {
     fi_prefill_merge_params m;
     memset(&m, 0, sizeof m);
     m.out = out.data(), m.lse = lse.data(), m.items = items.data(), m.partial_o = po.data(), m.partial_lse = pl.data();
     m.out_stride_tok = k.out_stride_tok, m.out_stride_head = DC, m.lse_stride_tok = H, m.lse_stride_head = 1;
-    m.num_items = (int32_t)n, m.num_kv_heads = 1, m.group = H, m.q_tile = FI_MLA_SLOT_ROWS;
-    emu::launch((unsigned)n, 1, 128, [&] { fi::pf::prefill_merge<T, DC>(m); });
+    m.num_items = k.num_items, m.header = header, m.num_kv_heads = 1, m.group = H, m.q_tile = FI_MLA_SLOT_ROWS;
+    emu::launch(grid, 1, 128, [&] { fi::pf::prefill_merge<T, DC>(m); });
   }
 
   // float64 reference of the absorbed form
@@ -146,8 +151,8 @@ static void run(const prob &P) {
   const double err = den > 0 ? sqrt(num / den) : sqrt(num), tol = P.bf ? 1.5e-2 : 2e-3;
   const bool ok = err < tol && nan == 0 && infbad == 0 && lmax < 1e-2;
   // one PASS / FAIL line a case for tests/run_tests.sh
-  printf("%s mla_emulation %s q_tile=%d H=%d page=%d causal=%d B=%d items=%lld%s: out err %.3g (tol %.1g) lse %.3g nan %ld inf %ld\n",
-         ok ? "PASS" : "FAIL", P.bf ? "bf16" : "f16", QT, H, ps, P.causal, B, (long long)n, chunk ? " split" : "", err,
+  printf("%s mla_emulation %s q_tile=%d H=%d page=%d causal=%d B=%d items=%lld%s%s: out err %.3g (tol %.1g) lse %.3g nan %ld inf %ld\n",
+         ok ? "PASS" : "FAIL", P.bf ? "bf16" : "f16", QT, H, ps, P.causal, B, (long long)n, chunk ? " split" : "", P.graph ? " graph" : "", err,
           tol, lmax, nan, infbad);
   fails += !ok;
 }
@@ -155,15 +160,19 @@ static void run(const prob &P) {
 int main() {
   // Decode (one query token, H = 16 rows: the 16-row tile on 4 warps), pages of 16 and 1,
   // long enough for several 64-token tiles and a ragged last one; split or not.
-  run<fi_half, 16>({0, 16, 16, 1, 0, {1, 1}, {37, 150}});
-  run<fi_bf16, 16>({1, 16, 1, 1, 1, {1, 1, 1}, {300, 9, 64}});
+  run<fi_half, 16>({0, 16, 16, 1, 0, 0, {1, 1}, {37, 150}});
+  run<fi_bf16, 16>({1, 16, 1, 1, 1, 0, {1, 1, 1}, {300, 9, 64}});
   // MTP / chunked prefill: 2-3 query tokens x 16 heads (the 64-row tile on 8 warps), a
   // causal diagonal inside a tile; page 64; an empty request and a request without KV.
-  run<fi_bf16, 64>({1, 16, 64, 1, 0, {2, 3, 0}, {70, 5, 0}});
-  run<fi_half, 64>({0, 16, 16, 1, 1, {3, 2}, {300, 130}});
+  run<fi_bf16, 64>({1, 16, 64, 1, 0, 0, {2, 3, 0}, {70, 5, 0}});
+  run<fi_half, 64>({0, 16, 16, 1, 1, 0, {3, 2}, {300, 130}});
   // Fewer heads (rows of several tokens a tile), non-causal, and a tile cut mid-token.
-  run<fi_bf16, 64>({1, 6, 16, 0, 0, {13, 1}, {40, 33}});
-  run<fi_half, 16>({0, 3, 16, 1, 1, {7}, {290}});
+  run<fi_bf16, 64>({1, 6, 16, 0, 0, 0, {13, 1}, {40, 33}});
+  run<fi_half, 16>({0, 3, 16, 1, 1, 0, {7}, {290}});
+  // CUDA-graph mode (items from the header, blocks past them idle; split and merge), and a
+  // request with query rows but no KV (non-causal: out 0, lse -inf).
+  run<fi_bf16, 64>({1, 16, 16, 1, 1, 1, {2, 1}, {300, 260}});
+  run<fi_half, 16>({0, 8, 16, 0, 0, 1, {2, 1}, {0, 45}});
   fprintf(stderr, "%s\n", fails ? "test_mla_emu: FAILED" : "test_mla_emu: all passed");
   return fails != 0;
 }

@@ -432,18 +432,21 @@ class BatchMLAPagedAttentionWrapper(_Wrapper):
         kv_dt = dtype_name(fn, "kv_data_type", kv_data_type) or q_dt
         heads = number(fn, "num_heads", num_heads, int)
         # CUDA-graph mode: a plan for the buffers' batch and every query token they can hold
+        # (fixed by the first plan: a CUDA-graph re-plan must keep it)
         max_batch = int(self._buffers["qo_indptr"].shape[0]) - 1 if self._use_cuda_graph else 0
-        max_q = int(qo_h[-1]) if not self._use_cuda_graph else max(int(qo_h[-1]), max_batch)
+        max_q = 0
+        if self._use_cuda_graph:
+            max_q = getattr(self, "_max_qo", 0) or max(int(qo_h[-1]), max_batch)
+            self._max_qo = max_q
         dev_t, dev_i = self._device()
         self._check_workspace(ops.batch_mla_workspace_size(dev_t, dev_i, max(batch, max_batch),
-                                                           max(max_q, 1), heads))
+                                                           max(max_q, int(qo_h[-1]), 1), heads))
         self._indices = self._fill("kv_indices", tensor(fn, "kv_indices", kv_indices), int(kv_h[-1]))
         args = (self._workspace, qo_h, kv_h, len_h, heads,
                 number(fn, "head_dim_ckv", head_dim_ckv, int),
                 number(fn, "head_dim_kpe", head_dim_kpe, int),
                 number(fn, "page_size", page_size, int), 1 if causal else 0,
-                number(fn, "sm_scale", sm_scale), q_dt, kv_dt, max_batch,
-                max_q if self._use_cuda_graph else 0)
+                number(fn, "sm_scale", sm_scale), q_dt, kv_dt, max_batch, max_q)
         self._plan = ops.batch_mla_paged_plan(*args, self._plan)
         self._plan_args = args + (self._plan,)
 

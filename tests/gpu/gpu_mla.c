@@ -35,6 +35,7 @@ typedef struct mcase {
   int dt, H, ps, causal, B;
   const int *lq, *lkv;
   double tol;
+  int fused; /* ckv and kpe the column ranges of one [pages, page_size, 576] buffer (vLLM's) */
 } mcase;
 
 /* One batch on the host (values as stored, dt) and on the device. */
@@ -42,13 +43,47 @@ typedef struct mbatch {
   int B;
   int32_t qo[65], kvp[65], kvl[64];
   int64_t N, pages, used;
+  int fused, ps;
   void *qn, *qp, *ckv, *kpe;
   int32_t *idx;
   CUdeviceptr dqn, dqp, dckv, dkpe, didx, dout, dlse, dws;
   size_t ws_bytes;
   DLTensor tqn, tqp, tckv, tkpe, tidx, tout, tlse, tws;
-  int64_t sqn[3], sqp[3], sckv[3], skpe[3], sidx[1], sout[3], slse[2], sws[1];
+  int64_t sqn[3], sqp[3], sckv[3], skpe[3], sidx[1], sout[3], slse[2], sws[1], fst[3];
 } mbatch;
+
+/* The caches on the device from / to host arrays [pages][ps][512] and [pages][ps][64]
+ * (a fused batch interleaves them into rows of 576). */
+static void put_cache(const mbatch *m, const void *ckv, const void *kpe) {
+  const size_t rows = (size_t)(m->pages * m->ps);
+  if (!m->fused) {
+    CU_CHECK(&cu, cuMemcpyHtoD(m->dckv, ckv, rows * DC * 2));
+    CU_CHECK(&cu, cuMemcpyHtoD(m->dkpe, kpe, rows * DP * 2));
+    return;
+  }
+  uint16_t *f = malloc(rows * (DC + DP) * 2);
+  for (size_t r = 0; r < rows; r++) {
+    memcpy(f + r * (DC + DP), (const uint16_t *)ckv + r * DC, DC * 2);
+    memcpy(f + r * (DC + DP) + DC, (const uint16_t *)kpe + r * DP, DP * 2);
+  }
+  CU_CHECK(&cu, cuMemcpyHtoD(m->dckv, f, rows * (DC + DP) * 2));
+  free(f);
+}
+static void get_cache(const mbatch *m, void *ckv, void *kpe) {
+  const size_t rows = (size_t)(m->pages * m->ps);
+  if (!m->fused) {
+    CU_CHECK(&cu, cuMemcpyDtoH(ckv, m->dckv, rows * DC * 2));
+    CU_CHECK(&cu, cuMemcpyDtoH(kpe, m->dkpe, rows * DP * 2));
+    return;
+  }
+  uint16_t *f = malloc(rows * (DC + DP) * 2);
+  CU_CHECK(&cu, cuMemcpyDtoH(f, m->dckv, rows * (DC + DP) * 2));
+  for (size_t r = 0; r < rows; r++) {
+    memcpy((uint16_t *)ckv + r * DC, f + r * (DC + DP), DC * 2);
+    memcpy((uint16_t *)kpe + r * DP, f + r * (DC + DP) + DC, DP * 2);
+  }
+  free(f);
+}
 
 static void make(const mcase *c, mbatch *m, int max_batch, int max_q) {
   memset(m, 0, sizeof *m);
@@ -83,15 +118,20 @@ static void make(const mcase *c, mbatch *m, int max_batch, int max_q) {
   free(perm);
   CU_CHECK(&cu, cuMemAlloc(&m->dqn, (size_t)(m->N * H * DC) * es));
   CU_CHECK(&cu, cuMemAlloc(&m->dqp, (size_t)(m->N * H * DP) * es));
-  CU_CHECK(&cu, cuMemAlloc(&m->dckv, (size_t)(m->pages * ps * DC) * es));
-  CU_CHECK(&cu, cuMemAlloc(&m->dkpe, (size_t)(m->pages * ps * DP) * es));
+  m->fused = c->fused, m->ps = ps;
+  if (m->fused) {
+    CU_CHECK(&cu, cuMemAlloc(&m->dckv, (size_t)(m->pages * ps * (DC + DP)) * es));
+    m->dkpe = m->dckv + DC * es;
+  } else {
+    CU_CHECK(&cu, cuMemAlloc(&m->dckv, (size_t)(m->pages * ps * DC) * es));
+    CU_CHECK(&cu, cuMemAlloc(&m->dkpe, (size_t)(m->pages * ps * DP) * es));
+  }
   CU_CHECK(&cu, cuMemAlloc(&m->didx, (size_t)(m->used + 1) * 4));
   CU_CHECK(&cu, cuMemAlloc(&m->dout, (size_t)(m->N * H * DC) * es));
   CU_CHECK(&cu, cuMemAlloc(&m->dlse, (size_t)(m->N * H) * 4));
   CU_CHECK(&cu, cuMemcpyHtoD(m->dqn, m->qn, (size_t)(m->N * H * DC) * es));
   CU_CHECK(&cu, cuMemcpyHtoD(m->dqp, m->qp, (size_t)(m->N * H * DP) * es));
-  CU_CHECK(&cu, cuMemcpyHtoD(m->dckv, m->ckv, (size_t)(m->pages * ps * DC) * es));
-  CU_CHECK(&cu, cuMemcpyHtoD(m->dkpe, m->kpe, (size_t)(m->pages * ps * DP) * es));
+  put_cache(m, m->ckv, m->kpe);
   CU_CHECK(&cu, cuMemcpyHtoD(m->didx, m->idx, (size_t)(m->used + 1) * 4));
   DLDevice dev = {kDLCUDA, 0};
   fi_status st = fi_batch_mla_workspace_size(rt, dev, max_batch > B ? max_batch : B, (int)m->N, H, &m->ws_bytes);
@@ -110,8 +150,9 @@ static void make(const mcase *c, mbatch *m, int max_batch, int max_q) {
   m->sws[0] = (int64_t)m->ws_bytes;
   m->tqn = g_tensor(m->dqn, 0, c->dt, 3, m->sqn, NULL);
   m->tqp = g_tensor(m->dqp, 0, c->dt, 3, m->sqp, NULL);
-  m->tckv = g_tensor(m->dckv, 0, c->dt, 3, m->sckv, NULL);
-  m->tkpe = g_tensor(m->dkpe, 0, c->dt, 3, m->skpe, NULL);
+  m->fst[0] = (int64_t)ps * (DC + DP), m->fst[1] = DC + DP, m->fst[2] = 1;
+  m->tckv = g_tensor(m->dckv, 0, c->dt, 3, m->sckv, m->fused ? m->fst : NULL);
+  m->tkpe = g_tensor(m->dkpe, 0, c->dt, 3, m->skpe, m->fused ? m->fst : NULL);
   m->tout = g_tensor(m->dout, 0, c->dt, 3, m->sout, NULL);
   m->tlse = g_tensor(m->dlse, 0, 2, 2, m->slse, NULL);
   m->tidx = g_tensor(m->didx, 0, 2, 1, m->sidx, NULL);
@@ -124,7 +165,7 @@ static void mfree(mbatch *m) {
   CU_CHECK(&cu, cuMemFree(m->dqn));
   CU_CHECK(&cu, cuMemFree(m->dqp));
   CU_CHECK(&cu, cuMemFree(m->dckv));
-  CU_CHECK(&cu, cuMemFree(m->dkpe));
+  if (!m->fused) CU_CHECK(&cu, cuMemFree(m->dkpe));
   CU_CHECK(&cu, cuMemFree(m->didx));
   CU_CHECK(&cu, cuMemFree(m->dout));
   CU_CHECK(&cu, cuMemFree(m->dlse));
@@ -253,13 +294,15 @@ FT_TEST(mla_decode_heads_pages_dtypes) {
   static const int pss[3] = {1, 16, 64}, hs[4] = {16, 32, 64, 128};
   for (int dt = 0; dt < 2; dt++)
     for (int p = 0; p < 3; p++) {
-      const mcase c = {"decode", dt, 16, pss[p], 1, 6, q1, l1, dt ? 1.5e-2 : 3e-3};
+      const mcase c = {"decode", dt, 16, pss[p], 1, 6, q1, l1, dt ? 1.5e-2 : 3e-3, 0};
       run_case(&c, 1);
     }
   for (int i = 1; i < 4; i++) {
-    const mcase c = {"decode heads", 1, hs[i], 16, 1, 4, q1, l1 + 1, 1.5e-2};
+    const mcase c = {"decode heads", 1, hs[i], 16, 1, 4, q1, l1 + 1, 1.5e-2, 0};
     run_case(&c, 1);
   }
+  const mcase f = {"decode, one 576 buffer", 1, 16, 64, 1, 6, q1, l1, 1.5e-2, 1};
+  run_case(&f, 1);
 }
 
 FT_TEST(mla_mtp_and_chunked_prefill) {
@@ -268,9 +311,9 @@ FT_TEST(mla_mtp_and_chunked_prefill) {
   static const int q4[3] = {4, 4, 0}, l4[3] = {4, 900, 0};
   static const int qp[3] = {37, 0, 5}, lp[3] = {300, 20, 5};
   const mcase cases[] = {
-      {"mtp 2", 1, 16, 16, 1, 4, q2, l2, 1.5e-2},      {"mtp 2", 0, 128, 64, 1, 4, q2, l2, 3e-3},
-      {"mtp 4", 1, 128, 1, 1, 3, q4, l4, 1.5e-2},       {"chunked prefill", 1, 16, 16, 1, 3, qp, lp, 1.5e-2},
-      {"non-causal", 0, 32, 16, 0, 3, qp, lp, 3e-3},
+      {"mtp 2", 1, 16, 16, 1, 4, q2, l2, 1.5e-2, 0},      {"mtp 2", 0, 128, 64, 1, 4, q2, l2, 3e-3, 0},
+      {"mtp 4", 1, 128, 1, 1, 3, q4, l4, 1.5e-2, 0},       {"chunked prefill", 1, 16, 16, 1, 3, qp, lp, 1.5e-2, 0},
+      {"non-causal", 0, 32, 16, 0, 3, qp, lp, 3e-3, 0},
   };
   for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) run_case(&cases[i], 1);
 }
@@ -278,9 +321,9 @@ FT_TEST(mla_mtp_and_chunked_prefill) {
 FT_TEST(mla_split_kv_long_context) {
   FT_REQUIRE(setup() == 0);
   static const int q1[2] = {1, 1}, l1[2] = {32768, 20000};
-  const mcase a = {"split B=1 L=32768", 1, 16, 64, 1, 1, q1, l1, 1.5e-2};
+  const mcase a = {"split B=1 L=32768", 1, 16, 64, 1, 1, q1, l1, 1.5e-2, 0};
   run_case(&a, 1);
-  const mcase b = {"split B=2 H=128", 0, 128, 16, 1, 2, q1, l1, 3e-3};
+  const mcase b = {"split B=2 H=128", 0, 128, 16, 1, 2, q1, l1, 3e-3, 0};
   run_case(&b, 7); /* every 7th row of the 256 */
 }
 
@@ -291,7 +334,7 @@ FT_TEST(mla_split_kv_long_context) {
 FT_TEST(mla_absorbed_equals_non_absorbed) {
   FT_REQUIRE(setup() == 0);
   static const int q[2] = {3, 1}, l[2] = {50, 129};
-  const mcase c = {"absorbed", 1, 16, 16, 1, 2, q, l, 2e-2};
+  const mcase c = {"absorbed", 1, 16, 16, 1, 2, q, l, 2e-2, 0};
   mbatch m;
   make(&c, &m, 0, 0);
   const int H = c.H, DN = 128;
@@ -373,7 +416,7 @@ FT_TEST(mla_absorbed_equals_non_absorbed) {
 FT_TEST(mla_cuda_graph_replays_after_replans) {
   FT_REQUIRE(setup() == 0);
   static const int q[6] = {2, 1, 2, 1, 2, 1}, l[6] = {700, 40, 2, 1500, 90, 300};
-  const mcase c = {"graph", 1, 64, 16, 1, 6, q, l, 1.5e-2};
+  const mcase c = {"graph", 1, 64, 16, 1, 6, q, l, 1.5e-2, 0};
   mbatch m;
   make(&c, &m, 6, 12);
   CUstream s;
@@ -416,9 +459,10 @@ FT_TEST(mla_cuda_graph_replays_after_replans) {
  * appended cache matches the reference. */
 FT_TEST(mla_append_then_attend) {
   FT_REQUIRE(setup() == 0);
-  for (int dt = 0; dt < 2; dt++) {
+  for (int v = 0; v < 3; v++) {
+    const int dt = v > 0, fused = v == 2;
     static const int lq[4] = {1, 5, 1, 33}, lkv[4] = {40, 5, 129, 200};
-    const mcase c = {"append", dt, 16, 16, 1, 4, lq, lkv, dt ? 1.5e-2 : 3e-3};
+    const mcase c = {fused ? "append, one 576 buffer" : "append", dt, 16, 16, 1, 4, lq, lkv, dt ? 1.5e-2 : 3e-3, fused};
     mbatch m;
     make(&c, &m, 0, 0);
     const int B = c.B, ps = c.ps;
@@ -447,8 +491,7 @@ FT_TEST(mla_append_then_attend) {
       memset(ckv0 + (page * ps + slot) * DC, 0xff, DC * 2);
       memset(kpe0 + (page * ps + slot) * DP, 0xff, DP * 2);
     }
-    CU_CHECK(&cu, cuMemcpyHtoD(m.dckv, ckv0, (size_t)(m.pages * ps * DC) * 2));
-    CU_CHECK(&cu, cuMemcpyHtoD(m.dkpe, kpe0, (size_t)(m.pages * ps * DP) * 2));
+    put_cache(&m, ckv0, kpe0);
     CUdeviceptr dack, dakp, dbi, dpos, dkvp, dlast;
     CU_CHECK(&cu, cuMemAlloc(&dack, (size_t)nnz * DC * 2));
     CU_CHECK(&cu, cuMemAlloc(&dakp, (size_t)nnz * DP * 2));
@@ -471,12 +514,11 @@ FT_TEST(mla_append_then_attend) {
                                                 &tlast, NULL);
     FT_CHECK(st == FI_OK, "append: %s", fi_last_error());
     CU_CHECK(&cu, cuCtxSynchronize());
-    CU_CHECK(&cu, cuMemcpyDtoH(ckv0, m.dckv, (size_t)(m.pages * ps * DC) * 2));
-    CU_CHECK(&cu, cuMemcpyDtoH(kpe0, m.dkpe, (size_t)(m.pages * ps * DP) * 2));
+    get_cache(&m, ckv0, kpe0);
     const int same = memcmp(ckv0, m.ckv, (size_t)(m.pages * ps * DC) * 2) == 0 &&
                      memcmp(kpe0, m.kpe, (size_t)(m.pages * ps * DP) * 2) == 0;
-    fprintf(stderr, "  %s append %s: %d tokens into pages of %d: the cache %s\n", same ? "ok  " : "FAIL", g_dtname(dt),
-            nnz, ps, same ? "equals the expected one bit for bit" : "differs");
+    fprintf(stderr, "  %s %s %s: %d tokens into pages of %d: the cache %s\n", same ? "ok  " : "FAIL", c.name,
+            g_dtname(dt), nnz, ps, same ? "equals the expected one bit for bit" : "differs");
     FT_CHECK(same);
     /* attention over the appended cache */
     poison(&c, &m);
