@@ -234,11 +234,21 @@ static void bench_mla(fi_runtime *rt, double copy) {
          "|---|---|---|---|---|---|---|---|---|---|---|\n",
          rd);
   fflush(stdout);
+  /* FI_BENCH_MLA_CASES="2,6": only those rows (0-based; a profiler run), and no append */
+  const char *only = getenv("FI_BENCH_MLA_CASES");
   for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+    if (only && *only) {
+      char buf[128], *save = NULL;
+      int hit = 0;
+      snprintf(buf, sizeof buf, "%s", only);
+      for (char *t = strtok_r(buf, ",", &save); t; t = strtok_r(NULL, ",", &save)) hit |= atoi(t) == (int)i;
+      if (!hit) continue;
+    }
     bench_case(rt, &cases[i], rd, tf, wg);
     fflush(stdout);
     if (json) fflush(json);
   }
+  if (only && *only) return;
   printf("\ncopy %.2f TB/s (read + written)\n", copy);
   bench_append(rt, 65536, copy);
   bench_append(rt, 4096, copy);
