@@ -64,8 +64,8 @@ typedef struct fi_mla_kparams {
 /* The MLA cache append: token i's latent append_ckv[i] [512] and rotary part append_kpe[i]
  * [64] into slot positions[i] % page_size of page kv_indices[kv_indptr[batch_indices[i]] +
  * positions[i] / page_size] of ckv_cache [pages, page_size, 512] and kpe_cache [pages,
- * page_size, 64]. A thread moves 16 bytes: 72 a token (64 of ckv, 8 of kpe). Strides in
- * elements, the last dimension contiguous. */
+ * page_size, 64]. A thread moves 4 vectors of 16 bytes of one row (a row: 64 of ckv, 8 of
+ * kpe). Strides in elements, the last dimension contiguous. */
 typedef struct fi_append_mla_params {
   const void *append_ckv;
   const void *append_kpe;

@@ -536,5 +536,6 @@ FI_API fi_status fi_append_paged_mla_kv_cache(fi_runtime *rt, const DLTensor *ap
       FI_OK)
     return st;
   const unsigned threads = (unsigned)key.v[MLA_APPEND_P_THREADS];
-  return rt_launch_1d(rt, k, (nnz * 72 + threads - 1) / threads, threads, stream, &p, sizeof p);
+  const int64_t work = nnz * (72 / 4); /* threads: 4 vectors of 16 bytes each (mla_append.cuh) */
+  return rt_launch_1d(rt, k, (work + threads - 1) / threads, threads, stream, &p, sizeof p);
 }

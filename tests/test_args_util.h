@@ -56,7 +56,7 @@ static inline const rt_tuning *env_tuning_p(void) {
 
 /* call must fail with FI_ERR_INVALID_ARGUMENT and a message containing needle (the last
  * error is poisoned first, so an old message cannot pass). Needs ft.h. */
-#define EXPECT_INVALID(call, needle)                                                             \
+#define EXPECT_REFUSED(call, needle)                                                             \
   do {                                                                                           \
     poison_error();                                                                              \
     fi_status s_ = (call);                                                                       \

@@ -196,61 +196,61 @@ FT_TEST(mla_plan_and_run_bad_arguments_named) {
   fi_mla_plan *plan = NULL;
   fi_batch_mla_info bad = in;
   bad.num_heads = 0;
-  EXPECT_INVALID(fi_batch_mla_paged_plan(rt, &bad, &ws.t, NULL, &plan), "num_heads");
+  EXPECT_REFUSED(fi_batch_mla_paged_plan(rt, &bad, &ws.t, NULL, &plan), "num_heads");
   bad = in;
   bad.head_dim_ckv = 576;
-  EXPECT_INVALID(fi_batch_mla_paged_plan(rt, &bad, &ws.t, NULL, &plan), "head_dim_ckv");
+  EXPECT_REFUSED(fi_batch_mla_paged_plan(rt, &bad, &ws.t, NULL, &plan), "head_dim_ckv");
   bad = in;
   bad.page_size = 0;
-  EXPECT_INVALID(fi_batch_mla_paged_plan(rt, &bad, &ws.t, NULL, &plan), "page_size");
+  EXPECT_REFUSED(fi_batch_mla_paged_plan(rt, &bad, &ws.t, NULL, &plan), "page_size");
   bad = in;
   bad.sm_scale = 0.0f / 0.0f;
-  EXPECT_INVALID(fi_batch_mla_paged_plan(rt, &bad, &ws.t, NULL, &plan), "sm_scale");
+  EXPECT_REFUSED(fi_batch_mla_paged_plan(rt, &bad, &ws.t, NULL, &plan), "sm_scale");
   bad = in;
   bad.causal = 2;
-  EXPECT_INVALID(fi_batch_mla_paged_plan(rt, &bad, &ws.t, NULL, &plan), "causal");
+  EXPECT_REFUSED(fi_batch_mla_paged_plan(rt, &bad, &ws.t, NULL, &plan), "causal");
   bad = in;
   bad.kv_dtype = (DLDataType){kDLFloat, 16, 1};
-  EXPECT_INVALID(fi_batch_mla_paged_plan(rt, &bad, &ws.t, NULL, &plan), "kv_dtype");
+  EXPECT_REFUSED(fi_batch_mla_paged_plan(rt, &bad, &ws.t, NULL, &plan), "kv_dtype");
   bad = in;
   bad.q_dtype = bad.kv_dtype = (DLDataType){kDLFloat, 32, 1};
-  EXPECT_INVALID(fi_batch_mla_paged_plan(rt, &bad, &ws.t, NULL, &plan), "q_dtype");
+  EXPECT_REFUSED(fi_batch_mla_paged_plan(rt, &bad, &ws.t, NULL, &plan), "q_dtype");
   int32_t kvl_bad[2] = {40, 33}; /* request 1 has 2 pages of 16 */
   bad = in;
   bad.kv_len = kvl_bad;
-  EXPECT_INVALID(fi_batch_mla_paged_plan(rt, &bad, &ws.t, NULL, &plan), "kv_len[1]");
+  EXPECT_REFUSED(fi_batch_mla_paged_plan(rt, &bad, &ws.t, NULL, &plan), "kv_len[1]");
   int32_t kvp_bad[3] = {0, 3, 2};
   bad = in;
   bad.kv_indptr = kvp_bad;
-  EXPECT_INVALID(fi_batch_mla_paged_plan(rt, &bad, &ws.t, NULL, &plan), "kv_indptr is not monotone");
+  EXPECT_REFUSED(fi_batch_mla_paged_plan(rt, &bad, &ws.t, NULL, &plan), "kv_indptr is not monotone");
   int32_t qo_bad[3] = {0, 1, 0};
   bad = in;
   bad.qo_indptr = qo_bad;
-  EXPECT_INVALID(fi_batch_mla_paged_plan(rt, &bad, &ws.t, NULL, &plan), "monotone");
+  EXPECT_REFUSED(fi_batch_mla_paged_plan(rt, &bad, &ws.t, NULL, &plan), "monotone");
   int32_t qo_long[3] = {0, 41, 42}; /* 41 query tokens over 40 KV tokens, causal */
   bad = in;
   bad.qo_indptr = qo_long;
-  EXPECT_INVALID(fi_batch_mla_paged_plan(rt, &bad, &ws.t, NULL, &plan), "L_q <= L_kv");
+  EXPECT_REFUSED(fi_batch_mla_paged_plan(rt, &bad, &ws.t, NULL, &plan), "L_q <= L_kv");
   bad = in;
   bad.max_batch = 1;
-  EXPECT_INVALID(fi_batch_mla_paged_plan(rt, &bad, &ws.t, NULL, &plan), "max_batch");
+  EXPECT_REFUSED(fi_batch_mla_paged_plan(rt, &bad, &ws.t, NULL, &plan), "max_batch");
   bad.max_batch = 4;
-  EXPECT_INVALID(fi_batch_mla_paged_plan(rt, &bad, &ws.t, NULL, &plan), "max_qo_tokens");
+  EXPECT_REFUSED(fi_batch_mla_paged_plan(rt, &bad, &ws.t, NULL, &plan), "max_qo_tokens");
   tens wsm;
   mk(&wsm, (char *)ADDR(9) + 16, kDLUInt, 8, 1, 1 << 28, 0, 0);
-  EXPECT_INVALID(fi_batch_mla_paged_plan(rt, &in, &wsm.t, NULL, &plan), "workspace");
+  EXPECT_REFUSED(fi_batch_mla_paged_plan(rt, &in, &wsm.t, NULL, &plan), "workspace");
   tens wsc = ws;
   wsc.t.shape = wsc.shape;
   wsc.t.device.device_type = kDLCPU;
-  EXPECT_INVALID(fi_batch_mla_paged_plan(rt, &in, &wsc.t, NULL, &plan), "workspace");
-  EXPECT_INVALID(fi_batch_mla_paged_plan(rt, NULL, &ws.t, NULL, &plan), "info");
+  EXPECT_REFUSED(fi_batch_mla_paged_plan(rt, &in, &wsc.t, NULL, &plan), "workspace");
+  EXPECT_REFUSED(fi_batch_mla_paged_plan(rt, NULL, &ws.t, NULL, &plan), "info");
   FT_CHECK(plan == NULL);
   DLDevice dev = {kDLCPU, 0};
   size_t bytes = 0;
-  EXPECT_INVALID(fi_batch_mla_workspace_size(rt, dev, 4, 4, 16, &bytes), "GPU");
+  EXPECT_REFUSED(fi_batch_mla_workspace_size(rt, dev, 4, 4, 16, &bytes), "GPU");
   dev.device_type = kDLCUDA;
-  EXPECT_INVALID(fi_batch_mla_workspace_size(rt, dev, -1, 4, 16, &bytes), "max_batch");
-  EXPECT_INVALID(fi_batch_mla_workspace_size(rt, dev, 4, 4, 2000, &bytes), "num_heads");
+  EXPECT_REFUSED(fi_batch_mla_workspace_size(rt, dev, -1, 4, 16, &bytes), "max_batch");
+  EXPECT_REFUSED(fi_batch_mla_workspace_size(rt, dev, 4, 4, 2000, &bytes), "num_heads");
 
   /* run, on a plan made without a device */
   FT_REQUIRE(rt_mla_plan_offline(&in, ADDR(9), 132, &plan) == 0, "%s", fi_last_error());
@@ -266,30 +266,30 @@ FT_TEST(mla_plan_and_run_bad_arguments_named) {
   tens x = qn;
   x.t.shape = x.shape;
   x.t.dtype.code = kDLFloat;
-  EXPECT_INVALID(RUN(x, qp, ckv, kpe, idx, out, lse), "q_nope has dtype");
+  EXPECT_REFUSED(RUN(x, qp, ckv, kpe, idx, out, lse), "q_nope has dtype");
   x = qn, x.t.shape = x.shape, x.shape[0] = 2;
-  EXPECT_INVALID(RUN(x, qp, ckv, kpe, idx, out, lse), "q_nope has shape");
+  EXPECT_REFUSED(RUN(x, qp, ckv, kpe, idx, out, lse), "q_nope has shape");
   x = qp, x.t.shape = x.shape, x.shape[1] = 8;
-  EXPECT_INVALID(RUN(qn, x, ckv, kpe, idx, out, lse), "q_pe has shape");
+  EXPECT_REFUSED(RUN(qn, x, ckv, kpe, idx, out, lse), "q_pe has shape");
   x = out, x.t.shape = x.shape, x.shape[2] = 576;
-  EXPECT_INVALID(RUN(qn, qp, ckv, kpe, idx, x, lse), "out has shape");
+  EXPECT_REFUSED(RUN(qn, qp, ckv, kpe, idx, x, lse), "out has shape");
   x = ckv, x.t.shape = x.shape, x.shape[1] = 32;
-  EXPECT_INVALID(RUN(qn, qp, x, kpe, idx, out, lse), "ckv_cache has shape");
+  EXPECT_REFUSED(RUN(qn, qp, x, kpe, idx, out, lse), "ckv_cache has shape");
   x = kpe, x.t.shape = x.shape, x.shape[2] = 128;
-  EXPECT_INVALID(RUN(qn, qp, ckv, x, idx, out, lse), "kpe_cache has shape");
+  EXPECT_REFUSED(RUN(qn, qp, ckv, x, idx, out, lse), "kpe_cache has shape");
   x = kpe, x.t.shape = x.shape, x.shape[0] = 9;
-  EXPECT_INVALID(RUN(qn, qp, ckv, x, idx, out, lse), "kpe_cache has 9 pages");
+  EXPECT_REFUSED(RUN(qn, qp, ckv, x, idx, out, lse), "kpe_cache has 9 pages");
   x = idx, x.t.shape = x.shape, x.shape[0] = 4;
-  EXPECT_INVALID(RUN(qn, qp, ckv, kpe, x, out, lse), "kv_indices");
+  EXPECT_REFUSED(RUN(qn, qp, ckv, kpe, x, out, lse), "kv_indices");
   x = lse, x.t.shape = x.shape, x.shape[1] = 8;
-  EXPECT_INVALID(RUN(qn, qp, ckv, kpe, idx, out, x), "lse");
+  EXPECT_REFUSED(RUN(qn, qp, ckv, kpe, idx, out, x), "lse");
   x = out, x.t.shape = x.shape, x.t.data = ADDR(0);
-  EXPECT_INVALID(RUN(qn, qp, ckv, kpe, idx, x, lse), "out overlaps q_nope");
+  EXPECT_REFUSED(RUN(qn, qp, ckv, kpe, idx, x, lse), "out overlaps q_nope");
   x = qn, x.t.shape = x.shape, x.t.byte_offset = 2;
-  EXPECT_INVALID(RUN(x, qp, ckv, kpe, idx, out, lse), "q_nope");
+  EXPECT_REFUSED(RUN(x, qp, ckv, kpe, idx, out, lse), "q_nope");
   x = qp, x.t.shape = x.shape, x.t.device.device_id = 1;
-  EXPECT_INVALID(RUN(qn, x, ckv, kpe, idx, out, lse), "q_pe");
-  EXPECT_INVALID(fi_batch_mla_paged_run(rt, NULL, &qn.t, &qp.t, &ckv.t, &kpe.t, &idx.t, &out.t, NULL, NULL), "plan");
+  EXPECT_REFUSED(RUN(qn, x, ckv, kpe, idx, out, lse), "q_pe");
+  EXPECT_REFUSED(fi_batch_mla_paged_run(rt, NULL, &qn.t, &qp.t, &ckv.t, &kpe.t, &idx.t, &out.t, NULL, NULL), "plan");
 #undef RUN
   fi_batch_mla_plan_destroy(plan);
 
@@ -312,18 +312,18 @@ FT_TEST(mla_plan_and_run_bad_arguments_named) {
   fi_status s = APPEND(fc, fk);
   FT_CHECK(s != FI_ERR_INVALID_ARGUMENT, "interleaved caches refused: %s", fi_last_error());
   fk.t.data = (char *)ADDR(14) + 512;
-  EXPECT_INVALID(APPEND(fc, fk), "ckv_cache overlaps kpe_cache");
+  EXPECT_REFUSED(APPEND(fc, fk), "ckv_cache overlaps kpe_cache");
   fk.t.data = (char *)ADDR(14) + 1024;
   x = ack, x.t.shape = x.shape, x.shape[1] = 576;
-  EXPECT_INVALID(fi_append_paged_mla_kv_cache(rt, &x.t, &akp.t, &bi.t, &pos.t, &fc.t, &fk.t, &idx.t, &kvp_t.t,
+  EXPECT_REFUSED(fi_append_paged_mla_kv_cache(rt, &x.t, &akp.t, &bi.t, &pos.t, &fc.t, &fk.t, &idx.t, &kvp_t.t,
                                               &last.t, NULL),
                  "append_ckv has 576 columns");
   x = pos, x.t.shape = x.shape, x.shape[0] = 3;
-  EXPECT_INVALID(fi_append_paged_mla_kv_cache(rt, &ack.t, &akp.t, &bi.t, &x.t, &fc.t, &fk.t, &idx.t, &kvp_t.t,
+  EXPECT_REFUSED(fi_append_paged_mla_kv_cache(rt, &ack.t, &akp.t, &bi.t, &x.t, &fc.t, &fk.t, &idx.t, &kvp_t.t,
                                               &last.t, NULL),
                  "positions has 3 entries");
   x = last, x.t.shape = x.shape, x.shape[0] = 3;
-  EXPECT_INVALID(fi_append_paged_mla_kv_cache(rt, &ack.t, &akp.t, &bi.t, &pos.t, &fc.t, &fk.t, &idx.t, &kvp_t.t,
+  EXPECT_REFUSED(fi_append_paged_mla_kv_cache(rt, &ack.t, &akp.t, &bi.t, &pos.t, &fc.t, &fk.t, &idx.t, &kvp_t.t,
                                               &x.t, NULL),
                  "kv_last_page_len has 3 entries");
 #undef APPEND

@@ -36,29 +36,29 @@ FT_TEST(packbits_bad_arguments_named) {
   mk(&ip, ADDR(2), kDLInt, 32, 1, 5);
   mk(&ipn, ADDR(3), kDLInt, 32, 1, 5);
   t = x, t.t.shape = t.shape, t.t.dtype.bits = 16;
-  EXPECT_INVALID(fi_packbits(rt, &t.t, FI_BITORDER_BIG, &y.t, NULL), "x has dtype");
+  EXPECT_REFUSED(fi_packbits(rt, &t.t, FI_BITORDER_BIG, &y.t, NULL), "x has dtype");
   t = y, t.t.shape = t.shape, t.shape[0] = 12;
-  EXPECT_INVALID(fi_packbits(rt, &x.t, FI_BITORDER_BIG, &t.t, NULL), "y has 12 bytes");
+  EXPECT_REFUSED(fi_packbits(rt, &x.t, FI_BITORDER_BIG, &t.t, NULL), "y has 12 bytes");
   t = y, t.t.shape = t.shape, t.t.dtype.code = kDLInt;
-  EXPECT_INVALID(fi_packbits(rt, &x.t, FI_BITORDER_LITTLE, &t.t, NULL), "y has dtype");
-  EXPECT_INVALID(fi_packbits(rt, &x.t, (fi_bitorder)2, &y.t, NULL), "bitorder");
+  EXPECT_REFUSED(fi_packbits(rt, &x.t, FI_BITORDER_LITTLE, &t.t, NULL), "y has dtype");
+  EXPECT_REFUSED(fi_packbits(rt, &x.t, (fi_bitorder)2, &y.t, NULL), "bitorder");
   t = y, t.t.shape = t.shape, t.t.data = (char *)ADDR(0) + 50;
-  EXPECT_INVALID(fi_packbits(rt, &x.t, FI_BITORDER_BIG, &t.t, NULL), "y overlaps x");
+  EXPECT_REFUSED(fi_packbits(rt, &x.t, FI_BITORDER_BIG, &t.t, NULL), "y overlaps x");
   t = x, t.t.shape = t.shape, t.t.ndim = 2;
-  EXPECT_INVALID(fi_packbits(rt, &t.t, FI_BITORDER_BIG, &y.t, NULL), "x");
+  EXPECT_REFUSED(fi_packbits(rt, &t.t, FI_BITORDER_BIG, &y.t, NULL), "x");
   t = y, t.t.shape = t.shape, t.t.device.device_id = 1;
-  EXPECT_INVALID(fi_packbits(rt, &x.t, FI_BITORDER_BIG, &t.t, NULL), "y");
-  EXPECT_INVALID(fi_packbits(NULL, &x.t, FI_BITORDER_BIG, &y.t, NULL), "rt");
+  EXPECT_REFUSED(fi_packbits(rt, &x.t, FI_BITORDER_BIG, &t.t, NULL), "y");
+  EXPECT_REFUSED(fi_packbits(NULL, &x.t, FI_BITORDER_BIG, &y.t, NULL), "rt");
 
   t = ip, t.t.shape = t.shape, t.t.dtype.bits = 64;
-  EXPECT_INVALID(fi_segment_packbits(rt, &x.t, &t.t, FI_BITORDER_LITTLE, &y.t, &ipn.t, NULL), "indptr has dtype");
+  EXPECT_REFUSED(fi_segment_packbits(rt, &x.t, &t.t, FI_BITORDER_LITTLE, &y.t, &ipn.t, NULL), "indptr has dtype");
   t = ipn, t.t.shape = t.shape, t.shape[0] = 4;
-  EXPECT_INVALID(fi_segment_packbits(rt, &x.t, &ip.t, FI_BITORDER_LITTLE, &y.t, &t.t, NULL), "indptr_new has 4 entries");
+  EXPECT_REFUSED(fi_segment_packbits(rt, &x.t, &ip.t, FI_BITORDER_LITTLE, &y.t, &t.t, NULL), "indptr_new has 4 entries");
   t = ip, t.t.shape = t.shape, t.shape[0] = 0;
-  EXPECT_INVALID(fi_segment_packbits(rt, &x.t, &t.t, FI_BITORDER_LITTLE, &y.t, &ipn.t, NULL), "indptr has 0 entries");
+  EXPECT_REFUSED(fi_segment_packbits(rt, &x.t, &t.t, FI_BITORDER_LITTLE, &y.t, &ipn.t, NULL), "indptr has 0 entries");
   t = ipn, t.t.shape = t.shape, t.t.data = ADDR(2);
-  EXPECT_INVALID(fi_segment_packbits(rt, &x.t, &ip.t, FI_BITORDER_LITTLE, &y.t, &t.t, NULL), "indptr_new overlaps indptr");
-  EXPECT_INVALID(fi_segment_packbits(rt, &x.t, &ip.t, (fi_bitorder)-1, &y.t, &ipn.t, NULL), "bitorder");
+  EXPECT_REFUSED(fi_segment_packbits(rt, &x.t, &ip.t, FI_BITORDER_LITTLE, &y.t, &t.t, NULL), "indptr_new overlaps indptr");
+  EXPECT_REFUSED(fi_segment_packbits(rt, &x.t, &ip.t, (fi_bitorder)-1, &y.t, &ipn.t, NULL), "bitorder");
   fi_runtime_destroy(rt);
 }
 
