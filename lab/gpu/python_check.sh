@@ -16,15 +16,19 @@
 B=${B:-build-py}; export FI_LOG_LEVEL=warn; S=$(date +%s); OUT=${OUT:-/tmp}
 el() { echo "t=$(( $(date +%s) - S ))s"; }
 nvidia-smi --query-gpu=name,driver_version --format=csv,noheader
-python3 -c 'import torch; print("torch", torch.__version__, torch.cuda.is_available())' || {
-  echo "no torch on this machine: the comparisons need it"; exit 1; }
-# The venv sees the machine's torch and numpy; apache-tvm-ffi comes from the carried wheels.
-python3 -m venv --system-site-packages $B/pyvenv
-$B/pyvenv/bin/pip install -q --no-index --find-links lab/gpu/wheels "apache-tvm-ffi>=0.1,<0.2" || exit 1
+# The machine's python3 with its own torch and numpy (a venv did not see them on 2026-12-07:
+# torch sits in a site a venv leaves out); apache-tvm-ffi from the carried wheels into a
+# folder on PYTHONPATH.
+python3 -c 'import sys, torch; print(sys.executable, "torch", torch.__version__, torch.cuda.is_available())' || {
+  echo "no torch for python3; other pythons:"
+  for p in /usr/bin/python3* /usr/local/bin/python3* /opt/*/bin/python3; do
+    $p -c 'import sys, torch; print(sys.executable, torch.__version__)' 2>/dev/null; done; exit 1; }
+python3 -m pip install -q --no-index --find-links lab/gpu/wheels --target $B/pysite "apache-tvm-ffi>=0.1,<0.2" || exit 1
+export PYTHONPATH=$B/pysite${PYTHONPATH:+:$PYTHONPATH}
 make -s BUILD=$B all -j 16 > $OUT/build.txt 2>&1 || { tail -30 $OUT/build.txt; exit 1; }
 ls -la $B/libfi_runtime.so $B/libfi_runtime_tvm.so; el
 export FI_RUNTIME_LIBRARY=$PWD/$B/libfi_runtime.so FI_CACHE_PATH=$(mktemp -d)/k.db
-timeout 300 $B/pyvenv/bin/python lab/gpu/python_check.py > $OUT/python_check.txt 2>&1
+timeout 300 python3 lab/gpu/python_check.py > $OUT/python_check.txt 2>&1
 echo "python_check rc=$?"; cat $OUT/python_check.txt | tail -60; el
 timeout 120 $B/fi-bench --quick runtime > $OUT/bench_runtime.txt 2>&1; echo "fi-bench runtime rc=$?"
 grep -E "dispatch" $OUT/bench_runtime.txt; el
