@@ -23,7 +23,10 @@ python3 -c 'import sys, torch; print(sys.executable, "torch", torch.__version__,
   echo "no torch for python3; other pythons:"
   for p in /usr/bin/python3* /usr/local/bin/python3* /opt/*/bin/python3; do
     $p -c 'import sys, torch; print(sys.executable, torch.__version__)' 2>/dev/null; done; exit 1; }
-python3 -m pip install -q --no-index --find-links lab/gpu/wheels --target $B/pysite "apache-tvm-ffi>=0.1,<0.2" || exit 1
+# (unzipped, not pip-installed: the machine may have no pip, and Ubuntu's refuses system installs)
+PYV=$(python3 -c 'import sys; print("cp%d%d" % sys.version_info[:2])')
+W=$(ls lab/gpu/wheels/apache_tvm_ffi-*-$PYV-*.whl | head -1); [ -n "$W" ] || { echo "no apache-tvm-ffi wheel for $PYV"; exit 1; }
+mkdir -p $B/pysite && python3 -m zipfile -e "$W" $B/pysite && python3 -m zipfile -e lab/gpu/wheels/typing_extensions-*.whl $B/pysite || exit 1
 export PYTHONPATH=$B/pysite${PYTHONPATH:+:$PYTHONPATH}
 make -s BUILD=$B all -j 16 > $OUT/build.txt 2>&1 || { tail -30 $OUT/build.txt; exit 1; }
 ls -la $B/libfi_runtime.so $B/libfi_runtime_tvm.so; el
