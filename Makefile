@@ -125,8 +125,10 @@ $(BUILD)/tests/%: tests/%.cc tests/emu.h tests/emu_host.h $(KERNELS) $(BUILD)/ob
 pydeps:
 	@python/install-test-deps.sh $(PY_VENV)
 
+# The build part runs on every CPU unless the caller gave -j (a plain `make test` on the
+# 2-core machine: about 100 s of compiling one file at a time, half of that in parallel).
 test: deps pydeps
-	$(MAKE) all $(TEST_BINS)
+	$(MAKE) $(if $(findstring -j,$(MAKEFLAGS)),,-j$$(nproc)) all $(TEST_BINS)
 	FI_BUILD=$(BUILD) tests/run_tests.sh $(SLOW_TESTS) $(filter-out $(SLOW_TESTS),$(TEST_BINS) $(TEST_SCRIPTS))
 
 # Every registered configuration compiled for sm_90 (and every 7th for sm_80, 11th for
