@@ -59,9 +59,9 @@ static int render_merge(const jit_key *k, const char *entry, char *buf, size_t n
                    "extern \"C\" __global__ void __launch_bounds__(%d)\n"
                    "%s(fi_prefill_merge_params p) {\n"
                    "  fi_pdl_enter();\n"
-                   "  fi::pf::prefill_merge<%s, %d>(p);\n"
+                   "  fi::mla::mla_merge<%s>(p);\n"
                    "}\n",
-                   MLA_MERGE_THREADS, entry, jit_dtype_cxx((int)k->v[MLA_MERGE_P_DTYPE]), FI_MLA_DCKV);
+                   MLA_MERGE_THREADS, entry, jit_dtype_cxx((int)k->v[MLA_MERGE_P_DTYPE]));
   return w < 0 || (size_t)w >= n ? -1 : w;
 }
 static int count_merge(void) { return 2; }

@@ -309,5 +309,57 @@ FI_DEVICE void mla_paged(const fi_mla_kparams &p) {
   }
 }
 
+// The merge of split tiles (fi_prefill_merge_params, one KV head, group H): block (item,
+// y) combines the 64 latent columns 64 y .. of its tile's rows, one thread a row's 8
+// columns (rows past 16 loop), if the item is a split tile's chunk 0. Two passes over the
+// chunks: the row's largest LSE first (loads only), then the weighted sum, whose loads do
+// not wait on one another (prefill_merge's single pass carries a running maximum from
+// chunk to chunk: 128 chunks of a long context at B=1 were 128 round trips to L2 a thread).
+template <typename T>
+FI_DEVICE void mla_merge(const fi_prefill_merge_params &p) {
+  const int n = p.num_items >= 0 ? p.num_items : p.header[0];
+  if ((int)blockIdx.x >= n) return;
+  const int32_t *it = p.items + FI_PREFILL_ITEM_WORDS * blockIdx.x;
+  const int chunk = it[5] & 0xffff, nch = it[5] >> 16;
+  if (chunk != 0 || nch <= 1) return;
+  const int r0 = it[1], rows = it[2], slot = it[10], G = p.group;
+  const int64_t q_start = it[6];
+  const float LN2 = 0.6931471805599453f;
+  for (int u = threadIdx.x; u < rows * 8; u += blockDim.x) {
+    const int rt = u >> 3, d8 = 64 * (int)blockIdx.y + 8 * (u & 7);
+    const float *pl = p.partial_lse + (int64_t)slot * p.q_tile + rt;
+    float mx = neg_inf();
+#pragma unroll 8
+    for (int i = 0; i < nch; i++) mx = fmaxf(mx, pl[(int64_t)i * p.q_tile]);
+    const float mu = mx == neg_inf() ? 0.0f : mx;
+    float sw = 0.0f, acc[8];
+#pragma unroll
+    for (int e = 0; e < 8; e++) acc[e] = 0.0f;
+    const float *po = p.partial_o + ((int64_t)slot * p.q_tile + rt) * FI_MLA_DCKV + d8;
+#pragma unroll 4
+    for (int i = 0; i < nch; i++) {
+      const float w = ex2(pl[(int64_t)i * p.q_tile] - mu);
+      const fi_vec<float, 4> x0 = *reinterpret_cast<const fi_vec<float, 4> *>(po + (int64_t)i * p.q_tile * FI_MLA_DCKV);
+      const fi_vec<float, 4> x1 = *reinterpret_cast<const fi_vec<float, 4> *>(po + (int64_t)i * p.q_tile * FI_MLA_DCKV + 4);
+      sw += w;
+#pragma unroll
+      for (int e = 0; e < 4; e++) {
+        acc[e] += w * x0.v[e];
+        acc[4 + e] += w * x1.v[e];
+      }
+    }
+    const int r = r0 + rt, tq = r / G, head = r - tq * G;
+    const float inv = sw > 0.0f ? 1.0f / sw : 0.0f;
+    fi_vec<T, 8> y;
+#pragma unroll
+    for (int e = 0; e < 8; e++) y.v[e] = fi_from_float<T>(acc[e] * inv);
+    T *orow = static_cast<T *>(p.out) + (q_start + tq) * p.out_stride_tok + (int64_t)head * p.out_stride_head;
+    *reinterpret_cast<fi_vec<T, 8> *>(orow + d8) = y;
+    if (p.lse && d8 == 0)
+      p.lse[(q_start + tq) * p.lse_stride_tok + (int64_t)head * p.lse_stride_head] =
+          sw > 0.0f ? (mu + log2f(sw)) * LN2 : neg_inf();
+  }
+}
+
 }  // namespace mla
 }  // namespace fi

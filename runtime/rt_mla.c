@@ -396,8 +396,9 @@ FI_API fi_status fi_batch_mla_paged_run(fi_runtime *rt, const fi_mla_plan *pl, c
   mp.num_kv_heads = 1;
   mp.group = pl->num_heads;
   mp.q_tile = FI_MLA_SLOT_ROWS;
-  return rt_prefill_launch(rt, pl->devtype, pl->device, &pl->merge_key, pl->grid, 1, MLA_MERGE_THREADS, &mp,
-                           sizeof mp, stream);
+  /* (8 blocks a tile: one a 64 of the 512 latent columns, kernels/mla.cuh's mla_merge) */
+  return rt_prefill_launch(rt, pl->devtype, pl->device, &pl->merge_key, pl->grid, FI_MLA_DCKV / 64, MLA_MERGE_THREADS,
+                           &mp, sizeof mp, stream);
 }
 
 /* ---- the cache append ---- */

@@ -5,7 +5,7 @@
 // swizzled 576-wide tiles, the P fragments and row maxima shared between a row group's
 // warps, causal masks across token boundaries of the packed rows, paged caches with
 // shuffled pages (page sizes 1, 16, 64), empty requests, and split-KV partials through the
-// real planner (rt_prefill_partition with MLA's tiles) and the merge kernel at D = 512.
+// real planner (rt_prefill_partition with MLA's tiles) and MLA's merge kernel (8 column blocks a tile).
 // Outputs are poisoned (NaN) first. Not the CUDA inline-assembly paths: those run only on
 // the GPU (tests/gpu/gpu_mla.c).
 //
@@ -100,7 +100,7 @@ static void run(const prob &P) {
     m.out = out.data(), m.lse = lse.data(), m.items = items.data(), m.partial_o = po.data(), m.partial_lse = pl.data();
     m.out_stride_tok = k.out_stride_tok, m.out_stride_head = DC, m.lse_stride_tok = H, m.lse_stride_head = 1;
     m.num_items = k.num_items, m.header = header, m.num_kv_heads = 1, m.group = H, m.q_tile = FI_MLA_SLOT_ROWS;
-    emu::launch(grid, 1, 128, [&] { fi::pf::prefill_merge<T, DC>(m); });
+    emu::launch(grid, DC / 64, 128, [&] { fi::mla::mla_merge<T>(m); });
   }
 
   // float64 reference of the absorbed form
@@ -173,6 +173,8 @@ int main() {
   // request with query rows but no KV (non-causal: out 0, lse -inf).
   run<fi_bf16, 64>({1, 16, 16, 1, 1, 1, {2, 1}, {300, 260}});
   run<fi_half, 16>({0, 8, 16, 0, 0, 1, {2, 1}, {0, 45}});
+  // A long context split into 9 chunks (the merge's two passes over many partials).
+  run<fi_bf16, 16>({1, 16, 64, 1, 1, 0, {1}, {2100}});
   fprintf(stderr, "%s\n", fails ? "test_mla_emu: FAILED" : "test_mla_emu: all passed");
   return fails != 0;
 }
