@@ -6,17 +6,20 @@
 // head r % H; mla_params.h) and the KV range of its work item (batch prefill's plan tables:
 // split-KV partials are merged by prefill.cuh's prefill_merge with D = 512). Warp (rg, cg)
 // owns rows 16 rg .. 16 rg + 15 and
-//   S: the 16 x 16 scores of its rows against KV tokens 16 cg .. 16 cg + 15 of the tile
-//      (A = Q from the shared Q tile, B = K rows, ldmatrix x4, 36 k-steps over 576);
+//   S: the 16 x SW scores of its rows against KV tokens SW cg .. SW cg + SW - 1 of the tile
+//      (SW = 8 or 16; A = Q from the shared Q tile, B = K rows, ldmatrix x4, 36 k-steps);
 //   the rows' tile maximum: each warp's partial maxima through shared memory, so all CG
 //      warps of a row group rescale by the same factor (each keeps its own partial sum);
-//   P: its 16 x 16 probabilities packed as one A fragment of P V into shared memory;
+//   P: its 16 x SW probabilities packed as 16-bit pairs into shared memory, by n-tile of 8
+//      tokens (two n-tiles make one A fragment of P V);
 //   O += P V over the whole tile: the row group's CG P fragments, B = ckv columns
 //      cg * 512 / CG .. of the tile (ldmatrix x4 .trans), fp32 accumulators.
 // Q, K and V sit in shared memory as [rows][576] bf16/f16 with 16-byte chunks XOR-swizzled
 // by row % 8 (sm80.cuh's swz), so cp.async writes and ldmatrix reads avoid bank conflicts.
-// Two KV stages: tile t + 1 loads while tile t is computed; the page lookups of tile t + 2
-// are made a tile ahead.
+// NS KV stages (FI_MLA_NS): tiles t + 1 .. t + NS - 1 load while tile t is computed (the
+// first GPU run, with two stages of one 64-token tile, moved ~12 GB/s an SM: on average
+// half a tile in flight over a ~3 us round trip); the page lookups of tile t + NS are made
+// a tile ahead.
 #pragma once
 #include "mla_params.h"
 #include "prefill.cuh"
@@ -63,19 +66,22 @@ FI_DEVICE bool load_item(const fi_mla_kparams &p, int item, pf::work_item &w) {
 template <typename T, int QT>
 FI_DEVICE void mla_paged(const fi_mla_kparams &p) {
   typedef dec::w16<T> W;
-  constexpr int RG = FI_MLA_RG(QT), CG = FI_MLA_CG(QT), KT = FI_MLA_KT(QT);
+  constexpr int RG = FI_MLA_RG(QT), CG = FI_MLA_CG(QT), SW = FI_MLA_SW(QT), KT = FI_MLA_KT(QT), NS = FI_MLA_NS(QT);
   constexpr int THREADS = 32 * RG * CG, DQ = FI_MLA_DQK, CH = DQ / 8, CHN = FI_MLA_DCKV / 8;
   constexpr int OW = FI_MLA_DCKV / CG;  // latent columns a warp accumulates
+  constexpr int NB = SW / 8;            // n-tiles of 8 tokens a warp's S has
   static_assert(QT == 16 || QT == 64, "q tile 16 or 64");
+  static_assert(SW == 8 || SW == 16, "a warp's S: 8 or 16 tokens");
+  static_assert(KT % 16 == 0 && NS >= 2, "k-steps of 16 tokens; two stages at least");
   static_assert(FI_MLA_SMEM(QT) <= 227 * 1024, "shared memory a block (sm_90's opt-in limit)");
 
   uint16_t *const sQ = reinterpret_cast<uint16_t *>(fi_mla_smem);
-  uint16_t *const sKV = sQ + QT * DQ;                                       // [2][KT][576]
-  int64_t *const s_offc = reinterpret_cast<int64_t *>(sKV + 2 * KT * DQ);  // [2][KT] into ckv
-  int64_t *const s_offp = s_offc + 2 * KT;                                  // [2][KT] into kpe
-  uint32_t *const sP = reinterpret_cast<uint32_t *>(s_offp + 2 * KT);      // [RG][CG][32][4]
-  float *const sMax = reinterpret_cast<float *>(sP + RG * CG * 32 * 4);     // [RG][CG][16]
-  float *const sSum = sMax + RG * CG * 16;                                  // [RG][CG][16]
+  uint16_t *const sKV = sQ + QT * DQ;                                        // [NS][KT][576]
+  int64_t *const s_offc = reinterpret_cast<int64_t *>(sKV + NS * KT * DQ);  // [NS][KT] into ckv
+  int64_t *const s_offp = s_offc + NS * KT;                                  // [NS][KT] into kpe
+  uint32_t *const sP = reinterpret_cast<uint32_t *>(s_offp + NS * KT);      // [RG][KT / 8][32][2]
+  float *const sMax = reinterpret_cast<float *>(sP + RG * (KT / 8) * 32 * 2);  // [RG][CG][16]
+  float *const sSum = sMax + RG * CG * 16;                                   // [RG][CG][16]
 
   const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5, g = lane >> 2, c = lane & 3;
   const int rg = warp / CG, cg = warp % CG, H = p.num_heads;
@@ -96,9 +102,10 @@ FI_DEVICE void mla_paged(const fi_mla_kparams &p) {
                             : qp + (q_start + tq) * p.qp_stride_tok + (int64_t)h * p.qp_stride_head + 8 * (ch - CHN);
     cp16(sQ + swz<DQ>(row, ch), src);
   }
-  cp_commit();
+  cp_commit();  // (waited for with the first KV tile)
 
-  // Tile rows past kv_hi repeat its last token: finite values, masked out below.
+  // Tile rows past kv_hi repeat its last token: finite values, masked out below. Tile j's
+  // token offsets live in table j % NS, its data in stage j % NS.
   const T *ckv = static_cast<const T *>(p.ckv), *kpe = static_cast<const T *>(p.kpe);
   auto tok_clamp = [&](int j) { return j < kv_hi - 1 ? j : kv_hi - 1; };
   auto page_of = [&](int j) -> int32_t { return p.indices[kv_base + j / p.page_size]; };
@@ -139,60 +146,75 @@ FI_DEVICE void mla_paged(const fi_mla_kparams &p) {
     lim[h] = p.causal && tq + off + 1 < kv_hi ? tq + off + 1 : kv_hi;
   }
 
+  // Prologue: the offsets of tiles 0 .. NS-1, the loads of tiles 0 .. NS-2 (a commit group
+  // each, empty past the last tile, so that group t is always tile t's).
   if (ntiles > 0) {
-    for (int i = tid; i < 2 * KT; i += THREADS) {
+    for (int i = tid; i < NS * KT; i += THREADS) {
       const int j = tok_clamp(kv_lo + i);
       set_off(i, j, page_of(j));
     }
     __syncthreads();
-    load_tile(0);
-    cp_commit();
+#pragma unroll
+    for (int b = 0; b < NS - 1; b++) {
+      if (b < ntiles) load_tile(b);
+      cp_commit();
+    }
   }
   for (int t = 0; t < ntiles; t++) {
-    const int j0 = kv_lo + t * KT, buf = t & 1;
-    const bool more = t + 1 < ntiles, more2 = t + 2 < ntiles;
+    const int j0 = kv_lo + t * KT, buf = t % NS;
+    const bool ahead = t + NS < ntiles;
+    // The page ids of tile t + NS: read now, used after this tile's S.
     int32_t pg[NOFF];
 #pragma unroll
     for (int u = 0; u < NOFF; u++) {
       const int i = tid + u * THREADS;
-      pg[u] = more2 && i < KT ? page_of(tok_clamp(j0 + 2 * KT + i)) : 0;
+      pg[u] = ahead && i < KT ? page_of(tok_clamp(j0 + NS * KT + i)) : 0;
     }
-    cp_wait<0>();     // this tile (and, first, the Q tile)
-    __syncthreads();  // ... seen by all; every warp is done with tile t - 1
-    if (more) load_tile(buf ^ 1);
+    cp_wait<NS - 2>();  // this tile (and, first, the Q tile); the next NS - 2 may still fly
+    __syncthreads();    // ... seen by all; every warp is done with tile t - 1
+    if (t + NS - 1 < ntiles) load_tile((t + NS - 1) % NS);  // into tile t - 1's stage
     cp_commit();
     const uint16_t *cK = sKV + buf * KT * DQ;
 
-    // S = Q K^T over the warp's 16 tokens: even and odd k-steps into separate accumulators
-    // (two independent mma chains instead of one 36 long), summed after
-    float s[2][4], s2[2][4];
+    // S = Q K^T over the warp's SW tokens: even and odd k-steps into separate accumulators
+    // (two independent mma chains instead of one 36 long), summed after. SW = 16: one
+    // ldmatrix x4 of K a k-step (two n-tiles); SW = 8: one for two k-steps of one n-tile.
+    float s[NB][4], s2[NB][4];
 #pragma unroll
-    for (int nb = 0; nb < 2; nb++)
+    for (int nb = 0; nb < NB; nb++)
 #pragma unroll
       for (int e = 0; e < 4; e++) s[nb][e] = s2[nb][e] = 0.0f;
 #pragma unroll 2
     for (int ks = 0; ks < DQ / 16; ks += 2) {
-      uint32_t qa[4], kb[4], qa2[4], kb2[4];
+      uint32_t qa[4], qa2[4];
       ldsm4(sQ, swz<DQ>(16 * rg + (lane & 15), 2 * ks + (lane >> 4)), qa);
-      ldsm4(cK, swz<DQ>(16 * cg + (lane & 7) + ((lane >> 4) << 3), 2 * ks + ((lane >> 3) & 1)), kb);
       ldsm4(sQ, swz<DQ>(16 * rg + (lane & 15), 2 * ks + 2 + (lane >> 4)), qa2);
-      ldsm4(cK, swz<DQ>(16 * cg + (lane & 7) + ((lane >> 4) << 3), 2 * ks + 2 + ((lane >> 3) & 1)), kb2);
-      mma<T>(s[0], qa[0], qa[1], qa[2], qa[3], kb[0], kb[1]);
-      mma<T>(s[1], qa[0], qa[1], qa[2], qa[3], kb[2], kb[3]);
-      mma<T>(s2[0], qa2[0], qa2[1], qa2[2], qa2[3], kb2[0], kb2[1]);
-      mma<T>(s2[1], qa2[0], qa2[1], qa2[2], qa2[3], kb2[2], kb2[3]);
+      if (SW == 16) {
+        uint32_t kb[4], kb2[4];
+        ldsm4(cK, swz<DQ>(SW * cg + (lane & 7) + ((lane >> 4) << 3), 2 * ks + ((lane >> 3) & 1)), kb);
+        ldsm4(cK, swz<DQ>(SW * cg + (lane & 7) + ((lane >> 4) << 3), 2 * ks + 2 + ((lane >> 3) & 1)), kb2);
+        mma<T>(s[0], qa[0], qa[1], qa[2], qa[3], kb[0], kb[1]);
+        mma<T>(s[NB - 1], qa[0], qa[1], qa[2], qa[3], kb[2], kb[3]);
+        mma<T>(s2[0], qa2[0], qa2[1], qa2[2], qa2[3], kb2[0], kb2[1]);
+        mma<T>(s2[NB - 1], qa2[0], qa2[1], qa2[2], qa2[3], kb2[2], kb2[3]);
+      } else {
+        uint32_t kb[4];  // the warp's 8 tokens, dims 16 ks .. 16 ks + 31: two k-steps
+        ldsm4(cK, swz<DQ>(SW * cg + (lane & 7), 2 * ks + (lane >> 3)), kb);
+        mma<T>(s[0], qa[0], qa[1], qa[2], qa[3], kb[0], kb[1]);
+        mma<T>(s2[0], qa2[0], qa2[1], qa2[2], qa2[3], kb[2], kb[3]);
+      }
     }
 #pragma unroll
-    for (int nb = 0; nb < 2; nb++)
+    for (int nb = 0; nb < NB; nb++)
 #pragma unroll
       for (int e = 0; e < 4; e++) s[nb][e] += s2[nb][e];
-    // Tile t + 2's offsets into the table this tile's loads read (issued before the
-    // barrier above, so done); the next tile's barrier publishes them.
-    if (more2) {
+    // Tile t + NS's offsets into table t % NS (its loads were issued NS - 1 tiles ago, so
+    // done with it); the next tiles' barriers publish them.
+    if (ahead) {
 #pragma unroll
       for (int u = 0; u < NOFF; u++) {
         const int i = tid + u * THREADS;
-        if (i < KT) set_off(buf * KT + i, tok_clamp(j0 + 2 * KT + i), pg[u]);
+        if (i < KT) set_off(buf * KT + i, tok_clamp(j0 + NS * KT + i), pg[u]);
       }
     }
 
@@ -202,11 +224,11 @@ FI_DEVICE void mla_paged(const fi_mla_kparams &p) {
     for (int h = 0; h < 2; h++) {
       float mx = neg_inf();
 #pragma unroll
-      for (int nb = 0; nb < 2; nb++)
+      for (int nb = 0; nb < NB; nb++)
 #pragma unroll
         for (int e = 0; e < 2; e++) {
           float x = s[nb][2 * h + e] * p.scale_log2;
-          if (masked && j0 + 16 * cg + 8 * nb + 2 * c + e >= lim[h]) x = neg_inf();
+          if (masked && j0 + SW * cg + 8 * nb + 2 * c + e >= lim[h]) x = neg_inf();
           s[nb][2 * h + e] = x;
           mx = fmaxf(mx, x);
         }
@@ -226,7 +248,7 @@ FI_DEVICE void mla_paged(const fi_mla_kparams &p) {
       m[h] = mn;
       float ps = 0.0f;
 #pragma unroll
-      for (int nb = 0; nb < 2; nb++)
+      for (int nb = 0; nb < NB; nb++)
 #pragma unroll
         for (int e = 0; e < 2; e++) {
           const float pv = ex2(s[nb][2 * h + e] - mu);
@@ -235,13 +257,13 @@ FI_DEVICE void mla_paged(const fi_mla_kparams &p) {
         }
       dsum[h] = dsum[h] * alpha[h] + ps;
     }
-    {
-      fi_vec<uint32_t, 4> pa;
-      pa.v[0] = W::pack(s[0][0], s[0][1]);
-      pa.v[1] = W::pack(s[0][2], s[0][3]);
-      pa.v[2] = W::pack(s[1][0], s[1][1]);
-      pa.v[3] = W::pack(s[1][2], s[1][3]);
-      *reinterpret_cast<fi_vec<uint32_t, 4> *>(sP + ((rg * CG + cg) * 32 + lane) * 4) = pa;
+    // P as 16-bit pairs by n-tile of the tile: (row g, row g + 8) words of tokens 2c, 2c + 1
+#pragma unroll
+    for (int nb = 0; nb < NB; nb++) {
+      fi_vec<uint32_t, 2> pw;
+      pw.v[0] = W::pack(s[nb][0], s[nb][1]);
+      pw.v[1] = W::pack(s[nb][2], s[nb][3]);
+      *reinterpret_cast<fi_vec<uint32_t, 2> *>(sP + ((rg * (KT / 8) + NB * cg + nb) * 32 + lane) * 2) = pw;
     }
 #pragma unroll
     for (int j = 0; j < OW / 8; j++) {
@@ -252,16 +274,19 @@ FI_DEVICE void mla_paged(const fi_mla_kparams &p) {
     }
     __syncthreads();
 
-    // O += P V: the row group's CG fragments (k-steps of 16 tokens), V = ckv columns
+    // O += P V: k-steps of 16 tokens (A: n-tiles 2 kk and 2 kk + 1 of the row group's P),
+    // V = ckv columns
 #pragma unroll 1
-    for (int kk = 0; kk < CG; kk++) {
-      const fi_vec<uint32_t, 4> pa = *reinterpret_cast<const fi_vec<uint32_t, 4> *>(sP + ((rg * CG + kk) * 32 + lane) * 4);
+    for (int kk = 0; kk < KT / 16; kk++) {
+      const uint32_t *pr = sP + ((rg * (KT / 8) + 2 * kk) * 32 + lane) * 2;
+      const fi_vec<uint32_t, 2> pa = *reinterpret_cast<const fi_vec<uint32_t, 2> *>(pr);
+      const fi_vec<uint32_t, 2> pb = *reinterpret_cast<const fi_vec<uint32_t, 2> *>(pr + 64);
 #pragma unroll
       for (int n2 = 0; n2 < OW / 16; n2++) {
         uint32_t vb[4];
         ldsm4t(cK, swz<DQ>(16 * kk + (lane & 7) + (((lane >> 3) & 1) << 3), cg * (OW / 8) + 2 * n2 + (lane >> 4)), vb);
-        mma<T>(o[2 * n2], pa.v[0], pa.v[1], pa.v[2], pa.v[3], vb[0], vb[1]);
-        mma<T>(o[2 * n2 + 1], pa.v[0], pa.v[1], pa.v[2], pa.v[3], vb[2], vb[3]);
+        mma<T>(o[2 * n2], pa.v[0], pa.v[1], pb.v[0], pb.v[1], vb[0], vb[1]);
+        mma<T>(o[2 * n2 + 1], pa.v[0], pa.v[1], pb.v[0], pb.v[1], vb[2], vb[3]);
       }
     }
   }

@@ -14,19 +14,24 @@
 
 /* The CTA shape of a q tile QT (16 or 64 packed rows; row r of a request is query token
  * r / H, head r % H): RG row groups of 16 rows times CG column groups, one warp each. A
- * warp computes S for its 16 rows over 16 of the tile's KV tokens (KT = 16 CG) and O for
+ * warp computes S for its 16 rows over SW of the tile's KV tokens (KT = SW CG) and O for
  * its 16 rows over 512 / CG latent columns; the rows' maxima and the P fragments go through
- * shared memory between the CG warps of a row group. */
+ * shared memory between the CG warps of a row group. NS stages of KV tiles: NS - 1 tiles'
+ * loads in flight while one is computed (16-row tiles: 4 stages of 32 tokens, ~110 KB in
+ * flight an SM; 64-row tiles: 2 of 32, which keeps them within sm_80's 163 KB). */
 #define FI_MLA_RG(QT) ((QT) / 16)
 #define FI_MLA_CG(QT) ((QT) == 16 ? 4 : 2)
+#define FI_MLA_SW(QT) ((QT) == 16 ? 8 : 16)
+#define FI_MLA_NS(QT) ((QT) == 16 ? 4 : 2)
 #define FI_MLA_WARPS(QT) (FI_MLA_RG(QT) * FI_MLA_CG(QT))
-#define FI_MLA_KT(QT) (16 * FI_MLA_CG(QT))
-/* Shared memory: the Q tile [QT][576], two stages of a KV tile [KT][576] (ckv then kpe in
- * each row), two KT-entry tables of token offsets into ckv and into kpe, the P fragments
- * [RG][CG][32 lanes][4 words], the row maxima and the row sums [RG][CG][16]. */
+#define FI_MLA_KT(QT) (FI_MLA_SW(QT) * FI_MLA_CG(QT))
+/* Shared memory: the Q tile [QT][576], NS stages of a KV tile [KT][576] (ckv then kpe in
+ * each row), NS KT-entry tables of token offsets into ckv and into kpe, the P fragments
+ * [RG][KT / 8 n-tiles][32 lanes][2 words], the row maxima and the row sums [RG][CG][16]. */
 #define FI_MLA_SMEM(QT)                                                                      \
-  ((QT) * FI_MLA_DQK * 2 + 2 * FI_MLA_KT(QT) * FI_MLA_DQK * 2 + 2 * 2 * FI_MLA_KT(QT) * 8 + \
-   FI_MLA_WARPS(QT) * 32 * 16 + 2 * FI_MLA_WARPS(QT) * 16 * 4)
+  ((QT) * FI_MLA_DQK * 2 + FI_MLA_NS(QT) * FI_MLA_KT(QT) * FI_MLA_DQK * 2 +                 \
+   2 * FI_MLA_NS(QT) * FI_MLA_KT(QT) * 8 + FI_MLA_RG(QT) * (FI_MLA_KT(QT) / 8) * 32 * 8 +    \
+   2 * FI_MLA_WARPS(QT) * 16 * 4)
 
 /* Rows a partial slot holds (the largest q tile): partial row slot * FI_MLA_SLOT_ROWS + row
  * in the tile, 512 floats each. */
