@@ -77,7 +77,7 @@ const jit_op jit_op_mla_merge = {
     .config = config_merge,
 };
 
-/* 256 threads of one 16-byte vector each: a pure copy, as append_paged_kv's. */
+/* 256 threads of four 16-byte vectors each (one row's; mla_append.cuh): a pure copy. */
 #define MLA_APPEND_THREADS 256
 void jit_mla_append_select(int dtype, jit_key *out) {
   out->op = &jit_op_append_paged_mla;

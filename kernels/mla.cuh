@@ -4,7 +4,7 @@
 //
 // A block is RG x CG warps over one q tile of QT packed rows (row r: query token r / H,
 // head r % H; mla_params.h) and the KV range of its work item (batch prefill's plan tables:
-// split-KV partials are merged by prefill.cuh's prefill_merge with D = 512). Warp (rg, cg)
+// split-KV partials are merged by mla_merge below). Warp (rg, cg)
 // owns rows 16 rg .. 16 rg + 15 and
 //   S: the 16 x SW scores of its rows against KV tokens SW cg .. SW cg + SW - 1 of the tile
 //      (SW = 8 or 16; A = Q from the shared Q tile, B = K rows, ldmatrix x4, 36 k-steps);
@@ -340,6 +340,7 @@ FI_DEVICE void mla_paged(const fi_mla_kparams &p) {
 // chunks: the row's largest LSE first (loads only), then the weighted sum, whose loads do
 // not wait on one another (prefill_merge's single pass carries a running maximum from
 // chunk to chunk: 128 chunks of a long context at B=1 were 128 round trips to L2 a thread).
+// (p.sinks is not read: MLA has none, and the host zeroes the struct.)
 template <typename T>
 FI_DEVICE void mla_merge(const fi_prefill_merge_params &p) {
   const int n = p.num_items >= 0 ? p.num_items : p.header[0];

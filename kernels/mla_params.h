@@ -39,7 +39,8 @@
 
 /* out[t, h] = softmax(sm_scale * (q_nope[t, h] . ckv_j + q_pe[t, h] . kpe_j)) ckv over the
  * request's KV tokens j < L_kv (causal: j <= t + L_kv - L_q). Work items, partial slots
- * and the merge are batch prefill's (prefill_params.h) with one KV head and group H. Strides in elements; the last dimension contiguous. */
+ * are batch prefill's (prefill_params.h) with one KV head and group H; the merge is
+ * mla.cuh's mla_merge (fi_prefill_merge_params). Strides in elements; the last dimension contiguous. */
 typedef struct fi_mla_kparams {
   const void *q_nope;
   const void *q_pe;
