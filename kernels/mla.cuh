@@ -22,7 +22,9 @@
 // a tile ahead.
 #pragma once
 #include "mla_params.h"
-#include "prefill.cuh"
+#include "mma.cuh"
+#include "sm80.cuh"
+#include "prefill_item.cuh"
 
 namespace fi {
 namespace mla {

@@ -206,6 +206,41 @@ fi_status rt_check_index(const char *fn, const char *name, const DLTensor *t, co
   return FI_OK;
 }
 
+fi_status rt_check_ints(const char *fn, const char *name, const DLTensor *t, const char *ref_name,
+                        const DLTensor *ref, int64_t len, const char *len_what) {
+  fi_status st;
+  char b1[32];
+  if ((st = rt_check_tensor(fn, name, t, 1)) != FI_OK) return st;
+  if ((st = rt_check_same_device(fn, ref_name, ref, name, t)) != FI_OK) return st;
+  if (rt_tensor_dtype(t) != JIT_DT_I32)
+    return rt_fail(FI_ERR_INVALID_ARGUMENT, "%s: %s has dtype %s; int32 is needed", fn, name,
+                   rt_dtype_string(t->dtype, b1, sizeof b1));
+  if (len >= 0 && t->shape[0] != len)
+    return rt_fail(FI_ERR_INVALID_ARGUMENT, "%s: %s has %lld entries; %s needs %lld", fn, name,
+                   (long long)t->shape[0], len_what, (long long)len);
+  if (t->shape[0] > INT32_MAX)
+    return rt_fail(FI_ERR_INVALID_ARGUMENT, "%s: %s has %lld entries, more than 2^31-1", fn, name,
+                   (long long)t->shape[0]);
+  if (rt_extent_bytes(t) < 0)
+    return rt_fail(FI_ERR_INVALID_ARGUMENT, "%s: %s spans more than 2^63 bytes", fn, name);
+  return FI_OK;
+}
+
+fi_status rt_check_workspace(const char *fn, const DLTensor *ws, int64_t *bytes) {
+  fi_status st;
+  if ((st = rt_check_tensor(fn, "workspace", ws, 1)) != FI_OK) return st;
+  /* Checked: a wrapped product would pass for a small workspace. */
+  if (__builtin_mul_overflow(ws->shape[0], (int64_t)((ws->dtype.bits * ws->dtype.lanes + 7) / 8), bytes))
+    return rt_fail(FI_ERR_INVALID_ARGUMENT, "%s: workspace has %lld elements, more than 2^63 bytes", fn,
+                   (long long)ws->shape[0]);
+  if ((uintptr_t)rt_data(ws) % 256 != 0)
+    return rt_fail(FI_ERR_INVALID_ARGUMENT, "%s: workspace starts at %p; 256-byte alignment is needed", fn,
+                   (void *)rt_data(ws));
+  if (ws->shape[0] > 1 && rt_stride(ws, 0) != 1)
+    return rt_fail(FI_ERR_INVALID_ARGUMENT, "%s: workspace must be contiguous", fn);
+  return FI_OK;
+}
+
 fi_status rt_check_paged_cache(const char *fn, const DLTensor *kc, const DLTensor *vc, int nhd,
                                int64_t page_size, int64_t num_kv_heads, int64_t head_dim,
                                int elem_bytes) {

@@ -51,6 +51,14 @@ fi_status rt_check_outputs_apart(const char *fn, const DLTensor *out, const DLTe
  * exact) or more. */
 fi_status rt_check_index(const char *fn, const char *name, const DLTensor *t, const DLTensor *q,
                          int64_t min_len, int exact);
+/* An int32 1-D device tensor (any strides) on ref's device (ref_name: its name for
+ * messages) with exactly len entries (len < 0: any; len_what: where len comes from), at
+ * most 2^31 - 1 of them: the append ops' token and page index arrays. */
+fi_status rt_check_ints(const char *fn, const char *name, const DLTensor *t, const char *ref_name,
+                        const DLTensor *ref, int64_t len, const char *len_what);
+/* A plan's workspace: a 1-D device tensor, 256-byte aligned and contiguous; *bytes gets
+ * its size (refused when it overflows 63 bits). */
+fi_status rt_check_workspace(const char *fn, const DLTensor *ws, int64_t *bytes);
 /* A paged KV cache pair: both [pages, page_size, H_kv, head_dim] (NHD) or [pages, H_kv,
  * page_size, head_dim] (HND) with k's page count, equal strides, rows of elem_bytes
  * elements as rt_check_rows. layout must be valid (the caller checked it). */

@@ -13,6 +13,7 @@
 #include "rt_decode_choose.h"
 #include "rt_tune.h"
 #include "rt_autotune.h"
+#include "rt_check.h"
 #include "rt_internal.h"
 #include "rt_tensor.h"
 
@@ -253,18 +254,8 @@ fi_status rt_decode_plan_tactic(fi_runtime *rt, const fi_batch_decode_info *info
   if (!rt || !info || !plan)
     return rt_fail(FI_ERR_INVALID_ARGUMENT, "%s: rt, info or plan is NULL", fn);
   if ((st = check_info(fn, info, p)) != FI_OK) return st;
-  if ((st = rt_check_tensor(fn, "workspace", workspace, 1)) != FI_OK) return st;
-  /* Checked: a wrapped product would pass for a small workspace. */
   int64_t ws_bytes;
-  if (__builtin_mul_overflow(workspace->shape[0], (int64_t)((workspace->dtype.bits * workspace->dtype.lanes + 7) / 8),
-                             &ws_bytes))
-    return rt_fail(FI_ERR_INVALID_ARGUMENT, "%s: workspace has %lld elements, more than 2^63 bytes", fn,
-                   (long long)workspace->shape[0]);
-  if ((uintptr_t)rt_data(workspace) % 256 != 0)
-    return rt_fail(FI_ERR_INVALID_ARGUMENT, "%s: workspace starts at %p; 256-byte alignment is needed",
-                   fn, (void *)rt_data(workspace));
-  if (workspace->shape[0] > 1 && rt_stride(workspace, 0) != 1)
-    return rt_fail(FI_ERR_INVALID_ARGUMENT, "%s: workspace must be contiguous", fn);
+  if ((st = rt_check_workspace(fn, workspace, &ws_bytes)) != FI_OK) return st;
   const int devtype = workspace->device.device_type, device = workspace->device.device_id;
   int sms;
   if ((st = rt_dec_device_sms(rt, devtype, device, &sms)) != FI_OK) return st;

@@ -22,13 +22,12 @@
 struct fi_mla_plan {
   jit_key key, merge_key;
   int devtype, device, graph;
-  int batch, max_batch, max_qo_tokens;
+  int max_batch, max_qo_tokens;
   int num_heads, page_size, dt, causal, q_tile;
   float sm_scale;
-  int64_t num_items, grid, chunk, slots_used;
+  int64_t num_items, grid, slots_used;
   int64_t qo_rows, kv_rows;
   char *ws;
-  int64_t ws_bytes;
   rt_mla_layout lay;
   int32_t *tab; /* host copy of the header and items */
 };
@@ -228,7 +227,6 @@ static fi_status plan_impl(fi_runtime *rt, const char *fn, const fi_batch_mla_in
   pl->devtype = devtype;
   pl->device = device;
   pl->graph = graph;
-  pl->batch = B;
   pl->max_batch = info->max_batch;
   pl->max_qo_tokens = info->max_qo_tokens;
   pl->num_heads = H;
@@ -239,12 +237,10 @@ static fi_status plan_impl(fi_runtime *rt, const char *fn, const fi_batch_mla_in
   pl->q_tile = qt;
   pl->num_items = n;
   pl->grid = graph ? lay.capacity : n;
-  pl->chunk = chunk;
   pl->slots_used = slots;
   pl->qo_rows = B > 0 ? info->qo_indptr[B] : 0;
   pl->kv_rows = B > 0 ? info->kv_indptr[B] : 0;
   pl->ws = ws;
-  pl->ws_bytes = ws_bytes;
   pl->lay = lay;
   *plan = pl;
   return FI_OK;
@@ -255,13 +251,8 @@ FI_API fi_status fi_batch_mla_paged_plan(fi_runtime *rt, const fi_batch_mla_info
   const char *fn = "fi_batch_mla_paged_plan";
   fi_status st;
   if (!rt || !info || !plan) return rt_fail(FI_ERR_INVALID_ARGUMENT, "%s: rt, info or plan is NULL", fn);
-  if ((st = rt_check_tensor(fn, "workspace", workspace, 1)) != FI_OK) return st;
-  const int64_t ws_bytes = workspace->shape[0] * ((workspace->dtype.bits * workspace->dtype.lanes + 7) / 8);
-  if ((uintptr_t)rt_data(workspace) % 256 != 0)
-    return rt_fail(FI_ERR_INVALID_ARGUMENT, "%s: workspace starts at %p; 256-byte alignment is needed", fn,
-                   (void *)rt_data(workspace));
-  if (workspace->shape[0] > 1 && rt_stride(workspace, 0) != 1)
-    return rt_fail(FI_ERR_INVALID_ARGUMENT, "%s: workspace must be contiguous", fn);
+  int64_t ws_bytes;
+  if ((st = rt_check_workspace(fn, workspace, &ws_bytes)) != FI_OK) return st;
   return plan_impl(rt, fn, info, rt_data(workspace), ws_bytes, workspace->device.device_type,
                    workspace->device.device_id, -1, stream, plan);
 }
@@ -403,24 +394,6 @@ FI_API fi_status fi_batch_mla_paged_run(fi_runtime *rt, const fi_mla_plan *pl, c
 
 /* ---- the cache append ---- */
 
-/* An int32 1-D device tensor on ref's device with len entries (len < 0: any). */
-static fi_status check_ints(const char *fn, const char *name, const DLTensor *t, const DLTensor *ref, int64_t len,
-                            const char *len_what) {
-  fi_status st;
-  char b1[32];
-  if ((st = rt_check_tensor(fn, name, t, 1)) != FI_OK) return st;
-  if ((st = rt_check_same_device(fn, "append_ckv", ref, name, t)) != FI_OK) return st;
-  if (rt_check_dtype(t->dtype) != JIT_DT_I32)
-    return rt_fail(FI_ERR_INVALID_ARGUMENT, "%s: %s has dtype %s; int32 is needed", fn, name,
-                   rt_check_dtype_string(t->dtype, b1, sizeof b1));
-  if (len >= 0 && t->shape[0] != len)
-    return rt_fail(FI_ERR_INVALID_ARGUMENT, "%s: %s has %lld entries; %s needs %lld", fn, name,
-                   (long long)t->shape[0], len_what, (long long)len);
-  if (t->shape[0] > INT32_MAX || rt_extent_bytes(t) < 0)
-    return rt_fail(FI_ERR_INVALID_ARGUMENT, "%s: %s has 2^31 entries or more", fn, name);
-  return FI_OK;
-}
-
 /* A 2-D [nnz, width] input or 3-D [pages, page_size, width] cache of dtype dt, last dim
  * contiguous, rows 16-byte aligned. */
 static fi_status check_mat(const char *fn, const char *name, const DLTensor *t, const DLTensor *ref, int ndim,
@@ -483,15 +456,15 @@ FI_API fi_status fi_append_paged_mla_kv_cache(fi_runtime *rt, const DLTensor *ap
                    INT32_MAX / 72);
   if (pages == 0 && nnz > 0)
     return rt_fail(FI_ERR_INVALID_ARGUMENT, "%s: ckv_cache has no pages for %lld tokens", fn, (long long)nnz);
-  if ((st = check_ints(fn, "batch_indices", batch_indices, append_ckv, nnz, "append_ckv's nnz")) != FI_OK) return st;
-  if ((st = check_ints(fn, "positions", positions, append_ckv, nnz, "append_ckv's nnz")) != FI_OK) return st;
-  if ((st = check_ints(fn, "kv_indices", kv_indices, append_ckv, -1, "")) != FI_OK) return st;
-  if ((st = check_ints(fn, "kv_indptr", kv_indptr, append_ckv, -1, "")) != FI_OK) return st;
+  if ((st = rt_check_ints(fn, "batch_indices", batch_indices, "append_ckv", append_ckv, nnz, "append_ckv's nnz")) != FI_OK) return st;
+  if ((st = rt_check_ints(fn, "positions", positions, "append_ckv", append_ckv, nnz, "append_ckv's nnz")) != FI_OK) return st;
+  if ((st = rt_check_ints(fn, "kv_indices", kv_indices, "append_ckv", append_ckv, -1, "")) != FI_OK) return st;
+  if ((st = rt_check_ints(fn, "kv_indptr", kv_indptr, "append_ckv", append_ckv, -1, "")) != FI_OK) return st;
   const int64_t B1 = kv_indptr->shape[0];
   if (B1 < 1 || (nnz > 0 && B1 == 1))
     return rt_fail(FI_ERR_INVALID_ARGUMENT, "%s: kv_indptr has %lld entries; batch + 1 (>= %d) are needed", fn,
                    (long long)B1, nnz > 0 ? 2 : 1);
-  if ((st = check_ints(fn, "kv_last_page_len", kv_last_page_len, append_ckv, B1 - 1, "kv_indptr's batch")) != FI_OK)
+  if ((st = rt_check_ints(fn, "kv_last_page_len", kv_last_page_len, "append_ckv", append_ckv, B1 - 1, "kv_indptr's batch")) != FI_OK)
     return st;
   if (nnz > 0 && kv_indices->shape[0] == 0)
     return rt_fail(FI_ERR_INVALID_ARGUMENT, "%s: kv_indices is empty but %lld tokens are appended", fn, (long long)nnz);

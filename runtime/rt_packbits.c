@@ -78,29 +78,15 @@ FI_API fi_status fi_segment_packbits(fi_runtime *rt, const DLTensor *x, const DL
                                      DLTensor *y, DLTensor *indptr_new, void *stream) {
   const char *fn = "fi_segment_packbits";
   fi_status st;
-  char b1[32];
   if (!rt) return rt_fail(FI_ERR_INVALID_ARGUMENT, "%s: rt is NULL", fn);
   if ((st = check_bytes(fn, "x", x, NULL, 0)) != FI_OK) return st;
   if ((st = check_bytes(fn, "y", y, x, 1)) != FI_OK) return st;
   if ((st = check_order(fn, bitorder)) != FI_OK) return st;
-  const DLTensor *ix[2] = {indptr, indptr_new};
-  static const char *const names[2] = {"indptr", "indptr_new"};
-  for (int i = 0; i < 2; i++) {
-    if ((st = rt_check_tensor(fn, names[i], ix[i], 1)) != FI_OK) return st;
-    if ((st = rt_check_same_device(fn, "x", x, names[i], ix[i])) != FI_OK) return st;
-    if (rt_tensor_dtype(ix[i]) != JIT_DT_I32)
-      return rt_fail(FI_ERR_INVALID_ARGUMENT, "%s: %s has dtype %s; int32 is needed", fn, names[i],
-                     rt_dtype_string(ix[i]->dtype, b1, sizeof b1));
-    if (rt_extent_bytes(ix[i]) < 0)
-      return rt_fail(FI_ERR_INVALID_ARGUMENT, "%s: %s spans more than 2^63 bytes", fn, names[i]);
-  }
+  if ((st = rt_check_ints(fn, "indptr", indptr, "x", x, -1, "")) != FI_OK) return st;
   const int64_t S1 = indptr->shape[0];
-  if (S1 < 1 || S1 - 1 > INT32_MAX)
-    return rt_fail(FI_ERR_INVALID_ARGUMENT, "%s: indptr has %lld entries; segments + 1 (1 to 2^31) are needed", fn,
-                   (long long)S1);
-  if (indptr_new->shape[0] != S1)
-    return rt_fail(FI_ERR_INVALID_ARGUMENT, "%s: indptr_new has %lld entries; indptr's %lld are needed", fn,
-                   (long long)indptr_new->shape[0], (long long)S1);
+  if (S1 < 1)
+    return rt_fail(FI_ERR_INVALID_ARGUMENT, "%s: indptr has 0 entries; segments + 1 (>= 1) are needed", fn);
+  if ((st = rt_check_ints(fn, "indptr_new", indptr_new, "x", x, S1, "indptr's length")) != FI_OK) return st;
   const DLTensor *ins[2] = {x, indptr};
   static const char *const in_names[2] = {"x", "indptr"};
   for (int i = 0; i < 2; i++)

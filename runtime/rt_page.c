@@ -6,6 +6,7 @@
 
 #include "fi_params.h"
 #include "ops_page.h"
+#include "rt_check.h"
 #include "rt_internal.h"
 #include "rt_tensor.h"
 
@@ -77,27 +78,6 @@ static int ints_meet(const DLTensor *a, int64_t ae, const DLTensor *b, int64_t b
   const uint64_t P = (uint64_t)sa * 4, x = (uintptr_t)rt_data(a), y = (uintptr_t)rt_data(b);
   const uint64_t o = y >= x ? (y - x) % P : (P - (x - y) % P) % P; /* b's start in a's period */
   return o < 4 || o + 4 > P;
-}
-
-/* An int32 1-D index tensor of `len` entries (len < 0: any length). */
-static fi_status check_index(const char *fn, const char *name, const DLTensor *t,
-                             const DLTensor *ref, int64_t len, const char *len_what) {
-  fi_status st;
-  char b1[32];
-  if ((st = rt_check_tensor(fn, name, t, 1)) != FI_OK) return st;
-  if ((st = rt_check_same_device(fn, "append_k", ref, name, t)) != FI_OK) return st;
-  if (rt_tensor_dtype(t) != JIT_DT_I32)
-    return rt_fail(FI_ERR_INVALID_ARGUMENT, "%s: %s has dtype %s; int32 is needed", fn, name,
-                   rt_dtype_string(t->dtype, b1, sizeof b1));
-  if (len >= 0 && t->shape[0] != len)
-    return rt_fail(FI_ERR_INVALID_ARGUMENT, "%s: %s has %lld entries; %s needs %lld", fn, name,
-                   (long long)t->shape[0], len_what, (long long)len);
-  if (t->shape[0] > INT32_MAX)
-    return rt_fail(FI_ERR_INVALID_ARGUMENT, "%s: %s has %lld entries, more than 2^31-1", fn, name,
-                   (long long)t->shape[0]);
-  if (rt_extent_bytes(t) < 0)
-    return rt_fail(FI_ERR_INVALID_ARGUMENT, "%s: %s spans more than 2^63 bytes", fn, name);
-  return FI_OK;
 }
 
 static fi_status check_scale(const char *name, double s, int dt) {
@@ -233,15 +213,15 @@ static fi_status prepare(fi_runtime *rt, const DLTensor *ak, const DLTensor *av,
   }
 
   /* index tensors */
-  if ((st = check_index(fn, "batch_indices", bi, ak, nnz, "append_k's nnz")) != FI_OK) return st;
-  if ((st = check_index(fn, "positions", pos, ak, nnz, "append_k's nnz")) != FI_OK) return st;
-  if ((st = check_index(fn, "kv_indices", kv_indices, ak, -1, "")) != FI_OK) return st;
-  if ((st = check_index(fn, "kv_indptr", kv_indptr, ak, -1, "")) != FI_OK) return st;
+  if ((st = rt_check_ints(fn, "batch_indices", bi, "append_k", ak, nnz, "append_k's nnz")) != FI_OK) return st;
+  if ((st = rt_check_ints(fn, "positions", pos, "append_k", ak, nnz, "append_k's nnz")) != FI_OK) return st;
+  if ((st = rt_check_ints(fn, "kv_indices", kv_indices, "append_k", ak, -1, "")) != FI_OK) return st;
+  if ((st = rt_check_ints(fn, "kv_indptr", kv_indptr, "append_k", ak, -1, "")) != FI_OK) return st;
   const int64_t B1 = kv_indptr->shape[0];
   if (B1 < 1)
     return rt_fail(FI_ERR_INVALID_ARGUMENT,
                    "%s: kv_indptr has 0 entries; batch + 1 (>= 1) are needed", fn);
-  if ((st = check_index(fn, "kv_last_page_len", kv_last, ak, B1 - 1, "kv_indptr's batch")) != FI_OK)
+  if ((st = rt_check_ints(fn, "kv_last_page_len", kv_last, "append_k", ak, B1 - 1, "kv_indptr's batch")) != FI_OK)
     return st;
   if (nnz > 0 && kv_indices->shape[0] == 0)
     return rt_fail(FI_ERR_INVALID_ARGUMENT, "%s: kv_indices is empty but %lld tokens are appended",

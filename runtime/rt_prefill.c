@@ -14,6 +14,7 @@
 #include "prefill_params.h"
 #include "rt_decode.h"
 #include "rt_decode_args.h"
+#include "rt_check.h"
 #include "rt_internal.h"
 #include "rt_prefill.h"
 #include "rt_prefill_args.h"
@@ -333,13 +334,8 @@ static fi_status plan_entry(fi_runtime *rt, const char *fn, const fi_batch_prefi
     p = &defaults;
   }
   if (!rt || !info || !plan) return rt_fail(FI_ERR_INVALID_ARGUMENT, "%s: rt, info or plan is NULL", fn);
-  if ((st = rt_check_tensor(fn, "workspace", workspace, 1)) != FI_OK) return st;
-  const int64_t ws_bytes = workspace->shape[0] * ((workspace->dtype.bits * workspace->dtype.lanes + 7) / 8);
-  if ((uintptr_t)rt_data(workspace) % 256 != 0)
-    return rt_fail(FI_ERR_INVALID_ARGUMENT, "%s: workspace starts at %p; 256-byte alignment is needed",
-                   fn, (void *)rt_data(workspace));
-  if (workspace->shape[0] > 1 && rt_stride(workspace, 0) != 1)
-    return rt_fail(FI_ERR_INVALID_ARGUMENT, "%s: workspace must be contiguous", fn);
+  int64_t ws_bytes;
+  if ((st = rt_check_workspace(fn, workspace, &ws_bytes)) != FI_OK) return st;
   /* A plan takes the extras' custom mask (sinks go to the run). */
   const float *sinks;
   plan_mask pm = {NULL, 0};

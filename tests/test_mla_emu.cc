@@ -28,8 +28,6 @@
 #define FI_MLA_EMU_SMEM 1
 #include "mla_params.h"
 alignas(128) static unsigned char fi_mla_smem[FI_MLA_SMEM(16) > FI_MLA_SMEM(64) ? FI_MLA_SMEM(16) : FI_MLA_SMEM(64)];
-#define FI_PF_EMU_SMEM 1  // (prefill.cuh's, for its merge kernel: no shared memory used)
-static unsigned char fi_pf_smem[16];
 #include "mla.cuh"
 
 extern "C" {

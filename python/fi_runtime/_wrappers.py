@@ -248,7 +248,7 @@ def _pack_mask(fn, custom_mask, packed_custom_mask, qo_h, kv_lens):
 class _Prefill(_Wrapper):
     _kind = "prefill"
 
-    def _plan_common(self, fn, qo_indptr_h, batch, heads, head_dim_vo, custom_mask,
+    def _plan_common(self, fn, qo_indptr_h, batch, heads, head_dim_vo,
                      packed_custom_mask, causal, use_fp16_qk_reduction, attn, dtypes, extra):
         hq, hk, d = heads
         if head_dim_vo is not None and head_dim_vo != d:
@@ -324,7 +324,7 @@ class BatchPrefillWithPagedKVCacheWrapper(_Prefill):
             for b in range(batch)])
         heads = [number(fn, n, v, int) for n, v in (("num_qo_heads", num_qo_heads),
                  ("num_kv_heads", num_kv_heads), ("head_dim_qk", head_dim_qk))]
-        heads, rest = self._plan_common(fn, qo_h, batch, heads, dv, None, pcm, causal, fp16,
+        heads, rest = self._plan_common(fn, qo_h, batch, heads, dv, pcm, causal, fp16,
                                         _attn(fn, heads[2], *a), _dtypes(fn, *dts), {})
         self._indices = self._fill("paged_kv_indices_buf",
                                    tensor(fn, "paged_kv_indices", paged_kv_indices), int(kv_h[-1]))
@@ -381,7 +381,7 @@ class BatchPrefillWithRaggedKVCacheWrapper(_Prefill):
         pcm = _pack_mask(fn, cm, pcm, qo_h, [int(kv_h[b + 1]) - int(kv_h[b]) for b in range(batch)])
         heads = [number(fn, n, v, int) for n, v in (("num_qo_heads", num_qo_heads),
                  ("num_kv_heads", num_kv_heads), ("head_dim_qk", head_dim_qk))]
-        heads, rest = self._plan_common(fn, qo_h, batch, heads, dv, None, pcm, causal, fp16,
+        heads, rest = self._plan_common(fn, qo_h, batch, heads, dv, pcm, causal, fp16,
                                         _attn(fn, heads[2], *a), _dtypes(fn, *dts), {})
         args = (self._workspace, qo_h, kv_h, *heads, *rest)
         self._plan = ops.batch_prefill_ragged_plan(*args, self._plan, pcm)
