@@ -391,7 +391,10 @@ FI_DEVICE void prefill(const fi_prefill_kparams &p) {
 }
 
 // The merge of split tiles: the block of a tile's chunk-0 item combines the tile's
-// partials (one pass, running maximum) into out and lse.
+// partials into out and lse, one thread a row's 8 columns. Two passes over the chunks:
+// the row's largest LSE (loads only), then the weighted sum, whose loads do not wait on
+// one another (one pass with a running maximum made each chunk a round trip to L2: a
+// long context split in 100 chunks or more at B=1 paid a hundred of them a thread).
 template <typename T, int D>
 FI_DEVICE void prefill_merge(const fi_prefill_merge_params &p) {
   const int item = blockIdx.x, hkv = blockIdx.y;
@@ -403,28 +406,34 @@ FI_DEVICE void prefill_merge(const fi_prefill_merge_params &p) {
   const int r0 = it[1], rows = it[2], slot = it[10], G = p.group;
   const int64_t q_start = it[6];
   const float LN2 = 0.6931471805599453f;
+  // Chunk i's row rt is partial row ((slot + i) * num_kv_heads + hkv) * q_tile + rt.
+  const int64_t cstride = (int64_t)p.num_kv_heads * p.q_tile;
   for (int u = threadIdx.x; u < rows * (D / 8); u += blockDim.x) {
     const int rt = u / (D / 8), d8 = (u - rt * (D / 8)) * 8;
-    float mx = neg_inf(), sw = 0.0f, acc[8];
+    const int64_t prow0 = ((int64_t)slot * p.num_kv_heads + hkv) * p.q_tile + rt;
+    const float *pl = p.partial_lse + prow0;
+    float mx = neg_inf();
+#pragma unroll 8
+    for (int i = 0; i < nch; i++) mx = fmaxf(mx, pl[i * cstride]);
+    float mu = mx == neg_inf() ? 0.0f : mx;  // sink_fold moves it (and sw) to the sink's
+    float sw = 0.0f, acc[8];
 #pragma unroll
     for (int e = 0; e < 8; e++) acc[e] = 0.0f;
+    const float *po = p.partial_o + prow0 * D + d8;
+#pragma unroll 4
     for (int i = 0; i < nch; i++) {
-      const int64_t prow = ((int64_t)(slot + i) * p.num_kv_heads + hkv) * p.q_tile + rt;
-      const float l = p.partial_lse[prow];
-      const fi_vec<float, 4> x0 = *reinterpret_cast<const fi_vec<float, 4> *>(p.partial_o + prow * D + d8);
-      const fi_vec<float, 4> x1 = *reinterpret_cast<const fi_vec<float, 4> *>(p.partial_o + prow * D + d8 + 4);
-      const float mn = fmaxf(mx, l), mu = mn == neg_inf() ? 0.0f : mn;
-      const float a = ex2(mx - mu), w = ex2(l - mu);
-      sw = sw * a + w;
+      const float w = ex2(pl[i * cstride] - mu);
+      const fi_vec<float, 4> x0 = *reinterpret_cast<const fi_vec<float, 4> *>(po + i * cstride * D);
+      const fi_vec<float, 4> x1 = *reinterpret_cast<const fi_vec<float, 4> *>(po + i * cstride * D + 4);
+      sw += w;
 #pragma unroll
       for (int e = 0; e < 4; e++) {
-        acc[e] = acc[e] * a + w * x0.v[e];
-        acc[4 + e] = acc[4 + e] * a + w * x1.v[e];
+        acc[e] += w * x0.v[e];
+        acc[4 + e] += w * x1.v[e];
       }
-      mx = mn;
     }
     const int r = r0 + rt, tq = r / G, head = hkv * G + (r - tq * G);
-    const float fa = p.sinks ? dec::sink_fold(p.sinks[head] * dec::LOG2E_F, mx, sw) : 1.0f;
+    const float fa = p.sinks ? dec::sink_fold(p.sinks[head] * dec::LOG2E_F, mu, sw) : 1.0f;
     const float inv = sw > 0.0f ? fa / sw : 0.0f;
     fi_vec<T, 8> y;
 #pragma unroll
@@ -433,7 +442,7 @@ FI_DEVICE void prefill_merge(const fi_prefill_merge_params &p) {
     *reinterpret_cast<fi_vec<T, 8> *>(orow + d8) = y;
     if (p.lse && d8 == 0)
       p.lse[(q_start + tq) * p.lse_stride_tok + (int64_t)head * p.lse_stride_head] =
-          sw > 0.0f ? (mx + log2f(sw)) * LN2 : neg_inf();
+          sw > 0.0f ? (mu + log2f(sw)) * LN2 : neg_inf();
   }
 }
 

@@ -16,6 +16,7 @@
 #include "rt_check.h"
 #include "rt_internal.h"
 #include "rt_tensor.h"
+#include "rt_prefill.h"
 
 static const char *const PLAN = "fi_batch_decode_plan";
 static const char *const RUN = "fi_batch_decode_run";
@@ -34,20 +35,9 @@ struct fi_decode_plan {
   int64_t ws_bytes;
   rt_decode_layout lay;
   fi_decode_params scalars; /* the kernel's scale and RoPE fields */
+  fi_prefill_plan *tc;      /* tensor-core decode (rt_decode_use_tc): the batch prefill plan
+                               that runs it; NULL: the decode kernel's plan */
 };
-
-FI_API void fi_attention_params_init(fi_attention_params *p) {
-  if (!p) return;
-  memset(p, 0, sizeof *p);
-  p->sm_scale = 0.0;
-  p->logits_soft_cap = 0.0;
-  p->window_left = -1;
-  p->pos_encoding = FI_POS_NONE;
-  p->rope_scale = 1.0;
-  p->rope_theta = 1e4;
-  p->k_scale = 1.0;
-  p->v_scale = 1.0;
-}
 
 /* ---- batch decode: workspace, plan, run ---- */
 
@@ -87,11 +77,21 @@ FI_API fi_status fi_batch_decode_workspace_size(fi_runtime *rt, DLDevice device,
     return rt_fail(FI_ERR_INVALID_ARGUMENT,
                    "%s: max_batch %d with %d query heads of head_dim %d needs more than 2^63 bytes", fn,
                    max_batch, num_qo_heads, head_dim);
-  *bytes = (size_t)l.bytes;
+  int64_t need = l.bytes;
+  if (rt_decode_tc_possible(&rt->env.tune, num_qo_heads / num_kv_heads)) {
+    rt_prefill_layout pl;
+    rt_prefill_layout_for(max_batch, max_batch, sms, num_qo_heads, num_kv_heads, head_dim, &pl);
+    if (pl.bytes > need) need = pl.bytes;
+  }
+  *bytes = (size_t)need;
   return FI_OK;
 }
 
-FI_API void fi_batch_decode_plan_destroy(fi_decode_plan *plan) { free(plan); }
+FI_API void fi_batch_decode_plan_destroy(fi_decode_plan *plan) {
+  if (!plan) return;
+  fi_batch_prefill_plan_destroy(plan->tc);
+  free(plan);
+}
 
 /* The checks of a plan's request that need no device: info (its host page tables
  * included) and the parameters. */
@@ -126,6 +126,38 @@ static fi_status refuse_replan(const char *fn) {
                  fn);
 }
 
+/* Whether a re-plan of pl asks for what its first plan fixed: heads, head_dim, page size,
+ * dtypes, parameters, CUDA-graph mode and max_batch, workspace. */
+static int replan_changes(const fi_decode_plan *pl, const fi_batch_decode_info *info, const fi_attention_params *p,
+                          int qdt, int kvdt, const char *ws) {
+  const int graph = info->max_batch > 0;
+  return pl->graph != graph || (graph && pl->max_batch != info->max_batch) ||
+         pl->num_qo_heads != info->num_qo_heads || pl->num_kv_heads != info->num_kv_heads ||
+         pl->head_dim != info->head_dim || pl->page_size != info->page_size || pl->q_dt != qdt ||
+         pl->kv_dt != kvdt || memcmp(&pl->params, p, sizeof *p) != 0 || pl->ws != ws;
+}
+
+/* The fields every plan (decode kernel or tensor-core route) takes from its request. */
+static void fill_request(fi_decode_plan *pl, const fi_batch_decode_info *info, const fi_attention_params *p,
+                         int qdt, int kvdt, char *ws, int64_t ws_bytes, int devtype, int device) {
+  const int B = info->batch;
+  pl->devtype = devtype;
+  pl->device = device;
+  pl->batch = B;
+  pl->max_batch = info->max_batch;
+  pl->graph = info->max_batch > 0;
+  pl->num_qo_heads = info->num_qo_heads;
+  pl->num_kv_heads = info->num_kv_heads;
+  pl->head_dim = info->head_dim;
+  pl->page_size = info->page_size;
+  pl->q_dt = qdt;
+  pl->kv_dt = kvdt;
+  pl->params = *p;
+  pl->ws = ws;
+  pl->ws_bytes = ws_bytes;
+  pl->nnz = B > 0 ? info->indptr[B] : 0;
+}
+
 /* The plan, for a device (rt != NULL: its tables uploaded on stream) or on the host alone
  * (rt NULL): the kernel and the partition from rt_decode_choose on dev under tuning t. */
 static fi_status plan_impl(fi_runtime *rt, const char *fn, const fi_batch_decode_info *info,
@@ -139,12 +171,7 @@ static fi_status plan_impl(fi_runtime *rt, const char *fn, const fi_batch_decode
   const int fresh = pl == NULL;
   /* A re-plan keeps everything a captured graph baked in: what the request fixes first,
    * the kernel and the layout (CUDA-graph mode) once chosen. */
-  if (!fresh &&
-      (pl->graph != graph || (graph && pl->max_batch != info->max_batch) ||
-       pl->num_qo_heads != info->num_qo_heads || pl->num_kv_heads != info->num_kv_heads ||
-       pl->head_dim != info->head_dim || pl->page_size != info->page_size || pl->q_dt != qdt ||
-       pl->kv_dt != kvdt || memcmp(&pl->params, p, sizeof *p) != 0 || pl->ws != ws))
-    return refuse_replan(fn);
+  if (!fresh && (pl->tc || replan_changes(pl, info, p, qdt, kvdt, ws))) return refuse_replan(fn);
   /* A device plan reads the stored tactic of its shape and bucket (once a key per runtime:
    * rt_tactic_cached); the rule chooses where there is none or it does not parse. */
   rt_decode_tactic tac;
@@ -174,23 +201,9 @@ static fi_status plan_impl(fi_runtime *rt, const char *fn, const fi_batch_decode
   }
   const int64_t n = c.num_items;
   pl->key = c.key;
-  pl->devtype = devtype;
-  pl->device = device;
-  pl->batch = B;
-  pl->max_batch = info->max_batch;
-  pl->graph = graph;
-  pl->num_qo_heads = info->num_qo_heads;
-  pl->num_kv_heads = info->num_kv_heads;
-  pl->head_dim = info->head_dim;
-  pl->page_size = info->page_size;
-  pl->q_dt = qdt;
-  pl->kv_dt = kvdt;
-  pl->params = *p;
-  pl->ws = ws;
-  pl->ws_bytes = ws_bytes;
+  fill_request(pl, info, p, qdt, kvdt, ws, ws_bytes, devtype, device);
   pl->lay = c.lay;
   pl->num_items = n;
-  pl->nnz = B > 0 ? info->indptr[B] : 0;
   pl->chunk_pages = c.chunk_pages;
   pl->kv_pair = c.kv_pair;
   pl->split = n > B;
@@ -233,6 +246,57 @@ static fi_status device_resident(void *ctx, const jit_key *key, int threads, int
   return st != FI_OK ? st : rt_kernel_resident(d->rt, k, threads, blocks);
 }
 
+/* The tensor-core decode plan (rt_decode_use_tc): a paged batch prefill plan of one query
+ * token a request (qo_indptr 0, 1, .., B; not causal: the token is the last of its
+ * request), in CUDA-graph mode for max_batch tokens. The public call only: the tuner
+ * measures the decode kernel's tactics (use_stored 0 or a forced tactic). */
+static fi_status plan_tc(fi_runtime *rt, const fi_batch_decode_info *info, const fi_attention_params *p,
+                         DLTensor *workspace, int64_t ws_bytes, void *stream, fi_decode_plan **plan) {
+  const int B = info->batch;
+  const int qdt = rt_check_dtype(info->q_dtype), kvdt = rt_check_dtype(info->kv_dtype);
+  fi_decode_plan *pl = *plan;
+  const int fresh = pl == NULL;
+  if (!fresh && (!pl->tc || replan_changes(pl, info, p, qdt, kvdt, rt_data(workspace)))) return refuse_replan(PLAN);
+  int32_t *qo = malloc(((size_t)B + 1) * sizeof *qo);
+  if (!qo) return rt_fail(FI_ERR_OUT_OF_MEMORY, "%s: out of memory", PLAN);
+  for (int b = 0; b <= B; b++) qo[b] = b;
+  fi_batch_prefill_info pi;
+  memset(&pi, 0, sizeof pi);
+  pi.batch = B;
+  pi.qo_indptr = qo;
+  pi.kv_indptr = info->indptr;
+  pi.kv_last_page_len = info->last_page_len;
+  pi.num_qo_heads = info->num_qo_heads;
+  pi.num_kv_heads = info->num_kv_heads;
+  pi.head_dim = info->head_dim;
+  pi.page_size = info->page_size;
+  pi.q_dtype = info->q_dtype;
+  pi.kv_dtype = info->kv_dtype;
+  pi.max_batch = info->max_batch;
+  pi.max_qo_tokens = info->max_batch;
+  fi_prefill_params pp;
+  fi_prefill_params_init(&pp);
+  pp.attn = *p;
+  pp.causal = 0;
+  fi_prefill_plan *tc = fresh ? NULL : pl->tc;
+  fi_status st = rt_prefill_plan_tactic(rt, &pi, &pp, 1, workspace, stream, &tc, 1, NULL);
+  free(qo);
+  if (st != FI_OK) return st;
+  if (fresh) {
+    pl = calloc(1, sizeof *pl);
+    if (!pl) {
+      fi_batch_prefill_plan_destroy(tc);
+      return rt_fail(FI_ERR_OUT_OF_MEMORY, "%s: out of memory", PLAN);
+    }
+  }
+  pl->tc = tc;
+  fill_request(pl, info, p, qdt, kvdt, rt_data(workspace), ws_bytes, workspace->device.device_type,
+               workspace->device.device_id);
+  pl->key = *rt_prefill_plan_key(tc);
+  *plan = pl;
+  return FI_OK;
+}
+
 FI_API fi_status fi_batch_decode_plan(fi_runtime *rt, const fi_batch_decode_info *info,
                                       const fi_attention_params *p, DLTensor *workspace,
                                       void *stream, fi_decode_plan **plan) {
@@ -259,6 +323,10 @@ fi_status rt_decode_plan_tactic(fi_runtime *rt, const fi_batch_decode_info *info
   const int devtype = workspace->device.device_type, device = workspace->device.device_id;
   int sms;
   if ((st = rt_dec_device_sms(rt, devtype, device, &sms)) != FI_OK) return st;
+  const int qdt = rt_check_dtype(info->q_dtype), kvdt = rt_check_dtype(info->kv_dtype);
+  if (use_stored && !force &&
+      rt_decode_use_tc(&rt->env.tune, info->num_qo_heads / info->num_kv_heads, qdt, kvdt))
+    return plan_tc(rt, info, p, workspace, ws_bytes, stream, plan);
   device_ctx ctx = {rt, NULL, device};
   void *state;
   if ((st = rt_backend(rt, devtype, &ctx.be, &state)) != FI_OK) return st;
@@ -348,6 +416,7 @@ FI_API fi_status fi_batch_decode_run_ex(fi_runtime *rt, const fi_decode_plan *pl
   const float *sinks;
   const uint8_t *mask;
   if ((st = rt_check_extras(fn, x, q, "q", hq, RT_MASK_NONE, out, lse, &sinks, &mask)) != FI_OK) return st;
+  if (pl->tc) return fi_batch_prefill_paged_run_ex(rt, pl->tc, q, kc, vc, indices, layout, out, lse, x, stream);
   if (pl->grid == 0) return FI_OK;
 
   fi_decode_params kp = pl->scalars;

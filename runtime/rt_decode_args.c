@@ -165,3 +165,17 @@ fi_status rt_upload_words(fi_runtime *rt, int devtype, int device, int32_t *dst,
   }
   return FI_OK;
 }
+
+/* Shared by decode and prefill (fi_prefill_params_init): the defaults of every attention call. */
+FI_API void fi_attention_params_init(fi_attention_params *p) {
+  if (!p) return;
+  memset(p, 0, sizeof *p);
+  p->sm_scale = 0.0;
+  p->logits_soft_cap = 0.0;
+  p->window_left = -1;
+  p->pos_encoding = FI_POS_NONE;
+  p->rope_scale = 1.0;
+  p->rope_theta = 1e4;
+  p->k_scale = 1.0;
+  p->v_scale = 1.0;
+}

@@ -265,6 +265,15 @@ int rt_decode_group_chunks(int num_qo_heads, int num_kv_heads) {
   return c;
 }
 
+int rt_decode_tc_possible(const rt_tuning *t, int group) {
+  return t->decode_tc == 1 || (t->decode_tc < 0 && group > 16);
+}
+
+int rt_decode_use_tc(const rt_tuning *t, int group, int q_dtype, int kv_dtype) {
+  return rt_decode_tc_possible(t, group) && q_dtype == kv_dtype &&
+         (kv_dtype == JIT_DT_F16 || kv_dtype == JIT_DT_BF16);
+}
+
 fi_status rt_decode_choose(const char *fn, const fi_batch_decode_info *info_in, const fi_attention_params *p,
                            int64_t ws_bytes, const rt_tuning *t, const rt_decode_device *dev,
                            const rt_decode_tactic *stored, rt_decode_choice *out) {

@@ -146,6 +146,16 @@ int rt_decode_kv_pair(int on, int kv_dtype, int head_dim, int num_qo_heads, int 
  * grid heads (num_kv_heads x chunks) where they counted KV heads. */
 int rt_decode_group_chunks(int num_qo_heads, int num_kv_heads);
 
+/* Tensor-core decode: a batch whose group is above 16 query heads a KV head runs on the
+ * batch prefill kernels (one query token a request, the group's heads a q tile's rows),
+ * which stage each KV tile in shared memory once for the whole group; the decode kernel
+ * reads a KV head once for every 16 of its query heads (rt_decode_group_chunks).
+ * rt_decode_tc_possible: whether a plan of this group may (the workspace is sized for both
+ * then); rt_decode_use_tc: whether it does, which also needs the prefill kernels' dtypes
+ * (q and a 16-bit cache of one dtype). FI_DECODE_TC (t->decode_tc) 0 never, 1 at every group. */
+int rt_decode_tc_possible(const rt_tuning *t, int group);
+int rt_decode_use_tc(const rt_tuning *t, int group, int q_dtype, int kv_dtype);
+
 /* Whether a plan on `pipeline` (its kernel so far) runs the CUDA-core kernel
  * (DECODE_PIPE_SIMT) instead: the capped kernel at group 1 where that kernel exists. */
 int rt_dec_pick_simt(int pipeline, int kv_dtype, int head_dim, int group, int rope);

@@ -192,6 +192,7 @@ static void read_tuning(rt_env *e, rt_tuning *t) {
     else /* not positive counts as 1; at most 64: the workspace stays within reason */
       t->decode_split = x > 0 ? (x < 64 ? x : 64) : 1.0;
   }
+  boolean(e, "FI_DECODE_TC", &t->decode_tc);
   boolean(e, "FI_PREFILL_WGMMA", &t->prefill_wgmma);
   boolean(e, "FI_MOE_WGMMA", &t->moe_wgmma);
   boolean(e, "FI_AUTOTUNE", &t->autotune);

@@ -26,6 +26,8 @@ typedef struct rt_tuning {
   int decode_kv_pair;       /* FI_DECODE_KV_PAIR: 1, 0 off */
   int decode_single_split;  /* FI_DECODE_SINGLE_SPLIT: 1, 0 unsplit */
   double decode_split;      /* FI_DECODE_SPLIT: 1; at most 64, not positive counts as 1 */
+  int decode_tc;            /* FI_DECODE_TC: -1 the plan's choice (groups above 16 over a
+                               16-bit cache), 0 never, 1 whenever the prefill kernels can */
   int prefill_wgmma;        /* FI_PREFILL_WGMMA: 1, 0 mma.sync everywhere */
   int prefill_qtile;        /* FI_PREFILL_QTILE: 0 unset, or 16, 64, 128 */
   int prefill_wg_q, prefill_wg_kv; /* FI_PREFILL_WG <1|2|3>x<64|128>: 0 unset, or q and kv tiles */
@@ -53,6 +55,7 @@ static inline rt_tuning rt_tuning_default(void) {
   t.decode_kv_pair = 1;
   t.decode_single_split = 1;
   t.decode_split = 1.0;
+  t.decode_tc = -1;
   t.prefill_wgmma = 1;
   t.prefill_ws = -1;
   t.prefill_split = 1.0;

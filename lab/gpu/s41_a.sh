@@ -8,7 +8,7 @@
 # B=64 L=4096 16-head MLA row, then where torch is and the Python check. Logs under $OUT.
 export FI_LOG_LEVEL=warn; S=$(date +%s); el() { echo "t=$(( $(date +%s) - S ))s"; }
 nvidia-smi --query-gpu=name,driver_version,clocks.max.sm --format=csv,noheader
-FI_BUILD=build-gpu2 FT_LOGDIR=$OUT/gpu-logs timeout 330 tests/gpu/run_gpu_tests.sh -j 12 > $OUT/gpu_tests.txt 2>&1
+FI_BUILD=build-gpu2 FT_LOGDIR=$OUT/gpu-logs timeout ${GT:-400} tests/gpu/run_gpu_tests.sh -j 12 > $OUT/gpu_tests.txt 2>&1
 echo "gpu tests rc=$?"; grep -E "FAIL|passed, " $OUT/gpu_tests.txt | tail -12; el
 timeout 90 build-gpu2/fi-bench mla > $OUT/bench_mla.txt 2>&1; echo "fi-bench mla rc=$?"
 grep -E "^\||append|probe" $OUT/bench_mla.txt | tail -18; el
@@ -17,6 +17,7 @@ FI_BENCH_MLA_CASES=2 timeout 70 $NCU --kernel-name regex:batch_mla_paged --launc
   --section MemoryWorkloadAnalysis --section WarpStateStats --section Occupancy --section SchedulerStats \
   build-gpu2/fi-bench --quick mla > $OUT/ncu_mla.txt 2>&1; echo "ncu rc=$?"
 grep -hE "Duration|Memory Throughput|DRAM Throughput|Compute \(SM\) Throughput|Achieved Occupancy|Warp Cycles Per Issued|No Eligible|Stall" $OUT/ncu_mla.txt | cut -c1-110 | head -30; el
+[ -n "$PYCHECK" ] || exit 0
 for p in python3 /usr/bin/python3 /usr/local/bin/python3 /opt/conda/bin/python; do
   command -v $p > /dev/null && $p -c 'import sys; print(sys.executable); import torch; print("torch", torch.__version__, torch.__file__)' 2>&1 | tail -2; done
 # the Python binding over build-gpu2's libraries (apache-tvm-ffi unzipped onto PYTHONPATH)

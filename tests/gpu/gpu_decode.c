@@ -684,6 +684,42 @@ FT_TEST(decode_groups_above_16) {
   c = base("bf16 D64 34/2 ps5", T_BF16, T_BF16, 64, 34, 2, 5, 0, 3, 700);
   run_case(&c);
 }
+/* Tensor-core decode (rt_decode_use_tc: the batch prefill kernels, one query token a
+ * request): FI_DECODE_TC=0 keeps the decode kernel's grid heads for the groups above 16
+ * (the cases above then run on the prefill kernels, the default there); FI_DECODE_TC=1
+ * puts groups of 16 and fewer on the prefill kernels, with lengths 0 and 1 and sinks,
+ * soft cap and window over HND, RoPE and an interleaved buffer (run_case's batch runs). */
+FT_TEST(decode_tensor_core_route) {
+  setenv("FI_DECODE_TC", "0", 1);
+  FT_REQUIRE(env_rt_begin() == 0);
+  dcase c = base("TC=0 bf16 MQA 64/1", T_BF16, T_BF16, 128, 64, 1, 16, 0, 6, 2000);
+  run_case(&c);
+  c = base("TC=0 f16 32/1 HND", T_F16, T_F16, 128, 32, 1, 16, 1, 3, 1500);
+  run_case(&c);
+  c = base("TC=0 bf16 D64 34/2 ps5", T_BF16, T_BF16, 64, 34, 2, 5, 0, 3, 700);
+  run_case(&c);
+  env_rt_end();
+  setenv("FI_DECODE_TC", "1", 1);
+  FT_REQUIRE(env_rt_begin() == 0);
+  static const int lens[6] = {16, 1, 256, 0, 33, 48};
+  c = base("TC=1 sinks bf16 64/8 D=64 lens", T_BF16, T_BF16, 64, 64, 8, 16, 0, 6, 0);
+  c.lens = lens;
+  c.sinks = 1;
+  run_case(&c);
+  c = base("TC=1 f16 soft cap, window HND", T_F16, T_F16, 128, 32, 8, 16, 1, 4, 1500);
+  c.soft_cap = 30.0;
+  c.window = 100;
+  c.qscale = 3.0;
+  run_case(&c);
+  c = base("TC=1 bf16 RoPE 32/8", T_BF16, T_BF16, 128, 32, 8, 16, 0, 3, 2000);
+  c.rope = 1;
+  run_case(&c);
+  c = base("TC=1 bf16 interleaved D256 16/2", T_BF16, T_BF16, 256, 16, 2, 7, 0, 5, 3000);
+  c.interleaved = 1;
+  run_case(&c);
+  env_rt_end();
+  unsetenv("FI_DECODE_TC");
+}
 FT_TEST(decode_e4m3_bf16_scales) {
   dcase c = base("e4m3 bf16 32/8 scales", T_BF16, T_E4M3, 128, 32, 8, 16, 0, 4, 2500);
   c.k_scale = 0.5;
@@ -1068,12 +1104,16 @@ FT_TEST(decode_capped_split_forced) {
 
 /* CUDA-graph mode: plan for a maximum batch, capture one run, re-plan other batches
  * into the same workspace and replay the graph. */
-FT_TEST(decode_cuda_graph_replay_after_replan) {
+/* CUDA-graph mode: a graph captured once replays after re-plans of 12, 3, 7 and 1
+ * requests; hq / hkv above 16 runs the tensor-core route (the batch prefill plan in
+ * CUDA-graph mode), else the decode kernel, whose re-plan under a changed FI_DECODE_SPLIT
+ * is then refused (the tail). */
+static void graph_replay(int hq, int hkv) {
   FT_REQUIRE(setup() == 0);
   FT_REQUIRE(gr.begin && gr.end && gr.inst && gr.launch, "graph API missing");
   enum { MAXB = 12, NB = 4 };
   const int sizes[NB] = {MAXB, 3, 7, 1}, maxlens[NB] = {900, 4000, 300, 6000};
-  dcase c = base("graph", T_BF16, T_BF16, 128, 32, 8, 16, 0, MAXB, 900);
+  dcase c = base(hq / hkv > 16 ? "graph, tensor cores" : "graph", T_BF16, T_BF16, 128, hq, hkv, 16, 0, MAXB, 900);
   c.interleaved = 1; /* one page stride and V offset for every batch */
   batch_data all[NB];
   int64_t max_elems = 0, max_used = 0;
@@ -1146,28 +1186,30 @@ FT_TEST(decode_cuda_graph_replay_after_replan) {
     snprintf(what, sizeof what, "graph replay B=%d", c.B);
     check_rows(&c, what, bd, c.B, out, lse);
   }
-  /* A changed FI_DECODE_SPLIT moves the plan's tables in the workspace: a re-plan under
-   * the captured graph refuses it (the workspace is large enough, so the layout check
-   * answers, not the size check), and the plan still replays after the refusal. */
-  setenv("FI_DECODE_SPLIT", "2", 1);
-  FT_REQUIRE(env_rt_begin() == 0);
-  in = info_of(&c, &all[NB - 1], MAXB);
-  st = fi_batch_decode_plan(rt, &in, &p, &d.tw, s, &plan);
-  CU_CHECK(&cu, cuStreamSynchronize(s));
-  env_rt_end();
-  unsetenv("FI_DECODE_SPLIT");
-  FT_CHECK(st == FI_ERR_INVALID_ARGUMENT && strstr(fi_last_error(), "re-plan must keep"),
-           "a graph re-plan under a changed FI_DECODE_SPLIT: status %d, %s", (int)st, fi_last_error());
-  st = fi_batch_decode_plan(rt, &in, &p, &d.tw, s, &plan);
-  FT_CHECK(st == FI_OK, "re-plan after the refusal: %s", fi_last_error());
-  CU_CHECK(&cu, cuMemsetD8(d.out, 0xff, d.out_bytes));
-  CU_CHECK(&cu, cuMemsetD8(d.lse, 0xff, (size_t)MAXB * c.hq * 4));
-  CU_CHECK(&cu, cuCtxSynchronize());
-  FT_CHECK(gr.launch(ge, s) == 0);
-  CU_CHECK(&cu, cuStreamSynchronize(s));
-  CU_CHECK(&cu, cuMemcpyDtoH(out, d.out, d.out_bytes));
-  CU_CHECK(&cu, cuMemcpyDtoH(lse, d.lse, (size_t)MAXB * c.hq * 4));
-  check_rows(&c, "graph replay after a refused re-plan", &all[NB - 1], c.B, out, lse);
+  if (hq / hkv <= 16) {
+    /* A changed FI_DECODE_SPLIT moves the plan's tables in the workspace: a re-plan under
+     * the captured graph refuses it (the workspace is large enough, so the layout check
+     * answers, not the size check), and the plan still replays after the refusal. */
+    setenv("FI_DECODE_SPLIT", "2", 1);
+    FT_REQUIRE(env_rt_begin() == 0);
+    in = info_of(&c, &all[NB - 1], MAXB);
+    st = fi_batch_decode_plan(rt, &in, &p, &d.tw, s, &plan);
+    CU_CHECK(&cu, cuStreamSynchronize(s));
+    env_rt_end();
+    unsetenv("FI_DECODE_SPLIT");
+    FT_CHECK(st == FI_ERR_INVALID_ARGUMENT && strstr(fi_last_error(), "re-plan must keep"),
+             "a graph re-plan under a changed FI_DECODE_SPLIT: status %d, %s", (int)st, fi_last_error());
+    st = fi_batch_decode_plan(rt, &in, &p, &d.tw, s, &plan);
+    FT_CHECK(st == FI_OK, "re-plan after the refusal: %s", fi_last_error());
+    CU_CHECK(&cu, cuMemsetD8(d.out, 0xff, d.out_bytes));
+    CU_CHECK(&cu, cuMemsetD8(d.lse, 0xff, (size_t)MAXB * c.hq * 4));
+    CU_CHECK(&cu, cuCtxSynchronize());
+    FT_CHECK(gr.launch(ge, s) == 0);
+    CU_CHECK(&cu, cuStreamSynchronize(s));
+    CU_CHECK(&cu, cuMemcpyDtoH(out, d.out, d.out_bytes));
+    CU_CHECK(&cu, cuMemcpyDtoH(lse, d.lse, (size_t)MAXB * c.hq * 4));
+    check_rows(&c, "graph replay after a refused re-plan", &all[NB - 1], c.B, out, lse);
+  }
   free(out);
   free(lse);
   gr.exec_destroy(ge);
@@ -1180,3 +1222,5 @@ FT_TEST(decode_cuda_graph_replay_after_replan) {
     free_batch(&c, &all[r]);
   }
 }
+FT_TEST(decode_cuda_graph_replay_after_replan) { graph_replay(32, 8); }
+FT_TEST(decode_cuda_graph_replay_tensor_cores) { graph_replay(64, 1); }
