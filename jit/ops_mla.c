@@ -8,15 +8,17 @@
 #include "mla_params.h"
 
 static const int dtypes[] = {JIT_DT_F16, JIT_DT_BF16};
-static const int tiles[] = {16, 64};
+/* (q tile, stages): the defaults, and the 16-row tile's two-stage shape (FI_MLA_STAGES=2). */
+static const int shapes[][2] = {{16, FI_MLA_NS(16)}, {64, FI_MLA_NS(64)}, {16, 2}};
 
 int jit_mla_q_tile(int64_t max_rows) { return max_rows <= 16 ? 16 : 64; }
 
-void jit_mla_select(int dtype, int q_tile, jit_key *out) {
+void jit_mla_select(int dtype, int q_tile, int stages, jit_key *out) {
   out->op = &jit_op_batch_mla_paged;
   for (int i = 0; i < JIT_MAX_PARAMS; i++) out->v[i] = 0;
   out->v[MLA_P_DTYPE] = dtype;
   out->v[MLA_P_Q_TILE] = q_tile;
+  out->v[MLA_P_STAGES] = stages > 0 ? stages : FI_MLA_NS(q_tile);
 }
 
 void jit_mla_merge_select(int dtype, jit_key *out) {
@@ -34,20 +36,25 @@ static int render(const jit_key *k, const char *entry, char *buf, size_t n) {
                    "extern \"C\" __global__ void __launch_bounds__(%u)\n"
                    "%s(fi_mla_kparams p) {\n"
                    "  fi_pdl_enter();\n"
-                   "  fi::mla::mla_paged<%s, %d>(p);\n"
+                   "  fi::mla::mla_paged<%s, %d, %d>(p);\n"
                    "}\n",
-                   jit_mla_threads(k), entry, jit_dtype_cxx((int)k->v[MLA_P_DTYPE]), (int)k->v[MLA_P_Q_TILE]);
+                   jit_mla_threads(k), entry, jit_dtype_cxx((int)k->v[MLA_P_DTYPE]), (int)k->v[MLA_P_Q_TILE],
+                   (int)k->v[MLA_P_STAGES]);
   return w < 0 || (size_t)w >= n ? -1 : w;
 }
-static int count(void) { return 2 * 2; }
-static void config(int idx, jit_key *out) { jit_mla_select(dtypes[idx % 2], tiles[idx / 2], out); }
-static unsigned dyn_smem(const jit_key *k) { return (unsigned)FI_MLA_SMEM((int)k->v[MLA_P_Q_TILE]); }
+static int count(void) { return 2 * 3; }
+static void config(int idx, jit_key *out) {
+  jit_mla_select(dtypes[idx % 2], shapes[idx / 2][0], shapes[idx / 2][1], out);
+}
+static unsigned dyn_smem(const jit_key *k) {
+  return (unsigned)FI_MLA_SMEM_NS((int)k->v[MLA_P_Q_TILE], (int)k->v[MLA_P_STAGES]);
+}
 
 const jit_op jit_op_batch_mla_paged = {
     .name = "batch_mla_paged",
     .template_name = "mla.cuh",
-    .nparams = 2,
-    .params = {{"dtype", JIT_P_DTYPE}, {"q_tile", JIT_P_INT}},
+    .nparams = 3,
+    .params = {{"dtype", JIT_P_DTYPE}, {"q_tile", JIT_P_INT}, {"stages", JIT_P_INT}},
     .render_entry = render,
     .config_count = count,
     .config = config,

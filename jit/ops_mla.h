@@ -8,7 +8,8 @@
 /* Parameters of batch_mla_paged, in canonical order. */
 enum {
   MLA_P_DTYPE,  /* q_nope, q_pe, ckv, kpe and out: f16 or bf16 */
-  MLA_P_Q_TILE  /* packed rows (query token x head) a block: 16 or 64 (mla_params.h) */
+  MLA_P_Q_TILE, /* packed rows (query token x head) a block: 16 or 64 (mla_params.h) */
+  MLA_P_STAGES  /* KV stages: FI_MLA_NS(q_tile), or 2 for the 16-row tile (two blocks an SM) */
 };
 enum { MLA_MERGE_P_DTYPE };
 enum { MLA_APPEND_P_DTYPE, MLA_APPEND_P_THREADS };
@@ -16,7 +17,8 @@ enum { MLA_APPEND_P_DTYPE, MLA_APPEND_P_THREADS };
 
 /* The q tile for the most packed rows (query tokens x heads) a request of the batch has. */
 int jit_mla_q_tile(int64_t max_rows);
-void jit_mla_select(int dtype, int q_tile, jit_key *out);
+/* stages 0: the tile's default (FI_MLA_NS). */
+void jit_mla_select(int dtype, int q_tile, int stages, jit_key *out);
 void jit_mla_merge_select(int dtype, jit_key *out);
 void jit_mla_append_select(int dtype, jit_key *out);
 unsigned jit_mla_threads(const jit_key *k);

@@ -16,7 +16,8 @@
 //      cg * 512 / CG .. of the tile (ldmatrix x4 .trans), fp32 accumulators.
 // Q, K and V sit in shared memory as [rows][576] bf16/f16 with 16-byte chunks XOR-swizzled
 // by row % 8 (sm80.cuh's swz), so cp.async writes and ldmatrix reads avoid bank conflicts.
-// NS KV stages (FI_MLA_NS): tiles t + 1 .. t + NS - 1 load while tile t is computed (the
+// NS KV stages (FI_MLA_NS(QT) by default; the 16-row tile also with 2, two blocks an SM):
+// tiles t + 1 .. t + NS - 1 load while tile t is computed (the
 // first GPU run, with two stages of one 64-token tile, moved ~12 GB/s an SM: on average
 // half a tile in flight over a ~3 us round trip); the page lookups of tile t + NS are made
 // a tile ahead.
@@ -64,18 +65,19 @@ FI_DEVICE bool load_item(const fi_mla_kparams &p, int item, pf::work_item &w) {
   return true;
 }
 
-// T: q, cache and out dtype (f16 or bf16); QT: the q tile, 16 or 64 packed rows.
-template <typename T, int QT>
+// T: q, cache and out dtype (f16 or bf16); QT: the q tile, 16 or 64 packed rows; NS: KV
+// stages (2 or more).
+template <typename T, int QT, int NS>
 FI_DEVICE void mla_paged(const fi_mla_kparams &p) {
   typedef dec::w16<T> W;
-  constexpr int RG = FI_MLA_RG(QT), CG = FI_MLA_CG(QT), SW = FI_MLA_SW(QT), KT = FI_MLA_KT(QT), NS = FI_MLA_NS(QT);
+  constexpr int RG = FI_MLA_RG(QT), CG = FI_MLA_CG(QT), SW = FI_MLA_SW(QT), KT = FI_MLA_KT(QT);
   constexpr int THREADS = 32 * RG * CG, DQ = FI_MLA_DQK, CH = DQ / 8, CHN = FI_MLA_DCKV / 8;
   constexpr int OW = FI_MLA_DCKV / CG;  // latent columns a warp accumulates
   constexpr int NB = SW / 8;            // n-tiles of 8 tokens a warp's S has
   static_assert(QT == 16 || QT == 64, "q tile 16 or 64");
   static_assert(SW == 8 || SW == 16, "a warp's S: 8 or 16 tokens");
   static_assert(KT % 16 == 0 && NS >= 2, "k-steps of 16 tokens; two stages at least");
-  static_assert(FI_MLA_SMEM(QT) <= 227 * 1024, "shared memory a block (sm_90's opt-in limit)");
+  static_assert(FI_MLA_SMEM_NS(QT, NS) <= 227 * 1024, "shared memory a block (sm_90's opt-in limit)");
 
   uint16_t *const sQ = reinterpret_cast<uint16_t *>(fi_mla_smem);
   uint16_t *const sKV = sQ + QT * DQ;                                        // [NS][KT][576]
@@ -116,14 +118,20 @@ FI_DEVICE void mla_paged(const fi_mla_kparams &p) {
     s_offc[i] = (int64_t)page * p.ckv_stride_page + slot * p.ckv_stride_slot;
     s_offp[i] = (int64_t)page * p.kpe_stride_page + slot * p.kpe_stride_slot;
   };
+  // A tile's copy: TPR threads a row, thread (row, sub) its chunks sub, sub + TPR, .. (the
+  // first 64 ckv's, the last 8 kpe's): the row's offsets are read once and each copy is
+  // one address step (a loop over tid + THREADS i paid a division by 72 and two offset
+  // loads a copy: ~20 instructions of 16 bytes, most of a 4-warp block's issue slots).
+  constexpr int TPR = THREADS / KT;
+  static_assert(THREADS % KT == 0 && CHN % TPR == 0 && (CH - CHN) % TPR == 0, "copy mapping");
   auto load_tile = [&](int buf) {
-    uint16_t *dst = sKV + buf * KT * DQ;
-    const int64_t *oc = s_offc + buf * KT, *op = s_offp + buf * KT;
-    for (int i = tid; i < KT * CH; i += THREADS) {
-      const int row = i / CH, ch = i - row * CH;
-      const T *src = ch < CHN ? ckv + oc[row] + 8 * ch : kpe + op[row] + 8 * (ch - CHN);
-      cp16(dst + swz<DQ>(row, ch), src);
-    }
+    const int row = tid / TPR, sub = tid - row * TPR;
+    uint16_t *dst = sKV + buf * KT * DQ + row * DQ;
+    const T *sc = ckv + s_offc[buf * KT + row] + 8 * sub, *sp = kpe + s_offp[buf * KT + row] + 8 * sub;
+#pragma unroll
+    for (int k = 0; k < CHN / TPR; k++) cp16(dst + (((sub + TPR * k) ^ (row & 7)) << 3), sc + 8 * TPR * k);
+#pragma unroll
+    for (int k = 0; k < (CH - CHN) / TPR; k++) cp16(dst + (((CHN + sub + TPR * k) ^ (row & 7)) << 3), sp + 8 * TPR * k);
   };
   constexpr int NOFF = (KT + THREADS - 1) / THREADS;
 
@@ -162,6 +170,23 @@ FI_DEVICE void mla_paged(const fi_mla_kparams &p) {
       cp_commit();
     }
   }
+  // ldmatrix offsets (elements) of this lane in a 64-dim group: Q rows 16 rg + lane % 16,
+  // chunk 2 m + lane / 16 (m = 0..3); K rows of the warp's tokens, chunk 2 m + lane / 8 % 2
+  // (SW = 16: rows SW cg + lane % 8 + 8 (lane / 16)) or chunk 4 m + lane / 8 (SW = 8, m =
+  // 0..1: one x4 for two k-steps); V (.trans) rows lane % 8 + 8 (lane / 8 % 2) of a
+  // k-step, chunk 2 m + lane / 16 of the warp's columns.
+  int qo[4], ko[4], vo[4];
+#pragma unroll
+  for (int m = 0; m < 4; m++) {
+    const int qr = 16 * rg + (lane & 15);
+    qo[m] = qr * DQ + (((2 * m + (lane >> 4)) ^ (qr & 7)) << 3);
+    const int kr = SW == 16 ? SW * cg + (lane & 7) + ((lane >> 4) << 3) : SW * cg + (lane & 7);
+    const int kc = SW == 16 ? 2 * m + ((lane >> 3) & 1) : 4 * (m & 1) + (lane >> 3);
+    ko[m] = kr * DQ + ((kc ^ (kr & 7)) << 3);
+    const int vr = (lane & 7) + (((lane >> 3) & 1) << 3);
+    vo[m] = vr * DQ + 8 * cg * (OW / 8) + (((2 * m + (lane >> 4)) ^ (vr & 7)) << 3);
+  }
+
   for (int t = 0; t < ntiles; t++) {
     const int j0 = kv_lo + t * KT, buf = t % NS;
     const bool ahead = t + NS < ntiles;
@@ -186,24 +211,30 @@ FI_DEVICE void mla_paged(const fi_mla_kparams &p) {
     for (int nb = 0; nb < NB; nb++)
 #pragma unroll
       for (int e = 0; e < 4; e++) s[nb][e] = s2[nb][e] = 0.0f;
-#pragma unroll 2
-    for (int ks = 0; ks < DQ / 16; ks += 2) {
-      uint32_t qa[4], qa2[4];
-      ldsm4(sQ, swz<DQ>(16 * rg + (lane & 15), 2 * ks + (lane >> 4)), qa);
-      ldsm4(sQ, swz<DQ>(16 * rg + (lane & 15), 2 * ks + 2 + (lane >> 4)), qa2);
-      if (SW == 16) {
-        uint32_t kb[4], kb2[4];
-        ldsm4(cK, swz<DQ>(SW * cg + (lane & 7) + ((lane >> 4) << 3), 2 * ks + ((lane >> 3) & 1)), kb);
-        ldsm4(cK, swz<DQ>(SW * cg + (lane & 7) + ((lane >> 4) << 3), 2 * ks + 2 + ((lane >> 3) & 1)), kb2);
-        mma<T>(s[0], qa[0], qa[1], qa[2], qa[3], kb[0], kb[1]);
-        mma<T>(s[NB - 1], qa[0], qa[1], qa[2], qa[3], kb[2], kb[3]);
-        mma<T>(s2[0], qa2[0], qa2[1], qa2[2], qa2[3], kb2[0], kb2[1]);
-        mma<T>(s2[NB - 1], qa2[0], qa2[1], qa2[2], qa2[3], kb2[2], kb2[3]);
-      } else {
-        uint32_t kb[4];  // the warp's 8 tokens, dims 16 ks .. 16 ks + 31: two k-steps
-        ldsm4(cK, swz<DQ>(SW * cg + (lane & 7), 2 * ks + (lane >> 3)), kb);
-        mma<T>(s[0], qa[0], qa[1], qa[2], qa[3], kb[0], kb[1]);
-        mma<T>(s2[0], qa2[0], qa2[1], qa2[2], qa2[3], kb[2], kb[3]);
+    // Groups of 64 dims (8 chunks, 4 k-steps): within one the swizzle (chunk ^ row % 8)
+    // stays inside it, so the per-thread offsets of its chunks are fixed (qo, ko) and a
+    // group adds 64 elements.
+#pragma unroll 3
+    for (int j = 0; j < DQ / 64; j++) {
+#pragma unroll
+      for (int kq = 0; kq < 4; kq += 2) {  // k-steps 4 j + kq (into s) and 4 j + kq + 1 (into s2)
+        uint32_t qa[4], qa2[4];
+        ldsm4(sQ, qo[kq] + 64 * j, qa);
+        ldsm4(sQ, qo[kq + 1] + 64 * j, qa2);
+        if (SW == 16) {
+          uint32_t kb[4], kb2[4];
+          ldsm4(cK, ko[kq] + 64 * j, kb);
+          ldsm4(cK, ko[kq + 1] + 64 * j, kb2);
+          mma<T>(s[0], qa[0], qa[1], qa[2], qa[3], kb[0], kb[1]);
+          mma<T>(s[NB - 1], qa[0], qa[1], qa[2], qa[3], kb[2], kb[3]);
+          mma<T>(s2[0], qa2[0], qa2[1], qa2[2], qa2[3], kb2[0], kb2[1]);
+          mma<T>(s2[NB - 1], qa2[0], qa2[1], qa2[2], qa2[3], kb2[2], kb2[3]);
+        } else {
+          uint32_t kb[4];  // the warp's 8 tokens, dims of k-steps 4 j + kq and + 1
+          ldsm4(cK, ko[kq / 2] + 64 * j, kb);
+          mma<T>(s[0], qa[0], qa[1], qa[2], qa[3], kb[0], kb[1]);
+          mma<T>(s2[0], qa2[0], qa2[1], qa2[2], qa2[3], kb[2], kb[3]);
+        }
       }
     }
 #pragma unroll
@@ -286,7 +317,7 @@ FI_DEVICE void mla_paged(const fi_mla_kparams &p) {
 #pragma unroll
       for (int n2 = 0; n2 < OW / 16; n2++) {
         uint32_t vb[4];
-        ldsm4t(cK, swz<DQ>(16 * kk + (lane & 7) + (((lane >> 3) & 1) << 3), cg * (OW / 8) + 2 * n2 + (lane >> 4)), vb);
+        ldsm4t(cK, vo[n2 & 3] + 64 * (n2 >> 2) + 16 * DQ * kk, vb);
         mma<T>(o[2 * n2], pa.v[0], pa.v[1], pb.v[0], pb.v[1], vb[0], vb[1]);
         mma<T>(o[2 * n2 + 1], pa.v[0], pa.v[1], pb.v[0], pb.v[1], vb[2], vb[3]);
       }

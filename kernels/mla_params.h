@@ -25,13 +25,16 @@
 #define FI_MLA_NS(QT) ((QT) == 16 ? 4 : 2)
 #define FI_MLA_WARPS(QT) (FI_MLA_RG(QT) * FI_MLA_CG(QT))
 #define FI_MLA_KT(QT) (FI_MLA_SW(QT) * FI_MLA_CG(QT))
-/* Shared memory: the Q tile [QT][576], NS stages of a KV tile [KT][576] (ckv then kpe in
- * each row), NS KT-entry tables of token offsets into ckv and into kpe, the P fragments
- * [RG][KT / 8 n-tiles][32 lanes][2 words], the row maxima and the row sums [RG][CG][16]. */
-#define FI_MLA_SMEM(QT)                                                                      \
-  ((QT) * FI_MLA_DQK * 2 + FI_MLA_NS(QT) * FI_MLA_KT(QT) * FI_MLA_DQK * 2 +                 \
-   2 * FI_MLA_NS(QT) * FI_MLA_KT(QT) * 8 + FI_MLA_RG(QT) * (FI_MLA_KT(QT) / 8) * 32 * 8 +    \
+/* Shared memory with NS stages: the Q tile [QT][576], NS stages of a KV tile [KT][576]
+ * (ckv then kpe in each row), NS KT-entry tables of token offsets into ckv and into kpe,
+ * the P fragments [RG][KT / 8 n-tiles][32 lanes][2 words], the row maxima and the row sums
+ * [RG][CG][16]. FI_MLA_NS(QT) is the default; the 16-row tile also runs with 2 stages
+ * (FI_MLA_STAGES=2: 93 KB, two blocks an SM instead of one). */
+#define FI_MLA_SMEM_NS(QT, NS)                                                                \
+  ((QT) * FI_MLA_DQK * 2 + (NS) * FI_MLA_KT(QT) * FI_MLA_DQK * 2 +                           \
+   2 * (NS) * FI_MLA_KT(QT) * 8 + FI_MLA_RG(QT) * (FI_MLA_KT(QT) / 8) * 32 * 8 +              \
    2 * FI_MLA_WARPS(QT) * 16 * 4)
+#define FI_MLA_SMEM(QT) FI_MLA_SMEM_NS(QT, FI_MLA_NS(QT))
 
 /* Rows a partial slot holds (the largest q tile): partial row slot * FI_MLA_SLOT_ROWS + row
  * in the tile, 512 floats each. */

@@ -195,6 +195,8 @@ static void read_tuning(rt_env *e, rt_tuning *t) {
   boolean(e, "FI_DECODE_TC", &t->decode_tc);
   boolean(e, "FI_PREFILL_WGMMA", &t->prefill_wgmma);
   boolean(e, "FI_MOE_WGMMA", &t->moe_wgmma);
+  static const int mla_stages[] = {2, 4};
+  one_of(e, "FI_MLA_STAGES", mla_stages, 2, "2 or 4", &t->mla_stages);
   boolean(e, "FI_AUTOTUNE", &t->autotune);
   static const int qtiles[] = {16, 64, 128};
   one_of(e, "FI_PREFILL_QTILE", qtiles, 3, "16, 64 or 128", &t->prefill_qtile);

@@ -37,6 +37,7 @@ typedef struct rt_tuning {
   int prefill_persist_cap;  /* with RT_PERSIST_CAP: at most this many blocks */
   double prefill_split;     /* FI_PREFILL_SPLIT: 1, >= 0 (0 never splits) */
   int moe_wgmma;            /* FI_MOE_WGMMA: 1, 0 the grouped GEMM on mma.sync everywhere */
+  int mla_stages;           /* FI_MLA_STAGES: 0 unset, or 2 or 4: the 16-row MLA tile's KV stages */
   int sampling_select;      /* FI_SAMPLING_SELECT: -1 by op, 0 radix, 1 range */
   int sampling_topp_exact;  /* FI_SAMPLING_TOPP=exact: 1 */
   int autotune;             /* FI_AUTOTUNE: 0; 1 a plan whose bucket has no stored tactic tunes it */

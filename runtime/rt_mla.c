@@ -158,6 +158,9 @@ static fi_status plan_impl(fi_runtime *rt, const char *fn, const fi_batch_mla_in
                    fn, (long long)ws_bytes, (long long)lay.bytes);
   }
   int qt = jit_mla_q_tile(graph ? (int64_t)info->max_qo_tokens * H : maxrows);
+  /* KV stages: the tile's default, or FI_MLA_STAGES for the 16-row tile. */
+  const rt_tuning *tune = rt ? &rt->env.tune : NULL;
+  int ns = qt == 16 && tune && tune->mla_stages ? tune->mla_stages : FI_MLA_NS(qt);
   /* The 16-row tile's two 64-token stages need 170 KB of shared memory a block: where the
    * device has less (sm_80: 163 KB) the 64-row tile (150 KB) serves small requests too;
    * with less than that (sm_86/89, ROCm) there is no MLA kernel. Offline plans (rt NULL)
@@ -171,15 +174,16 @@ static fi_status plan_impl(fi_runtime *rt, const char *fn, const fi_batch_mla_in
         rt_device_caps_get(be, state, device, &caps, err, sizeof err) != 0)
       st = rt_fail(FI_ERR_DEVICE, "%s: %s", fn, err);
     const int64_t have = st == FI_OK ? (int64_t)caps.smem_block_kb * 1024 : 0;
-    if (st == FI_OK && qt == 16 && have < FI_MLA_SMEM(16)) qt = 64;
-    if (st == FI_OK && have < FI_MLA_SMEM(qt))
+    if (st == FI_OK && qt == 16 && have < FI_MLA_SMEM_NS(16, ns)) qt = 64;
+    if (qt == 64) ns = FI_MLA_NS(64);
+    if (st == FI_OK && have < FI_MLA_SMEM_NS(qt, ns))
       st = rt_fail(FI_ERR_INVALID_ARGUMENT,
                    "%s: the MLA kernel needs %d KB of shared memory a block; this device allows %lld KB "
                    "(sm_80 and sm_90 have enough)",
-                   fn, (FI_MLA_SMEM(qt) + 1023) / 1024, (long long)(have / 1024));
+                   fn, (FI_MLA_SMEM_NS(qt, ns) + 1023) / 1024, (long long)(have / 1024));
   }
   jit_key key;
-  jit_mla_select(dt, qt, &key);
+  jit_mla_select(dt, qt, ns, &key);
   fi_mla_plan *pl = *plan;
   const int fresh = pl == NULL;
   if (st == FI_OK && !fresh &&

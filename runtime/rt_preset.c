@@ -317,10 +317,10 @@ FI_API fi_status fi_admin_preset_configs(const char *preset, const char *arch, f
   if (m->mla && smem_kb * 1024 >= FI_MLA_SMEM(64)) { /* the tiles the MLA plan can choose there */
     jit_key k;
     if (smem_kb * 1024 >= FI_MLA_SMEM(16)) {
-      jit_mla_select(dt, 16, &k);
+      jit_mla_select(dt, 16, 0, &k);
       rc |= add(&s, &k);
     }
-    jit_mla_select(dt, 64, &k);
+    jit_mla_select(dt, 64, 0, &k);
     rc |= add(&s, &k);
     jit_mla_merge_select(dt, &k);
     rc |= add(&s, &k);

@@ -21,7 +21,7 @@ static const char *const vars[] = {
     "FI_DECODE_WARPS", "FI_DECODE_PIPELINE", "FI_DECODE_SPLIT", "FI_DECODE_PRE_PREFETCH", "FI_PDL",
     "FI_PREFILL_WG", "FI_PREFILL_STAGES", "FI_PREFILL_PERSIST", "FI_SAMPLING_SELECT", "FI_SAMPLING_TOPP",
     "FI_CUDA_LIBRARY", "FI_CACHE_PATH", "XDG_CACHE_HOME", "FI_DECODE_KV_PAIR", "FI_PREFILL_QTILE", "FI_AUTOTUNE",
-    "FI_DECODE_TC"};
+    "FI_DECODE_TC", "FI_MLA_STAGES"};
 static void clear_vars(void) {
   for (size_t i = 0; i < sizeof vars / sizeof vars[0]; i++) unsetenv(vars[i]);
 }
@@ -38,7 +38,8 @@ static int same_tuning(const rt_tuning *a, const rt_tuning *b) {
          a->prefill_stages == b->prefill_stages && a->prefill_persist == b->prefill_persist &&
          a->prefill_persist_cap == b->prefill_persist_cap && a->prefill_split == b->prefill_split &&
          a->sampling_select == b->sampling_select && a->sampling_topp_exact == b->sampling_topp_exact &&
-         a->moe_wgmma == b->moe_wgmma && a->autotune == b->autotune && a->decode_tc == b->decode_tc;
+         a->moe_wgmma == b->moe_wgmma && a->autotune == b->autotune && a->decode_tc == b->decode_tc &&
+         a->mla_stages == b->mla_stages;
 }
 
 static int warned(const rt_env *e, const char *needle) {
@@ -134,7 +135,8 @@ FT_TEST(refused_values_warn_by_name_and_keep_the_default) {
              {"FI_DECODE_PIPELINE", "4"},      {"FI_DECODE_SPLIT", "1e30"},     {"FI_DECODE_PRE_PREFETCH", "lots"},
              {"FI_PDL", "off"},                {"FI_PREFILL_WG", "4x64"},       {"FI_PREFILL_STAGES", "four"},
              {"FI_PREFILL_PERSIST", "-2"},     {"FI_SAMPLING_SELECT", "bogus"}, {"FI_SAMPLING_TOPP", "EXACT"},
-             {"FI_DECODE_KV_PAIR", "yes"},     {"FI_PREFILL_QTILE", "32"},      {"FI_DECODE_TC", "-1"}};
+             {"FI_DECODE_KV_PAIR", "yes"},     {"FI_PREFILL_QTILE", "32"},      {"FI_DECODE_TC", "-1"},
+             {"FI_MLA_STAGES", "3"}};
   const int n = (int)(sizeof bad / sizeof bad[0]);
   FT_REQUIRE(n <= RT_ENV_MAX_WARNINGS);
   for (int i = 0; i < n; i++) setenv(bad[i].var, bad[i].val, 1);
@@ -165,6 +167,7 @@ FT_TEST(refused_values_warn_by_name_and_keep_the_default) {
   setenv("FI_SAMPLING_TOPP", "exact", 1);
   setenv("FI_AUTOTUNE", "1", 1);
   setenv("FI_DECODE_TC", "0", 1);
+  setenv("FI_MLA_STAGES", "2", 1);
   rt_env_free(&e);
   rt_env_read(&e);
   FT_CHECK(e.nwarnings == 0, "%d warnings: %s", e.nwarnings, e.nwarnings ? e.warnings[0] : "");
@@ -178,6 +181,7 @@ FT_TEST(refused_values_warn_by_name_and_keep_the_default) {
   FT_CHECK_EQ_INT(rt_tuning_default().autotune, 0);
   FT_CHECK_EQ_INT(e.tune.decode_tc, 0);
   FT_CHECK_EQ_INT(rt_tuning_default().decode_tc, -1);
+  FT_CHECK_EQ_INT(e.tune.mla_stages, 2);
   rt_env_free(&e);
   clear_vars();
 }

@@ -44,7 +44,7 @@ struct prob {
   std::vector<int> lq, lkv;
 };
 
-template <typename T, int QT>
+template <typename T, int QT, int NS = FI_MLA_NS(QT)>
 static void run(const prob &P) {
   const int B = (int)P.lq.size(), H = P.H, ps = P.ps;
   std::vector<int32_t> qo(B + 1, 0), kvp(B + 1, 0);
@@ -91,7 +91,7 @@ static void run(const prob &P) {
   if (P.graph) k.num_items = -1, k.header = header;
   const double sm = 1.0 / sqrt(192.0);
   k.scale_log2 = (float)(sm * 1.4426950408889634);
-  emu::launch(grid, 1, 32 * FI_MLA_WARPS(QT), [&] { fi::mla::mla_paged<T, QT>(k); });
+  emu::launch(grid, 1, 32 * FI_MLA_WARPS(QT), [&] { fi::mla::mla_paged<T, QT, NS>(k); });
   if (slots > 0 || P.graph) {
     fi_prefill_merge_params m;
     memset(&m, 0, sizeof m);
@@ -149,8 +149,8 @@ static void run(const prob &P) {
   const double err = den > 0 ? sqrt(num / den) : sqrt(num), tol = P.bf ? 1.5e-2 : 2e-3;
   const bool ok = err < tol && nan == 0 && infbad == 0 && lmax < 1e-2;
   // one PASS / FAIL line a case for tests/run_tests.sh
-  printf("%s mla_emulation %s q_tile=%d H=%d page=%d causal=%d B=%d items=%lld%s%s: out err %.3g (tol %.1g) lse %.3g nan %ld inf %ld\n",
-         ok ? "PASS" : "FAIL", P.bf ? "bf16" : "f16", QT, H, ps, P.causal, B, (long long)n, chunk ? " split" : "", P.graph ? " graph" : "", err,
+  printf("%s mla_emulation %s q_tile=%d stages=%d H=%d page=%d causal=%d B=%d items=%lld%s%s: out err %.3g (tol %.1g) lse %.3g nan %ld inf %ld\n",
+         ok ? "PASS" : "FAIL", P.bf ? "bf16" : "f16", QT, NS, H, ps, P.causal, B, (long long)n, chunk ? " split" : "", P.graph ? " graph" : "", err,
           tol, lmax, nan, infbad);
   fails += !ok;
 }
@@ -173,6 +173,9 @@ int main() {
   run<fi_half, 16>({0, 8, 16, 0, 0, 1, {2, 1}, {0, 45}});
   // A long context split into 9 chunks (the merge's two passes over many partials).
   run<fi_bf16, 16>({1, 16, 64, 1, 1, 0, {1}, {2100}});
+  // The 16-row tile's two-stage shape (FI_MLA_STAGES=2): split and not, page 1.
+  run<fi_half, 16, 2>({0, 16, 16, 1, 0, 0, {1, 1}, {37, 150}});
+  run<fi_bf16, 16, 2>({1, 16, 1, 1, 1, 0, {1, 1, 1}, {300, 9, 64}});
   fprintf(stderr, "%s\n", fails ? "test_mla_emu: FAILED" : "test_mla_emu: all passed");
   return fails != 0;
 }
