@@ -24,6 +24,8 @@ static const jit_op *const ops[] = {
     &jit_op_read_probe,
     &jit_op_single_prefill,
     &jit_op_batch_prefill,
+    &jit_op_single_prefill_fp8kv,
+    &jit_op_batch_prefill_fp8kv,
     &jit_op_single_prefill_sm90,
     &jit_op_batch_prefill_sm90,
     &jit_op_prefill_merge,

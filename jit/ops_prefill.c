@@ -63,20 +63,34 @@ void jit_prefill_select(int single, int dtype, int head_dim, int q_tile, int rop
   out->v[PREFILL_P_ROPE] = rope ? 1 : 0;
 }
 
+void jit_prefill_fp8_select(int single, int dtype, int kv_dtype, int head_dim, int q_tile, jit_key *out) {
+  out->op = single ? &jit_op_single_prefill_fp8kv : &jit_op_batch_prefill_fp8kv;
+  for (int i = 0; i < JIT_MAX_PARAMS; i++) out->v[i] = 0;
+  out->v[PREFILL_P_DTYPE] = dtype;
+  out->v[PREFILL_P_HEAD_DIM] = head_dim;
+  out->v[PREFILL_P_Q_TILE] = q_tile;
+  out->v[PREFILL_P_KV_DTYPE] = kv_dtype;
+}
+
+static int fp8_op(const jit_key *k) {
+  return k->op == &jit_op_single_prefill_fp8kv || k->op == &jit_op_batch_prefill_fp8kv;
+}
+
 static int render(const jit_key *k, const char *entry, char *buf, size_t n, int single) {
   const int64_t *v = k->v;
   const unsigned threads = jit_prefill_threads(k);
+  const int f8 = fp8_op(k);
   /* Four-warp blocks: two per SM (up to 255 registers a thread), so one block's
    * barriers and loads overlap the other's mma. */
   int w = snprintf(buf, n,
                    "extern \"C\" __global__ void __launch_bounds__(%u, %d)\n"
                    "%s(fi_prefill_kparams p) {\n"
                    "  fi_pdl_enter();\n"
-                   "  fi::pf::prefill<%s, %d, %d, %d, %d>(p);\n"
+                   "  fi::pf::prefill<%s, %d, %d, %d, %d%s%s>(p);\n"
                    "}\n",
                    threads, threads >= 128 ? 2 : 1, entry, jit_dtype_cxx((int)v[PREFILL_P_DTYPE]),
-                   (int)v[PREFILL_P_HEAD_DIM], (int)v[PREFILL_P_Q_TILE], (int)v[PREFILL_P_ROPE],
-                   single);
+                   (int)v[PREFILL_P_HEAD_DIM], (int)v[PREFILL_P_Q_TILE], f8 ? 0 : (int)v[PREFILL_P_ROPE],
+                   single, f8 ? ", " : "", f8 ? jit_dtype_cxx((int)v[PREFILL_P_KV_DTYPE]) : "");
   return w < 0 || (size_t)w >= n ? -1 : w;
 }
 static int render_single(const jit_key *k, const char *e, char *b, size_t n) { return render(k, e, b, n, 1); }
@@ -102,6 +116,15 @@ static void config(int single, int idx, jit_key *out) {
 }
 static void config_single(int idx, jit_key *out) { config(1, idx, out); }
 static void config_batch(int idx, jit_key *out) { config(0, idx, out); }
+/* The fp8 ops: the same (head_dim, q tile) list, rope's place taken by the cache's dtype. */
+static void config_fp8(int single, int idx, jit_key *out) {
+  config(single, idx, out);
+  static const int kvs[] = {JIT_DT_E4M3, JIT_DT_E5M2};
+  jit_prefill_fp8_select(single, (int)out->v[PREFILL_P_DTYPE], kvs[idx % 2], (int)out->v[PREFILL_P_HEAD_DIM],
+                         (int)out->v[PREFILL_P_Q_TILE], out);
+}
+static void config_single_fp8(int idx, jit_key *out) { config_fp8(1, idx, out); }
+static void config_batch_fp8(int idx, jit_key *out) { config_fp8(0, idx, out); }
 
 #define PREFILL_PARAMS                                                                  \
   {{"dtype", JIT_P_DTYPE}, {"head_dim", JIT_P_INT}, {"q_tile", JIT_P_INT}, {"rope", JIT_P_INT}}
@@ -125,6 +148,31 @@ const jit_op jit_op_batch_prefill = {
     .render_entry = render_batch,
     .config_count = count,
     .config = config_batch,
+    .dyn_smem = dyn_smem,
+};
+
+#define PREFILL_FP8_PARAMS                                                              \
+  {{"dtype", JIT_P_DTYPE}, {"head_dim", JIT_P_INT}, {"q_tile", JIT_P_INT}, {"kv_dtype", JIT_P_DTYPE}}
+
+const jit_op jit_op_single_prefill_fp8kv = {
+    .name = "single_prefill_fp8kv",
+    .template_name = "prefill.cuh",
+    .nparams = 4,
+    .params = PREFILL_FP8_PARAMS,
+    .render_entry = render_single,
+    .config_count = count,
+    .config = config_single_fp8,
+    .dyn_smem = dyn_smem,
+};
+
+const jit_op jit_op_batch_prefill_fp8kv = {
+    .name = "batch_prefill_fp8kv",
+    .template_name = "prefill.cuh",
+    .nparams = 4,
+    .params = PREFILL_FP8_PARAMS,
+    .render_entry = render_batch,
+    .config_count = count,
+    .config = config_batch_fp8,
     .dyn_smem = dyn_smem,
 };
 

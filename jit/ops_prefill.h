@@ -16,6 +16,9 @@ enum {
                        * block's shape is FI_PF_* of prefill_params.h */
   PREFILL_P_ROPE      /* RoPE (Llama, non-interleaved halves) on q and k */
 };
+/* single_prefill_fp8kv and batch_prefill_fp8kv (the mma.sync kernel over an fp8 cache; no
+ * RoPE): PREFILL_P_DTYPE, _HEAD_DIM and _Q_TILE as above, then the cache's dtype. */
+enum { PREFILL_P_KV_DTYPE = PREFILL_P_ROPE };
 enum { PREFILL_MERGE_P_DTYPE, PREFILL_MERGE_P_HEAD_DIM };
 /* Parameters of single_prefill_sm90 and batch_prefill_sm90 (kernels/prefill_wgmma.cuh,
  * compiled for sm_90a): no RoPE. */
@@ -42,6 +45,8 @@ int jit_prefill_kv_tile(int head_dim);
 
 /* The key for a call: single (1) or batch (0) prefill with a q tile of q_tile rows. */
 void jit_prefill_select(int single, int dtype, int head_dim, int q_tile, int rope, jit_key *out);
+/* The same over an fp8 cache (kv_dtype JIT_DT_E4M3 or JIT_DT_E5M2). */
+void jit_prefill_fp8_select(int single, int dtype, int kv_dtype, int head_dim, int q_tile, jit_key *out);
 void jit_prefill_merge_select(int dtype, int head_dim, jit_key *out);
 /* Threads of a prefill key's block (either kernel). */
 unsigned jit_prefill_threads(const jit_key *k);

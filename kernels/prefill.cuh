@@ -35,12 +35,47 @@ using dec::shfl_xor;
 extern __shared__ unsigned char fi_pf_smem[] __attribute__((aligned(128)));
 #endif
 
-// T: q / K / V / out dtype (f16 or bf16); D: head_dim; QT: q tile (16, 64 or 128 packed
-// rows; the CTA shape is FI_PF_* of prefill_params.h); ROPE: RoPE (Llama halves) on q
-// and k; SINGLE: one contiguous request, no plan tables.
-template <typename T, int D, int QT, int ROPE, int SINGLE>
+// An fp8 tile's widening (prefill below): stage buf's K and V bytes at sF8 + 2 buf KT D
+// (row-major, D bytes a row) into the 16-bit K and V tiles at sK (swizzled), a thread a
+// 16-byte chunk of 16 elements at a time. Nothing for a 16-bit cache.
+template <typename KVT, int D, int KT, int THREADS, bool FP8 = dec::kv<KVT>::FP8 != 0>
+struct widen {
+  static FI_DEVICE void tile(const unsigned char *, uint16_t *, int, int) {}
+};
+template <typename KVT, int D, int KT, int THREADS>
+struct widen<KVT, D, KT, THREADS, true> {
+  static FI_DEVICE void tile(const unsigned char *sF8, uint16_t *sK, int buf, int tid) {
+    for (int i = tid; i < 2 * KT * (D / 16); i += THREADS) {
+      const int kvh = i / (KT * (D / 16)), rem = i - kvh * (KT * (D / 16)), row = rem / (D / 16), ch = rem % (D / 16);
+      const fi_vec<uint32_t, 4> x =
+          *reinterpret_cast<const fi_vec<uint32_t, 4> *>(sF8 + (2 * buf + kvh) * KT * D + row * D + 16 * ch);
+      fi_vec<uint32_t, 4> a, b;
+      dec::kv<KVT>::cvt2(x.v[0], a.v[0], a.v[1]);
+      dec::kv<KVT>::cvt2(x.v[1], a.v[2], a.v[3]);
+      dec::kv<KVT>::cvt2(x.v[2], b.v[0], b.v[1]);
+      dec::kv<KVT>::cvt2(x.v[3], b.v[2], b.v[3]);
+      uint16_t *dst = sK + kvh * KT * D;
+      *reinterpret_cast<fi_vec<uint32_t, 4> *>(dst + swz<D>(row, 2 * ch)) = a;
+      *reinterpret_cast<fi_vec<uint32_t, 4> *>(dst + swz<D>(row, 2 * ch + 1)) = b;
+    }
+  }
+};
+
+// T: q / out dtype (f16 or bf16), and K / V's unless KVT says otherwise; D: head_dim; QT:
+// q tile (16, 64 or 128 packed rows; the CTA shape is FI_PF_* of prefill_params.h); ROPE:
+// RoPE (Llama halves) on q and k; SINGLE: one contiguous request, no plan tables; KVT: an
+// fp8 cache (e4m3, e5m2) holding value / scale (k_scale in scale_log2 and cap_pre, v_scale
+// in v_scale, as decode's): each tile lands as bytes in the second stage's space (two
+// stages of [K][V] bytes fill it exactly) and is widened to f16 into the first stage's
+// K and V before its mmas, which then run on f16 (q converted from bf16 as it is staged);
+// one barrier more a tile. No RoPE with fp8.
+template <typename T, int D, int QT, int ROPE, int SINGLE, typename KVT = T>
 FI_DEVICE void prefill(const fi_prefill_kparams &p) {
-  typedef dec::w16<T> W;
+  typedef typename dec::mma_type<T, KVT>::type MT_;  // the mma's 16-bit type
+  typedef dec::w16<MT_> W;
+  typedef dec::w16<T> WO;
+  constexpr bool FP8 = dec::kv<KVT>::FP8 != 0, QCONV = FP8 && !dec::same<T, MT_>::value;
+  static_assert(!(FP8 && ROPE), "no RoPE with an fp8 cache");
   constexpr int WARPS = FI_PF_WARPS(D, QT), MT = FI_PF_MT(D, QT), KT = FI_PF_KT(D, QT);
   constexpr bool QREG = FI_PF_QREG(D, QT);
   constexpr int THREADS = WARPS * 32, CH = D / 8, WR = 16 * MT;  // WR: rows of a warp
@@ -68,9 +103,26 @@ FI_DEVICE void prefill(const fi_prefill_kparams &p) {
   const int rlast = r0 + rows - 1;
   const int ntiles = kv_hi > kv_lo ? (kv_hi - kv_lo + KT - 1) / KT : 0;
 
-  // ---- Q: stage the tile (RoPE'd at t + off) in shared memory ----
+  // e4m3 widened as value / 256 or exactly (dec::kv): the host's scales assume the former.
+  float wide = 1.0f;
+  if constexpr (dec::same<KVT, fi_e4m3>::value) wide = dec::kv<fi_e4m3>::E4M3_WIDE;
+  const float scale_log2 = p.scale_log2 * wide, cap_pre = p.cap_pre * wide, v_scale = p.v_scale * wide;
+
+  // ---- Q: stage the tile (RoPE'd at t + off; as f16 for an fp8 cache) in shared memory ----
   const T *qb = static_cast<const T *>(p.q);
-  if (!ROPE) {
+  if (QCONV) {
+    for (int i = tid; i < QT * CH; i += THREADS) {
+      const int row = i / CH, ch = i % CH;
+      const int r = r0 + row < rlast ? r0 + row : rlast;
+      const int tq = r / G, h = hkv * G + (r - tq * G);
+      fi_vec<uint32_t, 4> x = *reinterpret_cast<const fi_vec<uint32_t, 4> *>(
+          qb + (q_start + tq) * p.q_stride_tok + (int64_t)h * p.q_stride_head + 8 * ch);
+#pragma unroll
+      for (int e = 0; e < 4; e++) x.v[e] = W::pack(WO::lo(x.v[e]), WO::hi(x.v[e]));
+      *reinterpret_cast<fi_vec<uint32_t, 4> *>(sQ + swz<D>(row, ch)) = x;
+    }
+    cp_commit();  // (an empty group: the waits below count as for a copied tile)
+  } else if (!ROPE) {
     for (int i = tid; i < QT * CH; i += THREADS) {
       const int row = i / CH, ch = i % CH;
       const int r = r0 + row < rlast ? r0 + row : rlast;
@@ -125,6 +177,20 @@ FI_DEVICE void prefill(const fi_prefill_kparams &p) {
       cp16(dst + swz<D>(row, ch), base + to[row] + 8 * ch);
     }
   };
+  // fp8: tile stage b's K bytes at sF8 + 2 b KT D, its V bytes KT D further (row-major,
+  // unswizzled; widen above makes the 16-bit tiles of them).
+  unsigned char *const sF8 = reinterpret_cast<unsigned char *>(sK + 2 * KT * D);
+  const unsigned char *const kg8 = static_cast<const unsigned char *>(p.k) + (int64_t)hkv * p.kv_stride_head;
+  const unsigned char *const vg8 = static_cast<const unsigned char *>(p.v) + (int64_t)hkv * p.kv_stride_head;
+  auto load_tile8 = [&](unsigned char *dst, const unsigned char *base, int buf) {
+    const int64_t *to = s_off + buf * KT;
+    for (int i = tid; i < KT * (D / 16); i += THREADS) {
+      const int row = i / (D / 16), ch = i % (D / 16);
+      cp16(reinterpret_cast<uint16_t *>(dst + row * D + 16 * ch),
+           base + to[row] + 16 * ch);
+    }
+  };
+  auto widen_tile = [&](int buf) { widen<KVT, D, KT, THREADS>::tile(sF8, sK, buf, tid); };
   constexpr int NOFF = (KT + THREADS - 1) / THREADS;
   // ldmatrix addresses on CUDA: a lane's row in the tile (every fragment row here is
   // lane & 7 modulo 8) plus chunk 2q + bit, XOR-swizzled by those three bits, is the row
@@ -158,14 +224,19 @@ FI_DEVICE void prefill(const fi_prefill_kparams &p) {
       s_off[i] = tok_off(j, page_of(j));
     }
     __syncthreads();
-    load_tile(sK, kg, 0);
-    load_tile(sV, vg, 0);
+    if (FP8) {
+      load_tile8(sF8, kg8, 0);
+      load_tile8(sF8 + KT * D, vg8, 0);
+    } else {
+      load_tile(sK, kg, 0);
+      load_tile(sV, vg, 0);
+    }
     cp_commit();
   }
   for (int t = 0; t < ntiles; t++) {
     const int j0 = kv_lo + t * KT, buf = t & 1;
     const bool more = t + 1 < ntiles, more2 = t + 2 < ntiles;
-    uint16_t *const cK = sK + buf * 2 * KT * D;
+    uint16_t *const cK = FP8 ? sK : sK + buf * 2 * KT * D;
     // The page ids of tile t + 2: read now, used after this tile's S.
     int32_t pg[NOFF];
 #pragma unroll
@@ -175,11 +246,18 @@ FI_DEVICE void prefill(const fi_prefill_kparams &p) {
     }
     cp_wait<0>();     // this tile's K and V (and a shared Q tile)
     __syncthreads();  // ... seen by every warp, and every warp is done with tile t - 1
-    if (more) {
+    if (more && FP8) {
+      load_tile8(sF8 + (buf ^ 1) * 2 * KT * D, kg8, buf ^ 1);
+      load_tile8(sF8 + (buf ^ 1) * 2 * KT * D + KT * D, vg8, buf ^ 1);
+    } else if (more) {
       load_tile(sK + (buf ^ 1) * 2 * KT * D, kg, buf ^ 1);
       load_tile(sV + (buf ^ 1) * 2 * KT * D, vg, buf ^ 1);
     }
     cp_commit();
+    if (FP8) {  // this tile's bytes into the 16-bit K and V (every warp is done with the last)
+      widen_tile(buf);
+      __syncthreads();
+    }
     if (ROPE) {
       for (int i = tid; i < KT * (CH / 2); i += THREADS) {
         const int row = i / (CH / 2), ch = i % (CH / 2);
@@ -201,7 +279,7 @@ FI_DEVICE void prefill(const fi_prefill_kparams &p) {
       __syncthreads();
     }
 
-    const uint32_t stage = (uint32_t)buf * (4u * KT * D);  // bytes
+    const uint32_t stage = FP8 ? 0u : (uint32_t)buf * (4u * KT * D);  // bytes
     uint32_t qrow = qrow0, krow = krow0 + stage, vrow = vrow0 + stage, xa[4], xb[4];
     opaque(qrow);
     opaque(krow);
@@ -248,8 +326,8 @@ FI_DEVICE void prefill(const fi_prefill_kparams &p) {
 #endif
 #pragma unroll
         for (int mt = 0; mt < MT; mt++) {
-          mma<T>(s[mt][2 * n2], qa[mt][0], qa[mt][1], qa[mt][2], qa[mt][3], kb[0], kb[1]);
-          mma<T>(s[mt][2 * n2 + 1], qa[mt][0], qa[mt][1], qa[mt][2], qa[mt][3], kb[2], kb[3]);
+          mma<MT_>(s[mt][2 * n2], qa[mt][0], qa[mt][1], qa[mt][2], qa[mt][3], kb[0], kb[1]);
+          mma<MT_>(s[mt][2 * n2 + 1], qa[mt][0], qa[mt][1], qa[mt][2], qa[mt][3], kb[2], kb[3]);
         }
       }
     }
@@ -278,9 +356,9 @@ FI_DEVICE void prefill(const fi_prefill_kparams &p) {
           for (int e = 0; e < 2; e++) {
             float x = s[mt][nb][2 * h + e];
             if (p.cap_log2 != 0.0f)
-              x = p.cap_log2 * tanhf(x * p.cap_pre);
+              x = p.cap_log2 * tanhf(x * cap_pre);
             else
-              x *= p.scale_log2;
+              x *= scale_log2;
             if (masked) {
               const int j = j0 + 8 * nb + 2 * c + e;
               // (the mask's byte read only for a token in range: inside the segment)
@@ -342,8 +420,8 @@ FI_DEVICE void prefill(const fi_prefill_kparams &p) {
 #endif
 #pragma unroll
         for (int mt = 0; mt < MT; mt++) {
-          mma<T>(o[mt][2 * n2], pa[mt][kk][0], pa[mt][kk][1], pa[mt][kk][2], pa[mt][kk][3], vb[0], vb[1]);
-          mma<T>(o[mt][2 * n2 + 1], pa[mt][kk][0], pa[mt][kk][1], pa[mt][kk][2], pa[mt][kk][3], vb[2], vb[3]);
+          mma<MT_>(o[mt][2 * n2], pa[mt][kk][0], pa[mt][kk][1], pa[mt][kk][2], pa[mt][kk][3], vb[0], vb[1]);
+          mma<MT_>(o[mt][2 * n2 + 1], pa[mt][kk][0], pa[mt][kk][1], pa[mt][kk][2], pa[mt][kk][3], vb[2], vb[3]);
         }
       }
     }
@@ -365,13 +443,13 @@ FI_DEVICE void prefill(const fi_prefill_kparams &p) {
       // A sink joins the row's final state (dec::sink_fold; a split's partial has none).
       float mr = m[mt][h], fa = 1.0f;
       if (p.sinks && nchunks <= 1) fa = dec::sink_fold(p.sinks[head] * dec::LOG2E_F, mr, ds);
-      const float inv = ds > 0.0f ? p.v_scale * fa / ds : 0.0f;
+      const float inv = ds > 0.0f ? v_scale * fa / ds : 0.0f;
       if (nchunks <= 1) {
         T *orow = static_cast<T *>(p.out) + (q_start + tq) * p.out_stride_tok + (int64_t)head * p.out_stride_head;
 #pragma unroll
         for (int j = 0; j < D / 8; j++)
           *reinterpret_cast<uint32_t *>(orow + 8 * j + 2 * c) =
-              W::pack(o[mt][j][2 * h] * inv, o[mt][j][2 * h + 1] * inv);
+              WO::pack(o[mt][j][2 * h] * inv, o[mt][j][2 * h + 1] * inv);
         if (p.lse && c == 0)
           p.lse[(q_start + tq) * p.lse_stride_tok + (int64_t)head * p.lse_stride_head] =
               ds > 0.0f ? (mr + log2f(ds)) * LN2 : neg_inf();

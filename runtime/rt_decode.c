@@ -171,7 +171,11 @@ static fi_status plan_impl(fi_runtime *rt, const char *fn, const fi_batch_decode
   const int fresh = pl == NULL;
   /* A re-plan keeps everything a captured graph baked in: what the request fixes first,
    * the kernel and the layout (CUDA-graph mode) once chosen. */
-  if (!fresh && (pl->tc || replan_changes(pl, info, p, qdt, kvdt, ws))) return refuse_replan(fn);
+  if (!fresh && ((pl->tc && pl->graph) || replan_changes(pl, info, p, qdt, kvdt, ws))) return refuse_replan(fn);
+  if (!fresh && pl->tc) { /* a re-plan back from the tensor-core route (not in CUDA-graph mode) */
+    fi_batch_prefill_plan_destroy(pl->tc);
+    pl->tc = NULL;
+  }
   /* A device plan reads the stored tactic of its shape and bucket (once a key per runtime:
    * rt_tactic_cached); the rule chooses where there is none or it does not parse. */
   rt_decode_tactic tac;
@@ -256,7 +260,8 @@ static fi_status plan_tc(fi_runtime *rt, const fi_batch_decode_info *info, const
   const int qdt = rt_check_dtype(info->q_dtype), kvdt = rt_check_dtype(info->kv_dtype);
   fi_decode_plan *pl = *plan;
   const int fresh = pl == NULL;
-  if (!fresh && (!pl->tc || replan_changes(pl, info, p, qdt, kvdt, rt_data(workspace)))) return refuse_replan(PLAN);
+  if (!fresh && ((!pl->tc && pl->graph) || replan_changes(pl, info, p, qdt, kvdt, rt_data(workspace))))
+    return refuse_replan(PLAN);
   int32_t *qo = malloc(((size_t)B + 1) * sizeof *qo);
   if (!qo) return rt_fail(FI_ERR_OUT_OF_MEMORY, "%s: out of memory", PLAN);
   for (int b = 0; b <= B; b++) qo[b] = b;
@@ -324,8 +329,9 @@ fi_status rt_decode_plan_tactic(fi_runtime *rt, const fi_batch_decode_info *info
   int sms;
   if ((st = rt_dec_device_sms(rt, devtype, device, &sms)) != FI_OK) return st;
   const int qdt = rt_check_dtype(info->q_dtype), kvdt = rt_check_dtype(info->kv_dtype);
+  const int64_t units = (int64_t)(info->max_batch > 0 ? info->max_batch : info->batch) * info->num_kv_heads;
   if (use_stored && !force &&
-      rt_decode_use_tc(&rt->env.tune, info->num_qo_heads / info->num_kv_heads, qdt, kvdt))
+      rt_decode_use_tc(&rt->env.tune, info->num_qo_heads / info->num_kv_heads, units, qdt, kvdt))
     return plan_tc(rt, info, p, workspace, ws_bytes, stream, plan);
   device_ctx ctx = {rt, NULL, device};
   void *state;

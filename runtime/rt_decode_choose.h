@@ -149,12 +149,18 @@ int rt_decode_group_chunks(int num_qo_heads, int num_kv_heads);
 /* Tensor-core decode: a batch whose group is above 16 query heads a KV head runs on the
  * batch prefill kernels (one query token a request, the group's heads a q tile's rows),
  * which stage each KV tile in shared memory once for the whole group; the decode kernel
- * reads a KV head once for every 16 of its query heads (rt_decode_group_chunks).
- * rt_decode_tc_possible: whether a plan of this group may (the workspace is sized for both
- * then); rt_decode_use_tc: whether it does, which also needs the prefill kernels' dtypes
- * (q and a 16-bit cache of one dtype). FI_DECODE_TC (t->decode_tc) 0 never, 1 at every group. */
+ * reads a KV head once for every 16 of its query heads (rt_decode_group_chunks). Measured
+ * on an H100 (docs/decode.md): 64/1 B=64 L=4096 1.33x faster that way, 64/2 1.06x, 32/1
+ * level, but B=16 and B=4 at L=32768 0.70x and 0.41x (the prefill split's chunks and merge
+ * cost more than the re-reads): so only for requests x KV heads of RT_DECODE_TC_UNITS or
+ * more (max_batch's in CUDA-graph mode, where the route then stays; otherwise a re-plan
+ * may switch it). rt_decode_tc_possible: whether a plan of this group may (the workspace is
+ * sized for both then); rt_decode_use_tc: whether it does, which also needs the prefill
+ * kernels' dtypes (q and a 16-bit cache of one dtype). FI_DECODE_TC (t->decode_tc) 0
+ * never, 1 at every group and batch. */
+#define RT_DECODE_TC_UNITS 64
 int rt_decode_tc_possible(const rt_tuning *t, int group);
-int rt_decode_use_tc(const rt_tuning *t, int group, int q_dtype, int kv_dtype);
+int rt_decode_use_tc(const rt_tuning *t, int group, int64_t units, int q_dtype, int kv_dtype);
 
 /* Whether a plan on `pipeline` (its kernel so far) runs the CUDA-core kernel
  * (DECODE_PIPE_SIMT) instead: the capped kernel at group 1 where that kernel exists. */

@@ -27,7 +27,7 @@ struct fi_prefill_plan {
   jit_key key, merge_key;
   int devtype, device, paged, graph;
   int batch, max_batch, max_qo_tokens;
-  int num_qo_heads, num_kv_heads, head_dim, page_size, dt, q_tile;
+  int num_qo_heads, num_kv_heads, head_dim, page_size, dt, kv_dt, q_tile;
   int64_t num_items, grid, chunk, slots_used;
   int64_t pgrid;    /* > 0: the kernel's persistent grid (pgrid x 1 blocks over grid x heads units) */
   int64_t qo_rows;  /* qo_indptr[B]: rows q and out need */
@@ -199,7 +199,7 @@ static fi_status plan_impl(fi_runtime *rt, const char *fn, const fi_batch_prefil
   const int rope = p->attn.pos_encoding == FI_POS_ROPE_LLAMA, soft_cap = p->attn.logits_soft_cap != 0;
   rt_prefill_tactic tac;
   const rt_prefill_tactic *stored = force;
-  if (rt && use_stored && !force && !rope) {
+  if (rt && use_stored && !force && !rope && kvdt == dt) { /* (no tactics over an fp8 cache) */
     int64_t fields[RT_PREFILL_TACTIC_FIELDS];
     const char *text;
     rt_prefill_tactic_fields(dt, info->num_qo_heads, info->num_kv_heads, D, p->causal, soft_cap, fields);
@@ -210,13 +210,13 @@ static fi_status plan_impl(fi_runtime *rt, const char *fn, const fi_batch_prefil
       stored = &tac;
   }
   jit_key key;
-  const int qt = rt_prefill_pick_kernel(rt, devtype, device, 0, dt, D, graph ? (int64_t)info->max_qo_tokens * G : maxrows,
+  const int qt = rt_prefill_pick_kernel(rt, devtype, device, 0, dt, kvdt, D, graph ? (int64_t)info->max_qo_tokens * G : maxrows,
                                         kvsel, rope, soft_cap, mask != NULL, stored, &key);
   if (!fresh &&
       (pl->paged != paged || pl->graph != graph || (graph && (pl->max_batch != info->max_batch ||
                                                               pl->max_qo_tokens != info->max_qo_tokens)) ||
        pl->num_qo_heads != info->num_qo_heads || pl->num_kv_heads != info->num_kv_heads ||
-       pl->head_dim != D || (paged && pl->page_size != info->page_size) || pl->dt != dt ||
+       pl->head_dim != D || (paged && pl->page_size != info->page_size) || pl->dt != dt || pl->kv_dt != kvdt ||
        memcmp(&pl->params, p, sizeof *p) != 0 || pl->ws != ws || memcmp(pl->key.v, key.v, sizeof key.v) != 0 ||
        (graph && pl->mask != (mask ? mask->ptr : NULL)))) {
     free(kv_len);
@@ -294,6 +294,7 @@ static fi_status plan_impl(fi_runtime *rt, const char *fn, const fi_batch_prefil
   pl->head_dim = D;
   pl->page_size = paged ? info->page_size : 1;
   pl->dt = dt;
+  pl->kv_dt = kvdt;
   pl->q_tile = qt;
   pl->num_items = n;
   pl->grid = graph ? lay.capacity : n;
@@ -318,7 +319,7 @@ static fi_status plan_impl(fi_runtime *rt, const char *fn, const fi_batch_prefil
   pl->ws_bytes = ws_bytes;
   pl->lay = lay;
   memset(&pl->scalars, 0, sizeof pl->scalars);
-  rt_prefill_fill_scalars(&pl->scalars, p, D, dt);
+  rt_prefill_fill_scalars(&pl->scalars, p, D, kvdt);
   *plan = pl;
   return FI_OK;
 }
@@ -473,10 +474,10 @@ FI_API fi_status fi_batch_prefill_ragged_run_ex(fi_runtime *rt, const fi_prefill
     return rt_fail(FI_ERR_INVALID_ARGUMENT,
                    "%s: layout is %d; FI_KV_LAYOUT_NHD (0) or FI_KV_LAYOUT_HND (1) is needed", fn,
                    (int)layout);
-  if (rt_check_dtype(k->dtype) != pl->dt || rt_check_dtype(v->dtype) != pl->dt)
+  if (rt_check_dtype(k->dtype) != pl->kv_dt || rt_check_dtype(v->dtype) != pl->kv_dt)
     return rt_fail(FI_ERR_INVALID_ARGUMENT, "%s: k has dtype %s and v %s; the plan's %s is needed", fn,
                    rt_check_dtype_string(k->dtype, b1, sizeof b1), rt_check_dtype_string(v->dtype, b2, sizeof b2),
-                   jit_dtype_name(pl->dt));
+                   jit_dtype_name(pl->kv_dt));
   const int nhd = layout == FI_KV_LAYOUT_NHD;
   const int64_t rows = nhd ? k->shape[0] : k->shape[1], hkv = nhd ? k->shape[1] : k->shape[0];
   if (hkv != pl->num_kv_heads || k->shape[2] != pl->head_dim || rows < pl->kv_rows)
@@ -487,7 +488,7 @@ FI_API fi_status fi_batch_prefill_ragged_run_ex(fi_runtime *rt, const fi_prefill
                    nhd ? "[tokens, H_kv, head_dim] (NHD)" : "[H_kv, tokens, head_dim] (HND)",
                    (long long)pl->kv_rows, pl->num_kv_heads, pl->head_dim);
   if ((st = rt_check_shape(fn, "v", v, 3, k->shape, "k's shape")) != FI_OK) return st;
-  if ((st = rt_prefill_check_kv_rows(fn, k, v, jit_dtype_bytes(pl->dt))) != FI_OK) return st;
+  if ((st = rt_prefill_check_kv_rows(fn, k, v, jit_dtype_bytes(pl->kv_dt))) != FI_OK) return st;
   const DLTensor *ins[3] = {q, k, v};
   static const char *const in_names[3] = {"q", "k", "v"};
   if ((st = rt_check_outputs_apart(fn, out, lse, ins, in_names, 3)) != FI_OK) return st;
@@ -530,14 +531,14 @@ FI_API fi_status fi_batch_prefill_paged_run_ex(fi_runtime *rt, const fi_prefill_
     return rt_fail(FI_ERR_INVALID_ARGUMENT,
                    "%s: layout is %d; FI_KV_LAYOUT_NHD (0) or FI_KV_LAYOUT_HND (1) is needed", fn,
                    (int)layout);
-  if (rt_check_dtype(kc->dtype) != pl->dt || rt_check_dtype(vc->dtype) != pl->dt)
+  if (rt_check_dtype(kc->dtype) != pl->kv_dt || rt_check_dtype(vc->dtype) != pl->kv_dt)
     return rt_fail(FI_ERR_INVALID_ARGUMENT,
                    "%s: paged_k_cache has dtype %s and paged_v_cache %s; the plan's %s is needed", fn,
                    rt_check_dtype_string(kc->dtype, b1, sizeof b1), rt_check_dtype_string(vc->dtype, b2, sizeof b2),
-                   jit_dtype_name(pl->dt));
+                   jit_dtype_name(pl->kv_dt));
   const int nhd = layout == FI_KV_LAYOUT_NHD;
   const int64_t hkv = pl->num_kv_heads;
-  if ((st = rt_check_paged_cache(fn, kc, vc, nhd, pl->page_size, hkv, pl->head_dim, jit_dtype_bytes(pl->dt))) !=
+  if ((st = rt_check_paged_cache(fn, kc, vc, nhd, pl->page_size, hkv, pl->head_dim, jit_dtype_bytes(pl->kv_dt))) !=
       FI_OK)
     return st;
   if ((st = rt_check_index(fn, "kv_indices", kv_indices, q, pl->kv_rows, 0)) != FI_OK) return st;

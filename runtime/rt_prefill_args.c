@@ -26,20 +26,26 @@ fi_status rt_prefill_check_common(const char *fn, int64_t hq, int64_t hkv, int64
   if (qdt != JIT_DT_F16 && qdt != JIT_DT_BF16)
     return rt_fail(FI_ERR_INVALID_ARGUMENT, "%s: q has dtype %s; float16 or bfloat16 is needed",
                    fn, rt_check_dtype_string(qd, b1, sizeof b1));
-  if (kvdt != qdt)
+  const int fp8 = kvdt == JIT_DT_E4M3 || kvdt == JIT_DT_E5M2;
+  if (kvdt != qdt && !fp8)
     return rt_fail(FI_ERR_INVALID_ARGUMENT,
-                   "%s: the KV has dtype %s; q's (%s) is needed (prefill has no fp8 KV yet)", fn,
+                   "%s: the KV has dtype %s; q's (%s) or fp8 (e4m3, e5m2) is needed", fn,
                    rt_check_dtype_string(kvd, b1, sizeof b1), rt_check_dtype_string(qd, b2, sizeof b2));
+  if (fp8 && p->attn.pos_encoding == FI_POS_ROPE_LLAMA)
+    return rt_fail(FI_ERR_INVALID_ARGUMENT,
+                   "%s: params->attn.pos_encoding is RoPE with an fp8 cache; prefill over fp8 takes no "
+                   "RoPE (apply it with fi_apply_rope* before the append)",
+                   fn);
   if (p->causal != 0 && p->causal != 1)
     return rt_fail(FI_ERR_INVALID_ARGUMENT, "%s: params->causal is %d; 0 or 1 is needed", fn, p->causal);
   /* The attention parameters as decode checks them (a group of 1 passes its head check). */
   return rt_dec_check_common(fn, (int)hkv, (int)hkv, (int)D, qdt, kvdt, qd, kvd, &p->attn);
 }
 
-void rt_prefill_fill_scalars(fi_prefill_kparams *k, const fi_prefill_params *p, int D, int dt) {
+void rt_prefill_fill_scalars(fi_prefill_kparams *k, const fi_prefill_params *p, int D, int kvdt) {
   fi_decode_params d;
   memset(&d, 0, sizeof d);
-  rt_dec_fill_scalars(&d, &p->attn, D, dt);
+  rt_dec_fill_scalars(&d, &p->attn, D, kvdt);
   k->scale_log2 = d.scale_log2;
   k->cap_pre = d.cap_pre;
   k->cap_log2 = d.cap_log2;

@@ -15,7 +15,9 @@
 fi_status rt_prefill_check_common(const char *fn, int64_t hq, int64_t hkv, int64_t D, int qdt, int kvdt, DLDataType qd,
                                   DLDataType kvd, const fi_prefill_params *p);
 /* The kernel's scale, soft cap, value scale, RoPE, causal and window fields. */
-void rt_prefill_fill_scalars(fi_prefill_kparams *k, const fi_prefill_params *p, int D, int dt);
+/* The kernel's scale fields (k_scale, v_scale and an e4m3 cache's widening: kvdt, the
+ * cache's dtype), RoPE frequencies, causal and window. */
+void rt_prefill_fill_scalars(fi_prefill_kparams *k, const fi_prefill_params *p, int D, int kvdt);
 /* q / out [rows, H_qo, D]: shapes, dtypes, row layout; lse [rows, H_qo]. */
 fi_status rt_prefill_check_q_out(const char *fn, const DLTensor *q, const DLTensor *out, const DLTensor *lse, int dt);
 /* Contiguous k and v (single prefill, the ragged run): rows of elem_bytes elements as
@@ -64,7 +66,9 @@ int rt_prefill_plan_offline_tactic(const fi_batch_prefill_info *info, const fi_p
  * tuning. stored: a tactic in place of the rule's shape where no tuning variable sets the
  * kernel and it names a kernel the call can run (the wgmma one only on a device that has
  * wgmma, and without a custom mask: mask); NULL: the rule. */
-int rt_prefill_pick_kernel(fi_runtime *rt, int devtype, int device, int single, int dt, int D, int64_t rows,
+/* kvdt: the cache's dtype; an fp8 one runs the mma.sync kernel of *_prefill_fp8kv, with
+ * no tactic. */
+int rt_prefill_pick_kernel(fi_runtime *rt, int devtype, int device, int single, int dt, int kvdt, int D, int64_t rows,
                            int64_t maxkv, int rope, int cap, int mask, const rt_prefill_tactic *stored,
                            jit_key *key);
 

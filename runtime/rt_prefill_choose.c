@@ -92,10 +92,14 @@ int64_t rt_prefill_kvsel(const jit_key *plan_key, int graph, int64_t maxkv) {
  * variant (no producer warpgroup), FI_PREFILL_WS=1 a producer without the ping-pong, 2 with it.
  * Read at fi_runtime_create (rt->env.tune); a plan made without a runtime (rt NULL: the
  * tests' offline planning) takes the defaults. */
-int rt_prefill_pick_kernel(fi_runtime *rt, int devtype, int device, int single, int dt, int D, int64_t rows,
+int rt_prefill_pick_kernel(fi_runtime *rt, int devtype, int device, int single, int dt, int kvdt, int D, int64_t rows,
                            int64_t maxkv, int rope, int cap, int mask, const rt_prefill_tactic *stored,
                            jit_key *key) {
   const rt_tuning def = rt_tuning_default(), *t = rt ? &rt->env.tune : &def;
+  if (kvdt != dt) { /* an fp8 cache: mma.sync, the rule's q tile */
+    jit_prefill_fp8_select(single, dt, kvdt, D, q_tile_for(t, D, rows), key);
+    return jit_prefill_key_q_tile(key);
+  }
   const int allow = t->prefill_wgmma && !t->prefill_qtile;
   /* A tuning variable that sets the kernel wins over a stored tactic. */
   const int tuned_by_env = !allow || t->prefill_wg_q || t->prefill_ws >= 0 || t->prefill_stages;

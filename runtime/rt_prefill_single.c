@@ -67,7 +67,7 @@ FI_API fi_status fi_single_prefill_ex(fi_runtime *rt, const DLTensor *q, const D
 
   fi_prefill_kparams kp;
   memset(&kp, 0, sizeof kp);
-  rt_prefill_fill_scalars(&kp, p, (int)D, qdt);
+  rt_prefill_fill_scalars(&kp, p, (int)D, kvdt);
   kp.q = rt_data(q);
   kp.out = rt_data(out);
   kp.lse = lse ? (float *)rt_data(lse) : NULL;
@@ -90,7 +90,7 @@ FI_API fi_status fi_single_prefill_ex(fi_runtime *rt, const DLTensor *q, const D
   kp.q_len = (int32_t)Lq;
   kp.kv_len = (int32_t)Lkv;
   jit_key key;
-  const int qt = rt_prefill_pick_kernel(rt, q->device.device_type, q->device.device_id, 1, qdt, (int)D, Lq * group, Lkv,
+  const int qt = rt_prefill_pick_kernel(rt, q->device.device_type, q->device.device_id, 1, qdt, kvdt, (int)D, Lq * group, Lkv,
                                         p->attn.pos_encoding == FI_POS_ROPE_LLAMA, p->attn.logits_soft_cap != 0,
                                         mask != NULL, NULL, &key);
   return rt_prefill_launch(rt, q->device.device_type, q->device.device_id, &key, (Lq * group + qt - 1) / qt, hkv,

@@ -251,6 +251,22 @@ FT_TEST(every_selected_key_is_registered) {
             FT_CHECK(times_registered(&k) > 0, "%s dt=%d d=%d q_tile=%d rope=%d not registered", k.op->name, dts[q], dims[d], qt, rope);
             checked++;
           }
+  /* fp8 caches: the kernel a call picks (rt_prefill_pick_kernel, no device) is the fp8
+   * op's, registered, for every q dtype, cache dtype, head_dim and row count */
+  const int kvs[2] = {JIT_DT_E4M3, JIT_DT_E5M2};
+  for (int s = 0; s < 2; s++)
+    for (int q = 0; q < 2; q++)
+      for (int f = 0; f < 2; f++)
+        for (int d = 0; d < 3; d++)
+          for (int r = 0; r < 6; r++) {
+            jit_key k;
+            const int qt = rt_prefill_pick_kernel(NULL, kDLCUDA, 0, s, dts[q], kvs[f], dims[d], rows[r], 4096, 0, 0, 0,
+                                                  NULL, &k);
+            FT_CHECK(strstr(k.op->name, "_fp8kv") && k.v[PREFILL_P_KV_DTYPE] == kvs[f] && qt == jit_prefill_q_tile(dims[d], rows[r]),
+                     "%s kv=%d", k.op->name, kvs[f]);
+            FT_CHECK(times_registered(&k) > 0, "%s dt=%d kv=%d d=%d not registered", k.op->name, dts[q], kvs[f], dims[d]);
+            checked++;
+          }
   for (int q = 0; q < 2; q++)
     for (int d = 0; d < 3; d++) {
       jit_key k;
@@ -537,7 +553,22 @@ FT_TEST(single_prefill_bad_arguments_named) {
   EXPECT_BAD(fi_single_prefill(rt, &q32.t, &k.t, &v.t, &o.t, NULL, NHD, NULL, NULL), "q has dtype");
   tens k8 = k, v8 = v;
   k8.t.dtype = v8.t.dtype = (DLDataType){10, 8, 1};
-  EXPECT_BAD(fi_single_prefill(rt, &q.t, &k8.t, &v8.t, &o.t, NULL, NHD, NULL, NULL), "fp8");
+  {  /* an fp8 cache (e4m3, with scales) is taken; with RoPE, or v of another dtype, refused */
+    fi_prefill_params p8;
+    fi_prefill_params_init(&p8);
+    p8.attn.k_scale = 0.5;
+    p8.attn.v_scale = 2.0;
+    st = fi_single_prefill(rt, &q.t, &k8.t, &v8.t, &o.t, NULL, NHD, &p8, NULL);
+    FT_CHECK(st != FI_ERR_INVALID_ARGUMENT, "an fp8 cache refused: %s", fi_last_error());
+    p8.attn.pos_encoding = FI_POS_ROPE_LLAMA;
+    EXPECT_BAD(fi_single_prefill(rt, &q.t, &k8.t, &v8.t, &o.t, NULL, NHD, &p8, NULL), "RoPE with an fp8 cache");
+    EXPECT_BAD(fi_single_prefill(rt, &q.t, &k8.t, &v.t, &o.t, NULL, NHD, NULL, NULL), "v has dtype");
+    tens k32 = k;
+    k32.t.dtype = (DLDataType){kDLFloat, 32, 1};
+    WITH(v32, v, 0, 100);
+    v32.t.dtype = k32.t.dtype;
+    EXPECT_BAD(fi_single_prefill(rt, &q.t, &k32.t, &v32.t, &o.t, NULL, NHD, NULL, NULL), "or fp8 (e4m3, e5m2)");
+  }
   tens kf = k;
   kf.t.dtype.code = kDLFloat;
   EXPECT_BAD(fi_single_prefill(rt, &q.t, &kf.t, &v.t, &o.t, NULL, NHD, NULL, NULL), "v has dtype");
@@ -768,14 +799,14 @@ FT_TEST(prefill_tactics_name_registered_kernels_and_the_planner_takes_them) {
    * taken, its q tile and not the rule's; a wgmma one cannot run there and the rule
    * chooses; single prefill never takes one. */
   jit_key rule, tuned, wgk, single;
-  const int qr = rt_prefill_pick_kernel(NULL, kDLCUDA, 0, 0, JIT_DT_BF16, 128, 4096, 4096, 0, 0, 0, NULL, &rule);
+  const int qr = rt_prefill_pick_kernel(NULL, kDLCUDA, 0, 0, JIT_DT_BF16, JIT_DT_BF16, 128, 4096, 4096, 0, 0, 0, NULL, &rule);
   const rt_prefill_tactic m16 = {0, 16, 0, 0, 0}, w = {1, 128, 128, 2, 2};
   FT_CHECK(qr != 16, "the rule's q tile at 4096 rows is %d", qr);
-  FT_CHECK_EQ_INT(rt_prefill_pick_kernel(NULL, kDLCUDA, 0, 0, JIT_DT_BF16, 128, 4096, 4096, 0, 0, 0, &m16, &tuned), 16);
+  FT_CHECK_EQ_INT(rt_prefill_pick_kernel(NULL, kDLCUDA, 0, 0, JIT_DT_BF16, JIT_DT_BF16, 128, 4096, 4096, 0, 0, 0, &m16, &tuned), 16);
   FT_CHECK(tuned.op == rule.op && tuned.v[PREFILL_P_Q_TILE] == 16);
-  FT_CHECK_EQ_INT(rt_prefill_pick_kernel(NULL, kDLCUDA, 0, 0, JIT_DT_BF16, 128, 4096, 4096, 0, 0, 0, &w, &wgk), qr);
+  FT_CHECK_EQ_INT(rt_prefill_pick_kernel(NULL, kDLCUDA, 0, 0, JIT_DT_BF16, JIT_DT_BF16, 128, 4096, 4096, 0, 0, 0, &w, &wgk), qr);
   FT_CHECK(memcmp(wgk.v, rule.v, sizeof rule.v) == 0 && wgk.op == rule.op, "a wgmma tactic without wgmma: the rule");
-  rt_prefill_pick_kernel(NULL, kDLCUDA, 0, 1, JIT_DT_BF16, 128, 4096, 4096, 0, 0, 0, &m16, &single);
+  rt_prefill_pick_kernel(NULL, kDLCUDA, 0, 1, JIT_DT_BF16, JIT_DT_BF16, 128, 4096, 4096, 0, 0, 0, &m16, &single);
   FT_CHECK(single.v[PREFILL_P_Q_TILE] != 16, "single prefill takes no stored tactic");
   /* the key's text */
   int64_t f[RT_PREFILL_TACTIC_FIELDS];

@@ -235,7 +235,62 @@ static const uint8_t *make_mask(const prob &P) {
   return g_mask.data();
 }
 
-template <typename T, int D, int QT, int ROPE>
+// fp8 codes: the nearest of the 256 (NaN and infinities left out), as a double.
+static double fp8_decode(int e4m3, uint8_t c) {
+  const int s = c >> 7;
+  double v;
+  if (e4m3) {
+    const int e = (c >> 3) & 15, m = c & 7;
+    if (e == 15 && m == 7) return NAN;
+    v = e ? ldexp(1.0 + m / 8.0, e - 7) : ldexp(m / 8.0, -6);
+  } else {
+    const int e = (c >> 2) & 31, m = c & 3;
+    if (e == 31) return NAN;
+    v = e ? ldexp(1.0 + m / 4.0, e - 15) : ldexp(m / 4.0, -14);
+  }
+  return s ? -v : v;
+}
+static uint8_t fp8_encode(int e4m3, double x) {
+  int best = 0;
+  double bd = INFINITY;
+  for (int c = 0; c < 256; c++) {
+    const double v = fp8_decode(e4m3, (uint8_t)c);
+    if (v == v && fabs(v - x) < bd) bd = fabs(v - x), best = c;
+  }
+  return (uint8_t)best;
+}
+template <typename T>
+struct fp8_of {
+  static constexpr int is = 0, e4m3 = 0;
+};
+template <>
+struct fp8_of<fi_e4m3> {
+  static constexpr int is = 1, e4m3 = 1;
+};
+template <>
+struct fp8_of<fi_e5m2> {
+  static constexpr int is = 1, e4m3 = 0;
+};
+
+// An fp8 cache of the case (KVT e4m3 or e5m2; nothing for a 16-bit one): d's K and V as
+// codes of value / scale (k_scale 0.5, v_scale 2) into k8 / v8, the reference's values
+// the codes' times the scales, and the kernel's scales (e4m3 widened as value / 256 on the
+// portable path: the 256 back in them, as the host does).
+template <typename KVT>
+static void to_fp8(const prob &P, data &d, fi_prefill_kparams &k, std::vector<uint8_t> &k8, std::vector<uint8_t> &v8) {
+  constexpr int F8 = fp8_of<KVT>::is, E4 = fp8_of<KVT>::e4m3;
+  if (!F8) return;
+  const double ks = 0.5, vs = 2.0, wide = E4 ? 256.0 : 1.0;
+  k8.resize(d.k.size()), v8.resize(d.v.size());
+  for (size_t i = 0; i < d.k.size(); i++) k8[i] = fp8_encode(E4, from_bits(d.k[i], P.bf) / ks);
+  for (size_t i = 0; i < d.v.size(); i++) v8[i] = fp8_encode(E4, from_bits(d.v[i], P.bf) / vs);
+  for (auto &x : d.kd) x = fp8_decode(E4, fp8_encode(E4, x / ks)) * ks;
+  for (auto &x : d.vd) x = fp8_decode(E4, fp8_encode(E4, x / vs)) * vs;
+  k.k = k8.data(), k.v = v8.data();
+  k.scale_log2 *= (float)(ks * wide), k.cap_pre *= (float)(ks * wide), k.v_scale = (float)(vs * wide);
+}
+
+template <typename T, int D, int QT, int ROPE, typename KVT = T>
 static void run_single(const prob &P, int sinks = 0, int mask = 0) {
   data d;
   build(P, d);
@@ -244,19 +299,21 @@ static void run_single(const prob &P, int sinks = 0, int mask = 0) {
   if (sinks) k.sinks = make_sinks(P.hq);
   if (mask) k.custom_mask = make_mask(P);
   k.q = d.q.data(), k.out = d.out.data(), k.lse = d.lse.data(), k.k = d.k.data(), k.v = d.v.data();
+  std::vector<uint8_t> k8, v8;
+  to_fp8<KVT>(P, d, k, k8, v8);
   k.q_stride_tok = (int64_t)P.hq * D, k.q_stride_head = D;
   k.out_stride_tok = (int64_t)P.hq * D, k.out_stride_head = D;
   k.lse_stride_tok = P.hq, k.lse_stride_head = 1;
   k.kv_stride_slot = (int64_t)P.hkv * D, k.kv_stride_head = D;
   k.q_len = P.lq[0], k.kv_len = P.lkv[0], k.page_size = 1;
   const int rows = P.lq[0] * k.group;
-  emu::launch((rows + QT - 1) / QT, P.hkv, 32 * FI_PF_WARPS(D, QT), [&] { fi::pf::prefill<T, D, QT, ROPE, 1>(k); });
-  check(P, d, mask ? (sinks ? "single mask sinks" : "single mask") : sinks ? "single sinks" : "single");
+  emu::launch((rows + QT - 1) / QT, P.hkv, 32 * FI_PF_WARPS(D, QT), [&] { fi::pf::prefill<T, D, QT, ROPE, 1, KVT>(k); });
+  check(P, d, mask ? (sinks ? "single mask sinks" : "single mask") : sinks ? "single sinks" : fp8_of<KVT>::is ? (fp8_of<KVT>::e4m3 ? "single e4m3" : "single e5m2") : "single");
   g_sinks.clear(), g_mask.clear();
 }
 
 // Batch through the real planner (split forced by a large target when `split`).
-template <typename T, int D, int QT, int ROPE>
+template <typename T, int D, int QT, int ROPE, typename KVT = T>
 static void run_batch(const prob &P, int split, int sinks = 0, int mask = 0) {
   data d;
   build(P, d);
@@ -282,6 +339,8 @@ static void run_batch(const prob &P, int split, int sinks = 0, int mask = 0) {
     items[FI_PREFILL_ITEM_WORDS * i + 11] = g_mask_off[items[FI_PREFILL_ITEM_WORDS * i]];
   std::vector<float> po((size_t)(slots + 1) * P.hkv * FI_PREFILL_SLOT_ROWS * D), pl((size_t)(slots + 1) * P.hkv * FI_PREFILL_SLOT_ROWS);
   k.q = d.q.data(), k.out = d.out.data(), k.lse = d.lse.data(), k.k = d.k.data(), k.v = d.v.data();
+  std::vector<uint8_t> k8, v8;
+  to_fp8<KVT>(P, d, k, k8, v8);
   k.indices = P.paged ? d.indices.data() : nullptr;
   k.items = items.data();
   k.partial_o = po.data(), k.partial_lse = pl.data();
@@ -292,7 +351,7 @@ static void run_batch(const prob &P, int split, int sinks = 0, int mask = 0) {
   k.kv_stride_slot = (int64_t)P.hkv * D, k.kv_stride_head = D;
   k.page_size = P.paged ? P.ps : 1;
   k.num_items = (int32_t)n;
-  emu::launch((unsigned)n, P.hkv, 32 * FI_PF_WARPS(D, QT), [&] { fi::pf::prefill<T, D, QT, ROPE, 0>(k); });
+  emu::launch((unsigned)n, P.hkv, 32 * FI_PF_WARPS(D, QT), [&] { fi::pf::prefill<T, D, QT, ROPE, 0, KVT>(k); });
   fi_prefill_merge_params m;
   memset(&m, 0, sizeof m);
   m.out = d.out.data(), m.lse = d.lse.data(), m.items = items.data(), m.partial_o = po.data(), m.partial_lse = pl.data();
@@ -301,8 +360,8 @@ static void run_batch(const prob &P, int split, int sinks = 0, int mask = 0) {
   m.sinks = k.sinks;
   emu::launch((unsigned)n, P.hkv, 128, [&] { fi::pf::prefill_merge<T, D>(m); });
   char what[64];
-  snprintf(what, sizeof what, "%s%s n=%lld%s%s", P.paged ? "paged" : "ragged", chunk ? " split" : "", (long long)n,
-           sinks ? " sinks" : "", mask ? " mask" : "");
+  snprintf(what, sizeof what, "%s%s n=%lld%s%s%s", P.paged ? "paged" : "ragged", chunk ? " split" : "", (long long)n,
+           sinks ? " sinks" : "", mask ? " mask" : "", fp8_of<KVT>::is ? (fp8_of<KVT>::e4m3 ? " e4m3" : " e5m2") : "");
   check(P, d, what);
   g_sinks.clear(), g_mask.clear();
   if (split && chunk == 0) {
@@ -381,43 +440,6 @@ static void prefill_vs_decode(int bf, int hq, int hkv, int L, int window, double
 }
 
 // ---- batch decode ----
-// fp8 codes: the nearest of the 256 (NaN and infinities left out), as a double.
-static double fp8_decode(int e4m3, uint8_t c) {
-  const int s = c >> 7;
-  double v;
-  if (e4m3) {
-    const int e = (c >> 3) & 15, m = c & 7;
-    if (e == 15 && m == 7) return NAN;
-    v = e ? ldexp(1.0 + m / 8.0, e - 7) : ldexp(m / 8.0, -6);
-  } else {
-    const int e = (c >> 2) & 31, m = c & 3;
-    if (e == 31) return NAN;
-    v = e ? ldexp(1.0 + m / 4.0, e - 15) : ldexp(m / 4.0, -14);
-  }
-  return s ? -v : v;
-}
-static uint8_t fp8_encode(int e4m3, double x) {
-  int best = 0;
-  double bd = INFINITY;
-  for (int c = 0; c < 256; c++) {
-    const double v = fp8_decode(e4m3, (uint8_t)c);
-    if (v == v && fabs(v - x) < bd) bd = fabs(v - x), best = c;
-  }
-  return (uint8_t)best;
-}
-template <typename T>
-struct fp8_of {
-  static constexpr int is = 0, e4m3 = 0;
-};
-template <>
-struct fp8_of<fi_e4m3> {
-  static constexpr int is = 1, e4m3 = 1;
-};
-template <>
-struct fp8_of<fi_e5m2> {
-  static constexpr int is = 1, e4m3 = 0;
-};
-
 // One batch (a query token per request, lengths lens, paged NHD cache of page ps in
 // random page order) through rt_decode_partition (split when asked: a large target)
 // and the kernel, against the float64 reference. head_pf: the kernel's head_prefetch
@@ -628,6 +650,25 @@ int main() {
     run_batch<fi_half, 256, 64, 0>(Bq, 1);
     prob Bs{1, 256, 3, 1, 1, -1, 1, 1, 0, 0.0, {6}, {75}};  // head_dim 256, one warp, kv tile 32, RoPE
     run_single<fi_bf16, 256, 16, 1>(Bs);
+  }
+  {
+    // fp8 caches (value / scale, k_scale 0.5, v_scale 2): bf16 q staged as f16, paged
+    // split; ragged e5m2; window with group 3 and a soft cap (single); sinks and a custom
+    // mask; a shared-memory Q tile (q tile 128) and head_dim 256, split.
+    prob PS{1, 64, 4, 2, 1, -1, 0, 3, 1, 0.0, {0, 1, 30, 9}, {10, 700, 600, 9}};
+    run_batch<fi_bf16, 64, 64, 0, fi_e4m3>(PS, 1);
+    prob Rg{0, 64, 2, 2, 0, -1, 0, 1, 0, 0.0, {3, 20}, {300, 10}};
+    run_batch<fi_half, 64, 16, 0, fi_e5m2>(Rg, 0);
+    prob W{1, 64, 6, 2, 1, 20, 0, 1, 0, 0.0, {40}, {130}};
+    run_single<fi_bf16, 64, 16, 0, fi_e5m2>(W);
+    prob C{0, 64, 2, 1, 1, -1, 0, 1, 0, 5.0, {16}, {80}};
+    run_single<fi_half, 64, 16, 0, fi_e4m3>(C);
+    prob P{1, 64, 4, 2, 1, -1, 0, 3, 1, 0.0, {0, 1, 30, 9}, {10, 70, 100, 9}};
+    run_batch<fi_bf16, 64, 16, 0, fi_e4m3>(P, 0, 1, 1);
+    prob A{1, 128, 4, 1, 1, -1, 0, 1, 0, 0.0, {70}, {200}};
+    run_single<fi_bf16, 128, 128, 0, fi_e4m3>(A);
+    prob Bq{0, 256, 2, 1, 1, -1, 0, 5, 1, 0.0, {9, 40}, {300, 45}};
+    run_batch<fi_half, 256, 64, 0, fi_e5m2>(Bq, 1);
   }
   fprintf(stderr, "%d failures (%ld scheduler rounds)\n", fails, emu::rounds);
   // One line for tests/run_tests.sh; each case's error is on stderr above.

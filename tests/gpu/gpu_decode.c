@@ -28,22 +28,23 @@ static int setup(void) {
 }
 
 /* The tuning variables are read at fi_runtime_create: after setting one, a test runs on
- * a runtime made then (env_rt_begin), and goes back to the binary's own after its work on
- * the device is done (env_rt_end: the variant's modules are unloaded). */
-static fi_runtime *own_rt;
+ * a runtime made then (env_rt_begin), and goes back to the one before after its work on
+ * the device is done (env_rt_end: the variant's modules are unloaded). They nest (run_case
+ * makes its own variants inside a test's): a stack of the runtimes to go back to. */
+static fi_runtime *saved_rt[4];
+static int saved_n;
 static int env_rt_begin(void) {
-  if (setup() != 0) return -1;
+  if (setup() != 0 || saved_n == 4) return -1;
   fi_runtime *v = g_runtime();
   if (!v) return -1;
-  own_rt = rt;
+  saved_rt[saved_n++] = rt;
   rt = v;
   return 0;
 }
 static void env_rt_end(void) {
-  if (!own_rt) return;
+  if (saved_n == 0) return;
   fi_runtime_destroy(rt);
-  rt = own_rt;
-  own_rt = NULL;
+  rt = saved_rt[--saved_n];
 }
 
 /* ---- element types: 0 f16, 1 bf16, 10 e4m3, 12 e5m2 ---- */
@@ -64,25 +65,11 @@ static DLDataType tdl(int t) {
 static const char *tname(int t) {
   return t == T_F16 ? "f16" : t == T_BF16 ? "bf16" : t == T_E4M3 ? "e4m3" : "e5m2";
 }
-static double fp8_value(int t, uint8_t b) {
-  if (t == T_E5M2) return g_f16_to_f32((uint16_t)(b << 8));
-  const int s = b >> 7, e = (b >> 3) & 15, m = b & 7;
-  const double mag = e == 0 ? m * ldexp(1.0, -9) : ldexp(1.0 + m / 8.0, e - 7);
-  return s ? -mag : mag;
-}
+static double fp8_value(int t, uint8_t b) { return g_fp8_value(t, b); }
 /* A random value of type t stored at element i of buf; returns what was stored. */
 static double put_random(void *buf, int t, int64_t i, double scale) {
   if (t == T_E4M3 || t == T_E5M2) {
-    /* A random finite code of moderate size. */
-    const int s = (int)(g_rand(&seed) & 1);
-    uint8_t b;
-    if (t == T_E4M3) {
-      const int e = 3 + (int)(g_rand(&seed) % 7), m = (int)(g_rand(&seed) % 8);
-      b = (uint8_t)((s << 7) | (e << 3) | m);
-    } else {
-      const int e = 12 + (int)(g_rand(&seed) % 6), m = (int)(g_rand(&seed) % 4);
-      b = (uint8_t)((s << 7) | (e << 2) | m);
-    }
+    const uint8_t b = g_fp8_random(t, &seed);
     ((uint8_t *)buf)[i] = b;
     return fp8_value(t, b);
   }
@@ -684,11 +671,54 @@ FT_TEST(decode_groups_above_16) {
   c = base("bf16 D64 34/2 ps5", T_BF16, T_BF16, 64, 34, 2, 5, 0, 3, 700);
   run_case(&c);
 }
+/* One plan re-planned for 64, 8 and 64 requests (64/1, L <= 300): the default route
+ * switches between the prefill kernels and the decode kernel (not in CUDA-graph mode);
+ * each run against the reference. */
+static void replan_switches_route(void) {
+  static const int sizes[3] = {64, 8, 64};
+  dcase c = base("route switch 64/1", T_BF16, T_BF16, 128, 64, 1, 16, 0, 64, 300);
+  batch_data bd;
+  make_batch(&c, &bd);
+  dev_batch d;
+  upload_batch(&c, &bd, &d, 64);
+  const fi_attention_params p = params_of(&c);
+  fi_decode_plan *plan = NULL;
+  void *out = malloc(d.out_bytes);
+  float *lse = malloc((size_t)64 * c.hq * 4 + 4);
+  for (int r = 0; r < 3; r++) {
+    c.B = sizes[r];
+    fi_batch_decode_info in = info_of(&c, &bd, 0);
+    fi_status st = fi_batch_decode_plan(rt, &in, &p, &d.tw, NULL, &plan);
+    FT_CHECK(st == FI_OK, "re-plan for %d requests: %s", c.B, fi_last_error());
+    if (st != FI_OK) break;
+    d.qshape[0] = d.lsshape[0] = d.lshape[0] = c.B; /* q, out, lse and last_page_len: B rows */
+    d.ishape[0] = c.B + 1;
+    CU_CHECK(&cu, cuMemsetD8(d.out, 0xff, d.out_bytes));
+    st = fi_batch_decode_run(rt, plan, &d.tq, &d.tk, &d.tv, &d.tip, &d.tix, &d.tlp, FI_KV_LAYOUT_NHD, &d.to, &d.tl,
+                             NULL);
+    FT_CHECK(st == FI_OK, "run for %d requests: %s", c.B, fi_last_error());
+    CU_CHECK(&cu, cuCtxSynchronize());
+    CU_CHECK(&cu, cuMemcpyDtoH(out, d.out, d.out_bytes));
+    CU_CHECK(&cu, cuMemcpyDtoH(lse, d.lse, (size_t)c.B * c.hq * 4));
+    char what[48];
+    snprintf(what, sizeof what, "re-plan %d requests", c.B);
+    check_rows(&c, what, &bd, c.B, out, lse);
+  }
+  free(out);
+  free(lse);
+  fi_batch_decode_plan_destroy(plan);
+  free_dev(&d);
+  c.B = 64;
+  free_batch(&c, &bd);
+}
+
 /* Tensor-core decode (rt_decode_use_tc: the batch prefill kernels, one query token a
  * request): FI_DECODE_TC=0 keeps the decode kernel's grid heads for the groups above 16
- * (the cases above then run on the prefill kernels, the default there); FI_DECODE_TC=1
- * puts groups of 16 and fewer on the prefill kernels, with lengths 0 and 1 and sinks,
- * soft cap and window over HND, RoPE and an interleaved buffer (run_case's batch runs). */
+ * (the default too below 64 requests x KV heads, as above); FI_DECODE_TC=1 puts every
+ * batch on the prefill kernels: groups above 16, and of 16 and fewer with lengths 0 and
+ * 1 and sinks, soft cap and window over HND, RoPE and an interleaved buffer (run_case's
+ * batch runs); then the default's switch between the routes on re-plans (64/1: 64
+ * requests the prefill kernels, 8 the decode kernel, and back). */
 FT_TEST(decode_tensor_core_route) {
   setenv("FI_DECODE_TC", "0", 1);
   FT_REQUIRE(env_rt_begin() == 0);
@@ -717,8 +747,11 @@ FT_TEST(decode_tensor_core_route) {
   c = base("TC=1 bf16 interleaved D256 16/2", T_BF16, T_BF16, 256, 16, 2, 7, 0, 5, 3000);
   c.interleaved = 1;
   run_case(&c);
+  c = base("TC=1 bf16 MQA 64/1", T_BF16, T_BF16, 128, 64, 1, 16, 0, 6, 2000);
+  run_case(&c);
   env_rt_end();
   unsetenv("FI_DECODE_TC");
+  replan_switches_route();
 }
 FT_TEST(decode_e4m3_bf16_scales) {
   dcase c = base("e4m3 bf16 32/8 scales", T_BF16, T_E4M3, 128, 32, 8, 16, 0, 4, 2500);
@@ -1223,4 +1256,10 @@ static void graph_replay(int hq, int hkv) {
   }
 }
 FT_TEST(decode_cuda_graph_replay_after_replan) { graph_replay(32, 8); }
-FT_TEST(decode_cuda_graph_replay_tensor_cores) { graph_replay(64, 1); }
+FT_TEST(decode_cuda_graph_replay_tensor_cores) { /* (12 requests: the route by FI_DECODE_TC=1) */
+  setenv("FI_DECODE_TC", "1", 1);
+  FT_REQUIRE(env_rt_begin() == 0);
+  graph_replay(64, 1);
+  env_rt_end();
+  unsetenv("FI_DECODE_TC");
+}

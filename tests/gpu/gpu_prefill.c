@@ -58,6 +58,11 @@ static int64_t g_mshape[1];
 static DLTensor g_tmask;
 static fi_attention_extras g_xm;
 static const fi_attention_extras *g_xp;
+/* An fp8 cache on the cases run while g_kvt is set (10 e4m3, 12 e5m2; 0: q's dtype): K and
+ * V random codes holding value / scale, k_scale G_KS and v_scale G_VS. */
+static int g_kvt;
+#define G_KS 0.5
+#define G_VS 2.0
 /* > 0: the reference only for tokens t % ref_sample == 0 and each request's last (the
  * others NaN there, and only checked for being written). */
 static int ref_sample;
@@ -67,8 +72,10 @@ typedef struct hbatch {
   int B, *lq, *lkv;
   int32_t *qo, *kvp, *last, *indices; /* qo_indptr; kv_indptr (tokens or pages); pages */
   int64_t nq, nkv, pages_used, pages;
-  uint16_t *q, *kv;   /* q [nq][hq][D]; K then V: ragged [nkv][hkv][D] or HND [hkv][nkv][D];
-                         paged [pages][ps][hkv][D] or [pages][hkv][ps][D] */
+  uint16_t *q;        /* q [nq][hq][D] */
+  void *kv;           /* K then V (2-byte elements, or fp8 codes): ragged [nkv][hkv][D] or HND
+                         [hkv][nkv][D]; paged [pages][ps][hkv][D] or [pages][hkv][ps][D] */
+  uint8_t *kc, *vc;   /* fp8: the codes of the logical K and V */
   int64_t kv_elems;   /* of K (V follows) */
   double *qd, *kd, *vd; /* logical q [nq][hq][D], K/V [nkv][hkv][D] (request-contiguous) */
   int32_t *kstart;      /* request b's first logical KV row */
@@ -89,6 +96,17 @@ static void draw(const pcase *c, hbatch *h) {
     h->lkv[b] = h->lq[b] + (int)(g_rand(&seed) % (uint64_t)(c->maxextra + 1));
     if (!c->causal && g_rand(&seed) % 4 == 0) h->lkv[b] = (int)(g_rand(&seed) % (uint64_t)(c->maxextra + 1));
   }
+}
+
+/* Logical K / V element li into the device image at di (V at kv_elems + di). */
+static void kv_store(const pcase *c, hbatch *h, int64_t di, int64_t li) {
+  if (g_kvt) {
+    ((uint8_t *)h->kv)[di] = h->kc[li];
+    ((uint8_t *)h->kv)[h->kv_elems + di] = h->vc[li];
+    return;
+  }
+  g_put(h->kv, c->dt, di, h->kd[li]);
+  g_put(h->kv, c->dt, h->kv_elems + di, h->vd[li]);
 }
 
 static void build(const pcase *c, hbatch *h) {
@@ -113,21 +131,30 @@ static void build(const pcase *c, hbatch *h) {
   h->kd = malloc((size_t)(nke + 8) * sizeof(double));
   h->vd = malloc((size_t)(nke + 8) * sizeof(double));
   uint16_t tmp;
-  for (int64_t i = 0; i < nke; i++) { /* values rounded to the dtype */
+  const int es = g_kvt ? 1 : 2;
+  h->kc = g_kvt ? malloc((size_t)nke + 8) : NULL;
+  h->vc = g_kvt ? malloc((size_t)nke + 8) : NULL;
+  for (int64_t i = 0; i < nke; i++) { /* values rounded to the dtype (fp8: codes times the scales) */
+    if (g_kvt) {
+      h->kc[i] = g_fp8_random(g_kvt, &seed);
+      h->vc[i] = g_fp8_random(g_kvt, &seed);
+      h->kd[i] = g_fp8_value(g_kvt, h->kc[i]) * G_KS;
+      h->vd[i] = g_fp8_value(g_kvt, h->vc[i]) * G_VS;
+      continue;
+    }
     h->kd[i] = g_put(&tmp, c->dt, 0, g_normal(&seed));
     h->vd[i] = g_put(&tmp, c->dt, 0, g_normal(&seed));
   }
   /* Device images. */
   if (c->mode != M_PAGED) {
     h->kv_elems = nke;
-    h->kv = malloc((size_t)(2 * nke + 8) * 2);
+    h->kv = malloc((size_t)(2 * nke + 8) * (size_t)es);
     for (int64_t t = 0; t < h->nkv; t++)
       for (int k = 0; k < H; k++)
         for (int d = 0; d < D; d++) {
           const int64_t li = (t * H + k) * D + d;
           const int64_t di = c->hnd ? ((int64_t)k * h->nkv + t) * D + d : li;
-          g_put(h->kv, c->dt, di, h->kd[li]);
-          g_put(h->kv, c->dt, nke + di, h->vd[li]);
+          kv_store(c, h, di, li);
         }
     return;
   }
@@ -146,8 +173,13 @@ static void build(const pcase *c, hbatch *h) {
   free(perm);
   const int64_t pe = (int64_t)ps * H * D;
   h->kv_elems = h->pages * pe;
-  h->kv = malloc((size_t)(2 * h->kv_elems + 8) * 2);
-  for (int64_t i = 0; i < 2 * h->kv_elems; i++) g_put(h->kv, c->dt, i, g_normal(&seed));
+  h->kv = malloc((size_t)(2 * h->kv_elems + 8) * (size_t)es);
+  for (int64_t i = 0; i < 2 * h->kv_elems; i++) {
+    if (g_kvt)
+      ((uint8_t *)h->kv)[i] = g_fp8_random(g_kvt, &seed);
+    else
+      g_put(h->kv, c->dt, i, g_normal(&seed));
+  }
   for (int b = 0; b < B; b++)
     for (int t = 0; t < h->lkv[b]; t++) {
       const int64_t page = h->indices[h->kvp[b] + t / ps], slot = t % ps;
@@ -155,15 +187,14 @@ static void build(const pcase *c, hbatch *h) {
         for (int d = 0; d < D; d++) {
           const int64_t li = (((int64_t)h->kstart[b] + t) * H + k) * D + d;
           const int64_t di = page * pe + (c->hnd ? ((int64_t)k * ps + slot) * D : (slot * H + k) * D) + d;
-          g_put(h->kv, c->dt, di, h->kd[li]);
-          g_put(h->kv, c->dt, h->kv_elems + di, h->vd[li]);
+          kv_store(c, h, di, li);
         }
     }
 }
 
 static void hfree(hbatch *h) {
   free(h->lq), free(h->lkv), free(h->qo), free(h->kvp), free(h->last), free(h->indices);
-  free(h->q), free(h->kv), free(h->qd), free(h->kd), free(h->vd), free(h->kstart);
+  free(h->q), free(h->kv), free(h->qd), free(h->kd), free(h->vd), free(h->kstart), free(h->kc), free(h->vc);
 }
 
 /* ---- the reference ---- */
@@ -323,6 +354,10 @@ static fi_prefill_params params_of(const pcase *c) {
   p.attn.logits_soft_cap = c->cap;
   p.attn.sm_scale = c->sm_scale;
   p.attn.pos_encoding = c->rope ? FI_POS_ROPE_LLAMA : FI_POS_NONE;
+  if (g_kvt) {
+    p.attn.k_scale = G_KS;
+    p.attn.v_scale = G_VS;
+  }
   return p;
 }
 
@@ -345,8 +380,9 @@ static void upload(const pcase *c, const hbatch *h, dbatch *d, int max_batch, in
   CU_CHECK(&cu, cuMemsetD8(d->out, 0xff, qb)); /* poison: NaN in f16 and bf16 */
   CU_CHECK(&cu, cuMemAlloc(&d->lse, (size_t)(nq * c->hq + 8) * 4));
   CU_CHECK(&cu, cuMemsetD8(d->lse, 0xff, (size_t)(nq * c->hq + 8) * 4));
-  CU_CHECK(&cu, cuMemAlloc(&d->kv, (size_t)(2 * h->kv_elems + 8) * 2));
-  CU_CHECK(&cu, cuMemcpyHtoD(d->kv, h->kv, (size_t)(2 * h->kv_elems) * 2 + 2));
+  const int es = g_kvt ? 1 : 2;
+  CU_CHECK(&cu, cuMemAlloc(&d->kv, (size_t)(2 * h->kv_elems + 8) * (size_t)es));
+  CU_CHECK(&cu, cuMemcpyHtoD(d->kv, h->kv, (size_t)(2 * h->kv_elems) * (size_t)es + 2));
   d->qshape[0] = nq, d->qshape[1] = c->hq, d->qshape[2] = D;
   d->tq = g_tensor(d->q, 0, c->dt, 3, d->qshape, NULL);
   memcpy(d->oshape, d->qshape, sizeof d->oshape);
@@ -359,7 +395,7 @@ static void upload(const pcase *c, const hbatch *h, dbatch *d, int max_batch, in
     d->kshape[2] = c->hnd ? c->ps : c->hkv;
     d->kshape[3] = D;
     d->tk = g_tensor(d->kv, 0, c->dt, 4, d->kshape, NULL);
-    d->tv = g_tensor(d->kv, h->kv_elems * 2, c->dt, 4, d->kshape, NULL);
+    d->tv = g_tensor(d->kv, h->kv_elems * es, c->dt, 4, d->kshape, NULL);
     CU_CHECK(&cu, cuMemAlloc(&d->idx, (size_t)(h->pages_used + 1) * 4));
     CU_CHECK(&cu, cuMemcpyHtoD(d->idx, h->indices, (size_t)(h->pages_used + 1) * 4));
     d->ishape[0] = h->pages_used;
@@ -370,8 +406,9 @@ static void upload(const pcase *c, const hbatch *h, dbatch *d, int max_batch, in
     d->kshape[1] = c->hnd ? h->nkv : c->hkv;
     d->kshape[2] = D;
     d->tk = g_tensor(d->kv, 0, c->dt, 3, d->kshape, NULL);
-    d->tv = g_tensor(d->kv, h->kv_elems * 2, c->dt, 3, d->kshape, NULL);
+    d->tv = g_tensor(d->kv, h->kv_elems * es, c->dt, 3, d->kshape, NULL);
   }
+  if (g_kvt) d->tk.dtype = d->tv.dtype = (DLDataType){(uint8_t)g_kvt, 8, 1};
   if (c->mode != M_SINGLE) {
     DLDevice dev = {kDLCUDA, 0};
     FT_CHECK(fi_batch_prefill_workspace_size(rt, dev, max_batch > 0 ? max_batch : h->B,
@@ -402,6 +439,7 @@ static fi_batch_prefill_info info_of(const pcase *c, const hbatch *h) {
   in.head_dim = c->D;
   in.page_size = c->mode == M_PAGED ? c->ps : 0;
   in.q_dtype = in.kv_dtype = g_dl(c->dt);
+  if (g_kvt) in.kv_dtype = (DLDataType){(uint8_t)g_kvt, 8, 1};
   return in;
 }
 
@@ -658,6 +696,47 @@ FT_TEST(batch_prefill_paged_page_sizes) {
                    NULL, NULL, 130, 700, tol_of(dt)};
         run_case(&c);
       }
+}
+
+/* fp8 caches (issue 45 item 1: e4m3 and e5m2 codes holding value / scale, k_scale 0.5,
+ * v_scale 2; the mma.sync kernel of *_prefill_fp8kv, q staged as f16): single f16 / bf16 x
+ * head_dim 64 / 128 / 256 x NHD / HND, causal or not; ragged; paged pages 1, 16, 17 and
+ * split at 6000 KV tokens; window and soft cap; sinks; q tile 128 (many rows). */
+FT_TEST(prefill_fp8_kv) {
+  FT_REQUIRE(setup() == 0);
+  static const int lq[3] = {37, 128, 200}, lkv[3] = {300, 128, 333}, lqs[2] = {3, 40}, lkvs[2] = {6000, 2500};
+  for (int f = 0; f < 2; f++) {
+    g_kvt = f ? 12 : 10;
+    for (int dt = 0; dt < 2; dt++)
+      for (int di = 0; di < 3; di++)
+        for (int hnd = 0; hnd < 2; hnd++) {
+          const int D = (int[]){64, 128, 256}[di];
+          pcase c = {f ? "single e5m2" : "single e4m3", M_SINGLE, dt, D, 8, 2, hnd, 1, (di + hnd) % 2, -1, 0, 0, 0, 1,
+                     &lq[(dt + di + hnd) % 3], &lkv[(dt + di + hnd) % 3], 0, 0, tol_of(dt)};
+          run_case(&c);
+        }
+    pcase r = {"ragged fp8", M_RAGGED, f, 128, 8, 2, 0, 1, 1, -1, 0, 0, 0, 6, NULL, NULL, 150, 600, tol_of(f)};
+    run_case(&r);
+    const int pss[3] = {1, 16, 17};
+    for (int i = 0; i < 3; i++) {
+      pcase pg = {"paged fp8", M_PAGED, (i + f) % 2, (int[]){64, 128, 256}[i], 8, 2, i % 2, pss[i], 1, -1, 0, 0, 0, 5,
+                  NULL, NULL, 130, 700, tol_of((i + f) % 2)};
+      run_case(&pg);
+    }
+    pcase sp = {"paged fp8 split", M_PAGED, 1 - f, 128, 32, 8, 0, 16, 1, -1, 0, 0, 0, 2, lqs, lkvs, 0, 0, tol_of(1 - f)};
+    run_case(&sp);
+    pcase wc = {"fp8 window cap", M_PAGED, f, 128, 8, 2, 1, 16, 1, 200, 0, 30, 0, 4, NULL, NULL, 300, 900,
+                tol_of(f) * 1.5};
+    run_case(&wc);
+    g_sinks_on = 1;
+    pcase sk = {"fp8 sinks", M_PAGED, f, 64, 64, 8, 0, 16, 1, -1, 0, 0, 0, 3, NULL, NULL, 100, 800, tol_of(f)};
+    run_case(&sk);
+    g_sinks_on = 0;
+    static const int lql[1] = {900}, lkvl[1] = {1500};
+    pcase big = {"fp8 q tile 128", M_RAGGED, f, 128, 16, 2, 0, 1, 1, -1, 0, 0, 0, 1, lql, lkvl, 0, 0, tol_of(f)};
+    run_case(&big);
+  }
+  g_kvt = 0;
 }
 
 FT_TEST(batch_prefill_split_kv) {

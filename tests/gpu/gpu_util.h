@@ -200,6 +200,23 @@ static inline double g_put(void *buf, int dt, int64_t i, double x) {
   ((float *)buf)[i] = (float)x;
   return (float)x;
 }
+/* fp8 codes (DLPack's type codes: 10 e4m3, 12 e5m2): a code's value, and a random finite
+ * code of moderate size (|value| about 2^-4 .. 2^3). */
+static inline double g_fp8_value(int t, uint8_t b) {
+  if (t == 12) return g_f16_to_f32((uint16_t)(b << 8));
+  const int s = b >> 7, e = (b >> 3) & 15, m = b & 7;
+  const double mag = e == 0 ? m * ldexp(1.0, -9) : ldexp(1.0 + m / 8.0, e - 7);
+  return s ? -mag : mag;
+}
+static inline uint8_t g_fp8_random(int t, uint64_t *seed) {
+  const int s = (int)(g_rand(seed) & 1);
+  if (t == 10) {
+    const int e = 3 + (int)(g_rand(seed) % 7), m = (int)(g_rand(seed) % 8);
+    return (uint8_t)((s << 7) | (e << 3) | m);
+  }
+  const int e = 12 + (int)(g_rand(seed) % 6), m = (int)(g_rand(seed) % 4);
+  return (uint8_t)((s << 7) | (e << 2) | m);
+}
 static inline double g_get(const void *buf, int dt, int64_t i) {
   if (dt == 0) return g_f16_to_f32(((const uint16_t *)buf)[i]);
   if (dt == 1) return g_bf16_to_f32(((const uint16_t *)buf)[i]);
