@@ -3,8 +3,8 @@
 # (batch rule, re-plan switch, CUDA-graph replays). Build and carry as s41_d.sh (build-gpu5).
 export FI_LOG_LEVEL=warn; S=$(date +%s); el() { echo "t=$(( $(date +%s) - S ))s"; }
 nvidia-smi --query-gpu=name,driver_version --format=csv,noheader
-FI_CACHE_PATH=$(mktemp -d)/p.db timeout 120 build-gpu5/tests/gpu_prefill prefill_fp8_kv > $OUT/gpu_prefill.txt 2>&1
+FI_CACHE_PATH=$(mktemp -d)/p.db timeout 115 build-gpu5/tests/gpu_prefill prefill_fp8_kv > $OUT/gpu_prefill.txt 2>&1
 echo "gpu_prefill rc=$?"; grep -E "^(PASS|FAIL)|required" $OUT/gpu_prefill.txt | tail -6; el
-FI_CACHE_PATH=$(mktemp -d)/t.db timeout 100 build-gpu5/tests/gpu_decode decode_tensor_core_route decode_cuda_graph_replay_after_replan \
+FI_CACHE_PATH=$(mktemp -d)/t.db timeout 60 build-gpu5/tests/gpu_decode decode_tensor_core_route decode_cuda_graph_replay_after_replan \
   decode_cuda_graph_replay_tensor_cores > $OUT/gpu_decode.txt 2>&1
 echo "gpu_decode rc=$?"; grep -E "^(PASS|FAIL)|required" $OUT/gpu_decode.txt | tail -8; el
