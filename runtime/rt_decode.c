@@ -17,6 +17,7 @@
 #include "rt_internal.h"
 #include "rt_tensor.h"
 #include "rt_prefill.h"
+#include "rt_prefill_args.h"
 
 static const char *const PLAN = "fi_batch_decode_plan";
 static const char *const RUN = "fi_batch_decode_run";
@@ -171,11 +172,7 @@ static fi_status plan_impl(fi_runtime *rt, const char *fn, const fi_batch_decode
   const int fresh = pl == NULL;
   /* A re-plan keeps everything a captured graph baked in: what the request fixes first,
    * the kernel and the layout (CUDA-graph mode) once chosen. */
-  if (!fresh && ((pl->tc && pl->graph) || replan_changes(pl, info, p, qdt, kvdt, ws))) return refuse_replan(fn);
-  if (!fresh && pl->tc) { /* a re-plan back from the tensor-core route (not in CUDA-graph mode) */
-    fi_batch_prefill_plan_destroy(pl->tc);
-    pl->tc = NULL;
-  }
+  if (!fresh && (pl->tc || replan_changes(pl, info, p, qdt, kvdt, ws))) return refuse_replan(fn);
   /* A device plan reads the stored tactic of its shape and bucket (once a key per runtime:
    * rt_tactic_cached); the rule chooses where there is none or it does not parse. */
   rt_decode_tactic tac;
@@ -260,8 +257,7 @@ static fi_status plan_tc(fi_runtime *rt, const fi_batch_decode_info *info, const
   const int qdt = rt_check_dtype(info->q_dtype), kvdt = rt_check_dtype(info->kv_dtype);
   fi_decode_plan *pl = *plan;
   const int fresh = pl == NULL;
-  if (!fresh && ((!pl->tc && pl->graph) || replan_changes(pl, info, p, qdt, kvdt, rt_data(workspace))))
-    return refuse_replan(PLAN);
+  if (!fresh && (!pl->tc || replan_changes(pl, info, p, qdt, kvdt, rt_data(workspace)))) return refuse_replan(PLAN);
   int32_t *qo = malloc(((size_t)B + 1) * sizeof *qo);
   if (!qo) return rt_fail(FI_ERR_OUT_OF_MEMORY, "%s: out of memory", PLAN);
   for (int b = 0; b <= B; b++) qo[b] = b;
@@ -284,7 +280,20 @@ static fi_status plan_tc(fi_runtime *rt, const fi_batch_decode_info *info, const
   pp.attn = *p;
   pp.causal = 0;
   fi_prefill_plan *tc = fresh ? NULL : pl->tc;
-  fi_status st = rt_prefill_plan_tactic(rt, &pi, &pp, 1, workspace, stream, &tc, 1, NULL);
+  /* Every request is one token: the group's rows. In CUDA-graph mode the prefill rule would
+   * size the kernel for max_batch tokens' rows (a q tile of 128 rows for a group of 64):
+   * the rule's kernel for one request's rows instead, as the plan's forced tactic. */
+  rt_prefill_tactic one;
+  const rt_prefill_tactic *force = NULL;
+  if (pi.max_batch > 0) {
+    jit_key k;
+    rt_prefill_pick_kernel(rt, workspace->device.device_type, workspace->device.device_id, 0, qdt, kvdt,
+                           info->head_dim, info->num_qo_heads / info->num_kv_heads, rt_prefill_kvsel(NULL, 1, 0),
+                           p->pos_encoding == FI_POS_ROPE_LLAMA, p->logits_soft_cap != 0, 0, NULL, &k);
+    rt_prefill_tactic_of_key(&k, &one);
+    force = &one;
+  }
+  fi_status st = rt_prefill_plan_tactic(rt, &pi, &pp, 1, workspace, stream, &tc, force == NULL, force);
   free(qo);
   if (st != FI_OK) return st;
   if (fresh) {
@@ -330,15 +339,31 @@ fi_status rt_decode_plan_tactic(fi_runtime *rt, const fi_batch_decode_info *info
   if ((st = rt_dec_device_sms(rt, devtype, device, &sms)) != FI_OK) return st;
   const int qdt = rt_check_dtype(info->q_dtype), kvdt = rt_check_dtype(info->kv_dtype);
   const int64_t units = (int64_t)(info->max_batch > 0 ? info->max_batch : info->batch) * info->num_kv_heads;
-  if (use_stored && !force &&
-      rt_decode_use_tc(&rt->env.tune, info->num_qo_heads / info->num_kv_heads, units, qdt, kvdt))
-    return plan_tc(rt, info, p, workspace, ws_bytes, stream, plan);
-  device_ctx ctx = {rt, NULL, device};
-  void *state;
-  if ((st = rt_backend(rt, devtype, &ctx.be, &state)) != FI_OK) return st;
-  const rt_decode_device dev = {sms, device_resident, &ctx};
-  return plan_impl(rt, fn, info, p, rt_data(workspace), ws_bytes, devtype, device, &rt->env.tune, &dev, stream,
-                   plan, use_stored, force);
+  const int tc = use_stored && !force &&
+                 rt_decode_use_tc(&rt->env.tune, info->num_qo_heads / info->num_kv_heads, units, qdt, kvdt);
+  /* A re-plan that changes the route (outside CUDA-graph mode: the batch crossed
+   * RT_DECODE_TC_UNITS) builds a new plan of the other route and takes it over once made,
+   * so that a failure leaves the plan as it was. */
+  fi_decode_plan *cur = *plan, *np = NULL;
+  const int swap = cur && ((cur->tc != NULL) != tc);
+  if (swap && (cur->graph || replan_changes(cur, info, p, qdt, kvdt, rt_data(workspace)))) return refuse_replan(fn);
+  fi_decode_plan **target = swap ? &np : plan;
+  if (tc) {
+    st = plan_tc(rt, info, p, workspace, ws_bytes, stream, target);
+  } else {
+    device_ctx ctx = {rt, NULL, device};
+    void *state;
+    if ((st = rt_backend(rt, devtype, &ctx.be, &state)) != FI_OK) return st;
+    const rt_decode_device dev = {sms, device_resident, &ctx};
+    st = plan_impl(rt, fn, info, p, rt_data(workspace), ws_bytes, devtype, device, &rt->env.tune, &dev, stream,
+                   target, use_stored, force);
+  }
+  if (st == FI_OK && swap) {
+    fi_batch_prefill_plan_destroy(cur->tc);
+    *cur = *np;
+    free(np);
+  }
+  return st;
 }
 
 fi_status rt_decode_plan_host(const rt_decode_device *dev, const rt_tuning *t, const fi_batch_decode_info *info,

@@ -161,9 +161,9 @@ static fi_status plan_impl(fi_runtime *rt, const char *fn, const fi_batch_mla_in
   /* KV stages: the tile's default, or FI_MLA_STAGES for the 16-row tile. */
   const rt_tuning *tune = rt ? &rt->env.tune : NULL;
   int ns = qt == 16 && tune && tune->mla_stages ? tune->mla_stages : FI_MLA_NS(qt);
-  /* The 16-row tile's two 64-token stages need 170 KB of shared memory a block: where the
-   * device has less (sm_80: 163 KB) the 64-row tile (150 KB) serves small requests too;
-   * with less than that (sm_86/89, ROCm) there is no MLA kernel. Offline plans (rt NULL)
+  /* The 16-row tile's four 32-token stages need about 166 KB of shared memory a block
+   * (FI_MLA_SMEM_NS): where the device has less the 64-row tile (two stages) serves small
+   * requests too; with less than that there is no MLA kernel. Offline plans (rt NULL)
    * assume Hopper. */
   if (st == FI_OK && rt) {
     const rt_device_i *be;

@@ -694,6 +694,7 @@ static void replan_switches_route(void) {
     d.qshape[0] = d.lsshape[0] = d.lshape[0] = c.B; /* q, out, lse and last_page_len: B rows */
     d.ishape[0] = c.B + 1;
     CU_CHECK(&cu, cuMemsetD8(d.out, 0xff, d.out_bytes));
+    CU_CHECK(&cu, cuMemsetD8(d.lse, 0xff, (size_t)64 * c.hq * 4));
     st = fi_batch_decode_run(rt, plan, &d.tq, &d.tk, &d.tv, &d.tip, &d.tix, &d.tlp, FI_KV_LAYOUT_NHD, &d.to, &d.tl,
                              NULL);
     FT_CHECK(st == FI_OK, "run for %d requests: %s", c.B, fi_last_error());
