@@ -447,7 +447,9 @@ FI_API fi_status fi_batch_decode_run_ex(fi_runtime *rt, const fi_decode_plan *pl
   const float *sinks;
   const uint8_t *mask;
   if ((st = rt_check_extras(fn, x, q, "q", hq, RT_MASK_NONE, out, lse, &sinks, &mask)) != FI_OK) return st;
-  if (pl->tc) return fi_batch_prefill_paged_run_ex(rt, pl->tc, q, kc, vc, indices, layout, out, lse, x, stream);
+  /* The tensor-core route: the checks above cover the prefill run's (q, out and lse of the
+   * plan's rows, the caches, indices to the plan's nnz, outputs apart, the extras). */
+  if (pl->tc) return rt_prefill_paged_launch(rt, pl->tc, q, kc, vc, indices, layout, out, lse, sinks, stream);
   if (pl->grid == 0) return FI_OK;
 
   fi_decode_params kp = pl->scalars;

@@ -547,11 +547,19 @@ FI_API fi_status fi_batch_prefill_paged_run_ex(fi_runtime *rt, const fi_prefill_
   const DLTensor *ins[4] = {q, kc, vc, kv_indices};
   static const char *const in_names[4] = {"q", "paged_k_cache", "paged_v_cache", "kv_indices"};
   if ((st = rt_check_outputs_apart(fn, out, lse, ins, in_names, 4)) != FI_OK) return st;
-  fi_prefill_kparams kp = pl->scalars;
+  const float *sinks;
   const uint8_t *run_mask; /* (refused: a batch's mask comes with its plan) */
-  if ((st = rt_check_extras(fn, x, q, "q", pl->num_qo_heads, RT_MASK_AT_PLAN, out, lse, &kp.sinks, &run_mask)) !=
-      FI_OK)
+  if ((st = rt_check_extras(fn, x, q, "q", pl->num_qo_heads, RT_MASK_AT_PLAN, out, lse, &sinks, &run_mask)) != FI_OK)
     return st;
+  return rt_prefill_paged_launch(rt, pl, q, kc, vc, kv_indices, layout, out, lse, sinks, stream);
+}
+
+fi_status rt_prefill_paged_launch(fi_runtime *rt, const fi_prefill_plan *pl, const DLTensor *q, const DLTensor *kc,
+                                  const DLTensor *vc, const DLTensor *kv_indices, fi_kv_layout layout, DLTensor *out,
+                                  DLTensor *lse, const float *sinks, void *stream) {
+  const int nhd = layout == FI_KV_LAYOUT_NHD;
+  fi_prefill_kparams kp = pl->scalars;
+  kp.sinks = sinks;
   kp.k = rt_data(kc);
   kp.v = rt_data(vc);
   kp.indices = (const int32_t *)rt_data(kv_indices);
