@@ -27,6 +27,9 @@ int runs_for_bytes(double bytes);
 /* A device tensor of f16 (dt 0), bf16 (1) or f32 (2); shape is kept, not copied. */
 DLTensor tensor(CUdeviceptr p, int dt, int ndim, int64_t *shape);
 const char *dtname(int dt);
+/* A uint8 workspace tensor of bytes (at least 256 allocated) at *ws, freed by the caller;
+ * shape must outlive the tensor. */
+DLTensor bench_workspace(size_t bytes, CUdeviceptr *ws, int64_t shape[1]);
 /* The device's read bandwidth (TB/s): 1 GiB read once a launch with 16-byte streaming
  * loads (bench_decode.c; also the single decode section's roofline). */
 double bench_read(fi_runtime *rt);

@@ -132,6 +132,122 @@ static void decode_run(void *c, int call) {
                          NULL, x->x, NULL);
 }
 
+/* Tree verification (issue 45: B = 32 requests x 8 query tokens over L = 4096, a packed
+ * tree mask, within 1.3x of the decode time of the same cache): the batch prefill over the
+ * decode case's own pages (the same page sets in turn), T query tokens a request, causal,
+ * once without a custom mask and once with a random tree's (query t sees the prefix and
+ * its ancestors among the T draft tokens, itself included). 0 while no tree row runs. */
+static int tree_q;
+
+typedef struct tree_ctx {
+  fi_runtime *rt;
+  fi_prefill_plan *plan;
+  const DLTensor *q, *k, *v, *ix;
+  DLTensor *out;
+  fi_kv_layout lay;
+  int sets;
+} tree_ctx;
+static void tree_run(void *c, int call) {
+  const tree_ctx *x = c;
+  fi_batch_prefill_paged_run(x->rt, x->plan, x->q, x->k, x->v, &x->ix[call % x->sets], x->lay, x->out, NULL, NULL);
+}
+
+static void bench_tree(fi_runtime *rt, const dcfg *c, const DLTensor *tk, const DLTensor *tv, const DLTensor *tix,
+                       int sets, const int32_t *indptr, const int32_t *last, fi_kv_layout lay, double dec_us,
+                       double read_tbs) {
+  const int D = 128, B = c->B, L = c->L, T = tree_q, es = c->fp8 ? 1 : 2;
+  const int64_t nq = (int64_t)B * T;
+  const size_t qbytes = (size_t)nq * c->hq * D * 2;
+  const int64_t seg = ((int64_t)T * L + 7) / 8, mbytes = seg * B;
+  CUdeviceptr q, out, ws, mk;
+  CU_CHECK(&cu, cuMemAlloc(&q, qbytes));
+  CU_CHECK(&cu, cuMemAlloc(&out, qbytes));
+  CU_CHECK(&cu, cuMemsetD8(q, 0x3c, qbytes));
+  CU_CHECK(&cu, cuMemAlloc(&mk, (size_t)mbytes));
+  uint8_t *hm = calloc((size_t)mbytes, 1);
+  int32_t *qo = malloc(sizeof(int32_t) * (size_t)(B + 1));
+  if (!hm || !qo) {
+    fprintf(stderr, "tree verify: out of host memory\n");
+    free(hm), free(qo);
+    CUdeviceptr fr[4] = {q, out, mk, 0};
+    for (int i = 0; i < 3; i++) CU_CHECK(&cu, cuMemFree(fr[i]));
+    return;
+  }
+  for (int b = 0; b <= B; b++) qo[b] = b * T;
+  for (int b = 0; b < B; b++) { /* a random tree of T draft tokens over the prefix */
+    int parent[64];
+    for (int t = 0; t < T; t++) parent[t] = t == 0 ? -1 : (int)(brand() % (uint64_t)(t + 1)) - 1;
+    uint8_t *m = hm + (int64_t)b * seg;
+    for (int t = 0; t < T; t++) {
+      const int64_t row = (int64_t)t * L;
+      for (int64_t j = 0; j < L - T; j++) m[(row + j) >> 3] |= (uint8_t)(1u << ((row + j) & 7));
+      for (int u = t; u >= 0; u = parent[u]) {
+        const int64_t bit = row + L - T + u;
+        m[bit >> 3] |= (uint8_t)(1u << (bit & 7));
+      }
+    }
+  }
+  CU_CHECK(&cu, cuMemcpyHtoD(mk, hm, (size_t)mbytes));
+  free(hm);
+  int64_t qs[3] = {nq, c->hq, D}, ms_[1] = {mbytes};
+  DLTensor tq = tensor(q, 1, 3, qs), to = tensor(out, 1, 3, qs), tm = tensor(mk, 1, 1, ms_);
+  tm.dtype = (DLDataType){kDLUInt, 8, 1};
+  size_t wsb = 0;
+  fi_status st = fi_batch_prefill_workspace_size(rt, tq.device, B, (int)nq, c->hq, c->hkv, D, &wsb);
+  int64_t wshape[1];
+  DLTensor tw = bench_workspace(wsb, &ws, wshape);
+  fi_batch_prefill_info in;
+  memset(&in, 0, sizeof in);
+  in.batch = B;
+  in.qo_indptr = qo;
+  in.kv_indptr = indptr;
+  in.kv_last_page_len = last;
+  in.num_qo_heads = c->hq;
+  in.num_kv_heads = c->hkv;
+  in.head_dim = D;
+  in.page_size = 16;
+  in.q_dtype = tq.dtype;
+  in.kv_dtype = tk->dtype;
+  fi_prefill_params p;
+  fi_prefill_params_init(&p);
+  p.causal = 1;
+  for (int masked = 0; masked < 2 && st == FI_OK; masked++) {
+    fi_attention_extras x;
+    fi_attention_extras_init(&x);
+    x.custom_mask = &tm;
+    fi_prefill_plan *plan = NULL;
+    st = fi_batch_prefill_paged_plan_ex(rt, &in, &p, masked ? &x : NULL, &tw, NULL, &plan);
+    if (st == FI_OK) st = fi_batch_prefill_paged_run(rt, plan, &tq, tk, tv, &tix[0], lay, &to, NULL, NULL);
+    if (st != FI_OK) {
+      fprintf(stderr, "tree verify %s: %s\n", masked ? "mask" : "causal", fi_last_error());
+      fi_batch_prefill_plan_destroy(plan);
+      break;
+    }
+    CU_CHECK(&cu, cuCtxSynchronize());
+    const double bytes = 2.0 * (double)B * L * c->hkv * D * es + 2.0 * (double)qbytes;
+    tree_ctx tc = {rt, plan, &tq, tk, tv, tix, &to, lay, sets};
+    const double ms = time_runs(tree_run, &tc, runs_for_bytes(bytes), quick ? 3 : 9);
+    const double tbs = bytes / (ms * 1e-3) / 1e12;
+    char label[40], heads[32];
+    snprintf(label, sizeof label, "tree %d %s", T, masked ? "mask" : "causal");
+    snprintf(heads, sizeof heads, "%d/%d", c->hq, c->hkv);
+    printf("| %-12s | %4d | %6d | %6s | %s | %-4s | %8.1f | %5.2f | %5.1f%% | %.2fx decode |\n", label, B, L, heads,
+           lay == FI_KV_LAYOUT_HND ? "HND" : "NHD", c->fp8 ? "e4m3" : "bf16", ms * 1e3, tbs,
+           read_tbs > 0 ? 100.0 * tbs / read_tbs : 0.0, dec_us > 0 ? ms * 1e3 / dec_us : 0.0);
+    if (json)
+      fprintf(json,
+              "{\"bench\":\"tree_verify\",\"batch\":%d,\"kv_len\":%d,\"qo_len\":%d,\"qo_heads\":%d,\"kv_heads\":%d,"
+              "\"mask\":%d,\"us\":%.3f,\"tbs\":%.4f,\"decode_us\":%.3f,\"of_decode\":%.4f}\n",
+              B, L, T, c->hq, c->hkv, masked, ms * 1e3, tbs, dec_us, dec_us > 0 ? ms * 1e3 / dec_us : 0.0);
+    fflush(stdout);
+    fi_batch_prefill_plan_destroy(plan);
+    CU_CHECK(&cu, cuCtxSynchronize());
+  }
+  free(qo);
+  CUdeviceptr fr[4] = {q, out, mk, ws};
+  for (int i = 0; i < 4; i++) CU_CHECK(&cu, cuMemFree(fr[i]));
+}
+
 /* One configuration: bf16 q, D = 128, page 16, bf16 or e4m3 cache. Pages come from a pool
  * of at least 1 GiB in random order; successive runs take different page sets, so the L2
  * holds nothing a run needs. Returns TB/s. */
@@ -198,10 +314,8 @@ static double bench_one(fi_runtime *rt, const dcfg *c, double read_tbs) {
   size_t wsb = 0;
   double tbs = 0;
   fi_status st = fi_batch_decode_workspace_size(rt, tq.device, B, c->hq, c->hkv, D, &wsb);
-  CU_CHECK(&cu, cuMemAlloc(&ws, wsb ? wsb : 256));
-  int64_t wshape[1] = {(int64_t)wsb};
-  DLTensor tw = tensor(ws, 1, 1, wshape);
-  tw.dtype = (DLDataType){kDLUInt, 8, 1};
+  int64_t wshape[1];
+  DLTensor tw = bench_workspace(wsb, &ws, wshape);
   fi_batch_decode_info in;
   memset(&in, 0, sizeof in);
   in.batch = B;
@@ -250,6 +364,7 @@ static double bench_one(fi_runtime *rt, const dcfg *c, double read_tbs) {
               "\"kv_heads\":%d,\"layout\":\"%s\",\"kv\":\"%s\",\"us\":%.3f,\"tbs\":%.4f,\"of_read\":%.4f}\n",
               c->label, B, L, c->hq, c->hkv, c->hnd ? "HND" : "NHD", c->fp8 ? "e4m3" : "bf16", ms * 1e3, tbs,
               read_tbs > 0 ? tbs / read_tbs : 0.0);
+    if (tree_q > 0) bench_tree(rt, c, &tk, &tv, tix, sets, indptr, last, lay, ms * 1e3, read_tbs);
   }
   fi_batch_decode_plan_destroy(plan);
   if (with_sinks) bench_sinks_free(&sk);
@@ -405,6 +520,11 @@ static void bench_decode_cases(fi_runtime *rt) {
     bench_one(rt, &sink_rows[i], rd);
     with_sinks = 0;
   }
+  /* Tree verification beside the decode of the same cache (bench_tree) */
+  static const dcfg tree_row = {"tree base", 32, 4096, 32, 8, 0, 0};
+  tree_q = 8;
+  bench_one(rt, &tree_row, rd);
+  tree_q = 0;
   /* Tuning comparisons, each through its environment override (read at fi_runtime_create:
    * a runtime made after setting it):
    * FI_DECODE_WARPS (warps a block instead of the plan's choice), FI_DECODE_SPLIT (the
@@ -474,7 +594,9 @@ const bench_section bench_decode_section = {
     "decode",
     "batch decode over a paged KV cache (page 16, random page order, bf16, D=128) against\n"
     "the read bandwidth of a streaming 16-byte-load kernel; the issue's targets, tuning\n"
-    "overrides on some of them, then a sweep of batch, length, group and layout\n"
+    "overrides on some of them, tree verification (32 requests x 8 query tokens over 4096,\n"
+    "a packed tree mask, on the batch prefill kernels) beside the decode of the same cache,\n"
+    "then a sweep of batch, length, group and layout\n"
     "(FI_BENCH_DECODE_SWEEP=0 leaves the sweep out); KV pages from arenas allocated once\n"
     "(FI_BENCH_DECODE_ARENA=0: a pool allocated and freed a case at a time;\n"
     "FI_BENCH_READ_SERIES=1 adds the read probe over 32 MiB .. 1 GiB;\n"

@@ -190,10 +190,8 @@ static double bench_one(fi_runtime *rt, const pcfg *c, double mma_tf, double wg_
   size_t wsb = 0;
   double tf = 0;
   fi_status st = fi_batch_prefill_workspace_size(rt, tq.device, B, B * L, c->hq, c->hkv, D, &wsb);
-  CU_CHECK(&cu, cuMemAlloc(&ws, wsb ? wsb : 256));
-  int64_t wshape[1] = {(int64_t)wsb};
-  DLTensor tw = tensor(ws, 1, 1, wshape);
-  tw.dtype = (DLDataType){kDLUInt, 8, 1};
+  int64_t wshape[1];
+  DLTensor tw = bench_workspace(wsb, &ws, wshape);
   fi_batch_prefill_info in;
   memset(&in, 0, sizeof in);
   in.batch = B;

@@ -82,6 +82,14 @@ DLTensor tensor(CUdeviceptr p, int dt, int ndim, int64_t *shape) {
   return t;
 }
 
+DLTensor bench_workspace(size_t bytes, CUdeviceptr *ws, int64_t shape[1]) {
+  CU_CHECK(&cu, cuMemAlloc(ws, bytes ? bytes : 256));
+  shape[0] = (int64_t)bytes;
+  DLTensor t = tensor(*ws, 1, 1, shape);
+  t.dtype = (DLDataType){kDLUInt, 8, 1};
+  return t;
+}
+
 void bench_sinks_make(bench_sinks *s, int hq) {
   float *h = malloc(sizeof(float) * (size_t)hq);
   if (!h) exit(1);

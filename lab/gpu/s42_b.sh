@@ -8,8 +8,8 @@
 export FI_LOG_LEVEL=warn; S=$(date +%s); el() { echo "t=$(( $(date +%s) - S ))s"; }
 PY=${PY:-/opt/torch/.venv/bin/python3}
 nvidia-smi --query-gpu=name,driver_version,clocks.max.sm --format=csv,noheader
-FI_CACHE_PATH=$(mktemp -d)/b.db timeout 240 build-gpu5/fi-bench --json $OUT/fi.json prefill decode > $OUT/fi_bench.txt 2>&1
-echo "fi-bench rc=$?"; el
+FI_BENCH_DECODE_SWEEP=0 FI_CACHE_PATH=$(mktemp -d)/b.db timeout 240 build-gpu5/fi-bench --json $OUT/fi.json prefill decode > $OUT/fi_bench.txt 2>&1
+echo "fi-bench rc=$?"; grep -E "^\| (tree|kv |MQA)" $OUT/fi_bench.txt; el
 timeout 170 $PY lab/attn/sdpa_peer.py --fi-json $OUT/fi.json --json $OUT/peer.json > $OUT/peer.txt 2>&1
 echo "sdpa_peer rc=$?"; grep -vE "^\|---" $OUT/peer.txt | tail -40; el
 BUDGET=$(( 560 - ($(date +%s) - S) - 20 )); echo "flashinfer ops budget ${BUDGET}s"
