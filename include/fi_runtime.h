@@ -293,6 +293,9 @@ typedef struct fi_attention_extras {
   size_t struct_size;    /**< sizeof(fi_attention_extras), set by init */
   const DLTensor *sinks; /**< NULL (default) or [H_qo] float32 */
   const DLTensor *custom_mask; /**< NULL (default) or packed uint8 bits (above) */
+  int lse_base2; /**< 1: lse is written in base 2 (log2 of the softmax denominator, in
+                      log2 units: FlashInfer's and TVM's convention); 0 (default): natural
+                      log. Runs of decode and prefill read it. */
 } fi_attention_extras;
 
 /** Zeroes the caller's struct of `size` bytes and sets struct_size to it: through the

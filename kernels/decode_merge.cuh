@@ -136,7 +136,7 @@ FI_DEVICE void split_merge(const fi_decode_params &p, int b, int head0, int GE, 
       *reinterpret_cast<fi_vec<QT, 8> *>(orow + d8) = y;
       if (p.lse && d8 == 0)
         p.lse[(int64_t)b * p.lse_stride[0] + (int64_t)(head0 + r) * p.lse_stride[1]] =
-            sw > 0.0f ? (mx + log2f(sw)) * LN2 : neg_inf();
+            sw > 0.0f ? (mx + log2f(sw)) * (p.lse_log2 ? 1.0f : LN2) : neg_inf();
     }
   }
 }

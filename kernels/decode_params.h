@@ -7,7 +7,7 @@
 #include "fi_params.h"
 
 /* Bump when a struct below changes layout (the template hash changes too). */
-#define FI_DECODE_ABI_VERSION 8
+#define FI_DECODE_ABI_VERSION 9
 
 /* Most head_dim / 2 RoPE frequencies carried in the parameters. */
 #define FI_DECODE_MAX_FREQ 128
@@ -28,7 +28,7 @@
 typedef struct fi_decode_params {
   const void *q;
   void *out;
-  float *lse;               /* natural log; NULL: not written */
+  float *lse;               /* natural log (base 2 with lse_log2); NULL: not written */
   const void *k;
   const void *v;
   const int32_t *indptr;    /* [batch + 1] */
@@ -82,6 +82,9 @@ typedef struct fi_decode_params {
    * of the scaled logits, in every row's softmax denominator; NULL: none. Folded in where a
    * row's state is final (the unsplit write, the merge), never into a split's partial. */
   const float *sinks;
+  /* 1: lse in base 2 (log2 of the sum: FlashInfer's and TVM's convention); 0: natural log.
+   * Partials are base 2 either way. */
+  int32_t lse_log2;
 } fi_decode_params;
 
 /* The cache's KV head of grid head y. */

@@ -310,7 +310,7 @@ FI_DEVICE void decode_simt(const fi_decode_params &p) {
     if (p.lse && tid < GE) {
       const float ds = s_fs[tid];
       p.lse[(int64_t)b * p.lse_stride[0] + (int64_t)(head0 + tid) * p.lse_stride[1]] =
-          ds > 0.0f ? (s_fm[tid] + log2f(ds)) * LN2 : neg_inf();
+          ds > 0.0f ? (s_fm[tid] + log2f(ds)) * (p.lse_log2 ? 1.0f : LN2) : neg_inf();
     }
     return;
   }

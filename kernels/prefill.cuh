@@ -452,7 +452,7 @@ FI_DEVICE void prefill(const fi_prefill_kparams &p) {
               WO::pack(o[mt][j][2 * h] * inv, o[mt][j][2 * h + 1] * inv);
         if (p.lse && c == 0)
           p.lse[(q_start + tq) * p.lse_stride_tok + (int64_t)head * p.lse_stride_head] =
-              ds > 0.0f ? (mr + log2f(ds)) * LN2 : neg_inf();
+              ds > 0.0f ? (mr + log2f(ds)) * (p.lse_log2 ? 1.0f : LN2) : neg_inf();
       } else {
         const int64_t prow = ((int64_t)(slot + chunk) * p.num_kv_heads + hkv) * FI_PREFILL_SLOT_ROWS + rt;
         float *po = p.partial_o + prow * D;
@@ -520,7 +520,7 @@ FI_DEVICE void prefill_merge(const fi_prefill_merge_params &p) {
     *reinterpret_cast<fi_vec<T, 8> *>(orow + d8) = y;
     if (p.lse && d8 == 0)
       p.lse[(q_start + tq) * p.lse_stride_tok + (int64_t)head * p.lse_stride_head] =
-          sw > 0.0f ? (mu + log2f(sw)) * LN2 : neg_inf();
+          sw > 0.0f ? (mu + log2f(sw)) * (p.lse_log2 ? 1.0f : LN2) : neg_inf();
   }
 }
 

@@ -7,7 +7,7 @@
 #include "fi_params.h"
 
 /* Bump when a struct below changes layout (the template hash changes too). */
-#define FI_PREFILL_ABI_VERSION 2
+#define FI_PREFILL_ABI_VERSION 3
 
 /* Most head_dim / 2 RoPE frequencies carried in the parameters. */
 #define FI_PREFILL_MAX_FREQ 128
@@ -57,7 +57,7 @@
 typedef struct fi_prefill_kparams {
   const void *q;
   void *out;
-  float *lse;               /* natural log; NULL: not written */
+  float *lse;               /* natural log (base 2 with lse_log2); NULL: not written */
   const void *k;
   const void *v;
   const int32_t *indices;   /* page ids; NULL: contiguous (ragged or single) KV */
@@ -94,6 +94,7 @@ typedef struct fi_prefill_kparams {
    * token t attends KV token j, AND-ed with causal and window; the segment starts at byte
    * items[11] (batch) or 0 (single). NULL: none. */
   const uint8_t *custom_mask;
+  int32_t lse_log2; /* 1: lse in base 2 (FlashInfer's convention); 0: natural log */
 } fi_prefill_kparams;
 
 /* The merge of split tiles: one block per item of chunk 0 (and KV head), combining its
@@ -112,6 +113,7 @@ typedef struct fi_prefill_merge_params {
   int32_t group;
   int32_t q_tile;           /* rows a partial slot holds: FI_PREFILL_SLOT_ROWS */
   const float *sinks;       /* as fi_prefill_kparams' */
+  int32_t lse_log2;         /* as fi_prefill_kparams' */
 } fi_prefill_merge_params;
 
 /* fi-bench's tensor-core probe: each warp runs `iters` rounds of independent bf16

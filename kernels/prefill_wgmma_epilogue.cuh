@@ -104,7 +104,7 @@ FI_DEVICE void epilogue(const fi_prefill_kparams &p, const block<S> &b, const un
     if (un.nchunks <= 1) {
       if (p.lse && b.c == 0)
         p.lse[(un.q_start + tq) * p.lse_stride_tok + (int64_t)head * p.lse_stride_head] =
-            ds > 0.0f ? (mr + log2f(ds)) * LN2 : dec::neg_inf();
+            ds > 0.0f ? (mr + log2f(ds)) * (p.lse_log2 ? 1.0f : LN2) : dec::neg_inf();
     } else {
       const int64_t prow = ((int64_t)(un.slot + un.chunk) * p.num_kv_heads + un.hkv) * FI_PREFILL_SLOT_ROWS + rt;
       float *po = p.partial_o + prow * D;

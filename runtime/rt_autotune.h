@@ -37,10 +37,11 @@ fi_status rt_prefill_plan_tactic(fi_runtime *rt, const fi_batch_prefill_info *in
                                  const rt_prefill_tactic *force);
 const jit_key *rt_prefill_plan_key(const fi_prefill_plan *pl);
 /* fi_batch_prefill_paged_run_ex past its checks (the caller made them: batch decode's
- * tensor-core route, whose run checks the same tensors), sinks from the checked extras. */
+ * tensor-core route, whose run checks the same tensors), sinks and lse_base2 from the checked
+ * extras. */
 fi_status rt_prefill_paged_launch(fi_runtime *rt, const fi_prefill_plan *pl, const DLTensor *q, const DLTensor *kc,
                                   const DLTensor *vc, const DLTensor *kv_indices, fi_kv_layout layout, DLTensor *out,
-                                  DLTensor *lse, const float *sinks, void *stream);
+                                  DLTensor *lse, const float *sinks, int lse_base2, void *stream);
 
 /* ---- the tuner's pieces (rt_autotune.c: the harness; rt_autotune_moe.c,
  * rt_autotune_decode.c and rt_autotune_prefill.c: the ops it measures; rt_autotune_util.c:

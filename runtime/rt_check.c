@@ -188,6 +188,11 @@ fi_status rt_check_extras(const char *fn, const fi_attention_extras *x, const DL
   return FI_OK;
 }
 
+int rt_extras_lse_base2(const fi_attention_extras *x) {
+  if (!x || x->struct_size < offsetof(fi_attention_extras, lse_base2) + sizeof x->lse_base2) return 0;
+  return x->lse_base2 != 0;
+}
+
 fi_status rt_check_index(const char *fn, const char *name, const DLTensor *t, const DLTensor *q,
                              int64_t min_len, int exact) {
   fi_status st;

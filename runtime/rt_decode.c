@@ -449,13 +449,16 @@ FI_API fi_status fi_batch_decode_run_ex(fi_runtime *rt, const fi_decode_plan *pl
   if ((st = rt_check_extras(fn, x, q, "q", hq, RT_MASK_NONE, out, lse, &sinks, &mask)) != FI_OK) return st;
   /* The tensor-core route: the checks above cover the prefill run's (q, out and lse of the
    * plan's rows, the caches, indices to the plan's nnz, outputs apart, the extras). */
-  if (pl->tc) return rt_prefill_paged_launch(rt, pl->tc, q, kc, vc, indices, layout, out, lse, sinks, stream);
+  if (pl->tc)
+    return rt_prefill_paged_launch(rt, pl->tc, q, kc, vc, indices, layout, out, lse, sinks, rt_extras_lse_base2(x),
+                                   stream);
   if (pl->grid == 0) return FI_OK;
 
   fi_decode_params kp = pl->scalars;
   kp.q = rt_data(q);
   kp.out = rt_data(out);
   kp.lse = lse ? (float *)rt_data(lse) : NULL;
+  kp.lse_log2 = rt_extras_lse_base2(x);
   kp.sinks = sinks;
   kp.k = rt_data(kc);
   kp.v = rt_data(vc);

@@ -446,6 +446,7 @@ static fi_status run_launch(fi_runtime *rt, const fi_prefill_plan *pl, fi_prefil
   mp.group = kp->group;
   mp.q_tile = RT_PREFILL_SLOT_ROWS;
   mp.sinks = kp->sinks;
+  mp.lse_log2 = kp->lse_log2;
   return rt_prefill_launch(rt, pl->devtype, pl->device, &pl->merge_key, pl->grid, pl->num_kv_heads,
                 PREFILL_MERGE_THREADS, &mp, sizeof mp, stream);
 }
@@ -503,6 +504,7 @@ FI_API fi_status fi_batch_prefill_ragged_run_ex(fi_runtime *rt, const fi_prefill
   kp.kv_stride_slot = rt_stride(k, nhd ? 0 : 1);
   kp.kv_stride_head = rt_stride(k, nhd ? 1 : 0);
   kp.page_size = 1;
+  kp.lse_log2 = rt_extras_lse_base2(x);
   return run_launch(rt, pl, &kp, q, out, lse, stream);
 }
 
@@ -551,15 +553,17 @@ FI_API fi_status fi_batch_prefill_paged_run_ex(fi_runtime *rt, const fi_prefill_
   const uint8_t *run_mask; /* (refused: a batch's mask comes with its plan) */
   if ((st = rt_check_extras(fn, x, q, "q", pl->num_qo_heads, RT_MASK_AT_PLAN, out, lse, &sinks, &run_mask)) != FI_OK)
     return st;
-  return rt_prefill_paged_launch(rt, pl, q, kc, vc, kv_indices, layout, out, lse, sinks, stream);
+  return rt_prefill_paged_launch(rt, pl, q, kc, vc, kv_indices, layout, out, lse, sinks, rt_extras_lse_base2(x),
+                                 stream);
 }
 
 fi_status rt_prefill_paged_launch(fi_runtime *rt, const fi_prefill_plan *pl, const DLTensor *q, const DLTensor *kc,
                                   const DLTensor *vc, const DLTensor *kv_indices, fi_kv_layout layout, DLTensor *out,
-                                  DLTensor *lse, const float *sinks, void *stream) {
+                                  DLTensor *lse, const float *sinks, int lse_base2, void *stream) {
   const int nhd = layout == FI_KV_LAYOUT_NHD;
   fi_prefill_kparams kp = pl->scalars;
   kp.sinks = sinks;
+  kp.lse_log2 = lse_base2;
   kp.k = rt_data(kc);
   kp.v = rt_data(vc);
   kp.indices = (const int32_t *)rt_data(kv_indices);

@@ -71,6 +71,7 @@ FI_API fi_status fi_single_prefill_ex(fi_runtime *rt, const DLTensor *q, const D
   kp.q = rt_data(q);
   kp.out = rt_data(out);
   kp.lse = lse ? (float *)rt_data(lse) : NULL;
+  kp.lse_log2 = rt_extras_lse_base2(x);
   kp.sinks = sinks;
   kp.custom_mask = mask;
   kp.k = rt_data(k);

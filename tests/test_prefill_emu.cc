@@ -54,6 +54,10 @@ struct data {
   int64_t nq, nkv;
 };
 
+// Set: the kernels write lse in base 2 (lse_log2, FlashInfer's convention), and check()
+// expects log2 of the denominator.
+static int g_lse2;
+
 static void rope_ref(double *x, int D, double pos) {
   for (int i = 0; i < D / 2; i++) {
     const float f = (float)(1.0 / pow(1e4, 2.0 * i / D));
@@ -125,7 +129,7 @@ static void check(const prob &P, const data &d, const char *what) {
           num += (got - ref) * (got - ref);
           den += ref * ref;
         }
-        const double rl = dn > 0 ? m + log(dn) : -INFINITY, gl = d.lse[row];
+        const double rl = dn > 0 ? (m + log(dn)) / (g_lse2 ? M_LN2 : 1.0) : -INFINITY, gl = d.lse[row];
         if (isinf(rl) || isinf(gl) || gl != gl)
           infbad += !(isinf(rl) && isinf(gl) && rl < 0 && gl < 0);
         else if (fabs(gl - rl) > lmax)
@@ -192,6 +196,7 @@ static void build(const prob &P, data &d) {
 
 static void fill_params(const prob &P, fi_prefill_kparams &k) {
   memset(&k, 0, sizeof k);
+  k.lse_log2 = g_lse2;
   const double LOG2E = 1.4426950408889634, sm = 1.0 / sqrt((double)P.D);
   k.scale_log2 = (float)(sm * LOG2E);
   if (P.cap > 0) {
@@ -358,10 +363,12 @@ static void run_batch(const prob &P, int split, int sinks = 0, int mask = 0) {
   m.out_stride_tok = k.out_stride_tok, m.out_stride_head = D, m.lse_stride_tok = P.hq, m.lse_stride_head = 1;
   m.num_items = (int32_t)n, m.num_kv_heads = P.hkv, m.group = G, m.q_tile = FI_PREFILL_SLOT_ROWS;
   m.sinks = k.sinks;
+  m.lse_log2 = k.lse_log2;
   emu::launch((unsigned)n, P.hkv, 128, [&] { fi::pf::prefill_merge<T, D>(m); });
   char what[64];
-  snprintf(what, sizeof what, "%s%s n=%lld%s%s%s", P.paged ? "paged" : "ragged", chunk ? " split" : "", (long long)n,
-           sinks ? " sinks" : "", mask ? " mask" : "", fp8_of<KVT>::is ? (fp8_of<KVT>::e4m3 ? " e4m3" : " e5m2") : "");
+  snprintf(what, sizeof what, "%s%s n=%lld%s%s%s%s", P.paged ? "paged" : "ragged", chunk ? " split" : "", (long long)n,
+           sinks ? " sinks" : "", mask ? " mask" : "", fp8_of<KVT>::is ? (fp8_of<KVT>::e4m3 ? " e4m3" : " e5m2") : "",
+           g_lse2 ? " lse base 2" : "");
   check(P, d, what);
   g_sinks.clear(), g_mask.clear();
   if (split && chunk == 0) {
@@ -495,6 +502,7 @@ static void decode_batch(int hq, int hkv, int ps, std::vector<int> lens, int win
   dp.kv_head_div = nc;
   dp.head_prefetch = head_pf;
   dp.kv_heads_per_block = hp;
+  dp.lse_log2 = g_lse2;
   // Sinks: random logits around the keys' (N(0, 2)), the first head's far above them (the
   // sink takes nearly all the weight), the last head's -inf (no sink).
   if (sinks) dp.sinks = make_sinks(hq);
@@ -503,9 +511,9 @@ static void decode_batch(int hq, int hkv, int ps, std::vector<int> lens, int win
   else
     emu::launch((unsigned)n, gh / hp, 32 * WARPS, [&] { fi::dec::decode<QT, KVT, D, GM, PF, ROPE, 0, WARPS>(dp); });
   char what[112];
-  snprintf(what, sizeof what, "decode %s%s%s w%d n=%lld%s%s%s", SIMT ? "simt " : "", F8 ? (E4 ? "e4m3 " : "e5m2 ") : "",
+  snprintf(what, sizeof what, "decode %s%s%s w%d n=%lld%s%s%s%s", SIMT ? "simt " : "", F8 ? (E4 ? "e4m3 " : "e5m2 ") : "",
            chunk && n > B ? "split" : "", WARPS, (long long)n, hp > 1 ? " head pairs" : "",
-           nc > 1 ? " group chunks" : "", sinks ? " sinks" : "");
+           nc > 1 ? " group chunks" : "", sinks ? " sinks" : "", g_lse2 ? " lse base 2" : "");
   check(P, d, what);
   g_sinks.clear();
   for (int x : counters)
@@ -579,6 +587,14 @@ int main() {
   decode_batch<fi_bf16, fi_bf16, 128, 1, 0, 0, 4, 1>(4, 4, 16, {300, 1, 0, 47}, -1, 0.0, 0, 0, 1, 1, 1);
   decode_batch<fi_half, fi_half, 64, 2, 0, 0, 2, 1>(4, 2, 5, {333, 170}, -1, 0.0, 1, 0, 1, 1, 1);
 
+  // lse in base 2 (lse_log2: FlashInfer's and TVM's convention): batch decode unsplit and
+  // split (its merge writes it), the CUDA-core kernel, with sinks
+  g_lse2 = 1;
+  decode_batch<fi_bf16, fi_bf16, 128, 8, 1, 0, 2>(8, 2, 16, {300, 1, 0, 47}, -1, 0.0, 0);
+  decode_batch<fi_half, fi_half, 64, 8, 1, 0, 4>(8, 1, 7, {333, 170}, -1, 15.0, 1, 0, 1, 1, 1);
+  decode_batch<fi_bf16, fi_bf16, 128, 1, 0, 0, 4, 1>(4, 4, 16, {300, 1, 0, 47}, -1, 0.0, 1);
+  g_lse2 = 0;
+
   prefill_vs_decode<fi_bf16, 64, 0>(1, 8, 2, 300, -1, 0.0);
   prefill_vs_decode<fi_half, 64, 1>(0, 4, 1, 200, 50, 0.0);
   prefill_vs_decode<fi_bf16, 128, 1>(1, 6, 2, 150, -1, 10.0);
@@ -622,6 +638,12 @@ int main() {
     run_batch<fi_half, 64, 16, 0>(Rg, 1);
     prob R1{0, 64, 2, 2, 0, -1, 0, 1, 0, 0.0, {3}, {300}};
     run_batch<fi_half, 64, 16, 0>(R1, 1);
+    // lse in base 2: single prefill, paged batch unsplit and split (the merge writes it)
+    g_lse2 = 1;
+    run_single<fi_bf16, 64, 64, 0>(P1m);
+    run_batch<fi_bf16, 64, 16, 0>(P, 0);
+    run_batch<fi_bf16, 64, 64, 0>(PS, 1);
+    g_lse2 = 0;
     prob R2{0, 64, 2, 2, 1, -1, 0, 1, 0, 0.0, {3}, {300}};
     run_batch<fi_half, 64, 16, 0>(R2, 1);
     prob Pw{1, 64, 4, 1, 1, 50, 1, 16, 1, 0.0, {2, 17}, {400, 17}};

@@ -93,12 +93,14 @@ typedef struct dcase {
   int interleaved;     /* K and V views of one [pages, 2, ...] buffer */
   double tol;
   int sinks;           /* attention sinks (fi_attention_extras) on every run of the case */
+  int lse2;            /* lse in base 2 (fi_attention_extras.lse_base2) on every run */
 } dcase;
 
 /* The case's sinks (c->sinks) and the extras every run of run_case passes (NULL
  * without sinks). */
 static g_sinks g_sk;
 static const fi_attention_extras *g_xp;
+static fi_attention_extras g_xl; /* the extras of a case with lse2 */
 
 typedef struct host_kv {
   int64_t pages;
@@ -157,7 +159,7 @@ static void reference(const dcase *c, int L, const double *qv, const double *kk,
       for (int t = start; t < L; t++) acc += exp(s[t] - m) * vv[((int64_t)t * c->hkv + kh) * D + d];
       out[(int64_t)h * D + d] = den > 0 ? acc / den * c->v_scale : 0.0;
     }
-    lse[h] = den > 0 ? m + log(den) : -INFINITY;
+    lse[h] = den > 0 ? (m + log(den)) / (c->lse2 ? 0.6931471805599453 : 1.0) : -INFINITY;
   }
   free(s);
   free(qr);
@@ -429,6 +431,12 @@ static void run_case(const dcase *c) {
     FT_REQUIRE(g_sinks_make(&cu, &g_sk, c->hq, &seed) == 0);
     g_xp = &g_sk.x;
   }
+  if (c->lse2) {
+    if (g_xp) g_xl = *g_xp;
+    else fi_attention_extras_init(&g_xl);
+    g_xl.lse_base2 = 1;
+    g_xp = &g_xl;
+  }
   batch_data bd;
   make_batch(c, &bd);
   dev_batch d;
@@ -570,7 +578,7 @@ static void run_case(const dcase *c) {
   }
   free_dev(&d);
   free_batch(c, &bd);
-  if (g_xp) g_sinks_free(&cu, &g_sk);
+  if (c->sinks) g_sinks_free(&cu, &g_sk);
   g_xp = NULL;
 }
 
@@ -876,6 +884,33 @@ FT_TEST(decode_sinks) {
   c.soft_cap = 30.0;
   run_case(&c);
 }
+/* lse in base 2 (extras.lse_base2): the 16-bit kernel unsplit and split (its merge writes
+ * it), the CUDA-core kernel, fp8 head pairs with sinks, the tensor-core route (prefill's
+ * kernels), single decode (run_case's single-decode passes) */
+FT_TEST(decode_lse_base2) {
+  static const int lens[6] = {16, 1, 256, 0, 33, 48};
+  dcase c = base("lse2 bf16 32/8 lens", T_BF16, T_BF16, 128, 32, 8, 16, 0, 6, 0);
+  c.lens = lens;
+  c.lse2 = 1;
+  run_case(&c);
+  c = base("lse2 bf16 64/8 D=64 split", T_BF16, T_BF16, 64, 64, 8, 16, 0, 3, 4000);
+  c.lse2 = 1;
+  run_case(&c);
+  c = base("lse2 f16 MHA (CUDA cores)", T_F16, T_F16, 128, 8, 8, 16, 0, 5, 2000);
+  c.lse2 = 1;
+  run_case(&c);
+  c = base("lse2 e4m3 32/8 sinks", T_BF16, T_E4M3, 128, 32, 8, 16, 0, 4, 3000);
+  c.lse2 = c.sinks = 1;
+  run_case(&c);
+  setenv("FI_DECODE_TC", "1", 1);
+  FT_REQUIRE(env_rt_begin() == 0);
+  c = base("lse2 tensor-core route 64/1", T_BF16, T_BF16, 128, 64, 1, 16, 0, 8, 1500);
+  c.lse2 = 1;
+  run_case(&c);
+  env_rt_end();
+  unsetenv("FI_DECODE_TC");
+}
+
 FT_TEST(decode_b1_long_split_all_sms) {
   static const int lens[1] = {8192};
   dcase c = base("B=1 L=8192 32/8", T_BF16, T_BF16, 128, 32, 8, 16, 0, 1, 0);

@@ -58,6 +58,9 @@ static int64_t g_mshape[1];
 static DLTensor g_tmask;
 static fi_attention_extras g_xm;
 static const fi_attention_extras *g_xp;
+/* Set: every run asks for lse in base 2 (extras.lse_base2) and the reference gives log2. */
+static int g_lse2_on;
+static fi_attention_extras g_xl;
 /* An fp8 cache on the cases run while g_kvt is set (10 e4m3, 12 e5m2; 0: q's dtype): K and
  * V random codes holding value / scale, k_scale G_KS and v_scale G_VS. */
 static int g_kvt;
@@ -273,7 +276,7 @@ static void reference(const pcase *c, const hbatch *h, double *out, double *lse)
           for (int d = 0; d < D; d++) acc[d] += pj * vj[d];
         }
         for (int d = 0; d < D; d++) out[row * D + d] = den > 0 ? acc[d] / den : 0.0;
-        lse[row] = den > 0 ? m + log(den) : -INFINITY;
+        lse[row] = den > 0 ? (m + log(den)) / (g_lse2_on ? 0.6931471805599453 : 1.0) : -INFINITY;
       }
     }
   }
@@ -481,6 +484,12 @@ static int run_case(const pcase *c) {
       return -1;
     }
     g_xp = &g_sk.x;
+  }
+  if (g_lse2_on) {
+    if (g_xp) g_xl = *g_xp;
+    else fi_attention_extras_init(&g_xl);
+    g_xl.lse_base2 = 1;
+    g_xp = &g_xl;
   }
   hbatch h;
   memset(&h, 0, sizeof h);
@@ -784,6 +793,27 @@ FT_TEST(prefill_sinks) {
   pcase wc = {"sinks window cap", M_RAGGED, 0, 64, 16, 4, 0, 1, 1, 100, 0, 30, 0, 3, NULL, NULL, 200, 600, 3e-3};
   run_case(&wc);
   g_sinks_on = 0;
+}
+
+/* lse in base 2 (extras.lse_base2: FlashInfer's and TVM's convention) on every kernel that
+ * writes it: single prefill, ragged, paged D=128 32/8 (wgmma on sm_90), a split paged
+ * batch (the merge writes it), with sinks. */
+FT_TEST(prefill_lse_base2) {
+  FT_REQUIRE(setup() == 0);
+  g_lse2_on = 1;
+  static const int lq[4] = {0, 1, 77, 300}, lkv[4] = {50, 200, 77, 900};
+  pcase s1 = {"lse2 single", M_SINGLE, 1, 128, 8, 2, 0, 1, 1, -1, 0, 0, 0, 1, NULL, NULL, 200, 300, tol_of(1)};
+  run_case(&s1);
+  pcase r = {"lse2 ragged", M_RAGGED, 0, 64, 8, 8, 1, 1, 1, -1, 0, 0, 0, 4, lq, lkv, 0, 0, tol_of(0)};
+  run_case(&r);
+  pcase pg = {"lse2 paged D=128", M_PAGED, 1, 128, 32, 8, 0, 16, 1, -1, 0, 0, 0, 4, lq, lkv, 0, 0, tol_of(1)};
+  run_case(&pg);
+  static const int lqs[2] = {16, 3}, lkvs[2] = {30000, 12000};
+  g_sinks_on = 1;
+  pcase sp = {"lse2 split-KV sinks", M_PAGED, 1, 64, 64, 8, 0, 16, 1, -1, 0, 0, 0, 2, lqs, lkvs, 0, 0, 2e-2};
+  run_case(&sp);
+  g_sinks_on = 0;
+  g_lse2_on = 0;
 }
 
 /* Custom masks (packed bits): single prefill in f16 and bf16, head_dims 64, 128, 256,
