@@ -45,7 +45,7 @@ TVM_FFI_PYTHON ?= $(firstword $(wildcard $(PY_VENV)/bin/python) python3)
 TVM_FFI_DIR := $(shell $(TVM_FFI_PYTHON) -c 'import importlib.util as u, os; s = u.find_spec("tvm_ffi"); print(os.path.dirname(s.origin) if s else "")' 2>/dev/null)
 TVM_FFI_INCLUDE ?= $(if $(TVM_FFI_DIR),$(TVM_FFI_DIR)/include)
 TVM_FFI_LIBDIR ?= $(if $(TVM_FFI_DIR),$(TVM_FFI_DIR)/lib)
-TVM_LIB := $(if $(wildcard $(TVM_FFI_INCLUDE)/tvm/ffi/c_api.h),$(BUILD)/libfi_runtime_tvm.so)
+TVM_LIB := $(if $(wildcard $(TVM_FFI_INCLUDE)/tvm/ffi/c_api.h),$(BUILD)/libfi_runtime_tvm.so $(BUILD)/libfi_runtime_tvm_flashinfer.so)
 
 all: $(BUILD)/libfi_runtime.so $(BUILD)/fi-cache $(BUILD)/fi-bench $(BUILD)/fi-example $(TVM_LIB)
 
@@ -100,6 +100,13 @@ $(BUILD)/libfi_runtime_tvm.so: $(FFI_SRCS) $(wildcard ffi/*.h) ffi/fi_tvm.map in
 	$(CC) -D_GNU_SOURCE -Iinclude -I$(TVM_FFI_INCLUDE) $(CFLAGS) -shared $(FFI_SRCS) -o $@ $(LDFLAGS) \
 	  -Wl,--version-script=ffi/fi_tvm.map -Wl,--no-undefined -L$(BUILD) -l:libfi_runtime.so \
 	  -L$(TVM_FFI_LIBDIR) -ltvm_ffi -Wl,-rpath,'$$ORIGIN' -lpthread
+
+# The functions TVM's FlashInfer attention backend calls, with FlashInfer's names and argument
+# orders (ffi/fa/fi_tvm_fa.c): a library of their own, as the names clash with the exports above.
+$(BUILD)/libfi_runtime_tvm_flashinfer.so: ffi/fa/fi_tvm_fa.c ffi/fi_tvm_args.c $(wildcard ffi/*.h) ffi/fi_tvm.map include/fi_runtime.h $(BUILD)/libfi_runtime.so
+	$(CC) -D_GNU_SOURCE -Iinclude -Iffi -I$(TVM_FFI_INCLUDE) $(CFLAGS) -shared ffi/fa/fi_tvm_fa.c ffi/fi_tvm_args.c -o $@ \
+	  $(LDFLAGS) -Wl,--version-script=ffi/fi_tvm.map -Wl,--no-undefined -L$(BUILD) -l:libfi_runtime.so \
+	  -L$(TVM_FFI_LIBDIR) -ltvm_ffi -Wl,-rpath,'$$ORIGIN' -lpthread -lm
 
 EXAMPLE_SRCS := $(wildcard tools/fi_example*.c)
 $(BUILD)/fi-example: $(EXAMPLE_SRCS) tools/fi_example.h tools/fi_example_step.h tools/fi_cuda_min.h include/fi_runtime.h

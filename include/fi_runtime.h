@@ -92,6 +92,13 @@ FI_API const char *fi_version(void);
 /** A constant name for a status ("FI_ERR_INVALID_ARGUMENT", ...). */
 FI_API const char *fi_status_string(fi_status s);
 
+/** Copies the first `bytes` bytes of src (a contiguous CUDA or ROCm tensor) into host
+ * memory dst once the device's work before it is done (stream's included): a blocking
+ * copy for callers that hold only DLPack tensors (the TVM-FFI shim's FlashInfer-ABI decode
+ * plan reads request lengths its caller keeps on the device). Not for the hot path;
+ * refused while a graph is being captured on stream. */
+FI_API fi_status fi_copy_to_host(fi_runtime *rt, const DLTensor *src, void *dst, size_t bytes, void *stream);
+
 /** The message of the last failing call made on this thread: it names the
  * argument or the step that failed; for a compile failure it holds the
  * compiler's log. "" if no call on this thread has failed. */

@@ -203,3 +203,34 @@ FT_TEST(misaligned_data_refused_before_the_device) {
   }
   fi_runtime_destroy(rt);
 }
+
+/* fi_copy_to_host: bad arguments are refused by name before any device is looked up; a
+ * valid one reaches the device lookup (no GPU here). */
+FT_TEST(copy_to_host_arguments) {
+  fi_runtime *rt = mem_runtime();
+  FT_REQUIRE(rt != NULL);
+  tens s;
+  int32_t host[16];
+  tens_make(&s, IN_ADDR, kDLCUDA, kDLInt, 32, 1, 16, 0);
+  CHECK_ST(fi_copy_to_host(NULL, &s.t, host, 64, NULL), FI_ERR_INVALID_ARGUMENT, "NULL rt");
+  FT_CHECK_STR_HAS(fi_last_error(), "rt", "NULL rt");
+  CHECK_ST(fi_copy_to_host(rt, NULL, host, 64, NULL), FI_ERR_INVALID_ARGUMENT, "NULL src");
+  FT_CHECK_STR_HAS(fi_last_error(), "src", "NULL src");
+  CHECK_ST(fi_copy_to_host(rt, &s.t, NULL, 64, NULL), FI_ERR_INVALID_ARGUMENT, "NULL dst");
+  FT_CHECK_STR_HAS(fi_last_error(), "dst", "NULL dst");
+  CHECK_ST(fi_copy_to_host(rt, &s.t, host, 65, NULL), FI_ERR_INVALID_ARGUMENT, "65 of 64 bytes");
+  FT_CHECK_STR_HAS(fi_last_error(), "64 bytes", "65 of 64 bytes");
+  tens c;
+  tens_make(&c, host, kDLCPU, kDLInt, 32, 1, 16, 0);
+  CHECK_ST(fi_copy_to_host(rt, &c.t, host, 64, NULL), FI_ERR_INVALID_ARGUMENT, "a CPU src");
+  FT_CHECK_STR_HAS(fi_last_error(), "kDLCPU", "a CPU src");
+  tens g;
+  tens_make(&g, IN_ADDR, kDLCUDA, kDLInt, 32, 2, 4, 4);
+  g.t.strides = g.strides;
+  g.strides[0] = 8, g.strides[1] = 1;
+  CHECK_ST(fi_copy_to_host(rt, &g.t, host, 16, NULL), FI_ERR_INVALID_ARGUMENT, "strided src");
+  FT_CHECK_STR_HAS(fi_last_error(), "contiguous", "strided src");
+  CHECK_ST(fi_copy_to_host(rt, &s.t, host, 0, NULL), FI_OK, "0 bytes: nothing to do");
+  CHECK_ST(fi_copy_to_host(rt, &s.t, host, 64, NULL), FI_ERR_NO_DEVICE, "valid: %s", fi_last_error());
+  fi_runtime_destroy(rt);
+}

@@ -147,6 +147,78 @@ def tvm_bad_arguments_are_named():
            "float16", "float16", 0, 0.0, 0.0, -1, "NONE", 1.0, 1e4, 1.0, 1.0, 0)
 
 
+FA = os.path.join(BUILD, "libfi_runtime_tvm_flashinfer.so")
+
+
+@case
+def flashinfer_abi_module_plans_and_checks():
+    """libfi_runtime_tvm_flashinfer.so: TVM's FlashInfer-backend calls (names and argument
+    orders of attn_backend.h). A plan records host arrays and returns [magic, record,
+    generation]; a run on CPU tensors reaches fi_runtime and comes back with its error;
+    stale and foreign plan_infos, wrong counts and unsupported options are named."""
+    import tvm_ffi
+
+    m = tvm_ffi.load_module(FA)
+    out = subprocess.run(["nm", "-D", "--defined-only", FA], capture_output=True, text=True).stdout
+    syms = {line.split()[-1] for line in out.splitlines() if line.strip()}
+    for name in ("batch_prefill_plan", "batch_prefill_paged_run", "batch_prefill_ragged_run",
+                 "batch_decode_plan", "batch_decode_run", "configure"):
+        assert "__tvm_ffi_" + name in syms, name
+    assert all(s.startswith("__tvm_ffi_") for s in syms), syms
+    fws, iws, iws2 = np.zeros(1 << 20, np.uint8), np.zeros(4096, np.uint8), np.zeros(4096, np.uint8)
+    pl = np.zeros(4096, np.uint8)
+    qo, kv = np.array([0, 3, 8], np.int32), np.array([0, 1, 3], np.int32)
+    kvlen = np.array([10, 20], np.int32)
+    plan = lambda ws, causal=True, dqk=64, dvo=64, graph=False: m.batch_prefill_plan(  # noqa: E731
+        fws, ws, pl, qo, kv, kvlen, 8, 2, 8, 2, 16, graph, dqk, dvo, causal, -1, -1, False, 0)
+    info = plan(iws)
+    assert len(info) == 3 and info[2] == 1, list(info)
+    info2 = plan(iws)  # the same int workspace planned again: the record's next generation
+    assert info2[1] == info[1] and info2[2] == 2, (list(info), list(info2))
+    other = plan(iws2)
+    assert other[1] != info[1], (list(info), list(other))
+    q = np.zeros((8, 8, 64), np.float16)
+    cache = np.zeros((4, 2, 16, 64), np.float16)
+    idx, last = np.zeros(3, np.int32), np.array([10, 4], np.int32)
+    lse = np.zeros((8, 8), np.float32)
+    prun = lambda inf: m.batch_prefill_paged_run(  # noqa: E731
+        fws, iws, inf, q, cache, cache, qo, kv, idx, last, q, lse, 1, 1, -1, False, 0.125, 1.0,
+        1e-4)
+    raises(ValueError, ["argument 2 'plan_info'", "stale", "generation 1"], prun, info)
+    raises(ValueError, ["argument 0 'float_workspace_buffer'", "device tensor"], prun, info2)
+    raises(ValueError, ["argument 2 'plan_info'", "not a prefill plan_info"], prun,
+           tvm_ffi.convert([0x66694641, 15, 1]))
+    raises(ValueError, ["argument 2 'plan_info'", "not a prefill plan_info"], prun,
+           tvm_ffi.convert([7, 0, 1]))
+    raises(TypeError, ["argument 2 'plan_info'", "plan_info array"], prun, 5)
+    raises(ValueError, ["argument 12 'mask_mode_code'", "custom masks"], m.batch_prefill_paged_run,
+           fws, iws, info2, q, cache, cache, qo, kv, idx, last, q, lse, 2, 1, -1, False, 0.125,
+           1.0, 1e-4)
+    raises(ValueError, ["batch_prefill_ragged_run", "float_workspace_buffer"], m.batch_prefill_ragged_run, fws,
+           iws, info2, q, q, q, qo, kv, q, lse, 1, 0, -1, False, 0.125, 1.0, 1e-4)
+    raises(ValueError, ["argument 13 'head_dim_vo'", "equal"], plan, iws, True, 192, 128)
+    raises(TypeError, ["batch_prefill_plan", "takes 19 arguments", "got 3"], m.batch_prefill_plan,
+           fws, iws, pl)
+    raises(ValueError, ["argument 3 'qo_indptr'", "int32"], m.batch_prefill_plan, fws, iws, pl,
+           qo.astype(np.int64), kv, kvlen, 8, 2, 8, 2, 16, False, 64, 64, True, -1, -1, False, 0)
+    # decode: a plan gets no lengths (the first run reads them from the device); CUDA-graph
+    # decode is refused; the run's dtypes must be the plan's
+    e16, e8 = np.zeros(0, np.float16), np.zeros(0, np.float16)
+    dinfo = m.batch_decode_plan(fws, iws, pl, kv, 2, 8, 2, 16, False, -1, 0.0, 64, 64, e16, e8)
+    assert len(dinfo) == 3, list(dinfo)
+    raises(ValueError, ["argument 8 'enable_cuda_graph'", "not supported"], m.batch_decode_plan,
+           fws, iws, pl, kv, 2, 8, 2, 16, True, -1, 0.0, 64, 64, e16, e8)
+    qd = np.zeros((2, 8, 64), np.float16)
+    drun = lambda inf, qq=qd: m.batch_decode_run(  # noqa: E731
+        fws, iws, inf, qq, cache, cache, kv, idx, last, qq, None, 1, -1, False, 0.125, 1.0, 1e-4)
+    raises(ValueError, ["argument 2 'plan_info'", "not a decode plan_info"], drun, info2)
+    raises(ValueError, ["fi_copy_to_host", CPU], drun, dinfo)  # the lengths' copy, then refused
+    raises(ValueError, ["argument 3 'q'", "dtype"], drun, dinfo, qd.astype(np.float32))
+    m.configure(True)
+    m.configure(False)
+    raises(TypeError, ["configure", "takes 1 arguments"], m.configure)
+
+
 @case
 def init_after_first_op_is_refused():
     import fi_runtime
