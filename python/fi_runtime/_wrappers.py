@@ -34,6 +34,7 @@ class _Wrapper:
             raise ValueError(f"{fn}: use_cuda_graph=True needs {', '.join(missing)}")
         self._plan = 0
         self._plan_args = None  # what the last plan call passed (for a re-plan in run)
+        self._kv_memo = None  # (cache, its address, (k, v)): _kv's last
 
     @property
     def is_cuda_graph_enabled(self):
@@ -96,6 +97,20 @@ class _Wrapper:
             mask = (getattr(self, "_mask", None),) if self._kind == "prefill" else ()
             self._plan = getattr(ops, f"batch_{self._kind}_plan")(*args, self._plan, *mask)
             self._plan_args = tuple(args) + (self._plan,)
+
+    def _kv(self, fn, paged_kv_cache):
+        """kv_pair of the cache, the views kept while the same tensor comes back at the same
+        address (a decode step's cache is the same object every layer and step: two torch
+        slices a run are a third of its host time)."""
+        c = self._kv_memo
+        if c is not None and c[0] is paged_kv_cache and (not is_torch(paged_kv_cache)
+                                                        or paged_kv_cache.data_ptr() == c[1]):
+            return c[2]
+        kv = kv_pair(fn, paged_kv_cache)
+        if not isinstance(paged_kv_cache, (tuple, list)):
+            self._kv_memo = (paged_kv_cache, paged_kv_cache.data_ptr() if is_torch(paged_kv_cache)
+                             else None, kv)
+        return kv
 
     def _outputs(self, q, out, lse, return_lse):
         out = empty(q, q.shape) if out is None else tensor(self._fn, "out", out)
@@ -203,17 +218,25 @@ class BatchDecodeWithPagedKVCacheWrapper(_Wrapper):
         fn = "BatchDecodeWithPagedKVCacheWrapper.run"
         if args:
             unsupported(fn, "positional arguments after paged_kv_cache", args)
-        _refuse(fn, kv_cache_sf=kv_cache_sf,
-                skip_softmax_threshold_scale_factor=skip_softmax_threshold_scale_factor)
+        if kv_cache_sf is not None or skip_softmax_threshold_scale_factor is not None:
+            _refuse(fn, kv_cache_sf=kv_cache_sf,
+                    skip_softmax_threshold_scale_factor=skip_softmax_threshold_scale_factor)
         if q_len_per_req not in (None, 1):
             unsupported(fn, "q_len_per_req", q_len_per_req)
         tensor(fn, "q", q)
-        k, v = kv_pair(fn, paged_kv_cache)
-        sm = None
-        if self._plan:
-            sm = self._sm_scale * (1.0 if q_scale is None else number(fn, "q_scale", q_scale))
-        self._replan_if(fn, {0: sm, 2: window_left, 6: k_scale, 7: v_scale})
-        out, lse = self._outputs(q, out, lse, return_lse)
+        k, v = self._kv(fn, paged_kv_cache)
+        if q_scale is None and window_left is None and k_scale is None and v_scale is None:
+            if not self._plan:  # (the common call: nothing to compare with the plan's)
+                raise RuntimeError(f"{fn}: call plan before run")
+        else:
+            sm = None
+            if self._plan:
+                sm = self._sm_scale * (1.0 if q_scale is None else number(fn, "q_scale", q_scale))
+            self._replan_if(fn, {0: sm, 2: window_left, 6: k_scale, 7: v_scale})
+        if out is None or return_lse:
+            out, lse = self._outputs(q, out, lse, return_lse)
+        else:
+            tensor(fn, "out", out)
         if sinks is not None:
             tensor(fn, "sinks", sinks)
         run("batch_decode_run", self._plan, q, k, v, self._indptr, self._indices, self._last,
@@ -347,7 +370,7 @@ class BatchPrefillWithPagedKVCacheWrapper(_Prefill):
                 uses_spcompress=uses_spcompress, q_scale=q_scale,
                 skip_softmax_threshold_scale_factor=skip_softmax_threshold_scale_factor)
         tensor(fn, "q", q)
-        k, v = kv_pair(fn, paged_kv_cache)
+        k, v = self._kv(fn, paged_kv_cache)
         self._replan_if(fn, {2: window_left, 6: k_scale, 7: v_scale})
         out, lse = self._outputs(q, out, lse, return_lse)
         if sinks is not None:
