@@ -272,7 +272,8 @@ FA_EXPORT(batch_prefill_plan,
     r->have_last = 1;
     r->batch = (int)B, r->total_rows = (int)rows, r->hq = (int)hq, r->hkv = (int)hkv, r->page_size = (int)ps;
     r->head_dim = (int)dqk, r->causal = causal, r->window = (int)window;
-    if (r->graph && !graph) drop_plan(r);
+    /* a plan made in the other mode is made again at the next run */
+    if (r->plan && graph != (r->graph_batch > 0)) drop_plan(r);
     r->graph = graph;
     r->gen++;
     /* CUDA-graph mode: the plan a captured run uses is re-planned now, in place */
