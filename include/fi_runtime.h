@@ -303,6 +303,11 @@ typedef struct fi_attention_extras {
   int lse_base2; /**< 1: lse is written in base 2 (log2 of the softmax denominator, in
                       log2 units: FlashInfer's and TVM's convention); 0 (default): natural
                       log. Runs of decode and prefill read it. */
+  int head_dim_vo; /**< V's and out's head_dim where it differs from q's and k's head_dim:
+                        192 with 128 (DeepSeek's MHA prefill, the non-absorbed path);
+                        read by fi_batch_prefill_ragged_plan_ex (ragged KV only; no
+                        RoPE, fp8 cache or custom mask); 0 (default): head_dim.
+                        fi_single_prefill takes V's head_dim from v's shape. */
 } fi_attention_extras;
 
 /** Zeroes the caller's struct of `size` bytes and sets struct_size to it: through the

@@ -26,6 +26,8 @@ static const jit_op *const ops[] = {
     &jit_op_batch_prefill,
     &jit_op_single_prefill_fp8kv,
     &jit_op_batch_prefill_fp8kv,
+    &jit_op_single_prefill_dvo,
+    &jit_op_batch_prefill_dvo,
     &jit_op_single_prefill_sm90,
     &jit_op_batch_prefill_sm90,
     &jit_op_prefill_merge,

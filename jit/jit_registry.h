@@ -31,6 +31,8 @@ extern const jit_op jit_op_single_prefill;
 extern const jit_op jit_op_batch_prefill;
 extern const jit_op jit_op_single_prefill_fp8kv;
 extern const jit_op jit_op_batch_prefill_fp8kv;
+extern const jit_op jit_op_single_prefill_dvo;
+extern const jit_op jit_op_batch_prefill_dvo;
 extern const jit_op jit_op_single_prefill_sm90;
 extern const jit_op jit_op_batch_prefill_sm90;
 extern const jit_op jit_op_prefill_merge;

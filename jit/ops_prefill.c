@@ -50,7 +50,13 @@ unsigned jit_prefill_threads(const jit_key *k) {
   return 32u * FI_PF_WARPS(k->v[PREFILL_P_HEAD_DIM], k->v[PREFILL_P_Q_TILE]);
 }
 
+int jit_prefill_is_dvo(const jit_key *k) {
+  return k->op == &jit_op_single_prefill_dvo || k->op == &jit_op_batch_prefill_dvo;
+}
+
 static unsigned dyn_smem(const jit_key *k) {
+  if (jit_prefill_is_dvo(k))
+    return (unsigned)FI_PF_SMEM_DV(k->v[PREFILL_P_HEAD_DIM], k->v[PREFILL_P_HEAD_DIM_VO], k->v[PREFILL_P_Q_TILE]);
   return (unsigned)FI_PF_SMEM(k->v[PREFILL_P_HEAD_DIM], k->v[PREFILL_P_Q_TILE]);
 }
 
@@ -72,6 +78,15 @@ void jit_prefill_fp8_select(int single, int dtype, int kv_dtype, int head_dim, i
   out->v[PREFILL_P_KV_DTYPE] = kv_dtype;
 }
 
+void jit_prefill_dvo_select(int single, int dtype, int head_dim, int head_dim_vo, int q_tile, jit_key *out) {
+  out->op = single ? &jit_op_single_prefill_dvo : &jit_op_batch_prefill_dvo;
+  for (int i = 0; i < JIT_MAX_PARAMS; i++) out->v[i] = 0;
+  out->v[PREFILL_P_DTYPE] = dtype;
+  out->v[PREFILL_P_HEAD_DIM] = head_dim;
+  out->v[PREFILL_P_Q_TILE] = q_tile;
+  out->v[PREFILL_P_HEAD_DIM_VO] = head_dim_vo;
+}
+
 static int fp8_op(const jit_key *k) {
   return k->op == &jit_op_single_prefill_fp8kv || k->op == &jit_op_batch_prefill_fp8kv;
 }
@@ -82,6 +97,18 @@ static int render(const jit_key *k, const char *entry, char *buf, size_t n, int 
   const int f8 = fp8_op(k);
   /* Four-warp blocks: two per SM (up to 255 registers a thread), so one block's
    * barriers and loads overlap the other's mma. */
+  if (jit_prefill_is_dvo(k)) {
+    const char *t = jit_dtype_cxx((int)v[PREFILL_P_DTYPE]);
+    const int w = snprintf(buf, n,
+                           "extern \"C\" __global__ void __launch_bounds__(%u, %d)\n"
+                           "%s(fi_prefill_kparams p) {\n"
+                           "  fi_pdl_enter();\n"
+                           "  fi::pf::prefill<%s, %d, %d, 0, %d, %s, %d>(p);\n"
+                           "}\n",
+                           threads, threads >= 128 ? 2 : 1, entry, t, (int)v[PREFILL_P_HEAD_DIM],
+                           (int)v[PREFILL_P_Q_TILE], single, t, (int)v[PREFILL_P_HEAD_DIM_VO]);
+    return w < 0 || (size_t)w >= n ? -1 : w;
+  }
   int w = snprintf(buf, n,
                    "extern \"C\" __global__ void __launch_bounds__(%u, %d)\n"
                    "%s(fi_prefill_kparams p) {\n"
@@ -173,6 +200,39 @@ const jit_op jit_op_batch_prefill_fp8kv = {
     .render_entry = render_batch,
     .config_count = count,
     .config = config_batch_fp8,
+    .dyn_smem = dyn_smem,
+};
+
+/* The *_dvo ops: (dtype) x (q tile 16, 64) at head_dim 192 with V's 128. */
+static int count_dvo(void) { return 2 * 2; }
+static void config_dvo(int single, int idx, jit_key *out) {
+  jit_prefill_dvo_select(single, dtypes[idx % 2], 192, 128, idx / 2 ? 64 : 16, out);
+}
+static void config_single_dvo(int idx, jit_key *out) { config_dvo(1, idx, out); }
+static void config_batch_dvo(int idx, jit_key *out) { config_dvo(0, idx, out); }
+
+#define PREFILL_DVO_PARAMS                                                              \
+  {{"dtype", JIT_P_DTYPE}, {"head_dim", JIT_P_INT}, {"q_tile", JIT_P_INT}, {"head_dim_vo", JIT_P_INT}}
+
+const jit_op jit_op_single_prefill_dvo = {
+    .name = "single_prefill_dvo",
+    .template_name = "prefill.cuh",
+    .nparams = 4,
+    .params = PREFILL_DVO_PARAMS,
+    .render_entry = render_single,
+    .config_count = count_dvo,
+    .config = config_single_dvo,
+    .dyn_smem = dyn_smem,
+};
+
+const jit_op jit_op_batch_prefill_dvo = {
+    .name = "batch_prefill_dvo",
+    .template_name = "prefill.cuh",
+    .nparams = 4,
+    .params = PREFILL_DVO_PARAMS,
+    .render_entry = render_batch,
+    .config_count = count_dvo,
+    .config = config_batch_dvo,
     .dyn_smem = dyn_smem,
 };
 

@@ -19,6 +19,10 @@ enum {
 /* single_prefill_fp8kv and batch_prefill_fp8kv (the mma.sync kernel over an fp8 cache; no
  * RoPE): PREFILL_P_DTYPE, _HEAD_DIM and _Q_TILE as above, then the cache's dtype. */
 enum { PREFILL_P_KV_DTYPE = PREFILL_P_ROPE };
+/* single_prefill_dvo and batch_prefill_dvo (the mma.sync kernel with V's head_dim apart from
+ * q's and k's: 192 / 128, DeepSeek's MHA prefill; contiguous KV, no RoPE, no fp8):
+ * PREFILL_P_DTYPE, _HEAD_DIM (q's and k's) and _Q_TILE as above, then V's head_dim. */
+enum { PREFILL_P_HEAD_DIM_VO = PREFILL_P_ROPE };
 enum { PREFILL_MERGE_P_DTYPE, PREFILL_MERGE_P_HEAD_DIM };
 /* Parameters of single_prefill_sm90 and batch_prefill_sm90 (kernels/prefill_wgmma.cuh,
  * compiled for sm_90a): no RoPE. */
@@ -48,6 +52,10 @@ void jit_prefill_select(int single, int dtype, int head_dim, int q_tile, int rop
 /* The same over an fp8 cache (kv_dtype JIT_DT_E4M3 or JIT_DT_E5M2). */
 void jit_prefill_fp8_select(int single, int dtype, int kv_dtype, int head_dim, int q_tile, jit_key *out);
 void jit_prefill_merge_select(int dtype, int head_dim, jit_key *out);
+/* The *_dvo kernel of (dtype, head_dim_qk, head_dim_vo, q tile). */
+void jit_prefill_dvo_select(int single, int dtype, int head_dim, int head_dim_vo, int q_tile, jit_key *out);
+/* 1 for a *_dvo key. */
+int jit_prefill_is_dvo(const jit_key *k);
 /* Threads of a prefill key's block (either kernel). */
 unsigned jit_prefill_threads(const jit_key *k);
 /* The wgmma kernel's key (Hopper): single (1) or batch (0), q tile 64, 128 or 192 rows

@@ -68,27 +68,32 @@ struct widen<KVT, D, KT, THREADS, true> {
 // in v_scale, as decode's): each tile lands as bytes in the second stage's space (two
 // stages of [K][V] bytes fill it exactly) and is widened to f16 into the first stage's
 // K and V before its mmas, which then run on f16 (q converted from bf16 as it is staged);
-// one barrier more a tile. No RoPE with fp8.
-template <typename T, int D, int QT, int ROPE, int SINGLE, typename KVT = T>
+// one barrier more a tile. No RoPE with fp8. DV: V's and the output's head_dim where it
+// differs from q's and k's D (DeepSeek's MHA prefill: D 192, DV 128; no RoPE, no fp8):
+// a stage is a [KT][D] K tile then a [KT][DV] V tile, O has DV columns.
+template <typename T, int D, int QT, int ROPE, int SINGLE, typename KVT = T, int DV = D>
 FI_DEVICE void prefill(const fi_prefill_kparams &p) {
   typedef typename dec::mma_type<T, KVT>::type MT_;  // the mma's 16-bit type
   typedef dec::w16<MT_> W;
   typedef dec::w16<T> WO;
   constexpr bool FP8 = dec::kv<KVT>::FP8 != 0, QCONV = FP8 && !dec::same<T, MT_>::value;
   static_assert(!(FP8 && ROPE), "no RoPE with an fp8 cache");
-  constexpr int WARPS = FI_PF_WARPS(D, QT), MT = FI_PF_MT(D, QT), KT = FI_PF_KT(D, QT);
+  constexpr int WARPS = FI_PF_WARPS(D, QT), MT = FI_PF_MT(D, QT), KT = FI_PF_KT_DV(D, DV, QT);
   constexpr bool QREG = FI_PF_QREG(D, QT);
-  constexpr int THREADS = WARPS * 32, CH = D / 8, WR = 16 * MT;  // WR: rows of a warp
-  static_assert(D == 64 || D == 128 || D == 256, "head_dim 64, 128 or 256");
+  constexpr int THREADS = WARPS * 32, CH = D / 8, CHV = DV / 8, WR = 16 * MT;  // WR: rows of a warp
+  constexpr int SST = KT * (D + DV);  // elements of a stage: K tile, then V tile
+  static_assert(((D == 64 || D == 128 || D == 256) && DV == D) || (D == 192 && DV == 128),
+                "head_dim 64, 128 or 256; or 192 with V's 128");
+  static_assert(DV == D || (!FP8 && !ROPE), "no fp8 cache and no RoPE with DV != D");
   static_assert(QT == 16 * MT * WARPS && (MT == 1 || MT == 2), "q tile");
   static_assert(!QREG || QT <= 2 * KT, "a register-held Q tile is staged in the K and V buffers");
-  static_assert(THREADS % CH == 0 || CH % THREADS == 0, "chunk mapping");
+  static_assert(D == 192 || THREADS % CH == 0 || CH % THREADS == 0, "chunk mapping");
 
-  // Two stages of [K tile][V tile]; stage b's K at sK + 2 b KT D, its V KT D further.
+  // Two stages of [K tile][V tile]; stage b's K at sK + b SST, its V KT D further.
   uint16_t *const sK = reinterpret_cast<uint16_t *>(fi_pf_smem) + (QREG ? 0 : QT * D);
   uint16_t *const sV = sK + KT * D;
   uint16_t *const sQ = QREG ? sK : reinterpret_cast<uint16_t *>(fi_pf_smem);
-  int64_t *const s_off = reinterpret_cast<int64_t *>(sK + 4 * KT * D);  // [2][KT] token offsets
+  int64_t *const s_off = reinterpret_cast<int64_t *>(sK + 2 * SST);  // [2][KT] token offsets
 
   const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5, g = lane >> 2, c = lane & 3;
   const int item = blockIdx.x, hkv = blockIdx.y, G = p.group;
@@ -162,7 +167,7 @@ FI_DEVICE void prefill(const fi_prefill_kparams &p) {
   // masked out) go into s_off[t % 2] two tiles ahead, so the loads of a tile never wait
   // on a page-table read. Contiguous KV takes the same path (no read).
   const T *kg = static_cast<const T *>(p.k) + (int64_t)hkv * p.kv_stride_head;
-  const T *vg = static_cast<const T *>(p.v) + (int64_t)hkv * p.kv_stride_head;
+  const T *vg = static_cast<const T *>(p.v) + (int64_t)hkv * (DV == D ? p.kv_stride_head : p.v_stride_head);
   const bool paged = p.indices != nullptr;
   auto tok_clamp = [&](int j) { return j < kv_hi - 1 ? j : kv_hi - 1; };
   auto tok_off = [&](int j, int32_t page) -> int64_t {
@@ -177,9 +182,22 @@ FI_DEVICE void prefill(const fi_prefill_kparams &p) {
       cp16(dst + swz<D>(row, ch), base + to[row] + 8 * ch);
     }
   };
+  // V's tile of DV columns (DV != D: contiguous KV only, V's own strides) from token j0v
+  auto load_vtile = [&](uint16_t *dst, const T *base, int buf, int j0v) {
+    if constexpr (DV == D) {
+      (void)j0v;
+      load_tile(dst, base, buf);
+    } else {
+      (void)buf;
+      for (int i = tid; i < KT * CHV; i += THREADS) {
+        const int row = i / CHV, ch = i % CHV;
+        cp16(dst + swz<DV>(row, ch), base + (kv_base + tok_clamp(j0v + row)) * p.v_stride_slot + 8 * ch);
+      }
+    }
+  };
   // fp8: tile stage b's K bytes at sF8 + 2 b KT D, its V bytes KT D further (row-major,
   // unswizzled; widen above makes the 16-bit tiles of them).
-  unsigned char *const sF8 = reinterpret_cast<unsigned char *>(sK + 2 * KT * D);
+  unsigned char *const sF8 = reinterpret_cast<unsigned char *>(sK + SST);
   const unsigned char *const kg8 = static_cast<const unsigned char *>(p.k) + (int64_t)hkv * p.kv_stride_head;
   const unsigned char *const vg8 = static_cast<const unsigned char *>(p.v) + (int64_t)hkv * p.kv_stride_head;
   auto load_tile8 = [&](unsigned char *dst, const unsigned char *base, int buf) {
@@ -199,9 +217,9 @@ FI_DEVICE void prefill(const fi_prefill_kparams &p) {
   // spilled.
   const uint32_t qrow0 = smem_addr(sQ) + 2u * D * (WR * warp + (lane & 15));
   const uint32_t krow0 = smem_addr(sK) + 2u * D * ((lane & 7) + ((lane >> 4) << 3));
-  const uint32_t vrow0 = smem_addr(sV) + 2u * D * ((lane & 7) + (((lane >> 3) & 1) << 3));
+  const uint32_t vrow0 = smem_addr(sV) + 2u * DV * ((lane & 7) + (((lane >> 3) & 1) << 3));
 
-  float o[MT][D / 8][4];
+  float o[MT][DV / 8][4];
   float m[MT][2], dsum[MT][2];
 #pragma unroll
   for (int mt = 0; mt < MT; mt++) {
@@ -211,7 +229,7 @@ FI_DEVICE void prefill(const fi_prefill_kparams &p) {
       dsum[mt][h] = 0.0f;
     }
 #pragma unroll
-    for (int j = 0; j < D / 8; j++)
+    for (int j = 0; j < DV / 8; j++)
 #pragma unroll
       for (int e = 0; e < 4; e++) o[mt][j][e] = 0.0f;
   }
@@ -229,14 +247,14 @@ FI_DEVICE void prefill(const fi_prefill_kparams &p) {
       load_tile8(sF8 + KT * D, vg8, 0);
     } else {
       load_tile(sK, kg, 0);
-      load_tile(sV, vg, 0);
+      load_vtile(sV, vg, 0, kv_lo);
     }
     cp_commit();
   }
   for (int t = 0; t < ntiles; t++) {
     const int j0 = kv_lo + t * KT, buf = t & 1;
     const bool more = t + 1 < ntiles, more2 = t + 2 < ntiles;
-    uint16_t *const cK = FP8 ? sK : sK + buf * 2 * KT * D;
+    uint16_t *const cK = FP8 ? sK : sK + buf * SST;
     // The page ids of tile t + 2: read now, used after this tile's S.
     int32_t pg[NOFF];
 #pragma unroll
@@ -250,8 +268,8 @@ FI_DEVICE void prefill(const fi_prefill_kparams &p) {
       load_tile8(sF8 + (buf ^ 1) * 2 * KT * D, kg8, buf ^ 1);
       load_tile8(sF8 + (buf ^ 1) * 2 * KT * D + KT * D, vg8, buf ^ 1);
     } else if (more) {
-      load_tile(sK + (buf ^ 1) * 2 * KT * D, kg, buf ^ 1);
-      load_tile(sV + (buf ^ 1) * 2 * KT * D, vg, buf ^ 1);
+      load_tile(sK + (buf ^ 1) * SST, kg, buf ^ 1);
+      load_vtile(sV + (buf ^ 1) * SST, vg, buf ^ 1, j0 + KT);
     }
     cp_commit();
     if (FP8) {  // this tile's bytes into the 16-bit K and V (every warp is done with the last)
@@ -279,7 +297,7 @@ FI_DEVICE void prefill(const fi_prefill_kparams &p) {
       __syncthreads();
     }
 
-    const uint32_t stage = FP8 ? 0u : (uint32_t)buf * (4u * KT * D);  // bytes
+    const uint32_t stage = FP8 ? 0u : (uint32_t)buf * (2u * SST);  // bytes
     uint32_t qrow = qrow0, krow = krow0 + stage, vrow = vrow0 + stage, xa[4], xb[4];
     opaque(qrow);
     opaque(krow);
@@ -384,7 +402,7 @@ FI_DEVICE void prefill(const fi_prefill_kparams &p) {
           }
         dsum[mt][h] = dsum[mt][h] * alpha + ps;
 #pragma unroll
-        for (int j = 0; j < D / 8; j++) {
+        for (int j = 0; j < DV / 8; j++) {
           o[mt][j][2 * h] *= alpha;
           o[mt][j][2 * h + 1] *= alpha;
         }
@@ -411,12 +429,12 @@ FI_DEVICE void prefill(const fi_prefill_kparams &p) {
 #pragma unroll
     for (int kk = 0; kk < KT / 16; kk++) {
 #pragma unroll
-      for (int n2 = 0; n2 < D / 16; n2++) {
+      for (int n2 = 0; n2 < DV / 16; n2++) {
         uint32_t vb[4];
 #if FI_CUDA
-        ldsm4t_at(vrow + xa[n2 & 3] + (uint32_t)(2 * D * 16 * kk + 128 * (n2 >> 2)), vb);
+        ldsm4t_at(vrow + xa[n2 & 3] + (uint32_t)(2 * DV * 16 * kk + 128 * (n2 >> 2)), vb);
 #else
-        ldsm4t(cK + KT * D, swz<D>(16 * kk + (lane & 7) + (((lane >> 3) & 1) << 3), 2 * n2 + (lane >> 4)), vb);
+        ldsm4t(cK + KT * D, swz<DV>(16 * kk + (lane & 7) + (((lane >> 3) & 1) << 3), 2 * n2 + (lane >> 4)), vb);
 #endif
 #pragma unroll
         for (int mt = 0; mt < MT; mt++) {
@@ -447,7 +465,7 @@ FI_DEVICE void prefill(const fi_prefill_kparams &p) {
       if (nchunks <= 1) {
         T *orow = static_cast<T *>(p.out) + (q_start + tq) * p.out_stride_tok + (int64_t)head * p.out_stride_head;
 #pragma unroll
-        for (int j = 0; j < D / 8; j++)
+        for (int j = 0; j < DV / 8; j++)
           *reinterpret_cast<uint32_t *>(orow + 8 * j + 2 * c) =
               WO::pack(o[mt][j][2 * h] * inv, o[mt][j][2 * h + 1] * inv);
         if (p.lse && c == 0)
@@ -455,9 +473,9 @@ FI_DEVICE void prefill(const fi_prefill_kparams &p) {
               ds > 0.0f ? (mr + log2f(ds)) * (p.lse_log2 ? 1.0f : LN2) : neg_inf();
       } else {
         const int64_t prow = ((int64_t)(slot + chunk) * p.num_kv_heads + hkv) * FI_PREFILL_SLOT_ROWS + rt;
-        float *po = p.partial_o + prow * D;
+        float *po = p.partial_o + prow * DV;
 #pragma unroll
-        for (int j = 0; j < D / 8; j++) {
+        for (int j = 0; j < DV / 8; j++) {
           fi_vec<float, 2> y;
           y.v[0] = o[mt][j][2 * h] * inv;
           y.v[1] = o[mt][j][2 * h + 1] * inv;

@@ -41,9 +41,12 @@
 #define FI_PF_MT(D, QT) ((QT) / (16 * FI_PF_WARPS(D, QT)))
 #define FI_PF_KT(D, QT) ((D) <= 128 ? 64 : 32)
 #define FI_PF_QREG(D, QT) (FI_PF_MT(D, QT) == 1 && (D) <= 128)
-#define FI_PF_SMEM(D, QT)                                                                   \
-  ((FI_PF_QREG(D, QT) ? 0 : (QT) * (D) * 2) + 4 * FI_PF_KT(D, QT) * (D) * 2 +               \
+/* With V's head_dim DV != D (192 / 128): the K tile [KT][D] and the V tile [KT][DV]. */
+#define FI_PF_KT_DV(D, DV, QT) FI_PF_KT(D, QT)
+#define FI_PF_SMEM_DV(D, DV, QT)                                                            \
+  ((FI_PF_QREG(D, QT) ? 0 : (QT) * (D) * 2) + 2 * FI_PF_KT(D, QT) * ((D) + (DV)) * 2 +      \
    2 * FI_PF_KT(D, QT) * 8)
+#define FI_PF_SMEM(D, QT) FI_PF_SMEM_DV(D, D, QT)
 
 /* Rows a partial slot holds (the largest q tile): partial row ((slot * H_kv + hkv) *
  * FI_PREFILL_SLOT_ROWS + row in the tile). */
@@ -95,6 +98,10 @@ typedef struct fi_prefill_kparams {
    * items[11] (batch) or 0 (single). NULL: none. */
   const uint8_t *custom_mask;
   int32_t lse_log2; /* 1: lse in base 2 (FlashInfer's convention); 0: natural log */
+  int32_t pad2_;
+  /* V's strides where its head_dim differs from K's (the *_dvo kernels: contiguous KV,
+   * token and head strides in elements); unused otherwise (V shares K's). */
+  int64_t v_stride_slot, v_stride_head;
 } fi_prefill_kparams;
 
 /* The merge of split tiles: one block per item of chunk 0 (and KV head), combining its

@@ -193,6 +193,11 @@ int rt_extras_lse_base2(const fi_attention_extras *x) {
   return x->lse_base2 != 0;
 }
 
+int rt_extras_head_dim_vo(const fi_attention_extras *x) {
+  if (!x || x->struct_size < offsetof(fi_attention_extras, head_dim_vo) + sizeof x->head_dim_vo) return 0;
+  return x->head_dim_vo;
+}
+
 fi_status rt_check_index(const char *fn, const char *name, const DLTensor *t, const DLTensor *q,
                              int64_t min_len, int exact) {
   fi_status st;

@@ -45,6 +45,8 @@ fi_status rt_check_extras(const char *fn, const fi_attention_extras *x, const DL
                           const float **sinks, const uint8_t **mask);
 /* extras->lse_base2 where the caller's struct has it (the third version's member), else 0. */
 int rt_extras_lse_base2(const fi_attention_extras *x);
+/* extras->head_dim_vo where the caller's struct has it (the fourth version's member), else 0. */
+int rt_extras_head_dim_vo(const fi_attention_extras *x);
 /* out and lse (may be NULL) overlap none of the n inputs (NULL entries skipped), nor
  * each other. */
 fi_status rt_check_outputs_apart(const char *fn, const DLTensor *out, const DLTensor *lse,

@@ -28,6 +28,7 @@ struct fi_prefill_plan {
   int devtype, device, paged, graph;
   int batch, max_batch, max_qo_tokens;
   int num_qo_heads, num_kv_heads, head_dim, page_size, dt, kv_dt, q_tile;
+  int head_dim_vo;  /* V's and out's (extras->head_dim_vo; head_dim unless dvo) */
   int64_t num_items, grid, chunk, slots_used;
   int64_t pgrid;    /* > 0: the kernel's persistent grid (pgrid x 1 blocks over grid x heads units) */
   int64_t qo_rows;  /* qo_indptr[B]: rows q and out need */
@@ -61,9 +62,9 @@ FI_API fi_status fi_batch_prefill_workspace_size(fi_runtime *rt, DLDevice device
     return rt_fail(FI_ERR_INVALID_ARGUMENT,
                    "%s: num_qo_heads %d and num_kv_heads %d: a positive multiple is needed", fn,
                    num_qo_heads, num_kv_heads);
-  if (head_dim != 64 && head_dim != 128 && head_dim != 256)
-    return rt_fail(FI_ERR_INVALID_ARGUMENT, "%s: head_dim is %d; 64, 128 or 256 is supported", fn,
-                   head_dim);
+  if (head_dim != 64 && head_dim != 128 && head_dim != 256 && head_dim != 192)
+    return rt_fail(FI_ERR_INVALID_ARGUMENT, "%s: head_dim is %d; 64, 128, 256 (or 192 with V's 128) is supported",
+                   fn, head_dim);
   int sms;
   fi_status st = rt_dec_device_sms(rt, device.device_type, device.device_id, &sms);
   if (st != FI_OK) return st;
@@ -100,7 +101,7 @@ static int64_t mask_offsets(int B, const int32_t *qo_indptr, const int64_t *kv_l
 static fi_status plan_impl(fi_runtime *rt, const char *fn, const fi_batch_prefill_info *info,
                            const fi_prefill_params *p, int paged, char *ws, int64_t ws_bytes,
                            int devtype, int device, int sms, void *stream, fi_prefill_plan **plan, int use_stored,
-                           const rt_prefill_tactic *force, const plan_mask *mask) {
+                           const rt_prefill_tactic *force, const plan_mask *mask, int dv) {
   fi_status st;
   char err[256];
   const int B = info->batch;
@@ -117,9 +118,20 @@ static fi_status plan_impl(fi_runtime *rt, const char *fn, const fi_batch_prefil
                    "%s: info->max_qo_tokens is %d; >= 1 is needed with max_batch (CUDA-graph mode)",
                    fn, info->max_qo_tokens);
   const int dt = rt_check_dtype(info->q_dtype), kvdt = rt_check_dtype(info->kv_dtype);
-  if ((st = rt_prefill_check_common(fn, info->num_qo_heads, info->num_kv_heads, info->head_dim, dt, kvdt,
+  /* V's head_dim (extras->head_dim_vo) may differ: 192 / 128 over a ragged KV (the head dims
+   * are checked as V's then) */
+  const int DV = dv > 0 ? dv : info->head_dim, dvo = DV != info->head_dim && info->head_dim == 192 && DV == 128;
+  if (dv < 0) return rt_fail(FI_ERR_INVALID_ARGUMENT, "%s: extras->head_dim_vo is %d; 0 or more is needed", fn, dv);
+  if ((st = rt_prefill_check_dvo_pair(fn, info->head_dim, DV, "extras->head_dim_vo")) != FI_OK) return st;
+  if ((st = rt_prefill_check_common(fn, info->num_qo_heads, info->num_kv_heads, dvo ? DV : info->head_dim, dt, kvdt,
                          info->q_dtype, info->kv_dtype, p)) != FI_OK)
     return st;
+  if ((st = rt_prefill_check_dvo(fn, info->head_dim, DV, "extras->head_dim_vo", dt, kvdt, p, mask != NULL)) != FI_OK)
+    return st;
+  if (DV != info->head_dim && paged)
+    return rt_fail(FI_ERR_INVALID_ARGUMENT,
+                   "%s: extras->head_dim_vo %d apart from head_dim %d is taken by the ragged plan only", fn, DV,
+                   info->head_dim);
   if (paged && info->page_size < 1)
     return rt_fail(FI_ERR_INVALID_ARGUMENT, "%s: info->page_size is %d; >= 1 is needed", fn, info->page_size);
   const int G = info->num_qo_heads / info->num_kv_heads, D = info->head_dim;
@@ -199,7 +211,7 @@ static fi_status plan_impl(fi_runtime *rt, const char *fn, const fi_batch_prefil
   const int rope = p->attn.pos_encoding == FI_POS_ROPE_LLAMA, soft_cap = p->attn.logits_soft_cap != 0;
   rt_prefill_tactic tac;
   const rt_prefill_tactic *stored = force;
-  if (rt && use_stored && !force && !rope && kvdt == dt) { /* (no tactics over an fp8 cache) */
+  if (rt && use_stored && !force && !rope && kvdt == dt && DV == D) { /* (no tactics over an fp8 cache, dvo) */
     int64_t fields[RT_PREFILL_TACTIC_FIELDS];
     const char *text;
     rt_prefill_tactic_fields(dt, info->num_qo_heads, info->num_kv_heads, D, p->causal, soft_cap, fields);
@@ -210,13 +222,21 @@ static fi_status plan_impl(fi_runtime *rt, const char *fn, const fi_batch_prefil
       stored = &tac;
   }
   jit_key key;
-  const int qt = rt_prefill_pick_kernel(rt, devtype, device, 0, dt, kvdt, D, graph ? (int64_t)info->max_qo_tokens * G : maxrows,
-                                        kvsel, rope, soft_cap, mask != NULL, stored, &key);
+  int qt;
+  const int64_t krows = graph ? (int64_t)info->max_qo_tokens * G : maxrows;
+  if (DV != D) { /* the dvo kernel (mma.sync), the rule's q tile */
+    jit_prefill_dvo_select(0, dt, D, DV, jit_prefill_q_tile(D, krows), &key);
+    qt = jit_prefill_key_q_tile(&key);
+  } else {
+    qt = rt_prefill_pick_kernel(rt, devtype, device, 0, dt, kvdt, D, krows, kvsel, rope, soft_cap, mask != NULL, stored,
+                                &key);
+  }
   if (!fresh &&
       (pl->paged != paged || pl->graph != graph || (graph && (pl->max_batch != info->max_batch ||
                                                               pl->max_qo_tokens != info->max_qo_tokens)) ||
        pl->num_qo_heads != info->num_qo_heads || pl->num_kv_heads != info->num_kv_heads ||
-       pl->head_dim != D || (paged && pl->page_size != info->page_size) || pl->dt != dt || pl->kv_dt != kvdt ||
+       pl->head_dim != D || pl->head_dim_vo != DV || (paged && pl->page_size != info->page_size) || pl->dt != dt ||
+       pl->kv_dt != kvdt ||
        memcmp(&pl->params, p, sizeof *p) != 0 || pl->ws != ws || memcmp(pl->key.v, key.v, sizeof key.v) != 0 ||
        (graph && pl->mask != (mask ? mask->ptr : NULL)))) {
     free(kv_len);
@@ -281,7 +301,7 @@ static fi_status plan_impl(fi_runtime *rt, const char *fn, const fi_batch_prefil
   pl->tab = tab;
   pl->mask = mask ? mask->ptr : NULL;
   pl->key = key;
-  jit_prefill_merge_select(dt, D, &pl->merge_key);
+  jit_prefill_merge_select(dt, DV, &pl->merge_key);
   pl->devtype = devtype;
   pl->device = device;
   pl->paged = paged;
@@ -292,6 +312,7 @@ static fi_status plan_impl(fi_runtime *rt, const char *fn, const fi_batch_prefil
   pl->num_qo_heads = info->num_qo_heads;
   pl->num_kv_heads = info->num_kv_heads;
   pl->head_dim = D;
+  pl->head_dim_vo = DV;
   pl->page_size = paged ? info->page_size : 1;
   pl->dt = dt;
   pl->kv_dt = kvdt;
@@ -344,7 +365,8 @@ static fi_status plan_entry(fi_runtime *rt, const char *fn, const fi_batch_prefi
   if (pm.ptr) pm.len = x->custom_mask->shape[0];
   /* The SM count is looked up once the arguments are checked (sms -1). */
   return plan_impl(rt, fn, info, p, paged, rt_data(workspace), ws_bytes, workspace->device.device_type,
-                   workspace->device.device_id, -1, stream, plan, use_stored, force, pm.ptr ? &pm : NULL);
+                   workspace->device.device_id, -1, stream, plan, use_stored, force, pm.ptr ? &pm : NULL,
+                   rt_extras_head_dim_vo(x));
 }
 
 FI_API fi_status fi_batch_prefill_ragged_plan(fi_runtime *rt, const fi_batch_prefill_info *info,
@@ -402,7 +424,7 @@ static fi_status run_common(fi_runtime *rt, const char *fn, const fi_prefill_pla
                    "heads %d and head_dim %d are needed",
                    fn, (long long)q->shape[0], (long long)q->shape[1], (long long)q->shape[2],
                    (long long)pl->qo_rows, pl->num_qo_heads, pl->head_dim);
-  return rt_prefill_check_q_out(fn, q, out, lse, pl->dt);
+  return rt_prefill_check_q_out(fn, q, out, lse, pl->dt, pl->head_dim_vo);
 }
 
 static fi_status run_launch(fi_runtime *rt, const fi_prefill_plan *pl, fi_prefill_kparams *kp,
@@ -488,8 +510,12 @@ FI_API fi_status fi_batch_prefill_ragged_run_ex(fi_runtime *rt, const fi_prefill
                    fn, (long long)k->shape[0], (long long)k->shape[1], (long long)k->shape[2],
                    nhd ? "[tokens, H_kv, head_dim] (NHD)" : "[H_kv, tokens, head_dim] (HND)",
                    (long long)pl->kv_rows, pl->num_kv_heads, pl->head_dim);
-  if ((st = rt_check_shape(fn, "v", v, 3, k->shape, "k's shape")) != FI_OK) return st;
-  if ((st = rt_prefill_check_kv_rows(fn, k, v, jit_dtype_bytes(pl->kv_dt))) != FI_OK) return st;
+  const int64_t vs[3] = {k->shape[0], k->shape[1], pl->head_dim_vo};
+  if ((st = rt_check_shape(fn, "v", v, 3, vs, pl->head_dim_vo == pl->head_dim ? "k's shape" : "k's, head_dim_vo last")) !=
+      FI_OK)
+    return st;
+  if ((st = rt_prefill_check_kv_rows(fn, k, v, jit_dtype_bytes(pl->kv_dt), pl->head_dim_vo != pl->head_dim)) != FI_OK)
+    return st;
   const DLTensor *ins[3] = {q, k, v};
   static const char *const in_names[3] = {"q", "k", "v"};
   if ((st = rt_check_outputs_apart(fn, out, lse, ins, in_names, 3)) != FI_OK) return st;
@@ -503,6 +529,8 @@ FI_API fi_status fi_batch_prefill_ragged_run_ex(fi_runtime *rt, const fi_prefill
   kp.indices = NULL;
   kp.kv_stride_slot = rt_stride(k, nhd ? 0 : 1);
   kp.kv_stride_head = rt_stride(k, nhd ? 1 : 0);
+  kp.v_stride_slot = rt_stride(v, nhd ? 0 : 1);
+  kp.v_stride_head = rt_stride(v, nhd ? 1 : 0);
   kp.page_size = 1;
   kp.lse_log2 = rt_extras_lse_base2(x);
   return run_launch(rt, pl, &kp, q, out, lse, stream);
@@ -584,7 +612,7 @@ int rt_prefill_plan_offline_mask(const fi_batch_prefill_info *info, const fi_pre
   static const uint8_t bits[1]; /* a mask address no offline plan reads */
   const plan_mask pm = {bits, mask_len};
   return plan_impl(NULL, paged ? "fi_batch_prefill_paged_plan" : "fi_batch_prefill_ragged_plan", info, p, paged,
-                   workspace, INT64_MAX, devtype, 0, sms, NULL, plan, 0, NULL, &pm) == FI_OK
+                   workspace, INT64_MAX, devtype, 0, sms, NULL, plan, 0, NULL, &pm, 0) == FI_OK
              ? 0
              : -1;
 }
@@ -593,7 +621,15 @@ int rt_prefill_plan_offline_tactic(const fi_batch_prefill_info *info, const fi_p
                                    void *workspace, int devtype, int sms, fi_prefill_plan **plan,
                                    const rt_prefill_tactic *force) {
   return plan_impl(NULL, paged ? "fi_batch_prefill_paged_plan" : "fi_batch_prefill_ragged_plan", info, p,
-                   paged, workspace, INT64_MAX, devtype, 0, sms, NULL, plan, 0, force, NULL) == FI_OK
+                   paged, workspace, INT64_MAX, devtype, 0, sms, NULL, plan, 0, force, NULL, 0) == FI_OK
+             ? 0
+             : -1;
+}
+
+int rt_prefill_plan_offline_dvo(const fi_batch_prefill_info *info, const fi_prefill_params *p, void *workspace,
+                                int devtype, int sms, int head_dim_vo, fi_prefill_plan **plan) {
+  return plan_impl(NULL, "fi_batch_prefill_ragged_plan", info, p, 0, workspace, INT64_MAX, devtype, 0, sms, NULL, plan,
+                   0, NULL, NULL, head_dim_vo) == FI_OK
              ? 0
              : -1;
 }

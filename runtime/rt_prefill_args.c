@@ -55,14 +55,18 @@ void rt_prefill_fill_scalars(fi_prefill_kparams *k, const fi_prefill_params *p, 
   k->window_left = p->attn.window_left;
 }
 
-/* q / out [rows, H_qo, D]: shapes, dtypes, row layout; lse [rows, H_qo]. */
-fi_status rt_prefill_check_q_out(const char *fn, const DLTensor *q, const DLTensor *out, const DLTensor *lse, int dt) {
+/* q [rows, H_qo, D], out [rows, H_qo, DV]: shapes, dtypes, row layout; lse [rows, H_qo]. */
+fi_status rt_prefill_check_q_out(const char *fn, const DLTensor *q, const DLTensor *out, const DLTensor *lse, int dt,
+                                 int64_t DV) {
   fi_status st;
   char b1[32], b2[32];
   if (rt_check_dtype(out->dtype) != dt)
     return rt_fail(FI_ERR_INVALID_ARGUMENT, "%s: out has dtype %s but q has %s", fn,
                    rt_check_dtype_string(out->dtype, b1, sizeof b1), rt_check_dtype_string(q->dtype, b2, sizeof b2));
-  if ((st = rt_check_shape(fn, "out", out, 3, q->shape, "q's shape")) != FI_OK) return st;
+  const int64_t os[3] = {q->shape[0], q->shape[1], DV};
+  if ((st = rt_check_shape(fn, "out", out, 3, os, DV == q->shape[2] ? "q's shape" : "[rows, H_qo, head_dim_vo]")) !=
+      FI_OK)
+    return st;
   if (lse) {
     const int64_t ls[2] = {q->shape[0], q->shape[1]};
     if ((st = rt_check_lse(fn, lse, q, 2, ls)) != FI_OK) return st;
@@ -73,11 +77,37 @@ fi_status rt_prefill_check_q_out(const char *fn, const DLTensor *q, const DLTens
   return FI_OK;
 }
 
-fi_status rt_prefill_check_kv_rows(const char *fn, const DLTensor *k, const DLTensor *v, int elem_bytes) {
+fi_status rt_prefill_check_kv_rows(const char *fn, const DLTensor *k, const DLTensor *v, int elem_bytes, int dvo) {
   fi_status st;
   if ((st = rt_check_rows(fn, "k", k, elem_bytes)) != FI_OK || (st = rt_check_rows(fn, "v", v, elem_bytes)) != FI_OK)
     return st;
-  return rt_dec_check_kv_strides(fn, k, v);
+  return dvo ? FI_OK : rt_dec_check_kv_strides(fn, k, v);
+}
+
+fi_status rt_prefill_check_dvo_pair(const char *fn, int64_t D, int64_t DV, const char *vname) {
+  if (DV == D || (D == 192 && DV == 128)) return FI_OK;
+  return rt_fail(FI_ERR_INVALID_ARGUMENT,
+                 "%s: head_dim %lld with %s %lld; V's head_dim may differ from q's and k's only as 192 with "
+                 "128 (DeepSeek's MHA prefill)",
+                 fn, (long long)D, vname, (long long)DV);
+}
+
+fi_status rt_prefill_check_dvo(const char *fn, int64_t D, int64_t DV, const char *vname, int qdt, int kvdt,
+                               const fi_prefill_params *p, int mask) {
+  fi_status st;
+  if (DV == D) return FI_OK;
+  if ((st = rt_prefill_check_dvo_pair(fn, D, DV, vname)) != FI_OK) return st;
+  if (kvdt != qdt)
+    return rt_fail(FI_ERR_INVALID_ARGUMENT, "%s: %s %lld with an fp8 cache: a 16-bit KV is needed", fn, vname,
+                   (long long)DV);
+  if (p->attn.pos_encoding == FI_POS_ROPE_LLAMA)
+    return rt_fail(FI_ERR_INVALID_ARGUMENT,
+                   "%s: params->attn.pos_encoding is RoPE with %s %lld; apply RoPE before (fi_apply_rope*)", fn,
+                   vname, (long long)DV);
+  if (mask)
+    return rt_fail(FI_ERR_INVALID_ARGUMENT, "%s: extras->custom_mask with %s %lld is not supported", fn, vname,
+                   (long long)DV);
+  return FI_OK;
 }
 
 fi_status rt_prefill_launch(fi_runtime *rt, int devtype, int device, const jit_key *key, int64_t gx, int64_t gy,

@@ -18,11 +18,20 @@ fi_status rt_prefill_check_common(const char *fn, int64_t hq, int64_t hkv, int64
 /* The kernel's scale fields (k_scale, v_scale and an e4m3 cache's widening: kvdt, the
  * cache's dtype), RoPE frequencies, causal and window. */
 void rt_prefill_fill_scalars(fi_prefill_kparams *k, const fi_prefill_params *p, int D, int kvdt);
-/* q / out [rows, H_qo, D]: shapes, dtypes, row layout; lse [rows, H_qo]. */
-fi_status rt_prefill_check_q_out(const char *fn, const DLTensor *q, const DLTensor *out, const DLTensor *lse, int dt);
+/* q [rows, H_qo, D], out [rows, H_qo, DV] (DV: q's D unless V's head_dim differs): shapes,
+ * dtypes, row layout; lse [rows, H_qo]. */
+fi_status rt_prefill_check_q_out(const char *fn, const DLTensor *q, const DLTensor *out, const DLTensor *lse, int dt,
+                                 int64_t DV);
 /* Contiguous k and v (single prefill, the ragged run): rows of elem_bytes elements as
- * rt_check_rows, and equal strides. */
-fi_status rt_prefill_check_kv_rows(const char *fn, const DLTensor *k, const DLTensor *v, int elem_bytes);
+ * rt_check_rows, and equal strides (own strides: V's head_dim differs, dvo). */
+fi_status rt_prefill_check_kv_rows(const char *fn, const DLTensor *k, const DLTensor *v, int elem_bytes, int dvo);
+/* V's head_dim DV apart from D (the *_dvo kernels): (D, DV) = (192, 128), no RoPE, no fp8
+ * cache, no custom mask; what names the head dims in messages: vname ("v's head_dim",
+ * "extras->head_dim_vo"). FI_OK also for DV == D. */
+fi_status rt_prefill_check_dvo(const char *fn, int64_t D, int64_t DV, const char *vname, int qdt, int kvdt,
+                               const fi_prefill_params *p, int mask);
+/* Its first part: the pair (D, DV) alone. */
+fi_status rt_prefill_check_dvo_pair(const char *fn, int64_t D, int64_t DV, const char *vname);
 /* The loaded kernel for key on a gx x gy grid of `threads` (refused past the grid's limits). */
 fi_status rt_prefill_launch(fi_runtime *rt, int devtype, int device, const jit_key *key, int64_t gx, int64_t gy,
                             unsigned threads, void *params, size_t bytes, void *stream);
@@ -60,6 +69,9 @@ int rt_prefill_plan_offline_mask(const fi_batch_prefill_info *info, const fi_pre
 int rt_prefill_plan_offline_tactic(const fi_batch_prefill_info *info, const fi_prefill_params *p, int paged,
                                    void *workspace, int devtype, int sms, struct fi_prefill_plan **plan,
                                    const rt_prefill_tactic *force);
+/* A ragged plan with V's head_dim head_dim_vo (extras->head_dim_vo), offline (the tests). */
+int rt_prefill_plan_offline_dvo(const fi_batch_prefill_info *info, const fi_prefill_params *p, void *workspace,
+                                int devtype, int sms, int head_dim_vo, struct fi_prefill_plan **plan);
 
 /* The kernel of a call, into key; returns its q tile (rt_prefill_choose.c says the rule).
  * rt NULL: planned without a device (the tests), the mma.sync kernel under the default

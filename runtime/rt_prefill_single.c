@@ -39,14 +39,18 @@ FI_API fi_status fi_single_prefill_ex(fi_runtime *rt, const DLTensor *q, const D
   const int nhd = layout == FI_KV_LAYOUT_NHD;
   const int64_t Lq = q->shape[0], hq = q->shape[1], D = q->shape[2];
   const int64_t Lkv = nhd ? k->shape[0] : k->shape[1], hkv = nhd ? k->shape[1] : k->shape[0];
-  if ((st = rt_prefill_check_common(fn, hq, hkv, D, qdt, kvdt, q->dtype, k->dtype, p)) != FI_OK) return st;
+  /* V's head_dim may differ (192 / 128): the checks of the head dims are V's then */
+  const int64_t DV = v->shape[2], dvo = DV != D && D == 192 && DV == 128;
+  if ((st = rt_prefill_check_dvo_pair(fn, D, DV, "v's head_dim")) != FI_OK) return st;
+  if ((st = rt_prefill_check_common(fn, hq, hkv, dvo ? DV : D, qdt, kvdt, q->dtype, k->dtype, p)) != FI_OK) return st;
   if (k->shape[2] != D)
     return rt_fail(FI_ERR_INVALID_ARGUMENT, "%s: k has head_dim %lld but q %lld", fn,
                    (long long)k->shape[2], (long long)D);
   const char *lname = nhd ? "[L_kv, H_kv, head_dim] (NHD)" : "[H_kv, L_kv, head_dim] (HND)";
-  if ((st = rt_check_shape(fn, "v", v, 3, k->shape, lname)) != FI_OK) return st;
-  if ((st = rt_prefill_check_q_out(fn, q, out, lse, qdt)) != FI_OK) return st;
-  if ((st = rt_prefill_check_kv_rows(fn, k, v, jit_dtype_bytes(kvdt))) != FI_OK) return st;
+  const int64_t vs[3] = {k->shape[0], k->shape[1], DV};
+  if ((st = rt_check_shape(fn, "v", v, 3, vs, lname)) != FI_OK) return st;
+  if ((st = rt_prefill_check_q_out(fn, q, out, lse, qdt, DV)) != FI_OK) return st;
+  if ((st = rt_prefill_check_kv_rows(fn, k, v, jit_dtype_bytes(kvdt), DV != D)) != FI_OK) return st;
   const int64_t group = hq / hkv;
   if (Lq * group > INT32_MAX || Lkv > INT32_MAX)
     return rt_fail(FI_ERR_INVALID_ARGUMENT,
@@ -63,6 +67,7 @@ FI_API fi_status fi_single_prefill_ex(fi_runtime *rt, const DLTensor *q, const D
   const float *sinks;
   const uint8_t *mask;
   if ((st = rt_check_extras(fn, x, q, "q", hq, (Lq * Lkv + 7) / 8, out, lse, &sinks, &mask)) != FI_OK) return st;
+  if ((st = rt_prefill_check_dvo(fn, D, DV, "v's head_dim", qdt, kvdt, p, mask != NULL)) != FI_OK) return st;
   if (Lq == 0) return FI_OK;
 
   fi_prefill_kparams kp;
@@ -84,6 +89,8 @@ FI_API fi_status fi_single_prefill_ex(fi_runtime *rt, const DLTensor *q, const D
   kp.lse_stride_head = lse ? rt_stride(lse, 1) : 0;
   kp.kv_stride_slot = rt_stride(k, nhd ? 0 : 1);
   kp.kv_stride_head = rt_stride(k, nhd ? 1 : 0);
+  kp.v_stride_slot = rt_stride(v, nhd ? 0 : 1);
+  kp.v_stride_head = rt_stride(v, nhd ? 1 : 0);
   kp.num_items = 0;
   kp.num_kv_heads = (int32_t)hkv;
   kp.group = (int32_t)group;
@@ -91,9 +98,15 @@ FI_API fi_status fi_single_prefill_ex(fi_runtime *rt, const DLTensor *q, const D
   kp.q_len = (int32_t)Lq;
   kp.kv_len = (int32_t)Lkv;
   jit_key key;
-  const int qt = rt_prefill_pick_kernel(rt, q->device.device_type, q->device.device_id, 1, qdt, kvdt, (int)D, Lq * group, Lkv,
-                                        p->attn.pos_encoding == FI_POS_ROPE_LLAMA, p->attn.logits_soft_cap != 0,
-                                        mask != NULL, NULL, &key);
+  int qt;
+  if (DV != D) { /* the dvo kernel (mma.sync), the rule's q tile */
+    jit_prefill_dvo_select(1, qdt, (int)D, (int)DV, jit_prefill_q_tile((int)D, Lq * group), &key);
+    qt = jit_prefill_key_q_tile(&key);
+  } else {
+    qt = rt_prefill_pick_kernel(rt, q->device.device_type, q->device.device_id, 1, qdt, kvdt, (int)D, Lq * group, Lkv,
+                                p->attn.pos_encoding == FI_POS_ROPE_LLAMA, p->attn.logits_soft_cap != 0, mask != NULL,
+                                NULL, &key);
+  }
   return rt_prefill_launch(rt, q->device.device_type, q->device.device_id, &key, (Lq * group + qt - 1) / qt, hkv,
                 jit_prefill_threads(&key), &kp, sizeof kp, stream);
 }

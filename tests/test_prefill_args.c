@@ -914,3 +914,102 @@ FT_TEST(batch_prefill_plan_custom_mask_segments) {
   fi_batch_prefill_plan_destroy(plan);
   fi_runtime_destroy(rt);
 }
+
+/* V's head_dim apart from q's and k's (192 / 128, DeepSeek's MHA prefill): single prefill
+ * takes it from v's shape, the ragged plan from extras->head_dim_vo; the dvo kernel keys
+ * are registered and their merge is at V's head_dim; every other pair, a paged plan, RoPE,
+ * an fp8 cache and a custom mask are refused by name. */
+FT_TEST(prefill_head_dim_vo_192_128) {
+  fi_runtime *rt = rt_make();
+  FT_REQUIRE(rt);
+  const fi_kv_layout NHD = FI_KV_LAYOUT_NHD;
+  tens q, k, v, o;
+  mk(&q, ADDR(0), kDLBfloat, 16, 3, 100, 16, 192, 0);
+  mk(&k, ADDR(1), kDLBfloat, 16, 3, 300, 16, 192, 0);
+  mk(&v, ADDR(2), kDLBfloat, 16, 3, 300, 16, 128, 0);
+  mk(&o, ADDR(3), kDLBfloat, 16, 3, 100, 16, 128, 0);
+  fi_status st = fi_single_prefill(rt, &q.t, &k.t, &v.t, &o.t, NULL, NHD, NULL, NULL);
+  FT_CHECK(st != FI_ERR_INVALID_ARGUMENT, "valid 192/128 single prefill refused: %s", fi_last_error());
+  /* V strided out of a wider buffer (DeepSeek's kv_b_proj output: [T, H, 256], V its last 128) */
+  tens vw = v;
+  vw.t.shape = vw.shape;
+  vw.t.strides = vw.strides;
+  vw.strides[0] = 16 * 256, vw.strides[1] = 256, vw.strides[2] = 1;
+  st = fi_single_prefill(rt, &q.t, &k.t, &vw.t, &o.t, NULL, NHD, NULL, NULL);
+  FT_CHECK(st != FI_ERR_INVALID_ARGUMENT, "strided V refused: %s", fi_last_error());
+  WITH(o192, o, 2, 192);
+  EXPECT_BAD(fi_single_prefill(rt, &q.t, &k.t, &v.t, &o192.t, NULL, NHD, NULL, NULL), "head_dim_vo");
+  WITH(v64, v, 2, 64);
+  WITH(o64, o, 2, 64);
+  EXPECT_BAD(fi_single_prefill(rt, &q.t, &k.t, &v64.t, &o64.t, NULL, NHD, NULL, NULL), "only as 192 with 128");
+  tens q128, k128, v64b, o64b;
+  mk(&q128, ADDR(0), kDLBfloat, 16, 3, 100, 16, 128, 0);
+  mk(&k128, ADDR(1), kDLBfloat, 16, 3, 300, 16, 128, 0);
+  mk(&v64b, ADDR(2), kDLBfloat, 16, 3, 300, 16, 64, 0);
+  mk(&o64b, ADDR(3), kDLBfloat, 16, 3, 100, 16, 64, 0);
+  EXPECT_BAD(fi_single_prefill(rt, &q128.t, &k128.t, &v64b.t, &o64b.t, NULL, NHD, NULL, NULL), "only as 192 with 128");
+  fi_prefill_params rp;
+  fi_prefill_params_init(&rp);
+  rp.attn.pos_encoding = FI_POS_ROPE_LLAMA;
+  EXPECT_BAD(fi_single_prefill(rt, &q.t, &k.t, &v.t, &o.t, NULL, NHD, &rp, NULL), "RoPE");
+
+  /* the ragged plan */
+  int32_t qo[4] = {0, 100, 101, 140}, kv[4] = {0, 300, 301, 1000};
+  fi_batch_prefill_info info;
+  memset(&info, 0, sizeof info);
+  info.batch = 3, info.qo_indptr = qo, info.kv_indptr = kv;
+  info.num_qo_heads = 16, info.num_kv_heads = 16, info.head_dim = 192;
+  info.q_dtype = info.kv_dtype = (DLDataType){kDLBfloat, 16, 1};
+  fi_prefill_params prm;
+  fi_prefill_params_init(&prm);
+  fi_prefill_plan *plan = NULL;
+  FT_REQUIRE(rt_prefill_plan_offline_dvo(&info, &prm, ADDR(9), kDLCUDA, 132, 128, &plan) == 0, "%s", fi_last_error());
+  const jit_key *key = rt_prefill_plan_key(plan);
+  FT_CHECK(jit_prefill_is_dvo(key), "op %s", key->op->name);
+  FT_CHECK_EQ_INT(key->v[PREFILL_P_HEAD_DIM], 192);
+  FT_CHECK_EQ_INT(key->v[PREFILL_P_HEAD_DIM_VO], 128);
+  FT_CHECK_EQ_INT(times_registered(key), 1);
+  fi_batch_prefill_plan_destroy(plan);
+  plan = NULL;
+  tens ws;
+  mk(&ws, ADDR(9), kDLUInt, 8, 1, 1 << 26, 0, 0, 0);
+  fi_attention_extras x;
+  fi_attention_extras_init(&x);
+  x.head_dim_vo = 128;
+  st = fi_batch_prefill_ragged_plan_ex(rt, &info, NULL, &x, &ws.t, NULL, &plan);
+  FT_CHECK(st != FI_ERR_INVALID_ARGUMENT, "valid 192/128 ragged plan refused: %s", fi_last_error());
+  EXPECT_BAD(fi_batch_prefill_ragged_plan(rt, &info, NULL, &ws.t, NULL, &plan), "head_dim is 192");
+  int32_t last[3] = {16, 1, 12};
+  fi_batch_prefill_info pinfo = info;
+  int32_t kvp[4] = {0, 19, 20, 64};
+  pinfo.kv_indptr = kvp, pinfo.kv_last_page_len = last, pinfo.page_size = 16;
+  EXPECT_BAD(fi_batch_prefill_paged_plan_ex(rt, &pinfo, NULL, &x, &ws.t, NULL, &plan), "ragged plan only");
+  x.head_dim_vo = 96;
+  EXPECT_BAD(fi_batch_prefill_ragged_plan_ex(rt, &info, NULL, &x, &ws.t, NULL, &plan), "extras->head_dim_vo 96");
+  x.head_dim_vo = -1;
+  EXPECT_BAD(fi_batch_prefill_ragged_plan_ex(rt, &info, NULL, &x, &ws.t, NULL, &plan), "0 or more");
+  x.head_dim_vo = 128;
+  EXPECT_BAD(fi_batch_prefill_ragged_plan_ex(rt, &info, &rp, &x, &ws.t, NULL, &plan), "RoPE");
+  fi_batch_prefill_info f8 = info;
+  f8.kv_dtype = (DLDataType){10, 8, 1}; /* DLPack 1.1 kDLFloat8_e4m3fn */
+  EXPECT_BAD(fi_batch_prefill_ragged_plan_ex(rt, &f8, NULL, &x, &ws.t, NULL, &plan), "fp8 cache");
+  /* an extras struct of the third version's size (no head_dim_vo): read as 0 */
+  fi_attention_extras_init_sized(&x, offsetof(fi_attention_extras, head_dim_vo));
+  x.head_dim_vo = 128; /* past the caller's struct: never read */
+  EXPECT_BAD(fi_batch_prefill_ragged_plan_ex(rt, &info, NULL, &x, &ws.t, NULL, &plan), "head_dim is 192");
+  /* the run: v and out at V's head_dim (checked before any device lookup) */
+  FT_REQUIRE(rt_prefill_plan_offline_dvo(&info, &prm, ADDR(9), kDLCUDA, 132, 128, &plan) == 0, "%s", fi_last_error());
+  tens rq, rk, rv, ro;
+  mk(&rq, ADDR(0), kDLBfloat, 16, 3, 140, 16, 192, 0);
+  mk(&rk, ADDR(1), kDLBfloat, 16, 3, 1000, 16, 192, 0);
+  mk(&rv, ADDR(2), kDLBfloat, 16, 3, 1000, 16, 128, 0);
+  mk(&ro, ADDR(3), kDLBfloat, 16, 3, 140, 16, 128, 0);
+  WITH(rv192, rv, 2, 192);
+  EXPECT_BAD(fi_batch_prefill_ragged_run(rt, plan, &rq.t, &rk.t, &rv192.t, NHD, &ro.t, NULL, NULL), "v has shape");
+  WITH(ro192, ro, 2, 192);
+  EXPECT_BAD(fi_batch_prefill_ragged_run(rt, plan, &rq.t, &rk.t, &rv.t, NHD, &ro192.t, NULL, NULL), "out has shape");
+  st = fi_batch_prefill_ragged_run(rt, plan, &rq.t, &rk.t, &rv.t, NHD, &ro.t, NULL, NULL);
+  FT_CHECK(st != FI_ERR_INVALID_ARGUMENT, "valid 192/128 ragged run refused: %s", fi_last_error());
+  fi_batch_prefill_plan_destroy(plan);
+  fi_runtime_destroy(rt);
+}

@@ -44,6 +44,8 @@ struct prob {
   int bf, D, hq, hkv, causal, window, rope, ps, paged;
   double cap;
   std::vector<int> lq, lkv;
+  int dv;  // V's and out's head_dim where it differs from D (0: D; contiguous KV only)
+  int DV() const { return dv ? dv : D; }
 };
 
 struct data {
@@ -81,7 +83,7 @@ static bool mask_bit(int b, int64_t t, int64_t lkv, int64_t j) {
 }
 
 static void check(const prob &P, const data &d, const char *what) {
-  const int D = P.D, H = P.hkv, G = P.hq / P.hkv;
+  const int D = P.D, DV = P.DV(), H = P.hkv, G = P.hq / P.hkv;
   const double sm = 1.0 / sqrt((double)D);
   double num = 0, den = 0, lmax = 0;
   long nan = 0, infbad = 0;
@@ -118,10 +120,10 @@ static void check(const prob &P, const data &d, const char *what) {
         double dn = sk > -INFINITY ? exp(sk - m) : 0.0;
         const bool any = m > -INFINITY;  // (every key masked, no sink: out 0, lse -inf)
         for (int64_t j = lo; j < hi && any; j++) dn += exp(s[j] - m);
-        for (int i = 0; i < D; i++) {
+        for (int i = 0; i < DV; i++) {
           double a = 0;
-          for (int64_t j = lo; j < hi && any; j++) a += exp(s[j] - m) * d.vd[(((int64_t)d.kstart[b] + j) * H + k) * D + i];
-          const double ref = dn > 0 ? a / dn : 0.0, got = from_bits(d.out[row * D + i], P.bf);
+          for (int64_t j = lo; j < hi && any; j++) a += exp(s[j] - m) * d.vd[(((int64_t)d.kstart[b] + j) * H + k) * DV + i];
+          const double ref = dn > 0 ? a / dn : 0.0, got = from_bits(d.out[row * DV + i], P.bf);
           if (got != got) {
             nan++;
             continue;
@@ -161,14 +163,14 @@ static void build(const prob &P, data &d) {
     d.q[i] = to_bits((float)nrand(), P.bf);
     d.qd[i] = from_bits(d.q[i], P.bf);
   }
-  d.kd.resize(d.nkv * H * D + 8), d.vd.resize(d.nkv * H * D + 8);
-  for (int64_t i = 0; i < d.nkv * H * D; i++) {
-    d.kd[i] = from_bits(to_bits((float)nrand(), P.bf), P.bf);
-    d.vd[i] = from_bits(to_bits((float)nrand(), P.bf), P.bf);
-  }
+  const int DV = P.DV();
+  d.kd.resize(d.nkv * H * D + 8), d.vd.resize(d.nkv * H * DV + 8);
+  for (int64_t i = 0; i < d.nkv * H * D; i++) d.kd[i] = from_bits(to_bits((float)nrand(), P.bf), P.bf);
+  for (int64_t i = 0; i < d.nkv * H * DV; i++) d.vd[i] = from_bits(to_bits((float)nrand(), P.bf), P.bf);
   if (!P.paged) {
-    d.k.resize(d.nkv * H * D + 8), d.v.resize(d.nkv * H * D + 8);
-    for (int64_t i = 0; i < d.nkv * H * D; i++) d.k[i] = to_bits((float)d.kd[i], P.bf), d.v[i] = to_bits((float)d.vd[i], P.bf);
+    d.k.resize(d.nkv * H * D + 8), d.v.resize(d.nkv * H * DV + 8);
+    for (int64_t i = 0; i < d.nkv * H * D; i++) d.k[i] = to_bits((float)d.kd[i], P.bf);
+    for (int64_t i = 0; i < d.nkv * H * DV; i++) d.v[i] = to_bits((float)d.vd[i], P.bf);
   } else {
     const int64_t used = d.kvp[B], pages = used + 5;
     std::vector<int32_t> perm(pages);
@@ -190,7 +192,7 @@ static void build(const prob &P, data &d) {
             d.v[di] = to_bits((float)d.vd[li], P.bf);
           }
   }
-  d.out.assign(d.nq * P.hq * D + 8, 0xffff);  // poison: NaN
+  d.out.assign(d.nq * P.hq * DV + 8, 0xffff);  // poison: NaN
   d.lse.assign(d.nq * P.hq + 8, NAN);
 }
 
@@ -295,7 +297,7 @@ static void to_fp8(const prob &P, data &d, fi_prefill_kparams &k, std::vector<ui
   k.scale_log2 *= (float)(ks * wide), k.cap_pre *= (float)(ks * wide), k.v_scale = (float)(vs * wide);
 }
 
-template <typename T, int D, int QT, int ROPE, typename KVT = T>
+template <typename T, int D, int QT, int ROPE, typename KVT = T, int DV = D>
 static void run_single(const prob &P, int sinks = 0, int mask = 0) {
   data d;
   build(P, d);
@@ -307,18 +309,19 @@ static void run_single(const prob &P, int sinks = 0, int mask = 0) {
   std::vector<uint8_t> k8, v8;
   to_fp8<KVT>(P, d, k, k8, v8);
   k.q_stride_tok = (int64_t)P.hq * D, k.q_stride_head = D;
-  k.out_stride_tok = (int64_t)P.hq * D, k.out_stride_head = D;
+  k.out_stride_tok = (int64_t)P.hq * DV, k.out_stride_head = DV;
   k.lse_stride_tok = P.hq, k.lse_stride_head = 1;
   k.kv_stride_slot = (int64_t)P.hkv * D, k.kv_stride_head = D;
+  k.v_stride_slot = (int64_t)P.hkv * DV, k.v_stride_head = DV;
   k.q_len = P.lq[0], k.kv_len = P.lkv[0], k.page_size = 1;
   const int rows = P.lq[0] * k.group;
-  emu::launch((rows + QT - 1) / QT, P.hkv, 32 * FI_PF_WARPS(D, QT), [&] { fi::pf::prefill<T, D, QT, ROPE, 1, KVT>(k); });
-  check(P, d, mask ? (sinks ? "single mask sinks" : "single mask") : sinks ? "single sinks" : fp8_of<KVT>::is ? (fp8_of<KVT>::e4m3 ? "single e4m3" : "single e5m2") : "single");
+  emu::launch((rows + QT - 1) / QT, P.hkv, 32 * FI_PF_WARPS(D, QT), [&] { fi::pf::prefill<T, D, QT, ROPE, 1, KVT, DV>(k); });
+  check(P, d, DV != D ? "single dv" : mask ? (sinks ? "single mask sinks" : "single mask") : sinks ? "single sinks" : fp8_of<KVT>::is ? (fp8_of<KVT>::e4m3 ? "single e4m3" : "single e5m2") : "single");
   g_sinks.clear(), g_mask.clear();
 }
 
 // Batch through the real planner (split forced by a large target when `split`).
-template <typename T, int D, int QT, int ROPE, typename KVT = T>
+template <typename T, int D, int QT, int ROPE, typename KVT = T, int DV = D>
 static void run_batch(const prob &P, int split, int sinks = 0, int mask = 0) {
   data d;
   build(P, d);
@@ -342,7 +345,7 @@ static void run_batch(const prob &P, int split, int sinks = 0, int mask = 0) {
   // each item's mask segment (word 11), from its request (word 0)
   for (int64_t i = 0; mask && i < n; i++)
     items[FI_PREFILL_ITEM_WORDS * i + 11] = g_mask_off[items[FI_PREFILL_ITEM_WORDS * i]];
-  std::vector<float> po((size_t)(slots + 1) * P.hkv * FI_PREFILL_SLOT_ROWS * D), pl((size_t)(slots + 1) * P.hkv * FI_PREFILL_SLOT_ROWS);
+  std::vector<float> po((size_t)(slots + 1) * P.hkv * FI_PREFILL_SLOT_ROWS * DV), pl((size_t)(slots + 1) * P.hkv * FI_PREFILL_SLOT_ROWS);
   k.q = d.q.data(), k.out = d.out.data(), k.lse = d.lse.data(), k.k = d.k.data(), k.v = d.v.data();
   std::vector<uint8_t> k8, v8;
   to_fp8<KVT>(P, d, k, k8, v8);
@@ -350,23 +353,24 @@ static void run_batch(const prob &P, int split, int sinks = 0, int mask = 0) {
   k.items = items.data();
   k.partial_o = po.data(), k.partial_lse = pl.data();
   k.q_stride_tok = (int64_t)P.hq * D, k.q_stride_head = D;
-  k.out_stride_tok = (int64_t)P.hq * D, k.out_stride_head = D;
+  k.out_stride_tok = (int64_t)P.hq * DV, k.out_stride_head = DV;
   k.lse_stride_tok = P.hq, k.lse_stride_head = 1;
   k.kv_stride_page = (int64_t)P.ps * P.hkv * D;
   k.kv_stride_slot = (int64_t)P.hkv * D, k.kv_stride_head = D;
+  k.v_stride_slot = (int64_t)P.hkv * DV, k.v_stride_head = DV;
   k.page_size = P.paged ? P.ps : 1;
   k.num_items = (int32_t)n;
-  emu::launch((unsigned)n, P.hkv, 32 * FI_PF_WARPS(D, QT), [&] { fi::pf::prefill<T, D, QT, ROPE, 0, KVT>(k); });
+  emu::launch((unsigned)n, P.hkv, 32 * FI_PF_WARPS(D, QT), [&] { fi::pf::prefill<T, D, QT, ROPE, 0, KVT, DV>(k); });
   fi_prefill_merge_params m;
   memset(&m, 0, sizeof m);
   m.out = d.out.data(), m.lse = d.lse.data(), m.items = items.data(), m.partial_o = po.data(), m.partial_lse = pl.data();
-  m.out_stride_tok = k.out_stride_tok, m.out_stride_head = D, m.lse_stride_tok = P.hq, m.lse_stride_head = 1;
+  m.out_stride_tok = k.out_stride_tok, m.out_stride_head = DV, m.lse_stride_tok = P.hq, m.lse_stride_head = 1;
   m.num_items = (int32_t)n, m.num_kv_heads = P.hkv, m.group = G, m.q_tile = FI_PREFILL_SLOT_ROWS;
   m.sinks = k.sinks;
   m.lse_log2 = k.lse_log2;
-  emu::launch((unsigned)n, P.hkv, 128, [&] { fi::pf::prefill_merge<T, D>(m); });
+  emu::launch((unsigned)n, P.hkv, 128, [&] { fi::pf::prefill_merge<T, DV>(m); });
   char what[64];
-  snprintf(what, sizeof what, "%s%s n=%lld%s%s%s%s", P.paged ? "paged" : "ragged", chunk ? " split" : "", (long long)n,
+  snprintf(what, sizeof what, "%s%s%s n=%lld%s%s%s%s", P.paged ? "paged" : "ragged", DV != D ? " dv" : "", chunk ? " split" : "", (long long)n,
            sinks ? " sinks" : "", mask ? " mask" : "", fp8_of<KVT>::is ? (fp8_of<KVT>::e4m3 ? " e4m3" : " e5m2") : "",
            g_lse2 ? " lse base 2" : "");
   check(P, d, what);
@@ -638,6 +642,16 @@ int main() {
     run_batch<fi_half, 64, 16, 0>(Rg, 1);
     prob R1{0, 64, 2, 2, 0, -1, 0, 1, 0, 0.0, {3}, {300}};
     run_batch<fi_half, 64, 16, 0>(R1, 1);
+    // head_dim 192 with V's 128 (DeepSeek's MHA prefill): single, ragged batch unsplit and
+    // split (the merge at V's 128), causal and not, groups 1 and 4
+    prob DS{1, 192, 4, 1, 1, -1, 0, 1, 0, 0.0, {37}, {150}, 128};
+    run_single<fi_bf16, 192, 64, 0, fi_bf16, 128>(DS);
+    prob DSf{0, 192, 2, 2, 0, -1, 0, 1, 0, 0.0, {20}, {70}, 128};
+    run_single<fi_half, 192, 16, 0, fi_half, 128>(DSf);
+    prob DR{1, 192, 4, 4, 1, -1, 0, 1, 0, 0.0, {0, 1, 30, 9}, {10, 70, 100, 9}, 128};
+    run_batch<fi_bf16, 192, 64, 0, fi_bf16, 128>(DR, 0);
+    prob DRs{0, 192, 8, 2, 1, -1, 0, 1, 0, 0.0, {3, 20}, {300, 500}, 128};
+    run_batch<fi_half, 192, 16, 0, fi_half, 128>(DRs, 1);
     // lse in base 2: single prefill, paged batch unsplit and split (the merge writes it)
     g_lse2 = 1;
     run_single<fi_bf16, 64, 64, 0>(P1m);
