@@ -312,6 +312,78 @@ static double bench_one(fi_runtime *rt, const pcfg *c, double mma_tf, double wg_
   return tf;
 }
 
+/* Ragged prefill with V's head_dim apart (192 / 128, DeepSeek's MHA prefill: the dvo
+ * kernel, mma.sync) beside the same shape at 128 / 128 (the default kernel; issue 45:
+ * within 10% per FLOP). FLOPs 2 B H L^2 (D_qk + D_vo), half causal. */
+typedef struct dctx {
+  fi_runtime *rt;
+  fi_prefill_plan *plan;
+  DLTensor *q, *k, *v, *out;
+} dctx;
+static void run_dvo(void *ctx, int call) {
+  (void)call;
+  const dctx *c = ctx;
+  fi_batch_prefill_ragged_run(c->rt, c->plan, c->q, c->k, c->v, FI_KV_LAYOUT_NHD, c->out, NULL, NULL);
+}
+static void bench_dvo_one(fi_runtime *rt, int B, int L, int H, int dqk, int dvo, double mma_tf, double wg_tf) {
+  const int64_t T = (int64_t)B * L;
+  CUdeviceptr q, k, v, out, ws;
+  CU_CHECK(&cu, cuMemAlloc(&q, (size_t)(T * H * dqk * 2)));
+  CU_CHECK(&cu, cuMemAlloc(&k, (size_t)(T * H * dqk * 2)));
+  CU_CHECK(&cu, cuMemAlloc(&v, (size_t)(T * H * dvo * 2)));
+  CU_CHECK(&cu, cuMemAlloc(&out, (size_t)(T * H * dvo * 2)));
+  fill_random(q, (size_t)(T * H * dqk * 2));
+  fill_random(k, (size_t)(T * H * dqk * 2));
+  fill_random(v, (size_t)(T * H * dvo * 2));
+  int32_t *ip = malloc(sizeof(int32_t) * (size_t)(B + 1));
+  for (int b = 0; b <= B; b++) ip[b] = b * L;
+  int64_t qs[3] = {T, H, dqk}, vs[3] = {T, H, dvo};
+  DLTensor tq = tensor(q, 1, 3, qs), tk = tensor(k, 1, 3, qs), tv = tensor(v, 1, 3, vs), to = tensor(out, 1, 3, vs);
+  size_t wsb = 0;
+  fi_status st = fi_batch_prefill_workspace_size(rt, tq.device, B, (int)T, H, H, dqk, &wsb);
+  int64_t wshape[1];
+  DLTensor tw = bench_workspace(wsb, &ws, wshape);
+  fi_batch_prefill_info in;
+  memset(&in, 0, sizeof in);
+  in.batch = B, in.qo_indptr = ip, in.kv_indptr = ip;
+  in.num_qo_heads = in.num_kv_heads = H, in.head_dim = dqk;
+  in.q_dtype = in.kv_dtype = tq.dtype;
+  fi_prefill_params p;
+  fi_prefill_params_init(&p);
+  fi_attention_extras x;
+  fi_attention_extras_init(&x);
+  x.head_dim_vo = dvo;
+  fi_prefill_plan *plan = NULL;
+  if (st == FI_OK) st = fi_batch_prefill_ragged_plan_ex(rt, &in, &p, &x, &tw, NULL, &plan);
+  if (st == FI_OK) st = fi_batch_prefill_ragged_run(rt, plan, &tq, &tk, &tv, FI_KV_LAYOUT_NHD, &to, NULL, NULL);
+  if (st != FI_OK) {
+    fprintf(stderr, "prefill head_dim %d/%d: %s\n", dqk, dvo, fi_last_error());
+  } else {
+    CU_CHECK(&cu, cuCtxSynchronize());
+    dctx c = {rt, plan, &tq, &tk, &tv, &to};
+    const rates r = time_both(run_dvo, &c, quick ? 3 : 9);
+    const double flops = 2.0 * B * H * (double)L * L * (dqk + dvo) / 2.0;
+    const double tf = flops / (r.ms1 * 1e-3) / 1e12, tfs = r.ms_s > 0 ? flops / (r.ms_s * 1e-3) / 1e12 : 0;
+    char label[32], heads[16];
+    snprintf(label, sizeof label, "ragged %d/%d", dqk, dvo);
+    snprintf(heads, sizeof heads, "%d/%d", H, H);
+    printf("| %-14s | %3d | %5d | %6s | %3d | %-6s | %9.3f | %6.1f | %5.1f%% | %5.1f%% | %2d | %6.1f |\n", label, B, L,
+           heads, dqk, "causal", r.ms1, tf, mma_tf > 0 ? 100.0 * tf / mma_tf : 0.0, wg_tf > 0 ? 100.0 * tf / wg_tf : 0.0,
+           r.n, tfs);
+    if (json)
+      fprintf(json,
+              "{\"bench\":\"prefill_dvo\",\"batch\":%d,\"len\":%d,\"heads\":%d,\"head_dim_qk\":%d,"
+              "\"head_dim_vo\":%d,\"ms\":%.5f,\"tflops\":%.3f,\"ms_sustained\":%.5f,\"tflops_sustained\":%.3f}\n",
+              B, L, H, dqk, dvo, r.ms1, tf, r.ms_s, tfs);
+    fflush(stdout);
+  }
+  fi_batch_prefill_plan_destroy(plan);
+  CU_CHECK(&cu, cuCtxSynchronize());
+  CUdeviceptr fr[5] = {q, k, v, out, ws};
+  for (int i = 0; i < 5; i++) CU_CHECK(&cu, cuMemFree(fr[i]));
+  free(ip);
+}
+
 static void bench_prefill(fi_runtime *rt, double copy) {
   (void)copy;
   const double tf = bench_probe(rt, fi_admin_mma_probe, 1 << 14, "mma.sync bf16 m16n8k16 (registers only)", "mma_probe");
@@ -370,6 +442,12 @@ static void bench_prefill(fi_runtime *rt, double copy) {
       fflush(stdout);
       if (json) fflush(json);
     }
+  /* head_dim 192 with V's 128 (ragged, 16/16 heads: DeepSeek's 128 over TP 8), beside
+   * 128 / 128 */
+  if (!(only_d > 0 && only_d != 192) && !(only_b > 0 && only_b != 4)) {
+    bench_dvo_one(rt, 4, 4096, 16, 128, 128, tf, wg);
+    bench_dvo_one(rt, 4, 4096, 16, 192, 128, tf, wg);
+  }
   /* FI_BENCH_PREFILL_EXTRA="B,L,H_qo,H_kv,D,causal;...": more cases (after the filtered
    * ones, not filtered themselves) */
   const char *xe = getenv("FI_BENCH_PREFILL_EXTRA");
@@ -393,7 +471,8 @@ const bench_section bench_prefill_section = {
     "batch prefill over a paged KV cache (page 16, random page order, bf16) against the\n"
     "tensor-core rates of two probes (mma.sync from registers; wgmma from shared memory,\n"
     "Hopper): 32/8 and 32/32 heads, D=128, 4 x 8192 causal and not, 64 x 1024 causal;\n"
-    "also D=64 and 256, sinks, and fp8 (e4m3, e5m2) KV caches beside bf16 (FLOPs 4 B H L^2 D,\n"
+    "also D=64 and 256, sinks, fp8 (e4m3, e5m2) KV caches beside bf16, ragged head_dim 192\n"
+    "with V's 128 beside 128 / 128 (FLOPs 4 B H L^2 D, 2 B H L^2 (D_qk + D_vo) for 192/128,\n"
     "half causal). FI_PREFILL_WGMMA=0: mma.sync only",
     1,
     bench_prefill,

@@ -1078,3 +1078,130 @@ FT_TEST(cuda_graph_replays_after_replans) {
     hfree(&h);
   }
 }
+
+/* V's head_dim apart from q's and k's (192 / 128: DeepSeek's MHA prefill, the dvo kernels):
+ * q [T, H, 192], k [T, H_kv, 192] and V as the last 128 columns of a [T, H_kv, 256] buffer
+ * (kv_b_proj's output: V strided, its own strides), out [T, H, 128] poisoned first; single
+ * prefill (causal and not) and a ragged batch (an empty request, one of one token, a long
+ * one that splits), f16 and bf16, against float64; lse too. */
+static void dvo_case(int dt, int hq, int hkv, int B, const int *lq, const int *lkv, int causal, int single) {
+  const int D = 192, DV = 128, DW = 256, G = hq / hkv;
+  int64_t nq = 0, nkv = 0;
+  int32_t qo[9] = {0}, kvi[9] = {0};
+  for (int b = 0; b < B; b++) qo[b + 1] = qo[b] + lq[b], kvi[b + 1] = kvi[b] + lkv[b];
+  nq = qo[B], nkv = kvi[B];
+  const int es = 2;
+  void *hq_ = malloc((size_t)(nq * hq * D + 1) * es), *hk = malloc((size_t)(nkv * hkv * D + 1) * es),
+       *hw = malloc((size_t)(nkv * hkv * DW + 1) * es), *ho = malloc((size_t)(nq * hq * DV + 1) * es);
+  float *hl = malloc(sizeof(float) * (size_t)(nq * hq + 1));
+  double *qd = malloc(sizeof(double) * (size_t)(nq * hq * D + 1)), *kd = malloc(sizeof(double) * (size_t)(nkv * hkv * D + 1)),
+         *vd = malloc(sizeof(double) * (size_t)(nkv * hkv * DV + 1));
+  for (int64_t i = 0; i < nq * hq * D; i++) qd[i] = g_put(hq_, dt, i, g_normal(&seed));
+  for (int64_t i = 0; i < nkv * hkv * D; i++) kd[i] = g_put(hk, dt, i, g_normal(&seed));
+  for (int64_t t = 0; t < nkv * hkv; t++)
+    for (int e = 0; e < DW; e++) {
+      const double x = g_put(hw, dt, t * DW + e, g_normal(&seed));
+      if (e >= DW - DV) vd[t * DV + e - (DW - DV)] = x;
+    }
+  CUdeviceptr dq, dk, dw, dout, dl, dws = 0;
+  CU_CHECK(&cu, cuMemAlloc(&dq, (size_t)(nq * hq * D + 8) * es));
+  CU_CHECK(&cu, cuMemAlloc(&dk, (size_t)(nkv * hkv * D + 8) * es));
+  CU_CHECK(&cu, cuMemAlloc(&dw, (size_t)(nkv * hkv * DW + 8) * es));
+  CU_CHECK(&cu, cuMemAlloc(&dout, (size_t)(nq * hq * DV + 8) * es));
+  CU_CHECK(&cu, cuMemAlloc(&dl, sizeof(float) * (size_t)(nq * hq + 8)));
+  CU_CHECK(&cu, cuMemcpyHtoD(dq, hq_, (size_t)(nq * hq * D) * es));
+  CU_CHECK(&cu, cuMemcpyHtoD(dk, hk, (size_t)(nkv * hkv * D) * es));
+  CU_CHECK(&cu, cuMemcpyHtoD(dw, hw, (size_t)(nkv * hkv * DW) * es));
+  CU_CHECK(&cu, cuMemsetD8(dout, 0xff, (size_t)(nq * hq * DV) * es));
+  CU_CHECK(&cu, cuMemsetD8(dl, 0xff, sizeof(float) * (size_t)(nq * hq)));
+  int64_t qs[3] = {nq, hq, D}, ks[3] = {nkv, hkv, D}, vs[3] = {nkv, hkv, DV}, vst[3] = {(int64_t)hkv * DW, DW, 1},
+          os[3] = {nq, hq, DV}, ls[2] = {nq, hq};
+  DLTensor tq = g_tensor(dq, 0, dt, 3, qs, NULL), tk = g_tensor(dk, 0, dt, 3, ks, NULL),
+           tv = g_tensor(dw, (DW - DV) * es, dt, 3, vs, vst), to = g_tensor(dout, 0, dt, 3, os, NULL),
+           tl = g_tensor(dl, 0, 2, 2, ls, NULL);
+  fi_prefill_params p;
+  fi_prefill_params_init(&p);
+  p.causal = causal;
+  fi_status st;
+  fi_prefill_plan *plan = NULL;
+  if (single) {
+    st = fi_single_prefill(rt, &tq, &tk, &tv, &to, &tl, FI_KV_LAYOUT_NHD, &p, NULL);
+  } else {
+    fi_batch_prefill_info in;
+    memset(&in, 0, sizeof in);
+    in.batch = B, in.qo_indptr = qo, in.kv_indptr = kvi;
+    in.num_qo_heads = hq, in.num_kv_heads = hkv, in.head_dim = D;
+    in.q_dtype = in.kv_dtype = g_dl(dt);
+    size_t wsb = 0;
+    st = fi_batch_prefill_workspace_size(rt, tq.device, B, (int)nq, hq, hkv, D, &wsb);
+    if (st == FI_OK) CU_CHECK(&cu, cuMemAlloc(&dws, wsb));
+    int64_t wshape[1] = {(int64_t)wsb};
+    DLTensor tw = g_tensor(dws, 0, 1, 1, wshape, NULL);
+    tw.dtype = (DLDataType){kDLUInt, 8, 1};
+    fi_attention_extras x;
+    fi_attention_extras_init(&x);
+    x.head_dim_vo = DV;
+    if (st == FI_OK) st = fi_batch_prefill_ragged_plan_ex(rt, &in, &p, &x, &tw, NULL, &plan);
+    if (st == FI_OK) st = fi_batch_prefill_ragged_run(rt, plan, &tq, &tk, &tv, FI_KV_LAYOUT_NHD, &to, &tl, NULL);
+  }
+  FT_CHECK(st == FI_OK, "dvo %s %s: %s", single ? "single" : "ragged", g_dtname(dt), fi_last_error());
+  CU_CHECK(&cu, cuCtxSynchronize());
+  CU_CHECK(&cu, cuMemcpyDtoH(ho, dout, (size_t)(nq * hq * DV) * es));
+  CU_CHECK(&cu, cuMemcpyDtoH(hl, dl, sizeof(float) * (size_t)(nq * hq)));
+  /* float64 reference */
+  const double sm = 1.0 / sqrt((double)D);
+  double num = 0, den = 0, lmax = 0;
+  int64_t nan = 0;
+  double *s = malloc(sizeof(double) * (size_t)(nkv + 1)), *acc = malloc(sizeof(double) * DV);
+  for (int b = 0; b < B; b++)
+    for (int t = 0; t < lq[b]; t++)
+      for (int h = 0; h < hq; h++) {
+        const int kh = h / G;
+        const int64_t row = (int64_t)(qo[b] + t) * hq + h;
+        const int hi = causal ? t + lkv[b] - lq[b] + 1 : lkv[b];
+        double m = -INFINITY;
+        for (int j = 0; j < hi; j++) {
+          double x = 0;
+          for (int e = 0; e < D; e++) x += qd[row * D + e] * kd[((int64_t)(kvi[b] + j) * hkv + kh) * D + e];
+          s[j] = x * sm;
+          if (s[j] > m) m = s[j];
+        }
+        double dn = 0;
+        for (int e = 0; e < DV; e++) acc[e] = 0;
+        for (int j = 0; j < hi; j++) {
+          const double w = exp(s[j] - m);
+          dn += w;
+          for (int e = 0; e < DV; e++) acc[e] += w * vd[((int64_t)(kvi[b] + j) * hkv + kh) * DV + e];
+        }
+        for (int e = 0; e < DV; e++) {
+          const double ref = dn > 0 ? acc[e] / dn : 0.0, got = g_get(ho, dt, row * DV + e);
+          if (got != got) nan++;
+          else num += (got - ref) * (got - ref), den += ref * ref;
+        }
+        const double rl = dn > 0 ? m + log(dn) : -INFINITY;
+        if (!(isinf(rl) && isinf(hl[row]))) lmax = fmax(lmax, fabs(rl - hl[row]));
+      }
+  const double err = den > 0 ? sqrt(num / den) : sqrt(num), tol = dt == 0 ? 3e-3 : 2e-2;
+  printf("dvo %-6s %s %d/%d B=%d causal=%d: out err %.3g (tol %.1g), lse max err %.3g, NaN %lld\n",
+         single ? "single" : "ragged", g_dtname(dt), hq, hkv, B, causal, err, tol, lmax, (long long)nan);
+  FT_CHECK(err < tol && nan == 0 && lmax < 2e-2, "dvo %s %s: out err %.3g, lse err %.3g, %lld NaN",
+           single ? "single" : "ragged", g_dtname(dt), err, lmax, (long long)nan);
+  fi_batch_prefill_plan_destroy(plan);
+  CUdeviceptr fr[6] = {dq, dk, dw, dout, dl, dws};
+  for (int i = 0; i < 6; i++)
+    if (fr[i]) CU_CHECK(&cu, cuMemFree(fr[i]));
+  free(hq_), free(hk), free(hw), free(ho), free(hl), free(qd), free(kd), free(vd), free(s), free(acc);
+}
+
+FT_TEST(prefill_head_dim_vo) {
+  FT_REQUIRE(setup() == 0);
+  static const int l1q[1] = {77}, l1kv[1] = {300};
+  static const int lq[4] = {0, 1, 40, 16}, lkv[4] = {20, 90, 40, 9000};
+  for (int dt = 0; dt < 2; dt++) {
+    dvo_case(dt, 16, 16, 1, l1q, l1kv, 1, 1);
+    dvo_case(dt, 16, 4, 1, l1q, l1kv, 0, 1);
+    dvo_case(dt, 16, 16, 4, lq, lkv, 1, 0);
+  }
+  static const int bq[2] = {200, 3}, bkv[2] = {200, 5000};
+  dvo_case(1, 32, 32, 2, bq, bkv, 1, 0);
+}
