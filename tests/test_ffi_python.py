@@ -196,7 +196,8 @@ def flashinfer_abi_module_plans_and_checks():
            1.0, 1e-4)
     raises(ValueError, ["batch_prefill_ragged_run", "float_workspace_buffer"], m.batch_prefill_ragged_run, fws,
            iws, info2, q, q, q, qo, kv, q, lse, 1, 0, -1, False, 0.125, 1.0, 1e-4)
-    raises(ValueError, ["argument 13 'head_dim_vo'", "equal"], plan, iws, True, 192, 128)
+    raises(ValueError, ["argument 13 'head_dim_vo'", "equal"], plan, iws, True, 192, 64)
+    assert len(plan(iws2, True, 192, 128)) == 3  # DeepSeek's MHA prefill (ragged runs)
     raises(TypeError, ["batch_prefill_plan", "takes 19 arguments", "got 3"], m.batch_prefill_plan,
            fws, iws, pl)
     raises(ValueError, ["argument 3 'qo_indptr'", "int32"], m.batch_prefill_plan, fws, iws, pl,

@@ -45,7 +45,8 @@
  *   any warm-up) makes a graph-mode plan for batch_size requests and total_num_rows
  *   tokens; each later plan call re-plans it in place right away, so a captured run
  *   replays on the new tables.
- * - head_dim_qk must equal head_dim_vo; fixed_split_size, disable_split_kv,
+ * - head_dim_qk must equal head_dim_vo, or be 192 with 128 for the ragged run (MLA's
+ *   self-attention in TVM: DeepSeek's MHA prefill); fixed_split_size, disable_split_kv,
  *   num_colocated_ctas and enable_pdl are accepted and ignored (fi_runtime plans its own
  *   split). */
 #include <math.h>
@@ -89,7 +90,7 @@ typedef struct fa_rec {
   int64_t gen;        /* plan calls so far; plan_info carries it */
   int32_t *qo, *kv, *last; /* host copies: qo_indptr, kv_indptr (pages or tokens), last_page_len */
   int32_t cap;        /* entries allocated in each (batch + 1) */
-  int batch, total_rows, hq, hkv, page_size, head_dim, causal, window, graph;
+  int batch, total_rows, hq, hkv, page_size, head_dim, head_dim_vo, causal, window, graph;
   double soft_cap;
   DLDataType qdt, kvdt; /* decode: from the plan's empty tensors */
   int have_last;      /* last holds the lengths of this generation */
@@ -253,9 +254,9 @@ FA_EXPORT(batch_prefill_plan,
   const int64_t window = ft_int(c, 15);
   (void)ft_int(c, 16), (void)ft_int(c, 17), (void)ft_int(c, 18); /* accepted, ignored */
   if (c->failed) return -1;
-  if (dqk != dvo)
-    return ft_fail(c, 13, "ValueError", "is %lld and head_dim_qk %lld: fi_runtime's prefill needs them equal",
-                   (long long)dvo, (long long)dqk);
+  if (dqk != dvo && !(dqk == 192 && dvo == 128))
+    return ft_fail(c, 13, "ValueError", "is %lld and head_dim_qk %lld: fi_runtime's prefill takes them equal, or 192 "
+                   "with 128 (ragged)", (long long)dvo, (long long)dqk);
   if (ps < 1 || hq < 1 || hkv < 1 || rows < 0 || rows > INT32_MAX || hq > INT32_MAX || dqk > INT32_MAX)
     return ft_fail(c, -1, "ValueError", "page_size %lld, heads %lld/%lld, total_num_rows %lld: out of range",
                    (long long)ps, (long long)hq, (long long)hkv, (long long)rows);
@@ -271,7 +272,7 @@ FA_EXPORT(batch_prefill_plan,
     }
     r->have_last = 1;
     r->batch = (int)B, r->total_rows = (int)rows, r->hq = (int)hq, r->hkv = (int)hkv, r->page_size = (int)ps;
-    r->head_dim = (int)dqk, r->causal = causal, r->window = (int)window;
+    r->head_dim = (int)dqk, r->head_dim_vo = (int)dvo, r->causal = causal, r->window = (int)window;
     /* a plan made in the other mode is made again at the next run */
     if (r->plan && graph != (r->graph_batch > 0)) drop_plan(r);
     r->graph = graph;
@@ -295,9 +296,12 @@ FA_EXPORT(batch_prefill_plan,
       DLTensor ws = ws_slot(c, 0, r, shape);
       fi_runtime *rt = ft_rt(c);
       fi_prefill_plan *pl = r->plan;
+      fi_attention_extras x;
+      fi_attention_extras_init(&x);
+      x.head_dim_vo = r->head_dim_vo;
       fi_status st = !rt ? FI_ERR_INVALID_ARGUMENT
-                     : r->made.kind == FA_PAGED ? fi_batch_prefill_paged_plan(rt, &in, &p, &ws, ft_stream(c), &pl)
-                                                : fi_batch_prefill_ragged_plan(rt, &in, &p, &ws, ft_stream(c), &pl);
+                     : r->made.kind == FA_PAGED ? fi_batch_prefill_paged_plan_ex(rt, &in, &p, &x, &ws, ft_stream(c), &pl)
+                                                : fi_batch_prefill_ragged_plan_ex(rt, &in, &p, &x, &ws, ft_stream(c), &pl);
       if (!rt) rc = -1;
       else if (ft_status(c, st) != 0) rc = -1, drop_plan(r);
       else r->plan_gen = r->gen;
@@ -340,8 +344,11 @@ static int prefill_ready(ft_call *c, fa_rec *r, const fa_run *u) {
               need, shape[0]) != 0)
     return -1;
   fi_prefill_plan *pl = NULL;
-  fi_status st = u->kind == FA_PAGED ? fi_batch_prefill_paged_plan(rt, &in, &p, &ws, ft_stream(c), &pl)
-                                     : fi_batch_prefill_ragged_plan(rt, &in, &p, &ws, ft_stream(c), &pl);
+  fi_attention_extras x; /* V's head_dim (192 / 128: the ragged plan only; a paged one refuses it) */
+  fi_attention_extras_init(&x);
+  x.head_dim_vo = r->head_dim_vo;
+  fi_status st = u->kind == FA_PAGED ? fi_batch_prefill_paged_plan_ex(rt, &in, &p, &x, &ws, ft_stream(c), &pl)
+                                     : fi_batch_prefill_ragged_plan_ex(rt, &in, &p, &x, &ws, ft_stream(c), &pl);
   if (ft_status(c, st) != 0) return -1;
   r->plan = pl, r->made = *u, r->plan_gen = r->gen;
   r->graph_batch = in.max_batch, r->graph_rows = in.max_qo_tokens;
