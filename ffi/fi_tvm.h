@@ -33,6 +33,7 @@ int ft_begin(ft_call *c, const char *fn, const char *sig, const TVMFFIAny *args,
 DLTensor *ft_tensor(ft_call *c, int i);     /* a tensor (ffi.Tensor or DLTensor*) */
 DLTensor *ft_tensor_opt(ft_call *c, int i); /* a tensor or None (NULL) */
 int64_t ft_int(ft_call *c, int i);          /* int or bool */
+int64_t ft_int_opt(ft_call *c, int i, int64_t absent); /* int, or absent for None / left out */
 double ft_float(ft_call *c, int i);         /* float, int or bool */
 DLDataType ft_dtype(ft_call *c, int i);     /* a dtype, or its name ("bfloat16") */
 fi_kv_layout ft_layout(ft_call *c, int i);  /* 0 / 1, or "NHD" / "HND" */

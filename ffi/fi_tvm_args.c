@@ -18,17 +18,18 @@ static int sig_count(const char *sig) {
   return n;
 }
 
-/* How many of a signature's last arguments are optional tensors ("x: Tensor?"): a caller
- * may leave those out (the attention exports' trailing `sinks`, added after callers
- * existed). */
+/* How many of a signature's last arguments are optional ("x: Tensor?", "x: int?"): a
+ * caller may leave those out (the attention exports' trailing `sinks`, the prefill plans'
+ * `head_dim_vo`, added after callers existed). */
 static int sig_optional_tail(const char *sig) {
   int n = 0;
   const char *end = sig + strlen(sig);
   while (end > sig) {
     const char *p = end;
     while (p > sig && p[-1] != ',') p--;
-    const size_t len = (size_t)(end - p), tl = strlen("Tensor?");
-    if (len < tl || memcmp(end - tl, "Tensor?", tl) != 0) break;
+    const size_t len = (size_t)(end - p), tl = strlen("Tensor?"), il = strlen("int?");
+    if (!(len >= tl && memcmp(end - tl, "Tensor?", tl) == 0) && !(len >= il && memcmp(end - il, "int?", il) == 0))
+      break;
     n++;
     end = p > sig ? p - 1 : sig;
   }
@@ -124,6 +125,12 @@ static DLTensor *tensor_of(ft_call *c, int i, int optional) {
 
 DLTensor *ft_tensor(ft_call *c, int i) { return tensor_of(c, i, 0); }
 DLTensor *ft_tensor_opt(ft_call *c, int i) { return tensor_of(c, i, 1); }
+
+int64_t ft_int_opt(ft_call *c, int i, int64_t absent) {
+  if (c->failed) return 0;
+  if (i >= c->nargs || c->args[i].type_index == kTVMFFINone) return absent;
+  return ft_int(c, i);
+}
 
 int64_t ft_int(ft_call *c, int i) {
   if (c->failed) return 0;

@@ -173,6 +173,8 @@ static int prefill_plan(ft_call *c, DLTensor *ws, fi_batch_prefill_info *in, int
   fi_attention_extras x;
   fi_attention_extras_init(&x);
   x.custom_mask = ft_tensor_opt(c, i + 14);
+  /* the ragged plan's optional head_dim_vo after the mask (0 or None: head_dim) */
+  if (!paged) x.head_dim_vo = (int)ft_int_opt(c, i + 15, 0);
   if (c->failed) return -1;
   fi_runtime *rt = ft_rt(c);
   if (!rt) return -1;

@@ -112,7 +112,8 @@
   X(batch_prefill_ragged_plan,                                                                \
     "workspace: Tensor, qo_indptr: Tensor, kv_indptr: Tensor, num_qo_heads: int, "            \
     "num_kv_heads: int, head_dim: int, q_dtype: dtype, kv_dtype: dtype, max_batch: int, "     \
-    "max_qo_tokens: int, " FT_ATTN_SIG ", causal: int, plan: int, custom_mask: Tensor?")      \
+    "max_qo_tokens: int, " FT_ATTN_SIG ", causal: int, plan: int, custom_mask: Tensor?, "     \
+    "head_dim_vo: int?")                                                                      \
   X(batch_prefill_paged_plan,                                                                 \
     "workspace: Tensor, qo_indptr: Tensor, kv_indptr: Tensor, kv_last_page_len: Tensor, "     \
     "num_qo_heads: int, num_kv_heads: int, head_dim: int, page_size: int, q_dtype: dtype, "   \

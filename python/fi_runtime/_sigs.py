@@ -123,7 +123,7 @@ SIGNATURES = {
         (),
     ),
     'batch_prefill_ragged_plan': (
-        'workspace: Tensor, qo_indptr: Tensor, kv_indptr: Tensor, num_qo_heads: int, num_kv_heads: int, head_dim: int, q_dtype: dtype, kv_dtype: dtype, max_batch: int, max_qo_tokens: int, sm_scale: float, logits_soft_cap: float, window_left: int, pos_encoding: int|str, rope_scale: float, rope_theta: float, k_scale: float, v_scale: float, causal: int, plan: int, custom_mask: Tensor?',
+        'workspace: Tensor, qo_indptr: Tensor, kv_indptr: Tensor, num_qo_heads: int, num_kv_heads: int, head_dim: int, q_dtype: dtype, kv_dtype: dtype, max_batch: int, max_qo_tokens: int, sm_scale: float, logits_soft_cap: float, window_left: int, pos_encoding: int|str, rope_scale: float, rope_theta: float, k_scale: float, v_scale: float, causal: int, plan: int, custom_mask: Tensor?, head_dim_vo: int?',
         ('workspace',),
     ),
     'batch_prefill_paged_plan': (

@@ -95,6 +95,8 @@ class _Wrapper:
         if changed:
             # (a prefill plan's packed custom mask goes with every re-plan: the same tensor)
             mask = (getattr(self, "_mask", None),) if self._kind == "prefill" else ()
+            if getattr(self, "_dv", None) is not None:
+                mask += (self._dv,)  # the ragged plan's head_dim_vo
             self._plan = getattr(ops, f"batch_{self._kind}_plan")(*args, self._plan, *mask)
             self._plan_args = tuple(args) + (self._plan,)
 
@@ -272,10 +274,12 @@ class _Prefill(_Wrapper):
     _kind = "prefill"
 
     def _plan_common(self, fn, qo_indptr_h, batch, heads, head_dim_vo,
-                     packed_custom_mask, causal, use_fp16_qk_reduction, attn, dtypes, extra):
+                     packed_custom_mask, causal, use_fp16_qk_reduction, attn, dtypes, extra,
+                     dvo_ok=False):
         hq, hk, d = heads
-        if head_dim_vo is not None and head_dim_vo != d:
-            unsupported(fn, "head_dim_vo", head_dim_vo, "differs from head_dim_qk")
+        if head_dim_vo is not None and head_dim_vo != d and not dvo_ok:
+            unsupported(fn, "head_dim_vo", head_dim_vo, "differs from head_dim_qk (the ragged "
+                        "wrapper takes 192 with 128)")
         _refuse(fn, use_fp16_qk_reduction=use_fp16_qk_reduction, **extra)
         if packed_custom_mask is not None:
             tensor(fn, "packed_custom_mask", packed_custom_mask)
@@ -405,9 +409,12 @@ class BatchPrefillWithRaggedKVCacheWrapper(_Prefill):
         heads = [number(fn, n, v, int) for n, v in (("num_qo_heads", num_qo_heads),
                  ("num_kv_heads", num_kv_heads), ("head_dim_qk", head_dim_qk))]
         heads, rest = self._plan_common(fn, qo_h, batch, heads, dv, pcm, causal, fp16,
-                                        _attn(fn, heads[2], *a), _dtypes(fn, *dts), {})
+                                        _attn(fn, heads[2], *a), _dtypes(fn, *dts), {}, True)
+        self._dv = heads[2] if dv is None else number(fn, "head_dim_vo", dv, int)
         args = (self._workspace, qo_h, kv_h, *heads, *rest)
-        self._plan = ops.batch_prefill_ragged_plan(*args, self._plan, pcm)
+        # head_dim_vo after the mask (192 / 128: V's and out's head_dim apart); a re-plan
+        # in run passes the same (_replan_if's mask tuple carries it)
+        self._plan = ops.batch_prefill_ragged_plan(*args, self._plan, pcm, self._dv)
         self._mask = pcm  # kept only once the plan took it (the plan reads it)
         self._plan_args = args + (self._plan,)
 
@@ -421,6 +428,9 @@ class BatchPrefillWithRaggedKVCacheWrapper(_Prefill):
         _refuse(fn, kv_cache_sf=kv_cache_sf, q_scale=q_scale, o_scale=o_scale)
         tensor(fn, "q", q), tensor(fn, "k", k), tensor(fn, "v", v)
         self._replan_if(fn, {6: k_scale, 7: v_scale})
+        dv = getattr(self, "_dv", None)
+        if out is None and dv is not None and dv != q.shape[-1]:  # out at V's head_dim
+            out = empty(q, tuple(q.shape[:-1]) + (dv,))
         out, lse = self._outputs(q, out, lse, return_lse)
         run("batch_prefill_ragged_run", self._plan, q, k, v, self._layout, out, lse, None)
         return (out, lse) if return_lse else out
