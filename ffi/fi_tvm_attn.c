@@ -16,12 +16,13 @@ static void attn_params(ft_call *c, int i, fi_attention_params *p) {
   p->v_scale = ft_float(c, i + 7);
 }
 
-/* fi_attention_extras from the optional sinks tensor at argument i (NULL when absent: the
- * call passes no extras). */
+/* fi_attention_extras from the optional sinks tensor at argument i and the optional
+ * lse_base2 after it (NULL when both are absent: the call passes no extras). */
 static const fi_attention_extras *extras_of(ft_call *c, int i, fi_attention_extras *x) {
   fi_attention_extras_init(x);
   x->sinks = ft_tensor_opt(c, i);
-  return x->sinks ? x : NULL;
+  x->lse_base2 = ft_int_opt(c, i + 1, 0) != 0;
+  return x->sinks || x->lse_base2 ? x : NULL;
 }
 
 /* The number of requests a host indptr argument describes (its length - 1). */

@@ -92,7 +92,7 @@
   X(top_k_mask_logits, "logits: Tensor, top_k_arr: Tensor?, top_k: int, out: Tensor")         \
   /* decode attention */                                                                      \
   X(single_decode, "q: Tensor, k: Tensor, v: Tensor, out: Tensor, lse: Tensor?, "            \
-                   "layout: int|str, " FT_ATTN_SIG ", sinks: Tensor?")                        \
+                   "layout: int|str, " FT_ATTN_SIG ", sinks: Tensor?, lse_base2: int?")                        \
   X(batch_decode_workspace_size, "device_type: int, device_id: int, max_batch: int, "        \
                                  "num_qo_heads: int, num_kv_heads: int, head_dim: int")       \
   X(batch_decode_plan,                                                                        \
@@ -101,11 +101,11 @@
     "max_batch: int, " FT_ATTN_SIG ", plan: int")                                             \
   X(batch_decode_run, "plan: int, q: Tensor, paged_k_cache: Tensor, paged_v_cache: Tensor, " \
                       "indptr: Tensor, indices: Tensor, last_page_len: Tensor, "              \
-                      "layout: int|str, out: Tensor, lse: Tensor?, sinks: Tensor?")           \
+                      "layout: int|str, out: Tensor, lse: Tensor?, sinks: Tensor?, lse_base2: int?")           \
   X(batch_decode_plan_destroy, "plan: int")                                                   \
   /* prefill attention */                                                                     \
   X(single_prefill, "q: Tensor, k: Tensor, v: Tensor, out: Tensor, lse: Tensor?, "           \
-                    "layout: int|str, " FT_ATTN_SIG ", causal: int, sinks: Tensor?")          \
+                    "layout: int|str, " FT_ATTN_SIG ", causal: int, sinks: Tensor?, lse_base2: int?")          \
   X(batch_prefill_workspace_size,                                                             \
     "device_type: int, device_id: int, max_batch: int, max_qo_tokens: int, "                  \
     "num_qo_heads: int, num_kv_heads: int, head_dim: int")                                    \
@@ -120,10 +120,10 @@
     "kv_dtype: dtype, max_batch: int, max_qo_tokens: int, " FT_ATTN_SIG ", causal: int, "     \
     "plan: int, custom_mask: Tensor?")                                                        \
   X(batch_prefill_ragged_run, "plan: int, q: Tensor, k: Tensor, v: Tensor, layout: int|str, " \
-                              "out: Tensor, lse: Tensor?, sinks: Tensor?")                    \
+                              "out: Tensor, lse: Tensor?, sinks: Tensor?, lse_base2: int?")                    \
   X(batch_prefill_paged_run,                                                                  \
     "plan: int, q: Tensor, paged_k_cache: Tensor, paged_v_cache: Tensor, kv_indices: Tensor, " \
-    "layout: int|str, out: Tensor, lse: Tensor?, sinks: Tensor?")                             \
+    "layout: int|str, out: Tensor, lse: Tensor?, sinks: Tensor?, lse_base2: int?")                             \
   X(batch_prefill_plan_destroy, "plan: int")                                                  \
   /* multi-head latent attention */                                                           \
   X(batch_mla_workspace_size,                                                                 \

@@ -132,7 +132,7 @@ def tvm_bad_arguments_are_named():
     # argument fewer still is refused by count
     raises(ValueError, ["fi_single_decode"], m.single_decode, x16, x16, x16, x16, None, "NHD",
            0.0, 0.0, -1, "NONE", 1.0, 1e4, 1.0, 1.0)
-    raises(TypeError, ["takes 14 to 15 arguments", "got 13"], m.single_decode, x16, x16, x16,
+    raises(TypeError, ["takes 14 to 16 arguments", "got 13"], m.single_decode, x16, x16, x16,
            x16, None, "NHD", 0.0, 0.0, -1, "NONE", 1.0, 1e4, 1.0)
     raises(ValueError, ["argument 9 'layout'", "'XYZ'"], m.append_paged_kv_cache, x16, x16, x16,
            x16, x16, x16, x16, x16, x16, "XYZ", 1.0, 1.0)

@@ -87,7 +87,7 @@ fi
 # transformers and what it pins (huggingface_hub < 1, tokenizers 0.22) always, ahead of
 # anything the venv has; apache-tvm-ffi and typing_extensions as python_check.sh does;
 # torch's own dependencies (filelock, fsspec, numpy, packaging) only where the venv lacks them.
-SITE=$(mktemp -d); trap 'rm -rf $SITE' EXIT
+SITE=$(mktemp -d); K=$(mktemp -d); trap 'rm -rf $SITE $K' EXIT
 V=$($PY -c 'import sys; print("cp%d%d" % sys.version_info[:2])')
 unz() { [ -f "$1" ] || { echo "missing wheel $1 (bash lab/gpu/llama_check.sh prepare)"; return 1; }
   $PY -m zipfile -e "$1" $SITE; }
@@ -108,7 +108,7 @@ has typing_extensions || unz "$(whl typing_extensions)" || exit 2
 has packaging || unz "$(whl packaging)" || exit 2
 has numpy || { echo "numpy from $WHEELS"; unz "$(whl numpy)" || exit 2; }
 export PYTHONPATH=$ROOT/python:$SITE FI_LOG_LEVEL=warn
-export FI_RUNTIME_LIBRARY=$ROOT/$B/libfi_runtime.so FI_CACHE_PATH=$(mktemp -d)/kernels.db
+export FI_RUNTIME_LIBRARY=$ROOT/$B/libfi_runtime.so FI_CACHE_PATH=$K/kernels.db  # one for all runs
 $PY -c 'import sys, torch, transformers; print(sys.executable, sys.version.split()[0], "torch",
 torch.__version__, "cuda", torch.cuda.is_available(), "transformers", transformers.__version__)' ||
   { echo "transformers does not import"; exit 2; }
@@ -126,7 +126,7 @@ one() {  # one run: counts (1: its failure fails the script), log name, llama_ch
   local rc=$?
   [ $rc -ne 0 ] && [ $counts = 1 ] && status=1
   { echo "$log ($*): rc=$rc, $(( $(date +%s) - t0 ))s$([ $rc -eq 124 ] && echo ", timed out")"
-    grep -E "^(config .* ops |PASS|FAIL)" $OUT/$log.txt | sed 's/^/  /'
+    grep -E "^(prefill, all|decode step time|config .* ops |PASS|FAIL)" $OUT/$log.txt | sed 's/^/  /'
     [ $rc -ne 0 ] && grep -vE "^ *[0-9]+ (prefill|decode) " $OUT/$log.txt | tail -6 | sed 's/^/  | /'
   } >> $OUT/summary.txt
 }
@@ -138,5 +138,6 @@ else
   one 0 llama_A_torch --config A --ops torch  # diagnostic: torch in fi_runtime's place
 fi
 echo "logs in $OUT; t=$(( $(date +%s) - S ))s"
+echo "llama_check: $([ $status = 0 ] && echo PASS || echo FAIL)" >> $OUT/summary.txt
 echo "== summary"; cat $OUT/summary.txt
 exit $status

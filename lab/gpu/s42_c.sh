@@ -27,7 +27,7 @@ echo "python_check rc=$?"; grep -E "host:|passed|FAIL" $OUT/python_check.txt | t
 timeout 60 $B/fi-bench --quick runtime > $OUT/bench_runtime.txt 2>&1; echo "fi-bench runtime rc=$?"
 grep -E "dispatch" $OUT/bench_runtime.txt; el
 if [ -f lab/gpu/llama_check.sh ]; then
-  B=$B OUT=$OUT timeout 200 bash lab/gpu/llama_check.sh > $OUT/llama.txt 2>&1
+  B=$B OUT=$OUT BUDGET=185 timeout 200 bash lab/gpu/llama_check.sh > $OUT/llama.txt 2>&1
   echo "llama_check rc=$?"; tail -14 $OUT/llama.txt; el
 fi
 FI_BENCH_PREFILL_B=4 FI_BENCH_PREFILL_WARMUP_MS=1000 timeout 100 $B/fi-bench prefill > $OUT/bench_prefill.txt 2>&1

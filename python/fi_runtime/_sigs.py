@@ -98,7 +98,7 @@ SIGNATURES = {
     ),
     'top_k_mask_logits': ('logits: Tensor, top_k_arr: Tensor?, top_k: int, out: Tensor', ('out',)),
     'single_decode': (
-        'q: Tensor, k: Tensor, v: Tensor, out: Tensor, lse: Tensor?, layout: int|str, sm_scale: float, logits_soft_cap: float, window_left: int, pos_encoding: int|str, rope_scale: float, rope_theta: float, k_scale: float, v_scale: float, sinks: Tensor?',
+        'q: Tensor, k: Tensor, v: Tensor, out: Tensor, lse: Tensor?, layout: int|str, sm_scale: float, logits_soft_cap: float, window_left: int, pos_encoding: int|str, rope_scale: float, rope_theta: float, k_scale: float, v_scale: float, sinks: Tensor?, lse_base2: int?',
         ('out', 'lse'),
     ),
     'batch_decode_workspace_size': (
@@ -110,12 +110,12 @@ SIGNATURES = {
         ('workspace',),
     ),
     'batch_decode_run': (
-        'plan: int, q: Tensor, paged_k_cache: Tensor, paged_v_cache: Tensor, indptr: Tensor, indices: Tensor, last_page_len: Tensor, layout: int|str, out: Tensor, lse: Tensor?, sinks: Tensor?',
+        'plan: int, q: Tensor, paged_k_cache: Tensor, paged_v_cache: Tensor, indptr: Tensor, indices: Tensor, last_page_len: Tensor, layout: int|str, out: Tensor, lse: Tensor?, sinks: Tensor?, lse_base2: int?',
         ('out', 'lse'),
     ),
     'batch_decode_plan_destroy': ('plan: int', ()),
     'single_prefill': (
-        'q: Tensor, k: Tensor, v: Tensor, out: Tensor, lse: Tensor?, layout: int|str, sm_scale: float, logits_soft_cap: float, window_left: int, pos_encoding: int|str, rope_scale: float, rope_theta: float, k_scale: float, v_scale: float, causal: int, sinks: Tensor?',
+        'q: Tensor, k: Tensor, v: Tensor, out: Tensor, lse: Tensor?, layout: int|str, sm_scale: float, logits_soft_cap: float, window_left: int, pos_encoding: int|str, rope_scale: float, rope_theta: float, k_scale: float, v_scale: float, causal: int, sinks: Tensor?, lse_base2: int?',
         ('out', 'lse'),
     ),
     'batch_prefill_workspace_size': (
@@ -131,11 +131,11 @@ SIGNATURES = {
         ('workspace',),
     ),
     'batch_prefill_ragged_run': (
-        'plan: int, q: Tensor, k: Tensor, v: Tensor, layout: int|str, out: Tensor, lse: Tensor?, sinks: Tensor?',
+        'plan: int, q: Tensor, k: Tensor, v: Tensor, layout: int|str, out: Tensor, lse: Tensor?, sinks: Tensor?, lse_base2: int?',
         ('out', 'lse'),
     ),
     'batch_prefill_paged_run': (
-        'plan: int, q: Tensor, paged_k_cache: Tensor, paged_v_cache: Tensor, kv_indices: Tensor, layout: int|str, out: Tensor, lse: Tensor?, sinks: Tensor?',
+        'plan: int, q: Tensor, paged_k_cache: Tensor, paged_v_cache: Tensor, kv_indices: Tensor, layout: int|str, out: Tensor, lse: Tensor?, sinks: Tensor?, lse_base2: int?',
         ('out', 'lse'),
     ),
     'batch_prefill_plan_destroy': ('plan: int', ()),

@@ -9,7 +9,7 @@ import torch
 
 from . import _sigs, ops
 
-_TYPES = {"Tensor": "Tensor", "Tensor?": "Tensor?", "float": "float", "int": "int",
+_TYPES = {"Tensor": "Tensor", "Tensor?": "Tensor?", "float": "float", "int": "int", "int?": "int?",
           "int|str": "int"}
 _LIB = torch.library.Library("fi_runtime", "DEF")
 REGISTERED = []

@@ -242,7 +242,7 @@ class BatchDecodeWithPagedKVCacheWrapper(_Wrapper):
         if sinks is not None:
             tensor(fn, "sinks", sinks)
         run("batch_decode_run", self._plan, q, k, v, self._indptr, self._indices, self._last,
-            self._layout, out, lse, sinks)
+            self._layout, out, lse, sinks, 1)  # lse in base 2, as FlashInfer's
         return (out, lse) if return_lse else out
 
     def run_return_lse(self, q, paged_kv_cache, *args, **kwargs):
@@ -380,7 +380,7 @@ class BatchPrefillWithPagedKVCacheWrapper(_Prefill):
         if sinks is not None:
             tensor(fn, "sinks", sinks)
         run("batch_prefill_paged_run", self._plan, q, k, v, self._indices, self._layout, out, lse,
-            sinks)
+            sinks, 1)  # lse in base 2, as FlashInfer's
         return (out, lse) if return_lse else out
 
     def run_return_lse(self, q, paged_kv_cache, *args, **kwargs):
@@ -432,7 +432,7 @@ class BatchPrefillWithRaggedKVCacheWrapper(_Prefill):
         if out is None and dv is not None and dv != q.shape[-1]:  # out at V's head_dim
             out = empty(q, tuple(q.shape[:-1]) + (dv,))
         out, lse = self._outputs(q, out, lse, return_lse)
-        run("batch_prefill_ragged_run", self._plan, q, k, v, self._layout, out, lse, None)
+        run("batch_prefill_ragged_run", self._plan, q, k, v, self._layout, out, lse, None, 1)
         return (out, lse) if return_lse else out
 
     def run_return_lse(self, q, k, v, *args, **kwargs):

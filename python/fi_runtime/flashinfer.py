@@ -152,20 +152,31 @@ def apply_rope_with_cos_sin_cache_inplace(positions, query, key, head_size, cos_
 
 
 # ---- cascade ----
+# FlashInfer's lse is log2 of the softmax denominator (its attention writes it so, and so do
+# this module's attention functions: fi_attention_extras.lse_base2); fi_merge_state takes
+# natural logs: the states are converted on the way in and out.
+
+_LN2, _LOG2E = 0.6931471805599453, 1.4426950408889634
 
 
 def merge_state(v_a, s_a, v_b, s_b):
     fn = "merge_state"
     tensor(fn, "v_a", v_a), tensor(fn, "s_a", s_a), tensor(fn, "v_b", v_b), tensor(fn, "s_b", s_b)
     v, s = empty(v_a, v_a.shape), empty(s_a, s_a.shape, "float32")
-    run(fn, v_a, s_a, v_b, s_b, v, s)
+    run(fn, v_a, s_a * _LN2, v_b, s_b * _LN2, v, s)
+    s *= _LOG2E
     return v, s
 
 
 def merge_state_in_place(v, s, v_other, s_other, mask=None):
     fn = "merge_state_in_place"
-    run(fn, tensor(fn, "v", v), tensor(fn, "s", s), tensor(fn, "v_other", v_other),
-        tensor(fn, "s_other", s_other), tensor(fn, "mask", mask, optional=True))
+    tensor(fn, "s", s)
+    s *= _LN2
+    try:
+        run(fn, tensor(fn, "v", v), s, tensor(fn, "v_other", v_other),
+            tensor(fn, "s_other", s_other) * _LN2, tensor(fn, "mask", mask, optional=True))
+    finally:
+        s *= _LOG2E
 
 
 def merge_states(v, s):
@@ -176,7 +187,8 @@ def merge_states(v, s):
                          f"{tuple(v.shape)}")
     v_out = empty(v, (v.shape[0], v.shape[2], v.shape[3]))
     s_out = empty(s, (s.shape[0], s.shape[2]), "float32")
-    run(fn, v, s, v_out, s_out)
+    run(fn, v, s * _LN2, v_out, s_out)
+    s_out *= _LOG2E
     return v_out, s_out
 
 
@@ -432,7 +444,7 @@ def single_decode_with_kv_cache(q, k, v, kv_layout="NHD", pos_encoding_mode="NON
     lse = empty(q, (q.shape[0],), "float32") if return_lse else None
     run("single_decode", q, k, v, out, lse, layout(fn, kv_layout),
         *_attn_params(fn, q.shape[-1], pos_encoding_mode, window_left, logits_soft_cap,
-                      sm_scale, rope_scale, rope_theta, q_scale, k_scale, v_scale), None)
+                      sm_scale, rope_scale, rope_theta, q_scale, k_scale, v_scale), None, 1)
     return (out, lse) if return_lse else out
 
 
@@ -454,12 +466,12 @@ def single_prefill_with_kv_cache(q, k, v, scale_q=None, scale_k=None, scale_v=No
     tensor(fn, "q", q), tensor(fn, "k", k), tensor(fn, "v", v)
     if o_dtype is not None and o_dtype != q.dtype:
         unsupported(fn, "o_dtype", o_dtype, "differs from q's dtype, which fi_runtime writes")
-    out = empty(q, q.shape)
+    out = empty(q, tuple(q.shape[:-1]) + (v.shape[-1],))  # V's head_dim (192 / 128: apart)
     lse = _lse(q, return_lse)
     run("single_prefill", q, k, v, out, lse, layout(fn, kv_layout),
         *_attn_params(fn, q.shape[-1], pos_encoding_mode, window_left, logits_soft_cap,
                       sm_scale, rope_scale, rope_theta, None, k_scale, v_scale),
-        int(bool(causal)), None)
+        int(bool(causal)), None, 1)
     return (out, lse) if return_lse else out
 
 
