@@ -13,7 +13,7 @@
 export FI_LOG_LEVEL=warn; S=$(date +%s); el() { echo "t=$(( $(date +%s) - S ))s"; }
 B=build-gpu6; PY=${PY:-/opt/torch/.venv/bin/python3}
 nvidia-smi --query-gpu=name,driver_version,clocks.max.sm --format=csv,noheader
-FI_CACHE_PATH=$(mktemp -d)/p.db timeout 150 $B/tests/gpu_prefill prefill_fp8_kv prefill_head_dim_vo prefill_lse_base2 \
+FI_CACHE_PATH=$(mktemp -d)/p.db timeout 130 $B/tests/gpu_prefill prefill_fp8_kv prefill_head_dim_vo prefill_lse_base2 \
   > $OUT/gpu_prefill.txt 2>&1
 echo "gpu_prefill rc=$?"; grep -E "^(PASS|FAIL)|required|check failed" $OUT/gpu_prefill.txt | tail -10
 grep -E "^dvo" $OUT/gpu_prefill.txt | tail -7; el
@@ -25,11 +25,11 @@ mkdir -p $B/pysite && $PY -m zipfile -e "$W" $B/pysite && $PY -m zipfile -e lab/
 export PYTHONPATH=$PWD/$B/pysite${PYTHONPATH:+:$PYTHONPATH} FI_RUNTIME_LIBRARY=$PWD/$B/libfi_runtime.so
 FI_CACHE_PATH=$(mktemp -d)/t.db timeout 60 $PY lab/gpu/tvm_abi_check.py $B > $OUT/tvm_abi.txt 2>&1
 echo "tvm_abi_check rc=$?"; grep -E "^(FAIL|PASS)|passed|Error" $OUT/tvm_abi.txt | tail -16; el
-B=$B OUT=$OUT BUDGET=150 timeout 160 bash lab/gpu/llama_check.sh > $OUT/llama.txt 2>&1
+B=$B OUT=$OUT BUDGET=140 timeout 150 bash lab/gpu/llama_check.sh > $OUT/llama.txt 2>&1
 echo "llama_check rc=$?"; tail -12 $OUT/llama.txt; el
-FI_CACHE_PATH=$(mktemp -d)/y.db timeout 60 $PY lab/gpu/python_check.py > $OUT/python_check.txt 2>&1
+FI_CACHE_PATH=$(mktemp -d)/y.db timeout 50 $PY lab/gpu/python_check.py > $OUT/python_check.txt 2>&1
 echo "python_check rc=$?"; grep -E "host:|passed|FAIL" $OUT/python_check.txt | tail -8
 timeout 30 $B/fi-bench --quick runtime > $OUT/bench_runtime.txt 2>&1; echo "fi-bench runtime rc=$?"
 grep -E "dispatch" $OUT/bench_runtime.txt; el
-FI_BENCH_PREFILL_B=4 FI_BENCH_PREFILL_WARMUP_MS=500 timeout 70 $B/fi-bench --quick prefill > $OUT/bench_prefill.txt 2>&1
+FI_BENCH_PREFILL_B=4 FI_BENCH_PREFILL_WARMUP_MS=500 timeout 60 $B/fi-bench --quick prefill > $OUT/bench_prefill.txt 2>&1
 echo "fi-bench prefill rc=$?"; grep -E "TFLOP/s|^\| " $OUT/bench_prefill.txt | grep -vE "^\|---" | tail -14; el
