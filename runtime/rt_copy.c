@@ -14,11 +14,13 @@ FI_API fi_status fi_copy_to_host(fi_runtime *rt, const DLTensor *src, void *dst,
   if (!src) return rt_fail(FI_ERR_INVALID_ARGUMENT, "%s: src is NULL", fn);
   if ((st = rt_check_tensor(fn, "src", src, src->ndim)) != FI_OK) return st;
   if (bytes && !dst) return rt_fail(FI_ERR_INVALID_ARGUMENT, "%s: dst is NULL", fn);
-  for (int i = 0; i + 1 < src->ndim; i++)
-    if (src->shape[i] > 1 && rt_stride(src, i) != rt_stride(src, i + 1) * src->shape[i + 1])
+  /* contiguous: each dimension of more than one element strides over the ones after it */
+  int64_t inner = 1;
+  for (int i = src->ndim - 1; i >= 0; i--) {
+    if (src->shape[i] > 1 && rt_stride(src, i) != inner)
       return rt_fail(FI_ERR_INVALID_ARGUMENT, "%s: src is not contiguous (dimension %d)", fn, i);
-  if (src->ndim > 0 && src->shape[src->ndim - 1] > 1 && rt_stride(src, src->ndim - 1) != 1)
-    return rt_fail(FI_ERR_INVALID_ARGUMENT, "%s: src is not contiguous (last dimension)", fn);
+    inner *= src->shape[i];
+  }
   const int64_t have = rt_extent_bytes(src);
   if (have < 0 || (uint64_t)have < bytes)
     return rt_fail(FI_ERR_INVALID_ARGUMENT, "%s: src holds %lld bytes; %zu are asked for", fn, (long long)have,
@@ -27,7 +29,7 @@ FI_API fi_status fi_copy_to_host(fi_runtime *rt, const DLTensor *src, void *dst,
   const rt_device_i *be = NULL;
   void *state = NULL;
   if ((st = rt_backend(rt, src->device.device_type, &be, &state)) != FI_OK) return st;
-  if (!be->tune || !be->tune->copy || !be->tune->capturing)
+  if (!be->tune || !be->tune->copy || !be->tune->capturing || !be->tune->sync)
     return rt_fail(FI_ERR_NO_DEVICE, "%s: the %s backend cannot copy", fn, be->name);
   char err[256] = "";
   const int dev = src->device.device_id;
@@ -37,6 +39,8 @@ FI_API fi_status fi_copy_to_host(fi_runtime *rt, const DLTensor *src, void *dst,
     return rt_fail(FI_ERR_DEVICE, "%s: %s", fn, err);
   if (cap_s || cap_l)
     return rt_fail(FI_ERR_INVALID_ARGUMENT, "%s: a graph is being captured; a copy to the host would break it", fn);
+  /* stream's work first (a non-blocking stream is not ordered with the copy's own) */
+  if (be->tune->sync(state, dev, stream, err, sizeof err) != 0) return rt_fail(FI_ERR_DEVICE, "%s: %s", fn, err);
   if (be->tune->copy(state, dev, dst, rt_data(src), bytes, RT_COPY_D2H, err, sizeof err) != 0)
     return rt_fail(FI_ERR_DEVICE, "%s: %s", fn, err);
   return FI_OK;

@@ -194,10 +194,24 @@ def flashinfer_abi_module_plans_and_checks():
     raises(ValueError, ["argument 12 'mask_mode_code'", "custom masks"], m.batch_prefill_paged_run,
            fws, iws, info2, q, cache, cache, qo, kv, idx, last, q, lse, 2, 1, -1, False, 0.125,
            1.0, 1e-4)
-    raises(ValueError, ["batch_prefill_ragged_run", "float_workspace_buffer"], m.batch_prefill_ragged_run, fws,
+    raises(ValueError, ["batch_prefill_ragged_run", "page_size 1"], m.batch_prefill_ragged_run, fws,
            iws, info2, q, q, q, qo, kv, q, lse, 1, 0, -1, False, 0.125, 1.0, 1e-4)
+    iws3 = np.zeros(4096, np.uint8)
+    rinfo = m.batch_prefill_plan(fws, iws3, pl, qo, qo, np.array([3, 5], np.int32), 8, 2, 8, 2, 1, False,
+                                 192, 128, True, -1, -1, False, 0)  # DeepSeek's MHA prefill (ragged)
+    raises(ValueError, ["batch_prefill_ragged_run", "float_workspace_buffer"], m.batch_prefill_ragged_run, fws,
+           iws3, rinfo, q, q, q, qo, qo, q, lse, 1, 0, -1, False, 0.125, 1.0, 1e-4)
     raises(ValueError, ["argument 13 'head_dim_vo'", "equal"], plan, iws, True, 192, 64)
-    assert len(plan(iws2, True, 192, 128)) == 3  # DeepSeek's MHA prefill (ragged runs)
+    raises(ValueError, ["argument 13 'head_dim_vo'", "page_size 1"], plan, iws, True, 192, 128)
+    raises(ValueError, ["argument 15 'window_left'"], m.batch_prefill_plan, fws, iws, pl, qo, kv, kvlen, 8, 2,
+           8, 2, 16, False, 64, 64, True, 1 << 40, -1, False, 0)
+    # more int workspaces than records: the least recently planned is taken over, its
+    # plan_infos then stale (a KV cache made again after a reload)
+    old = plan(iws)
+    keep = [np.zeros(256, np.uint8) for _ in range(20)]  # 20 live (distinct) workspaces
+    for w in keep:
+        plan(w)
+    raises(ValueError, ["argument 2 'plan_info'"], prun, old)
     raises(TypeError, ["batch_prefill_plan", "takes 19 arguments", "got 3"], m.batch_prefill_plan,
            fws, iws, pl)
     raises(ValueError, ["argument 3 'qo_indptr'", "int32"], m.batch_prefill_plan, fws, iws, pl,

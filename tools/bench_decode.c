@@ -155,7 +155,7 @@ static void tree_run(void *c, int call) {
 static void bench_tree(fi_runtime *rt, const dcfg *c, const DLTensor *tk, const DLTensor *tv, const DLTensor *tix,
                        int sets, const int32_t *indptr, const int32_t *last, fi_kv_layout lay, double dec_us,
                        double read_tbs) {
-  const int D = 128, B = c->B, L = c->L, T = tree_q, es = c->fp8 ? 1 : 2;
+  const int D = 128, B = c->B, L = c->L, T = tree_q > 64 ? 64 : tree_q, es = c->fp8 ? 1 : 2; /* parent[64] */
   const int64_t nq = (int64_t)B * T;
   const size_t qbytes = (size_t)nq * c->hq * D * 2;
   const int64_t seg = ((int64_t)T * L + 7) / 8, mbytes = seg * B;

@@ -99,11 +99,20 @@ typedef struct fa_rec {
   fa_run made;
   int64_t plan_gen;
   int graph_batch, graph_rows; /* CUDA-graph prefill: the plan's limits */
+  uint64_t used;      /* fa_clock at its last plan call: the least recent is evicted */
 } fa_rec;
 
 static pthread_mutex_t fa_mu = PTHREAD_MUTEX_INITIALIZER;
 static fa_rec recs[FA_RECORDS];
 static int inline_rope;
+static uint64_t fa_clock;
+
+/* Two runs' plan-fixing arguments equal (field by field: the struct has padding). */
+static int run_eq(const fa_run *a, const fa_run *b) {
+  return !memcmp(&a->qdt, &b->qdt, sizeof a->qdt) && !memcmp(&a->kvdt, &b->kvdt, sizeof a->kvdt) &&
+         a->causal == b->causal && a->window == b->window && a->kind == b->kind && a->sm_scale == b->sm_scale &&
+         a->rope_rcp_scale == b->rope_rcp_scale && a->rope_rcp_theta == b->rope_rcp_theta;
+}
 
 static void drop_plan(fa_rec *r) {
   if (!r->plan) return;
@@ -113,21 +122,30 @@ static void drop_plan(fa_rec *r) {
   r->made.kind = FA_NONE;
 }
 
-/* The record of int workspace ws (a new one when unseen); NULL after raising. */
+/* The record of int workspace ws (a new one when unseen: a free slot, else the least
+ * recently planned record's, its plan destroyed: a KV cache made again, e.g. after a model
+ * reload, takes the slots of the old one, whose plan_infos then read as stale). */
 static fa_rec *rec_for(ft_call *c, const DLTensor *ws, int decode) {
+  (void)c;
   const void *key = (const char *)ws->data + ws->byte_offset;
-  int free_i = -1;
+  int pick = -1;
   for (int i = 0; i < FA_RECORDS; i++) {
-    if (recs[i].int_ws == key && recs[i].decode == decode) return &recs[i];
-    if (!recs[i].int_ws && free_i < 0) free_i = i;
+    if (recs[i].int_ws == key && recs[i].decode == decode) {
+      recs[i].used = ++fa_clock;
+      return &recs[i];
+    }
+    if (pick < 0 || (recs[pick].int_ws && (!recs[i].int_ws || recs[i].used < recs[pick].used))) pick = i;
   }
-  if (free_i < 0)
-    return ft_fail(c, 1, "RuntimeError", "more than %d int workspaces (plans x depths) are in use", FA_RECORDS),
-           NULL;
-  memset(&recs[free_i], 0, sizeof recs[free_i]);
-  recs[free_i].int_ws = key;
-  recs[free_i].decode = decode;
-  return &recs[free_i];
+  fa_rec *r = &recs[pick];
+  drop_plan(r);
+  free(r->qo), free(r->kv), free(r->last);
+  const int64_t gen = r->gen; /* kept growing: an evicted record's plan_infos stay stale */
+  memset(r, 0, sizeof *r);
+  r->gen = gen;
+  r->int_ws = key;
+  r->decode = decode;
+  r->used = ++fa_clock;
+  return r;
 }
 
 /* Room for n + 1 entries in each host array. */
@@ -187,8 +205,10 @@ static fa_rec *rec_of_info(ft_call *c, int i, int decode) {
       c->failed = 1; /* tvm-ffi raised (index out of range: not our array) */
       return NULL;
     }
-    if (out.type_index != kTVMFFIInt)
+    if (out.type_index != kTVMFFIInt) {
+      if (out.type_index >= kTVMFFIStaticObjectBegin) TVMFFIObjectDecRef(out.v_obj);
       return ft_fail(c, i, "ValueError", "is not a plan_info of fi_runtime's FlashInfer-ABI module"), NULL;
+    }
     v[k] = out.v_int64;
   }
   if (v[0] != FA_MAGIC || v[1] < 0 || v[1] >= FA_RECORDS || !recs[v[1]].int_ws || recs[v[1]].decode != decode)
@@ -254,10 +274,13 @@ FA_EXPORT(batch_prefill_plan,
   const int64_t window = ft_int(c, 15);
   (void)ft_int(c, 16), (void)ft_int(c, 17), (void)ft_int(c, 18); /* accepted, ignored */
   if (c->failed) return -1;
-  if (dqk != dvo && !(dqk == 192 && dvo == 128))
+  if (dqk != dvo && !(dqk == 192 && dvo == 128 && ps == 1))
     return ft_fail(c, 13, "ValueError", "is %lld and head_dim_qk %lld: fi_runtime's prefill takes them equal, or 192 "
-                   "with 128 (ragged)", (long long)dvo, (long long)dqk);
-  if (ps < 1 || hq < 1 || hkv < 1 || rows < 0 || rows > INT32_MAX || hq > INT32_MAX || dqk > INT32_MAX)
+                   "with 128 for the ragged plan (page_size 1)", (long long)dvo, (long long)dqk);
+  if (window < -1 || window > INT32_MAX)
+    return ft_fail(c, 15, "ValueError", "is %lld; -1 or a token count is needed", (long long)window);
+  if (ps < 1 || ps > INT32_MAX || hq < 1 || hkv < 1 || hkv > INT32_MAX || rows < 0 || rows > INT32_MAX ||
+      hq > INT32_MAX || dqk > INT32_MAX)
     return ft_fail(c, -1, "ValueError", "page_size %lld, heads %lld/%lld, total_num_rows %lld: out of range",
                    (long long)ps, (long long)hq, (long long)hkv, (long long)rows);
   pthread_mutex_lock(&fa_mu);
@@ -316,7 +339,10 @@ FA_EXPORT(batch_prefill_plan,
 /* The fi_runtime plan of record r for a run with u, made or re-made when the record was
  * planned again or the run's arguments differ. The caller holds fa_mu. */
 static int prefill_ready(ft_call *c, fa_rec *r, const fa_run *u) {
-  if (r->plan && r->plan_gen == r->gen && !memcmp(&r->made, u, sizeof *u)) return 0;
+  if (u->kind == FA_RAGGED && r->page_size != 1)
+    return ft_fail(c, 2, "ValueError", "was planned with page_size %d: a ragged run needs a plan of page_size 1 "
+                   "(its kv_indptr counts tokens)", r->page_size);
+  if (r->plan && r->plan_gen == r->gen && run_eq(&r->made, u)) return 0;
   drop_plan(r);
   fi_runtime *rt = ft_rt(c);
   if (!rt) return -1;
@@ -378,6 +404,24 @@ static const fi_attention_extras *base2(fi_attention_extras *x) {
   return x;
 }
 
+/* A prefill run's common part: its scalars from argument at on, the plan_info's record
+ * made ready for them (kind, q's and the KV's dtypes); returns the plan with fa_mu held
+ * (the caller launches, then unlocks: a plan call on another thread cannot replace the
+ * plan under the launch), or NULL after raising, unlocked. */
+static fi_prefill_plan *prefill_run_plan(ft_call *c, int at, int kind, const DLTensor *q, const DLTensor *kv,
+                                         fi_kv_layout *layout) {
+  fa_run u;
+  memset(&u, 0, sizeof u);
+  run_scalars(c, at, &u, layout);
+  if (c->failed) return NULL;
+  u.kind = kind, u.qdt = q->dtype, u.kvdt = kv->dtype;
+  pthread_mutex_lock(&fa_mu);
+  fa_rec *r = rec_of_info(c, 2, 0);
+  if (r && prefill_ready(c, r, &u) == 0) return r->plan;
+  pthread_mutex_unlock(&fa_mu);
+  return NULL;
+}
+
 FA_EXPORT(batch_prefill_paged_run,
           "float_workspace_buffer: Tensor, int_workspace_buffer: Tensor, plan_info: list, q: Tensor, "
           "paged_k_cache: Tensor, paged_v_cache: Tensor, qo_indptr: Tensor, paged_kv_indptr: Tensor, "
@@ -387,23 +431,16 @@ FA_EXPORT(batch_prefill_paged_run,
   DLTensor *q = ft_tensor(c, 3), *kc = ft_tensor(c, 4), *vc = ft_tensor(c, 5), *idx = ft_tensor(c, 8),
            *o = ft_tensor(c, 10), *lse = ft_tensor_opt(c, 11);
   (void)ft_tensor(c, 0), (void)ft_tensor(c, 1), (void)ft_tensor(c, 6), (void)ft_tensor(c, 7), (void)ft_tensor(c, 9);
-  fa_run u;
-  memset(&u, 0, sizeof u);
   fi_kv_layout layout;
-  run_scalars(c, 12, &u, &layout);
   if (c->failed) return -1;
-  u.kind = FA_PAGED, u.qdt = q->dtype, u.kvdt = kc->dtype;
-  pthread_mutex_lock(&fa_mu);
-  fa_rec *r = rec_of_info(c, 2, 0);
-  int rc = r ? prefill_ready(c, r, &u) : -1;
-  fi_prefill_plan *pl = rc == 0 ? r->plan : NULL;
-  pthread_mutex_unlock(&fa_mu);
-  if (rc != 0) return -1;
+  fi_prefill_plan *pl = prefill_run_plan(c, 12, FA_PAGED, q, kc, &layout);
+  if (!pl) return -1;
   fi_attention_extras x;
-  fi_runtime *rt = ft_rt(c);
-  return rt ? ft_status(c, fi_batch_prefill_paged_run_ex(rt, pl, q, kc, vc, idx, layout, o, lse, base2(&x),
-                                                          ft_stream(c)))
-            : -1;
+  fi_runtime *rt = ft_rt(c); /* (made by the plan) */
+  const int rc = ft_status(c, fi_batch_prefill_paged_run_ex(rt, pl, q, kc, vc, idx, layout, o, lse, base2(&x),
+                                                             ft_stream(c)));
+  pthread_mutex_unlock(&fa_mu);
+  return rc;
 }
 
 FA_EXPORT(batch_prefill_ragged_run,
@@ -414,22 +451,16 @@ FA_EXPORT(batch_prefill_ragged_run,
   DLTensor *q = ft_tensor(c, 3), *k = ft_tensor(c, 4), *v = ft_tensor(c, 5), *o = ft_tensor(c, 8),
            *lse = ft_tensor_opt(c, 9);
   (void)ft_tensor(c, 0), (void)ft_tensor(c, 1), (void)ft_tensor(c, 6), (void)ft_tensor(c, 7);
-  fa_run u;
-  memset(&u, 0, sizeof u);
   fi_kv_layout layout;
-  run_scalars(c, 10, &u, &layout);
   if (c->failed) return -1;
-  u.kind = FA_RAGGED, u.qdt = q->dtype, u.kvdt = k->dtype;
-  pthread_mutex_lock(&fa_mu);
-  fa_rec *r = rec_of_info(c, 2, 0);
-  int rc = r ? prefill_ready(c, r, &u) : -1;
-  fi_prefill_plan *pl = rc == 0 ? r->plan : NULL;
-  pthread_mutex_unlock(&fa_mu);
-  if (rc != 0) return -1;
+  fi_prefill_plan *pl = prefill_run_plan(c, 10, FA_RAGGED, q, k, &layout);
+  if (!pl) return -1;
   fi_attention_extras x;
-  fi_runtime *rt = ft_rt(c);
-  return rt ? ft_status(c, fi_batch_prefill_ragged_run_ex(rt, pl, q, k, v, layout, o, lse, base2(&x), ft_stream(c)))
-            : -1;
+  fi_runtime *rt = ft_rt(c); /* (made by the plan) */
+  const int rc =
+      ft_status(c, fi_batch_prefill_ragged_run_ex(rt, pl, q, k, v, layout, o, lse, base2(&x), ft_stream(c)));
+  pthread_mutex_unlock(&fa_mu);
+  return rc;
 }
 
 /* ---- decode ---- */
@@ -457,9 +488,10 @@ FA_EXPORT(batch_decode_plan,
   if (dqk != dvo)
     return ft_fail(c, 12, "ValueError", "is %lld and head_dim_qk %lld: fi_runtime's decode needs them equal",
                    (long long)dvo, (long long)dqk);
-  if (ps < 1 || hq < 1 || hkv < 1 || hq > INT32_MAX || dqk > INT32_MAX)
-    return ft_fail(c, -1, "ValueError", "page_size %lld, heads %lld/%lld: out of range", (long long)ps,
-                   (long long)hq, (long long)hkv);
+  if (ps < 1 || ps > INT32_MAX || hq < 1 || hkv < 1 || hkv > INT32_MAX || hq > INT32_MAX || dqk > INT32_MAX ||
+      window < -1 || window > INT32_MAX)
+    return ft_fail(c, -1, "ValueError", "page_size %lld, heads %lld/%lld, window_left %lld: out of range",
+                   (long long)ps, (long long)hq, (long long)hkv, (long long)window);
   pthread_mutex_lock(&fa_mu);
   fa_rec *r = rec_for(c, iws, 1);
   int rc = r ? rec_reserve(c, r, (int)B) : -1;
@@ -479,7 +511,7 @@ FA_EXPORT(batch_decode_plan,
 /* The decode plan of record r for a run with u; the first run after a plan call reads
  * the lengths (argument li) from the device. The caller holds fa_mu. */
 static int decode_ready(ft_call *c, fa_rec *r, const fa_run *u, const DLTensor *last) {
-  if (r->plan && r->plan_gen == r->gen && !memcmp(&r->made, u, sizeof *u)) return 0;
+  if (r->plan && r->plan_gen == r->gen && run_eq(&r->made, u)) return 0;
   fi_runtime *rt = ft_rt(c);
   if (!rt) return -1;
   if (!r->have_last) {
@@ -507,14 +539,17 @@ static int decode_ready(ft_call *c, fa_rec *r, const fa_run *u, const DLTensor *
                                                 &need),
               need, shape[0]) != 0)
     return -1;
-  /* a re-plan in place when only the arrays changed; else a new plan */
-  fi_decode_plan *pl = r->plan && !memcmp(&r->made, u, sizeof *u) ? r->plan : NULL;
+  /* a re-plan in place when only the arrays changed; else, or where fi_runtime refuses it
+   * (the heads or the sizes changed with the plan call), a new plan */
+  fi_decode_plan *pl = r->plan && run_eq(&r->made, u) ? r->plan : NULL;
   if (!pl) drop_plan(r);
   fi_status st = fi_batch_decode_plan(rt, &in, &p, &ws, ft_stream(c), &pl);
-  if (st != FI_OK) {
-    if (pl == r->plan) drop_plan(r);
-    return ft_status(c, st);
+  if (st != FI_OK && r->plan) {
+    drop_plan(r);
+    pl = NULL;
+    st = fi_batch_decode_plan(rt, &in, &p, &ws, ft_stream(c), &pl);
   }
+  if (st != FI_OK) return ft_status(c, st);
   r->plan = pl, r->made = *u, r->plan_gen = r->gen;
   return 0;
 }
@@ -546,14 +581,13 @@ FA_EXPORT(batch_decode_run,
     r = NULL;
   }
   int rc = r ? decode_ready(c, r, &u, last) : -1;
-  fi_decode_plan *pl = rc == 0 ? r->plan : NULL;
+  if (rc == 0) { /* launched under fa_mu: a plan call cannot replace the plan under it */
+    fi_attention_extras x;
+    rc = ft_status(c, fi_batch_decode_run_ex(ft_rt(c), r->plan, q, kc, vc, ip, idx, last, layout, o, lse, base2(&x),
+                                             ft_stream(c)));
+  }
   pthread_mutex_unlock(&fa_mu);
-  if (rc != 0) return -1;
-  fi_attention_extras x;
-  fi_runtime *rt = ft_rt(c);
-  return rt ? ft_status(c, fi_batch_decode_run_ex(rt, pl, q, kc, vc, ip, idx, last, layout, o, lse, base2(&x),
-                                                   ft_stream(c)))
-            : -1;
+  return rc;
 }
 
 /* ---- fi_runtime's own ---- */

@@ -86,7 +86,7 @@ def main():
     new = [20, 9, 1, 50]
     B = len(prefix)
     pages_of = [(n + P - 1) // P for n in prefix]
-    npages = sum(pages_of) + 8
+    npages = 64  # room for the prefix and for every decode step's pages (27 at most below)
     perm = torch.randperm(npages).to(torch.int32)
     kv_indptr = [0]
     for n in pages_of:

@@ -227,9 +227,9 @@ class BatchDecodeWithPagedKVCacheWrapper(_Wrapper):
             unsupported(fn, "q_len_per_req", q_len_per_req)
         tensor(fn, "q", q)
         k, v = self._kv(fn, paged_kv_cache)
-        if q_scale is None and window_left is None and k_scale is None and v_scale is None:
-            if not self._plan:  # (the common call: nothing to compare with the plan's)
-                raise RuntimeError(f"{fn}: call plan before run")
+        if q_scale is None and window_left is None and k_scale is None and v_scale is None and \
+                self._plan and self._plan_args[self._attn_at] == self._sm_scale:
+            pass  # the common call: the plan's own scale, nothing to compare
         else:
             sm = None
             if self._plan:
@@ -410,11 +410,12 @@ class BatchPrefillWithRaggedKVCacheWrapper(_Prefill):
                  ("num_kv_heads", num_kv_heads), ("head_dim_qk", head_dim_qk))]
         heads, rest = self._plan_common(fn, qo_h, batch, heads, dv, pcm, causal, fp16,
                                         _attn(fn, heads[2], *a), _dtypes(fn, *dts), {}, True)
-        self._dv = heads[2] if dv is None else number(fn, "head_dim_vo", dv, int)
+        dvn = heads[2] if dv is None else number(fn, "head_dim_vo", dv, int)
         args = (self._workspace, qo_h, kv_h, *heads, *rest)
         # head_dim_vo after the mask (192 / 128: V's and out's head_dim apart); a re-plan
         # in run passes the same (_replan_if's mask tuple carries it)
-        self._plan = ops.batch_prefill_ragged_plan(*args, self._plan, pcm, self._dv)
+        self._plan = ops.batch_prefill_ragged_plan(*args, self._plan, pcm, dvn)
+        self._dv = dvn
         self._mask = pcm  # kept only once the plan took it (the plan reads it)
         self._plan_args = args + (self._plan,)
 
