@@ -194,6 +194,7 @@ static void bench_tree(fi_runtime *rt, const dcfg *c, const DLTensor *tk, const 
   tm.dtype = (DLDataType){kDLUInt, 8, 1};
   size_t wsb = 0;
   fi_status st = fi_batch_prefill_workspace_size(rt, tq.device, B, (int)nq, c->hq, c->hkv, D, &wsb);
+  if (st != FI_OK) fprintf(stderr, "tree verify: %s\n", fi_last_error());
   int64_t wshape[1];
   DLTensor tw = bench_workspace(wsb, &ws, wshape);
   fi_batch_prefill_info in;
@@ -205,7 +206,7 @@ static void bench_tree(fi_runtime *rt, const dcfg *c, const DLTensor *tk, const 
   in.num_qo_heads = c->hq;
   in.num_kv_heads = c->hkv;
   in.head_dim = D;
-  in.page_size = 16;
+  in.page_size = (int)(c->hnd ? tk->shape[2] : tk->shape[1]); /* the decode case's pages */
   in.q_dtype = tq.dtype;
   in.kv_dtype = tk->dtype;
   fi_prefill_params p;
