@@ -340,7 +340,8 @@ fi_status rt_decode_plan_tactic(fi_runtime *rt, const fi_batch_decode_info *info
   const int qdt = rt_check_dtype(info->q_dtype), kvdt = rt_check_dtype(info->kv_dtype);
   const int64_t units = (int64_t)(info->max_batch > 0 ? info->max_batch : info->batch) * info->num_kv_heads;
   const int tc = use_stored && !force &&
-                 rt_decode_use_tc(&rt->env.tune, info->num_qo_heads / info->num_kv_heads, units, qdt, kvdt);
+                 rt_decode_use_tc(&rt->env.tune, info->num_qo_heads / info->num_kv_heads, units, qdt, kvdt,
+                                  p->pos_encoding == FI_POS_ROPE_LLAMA);
   /* A re-plan that changes the route (outside CUDA-graph mode: the batch crossed
    * RT_DECODE_TC_UNITS) builds a new plan of the other route and takes it over once made,
    * so that a failure leaves the plan as it was. */

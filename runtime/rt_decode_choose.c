@@ -269,9 +269,11 @@ int rt_decode_tc_possible(const rt_tuning *t, int group) {
   return t->decode_tc == 1 || (t->decode_tc < 0 && group > 16);
 }
 
-int rt_decode_use_tc(const rt_tuning *t, int group, int64_t units, int q_dtype, int kv_dtype) {
-  return rt_decode_tc_possible(t, group) && (t->decode_tc == 1 || units >= RT_DECODE_TC_UNITS) &&
-         q_dtype == kv_dtype && (kv_dtype == JIT_DT_F16 || kv_dtype == JIT_DT_BF16);
+int rt_decode_use_tc(const rt_tuning *t, int group, int64_t units, int q_dtype, int kv_dtype, int rope) {
+  const int q16 = q_dtype == JIT_DT_F16 || q_dtype == JIT_DT_BF16;
+  /* the prefill kernels take q's 16-bit cache, or an fp8 one without RoPE (*_prefill_fp8kv) */
+  const int kv_ok = kv_dtype == q_dtype || ((kv_dtype == JIT_DT_E4M3 || kv_dtype == JIT_DT_E5M2) && !rope);
+  return rt_decode_tc_possible(t, group) && (t->decode_tc == 1 || units >= RT_DECODE_TC_UNITS) && q16 && kv_ok;
 }
 
 fi_status rt_decode_choose(const char *fn, const fi_batch_decode_info *info_in, const fi_attention_params *p,

@@ -156,11 +156,12 @@ int rt_decode_group_chunks(int num_qo_heads, int num_kv_heads);
  * more (max_batch's in CUDA-graph mode, where the route then stays; otherwise a re-plan
  * may switch it). rt_decode_tc_possible: whether a plan of this group may (the workspace is
  * sized for both then); rt_decode_use_tc: whether it does, which also needs the prefill
- * kernels' dtypes (q and a 16-bit cache of one dtype). FI_DECODE_TC (t->decode_tc) 0
- * never, 1 at every group and batch. */
+ * kernels' dtypes (q and a 16-bit cache of one dtype, or an fp8 cache without RoPE: the
+ * mma.sync kernel of *_prefill_fp8kv). FI_DECODE_TC (t->decode_tc) 0 never, 1 at every
+ * group and batch. */
 #define RT_DECODE_TC_UNITS 64
 int rt_decode_tc_possible(const rt_tuning *t, int group);
-int rt_decode_use_tc(const rt_tuning *t, int group, int64_t units, int q_dtype, int kv_dtype);
+int rt_decode_use_tc(const rt_tuning *t, int group, int64_t units, int q_dtype, int kv_dtype, int rope);
 
 /* Whether a plan on `pipeline` (its kernel so far) runs the CUDA-core kernel
  * (DECODE_PIPE_SIMT) instead: the capped kernel at group 1 where that kernel exists. */

@@ -1214,3 +1214,24 @@ FT_TEST(planner_cuts_groups_above_16_into_grid_heads) {
   FT_CHECK_EQ_INT(odd.kv_pair, 1, "no head pairs across grid heads of one KV head");
   free(odd.tab);
 }
+
+/* The tensor-core route's rule (rt_decode_use_tc): groups above 16 at RT_DECODE_TC_UNITS
+ * requests x KV heads or more (FI_DECODE_TC 1: always, 0: never); q 16-bit with its own
+ * dtype's cache, or an fp8 one (the prefill kernels' *_fp8kv) without RoPE. */
+FT_TEST(tensor_core_route_rule) {
+  rt_tuning t = rt_tuning_default();
+  const int F16 = JIT_DT_F16, BF = JIT_DT_BF16, E4 = JIT_DT_E4M3, E5 = JIT_DT_E5M2, F32 = JIT_DT_F32;
+  FT_CHECK(rt_decode_use_tc(&t, 64, 64, BF, BF, 0), "64/1 at 64 units");
+  FT_CHECK(!rt_decode_use_tc(&t, 64, 63, BF, BF, 0), "below the units");
+  FT_CHECK(!rt_decode_use_tc(&t, 16, 4096, BF, BF, 0), "group 16");
+  FT_CHECK(rt_decode_use_tc(&t, 32, 64, F16, E4, 0), "an e4m3 cache");
+  FT_CHECK(rt_decode_use_tc(&t, 32, 64, BF, E5, 0), "an e5m2 cache");
+  FT_CHECK(!rt_decode_use_tc(&t, 32, 64, BF, E4, 1), "fp8 with RoPE: the prefill kernels refuse it");
+  FT_CHECK(rt_decode_use_tc(&t, 32, 64, BF, BF, 1), "16-bit with RoPE");
+  FT_CHECK(!rt_decode_use_tc(&t, 32, 64, BF, F16, 0), "mixed 16-bit dtypes");
+  FT_CHECK(!rt_decode_use_tc(&t, 32, 64, F32, F32, 0), "f32");
+  t.decode_tc = 1;
+  FT_CHECK(rt_decode_use_tc(&t, 4, 1, BF, E4, 0), "FI_DECODE_TC=1: group 4, one request, e4m3");
+  t.decode_tc = 0;
+  FT_CHECK(!rt_decode_use_tc(&t, 64, 4096, BF, BF, 0), "FI_DECODE_TC=0");
+}

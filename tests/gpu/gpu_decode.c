@@ -758,6 +758,12 @@ FT_TEST(decode_tensor_core_route) {
   run_case(&c);
   c = base("TC=1 bf16 MQA 64/1", T_BF16, T_BF16, 128, 64, 1, 16, 0, 6, 2000);
   run_case(&c);
+  /* fp8 caches on the route (the prefill kernels' *_fp8kv: q staged as f16) */
+  c = base("TC=1 e4m3 32/8 scales", T_BF16, T_E4M3, 128, 32, 8, 16, 0, 5, 2500);
+  c.k_scale = 0.5, c.v_scale = 2.0;
+  run_case(&c);
+  c = base("TC=1 e5m2 f16 MQA 64/1", T_F16, T_E5M2, 128, 64, 1, 16, 0, 4, 1500);
+  run_case(&c);
   env_rt_end();
   unsetenv("FI_DECODE_TC");
   replan_switches_route();
