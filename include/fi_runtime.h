@@ -525,8 +525,10 @@ FI_API fi_status fi_top_k_mask_logits(fi_runtime *rt, const DLTensor *logits,
  * KV tokens sits at position t + L_kv - L_q (its new tokens are the last L_q of the KV:
  * append); it attends KV token j iff j <= t + L_kv - L_q (causal; the mask aligned to the
  * bottom right) and j >= t + L_kv - L_q - window_left (window_left >= 0). RoPE (Llama
- * halves) on the fly puts q at t + L_kv - L_q and k at j. fp8 caches are not supported
- * by prefill yet. */
+ * halves) on the fly puts q at t + L_kv - L_q and k at j. fp8 caches (e4m3, e5m2 with
+ * k_scale / v_scale) run on the mma.sync kernel, without RoPE. head_dim 192 with V's and
+ * out's 128 (DeepSeek's MHA prefill): single prefill from v's shape, the ragged plan from
+ * fi_attention_extras.head_dim_vo. */
 
 /** Prefill parameters: the attention parameters and the mask. */
 typedef struct fi_prefill_params {
@@ -538,7 +540,8 @@ FI_API void fi_prefill_params_init(fi_prefill_params *p);
 
 /** Prefill of one request: q [L_q, H_qo, D], k and v [L_kv, H_kv, D] (NHD) or [H_kv, L_kv, D]
  * (HND) with equal strides, out [L_q, H_qo, D], lse [L_q, H_qo] or NULL; p NULL for the
- * defaults. No workspace: one block per q tile and KV head, no split of L_kv. */
+ * defaults. V's last dimension 128 under D = 192: v and out of 128, v with its own strides.
+ * No workspace: one block per q tile and KV head, no split of L_kv. */
 FI_API fi_status fi_single_prefill(fi_runtime *rt, const DLTensor *q, const DLTensor *k,
                                    const DLTensor *v, DLTensor *out, DLTensor *lse,
                                    fi_kv_layout layout, const fi_prefill_params *p, void *stream);
