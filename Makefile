@@ -123,7 +123,7 @@ $(BUILD)/tests/gpu_%: tests/gpu/gpu_%.c tests/gpu/gpu_util.h tests/ft.h $(BUILD)
 	$(CC) $(CPPFLAGS) $(CFLAGS) -Itests -Itools $< $(BUILD)/obj/tests/ft_main.o -o $@ $(LDFLAGS) \
 	  -L$(BUILD) -l:libfi_runtime.so -Wl,-rpath,'$$ORIGIN/..' -lsqlite3 -ldl -lpthread -lm
 
-$(BUILD)/tests/%: tests/%.cc tests/emu.h tests/emu_host.h $(KERNELS) $(BUILD)/obj/runtime/rt_prefill_plan.o $(BUILD)/obj/runtime/rt_decode_plan.o
+$(BUILD)/tests/%: tests/%.cc tests/emu.h tests/emu_host.h tests/emu_prefill.h $(KERNELS) $(BUILD)/obj/runtime/rt_prefill_plan.o $(BUILD)/obj/runtime/rt_decode_plan.o
 	@mkdir -p $(dir $@)
 	$(CXX) -std=c++17 -O2 -D_GNU_SOURCE -Ikernels -Iinclude -Iruntime -Idevice -Ijit -Icache $< \
 	  $(BUILD)/obj/runtime/rt_prefill_plan.o $(BUILD)/obj/runtime/rt_decode_plan.o -o $@ -lm

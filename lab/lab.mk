@@ -47,7 +47,7 @@ $(BUILD)/tests/probe_store: lab/gpu/probe_store.c $(BUILD)/libfi_internal.a
 
 # The programs run side by side, one per CPU, the slowest first (the emulator, the
 # compile sample, the CLI and concurrency scripts).
-SLOW_TESTS := $(filter %/test_prefill_emu %/test_compile,$(TEST_BINS)) $(filter %/test_cli.sh %/test_concurrency.sh,$(TEST_SCRIPTS))
+SLOW_TESTS := $(filter %/test_compile %/test_prefill_emu %/test_decode_emu,$(TEST_BINS)) $(filter %/test_cli.sh %/test_concurrency.sh,$(TEST_SCRIPTS))
 # The wgmma prefill kernel outside the runtime (a development harness; see its header).
 $(BUILD)/tests/wgmma_attn: lab/gpu/wgmma_attn.c lab/gpu/wgmma_host.h
 	@mkdir -p $(dir $@)
