@@ -1,4 +1,4 @@
-// emu_host.h: the host side the emulator tests share (test_prefill_emu.cc,
+// emu_host.h: the host side the emulator tests share (test_prefill_emu.cc, test_decode_emu.cc,
 // test_mla_emu.cc): a xorshift generator of uniform and normal doubles, and f16 / bf16
 // bit patterns to and from float (round to nearest even).
 #pragma once

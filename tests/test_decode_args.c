@@ -1173,7 +1173,7 @@ FT_TEST(planner_takes_a_stored_tactic) {
  * counts grid heads where it counted KV heads: its workspace (counters a grid head), a
  * key of 16 rows (or the CUDA-core kernel's few), no head pairs; up to 128, beyond refused
  * by name. The kernel's side (grid head y reading KV head y / chunks) runs in the
- * emulator (test_prefill_emu) and on the GPU (gpu_decode). */
+ * emulator (test_decode_emu) and on the GPU (gpu_decode). */
 FT_TEST(planner_cuts_groups_above_16_into_grid_heads) {
   static const int g[][2] = {{1, 1}, {8, 1}, {16, 1}, {17, 17}, {24, 2}, {32, 2}, {34, 17}, {48, 3},
                              {64, 4}, {96, 6}, {128, 8}};
