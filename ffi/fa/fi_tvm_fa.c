@@ -256,6 +256,8 @@ static int need_ws(ft_call *c, fi_status st, size_t need, int64_t have) {
 
 /* ---- prefill ---- */
 
+static int prefill_plan_make(ft_call *c, fa_rec *r, const fa_run *u, int mb, int mq, fi_prefill_plan **pl);
+
 FA_EXPORT(batch_prefill_plan,
           "float_workspace_buffer: Tensor, int_workspace_buffer: Tensor, page_locked_int_workspace_buffer: Tensor, "
           "qo_indptr: Tensor, kv_indptr: Tensor, kv_len_arr: Tensor, total_num_rows: int, batch_size: int, "
@@ -302,31 +304,8 @@ FA_EXPORT(batch_prefill_plan,
     r->gen++;
     /* CUDA-graph mode: the plan a captured run uses is re-planned now, in place */
     if (graph && r->plan) {
-      fi_batch_prefill_info in;
-      memset(&in, 0, sizeof in);
-      in.batch = r->batch, in.qo_indptr = r->qo, in.kv_indptr = r->kv;
-      in.kv_last_page_len = r->made.kind == FA_PAGED ? r->last : NULL;
-      in.num_qo_heads = r->hq, in.num_kv_heads = r->hkv, in.head_dim = r->head_dim;
-      in.page_size = r->made.kind == FA_PAGED ? r->page_size : 0;
-      in.q_dtype = r->made.qdt, in.kv_dtype = r->made.kvdt;
-      in.max_batch = r->graph_batch, in.max_qo_tokens = r->graph_rows;
-      fi_prefill_params p;
-      fi_prefill_params_init(&p);
-      p.causal = r->made.causal, p.attn.window_left = r->made.window, p.attn.sm_scale = r->made.sm_scale;
-      p.attn.pos_encoding = inline_rope ? FI_POS_ROPE_LLAMA : FI_POS_NONE;
-      p.attn.rope_scale = 1.0 / r->made.rope_rcp_scale, p.attn.rope_theta = 1.0 / r->made.rope_rcp_theta;
-      int64_t shape[1];
-      DLTensor ws = ws_slot(c, 0, r, shape);
-      fi_runtime *rt = ft_rt(c);
       fi_prefill_plan *pl = r->plan;
-      fi_attention_extras x;
-      fi_attention_extras_init(&x);
-      x.head_dim_vo = r->head_dim_vo;
-      fi_status st = !rt ? FI_ERR_INVALID_ARGUMENT
-                     : r->made.kind == FA_PAGED ? fi_batch_prefill_paged_plan_ex(rt, &in, &p, &x, &ws, ft_stream(c), &pl)
-                                                : fi_batch_prefill_ragged_plan_ex(rt, &in, &p, &x, &ws, ft_stream(c), &pl);
-      if (!rt) rc = -1;
-      else if (ft_status(c, st) != 0) rc = -1, drop_plan(r);
+      if (prefill_plan_make(c, r, &r->made, r->graph_batch, r->graph_rows, &pl) != 0) rc = -1, drop_plan(r);
       else r->plan_gen = r->gen;
     }
   }
@@ -334,6 +313,41 @@ FA_EXPORT(batch_prefill_plan,
   const int64_t gen = r ? r->gen : 0;
   pthread_mutex_unlock(&fa_mu);
   return rc != 0 ? -1 : ret_plan_info(c, idx, gen);
+}
+
+/* An fi_runtime prefill plan of record r for run arguments u (CUDA-graph mode when mb > 0:
+ * mb requests, mq tokens) into *pl: made when *pl is NULL, else re-planned in place. The
+ * workspace is the record's slot, checked against the plan's size. The caller holds fa_mu. */
+static int prefill_plan_make(ft_call *c, fa_rec *r, const fa_run *u, int mb, int mq, fi_prefill_plan **pl) {
+  fi_runtime *rt = ft_rt(c);
+  if (!rt) return -1;
+  const int paged = u->kind == FA_PAGED;
+  fi_batch_prefill_info in;
+  memset(&in, 0, sizeof in);
+  in.batch = r->batch, in.qo_indptr = r->qo, in.kv_indptr = r->kv;
+  in.kv_last_page_len = paged ? r->last : NULL;
+  in.num_qo_heads = r->hq, in.num_kv_heads = r->hkv, in.head_dim = r->head_dim;
+  in.page_size = paged ? r->page_size : 0;
+  in.q_dtype = u->qdt, in.kv_dtype = u->kvdt;
+  in.max_batch = mb, in.max_qo_tokens = mq;
+  fi_prefill_params p;
+  fi_prefill_params_init(&p);
+  p.causal = u->causal, p.attn.window_left = u->window, p.attn.sm_scale = u->sm_scale;
+  p.attn.pos_encoding = inline_rope ? FI_POS_ROPE_LLAMA : FI_POS_NONE;
+  p.attn.rope_scale = 1.0 / u->rope_rcp_scale, p.attn.rope_theta = 1.0 / u->rope_rcp_theta;
+  int64_t shape[1];
+  DLTensor ws = ws_slot(c, 0, r, shape);
+  if (c->failed) return -1;
+  size_t need = 0;
+  const int wb = mb > 0 ? mb : (r->batch > 0 ? r->batch : 1), wq = mq > 0 ? mq : (r->total_rows > 0 ? r->total_rows : 1);
+  if (need_ws(c, fi_batch_prefill_workspace_size(rt, c->dev, wb, wq, r->hq, r->hkv, r->head_dim, &need), need,
+              shape[0]) != 0)
+    return -1;
+  fi_attention_extras x; /* V's head_dim (192 / 128: the ragged plan only; a paged one refuses it) */
+  fi_attention_extras_init(&x);
+  x.head_dim_vo = r->head_dim_vo;
+  return ft_status(c, paged ? fi_batch_prefill_paged_plan_ex(rt, &in, &p, &x, &ws, ft_stream(c), pl)
+                            : fi_batch_prefill_ragged_plan_ex(rt, &in, &p, &x, &ws, ft_stream(c), pl));
 }
 
 /* The fi_runtime plan of record r for a run with u, made or re-made when the record was
@@ -344,40 +358,11 @@ static int prefill_ready(ft_call *c, fa_rec *r, const fa_run *u) {
                    "(its kv_indptr counts tokens)", r->page_size);
   if (r->plan && r->plan_gen == r->gen && run_eq(&r->made, u)) return 0;
   drop_plan(r);
-  fi_runtime *rt = ft_rt(c);
-  if (!rt) return -1;
-  fi_batch_prefill_info in;
-  memset(&in, 0, sizeof in);
-  in.batch = r->batch, in.qo_indptr = r->qo, in.kv_indptr = r->kv;
-  in.kv_last_page_len = u->kind == FA_PAGED ? r->last : NULL;
-  in.num_qo_heads = r->hq, in.num_kv_heads = r->hkv, in.head_dim = r->head_dim;
-  in.page_size = u->kind == FA_PAGED ? r->page_size : 0;
-  in.q_dtype = u->qdt, in.kv_dtype = u->kvdt;
-  if (r->graph) in.max_batch = r->batch > 0 ? r->batch : 1, in.max_qo_tokens = r->total_rows > 0 ? r->total_rows : 1;
-  fi_prefill_params p;
-  fi_prefill_params_init(&p);
-  p.causal = u->causal, p.attn.window_left = u->window, p.attn.sm_scale = u->sm_scale;
-  p.attn.pos_encoding = inline_rope ? FI_POS_ROPE_LLAMA : FI_POS_NONE;
-  p.attn.rope_scale = 1.0 / u->rope_rcp_scale, p.attn.rope_theta = 1.0 / u->rope_rcp_theta;
-  size_t need = 0;
-  DLDevice dev = c->dev;
-  const int mb = in.max_batch > 0 ? in.max_batch : in.batch, mq = in.max_qo_tokens > 0 ? in.max_qo_tokens : r->total_rows;
-  int64_t shape[1];
-  DLTensor ws = ws_slot(c, 0, r, shape);
-  if (c->failed) return -1;
-  if (need_ws(c, fi_batch_prefill_workspace_size(rt, dev, mb > 0 ? mb : 1, mq > 0 ? mq : 1, r->hq, r->hkv, r->head_dim,
-                                                 &need),
-              need, shape[0]) != 0)
-    return -1;
+  const int mb = r->graph ? (r->batch > 0 ? r->batch : 1) : 0, mq = r->graph ? (r->total_rows > 0 ? r->total_rows : 1) : 0;
   fi_prefill_plan *pl = NULL;
-  fi_attention_extras x; /* V's head_dim (192 / 128: the ragged plan only; a paged one refuses it) */
-  fi_attention_extras_init(&x);
-  x.head_dim_vo = r->head_dim_vo;
-  fi_status st = u->kind == FA_PAGED ? fi_batch_prefill_paged_plan_ex(rt, &in, &p, &x, &ws, ft_stream(c), &pl)
-                                     : fi_batch_prefill_ragged_plan_ex(rt, &in, &p, &x, &ws, ft_stream(c), &pl);
-  if (ft_status(c, st) != 0) return -1;
+  if (prefill_plan_make(c, r, u, mb, mq, &pl) != 0) return -1;
   r->plan = pl, r->made = *u, r->plan_gen = r->gen;
-  r->graph_batch = in.max_batch, r->graph_rows = in.max_qo_tokens;
+  r->graph_batch = mb, r->graph_rows = mq;
   return 0;
 }
 

@@ -1,31 +1,5 @@
-# s42_f.sh: s42_d.sh cut to its correctness checks (the device budget left after refused
-# starts: about 340 s): first GPU runs of fp8 KV prefill (gpu_prefill prefill_fp8_kv), V's head_dim
-# 128 under q's 192 (prefill_head_dim_vo), lse in base 2 (prefill_lse_base2,
-# decode_lse_base2); fi_runtime's FlashInfer-ABI module as TVM drives it
-# (lab/gpu/tvm_abi_check.py); the transformers Llama check (lab/gpu/llama_check.sh); the
-# Python binding's host times (python_check.py, fi-bench runtime's dispatch row); fi-bench
-# prefill's 4 x 8192 D=128 rows with the fp8 ones, and the 192/128 rows; the tensor-core
-# decode route over e4m3 (gpu_decode decode_tensor_core_route, fi-bench decode's e4m3 row
-# with FI_DECODE_TC=1).
-# Build here first (from the repository root, after `make deps`):
-#   make -j2 BUILD=build-gpu6 TVM_FFI_PYTHON=$PWD/build/pyvenv/bin/python all \
-#     build-gpu6/tests/gpu_decode build-gpu6/tests/gpu_prefill
-# prepare lab/gpu/wheels (`bash lab/gpu/llama_check.sh prepare`; python_check.sh's header);
-# run with carry ["build-gpu6", "lab/gpu/wheels"].
-export FI_LOG_LEVEL=warn; S=$(date +%s); el() { echo "t=$(( $(date +%s) - S ))s"; }
-B=build-gpu6; PY=${PY:-/opt/torch/.venv/bin/python3}
-nvidia-smi --query-gpu=name,driver_version,clocks.max.sm --format=csv,noheader
-FI_CACHE_PATH=$(mktemp -d)/p.db timeout 100 $B/tests/gpu_prefill prefill_fp8_kv prefill_head_dim_vo prefill_lse_base2 \
-  > $OUT/gpu_prefill.txt 2>&1
-echo "gpu_prefill rc=$?"; grep -E "^(PASS|FAIL)|required|check failed" $OUT/gpu_prefill.txt | tail -10
-grep -E "^dvo" $OUT/gpu_prefill.txt | tail -7; el
-FI_CACHE_PATH=$(mktemp -d)/d.db timeout 70 $B/tests/gpu_decode decode_lse_base2 decode_tensor_core_route > $OUT/gpu_decode.txt 2>&1
-echo "gpu_decode rc=$?"; grep -E "^(PASS|FAIL)|required|check failed" $OUT/gpu_decode.txt | tail -6; el
-PYV=$($PY -c 'import sys; print("cp%d%d" % sys.version_info[:2])')
-W=$(ls lab/gpu/wheels/apache_tvm_ffi-*-$PYV-*.whl | head -1)
-mkdir -p $B/pysite && $PY -m zipfile -e "$W" $B/pysite && $PY -m zipfile -e lab/gpu/wheels/typing_extensions-*.whl $B/pysite
-export PYTHONPATH=$PWD/$B/pysite${PYTHONPATH:+:$PYTHONPATH} FI_RUNTIME_LIBRARY=$PWD/$B/libfi_runtime.so
-FI_CACHE_PATH=$(mktemp -d)/t.db timeout 50 $PY lab/gpu/tvm_abi_check.py $B > $OUT/tvm_abi.txt 2>&1
-echo "tvm_abi_check rc=$?"; grep -E "^(FAIL|PASS)|passed|Error" $OUT/tvm_abi.txt | tail -16; el
-B=$B OUT=$OUT BUDGET=112 timeout 118 bash lab/gpu/llama_check.sh > $OUT/llama.txt 2>&1
-echo "llama_check rc=$?"; tail -12 $OUT/llama.txt; el
+# s42_f.sh: s42_d.sh's correctness checks alone (~360 s: the device budget left after
+# refused starts): gpu_prefill (fp8 KV, 192/128, lse base 2), gpu_decode (lse base 2, the
+# tensor-core route with fp8), tvm_abi_check.py, llama_check.sh. Build and carry as
+# s42_d.sh's header says (build-gpu6, lab/gpu/wheels).
+SHORT=1 exec bash lab/gpu/s42_d.sh
